@@ -1,0 +1,45 @@
+# kernel-lab: `make conform` runs the ci tier on every backend this machine supports;
+# `make test` runs the test suite. Both create .venv on first use (`make setup`).
+PYTHON ?= python3
+VENV   := .venv
+VPY    := $(VENV)/bin/python
+# One pinned pip line. torch==2.13.0 resolves to the CPU wheel on our machines (research/env.md 7).
+PINS := torch==2.13.0 triton==3.8.0 jax==0.10.2 jaxlib==0.10.2 numpy==2.4.6 ml_dtypes==0.6.0 \
+        scipy==1.17.1 pytest==9.2.0 pytest-benchmark==5.3.1 scikit-build-core==1.1.2 nanobind==3.1.0
+CPP_SOURCES := $(wildcard optimized/cpu/*.cpp optimized/cpu/*.hpp) CMakeLists.txt pyproject.toml
+TIER ?= ci
+OUT  ?= reports/out/conform
+
+.PHONY: setup setup-offline extension conform test clean
+
+setup: $(VENV)/.deps $(VENV)/.extension
+
+$(VENV)/.deps:
+	$(PYTHON) -m venv $(VENV)
+	$(VPY) -m pip install -q --disable-pip-version-check $(PINS)
+	touch $@
+
+# The C++ extension, built without build isolation against the venv's scikit-build-core and nanobind.
+$(VENV)/.extension: $(VENV)/.deps $(CPP_SOURCES)
+	$(VPY) -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps -e .
+	touch $@
+
+extension: $(VENV)/.extension
+
+# GPU boxes with no package index: a venv over the system site-packages (their torch, Triton, JAX),
+# the extension built without build isolation if scikit-build-core and nanobind are there.
+setup-offline:
+	$(PYTHON) -m venv --system-site-packages $(VENV)
+	touch $(VENV)/.deps
+	-$(VPY) -m pip install -q --no-index --no-build-isolation --no-deps -e . && touch $(VENV)/.extension
+	@$(VPY) -m conformance doctor
+
+conform: setup
+	$(VPY) -m conformance conform --tier $(TIER) --out $(OUT) --jobs 2
+	$(VPY) -m conformance report $(OUT)
+
+test: setup
+	$(VPY) -m pytest -q
+
+clean:
+	rm -rf $(VENV) build reports/out

@@ -1,0 +1,1 @@
+"""kernel-lab conformance engine: the matrix, the backend registry, metrics, runner and CLI."""

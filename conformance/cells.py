@@ -1,0 +1,67 @@
+"""A conformance cell: one point of a family's axes, with a stable human-readable id.
+
+The id is ``family/op/name=value/.../seed=N``; tuple values are joined with ``+``
+(``lens=63+129``). Inputs of a cell are drawn from ``cell.rng()``, which is seeded from
+the id, so a cell means the same numbers on every machine and in every process.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+
+def format_value(value: Any) -> str:
+    """Render one parameter value for a cell id."""
+    if isinstance(value, (tuple, list)):
+        return "+".join(format_value(v) for v in value) if value else "none"
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return str(value)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One matrix point. ``params`` keeps its order: it is the order of the id."""
+
+    family: str
+    op: str
+    params: tuple[tuple[str, Any], ...]
+    seed: int = 0
+
+    @property
+    def id(self) -> str:
+        parts = [self.family, self.op]
+        parts += [f"{name}={format_value(value)}" for name, value in self.params]
+        parts.append(f"seed={self.seed}")
+        return "/".join(parts)
+
+    def __getitem__(self, name: str) -> Any:
+        for key, value in self.params:
+            if key == name:
+                return value
+        raise KeyError(f"cell {self.id} has no parameter {name!r}")
+
+    def get(self, name: str, default: Any = None) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            return default
+
+    def as_dict(self) -> dict[str, Any]:
+        return {name: (list(v) if isinstance(v, tuple) else v) for name, v in self.params}
+
+    def rng(self, stream: int = 0) -> np.random.Generator:
+        """Deterministic generator for this cell (``stream`` separates independent draws)."""
+        digest = hashlib.sha256(self.id.encode()).digest()
+        return np.random.default_rng([int.from_bytes(digest[:8], "little"), stream])
+
+
+def make_cell(family: str, op: str, *, seed: int = 0, **params: Any) -> Cell:
+    """Build a cell; keyword order is id order. Lists become tuples (cells are hashable)."""
+    frozen = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in params.items())
+    return Cell(family, op, frozen, seed)

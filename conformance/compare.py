@@ -1,0 +1,124 @@
+"""Error metrics, tolerances and the pass/fail verdict of one cell.
+
+Every comparison reports max_abs, max_rel, rel_l2, cosine, the mismatch fraction (elements with
+``|a - e| > atol + rtol * |e|``) and the err/tol margin (``max |a - e| / (atol + rtol * |e|)``,
+below 1 when every element is inside). NaN or Inf in an output never passes.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Elementwise bound ``atol + rtol * |expected|``; ``max_mismatch`` is the fraction of
+    elements allowed outside it (0 by default); ``rel_l2`` an optional bound on the relative
+    L2 error. ``source`` says where the numbers come from (a rounding argument, not a guess)."""
+
+    atol: float
+    rtol: float
+    source: str
+    max_mismatch: float = 0.0
+    rel_l2: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+EXACT = Tolerance(0.0, 0.0, "bit-exact: same integer codes / bytes expected")
+
+
+@dataclass
+class Comparison:
+    name: str
+    passed: bool
+    reason: str
+    metrics: dict[str, float]
+    tolerance: Tolerance
+
+
+def _as_float64(x: Any) -> np.ndarray:
+    a = np.asarray(x)
+    if a.dtype.kind in "iub":
+        return a.astype(np.float64)
+    return a.astype(np.float64)
+
+
+def compare(name: str, actual: Any, expected: Any, tol: Tolerance) -> Comparison:
+    """Compare one output against its oracle under ``tol``."""
+    a = _as_float64(actual)
+    e = _as_float64(expected)
+    if a.shape != e.shape:
+        return Comparison(name, False, f"{name}: shape {a.shape}, expected {e.shape}",
+                          {"max_abs": float("inf")}, tol)
+    n = max(a.size, 1)
+    bad_actual = int(np.count_nonzero(~np.isfinite(a)))
+    bad_expected = int(np.count_nonzero(~np.isfinite(e)))
+    diff = np.abs(a - e)
+    allowed = tol.atol + tol.rtol * np.abs(e)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = np.where(np.abs(e) > 0, diff / np.abs(e), np.where(diff > 0, np.inf, 0.0))
+        over = np.where(allowed > 0, diff / allowed, np.where(diff > 0, np.inf, 0.0))
+    e_norm = float(np.linalg.norm(e))
+    d_norm = float(np.linalg.norm(np.where(np.isfinite(diff), diff, 0.0)))
+    a_norm = float(np.linalg.norm(np.where(np.isfinite(a), a, 0.0)))
+    if e_norm == 0.0:
+        rel_l2 = d_norm
+        cosine = 1.0 if a_norm == 0.0 else 0.0
+    else:
+        rel_l2 = d_norm / e_norm
+        fin = np.isfinite(a) & np.isfinite(e)
+        denom = a_norm * e_norm
+        cosine = float(np.sum(a[fin] * e[fin]) / denom) if denom > 0 else 0.0
+    finite = np.isfinite(diff)
+    mismatch = int(np.count_nonzero(~finite | (diff > allowed)))
+    metrics = {
+        "max_abs": float(np.max(diff[finite])) if finite.any() else float("inf"),
+        "max_rel": float(np.max(rel[finite])) if finite.any() else float("inf"),
+        "rel_l2": rel_l2,
+        "cosine": cosine,
+        "mismatch": mismatch / n,
+        "margin": float(np.max(over[finite])) if finite.any() else float("inf"),
+        "nonfinite": bad_actual,
+        "size": int(a.size),
+    }
+    if bad_expected:
+        return Comparison(name, False, f"{name}: oracle has {bad_expected} NaN/Inf values", metrics, tol)
+    if bad_actual:
+        return Comparison(name, False, f"{name}: {bad_actual} NaN/Inf values", metrics, tol)
+    if mismatch / n > tol.max_mismatch:
+        return Comparison(
+            name, False,
+            f"{name}: {mismatch}/{a.size} elements beyond atol {tol.atol:g} + rtol {tol.rtol:g}"
+            f" (margin {metrics['margin']:.3g}, max_abs {metrics['max_abs']:.3g})",
+            metrics, tol)
+    if tol.rel_l2 is not None and rel_l2 > tol.rel_l2:
+        return Comparison(name, False, f"{name}: rel_l2 {rel_l2:.3g} above {tol.rel_l2:g}", metrics, tol)
+    return Comparison(name, True, "", metrics, tol)
+
+
+@dataclass
+class Verdict:
+    """Outcome of one cell on one backend, before the runner adds ids and timing."""
+
+    status: str  # "pass" or "fail"
+    reason: str
+    comparisons: list[Comparison]
+    quality: dict[str, Any] = field(default_factory=dict)
+
+    def worst(self) -> Comparison | None:
+        """The comparison with the largest err/tol margin (the one that decides)."""
+        if not self.comparisons:
+            return None
+        return max(self.comparisons, key=lambda c: (not c.passed, c.metrics.get("margin", 0.0)))
+
+
+def verdict(comparisons: list[Comparison], quality: dict[str, Any] | None = None) -> Verdict:
+    """``pass`` when every comparison passes; the reason lists the failing ones."""
+    failed = [c for c in comparisons if not c.passed]
+    if failed:
+        return Verdict("fail", "; ".join(c.reason for c in failed), comparisons, quality or {})
+    return Verdict("pass", "", comparisons, quality or {})

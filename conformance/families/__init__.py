@@ -1,0 +1,34 @@
+"""Kernel families. Each module here (discovered, not listed) defines one family:
+
+    FAMILY: str                                   # "gdn", "turboquant"
+    OPS: tuple[str, ...]                          # the family's ops, in matrix order
+    def cells(tier: str) -> list[Cell]            # tier in TIERS; deterministic order
+    def make_inputs(cell: Cell) -> dict           # NumPy arrays and scalars, drawn from cell.rng()
+    def check(cell, backend, inputs, outputs) -> conformance.compare.Verdict
+        # inputs: the pristine inputs (the backend ran on a copy); outputs: what backend.run returned.
+        # The family computes its oracle for backend.rounding_model (caching it per cell) and
+        # compares with conformance.compare.compare under tolerances derived from numerics.
+"""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from types import ModuleType
+
+TIERS = ("smoke", "ci", "full")
+
+
+def families() -> dict[str, ModuleType]:
+    """All family modules, by FAMILY name."""
+    out = {}
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        mod = importlib.import_module(f"{__name__}.{info.name}")
+        out[mod.FAMILY] = mod
+    return out
+
+
+def get(name: str) -> ModuleType:
+    all_ = families()
+    if name not in all_:
+        raise KeyError(f"unknown family {name!r}; known: {', '.join(all_)}")
+    return all_[name]

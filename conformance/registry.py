@@ -1,0 +1,111 @@
+"""The backend registry. A backend is one module under ``conformance/backends/`` that calls
+``register(Backend(...))`` at import; modules are discovered, nothing lists them by hand.
+Extra modules (tests register crashing backends this way) are named, comma-separated, in the
+environment variable ``KERNEL_LAB_BACKEND_MODULES``; worker processes inherit it.
+
+A backend module must import cheaply: heavy imports (torch, jax, triton, the C++ extension)
+happen inside ``available()`` and ``run()``.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import pkgutil
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from conformance.cells import Cell
+
+
+def _always(cell: Cell) -> str | None:
+    return None
+
+
+@dataclass(frozen=True)
+class Backend:
+    """What a backend declares.
+
+    name:           registry name, e.g. ``cpu-amx``.
+    ops:            family -> ops it implements, e.g. ``{"gdn": ("decode", "chunked")}``.
+    available:      probe of this machine: ``(True, "why")`` or ``(False, "why not, in words")``.
+    run:            ``run(cell, inputs) -> outputs``: inputs are the family's dict (a private copy
+                    the backend may mutate); outputs a dict of NumPy arrays named by the family.
+    supports:       ``None`` if the cell is supported, else the reason it is skipped.
+    xfail:          ``None``, or the reason the cell is a known failure.
+    rounding_model: the family's name for the oracle variant this backend is held to.
+    env:            environment variables its worker process needs (e.g. TRITON_INTERPRET=1).
+    timeout_s:      per-cell wall-clock limit; past it the worker is killed and the cell is a crash.
+    """
+
+    name: str
+    ops: Mapping[str, tuple[str, ...]]
+    available: Callable[[], tuple[bool, str]]
+    run: Callable[[Cell, dict], dict]
+    supports: Callable[[Cell], str | None] = _always
+    xfail: Callable[[Cell], str | None] = _always
+    rounding_model: str = "exact"
+    env: Mapping[str, str] = field(default_factory=dict)
+    timeout_s: float = 600.0
+    description: str = ""
+
+    def skip_reason(self, cell: Cell) -> str | None:
+        """Why this backend does not run ``cell`` (family, op, or the backend's own limits)."""
+        ops = self.ops.get(cell.family)
+        if ops is None:
+            return f"{self.name} does not implement the {cell.family} family"
+        if cell.op not in ops:
+            return f"{self.name} does not implement {cell.family}/{cell.op}"
+        return self.supports(cell)
+
+
+_REGISTRY: dict[str, Backend] = {}
+_LOADED = False
+
+
+def register(backend: Backend) -> Backend:
+    if backend.name in _REGISTRY and _REGISTRY[backend.name] is not backend:
+        raise ValueError(f"backend {backend.name!r} is registered twice")
+    _REGISTRY[backend.name] = backend
+    return backend
+
+
+def _load_all() -> None:
+    global _LOADED
+    if _LOADED:
+        return
+    import conformance.backends as pkg
+
+    for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
+        importlib.import_module(f"conformance.backends.{info.name}")
+    for name in filter(None, os.environ.get("KERNEL_LAB_BACKEND_MODULES", "").split(",")):
+        importlib.import_module(name.strip())
+    _LOADED = True
+
+
+def backends() -> dict[str, Backend]:
+    """All registered backends, by name (sorted)."""
+    _load_all()
+    return dict(sorted(_REGISTRY.items()))
+
+
+def get(name: str) -> Backend:
+    all_ = backends()
+    if name not in all_:
+        raise KeyError(f"unknown backend {name!r}; known: {', '.join(all_)}")
+    return all_[name]
+
+
+def probe(backend: Backend) -> tuple[bool, str]:
+    """``backend.available()``, with an exception turned into 'unavailable' and its message."""
+    try:
+        ok, reason = backend.available()
+        return bool(ok), str(reason)
+    except Exception as exc:  # a probe must never take the run down
+        return False, f"probe raised {type(exc).__name__}: {exc}"
+
+
+def inputs_copy(inputs: Mapping[str, Any]) -> dict:
+    """A private deep copy of a family's inputs (arrays copied, scalars shared)."""
+    import copy
+
+    return copy.deepcopy(dict(inputs))
