@@ -1,4 +1,5 @@
-"""Kernel families. Each module here (discovered, not listed) defines one family:
+"""Kernel families. Each module here (discovered, not listed; extra modules, e.g. a toy family in
+tests, are named comma-separated in KERNEL_LAB_FAMILY_MODULES) defines one family:
 
     FAMILY: str                                   # "gdn", "turboquant"
     OPS: tuple[str, ...]                          # the family's ops, in matrix order
@@ -12,6 +13,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
 from types import ModuleType
 
@@ -23,6 +25,9 @@ def families() -> dict[str, ModuleType]:
     out = {}
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
         mod = importlib.import_module(f"{__name__}.{info.name}")
+        out[mod.FAMILY] = mod
+    for name in filter(None, os.environ.get("KERNEL_LAB_FAMILY_MODULES", "").split(",")):
+        mod = importlib.import_module(name.strip())
         out[mod.FAMILY] = mod
     return out
 

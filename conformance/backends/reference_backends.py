@@ -1,0 +1,52 @@
+"""The two references as backends: ``numpy-ref`` and ``jax-ref``, for every family.
+
+Each family's ``run_with(impl, cell, inputs)`` drives the op through a module that has the
+reference's function names (``reference.<family>.numpy_ref`` or ``.jax_ref``). The oracle a family
+compares them with is an independent computation (fp64, or the other form of the algorithm), so a
+reference backend can fail.
+"""
+from __future__ import annotations
+
+import importlib
+
+from conformance import families
+from conformance.registry import Backend, register
+
+_FAMILIES = ("gdn", "turboquant")
+
+
+def _ops() -> dict[str, tuple[str, ...]]:
+    out = {}
+    for name, mod in families.families().items():
+        if name in _FAMILIES:
+            out[name] = tuple(mod.OPS)
+    return out
+
+
+def _make(name: str, module: str, probe) -> Backend:
+    def run(cell, inputs):
+        impl = importlib.import_module(f"reference.{cell.family}.{module}")
+        return families.get(cell.family).run_with(impl, cell, inputs)
+
+    return register(Backend(name=name, ops=_ops(), available=probe, run=run,
+                            rounding_model="exact",
+                            description=f"reference.<family>.{module}"))
+
+
+def _numpy_available() -> tuple[bool, str]:
+    import ml_dtypes  # noqa: F401  (bf16 state pools)
+    import numpy
+
+    return True, f"numpy {numpy.__version__}"
+
+
+def _jax_available() -> tuple[bool, str]:
+    try:
+        import jax
+    except ImportError as exc:
+        return False, f"jax is not importable ({exc})"
+    return True, f"jax {jax.__version__} on {jax.default_backend()}"
+
+
+NUMPY_REF = _make("numpy-ref", "numpy_ref", _numpy_available)
+JAX_REF = _make("jax-ref", "jax_ref", _jax_available)

@@ -1,0 +1,1 @@
+"""Views of a conformance run's records: Markdown summary (reports.markdown)."""

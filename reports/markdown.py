@@ -1,0 +1,73 @@
+"""A Markdown summary of a run directory (cells.jsonl + run.json)."""
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from pathlib import Path
+
+from conformance import records
+
+MAX_LISTED = 50
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def _fmt(x) -> str:
+    if isinstance(x, float):
+        return f"{x:.3g}"
+    return "" if x is None else str(x)
+
+
+def render(run_dir: str | Path) -> str:
+    run_dir = Path(run_dir)
+    recs = records.read(run_dir / "cells.jsonl")
+    run_path = run_dir / "run.json"
+    info = json.loads(run_path.read_text()) if run_path.exists() else {}
+    out = [f"# kernel-lab conformance: {run_dir}", ""]
+    cpu = info.get("cpu", {})
+    if cpu:
+        gpus = ", ".join(g.get("name", "?") for g in info.get("gpus", [])) or "none"
+        out += [f"- CPU: {cpu.get('model')} ({cpu.get('cores')} cores), flags: {' '.join(cpu.get('flags', []))}",
+                f"- GPUs: {gpus}",
+                f"- commit: {info.get('git', {}).get('commit')}"
+                f"{' (dirty)' if info.get('git', {}).get('dirty') else ''}",
+                f"- command: {' '.join(info.get('command', []))}",
+                f"- elapsed: {info.get('elapsed_s', '?')} s", ""]
+    by_backend: dict[str, Counter] = defaultdict(Counter)
+    by_op: dict[tuple, Counter] = defaultdict(Counter)
+    for r in recs:
+        by_backend[r["backend"]][r["status"]] += 1
+        by_op[(r["family"], r["op"], r["backend"])][r["status"]] += 1
+    cols = list(records.STATUSES)
+    out += ["## Per backend", "",
+            _table(["backend", *cols, "total"],
+                   [[b, *(str(c.get(s, 0)) for s in cols), str(sum(c.values()))]
+                    for b, c in sorted(by_backend.items())]), ""]
+    out += ["## Per family, op and backend", "",
+            _table(["family", "op", "backend", *cols],
+                   [[f, o, b, *(str(c.get(s, 0)) for s in cols)] for (f, o, b), c in sorted(by_op.items())]), ""]
+    unavailable = {n: b["reason"] for n, b in info.get("backends", {}).items() if not b.get("available")}
+    if unavailable:
+        out += ["## Unavailable backends", ""] + [f"- **{n}**: {why}" for n, why in sorted(unavailable.items())] + [""]
+    bad = [r for r in recs if r["status"] in records.BAD_STATUSES]
+    if bad:
+        out += [f"## Failures ({len(bad)})", "",
+                _table(["status", "backend", "cell", "reason"],
+                       [[r["status"], r["backend"], f"`{r['id']}`", r.get("reason", "").replace("|", "/")[:300]]
+                        for r in bad[:MAX_LISTED]]), ""]
+        if len(bad) > MAX_LISTED:
+            out.append(f"... and {len(bad) - MAX_LISTED} more in cells.jsonl\n")
+    ran = [r for r in recs if r.get("metrics")]
+    if ran:
+        closest = sorted((r for r in ran if r["status"] == "pass"),
+                         key=lambda r: -float(r["metrics"].get("margin", 0) or 0))[:10]
+        out += ["## Closest to the tolerance (passing cells, largest err/tol margin)", "",
+                _table(["backend", "cell", "margin", "max_abs", "rel_l2", "tolerance source"],
+                       [[r["backend"], f"`{r['id']}`", _fmt(r["metrics"].get("margin")),
+                         _fmt(r["metrics"].get("max_abs")), _fmt(r["metrics"].get("rel_l2")),
+                         (r.get("tolerance") or {}).get("source", "")[:120]] for r in closest]), ""]
+    return "\n".join(out)
