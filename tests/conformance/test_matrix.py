@@ -1,0 +1,43 @@
+"""The conformance matrix as pytest parameters: one test per (cell, backend) of the --tier,
+judged by the same family check and tolerances as `kernel-lab conform` (run in-process here;
+the runner isolates crashes in worker processes). Select cells with -k on the id."""
+import os
+from functools import lru_cache
+
+import pytest
+
+from conformance import families, registry
+from conformance.execute import run_one
+
+
+@lru_cache(maxsize=None)
+def _probe(name):
+    return registry.probe(registry.get(name))
+
+
+def pytest_generate_tests(metafunc):
+    if "cell" not in metafunc.fixturenames:
+        return
+    tier = metafunc.config.getoption("--tier")
+    params, ids = [], []
+    for fam in families.families().values():
+        for cell in fam.cells(tier):
+            for name, backend in registry.backends().items():
+                if cell.family in backend.ops:
+                    params.append((cell, name))
+                    ids.append(f"{cell.id}@{name}")
+    metafunc.parametrize("cell,backend_name", params, ids=ids)
+
+
+def test_cell(cell, backend_name):
+    backend = registry.get(backend_name)
+    ok, why = _probe(backend_name)
+    if not ok:
+        pytest.skip(f"{backend_name} unavailable: {why}")
+    wrong_env = {k: v for k, v in backend.env.items() if os.environ.get(k) != v}
+    if wrong_env:
+        pytest.skip(f"{backend_name} needs {wrong_env} in its process; `kernel-lab conform` sets it")
+    record = run_one(cell, backend_name)
+    if record["status"] == "skip":
+        pytest.skip(record["reason"])
+    assert record["status"] in ("pass", "xfail"), f"{record['status']}: {record['reason']}"
