@@ -8,7 +8,8 @@ PINS := torch==2.13.0 triton==3.8.0 jax==0.10.2 jaxlib==0.10.2 numpy==2.4.6 ml_d
         scipy==1.17.1 pytest==9.2.0 pytest-benchmark==5.3.1 scikit-build-core==1.1.2 nanobind==3.1.0
 CPP_SOURCES := $(wildcard optimized/cpu/*.cpp optimized/cpu/*.hpp) CMakeLists.txt pyproject.toml
 TIER ?= ci
-OUT  ?= reports/out/conform-$(shell date +%Y%m%d-%H%M%S)
+STAMP := $(shell date +%Y%m%d-%H%M%S)
+OUT  ?= reports/out/conform-$(STAMP)
 
 .PHONY: setup setup-offline extension conform test clean
 
