@@ -1,0 +1,50 @@
+"""Argument checks shared by the TurboQuant launchers. Shape/dtype checks always run; checks that
+read tensor values (ranges, NaN) need a device-to-host copy, so they are skipped while a CUDA graph
+is being captured (a captured call replays the shapes a checked call already validated)."""
+from __future__ import annotations
+
+FLOAT_DTYPES = ("float16", "bfloat16", "float32")
+
+
+def capturing(t) -> bool:
+    import torch
+
+    return t.is_cuda and torch.cuda.is_current_stream_capturing()
+
+
+def check_tensor(name: str, t, shape: tuple, dtypes: tuple[str, ...], device=None):
+    """TypeError/ValueError naming ``name`` unless ``t`` is a torch tensor of ``shape`` (None
+    entries: any size) and one of ``dtypes`` (torch dtype names), on ``device``."""
+    import torch
+
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch tensor, got {type(t).__name__}")
+    if str(t.dtype).removeprefix("torch.") not in dtypes:
+        raise TypeError(f"{name} must have dtype in {dtypes}, got {t.dtype}")
+    if t.dim() != len(shape) or any(w is not None and s != w for s, w in zip(t.shape, shape)):
+        want = ", ".join("*" if w is None else str(w) for w in shape)
+        raise ValueError(f"{name} must have shape [{want}], got {list(t.shape)}")
+    if device is not None and t.device != device:
+        raise ValueError(f"{name} must be on {device}, got {t.device}")
+    return t
+
+
+def check_finite(name: str, t) -> None:
+    import torch
+
+    if not capturing(t) and t.numel() and not bool(torch.isfinite(t).all()):
+        raise ValueError(f"{name} contains NaN or Inf")
+
+
+def check_range(name: str, t, lo: int, hi: int) -> None:
+    """ValueError unless every element of the integer tensor ``t`` is in ``[lo, hi)``."""
+    if capturing(t) or t.numel() == 0:
+        return
+    mn, mx = int(t.min()), int(t.max())
+    if mn < lo or mx >= hi:
+        raise ValueError(f"{name} must be in [{lo}, {hi}), got values in [{mn}, {mx}]")
+
+
+def check_positive(name: str, n: int) -> None:
+    if n < 1:
+        raise ValueError(f"{name} must be at least 1 (zero-length input), got {n}")
