@@ -1,0 +1,1 @@
+"""Optimized implementations, one subpackage per technology: cpu (C++), triton, flydsl, torch."""

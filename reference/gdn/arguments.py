@@ -1,0 +1,235 @@
+"""Validation of GDN reference arguments, shared by ``numpy_ref`` and ``jax_ref``.
+
+Only shapes, dtypes and index values are checked here (host-side NumPy); the math lives in the
+two references. Every error names the argument and what was expected.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+
+STATE_DTYPES = {"float32": np.dtype(np.float32), "bfloat16": np.dtype(ml_dtypes.bfloat16),
+                "float16": np.dtype(np.float16)}
+COMPUTE_DTYPES = {"float32": np.dtype(np.float32), "float64": np.dtype(np.float64)}
+OPERAND_DTYPES = ("float32", "bfloat16")
+# Unit roundoff (half an ulp at 1.0) of each state dtype, for tolerances and studies.
+UNIT_ROUNDOFF = {"float32": 2.0 ** -24, "bfloat16": 2.0 ** -8, "float16": 2.0 ** -11}
+
+
+@dataclass(frozen=True)
+class Dims:
+    T: int
+    H: int
+    HV: int
+    K: int
+    V: int
+    N: int      # sequences
+    slots: int  # state pool size S
+
+
+def dtype_name(dtype) -> str:
+    """'float32' / 'bfloat16' / 'float16' / ... for NumPy, ml_dtypes and JAX dtypes."""
+    return np.dtype(dtype).name
+
+
+def state_dtype(name: str) -> np.dtype:
+    if name not in STATE_DTYPES:
+        raise ValueError(f"state_dtype: expected one of {sorted(STATE_DTYPES)}, got {name!r}")
+    return STATE_DTYPES[name]
+
+
+def compute_dtype(name: str) -> np.dtype:
+    if name not in COMPUTE_DTYPES:
+        raise ValueError(f"compute_dtype: expected one of {sorted(COMPUTE_DTYPES)}, got {name!r}")
+    return COMPUTE_DTYPES[name]
+
+
+def operand_dtype(name: str) -> str:
+    if name not in OPERAND_DTYPES:
+        raise ValueError(f"operand_dtype: expected one of {list(OPERAND_DTYPES)}, got {name!r}")
+    return name
+
+
+def _floating(name: str, x, ndim: int) -> None:
+    dt = np.dtype(x.dtype)
+    if not (dt.kind == "f" or dt.name == "bfloat16"):
+        raise TypeError(f"{name}: expected a floating array, got dtype {dt.name}")
+    if len(x.shape) != ndim:
+        raise ValueError(f"{name}: expected {ndim} dimensions, got shape {tuple(x.shape)}")
+
+
+def _finite(name: str, x) -> None:
+    if not np.all(np.isfinite(np.asarray(x, dtype=np.float32))):
+        raise ValueError(f"{name}: contains NaN or Inf")
+
+
+def _integer(name: str, x, ndim: int) -> np.ndarray:
+    a = np.asarray(x)
+    if a.dtype.kind not in "iu":
+        raise TypeError(f"{name}: expected an integer array (int32), got dtype {a.dtype.name}")
+    if a.ndim != ndim:
+        raise ValueError(f"{name}: expected {ndim} dimensions, got shape {a.shape}")
+    return a.astype(np.int64)
+
+
+def cu_seqlens(cu, T: int) -> np.ndarray:
+    """Checked cumulative sequence offsets ``[N+1]``: start 0, strictly increasing, end T."""
+    cu = _integer("cu_seqlens", cu, 1)
+    if cu.size < 2:
+        raise ValueError(f"cu_seqlens: expected at least 2 entries [N+1], got {cu.size}")
+    if cu[0] != 0 or cu[-1] != T:
+        raise ValueError(f"cu_seqlens: expected to start at 0 and end at T={T}, got {cu[0]}..{cu[-1]}")
+    if np.any(np.diff(cu) <= 0):
+        raise ValueError("cu_seqlens: expected strictly increasing offsets (no empty sequence)")
+    return cu
+
+
+def slot_indices(name: str, idx, shape: tuple, slots: int) -> np.ndarray:
+    """Checked slot indices: in [-1, slots), valid slots distinct (two writers would race)."""
+    idx = _integer(name, idx, len(shape))
+    if idx.shape != shape:
+        raise ValueError(f"{name}: expected shape {shape}, got {idx.shape}")
+    if np.any((idx < -1) | (idx >= slots)):
+        raise ValueError(f"{name}: slot index out of range [-1, {slots}) (got {idx.min()}..{idx.max()})")
+    used = idx[idx >= 0]
+    if np.unique(used).size != used.size:
+        raise ValueError(f"{name}: a slot appears twice")
+    return idx
+
+
+def gating(A_log, a, b, dt_bias) -> int:
+    """Check gating arguments; returns HV."""
+    _floating("A_log", A_log, 1)
+    HV = A_log.shape[0]
+    for name, x in (("a", a), ("b", b)):
+        _floating(name, x, 2)
+        if x.shape[1] != HV:
+            raise ValueError(f"{name}: expected shape [T, HV={HV}], got {tuple(x.shape)}")
+        if x.shape[0] == 0:
+            raise ValueError(f"{name}: zero-length (T=0)")
+    if a.shape != b.shape:
+        raise ValueError(f"b: expected the shape of a {tuple(a.shape)}, got {tuple(b.shape)}")
+    _floating("dt_bias", dt_bias, 1)
+    if dt_bias.shape != (HV,):
+        raise ValueError(f"dt_bias: expected shape [HV={HV}], got {tuple(dt_bias.shape)}")
+    for name, x in (("A_log", A_log), ("a", a), ("b", b), ("dt_bias", dt_bias)):
+        _finite(name, x)
+    return HV
+
+
+def qkv(q, k, v) -> tuple[int, int, int, int, int]:
+    """Check q [T,H,K], k [T,H,K], v [T,HV,V]; returns (T, H, HV, K, V)."""
+    _floating("q", q, 3)
+    _floating("k", k, 3)
+    _floating("v", v, 3)
+    T, H, K = q.shape
+    if T == 0:
+        raise ValueError("q: zero-length (T=0)")
+    if k.shape != q.shape:
+        raise ValueError(f"k: expected the shape of q {tuple(q.shape)}, got {tuple(k.shape)}")
+    if v.shape[0] != T:
+        raise ValueError(f"v: expected T={T} tokens, got shape {tuple(v.shape)}")
+    HV, V = v.shape[1], v.shape[2]
+    if K == 0 or V == 0 or H == 0 or HV == 0:
+        raise ValueError(f"q/v: zero-sized head or head dim (q {tuple(q.shape)}, v {tuple(v.shape)})")
+    if HV % H != 0:
+        raise ValueError(f"v: HV={HV} value heads is not a multiple of H={H} key heads")
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        _finite(name, x)
+    return T, H, HV, K, V
+
+
+def pool(state, state_dtype_name: str, HV: int, K: int, V: int) -> int:
+    """Check the state pool [S, HV, K, V] in the named dtype; returns S."""
+    expected = state_dtype(state_dtype_name)
+    if np.dtype(state.dtype) != expected:
+        raise TypeError(f"state: expected dtype {expected.name} (state_dtype), got {np.dtype(state.dtype).name}")
+    if len(state.shape) != 4 or tuple(state.shape[1:]) != (HV, K, V):
+        raise ValueError(f"state: expected shape [S, HV={HV}, K={K}, V={V}], got {tuple(state.shape)}")
+    return state.shape[0]
+
+
+def per_token(name: str, x, T: int, HV: int) -> None:
+    _floating(name, x, 2)
+    if tuple(x.shape) != (T, HV):
+        raise ValueError(f"{name}: expected shape [T={T}, HV={HV}], got {tuple(x.shape)}")
+    _finite(name, x)
+
+
+def scalars(scale, l2norm_eps) -> None:
+    if scale is not None and not (np.isfinite(scale) and scale > 0):
+        raise ValueError(f"scale: expected a positive finite number or None, got {scale!r}")
+    if not (np.isfinite(l2norm_eps) and l2norm_eps >= 0):
+        raise ValueError(f"l2norm_eps: expected a finite number >= 0, got {l2norm_eps!r}")
+
+
+def interval(value, chunk_size: int | None = None) -> int:
+    """Check ``state_write_interval``; for the chunked form it must be a multiple of the chunk."""
+    if not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"state_write_interval: expected an integer >= 1, got {value!r}")
+    if chunk_size is not None and value % chunk_size != 0:
+        raise ValueError(f"state_write_interval: the chunked form rounds only at chunk ends; expected a "
+                         f"multiple of chunk_size={chunk_size}, got {value}")
+    return int(value)
+
+
+def chunk(chunk_size) -> int:
+    if not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1:
+        raise ValueError(f"chunk_size: expected an integer >= 1, got {chunk_size!r}")
+    return int(chunk_size)
+
+
+def varlen(q, k, v, g, beta, cu, state, state_indices, state_dtype_name, scale, l2norm_eps):
+    """All checks of recurrent/chunked; returns (Dims, cu_seqlens int64, state_indices int64)."""
+    T, H, HV, K, V = qkv(q, k, v)
+    per_token("g", g, T, HV)
+    per_token("beta", beta, T, HV)
+    cu = cu_seqlens(cu, T)
+    S = pool(state, state_dtype_name, HV, K, V)
+    idx = slot_indices("state_indices", state_indices, (cu.size - 1,), S)
+    scalars(scale, l2norm_eps)
+    return Dims(T, H, HV, K, V, cu.size - 1, S), cu, idx
+
+
+def decode(q, k, v, A_log, a, b, dt_bias, state, state_indices, state_dtype_name, scale, l2norm_eps):
+    """Checks of decode (one token per sequence, T = N); returns (Dims, state_indices)."""
+    T, H, HV, K, V = qkv(q, k, v)
+    if gating(A_log, a, b, dt_bias) != HV or a.shape[0] != T:
+        raise ValueError(f"a: expected shape [N={T}, HV={HV}], got {tuple(a.shape)}")
+    S = pool(state, state_dtype_name, HV, K, V)
+    idx = slot_indices("state_indices", state_indices, (T,), S)
+    scalars(scale, l2norm_eps)
+    return Dims(T, H, HV, K, V, T, S), idx
+
+
+def spec_decode(q, k, v, A_log, a, b, dt_bias, state, spec_state_indices, num_accepted_tokens,
+                cu, state_dtype_name, scale, l2norm_eps):
+    """Checks of spec_decode; returns (Dims, cu, spec_state_indices, num_accepted, start slots)."""
+    T, H, HV, K, V = qkv(q, k, v)
+    if gating(A_log, a, b, dt_bias) != HV or a.shape[0] != T:
+        raise ValueError(f"a: expected shape [T={T}, HV={HV}], got {tuple(a.shape)}")
+    cu = cu_seqlens(cu, T)
+    N = cu.size - 1
+    S = pool(state, state_dtype_name, HV, K, V)
+    spec = _integer("spec_state_indices", spec_state_indices, 2)
+    if spec.shape[0] != N:
+        raise ValueError(f"spec_state_indices: expected [N={N}, S], got {spec.shape}")
+    spec = slot_indices("spec_state_indices", spec, spec.shape, S)
+    acc = _integer("num_accepted_tokens", num_accepted_tokens, 1)
+    if acc.shape != (N,):
+        raise ValueError(f"num_accepted_tokens: expected shape [N={N}], got {acc.shape}")
+    if np.any((acc < 0) | (acc > spec.shape[1])):
+        raise ValueError(f"num_accepted_tokens: expected values in [0, {spec.shape[1]}], got {acc}")
+    lens = np.diff(cu)
+    if np.any(lens > spec.shape[1]):
+        raise ValueError(f"cu_seqlens: a sequence has more tokens than spec_state_indices has columns "
+                         f"({lens.max()} > {spec.shape[1]})")
+    start = spec[np.arange(N), np.maximum(acc - 1, 0)]
+    for n in np.flatnonzero(start >= 0):
+        if np.any(spec[n, :lens[n]] < 0):
+            raise ValueError(f"spec_state_indices: sequence {n} has a padding slot (-1) among the "
+                             f"columns of its {lens[n]} tokens")
+    scalars(scale, l2norm_eps)
+    return Dims(T, H, HV, K, V, N, S), cu, spec, acc, start
