@@ -148,6 +148,11 @@ class BlockPlan:
         """Unpadded state of one sequence over all recurrent layers, on one rank."""
         return self.state.total_bytes * self.num_recurrent_layers
 
+    @property
+    def padded_state_bytes_per_sequence(self) -> int:
+        """The same, with each layer's state page padded to the attention page (what is allocated)."""
+        return self.attention_page_bytes * self.num_recurrent_layers
+
 
 def plan_blocks(config: Mapping | ModelConfig, state_dtype: str, platform: str, kv_dtype: str,
                 tp: int, spec_tokens: int = 0) -> BlockPlan:

@@ -56,7 +56,8 @@ def report_lines(plan: block_size.BlockPlan, label: str) -> list[str]:
         f"attention KV per token per layer: {plan.kv_bytes_per_token} B (kv dtype {plan.kv_dtype})",
         f"state page per layer per sequence: {s.total_bytes} B = ssm {list(s.ssm_shape)} "
         f"{s.ssm_bytes} B + conv {list(s.conv_shape)} {s.conv_bytes} B",
-        f"state memory per sequence: {plan.state_bytes_per_sequence / MiB:.2f} MiB "
+        f"state memory per sequence: {plan.state_bytes_per_sequence / MiB:.2f} MiB, "
+        f"{plan.padded_state_bytes_per_sequence / MiB:.2f} MiB in padded pages "
         f"({plan.num_recurrent_layers} {plan.recurrent_kind} layers, per rank)",
         f"block alignment: {plan.alignment} ({plan.alignment_source})",
         f"attention page: {plan.attention_page_bytes} B; state page padded by "

@@ -84,6 +84,7 @@ def test_bfloat16_state_about_halves_the_block_and_the_state_memory():
     assert (wide.block_size, half.block_size) == (1152, 640)
     assert wide.state_bytes_per_sequence == 36 * 2_146_304
     assert half.state_bytes_per_sequence == 36 * 1_097_728
+    assert half.padded_state_bytes_per_sequence == 36 * 640 * 2048
 
 
 def test_mamba_only_model_gets_no_smaller_block_from_a_bf16_request():

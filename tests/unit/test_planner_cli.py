@@ -19,7 +19,8 @@ def test_prints_decision_reason_and_block_size(capsys):
     lines = out.splitlines()
     assert "state dtype: bfloat16 (kept); conv state dtype: bfloat16" in lines
     assert any(line.startswith("reason: bfloat16 kept") for line in lines)
-    assert "state memory per sequence: 37.69 MiB (36 linear_attention layers, per rank)" in lines
+    assert ("state memory per sequence: 37.69 MiB, 45.00 MiB in padded pages "
+            "(36 linear_attention layers, per rank)") in lines
     assert lines[-1] == "block_size: 640"
 
 
