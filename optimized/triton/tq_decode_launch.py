@@ -1,0 +1,222 @@
+"""What every TurboQuant decode launcher shares: argument checks, the preallocated split-KV
+workspace, the query rotation kernel and the split-KV reduce (stage 2).
+
+Split-KV convention (same as ``reference.turboquant.numpy_ref.decode_partials``): split s of
+sequence b covers tokens ``[s*W, min((s+1)*W, L_b))`` with ``W = ceil(L_b / S)``; an empty split
+writes nothing and the reducer skips it by recomputing the bounds. A partial is ``[D + 1]`` fp32:
+the split's normalised output, then its log-sum-exp (natural log). Sinks enter stage 1 of split 0
+(``m = sink, l = 1``), so the reducer needs no sink argument.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import triton
+import triton.language as tl
+
+from optimized.triton.checks import (FLOAT_DTYPES, check_finite, check_positive, check_range,
+                                     check_tensor, capturing)
+from optimized.triton.tq_cache import CacheSpec, cache_spec
+
+MAX_SPLITS = 64
+
+
+def interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+class DecodeWorkspace:
+    """Buffers of a decode launch, allocated once for the largest batch and reused, so a decode
+    allocates nothing per call and can be captured in a CUDA graph: ``q_rot [max_batch, Hq, D]``
+    fp32 and ``partials [max_batch, Hq, max_splits, D + 1]`` fp32."""
+
+    def __init__(self, max_batch: int, num_q_heads: int, head_size: int, max_splits: int = 32, device="cuda"):
+        import torch
+
+        check_positive("max_batch", max_batch)
+        if not 1 <= max_splits <= MAX_SPLITS:
+            raise ValueError(f"max_splits must be in [1, {MAX_SPLITS}], got {max_splits}")
+        self.max_batch, self.num_q_heads, self.head_size, self.max_splits = max_batch, num_q_heads, head_size, max_splits
+        self.q_rot = torch.empty(max_batch, num_q_heads, head_size, dtype=torch.float32, device=device)
+        self.partials = torch.empty(max_batch, num_q_heads, max_splits, head_size + 1, dtype=torch.float32,
+                                    device=device)
+
+    def fits(self, B: int, Hq: int, D: int, S: int, device) -> str | None:
+        """None if a launch of this shape fits, else why not."""
+        if self.q_rot.device != device:
+            return f"workspace is on {self.q_rot.device}, the launch on {device}"
+        if Hq != self.num_q_heads or D != self.head_size:
+            return f"workspace is for Hq={self.num_q_heads}, D={self.head_size}; launch has Hq={Hq}, D={D}"
+        if B > self.max_batch or S > self.max_splits:
+            return f"workspace holds B<={self.max_batch}, splits<={self.max_splits}; launch has B={B}, splits={S}"
+        return None
+
+
+@dataclass(frozen=True)
+class DecodeArgs:
+    spec: CacheSpec
+    B: int
+    Hq: int
+    G: int
+    scale: float
+    sinks: object  # fp32 [Hq] tensor or None
+
+
+def check_decode_args(query, kv_cache, block_table, seq_lens, *, preset, layout, rotation, scale, sinks,
+                      supported_g=None) -> DecodeArgs:
+    """Validate a decode call (shapes, dtypes, cache geometry, table ranges); ValueError/TypeError
+    naming the argument."""
+    check_tensor("query", query, (None, None, None), FLOAT_DTYPES)
+    B, Hq, D = query.shape
+    check_positive("B (query rows)", B)
+    if kv_cache is None or getattr(kv_cache, "dim", lambda: 0)() != 4:
+        raise ValueError(f"kv_cache must be a 4-d uint8 tensor, got {getattr(kv_cache, 'shape', kv_cache)}")
+    Hk = kv_cache.shape[2]
+    if Hk < 1 or Hq % Hk:
+        raise ValueError(f"query heads Hq={Hq} must be a multiple of the cache's kv heads Hk={Hk}")
+    G = Hq // Hk
+    if supported_g is not None and G not in supported_g:
+        raise ValueError(f"group ratio Hq/Hk={G} is not supported by this kernel (supported: {supported_g})")
+    spec = cache_spec(kv_cache, preset, D, Hk, layout)
+    dev = kv_cache.device
+    check_tensor("query", query, (B, Hq, D), FLOAT_DTYPES, dev)
+    check_tensor("block_table", block_table, (B, None), ("int32",), dev)
+    check_tensor("seq_lens", seq_lens, (B,), ("int32",), dev)
+    if block_table.stride(1) != 1:
+        raise ValueError(f"block_table rows must be contiguous, got strides {block_table.stride()}")
+    M = block_table.shape[1]
+    check_positive("block_table columns", M)
+    check_range("seq_lens", seq_lens, 1, M * spec.block_size + 1)
+    if not capturing(block_table):
+        import torch
+
+        cols = torch.arange(M, device=dev)[None, :]
+        used = cols * spec.block_size < seq_lens.long()[:, None]
+        check_range("block_table entries (used columns)", block_table[used], 0, kv_cache.shape[0])
+    check_finite("query", query)
+    if not spec.preset.key_fp8:
+        if rotation is None:
+            raise ValueError(f"rotation [D, D] is required for the MSE-key preset {spec.preset.name}")
+        check_tensor("rotation", rotation, (D, D), ("float32",), dev)
+    if sinks is not None:
+        check_tensor("sinks", sinks, (Hq,), ("float32",), dev)
+        check_finite("sinks", sinks)
+    scale = float(D ** -0.5 if scale is None else scale)
+    return DecodeArgs(spec, B, Hq, G, scale, sinks)
+
+
+def default_num_splits(B: int, Hk: int, max_tokens: int, tile: int, device, max_splits: int) -> int:
+    """Enough programs to fill the GPU (about 4 per SM), never more splits than tiles; decided
+    from shapes only, so a captured graph keeps it. The interpreter runs programs one by one: 1."""
+    if interpreting() or device.type != "cuda":
+        return 1
+    import torch
+
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    want = triton.next_power_of_2(triton.cdiv(4 * sms, B * Hk))
+    return max(1, min(want, max_splits, triton.cdiv(max_tokens, tile)))
+
+
+@triton.jit
+def _rotate_kernel(q_ptr, r_ptr, out_ptr, sq_b, sq_h, HQ: tl.constexpr, D: tl.constexpr,
+                   ROTATE: tl.constexpr, CHUNK: tl.constexpr):
+    """out[b, h, :] = f32(q[b, h, :]) @ R (fp32 products and sums), or a plain fp32 copy."""
+    b = tl.program_id(0)
+    h = tl.program_id(1)
+    row = q_ptr + b.to(tl.int64) * sq_b + h * sq_h
+    cols = tl.arange(0, D)
+    if ROTATE:
+        acc = tl.zeros((D,), tl.float32)
+        for i0 in tl.static_range(0, D, CHUNK):
+            i = i0 + tl.arange(0, CHUNK)
+            qi = tl.load(row + i).to(tl.float32)
+            r = tl.load(r_ptr + i[:, None] * D + cols[None, :])
+            acc += tl.sum(qi[:, None] * r, axis=0)
+    else:
+        acc = tl.load(row + cols).to(tl.float32)
+    tl.store(out_ptr + (b.to(tl.int64) * HQ + h) * D + cols, acc)
+
+
+def rotate_queries(query, rotation, out, rotate: bool) -> None:
+    """``out[:B] = f32(query) @ rotation`` (or a copy when ``rotate`` is False); query [B, Hq, D]."""
+    B, Hq, D = query.shape
+    if query.stride(2) != 1:
+        raise ValueError(f"query rows must be contiguous, got strides {query.stride()}")
+    _rotate_kernel[(B, Hq)](query, rotation if rotate else out, out, query.stride(0), query.stride(1),
+                            HQ=Hq, D=D, ROTATE=rotate, CHUNK=16)
+
+
+@triton.jit
+def _reduce_kernel(part_ptr, seq_lens_ptr, out_ptr, so_b, so_h, HQ: tl.constexpr, D: tl.constexpr,
+                   S: tl.constexpr, MAXS: tl.constexpr, S_P2: tl.constexpr):
+    """Merge the non-empty splits of (b, h): ``out = sum_s w_s o_s / sum_s w_s``,
+    ``w_s = exp(lse_s - max lse)``."""
+    b = tl.program_id(0)
+    h = tl.program_id(1)
+    L = tl.load(seq_lens_ptr + b)
+    W = tl.cdiv(L, S)
+    s = tl.arange(0, S_P2)
+    live = (s < S) & (s * W < L)
+    base = part_ptr + ((b.to(tl.int64) * HQ + h) * MAXS) * (D + 1)
+    lse = tl.load(base + s * (D + 1) + D, mask=live, other=float("-inf"))
+    m = tl.max(lse, axis=0)
+    w = tl.where(live, tl.exp(lse - m), 0.0)
+    d = tl.arange(0, D)
+    o = tl.load(base + s[:, None] * (D + 1) + d[None, :], mask=live[:, None], other=0.0)
+    res = tl.sum(w[:, None] * o, axis=0) / tl.sum(w, axis=0)
+    tl.store(out_ptr + b.to(tl.int64) * so_b + h * so_h + d, res.to(out_ptr.dtype.element_ty))
+
+
+_TABLES: dict = {}
+
+
+def centroid_table(p, D: int, device, pairs: bool = False):
+    """Device fp32 Lloyd-Max centroids ``[2^bits]`` of preset ``p`` (FP8 keys: a 1-element dummy),
+    or with ``pairs`` the pair table ``[256, 2]``: entry ``byte`` = (c[byte & 15], c[byte >> 4]),
+    the two dequantized codes of one packed 4-bit byte. Built once per (bits, D, device), keyed
+    by value, so launches allocate nothing."""
+    import torch
+
+    from reference.turboquant.lloyd_max import centroids
+
+    key = (p.key_fp8, p.key_bits, D, str(device), pairs)
+    if key not in _TABLES:
+        if p.key_fp8:
+            table = torch.zeros(1, dtype=torch.float32)
+        else:
+            c = torch.from_numpy(centroids(p.key_bits, D))
+            if pairs:
+                byte = torch.arange(256)
+                table = torch.stack([c[byte & 15], c[byte >> 4]], dim=1).contiguous()
+            else:
+                table = c
+        _TABLES[key] = table.to(device)
+    return _TABLES[key]
+
+
+def prepare_out(out, B: int, Hq: int, D: int, dtype, device):
+    import torch
+
+    if out is None:
+        return torch.empty(B, Hq, D, dtype=dtype, device=device)
+    check_tensor("out", out, (B, Hq, D), FLOAT_DTYPES, device)
+    if out.stride(2) != 1:
+        raise ValueError(f"out rows must be contiguous, got strides {out.stride()}")
+    return out
+
+
+def workspace_for(workspace, B: int, Hq: int, D: int, S: int, device) -> DecodeWorkspace:
+    """The caller's workspace (checked), or a fresh one sized for this call."""
+    if workspace is None:
+        return DecodeWorkspace(B, Hq, D, max(S, 1), device)
+    why = workspace.fits(B, Hq, D, S, device)
+    if why:
+        raise ValueError(f"workspace: {why}")
+    return workspace
+
+
+def reduce_partials(ws: DecodeWorkspace, seq_lens, out, S: int) -> None:
+    B, Hq, D = out.shape
+    _reduce_kernel[(B, Hq)](ws.partials, seq_lens, out, out.stride(0), out.stride(1),
+                            HQ=Hq, D=D, S=S, MAXS=ws.max_splits, S_P2=triton.next_power_of_2(S))

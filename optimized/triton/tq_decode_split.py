@@ -1,0 +1,90 @@
+"""Split-KV TurboQuant decode, one program per (sequence, query head, split) (research/turboquant.md
+3.2, 3.3): AoS and SoA, every preset, sinks, any integer G = Hq / Hk.
+
+Rounding model "exact": fp32 throughout (keys dequantized as in ``tq_common.load_key_tile``,
+scores ``scale * <q_rot, k>``, online softmax with ``exp``), products summed elementwise (no MMA),
+so the result equals the NumPy reference up to fp32 summation order.
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from optimized.triton.tq_common import kv_pointers, load_key_tile, load_value_tile
+from optimized.triton.tq_decode_launch import (centroid_table, check_decode_args, default_num_splits, interpreting,
+                                               prepare_out, reduce_partials, rotate_queries, workspace_for)
+
+
+@triton.jit
+def _split_kernel(q_ptr, cache_ptr, bt_ptr, seq_lens_ptr, cent_ptr, sinks_ptr, part_ptr,
+                  stride_blk, stride_pos, stride_head, stride_bt, scale,
+                  SOA: tl.constexpr, KEY_FP8: tl.constexpr, KEY_BITS: tl.constexpr, VAL_BITS: tl.constexpr,
+                  D: tl.constexpr, HK: tl.constexpr, BS: tl.constexpr,
+                  KEY_BYTES: tl.constexpr, VAL_BYTES: tl.constexpr,
+                  HQ: tl.constexpr, G: tl.constexpr, S: tl.constexpr, MAXS: tl.constexpr,
+                  NORM_AT_DECODE: tl.constexpr, HAS_SINKS: tl.constexpr, BLOCK_N: tl.constexpr):
+    b = tl.program_id(0)
+    hq = tl.program_id(1)
+    s = tl.program_id(2)
+    h = hq // G
+    L = tl.load(seq_lens_ptr + b)
+    W = tl.cdiv(L, S)
+    start = s * W
+    end = tl.minimum(start + W, L)
+    if start < end:
+        d = tl.arange(0, D)
+        q = tl.load(q_ptr + (b.to(tl.int64) * HQ + hq) * D + d)
+        m = tl.full((), float("-inf"), tl.float32)
+        l = tl.zeros((), tl.float32)
+        if HAS_SINKS:
+            if s == 0:
+                m = tl.load(sinks_ptr + hq)
+                l = tl.full((), 1.0, tl.float32)
+        acc = tl.zeros((D,), tl.float32)
+        for t0 in range(start, end, BLOCK_N):
+            t = t0 + tl.arange(0, BLOCK_N)
+            live = t < end
+            blk = tl.load(bt_ptr + b.to(tl.int64) * stride_bt + t // BS, mask=live, other=0)
+            key, val, knorm, vscale, vzero = kv_pointers(cache_ptr, blk, t % BS, h, stride_blk, stride_pos,
+                                                         stride_head, SOA, KEY_FP8, HK, BS, KEY_BYTES, VAL_BYTES)
+            k = load_key_tile(key, knorm, cent_ptr, d, live, KEY_FP8, KEY_BITS, KEY_BYTES, NORM_AT_DECODE)
+            x = tl.sum(q[None, :] * k, axis=1) * scale
+            x = tl.where(live, x, float("-inf"))
+            m_new = tl.maximum(m, tl.max(x, axis=0))
+            alpha = tl.exp(m - m_new)
+            p = tl.exp(x - m_new)
+            v = load_value_tile(val, vscale, vzero, d, live, VAL_BITS, VAL_BYTES)
+            l = l * alpha + tl.sum(p, axis=0)
+            acc = acc * alpha + tl.sum(p[:, None] * v, axis=0)
+            m = m_new
+        base = part_ptr + ((b.to(tl.int64) * HQ + hq) * MAXS + s) * (D + 1)
+        tl.store(base + d, acc / l)
+        tl.store(base + D, m + tl.log(l))
+
+
+def decode_split(query, kv_cache, block_table, seq_lens, *, preset, layout, rotation=None, scale=None,
+                 sinks=None, num_kv_splits=None, workspace=None, out=None):
+    """Decode attention ``[B, Hq, D]`` (written into ``out``, default a new tensor of the query
+    dtype) of ``query [B, Hq, D]`` over ``kv_cache`` through ``block_table [B, M]`` int32 and
+    ``seq_lens [B]`` int32; ``rotation`` fp32 ``[D, D]`` for MSE presets; ``sinks`` fp32 ``[Hq]``;
+    ``workspace`` a ``DecodeWorkspace`` (reused: no allocation per call) or None."""
+    a = check_decode_args(query, kv_cache, block_table, seq_lens, preset=preset, layout=layout,
+                          rotation=rotation, scale=scale, sinks=sinks)
+    spec, B, Hq = a.spec, a.B, a.Hq
+    D = spec.head_size
+    block_n = 16 if interpreting() else 32
+    max_splits = workspace.max_splits if workspace is not None else 32
+    S = num_kv_splits or default_num_splits(B, spec.num_kv_heads, block_table.shape[1] * spec.block_size,
+                                            block_n, kv_cache.device, max_splits)
+    ws = workspace_for(workspace, B, Hq, D, S, kv_cache.device)
+    out = prepare_out(out, B, Hq, D, query.dtype, kv_cache.device)
+    p = spec.preset
+    rotate_queries(query, rotation, ws.q_rot, rotate=not p.key_fp8)
+    cent = centroid_table(p, D, kv_cache.device)
+    _split_kernel[(B, Hq, S)](
+        ws.q_rot, kv_cache, block_table, seq_lens, cent, sinks if sinks is not None else ws.q_rot, ws.partials,
+        kv_cache.stride(0), kv_cache.stride(1), kv_cache.stride(2), block_table.stride(0), a.scale,
+        HQ=Hq, G=a.G, S=S, MAXS=ws.max_splits, NORM_AT_DECODE=(not spec.soa) and p.norm_correction,
+        HAS_SINKS=sinks is not None, BLOCK_N=block_n, num_warps=4, **spec.constexprs())
+    reduce_partials(ws, seq_lens, out, S)
+    return out
