@@ -24,8 +24,6 @@ masked, so the cache is never read out of bounds through the block table.
 Byte offsets into the cache are 32-bit: the cache must be under 2 GiB (the launcher checks).
 """
 
-import math
-
 HEAD_DIM = 128
 TILE_TOKENS = 32          # tokens per tile: the K of one PV MFMA
 KEY_BYTES = HEAD_DIM // 2  # 4-bit key codes per (token, head)

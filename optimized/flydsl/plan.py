@@ -1,0 +1,46 @@
+"""What the FlyDSL TurboQuant decode kernel supports, and how it splits a sequence.
+
+Supported: preset ``turboquant_4bit_nc``, SoA layout, D = 128, block size 16 or 32,
+G = Hq / Hk in {6, 8, 16}, no sinks. Every other case is refused with the reason
+(the other backends cover it).
+
+Partitioning (shared by the kernel, its launcher and the NumPy emulation): tiles of 32 tokens,
+``TILES_PER_PART`` tiles per partition, and ``num_parts = ceil(M * block_size / PART_TOKENS)``
+partitions sized from the block-table width M (not from seq_lens), so the compiled module does
+not change with the batch's lengths.
+"""
+from __future__ import annotations
+
+from optimized.flydsl.tq_decode_kernel import HEAD_DIM, TILE_TOKENS
+
+PRESET = "turboquant_4bit_nc"
+LAYOUT = "soa"
+BLOCK_SIZES = (16, 32)
+GROUPS = (6, 8, 16)
+TILES_PER_PART = 2
+PART_TOKENS = TILES_PER_PART * TILE_TOKENS
+
+
+def unsupported(*, preset: str, layout: str, D: int, block_size: int, G: int, sinks: bool) -> str | None:
+    """``None`` when the kernel runs this shape, else the reason in words."""
+    name = getattr(preset, "name", preset)
+    if name != PRESET:
+        return f"flydsl kernel supports only {PRESET} (4-bit keys and values), not {name}"
+    if layout != LAYOUT:
+        return f"flydsl kernel reads only the SoA cache layout, not {layout}"
+    if D != HEAD_DIM:
+        return f"flydsl kernel is built for head size {HEAD_DIM}, not {D}"
+    if block_size not in BLOCK_SIZES:
+        return f"flydsl kernel supports block sizes {BLOCK_SIZES}, not {block_size}"
+    if G not in GROUPS:
+        return f"flydsl kernel supports GQA groups G = Hq/Hk in {GROUPS}, not {G}"
+    if sinks:
+        return "flydsl kernel does not implement attention sinks"
+    return None
+
+
+def num_parts(max_blocks: int, block_size: int) -> int:
+    """Partitions of one sequence: enough ``PART_TOKENS`` spans to cover the block table."""
+    if max_blocks < 1:
+        raise ValueError(f"block_table must have at least one column, got {max_blocks}")
+    return -(-(max_blocks * block_size) // PART_TOKENS)
