@@ -32,13 +32,19 @@ Contract = Callable[[ModelConfig, str], tuple[str, str]]
 def declared_state_dtypes(model: ModelConfig, requested: str) -> tuple[str, str]:
     """The ``(conv_dtype, ssm_dtype)`` pair a model declares for a requested SSM dtype.
 
-    Mirrors vLLM's ``MambaStateDtypeCalculator`` with the per-model config hooks (Qwen3.5 reads
-    ``mamba_ssm_dtype``, NemotronH ``mamba_ssm_cache_dtype`` when the request is ``auto``): the conv
-    state follows the model dtype; the SSM state is the explicit request, else the dtype the
-    checkpoint declares, else the model dtype.
+    Mirrors vLLM's ``MambaStateDtypeCalculator`` plus the Qwen3.5 config hook (``auto`` reads the
+    checkpoint's ``mamba_ssm_dtype``): the conv state follows the model dtype; the SSM state is the
+    explicit request, else the dtype the checkpoint declares, else the model dtype.
     """
     ssm = requested if requested != "auto" else (model.declared_ssm_dtype or model.model_dtype)
     return model.model_dtype, ssm
+
+
+def nemotron_h_state_dtypes(model: ModelConfig, requested: str) -> tuple[str, str]:
+    """NemotronH's hook (vLLM PR #39032): ``auto`` without a declared dtype means float32."""
+    if requested == "auto" and model.declared_ssm_dtype is None:
+        return model.model_dtype, "float32"
+    return declared_state_dtypes(model, requested)
 
 
 # model_type -> contract: the models whose state-dtype contract we know (vLLM resolves the model class
@@ -47,7 +53,7 @@ CONTRACTS: Mapping[str, Contract] = {
     "qwen3_next": declared_state_dtypes,
     "qwen3_5": declared_state_dtypes,
     "qwen3_5_moe": declared_state_dtypes,
-    "nemotron_h": declared_state_dtypes,
+    "nemotron_h": nemotron_h_state_dtypes,
 }
 
 

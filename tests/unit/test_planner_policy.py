@@ -74,6 +74,13 @@ def test_unknown_model_type_does_not_claim_low_precision():
     assert "no state-dtype contract" in d.reason
 
 
+def test_unknown_model_type_off_the_avx512_cpu_is_a_clear_error():
+    config = copy.deepcopy(cfg("qwen3-next-80b-a3b"))
+    config["model_type"] = "some_future_gdn_model"
+    with pytest.raises(ValueError, match="no state-dtype contract for model_type"):
+        decide_state_dtype(config, "auto", "gpu", tp=1)
+
+
 def test_float32_request_is_not_a_reset():
     d = decide_state_dtype(cfg("qwen3.5-35b-a3b"), "float32", "cpu-avx512bf16", tp=1)
     assert (d.state_dtype, d.reset) == ("float32", False)
@@ -81,9 +88,10 @@ def test_float32_request_is_not_a_reset():
 
 @pytest.mark.parametrize("name, expected", [("qwen3-next-80b-a3b", "bfloat16"),
                                             ("qwen3.5-35b-a3b", "float32"),
-                                            (MAMBA_MODEL, "bfloat16")])
+                                            (MAMBA_MODEL, "float32")])
 def test_gpu_resolves_auto_through_the_contract(name, expected):
-    # Qwen3-Next declares nothing (model dtype); Qwen3.5 configs declare mamba_ssm_dtype float32.
+    # Qwen3-Next declares nothing (model dtype); Qwen3.5 configs declare mamba_ssm_dtype float32;
+    # NemotronH's auto without a declared dtype is float32.
     d = decide_state_dtype(cfg(name), "auto", "gpu", tp=1)
     assert (d.state_dtype, d.reset) == (expected, False)
 
