@@ -1,0 +1,1 @@
+"""TurboQuant KV-cache references: ``numpy_ref`` and ``jax_ref`` (same functions, same arguments)."""

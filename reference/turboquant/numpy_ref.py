@@ -1,0 +1,366 @@
+"""TurboQuant KV-cache reference in NumPy: store, dequantize, decode, layout conversion.
+
+Rounding model (research/turboquant.md 1.5 to 1.7, 3.2), every step float32 unless said:
+- MSE keys: ``norm = sqrt(sum k^2)``; ``x_hat = k / (norm + 1e-8)``; ``y = x_hat @ R``;
+  ``idx = searchsorted(midpoints, y, side="right")`` (ties go up); stored scalar ``fp16(norm)``,
+  except SoA with norm correction, which pre-folds it: ``fp16(norm / sqrt(sum c[idx]^2 + 1e-16))``.
+  Dequantized (rotated space): SoA ``f32(scalar) * c[idx]``; AoS ``f32(scalar) * c_hat`` with
+  ``c_hat = c[idx] / sqrt(sum c[idx]^2 + 1e-16)`` under norm correction, else ``c[idx]``.
+- FP8 keys (k8v4): ``fp8_e4m3fn(clip(k, -448, 448))`` (round to nearest even, saturating), no norm,
+  no rotation.
+- Values: ``vmin, vmax`` clamped to the fp16 range, ``scale = max((vmax - vmin) / (2^b - 1), 1e-8)``
+  (else 1e-8), ``code = clip(floor((v - vmin) / scale + 0.5), 0, 2^b - 1)``; stored ``fp16(scale)``,
+  ``fp16(vmin)``; dequantized ``code * f32(scale16) + f32(zero16)``.
+- Decode: ``q_rot = f32(q) @ R`` (MSE keys; FP8: ``q``); kv head of query head ``hq`` is ``hq // G``;
+  ``x_t = scale * <q_rot, k_t>``; softmax over the sequence with an optional per-query-head sink
+  logit (raw, not scaled) added once to the denominator; fp32 output ``[B, Hq, D]``.
+
+Rotation convention: see ``reference.turboquant.rotation`` (R is applied to row vectors, R = PiT).
+Packing: 4-bit, element 2k in the low nibble of byte k; 3-bit, groups of 8 codes as 24-bit
+little-endian integers (code i at bits 3i); fp16 little-endian. Byte offsets: ``layout``.
+NumPy mutates the cache in place (``store`` also returns it).
+"""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+from reference.turboquant import layout as _layout
+from reference.turboquant.lloyd_max import centroids, midpoints
+from reference.turboquant.presets import PRESETS, Preset, check_head_size, preset
+
+_resolve = preset  # the functions below take an argument named ``preset``
+from reference.turboquant.rotation import check_rotation, hadamard, random_rotation
+
+__all__ = ["preset", "PRESETS", "hadamard", "random_rotation", "centroids", "store", "dequantize",
+           "decode", "decode_partials", "reduce_partials", "convert_layout", "read_fields",
+           "pack_codes", "unpack_codes"]
+
+F32 = np.float32
+NC_EPS = F32(1e-16)
+NORM_EPS = F32(1e-8)
+FP8_MAX = F32(448.0)
+FP16_MAX = F32(65504.0)
+
+
+# ---- packing -------------------------------------------------------------------------------
+
+def pack_codes(codes: np.ndarray, bits: int) -> np.ndarray:
+    """uint8 codes ``[..., D]`` -> packed bytes ``[..., D * bits / 8]`` (bits 3, 4 or 8)."""
+    codes = np.asarray(codes, dtype=np.uint8)
+    if bits == 8:
+        return codes.copy()
+    if bits == 4:
+        return (codes[..., 0::2] | (codes[..., 1::2] << 4)).astype(np.uint8)
+    if bits == 3:
+        groups = codes.reshape(*codes.shape[:-1], codes.shape[-1] // 8, 8).astype(np.uint32)
+        word = np.sum(groups << (3 * np.arange(8, dtype=np.uint32)), axis=-1, dtype=np.uint32)
+        out = np.stack([(word >> (8 * i)) & 0xFF for i in range(3)], axis=-1).astype(np.uint8)
+        return out.reshape(*codes.shape[:-1], codes.shape[-1] * 3 // 8)
+    raise ValueError(f"bits must be 3, 4 or 8, got {bits}")
+
+
+def unpack_codes(data: np.ndarray, bits: int, D: int) -> np.ndarray:
+    """Packed bytes ``[..., D * bits / 8]`` -> uint8 codes ``[..., D]``."""
+    data = np.asarray(data, dtype=np.uint8)
+    if bits == 8:
+        return data.copy()
+    if bits == 4:
+        out = np.empty((*data.shape[:-1], D), dtype=np.uint8)
+        out[..., 0::2] = data & 0x0F
+        out[..., 1::2] = data >> 4
+        return out
+    if bits == 3:
+        b = data.reshape(*data.shape[:-1], data.shape[-1] // 3, 3).astype(np.uint32)
+        word = b[..., 0] | (b[..., 1] << 8) | (b[..., 2] << 16)
+        codes = (word[..., None] >> (3 * np.arange(8, dtype=np.uint32))) & 7
+        return codes.reshape(*data.shape[:-1], D).astype(np.uint8)
+    raise ValueError(f"bits must be 3, 4 or 8, got {bits}")
+
+
+def _fp16_bytes(x: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(np.asarray(x, dtype="<f2")).view(np.uint8).reshape(*np.shape(x), 2)
+
+
+def _fp16_from_bytes(b: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(b, dtype=np.uint8).view("<f2")[..., 0]
+
+
+# ---- quantizers ----------------------------------------------------------------------------
+
+def quantize_keys(key: np.ndarray, p: Preset, layout: str, rotation) -> tuple[np.ndarray, np.ndarray | None]:
+    """Keys ``[..., D]`` -> (codes uint8 ``[..., D]``, stored fp16 scalar ``[...]`` or None for FP8)."""
+    k = np.asarray(key, dtype=F32)
+    D = k.shape[-1]
+    if p.key_fp8:
+        return np.clip(k, -FP8_MAX, FP8_MAX).astype(ml_dtypes.float8_e4m3fn).view(np.uint8), None
+    c = centroids(p.key_bits, D)
+    norm = np.sqrt(np.sum(k * k, axis=-1, dtype=F32), dtype=F32)
+    y = (k / (norm[..., None] + NORM_EPS)) @ np.asarray(rotation, dtype=F32)
+    idx = np.clip(np.searchsorted(midpoints(c), y, side="right"), 0, len(c) - 1).astype(np.uint8)
+    scalar = norm
+    if p.norm_correction and layout == "soa":
+        scalar = norm / np.sqrt(np.sum(c[idx] ** 2, axis=-1, dtype=F32) + NC_EPS, dtype=F32)
+    return idx, scalar.astype(np.float16)
+
+
+def quantize_values(value: np.ndarray, bits: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Values ``[..., D]`` -> (codes uint8 ``[..., D]``, fp16 scale ``[...]``, fp16 zero ``[...]``)."""
+    v = np.asarray(value, dtype=F32)
+    top = F32(2**bits - 1)
+    vmin = np.clip(v.min(axis=-1), -FP16_MAX, FP16_MAX)
+    vmax = np.clip(v.max(axis=-1), -FP16_MAX, FP16_MAX)
+    scale = (vmax - vmin) / top
+    scale = np.where(scale > F32(1e-8), scale, F32(1e-8)).astype(F32)
+    codes = np.clip(np.floor((v - vmin[..., None]) / scale[..., None] + F32(0.5)), 0, top)
+    return codes.astype(np.uint8), scale.astype(np.float16), vmin.astype(np.float16)
+
+
+def dequantize_fields(fields: dict, p: Preset, layout: str) -> tuple[np.ndarray, np.ndarray]:
+    """Fields from ``read_fields`` -> (keys in ROTATED space, values), float32 ``[..., D]``."""
+    if p.key_fp8:
+        keys = fields["key_codes"].view(ml_dtypes.float8_e4m3fn).astype(F32)
+    else:
+        c = centroids(p.key_bits, fields["key_codes"].shape[-1])[fields["key_codes"]]
+        if p.norm_correction and layout == "aos":
+            c = c / np.sqrt(np.sum(c * c, axis=-1, keepdims=True, dtype=F32) + NC_EPS, dtype=F32)
+        keys = fields["k_norm"].astype(F32)[..., None] * c
+    values = (fields["value_codes"].astype(F32) * fields["v_scale"].astype(F32)[..., None]
+              + fields["v_zero"].astype(F32)[..., None])
+    return keys.astype(F32), values.astype(F32)
+
+
+# ---- validation ----------------------------------------------------------------------------
+
+def _check_kv(name: str, x) -> np.ndarray:
+    a = np.asarray(x)
+    if a.ndim != 3:
+        raise ValueError(f"{name} must be [N, Hk, D], got shape {list(a.shape)}")
+    if a.dtype.kind != "f":
+        raise TypeError(f"{name} must be a float array, got dtype {a.dtype}")
+    if not np.all(np.isfinite(a)):
+        raise ValueError(f"{name} holds NaN or Inf")
+    return a
+
+
+def _check_rot(p: Preset, rotation, D: int) -> None:
+    if not p.key_fp8:
+        check_rotation(rotation, D)
+
+
+def _check_int(name: str, x, ndim: int) -> np.ndarray:
+    a = np.asarray(x)
+    if a.dtype.kind not in "iu" or a.ndim != ndim:
+        raise ValueError(f"{name} must be a {ndim}-d integer array, got dtype {a.dtype} shape {list(a.shape)}")
+    return a.astype(np.int64)
+
+
+# ---- cache read / write --------------------------------------------------------------------
+
+def read_fields(kv_cache: np.ndarray, slots, p: Preset, layout: str, D: int) -> dict[str, np.ndarray]:
+    """Every field of every kv head at flat ``slots [n]``: key_codes/value_codes uint8 ``[n, Hk, D]``
+    and the fp16 scalars ``[n, Hk]`` (k_norm absent for FP8 keys)."""
+    _, block_size, Hk, _ = kv_cache.shape
+    flat = np.asarray(kv_cache).reshape(-1)
+    offs = _layout.field_offsets(p, D, Hk, block_size, layout, np.asarray(slots)[:, None], np.arange(Hk))
+    sizes = _layout.field_sizes(p, D)
+    raw = {name: flat[_layout.byte_indices(offs[name], sizes[name])] for name in sizes}
+    out = {"key_codes": unpack_codes(raw["key_data"], p.key_bits, D),
+           "value_codes": unpack_codes(raw["value_data"], p.value_bits, D)}
+    out.update({name: _fp16_from_bytes(raw[name]) for name in ("k_norm", "v_scale", "v_zero") if name in raw})
+    return out
+
+
+def store(kv_cache, key, value, slot_mapping, preset, layout, rotation):
+    """Quantize ``key``/``value`` ``[N, Hk, D]`` and write them at ``slot_mapping [N]`` (flat slot
+    ``block * block_size + offset``; negative = skip) into ``kv_cache`` uint8
+    ``[num_blocks, block_size, Hk, slot_size]``, in place. ``rotation``: R ``[D, D]`` (ignored for
+    FP8 keys). Returns ``kv_cache``."""
+    p = _resolve(preset)
+    layout = _layout.check_layout(layout)
+    key, value = _check_kv("key", key), _check_kv("value", value)
+    if key.shape != value.shape:
+        raise ValueError(f"value shape {list(value.shape)} must equal key shape {list(key.shape)}")
+    N, Hk, D = key.shape
+    check_head_size(D)
+    if not isinstance(kv_cache, np.ndarray):
+        raise TypeError(f"kv_cache must be a NumPy array (the NumPy reference writes in place), got {type(kv_cache).__name__}")
+    num_blocks, block_size = _layout.check_cache(kv_cache, p, D, Hk)
+    slots = _check_int("slot_mapping", slot_mapping, 1)
+    if slots.shape[0] != N:
+        raise ValueError(f"slot_mapping must have {N} entries (one per token), got {slots.shape[0]}")
+    if np.any(slots >= num_blocks * block_size):
+        raise ValueError(f"slot_mapping entries must be < num_blocks * block_size = {num_blocks * block_size}")
+    _check_rot(p, rotation, D)
+    keep = slots >= 0
+    if len(np.unique(slots[keep])) != int(keep.sum()):
+        raise ValueError("slot_mapping has a repeated non-negative slot")
+    kcodes, kscalar = quantize_keys(key[keep], p, layout, rotation)
+    vcodes, vscale, vzero = quantize_values(value[keep], p.value_bits)
+    raw = {"key_data": pack_codes(kcodes, p.key_bits), "value_data": pack_codes(vcodes, p.value_bits),
+           "v_scale": _fp16_bytes(vscale), "v_zero": _fp16_bytes(vzero)}
+    if kscalar is not None:
+        raw["k_norm"] = _fp16_bytes(kscalar)
+    offs = _layout.field_offsets(p, D, Hk, block_size, layout, slots[keep][:, None], np.arange(Hk))
+    flat = kv_cache.reshape(-1)
+    if not np.shares_memory(flat, kv_cache):
+        raise ValueError("kv_cache must be contiguous (it is written in place)")
+    for name, data in raw.items():
+        flat[_layout.byte_indices(offs[name], data.shape[-1])] = data
+    return kv_cache
+
+
+def _token_slots(block_table: np.ndarray, b: int, L: int, block_size: int) -> np.ndarray:
+    t = np.arange(L)
+    return block_table[b, t // block_size] * block_size + t % block_size
+
+
+def _check_tables(block_table, seq_lens, num_blocks: int, block_size: int, B: int | None = None):
+    bt = _check_int("block_table", block_table, 2)
+    lens = _check_int("seq_lens", seq_lens, 1)
+    if bt.shape[0] != lens.shape[0] or (B is not None and lens.shape[0] != B):
+        raise ValueError(f"block_table rows ({bt.shape[0]}) and seq_lens ({lens.shape[0]}) must both be B"
+                         + ("" if B is None else f" = {B}"))
+    if np.any(lens < 1) or np.any(lens > bt.shape[1] * block_size):
+        raise ValueError(f"seq_lens must be in [1, block_table columns * block_size = {bt.shape[1] * block_size}]")
+    for b, L in enumerate(lens):
+        used = bt[b, : -(-L // block_size)]
+        if np.any((used < 0) | (used >= num_blocks)):
+            raise ValueError(f"block_table row {b} uses a block outside [0, {num_blocks})")
+    return bt, lens
+
+
+def dequantize(kv_cache, block_table, seq_lens, preset, layout, rotation, *, rotated=False):
+    """Dequantized ``(keys, values)``: one float32 ``[L_b, Hk, D]`` array each per sequence.
+    Keys are in the original space (``k_rot @ R.T``), or in the stored rotated space when
+    ``rotated=True`` (exactly ``scalar * centroid``); FP8 keys are never rotated."""
+    p = _resolve(preset)
+    layout = _layout.check_layout(layout)
+    kv_cache = np.asarray(kv_cache)
+    num_blocks, block_size, Hk, _ = _cache_dims(kv_cache)
+    D = _head_size(p, kv_cache.shape[3])
+    _layout.check_cache(kv_cache, p, D, Hk)
+    _check_rot(p, rotation, D)
+    bt, lens = _check_tables(block_table, seq_lens, num_blocks, block_size)
+    keys, values = [], []
+    for b, L in enumerate(lens):
+        k, v = dequantize_fields(read_fields(kv_cache, _token_slots(bt, b, L, block_size), p, layout, D), p, layout)
+        if not rotated and not p.key_fp8:
+            k = k @ np.asarray(rotation, dtype=F32).T
+        keys.append(k)
+        values.append(v)
+    return keys, values
+
+
+def _cache_dims(kv_cache) -> tuple[int, int, int, int]:
+    if np.ndim(kv_cache) != 4:
+        raise ValueError(f"kv_cache must be [num_blocks, block_size, Hk, slot_size], got shape {list(np.shape(kv_cache))}")
+    return tuple(int(s) for s in np.shape(kv_cache))
+
+
+def _head_size(p: Preset, slot_size: int) -> int:
+    """The head size D whose slot size is ``slot_size`` under ``p`` (slot_size grows with D)."""
+    for D in range(16, 16 * 1025, 16):
+        if p.slot_size(D) >= slot_size:
+            if p.slot_size(D) == slot_size:
+                return D
+            break
+    raise ValueError(f"kv_cache last dim {slot_size} is not the slot size of {p.name} for any D")
+
+
+def decode_partials(query, kv_cache, block_table, seq_lens, preset, layout, rotation, scale=None,
+                    num_kv_splits: int = 1):
+    """Split-KV stage 1: split s of sequence b covers tokens ``[s*S_b, min((s+1)*S_b, L_b))`` with
+    ``S_b = ceil(L_b / num_kv_splits)``. Returns ``(out [B, Hq, S, D], lse [B, Hq, S])`` float32:
+    each split's softmax-normalised output and its log-sum-exp (empty split: out 0, lse -inf)."""
+    p = _resolve(preset)
+    layout = _layout.check_layout(layout)
+    q = np.asarray(query)
+    if q.ndim != 3 or q.dtype.kind != "f":
+        raise ValueError(f"query must be a float [B, Hq, D] array, got dtype {q.dtype} shape {list(q.shape)}")
+    if not np.all(np.isfinite(q)):
+        raise ValueError("query holds NaN or Inf")
+    B, Hq, D = q.shape
+    check_head_size(D)
+    kv_cache = np.asarray(kv_cache)
+    num_blocks, block_size, Hk, _ = _cache_dims(kv_cache)
+    _layout.check_cache(kv_cache, p, D, Hk)
+    if Hq % Hk:
+        raise ValueError(f"query heads Hq={Hq} must be a multiple of the cache's kv heads Hk={Hk}")
+    if not isinstance(num_kv_splits, (int, np.integer)) or num_kv_splits < 1:
+        raise ValueError(f"num_kv_splits must be a positive integer, got {num_kv_splits!r}")
+    _check_rot(p, rotation, D)
+    bt, lens = _check_tables(block_table, seq_lens, num_blocks, block_size, B)
+    scale = F32(1.0 / np.sqrt(D)) if scale is None else F32(scale)
+    G = Hq // Hk
+    q = q.astype(F32)
+    if not p.key_fp8:
+        q = q @ np.asarray(rotation, dtype=F32)
+    out = np.zeros((B, Hq, num_kv_splits, D), dtype=F32)
+    lse = np.full((B, Hq, num_kv_splits), -np.inf, dtype=F32)
+    for b, L in enumerate(lens):
+        k, v = dequantize_fields(read_fields(kv_cache, _token_slots(bt, b, L, block_size), p, layout, D), p, layout)
+        k_q = np.repeat(k, G, axis=1)  # [L, Hq, D]: query head hq reads kv head hq // G
+        v_q = np.repeat(v, G, axis=1)
+        x = scale * np.einsum("hd,thd->ht", q[b], k_q, dtype=F32)  # [Hq, L]
+        width = -(-L // num_kv_splits)
+        for s in range(num_kv_splits):
+            lo, hi = s * width, min((s + 1) * width, L)
+            if lo >= hi:
+                continue
+            m = x[:, lo:hi].max(axis=1)
+            e = np.exp(x[:, lo:hi] - m[:, None])
+            l = e.sum(axis=1, dtype=F32)
+            out[b, :, s] = np.einsum("ht,thd->hd", e, v_q[lo:hi], dtype=F32) / l[:, None]
+            lse[b, :, s] = m + np.log(l)
+    return out, lse
+
+
+def reduce_partials(out, lse, sinks=None):
+    """Split-KV stage 2: merge ``out [B, Hq, S, D]`` and ``lse [B, Hq, S]`` by the log-sum-exp
+    rule; an optional sink logit ``[Hq]`` joins the denominator once. float32 ``[B, Hq, D]``."""
+    out, lse = np.asarray(out, dtype=F32), np.asarray(lse, dtype=F32)
+    m = lse.max(axis=2)
+    if sinks is not None:
+        m = np.maximum(m, np.asarray(sinks, dtype=F32)[None, :])
+    w = np.exp(lse - m[..., None])  # empty splits: exp(-inf) = 0
+    denom = w.sum(axis=2, dtype=F32)
+    if sinks is not None:
+        denom = denom + np.exp(np.asarray(sinks, dtype=F32)[None, :] - m)
+    return (np.einsum("bhs,bhsd->bhd", w, out, dtype=F32) / denom[..., None]).astype(F32)
+
+
+def decode(query, kv_cache, block_table, seq_lens, preset, layout, rotation, scale=None, sinks=None,
+           num_kv_splits: int = 1):
+    """Decode attention of ``query [B, Hq, D]`` over the dequantized cache; float32 ``[B, Hq, D]``.
+    ``block_table [B, M]`` (int, extra columns ignored), ``seq_lens [B]`` (>= 1), ``scale``
+    (default 1/sqrt(D)), ``sinks`` None or float ``[Hq]`` raw logits; ``num_kv_splits`` > 1 runs
+    the split-KV form (``decode_partials`` + ``reduce_partials``), equal to the unsplit one."""
+    out, lse = decode_partials(query, kv_cache, block_table, seq_lens, preset, layout, rotation, scale, num_kv_splits)
+    if sinks is not None:
+        sinks = np.asarray(sinks)
+        Hq = out.shape[1]
+        if sinks.shape != (Hq,) or sinks.dtype.kind != "f" or not np.all(np.isfinite(sinks)):
+            raise ValueError(f"sinks must be None or a finite float [Hq={Hq}] array, got {sinks.dtype} {list(sinks.shape)}")
+    return reduce_partials(out, lse, sinks)
+
+
+def convert_layout(kv_cache, src, dst, preset):
+    """A new cache with every field of ``kv_cache`` moved from layout ``src`` to ``dst``: a byte
+    permutation, so AoS -> SoA -> AoS is byte-identical. ``preset`` is needed because the slot
+    size alone does not determine D (e.g. 118 bytes is k3v4_nc at D=128 and 4bit_nc at D=112)."""
+    p = _resolve(preset)
+    src, dst = _layout.check_layout(src), _layout.check_layout(dst)
+    kv_cache = np.asarray(kv_cache)
+    num_blocks, block_size, Hk, slot_size = _cache_dims(kv_cache)
+    D = _head_size(p, slot_size)
+    _layout.check_cache(kv_cache, p, D, Hk)
+    slots = np.arange(num_blocks * block_size)[:, None]
+    heads = np.arange(Hk)
+    a = _layout.field_offsets(p, D, Hk, block_size, src, slots, heads)
+    b = _layout.field_offsets(p, D, Hk, block_size, dst, slots, heads)
+    flat_in, out = kv_cache.reshape(-1), np.empty_like(kv_cache)
+    flat_out = out.reshape(-1)
+    for name, n in _layout.field_sizes(p, D).items():
+        flat_out[_layout.byte_indices(b[name], n)] = flat_in[_layout.byte_indices(a[name], n)]
+    return out
