@@ -30,7 +30,9 @@ size), as ``_align_hybrid_block_size`` computes it:
   Qwen3.6-35B-A3B on AMX with KV auto, effective blocks of 1152 tokens (float32 state) and 640
   (bfloat16 state); this module reproduces both (tests/unit/test_planner_block_size.py).
 - GPU: 16, the default block size and the ``MultipleOf(16)`` kernel block of the FlashAttention /
-  FlashInfer backends (which gives the 1056-token block reported for Qwen3.6-35B-A3B on CUDA).
+  FlashInfer backends. Cross-check (third-party reports on upstream vLLM, not vLLM's own docs): a
+  1056-token block for Qwen3.6-35B-A3B on CUDA, and a 3,268,608 B page with a 1600-token block for
+  Qwen3.5-27B with fp8 KV and 3 speculative tokens; both are reproduced in the tests.
 """
 from __future__ import annotations
 
