@@ -64,9 +64,10 @@ class DecodeArgs:
 
 
 def check_decode_args(query, kv_cache, block_table, seq_lens, *, preset, layout, rotation, scale, sinks,
-                      supported_g=None) -> DecodeArgs:
-    """Validate a decode call (shapes, dtypes, cache geometry, table ranges); ValueError/TypeError
-    naming the argument."""
+                      num_seqs=None) -> DecodeArgs:
+    """Validate an attention call over the cache (shapes, dtypes, cache geometry, table ranges);
+    ValueError/TypeError naming the argument. ``query [B, Hq, D]``; the tables have one row per
+    sequence: B of them for decode, ``num_seqs`` when the query rows are packed tokens."""
     check_tensor("query", query, (None, None, None), FLOAT_DTYPES)
     B, Hq, D = query.shape
     check_positive("B (query rows)", B)
@@ -76,11 +77,26 @@ def check_decode_args(query, kv_cache, block_table, seq_lens, *, preset, layout,
     if Hk < 1 or Hq % Hk:
         raise ValueError(f"query heads Hq={Hq} must be a multiple of the cache's kv heads Hk={Hk}")
     G = Hq // Hk
-    if supported_g is not None and G not in supported_g:
-        raise ValueError(f"group ratio Hq/Hk={G} is not supported by this kernel (supported: {supported_g})")
     spec = cache_spec(kv_cache, preset, D, Hk, layout)
     dev = kv_cache.device
     check_tensor("query", query, (B, Hq, D), FLOAT_DTYPES, dev)
+    check_tables(block_table, seq_lens, B if num_seqs is None else num_seqs, spec, kv_cache)
+    check_finite("query", query)
+    if not spec.preset.key_fp8:
+        if rotation is None:
+            raise ValueError(f"rotation [D, D] is required for the MSE-key preset {spec.preset.name}")
+        check_tensor("rotation", rotation, (D, D), ("float32",), dev)
+    if sinks is not None:
+        check_tensor("sinks", sinks, (Hq,), ("float32",), dev)
+        check_finite("sinks", sinks)
+    scale = float(D ** -0.5 if scale is None else scale)
+    return DecodeArgs(spec, B, Hq, G, scale, sinks)
+
+
+def check_tables(block_table, seq_lens, B: int, spec: CacheSpec, kv_cache) -> None:
+    """``block_table [B, M]`` int32 (rows contiguous) and ``seq_lens [B]`` int32 in
+    ``[1, M * block_size]``; every block a sequence uses in ``[0, num_blocks)``."""
+    dev = kv_cache.device
     check_tensor("block_table", block_table, (B, None), ("int32",), dev)
     check_tensor("seq_lens", seq_lens, (B,), ("int32",), dev)
     if block_table.stride(1) != 1:
@@ -94,16 +110,6 @@ def check_decode_args(query, kv_cache, block_table, seq_lens, *, preset, layout,
         cols = torch.arange(M, device=dev)[None, :]
         used = cols * spec.block_size < seq_lens.long()[:, None]
         check_range("block_table entries (used columns)", block_table[used], 0, kv_cache.shape[0])
-    check_finite("query", query)
-    if not spec.preset.key_fp8:
-        if rotation is None:
-            raise ValueError(f"rotation [D, D] is required for the MSE-key preset {spec.preset.name}")
-        check_tensor("rotation", rotation, (D, D), ("float32",), dev)
-    if sinks is not None:
-        check_tensor("sinks", sinks, (Hq,), ("float32",), dev)
-        check_finite("sinks", sinks)
-    scale = float(D ** -0.5 if scale is None else scale)
-    return DecodeArgs(spec, B, Hq, G, scale, sinks)
 
 
 def default_num_splits(B: int, Hk: int, max_tokens: int, tile: int, device, max_splits: int) -> int:
