@@ -26,11 +26,10 @@ import ml_dtypes
 import numpy as np
 
 from reference.turboquant import layout as _layout
+from reference.turboquant import validate
 from reference.turboquant.lloyd_max import centroids, midpoints
-from reference.turboquant.presets import PRESETS, Preset, check_head_size, preset
-
-_resolve = preset  # the functions below take an argument named ``preset``
-from reference.turboquant.rotation import check_rotation, hadamard, random_rotation
+from reference.turboquant.presets import PRESETS, Preset, preset
+from reference.turboquant.rotation import hadamard, random_rotation
 
 __all__ = ["preset", "PRESETS", "hadamard", "random_rotation", "centroids", "store", "dequantize",
            "decode", "decode_partials", "reduce_partials", "convert_layout", "read_fields",
@@ -130,31 +129,6 @@ def dequantize_fields(fields: dict, p: Preset, layout: str) -> tuple[np.ndarray,
     return keys.astype(F32), values.astype(F32)
 
 
-# ---- validation ----------------------------------------------------------------------------
-
-def _check_kv(name: str, x) -> np.ndarray:
-    a = np.asarray(x)
-    if a.ndim != 3:
-        raise ValueError(f"{name} must be [N, Hk, D], got shape {list(a.shape)}")
-    if a.dtype.kind != "f":
-        raise TypeError(f"{name} must be a float array, got dtype {a.dtype}")
-    if not np.all(np.isfinite(a)):
-        raise ValueError(f"{name} holds NaN or Inf")
-    return a
-
-
-def _check_rot(p: Preset, rotation, D: int) -> None:
-    if not p.key_fp8:
-        check_rotation(rotation, D)
-
-
-def _check_int(name: str, x, ndim: int) -> np.ndarray:
-    a = np.asarray(x)
-    if a.dtype.kind not in "iu" or a.ndim != ndim:
-        raise ValueError(f"{name} must be a {ndim}-d integer array, got dtype {a.dtype} shape {list(a.shape)}")
-    return a.astype(np.int64)
-
-
 # ---- cache read / write --------------------------------------------------------------------
 
 def read_fields(kv_cache: np.ndarray, slots, p: Preset, layout: str, D: int) -> dict[str, np.ndarray]:
@@ -176,75 +150,36 @@ def store(kv_cache, key, value, slot_mapping, preset, layout, rotation):
     ``block * block_size + offset``; negative = skip) into ``kv_cache`` uint8
     ``[num_blocks, block_size, Hk, slot_size]``, in place. ``rotation``: R ``[D, D]`` (ignored for
     FP8 keys). Returns ``kv_cache``."""
-    p = _resolve(preset)
-    layout = _layout.check_layout(layout)
-    key, value = _check_kv("key", key), _check_kv("value", value)
-    if key.shape != value.shape:
-        raise ValueError(f"value shape {list(value.shape)} must equal key shape {list(key.shape)}")
-    N, Hk, D = key.shape
-    check_head_size(D)
-    if not isinstance(kv_cache, np.ndarray):
-        raise TypeError(f"kv_cache must be a NumPy array (the NumPy reference writes in place), got {type(kv_cache).__name__}")
-    num_blocks, block_size = _layout.check_cache(kv_cache, p, D, Hk)
-    slots = _check_int("slot_mapping", slot_mapping, 1)
-    if slots.shape[0] != N:
-        raise ValueError(f"slot_mapping must have {N} entries (one per token), got {slots.shape[0]}")
-    if np.any(slots >= num_blocks * block_size):
-        raise ValueError(f"slot_mapping entries must be < num_blocks * block_size = {num_blocks * block_size}")
-    _check_rot(p, rotation, D)
-    keep = slots >= 0
-    if len(np.unique(slots[keep])) != int(keep.sum()):
-        raise ValueError("slot_mapping has a repeated non-negative slot")
-    kcodes, kscalar = quantize_keys(key[keep], p, layout, rotation)
-    vcodes, vscale, vzero = quantize_values(value[keep], p.value_bits)
+    if not isinstance(kv_cache, np.ndarray) or not kv_cache.flags.c_contiguous:
+        raise TypeError("kv_cache must be a C-contiguous NumPy array (the NumPy reference writes in place)")
+    p, layout, D, slots, keep = validate.store_args(kv_cache, key, value, slot_mapping, preset, layout, rotation)
+    _, block_size, Hk, _ = kv_cache.shape
+    key, value = np.asarray(key)[keep], np.asarray(value)[keep]
+    kcodes, kscalar = quantize_keys(key, p, layout, rotation)
+    vcodes, vscale, vzero = quantize_values(value, p.value_bits)
     raw = {"key_data": pack_codes(kcodes, p.key_bits), "value_data": pack_codes(vcodes, p.value_bits),
            "v_scale": _fp16_bytes(vscale), "v_zero": _fp16_bytes(vzero)}
     if kscalar is not None:
         raw["k_norm"] = _fp16_bytes(kscalar)
-    offs = _layout.field_offsets(p, D, Hk, block_size, layout, slots[keep][:, None], np.arange(Hk))
+    offs = _layout.field_offsets(p, D, Hk, block_size, layout, slots[:, None], np.arange(Hk))
     flat = kv_cache.reshape(-1)
-    if not np.shares_memory(flat, kv_cache):
-        raise ValueError("kv_cache must be contiguous (it is written in place)")
     for name, data in raw.items():
         flat[_layout.byte_indices(offs[name], data.shape[-1])] = data
     return kv_cache
-
-
-def _token_slots(block_table: np.ndarray, b: int, L: int, block_size: int) -> np.ndarray:
-    t = np.arange(L)
-    return block_table[b, t // block_size] * block_size + t % block_size
-
-
-def _check_tables(block_table, seq_lens, num_blocks: int, block_size: int, B: int | None = None):
-    bt = _check_int("block_table", block_table, 2)
-    lens = _check_int("seq_lens", seq_lens, 1)
-    if bt.shape[0] != lens.shape[0] or (B is not None and lens.shape[0] != B):
-        raise ValueError(f"block_table rows ({bt.shape[0]}) and seq_lens ({lens.shape[0]}) must both be B"
-                         + ("" if B is None else f" = {B}"))
-    if np.any(lens < 1) or np.any(lens > bt.shape[1] * block_size):
-        raise ValueError(f"seq_lens must be in [1, block_table columns * block_size = {bt.shape[1] * block_size}]")
-    for b, L in enumerate(lens):
-        used = bt[b, : -(-L // block_size)]
-        if np.any((used < 0) | (used >= num_blocks)):
-            raise ValueError(f"block_table row {b} uses a block outside [0, {num_blocks})")
-    return bt, lens
 
 
 def dequantize(kv_cache, block_table, seq_lens, preset, layout, rotation, *, rotated=False):
     """Dequantized ``(keys, values)``: one float32 ``[L_b, Hk, D]`` array each per sequence.
     Keys are in the original space (``k_rot @ R.T``), or in the stored rotated space when
     ``rotated=True`` (exactly ``scalar * centroid``); FP8 keys are never rotated."""
-    p = _resolve(preset)
-    layout = _layout.check_layout(layout)
     kv_cache = np.asarray(kv_cache)
-    num_blocks, block_size, Hk, _ = _cache_dims(kv_cache)
-    D = _head_size(p, kv_cache.shape[3])
-    _layout.check_cache(kv_cache, p, D, Hk)
-    _check_rot(p, rotation, D)
-    bt, lens = _check_tables(block_table, seq_lens, num_blocks, block_size)
+    p, layout, D, (num_blocks, block_size, _) = validate.cache_args(kv_cache, preset, layout)
+    validate.rotation_for(p, rotation, D)
+    bt, lens = validate.tables(block_table, seq_lens, num_blocks, block_size)
     keys, values = [], []
     for b, L in enumerate(lens):
-        k, v = dequantize_fields(read_fields(kv_cache, _token_slots(bt, b, L, block_size), p, layout, D), p, layout)
+        fields = read_fields(kv_cache, validate.token_slots(bt, b, L, block_size), p, layout, D)
+        k, v = dequantize_fields(fields, p, layout)
         if not rotated and not p.key_fp8:
             k = k @ np.asarray(rotation, dtype=F32).T
         keys.append(k)
@@ -252,54 +187,24 @@ def dequantize(kv_cache, block_table, seq_lens, preset, layout, rotation, *, rot
     return keys, values
 
 
-def _cache_dims(kv_cache) -> tuple[int, int, int, int]:
-    if np.ndim(kv_cache) != 4:
-        raise ValueError(f"kv_cache must be [num_blocks, block_size, Hk, slot_size], got shape {list(np.shape(kv_cache))}")
-    return tuple(int(s) for s in np.shape(kv_cache))
-
-
-def _head_size(p: Preset, slot_size: int) -> int:
-    """The head size D whose slot size is ``slot_size`` under ``p`` (slot_size grows with D)."""
-    for D in range(16, 16 * 1025, 16):
-        if p.slot_size(D) >= slot_size:
-            if p.slot_size(D) == slot_size:
-                return D
-            break
-    raise ValueError(f"kv_cache last dim {slot_size} is not the slot size of {p.name} for any D")
-
-
 def decode_partials(query, kv_cache, block_table, seq_lens, preset, layout, rotation, scale=None,
                     num_kv_splits: int = 1):
     """Split-KV stage 1: split s of sequence b covers tokens ``[s*S_b, min((s+1)*S_b, L_b))`` with
     ``S_b = ceil(L_b / num_kv_splits)``. Returns ``(out [B, Hq, S, D], lse [B, Hq, S])`` float32:
     each split's softmax-normalised output and its log-sum-exp (empty split: out 0, lse -inf)."""
-    p = _resolve(preset)
-    layout = _layout.check_layout(layout)
-    q = np.asarray(query)
-    if q.ndim != 3 or q.dtype.kind != "f":
-        raise ValueError(f"query must be a float [B, Hq, D] array, got dtype {q.dtype} shape {list(q.shape)}")
-    if not np.all(np.isfinite(q)):
-        raise ValueError("query holds NaN or Inf")
-    B, Hq, D = q.shape
-    check_head_size(D)
     kv_cache = np.asarray(kv_cache)
-    num_blocks, block_size, Hk, _ = _cache_dims(kv_cache)
-    _layout.check_cache(kv_cache, p, D, Hk)
-    if Hq % Hk:
-        raise ValueError(f"query heads Hq={Hq} must be a multiple of the cache's kv heads Hk={Hk}")
-    if not isinstance(num_kv_splits, (int, np.integer)) or num_kv_splits < 1:
-        raise ValueError(f"num_kv_splits must be a positive integer, got {num_kv_splits!r}")
-    _check_rot(p, rotation, D)
-    bt, lens = _check_tables(block_table, seq_lens, num_blocks, block_size, B)
-    scale = F32(1.0 / np.sqrt(D)) if scale is None else F32(scale)
+    p, layout, (B, Hq, Hk, D, block_size), bt, lens, scale = validate.decode_args(
+        query, kv_cache, block_table, seq_lens, preset, layout, rotation, scale, None, num_kv_splits)
+    scale = F32(scale)
     G = Hq // Hk
-    q = q.astype(F32)
+    q = np.asarray(query, dtype=F32)
     if not p.key_fp8:
         q = q @ np.asarray(rotation, dtype=F32)
     out = np.zeros((B, Hq, num_kv_splits, D), dtype=F32)
     lse = np.full((B, Hq, num_kv_splits), -np.inf, dtype=F32)
     for b, L in enumerate(lens):
-        k, v = dequantize_fields(read_fields(kv_cache, _token_slots(bt, b, L, block_size), p, layout, D), p, layout)
+        fields = read_fields(kv_cache, validate.token_slots(bt, b, L, block_size), p, layout, D)
+        k, v = dequantize_fields(fields, p, layout)
         k_q = np.repeat(k, G, axis=1)  # [L, Hq, D]: query head hq reads kv head hq // G
         v_q = np.repeat(v, G, axis=1)
         x = scale * np.einsum("hd,thd->ht", q[b], k_q, dtype=F32)  # [Hq, L]
@@ -336,12 +241,9 @@ def decode(query, kv_cache, block_table, seq_lens, preset, layout, rotation, sca
     ``block_table [B, M]`` (int, extra columns ignored), ``seq_lens [B]`` (>= 1), ``scale``
     (default 1/sqrt(D)), ``sinks`` None or float ``[Hq]`` raw logits; ``num_kv_splits`` > 1 runs
     the split-KV form (``decode_partials`` + ``reduce_partials``), equal to the unsplit one."""
+    validate.decode_args(query, kv_cache, block_table, seq_lens, preset, layout, rotation, scale, sinks,
+                         num_kv_splits)
     out, lse = decode_partials(query, kv_cache, block_table, seq_lens, preset, layout, rotation, scale, num_kv_splits)
-    if sinks is not None:
-        sinks = np.asarray(sinks)
-        Hq = out.shape[1]
-        if sinks.shape != (Hq,) or sinks.dtype.kind != "f" or not np.all(np.isfinite(sinks)):
-            raise ValueError(f"sinks must be None or a finite float [Hq={Hq}] array, got {sinks.dtype} {list(sinks.shape)}")
     return reduce_partials(out, lse, sinks)
 
 
@@ -349,12 +251,9 @@ def convert_layout(kv_cache, src, dst, preset):
     """A new cache with every field of ``kv_cache`` moved from layout ``src`` to ``dst``: a byte
     permutation, so AoS -> SoA -> AoS is byte-identical. ``preset`` is needed because the slot
     size alone does not determine D (e.g. 118 bytes is k3v4_nc at D=128 and 4bit_nc at D=112)."""
-    p = _resolve(preset)
     src, dst = _layout.check_layout(src), _layout.check_layout(dst)
     kv_cache = np.asarray(kv_cache)
-    num_blocks, block_size, Hk, slot_size = _cache_dims(kv_cache)
-    D = _head_size(p, slot_size)
-    _layout.check_cache(kv_cache, p, D, Hk)
+    p, _, D, (num_blocks, block_size, Hk) = validate.cache_args(kv_cache, preset, src)
     slots = np.arange(num_blocks * block_size)[:, None]
     heads = np.arange(Hk)
     a = _layout.field_offsets(p, D, Hk, block_size, src, slots, heads)
