@@ -84,8 +84,9 @@ def compile_one(G: int, block_size: int, arch: str, out_dir: Path, timeout_s: fl
             return Artifact(name, False, error=f"compile timed out after {timeout_s:.0f} s")
         isa = sorted(Path(dump).glob("*/*_final_isa.s"))
         if proc.returncode != 0 or not isa:
-            lines = [ln for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip() and not ln.startswith(" ")]
-            return Artifact(name, False, error=" | ".join(lines[-4:]) or f"exit code {proc.returncode}")
+            lines = [ln.strip() for ln in (proc.stderr + "\n" + proc.stdout).splitlines() if ln.strip()]
+            errors = [ln for ln in lines if "error" in ln.lower()] or lines[-4:]
+            return Artifact(name, False, error=" | ".join(errors[:4]) or f"exit code {proc.returncode}")
         out_dir.mkdir(parents=True, exist_ok=True)
         dest = out_dir / f"{name}.s"
         shutil.copyfile(isa[-1], dest)

@@ -1,0 +1,85 @@
+"""FlyDSL TurboQuant decode backends (``optimized/flydsl``).
+
+- ``flydsl-emulated``: the NumPy emulation of the gfx950 kernel's arithmetic (its partitions, bf16
+  rounding of q_rot, K, V and P, fp32 accumulation, the partition reduce); runs anywhere.
+- ``flydsl-gfx950``: the real kernel; available only with FlyDSL importable and a gfx950 GPU.
+
+Both run the ``decode`` op on the cells the kernel supports (``optimized.flydsl.plan``:
+turboquant_4bit_nc, SoA, D = 128, block 16/32, G in {6, 8, 16}, no sinks); other cells are skips
+with the reason. Rounding model: the family's ``bf16-mma``.
+"""
+from __future__ import annotations
+
+from conformance.cells import Cell
+from conformance.registry import Backend, register
+
+
+def _supports(cell: Cell) -> str | None:
+    from optimized.flydsl import plan
+
+    return plan.unsupported(preset=cell["preset"], layout=cell["layout"], D=cell["D"], block_size=cell["bs"],
+                            G=cell["G"], sinks=bool(cell["sinks"]))
+
+
+class _DecodeOnly:
+    """The family's ``impl`` protocol (``store`` and ``decode``) for a decode-only kernel."""
+
+    def __init__(self, decode):
+        self.decode = decode
+
+    @staticmethod
+    def store(*args, **kwargs):
+        raise NotImplementedError("the FlyDSL backends implement decode only (the store is the reference's)")
+
+
+def _run_emulated(cell: Cell, inputs: dict) -> dict:
+    from conformance.families.turboquant import run_with
+    from optimized.flydsl import emulation
+
+    return run_with(_DecodeOnly(emulation.decode), cell, inputs)
+
+
+def _decode_on_gpu(query, kv_cache, block_table, seq_lens, preset, layout, rotation, scale=None, sinks=None):
+    import torch
+
+    from optimized.flydsl import launcher
+
+    dev = torch.device("cuda")
+    out = launcher.decode(torch.from_numpy(query).to(dev), torch.from_numpy(kv_cache).to(dev),
+                          torch.from_numpy(block_table).to(dev), torch.from_numpy(seq_lens).to(dev),
+                          preset, layout, torch.from_numpy(rotation), scale=scale, sinks=sinks)
+    torch.cuda.synchronize()
+    return out
+
+
+def _run_gfx950(cell: Cell, inputs: dict) -> dict:
+    from conformance.families.turboquant import run_with
+
+    return run_with(_DecodeOnly(_decode_on_gpu), cell, inputs)
+
+
+def _gfx950_available() -> tuple[bool, str]:
+    from optimized.flydsl.launcher import on_gfx950
+
+    return on_gfx950()
+
+
+register(Backend(
+    name="flydsl-emulated",
+    ops={"turboquant": ("decode",)},
+    available=lambda: (True, "NumPy emulation of the FlyDSL gfx950 kernel's arithmetic"),
+    run=_run_emulated,
+    supports=_supports,
+    rounding_model="bf16-mma",
+    description="NumPy emulation of the FlyDSL TurboQuant decode kernel (partitions, bf16 operands and P)",
+))
+
+register(Backend(
+    name="flydsl-gfx950",
+    ops={"turboquant": ("decode",)},
+    available=_gfx950_available,
+    run=_run_gfx950,
+    supports=_supports,
+    rounding_model="bf16-mma",
+    description="FlyDSL TurboQuant decode kernel on AMD gfx950 (MI355X)",
+))
