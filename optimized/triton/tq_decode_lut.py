@@ -111,7 +111,7 @@ def decode_pair_lut(query, kv_cache, block_table, seq_lens, *, preset, layout, r
                           rotation=rotation, scale=scale, sinks=sinks)
     spec, B, Hq = a.spec, a.B, a.Hq
     D = spec.head_size
-    block_n = block_n or (16 if interpreting() else 64)
+    block_n = block_n or 64
     max_splits = workspace.max_splits if workspace is not None else 32
     S = num_kv_splits or default_num_splits(B, spec.num_kv_heads, block_table.shape[1] * spec.block_size,
                                             block_n, kv_cache.device, max_splits)

@@ -72,7 +72,7 @@ def decode_split(query, kv_cache, block_table, seq_lens, *, preset, layout, rota
                           rotation=rotation, scale=scale, sinks=sinks)
     spec, B, Hq = a.spec, a.B, a.Hq
     D = spec.head_size
-    block_n = 16 if interpreting() else 32
+    block_n = 64 if interpreting() else 32
     max_splits = workspace.max_splits if workspace is not None else 32
     S = num_kv_splits or default_num_splits(B, spec.num_kv_heads, block_table.shape[1] * spec.block_size,
                                             block_n, kv_cache.device, max_splits)

@@ -116,5 +116,5 @@ def unified_attention(query, kv_cache, block_table, query_start_loc, seq_lens, m
         sinks if sinks is not None else q_rot, out, kv_cache.stride(0), block_table.stride(0),
         out.stride(0), out.stride(1), a.scale,
         HQ=Hq, G=a.G, HAS_SINKS=sinks is not None, BLOCK_M=block_m, BLOCK_Q=block_q,
-        BLOCK_N=16 if interpreting() else 32, BF16=precision == "bf16", num_warps=4, **spec.constexprs())
+        BLOCK_N=64 if interpreting() else 32, BF16=precision == "bf16", num_warps=4, **spec.constexprs())
     return out

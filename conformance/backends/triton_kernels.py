@@ -1,0 +1,125 @@
+"""The Triton TurboQuant kernels (``optimized/triton``) as backends of the turboquant family.
+
+Three kernels decode, each held to the matrix on a GPU and, through the interpreter
+(``TRITON_INTERPRET=1``, fp32 everywhere), on the CPU:
+
+- ``triton`` / ``triton-interpret``: store kernel + split-KV decode (AoS and SoA, every preset);
+  fp32 elementwise math, rounding model ``exact``.
+- ``triton-lut`` / ``triton-lut-interpret``: store kernel + grouped pair-LUT decode (SoA,
+  ``turboquant_4bit_nc`` only); bf16 MMA operands on the GPU (``bf16-mma``), fp32 in the interpreter.
+- ``triton-unified`` / ``triton-unified-interpret``: store kernel + unified attention run as a
+  decode (one query token per sequence; SoA, every preset); ``bf16-mma`` on the GPU, ``exact`` in
+  the interpreter.
+The decode output is written into a poisoned fp32 buffer (an element never written is NaN).
+"""
+from __future__ import annotations
+
+import os
+
+from conformance import families
+from conformance.registry import Backend, register
+
+INTERPRET_ENV = {"TRITON_INTERPRET": "1"}
+LUT_PRESETS = ("turboquant_4bit_nc",)
+
+
+class _Impl:
+    """The reference's ``store``/``decode`` signatures (NumPy in, NumPy out) over the launchers."""
+
+    def __init__(self, kernel: str, device: str, precision: str):
+        self.kernel, self.device, self.precision = kernel, device, precision
+
+    def _t(self, x):
+        import torch
+
+        return None if x is None else torch.from_numpy(x).to(self.device)
+
+    def store(self, kv_cache, key, value, slot_mapping, preset, layout, rotation):
+        from optimized.triton.tq_store import store
+
+        cache = self._t(kv_cache)
+        store(cache, self._t(key), self._t(value), self._t(slot_mapping), preset=preset, layout=layout,
+              rotation=self._t(rotation))
+        return cache.cpu().numpy()
+
+    def decode(self, query, kv_cache, block_table, seq_lens, preset, layout, rotation, scale=None, sinks=None):
+        import torch
+
+        from conformance.poison import poisoned
+        from optimized.triton.tq_decode_lut import decode_pair_lut
+        from optimized.triton.tq_decode_split import decode_split
+        from optimized.triton.tq_unified import unified_attention
+
+        q, cache, bt, lens = self._t(query), self._t(kv_cache), self._t(block_table), self._t(seq_lens)
+        kw = dict(preset=preset, layout=layout, rotation=self._t(rotation), scale=scale, sinks=self._t(sinks),
+                  out=self._t(poisoned(query.shape, "float32")))
+        if self.kernel == "split":
+            out = decode_split(q, cache, bt, lens, **kw)
+        elif self.kernel == "lut":
+            out = decode_pair_lut(q, cache, bt, lens, precision=self.precision, **kw)
+        else:
+            qsl = torch.arange(q.shape[0] + 1, dtype=torch.int32, device=self.device)
+            out = unified_attention(q, cache, bt, qsl, lens, 1, precision=self.precision, **kw)
+        return out.cpu().numpy()
+
+
+def _gpu_available() -> tuple[bool, str]:
+    try:
+        import torch
+        import triton
+    except ImportError as exc:
+        return False, f"torch/triton not importable ({exc})"
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return False, "TRITON_INTERPRET=1 is set in this process (the *-interpret backends run the CPU path)"
+    if not torch.cuda.is_available():
+        return False, "no CUDA/ROCm GPU visible to torch"
+    return True, f"triton {triton.__version__} on {torch.cuda.get_device_name()}"
+
+
+def _interpret_available() -> tuple[bool, str]:
+    try:
+        import torch  # noqa: F401
+        import triton
+    except ImportError as exc:
+        return False, f"torch/triton not importable ({exc})"
+    return True, f"triton {triton.__version__} interpreter on the CPU"
+
+
+def _supports(kernel: str):
+    def supports(cell) -> str | None:
+        if cell["D"] not in (64, 128, 256):
+            return f"head size {cell['D']} is not a power of two in [64, 256]"
+        if cell.op == "store":
+            return None
+        if kernel == "lut" and (cell["preset"] not in LUT_PRESETS or cell["layout"] != "soa"):
+            return "the pair-LUT decode reads 4-bit keys and values from the SoA layout (turboquant_4bit_nc/soa)"
+        if kernel == "unified" and cell["layout"] != "soa":
+            return "unified attention reads the SoA layout only"
+        return None
+
+    return supports
+
+
+def _make(name: str, kernel: str, interpret: bool, ops: tuple[str, ...], description: str) -> Backend:
+    precision = "exact" if interpret or kernel == "split" else "bf16"
+
+    def run(cell, inputs):
+        if interpret and os.environ.get("TRITON_INTERPRET") != "1":
+            raise RuntimeError(f"{name} needs TRITON_INTERPRET=1 in its process")
+        impl = _Impl(kernel, "cpu" if interpret else "cuda", precision)
+        return families.get(cell.family).run_with(impl, cell, inputs)
+
+    return register(Backend(
+        name=name, ops={"turboquant": ops}, available=_interpret_available if interpret else _gpu_available,
+        run=run, supports=_supports(kernel), rounding_model="exact" if precision == "exact" else "bf16-mma",
+        env=INTERPRET_ENV if interpret else {}, timeout_s=1800.0 if interpret else 600.0,
+        description=description + (" through the Triton interpreter (fp32)" if interpret else "")))
+
+
+_ALL = ("store", "decode", "store_decode")
+_DEC = ("decode", "store_decode")
+for _interp in (False, True):
+    _sfx = "-interpret" if _interp else ""
+    _make("triton" + _sfx, "split", _interp, _ALL, "optimized/triton store + split-KV decode")
+    _make("triton-lut" + _sfx, "lut", _interp, _DEC, "optimized/triton store + grouped pair-LUT decode")
+    _make("triton-unified" + _sfx, "unified", _interp, _DEC, "optimized/triton store + unified attention as decode")
