@@ -3,15 +3,18 @@
 PYTHON ?= python3
 VENV   := .venv
 VPY    := $(VENV)/bin/python
+# FlyDSL 0.2.4: the last release with flydsl.expr.buffer_ops/vector (optimized/flydsl/README.md).
+FLYDSL_PIN := flydsl==0.2.4
 # One pinned pip line. torch==2.13.0 resolves to the CPU wheel on our machines (research/env.md 7).
 PINS := torch==2.13.0 triton==3.8.0 jax==0.10.2 jaxlib==0.10.2 numpy==2.4.6 ml_dtypes==0.6.0 \
-        scipy==1.17.1 pytest==9.2.0 pytest-benchmark==5.3.1 scikit-build-core==1.1.2 nanobind==3.1.0
+        scipy==1.17.1 pytest==9.2.0 pytest-benchmark==5.3.1 scikit-build-core==1.1.2 nanobind==3.1.0 \
+        $(FLYDSL_PIN)
 CPP_SOURCES := $(wildcard optimized/cpu/*.cpp optimized/cpu/*.hpp) CMakeLists.txt pyproject.toml
 TIER ?= ci
 STAMP := $(shell date +%Y%m%d-%H%M%S)
 OUT  ?= reports/out/conform-$(STAMP)
 
-.PHONY: setup setup-offline extension conform test clean
+.PHONY: setup setup-offline extension conform test clean flydsl-toolchain
 
 setup: $(VENV)/.deps $(VENV)/.extension
 
@@ -39,8 +42,22 @@ conform: setup
 	@$(VPY) -m conformance conform --tier $(TIER) --out $(OUT) --jobs 2; status=$$?; \
 	$(VPY) -m conformance report $(OUT); exit $$status
 
-test: setup
+test: setup flydsl-toolchain
 	$(VPY) -m pytest -q
+
+# What `kernel-lab flydsl build` needs (optimized/flydsl/build.py): the pinned FlyDSL in the venv
+# (also for venvs made before the pin) and a ROCM_PATH whose llvm/bin/ld.lld is Debian's lld-19,
+# the linker FlyDSL's last compile step calls. Without root the ISA tests skip and say why.
+flydsl-toolchain: $(VENV)/.flydsl .rocm/llvm/bin/ld.lld
+
+$(VENV)/.flydsl: $(VENV)/.deps
+	$(VPY) -c "import flydsl" 2>/dev/null || $(VPY) -m pip install -q --disable-pip-version-check $(FLYDSL_PIN)
+	touch $@
+
+.rocm/llvm/bin/ld.lld:
+	command -v ld.lld-19 >/dev/null || (apt-get update -q && apt-get install -y -q lld-19) \
+	  || echo "flydsl-toolchain: could not install lld-19; FlyDSL ISA builds and their tests are skipped"
+	if command -v ld.lld-19 >/dev/null; then mkdir -p $(@D) && ln -sf "$$(command -v ld.lld-19)" $@; fi
 
 clean:
 	rm -rf $(VENV) build reports/out

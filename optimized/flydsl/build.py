@@ -54,7 +54,7 @@ def toolchain_problem() -> str | None:
     try:
         import flydsl  # noqa: F401
     except ImportError as exc:
-        return f"FlyDSL is not importable ({exc}); `make setup` installs the pinned wheel"
+        return f"FlyDSL is not importable ({exc}); `make flydsl-toolchain` installs the pinned wheel"
     if not (ROCM_DIR / "llvm" / "bin" / "ld.lld").exists():
         return f"{ROCM_DIR}/llvm/bin/ld.lld is missing; run `make flydsl-toolchain`"
     return None
