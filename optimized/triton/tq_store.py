@@ -22,7 +22,7 @@ from optimized.triton.tq_cache import cache_spec
 from optimized.triton.tq_common import kv_pointers
 
 FP8_MAX = 448.0
-FP16_MAX: tl.constexpr = 65504.0
+FP16_MAX = tl.constexpr(65504.0)
 
 
 @triton.jit
