@@ -1,0 +1,220 @@
+"""C++ GDN kernels for the CPU (AMX / AVX-512 / portable scalar), from the nanobind module ``_gdn``.
+
+Conventions are shared/DESIGN.md's: q, k ``[T, H, K]``, v ``[T, HV, V]``, state pool
+``[S, HV, K, V]`` updated in place (each slot contiguous, any slot stride), ``state_indices`` int32
+with -1 for padding sequences (their output rows are zero, their slots untouched).
+Inputs may be NumPy arrays (bf16 as ``ml_dtypes.bfloat16`` or as a uint16 view of the bits), torch
+tensors (float32, bfloat16, float16) or JAX arrays; the state must be a writable NumPy array or
+torch tensor. Everything computes in fp32; the state is stored in its own dtype, rounded to
+nearest even once per write-back (decode / spec decode: every token; chunk prefill: every 64
+tokens of a sequence and at its end). The chunk kernel rounds its GEMM operands to bf16
+(``reference.gdn.numpy_ref.chunked(operand_dtype="bfloat16")``). ``o`` has ``out_dtype``
+(default: q's dtype), in q's framework (JAX inputs give a JAX array).
+
+``isa``: "auto" (best available), "amx", "avx512" or "scalar"; an ISA this CPU cannot run raises
+ValueError. ``num_threads``: default all CPUs of this process; work is split over (sequence, head).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+try:
+    from optimized.cpu import _gdn
+    BUILD_ERROR = ""
+except ImportError as exc:  # not built: every entry point says so
+    _gdn = None
+    BUILD_ERROR = (f"the C++ extension optimized.cpu._gdn is not built ({exc}); "
+                   "run `make extension`")
+
+ISAS = ("amx", "avx512", "scalar")
+_DTYPE_NAMES = ("float32", "bfloat16", "float16")
+
+__all__ = ["gdn_gating", "gdn_decode", "gdn_spec_decode", "gdn_chunk_prefill", "isa_status",
+           "extension_status", "amx_tile_peak_flops", "copy_bandwidth", "gemm_bf16", "ISAS"]
+
+
+def extension_status() -> tuple[bool, str]:
+    """(built, reason in words)."""
+    return (_gdn is not None, BUILD_ERROR or "optimized.cpu._gdn is built")
+
+
+def _ext():
+    if _gdn is None:
+        raise ImportError(BUILD_ERROR)
+    return _gdn
+
+
+def isa_status() -> dict[str, tuple[bool, str]]:
+    """{isa: (available, reason)} for amx, avx512, scalar (probing AMX asks for tile permission)."""
+    if _gdn is None:
+        return {isa: (False, BUILD_ERROR) for isa in ISAS}
+    return dict(_gdn.isa_status())
+
+
+# ---------------------------------------------------------------- array plumbing
+
+def _framework(x) -> str:
+    mod = type(x).__module__
+    if mod.startswith("torch"):
+        return "torch"
+    if mod.startswith("jax") or mod.startswith("jaxlib"):
+        return "jax"
+    return "numpy"
+
+
+def _dtype_name(x) -> str:
+    """float32 / bfloat16 / float16 / other, for NumPy, ml_dtypes, torch and JAX arrays."""
+    name = str(x.dtype).replace("torch.", "")
+    return "bfloat16" if name == "uint16" else name
+
+
+def _kernel_input(x):
+    """What nanobind can take: ml_dtypes bf16 NumPy arrays as uint16 views, others as they are."""
+    if isinstance(x, np.ndarray) and x.dtype.name == "bfloat16":
+        return x.view(np.uint16)
+    return x
+
+
+def _kernel_state(state):
+    if _framework(state) == "jax":
+        raise TypeError("state: JAX arrays are immutable; pass a writable NumPy array or torch tensor "
+                        "(the pool is updated in place)")
+    if isinstance(state, np.ndarray) and not state.flags.writeable:
+        raise ValueError("state: the NumPy array is read-only; the pool is updated in place")
+    return _kernel_input(state)
+
+
+def _output(q, shape, out_dtype):
+    """(array handed to the kernel, array returned to the caller) of ``shape`` in q's framework."""
+    name = _dtype_name(q) if out_dtype is None else str(out_dtype).replace("torch.", "")
+    if name not in _DTYPE_NAMES:
+        raise ValueError(f"out_dtype: expected one of {_DTYPE_NAMES} or None (q's dtype), got {out_dtype!r}")
+    if _framework(q) == "torch":
+        import torch
+        out = torch.zeros(shape, dtype=getattr(torch, name))
+        return out, out
+    if name == "bfloat16":
+        import ml_dtypes
+        out = np.zeros(shape, ml_dtypes.bfloat16)
+        if isinstance(q, np.ndarray) and q.dtype == np.uint16:
+            out = out.view(np.uint16)  # uint16-view in, uint16-view out
+    else:
+        out = np.zeros(shape, name)
+    return _kernel_input(out), out
+
+
+def _returned(q, out):
+    if _framework(q) == "jax":
+        import jax.numpy as jnp
+        return jnp.asarray(out)
+    return out
+
+
+def _scale(scale, K: int) -> float:
+    return 1.0 / math.sqrt(K) if scale is None else float(scale)
+
+
+def _threads(num_threads) -> int:
+    return _ext().default_threads() if num_threads is None else int(num_threads)
+
+
+def _shape(x, name: str, ndim: int) -> tuple:
+    shape = tuple(int(d) for d in x.shape)
+    if len(shape) != ndim:
+        raise ValueError(f"{name}: expected {ndim} dimensions, got shape {shape}")
+    return shape
+
+
+# ---------------------------------------------------------------- the ops
+
+def gdn_gating(A_log, a, b, dt_bias):
+    """g = -exp(A_log) softplus(a + dt_bias) (threshold 20), beta = sigmoid(b): float32 [T, HV] each,
+    as NumPy arrays (torch tensors when ``a`` is one)."""
+    ext = _ext()
+    T, HV = _shape(a, "a", 2)
+    g, beta = np.zeros((T, HV), np.float32), np.zeros((T, HV), np.float32)
+    ext.gdn_gating(*(_kernel_input(x) for x in (A_log, a, b, dt_bias)), g, beta)
+    if _framework(a) == "torch":
+        import torch
+        return torch.from_numpy(g), torch.from_numpy(beta)
+    return _returned(a, g), _returned(a, beta)
+
+
+def gdn_decode(q, k, v, A_log, a, b, dt_bias, state, state_indices, *, scale=None, use_qk_l2norm=True,
+               l2norm_eps=1e-6, out_dtype=None, isa="auto", num_threads=None):
+    """One token per sequence with fused gating: q, k [N, H, K], v [N, HV, V], a, b [N, HV],
+    A_log, dt_bias [HV], state_indices int32 [N]. Returns o [N, HV, V]; the state is rounded
+    after the token (the output uses the fp32 state)."""
+    ext = _ext()
+    N, _, K = _shape(q, "q", 3)
+    _, HV, V = _shape(v, "v", 3)
+    kernel_out, out = _output(q, (N, HV, V), out_dtype)
+    ext.gdn_decode(*(_kernel_input(x) for x in (q, k, v, A_log, a, b, dt_bias)), _kernel_state(state),
+                   _kernel_input(state_indices), kernel_out, _scale(scale, K), bool(use_qk_l2norm),
+                   float(l2norm_eps), str(isa), _threads(num_threads))
+    return _returned(q, out)
+
+
+def gdn_spec_decode(q, k, v, A_log, a, b, dt_bias, state, spec_state_indices, num_accepted_tokens,
+                    cu_seqlens, *, scale=None, use_qk_l2norm=True, l2norm_eps=1e-6, out_dtype=None,
+                    isa="auto", num_threads=None):
+    """Speculative decode over packed drafts: q, k [T, H, K], v [T, HV, V], a, b [T, HV],
+    spec_state_indices int32 [N, S], num_accepted_tokens int32 [N], cu_seqlens int32 [N+1].
+    Sequence n resumes from slot spec_state_indices[n, max(acc-1, 0)] (-1: padding) and stores
+    the state after its token t (rounded) into spec_state_indices[n, t]. Returns o [T, HV, V]."""
+    ext = _ext()
+    T, _, K = _shape(q, "q", 3)
+    _, HV, V = _shape(v, "v", 3)
+    kernel_out, out = _output(q, (T, HV, V), out_dtype)
+    ext.gdn_spec_decode(*(_kernel_input(x) for x in (q, k, v, A_log, a, b, dt_bias)), _kernel_state(state),
+                        *(_kernel_input(x) for x in (spec_state_indices, num_accepted_tokens, cu_seqlens)),
+                        kernel_out, _scale(scale, K), bool(use_qk_l2norm), float(l2norm_eps), str(isa),
+                        _threads(num_threads))
+    return _returned(q, out)
+
+
+def gdn_chunk_prefill(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, use_qk_l2norm=True,
+                      l2norm_eps=1e-6, out_dtype=None, isa="auto", num_threads=None):
+    """Chunked prefill (chunk 64): q, k [T, H, K], v [T, HV, V], g float32 [T, HV], beta [T, HV],
+    cu_seqlens int32 [N+1] (strictly increasing), state_indices int32 [N]; K, V multiples of 32 up
+    to 256. Returns o [T, HV, V]; the state is rounded at every chunk end and at sequence end."""
+    ext = _ext()
+    T, _, K = _shape(q, "q", 3)
+    _, HV, V = _shape(v, "v", 3)
+    kernel_out, out = _output(q, (T, HV, V), out_dtype)
+    ext.gdn_chunk_prefill(*(_kernel_input(x) for x in (q, k, v, g, beta, cu_seqlens)), _kernel_state(state),
+                          _kernel_input(state_indices), kernel_out, _scale(scale, K), bool(use_qk_l2norm),
+                          float(l2norm_eps), str(isa), _threads(num_threads))
+    return _returned(q, out)
+
+
+# ---------------------------------------------------------------- ceilings and test hooks
+
+def amx_tile_peak_flops(iters: int = 200_000, num_threads: int = 1) -> float:
+    """FLOP/s of tdpbf16ps on register-resident tiles (16x16x32 per instruction) on num_threads."""
+    seconds = _ext().amx_tile_peak_seconds(int(iters), int(num_threads))
+    return iters * 4 * (2 * 16 * 16 * 32) * num_threads / seconds
+
+
+def copy_bandwidth(nbytes: int = 1 << 28, num_threads: int = 1, repeats: int = 5) -> float:
+    """Bytes/s moved (read + write) by the best of ``repeats`` copies of ``nbytes`` on num_threads."""
+    import time
+    src = np.ones(nbytes, np.uint8)
+    dst = np.zeros(nbytes, np.uint8)
+    best = math.inf
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        _ext().copy_bytes(dst, src, int(num_threads))
+        best = min(best, time.perf_counter() - t0)
+    return 2 * nbytes / best
+
+
+def gemm_bf16(a: np.ndarray, b: np.ndarray, isa: str = "auto") -> np.ndarray:
+    """bf16(a) @ bf16(b) with fp32 accumulation through one ISA's packing and GEMM (float32 in/out;
+    M, N, Kd multiples of 32)."""
+    a, b = np.asarray(a), np.asarray(b)
+    c = np.zeros((a.shape[0], b.shape[-1]), np.float32)
+    _ext().gemm_bf16(str(isa), a, b, c)
+    return c

@@ -1,0 +1,105 @@
+// AMX build of the GDN kernels: the chunk GEMMs run on AMX bf16 tiles, everything else is the
+// AVX-512 policy. Compiled with the AVX-512 flags plus -mamx-tile -mamx-bf16; only called after
+// isa_available(Isa::Amx) has granted tile-data permission.
+#include <chrono>
+
+#include "gdn_isa_avx512.hpp"
+
+namespace gdn {
+namespace {
+
+// Palette 1, tiles 0-7 all 16 rows x 64 bytes: C tiles 0-3 (16x16 fp32), A tiles 4-5
+// (16x32 bf16), B tiles 6-7 (16 pairs x 16 columns, pair-interleaved bf16).
+struct alignas(64) TileConfig {
+    uint8_t palette = 1;
+    uint8_t start_row = 0;
+    uint8_t reserved[14] = {};
+    uint16_t colsb[16] = {64, 64, 64, 64, 64, 64, 64, 64};
+    uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
+};
+
+struct AmxIsa : Avx512Isa {
+    // C[M,N] (+)= A B in 32x32 blocks (2x2 C tiles); M, N, Kd multiples of 32. Configures the
+    // tiles on entry and releases them on exit, so no tile state outlives a call.
+    static void gemm(int M, int N, int Kd, const uint16_t* A, const uint16_t* B, float* C,
+                     int64_t ldc, bool accumulate) {
+        static const TileConfig config;
+        _tile_loadconfig(&config);
+        const int64_t sa = int64_t(Kd) * 2, sb = int64_t(N) * 4, sc = ldc * 4;
+        for (int i0 = 0; i0 < M; i0 += 32) {
+            for (int j0 = 0; j0 < N; j0 += 32) {
+                float* c00 = C + i0 * ldc + j0;
+                float* c10 = c00 + 16 * ldc;
+                if (accumulate) {
+                    _tile_loadd(0, c00, sc);
+                    _tile_loadd(1, c00 + 16, sc);
+                    _tile_loadd(2, c10, sc);
+                    _tile_loadd(3, c10 + 16, sc);
+                } else {
+                    _tile_zero(0);
+                    _tile_zero(1);
+                    _tile_zero(2);
+                    _tile_zero(3);
+                }
+                for (int k0 = 0; k0 < Kd; k0 += 32) {
+                    _tile_loadd(4, A + int64_t(i0) * Kd + k0, sa);
+                    _tile_loadd(5, A + int64_t(i0 + 16) * Kd + k0, sa);
+                    _tile_loadd(6, B + (int64_t(k0 / 2) * N + j0) * 2, sb);
+                    _tile_loadd(7, B + (int64_t(k0 / 2) * N + j0 + 16) * 2, sb);
+                    _tile_dpbf16ps(0, 4, 6);
+                    _tile_dpbf16ps(1, 4, 7);
+                    _tile_dpbf16ps(2, 5, 6);
+                    _tile_dpbf16ps(3, 5, 7);
+                }
+                _tile_stored(0, c00, sc);
+                _tile_stored(1, c00 + 16, sc);
+                _tile_stored(2, c10, sc);
+                _tile_stored(3, c10 + 16, sc);
+            }
+        }
+        _tile_release();
+    }
+};
+
+struct PeakCtx { int64_t iters; };
+
+void peak_run(void* ctx, int64_t, int) {
+    static const TileConfig config;
+    alignas(64) static thread_local uint8_t buf[1024] = {};
+    const int64_t iters = static_cast<PeakCtx*>(ctx)->iters;
+    _tile_loadconfig(&config);
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    _tile_loadd(4, buf, 64);
+    _tile_loadd(5, buf, 64);
+    _tile_loadd(6, buf, 64);
+    _tile_loadd(7, buf, 64);
+    for (int64_t i = 0; i < iters; ++i) {
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+    _tile_stored(0, buf, 64);
+    _tile_release();
+}
+
+}  // namespace
+}  // namespace gdn
+
+GDN_DEFINE_ISA(amx, AmxIsa)
+
+namespace gdn {
+namespace amx {
+
+double tile_peak_seconds(int64_t iters, int num_threads) {
+    PeakCtx ctx{iters};
+    const auto t0 = std::chrono::steady_clock::now();
+    parallel_for(num_threads, num_threads, &ctx, peak_run);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace amx
+}  // namespace gdn

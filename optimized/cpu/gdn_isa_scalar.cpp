@@ -1,0 +1,56 @@
+// Portable C++ build of the GDN kernels: no ISA extension; bf16 operands are rounded in
+// software and multiplied in fp32, so the numbers follow the same rounding model as the
+// AVX-512 and AMX builds (only the fp32 summation order differs).
+#include "gdn_kernels.hpp"
+
+namespace gdn {
+namespace {
+
+struct ScalarIsa {
+    static void load_row(const void* src, DType dt, float* dst, int64_t n) {
+        if (dt == DType::F32) { std::memcpy(dst, src, size_t(n) * 4); return; }
+        for (int64_t i = 0; i < n; ++i) dst[i] = load_scalar(src, dt, i);
+    }
+
+    static void store_row(const float* src, void* dst, DType dt, int64_t n) {
+        if (dt == DType::F32) { std::memcpy(dst, src, size_t(n) * 4); return; }
+        for (int64_t i = 0; i < n; ++i) store_scalar(dst, dt, i, src[i]);
+    }
+
+    static void pack_a(const float* src, int64_t lds, int M, int Kd, uint16_t* dst) {
+        for (int i = 0; i < M; ++i)
+            for (int k = 0; k < Kd; ++k) dst[int64_t(i) * Kd + k] = f32_to_bf16(src[i * lds + k]);
+    }
+
+    static void pack_b(const float* src, int64_t lds, int Kd, int N, uint16_t* dst) {
+        for (int k = 0; k < Kd; ++k)
+            for (int j = 0; j < N; ++j)
+                dst[(int64_t(k / 2) * N + j) * 2 + (k & 1)] = f32_to_bf16(src[k * lds + j]);
+    }
+
+    static void gemm(int M, int N, int Kd, const uint16_t* A, const uint16_t* B, float* C,
+                     int64_t ldc, bool accumulate) {
+        float brow[2 * 256];
+        for (int i = 0; i < M; ++i) {
+            float* c = C + i * ldc;
+            if (!accumulate) std::fill(c, c + N, 0.0f);
+        }
+        for (int p = 0; p < Kd / 2; ++p) {
+            for (int j0 = 0; j0 < N; j0 += 256) {
+                const int nb = std::min(256, N - j0);
+                for (int j = 0; j < 2 * nb; ++j) brow[j] = bf16_to_f32(B[(int64_t(p) * N + j0) * 2 + j]);
+                for (int i = 0; i < M; ++i) {
+                    const float a0 = bf16_to_f32(A[int64_t(i) * Kd + 2 * p]);
+                    const float a1 = bf16_to_f32(A[int64_t(i) * Kd + 2 * p + 1]);
+                    float* c = C + i * ldc + j0;
+                    for (int j = 0; j < nb; ++j) c[j] += a0 * brow[2 * j] + a1 * brow[2 * j + 1];
+                }
+            }
+        }
+    }
+};
+
+}  // namespace
+}  // namespace gdn
+
+GDN_DEFINE_ISA(scalar, ScalarIsa)

@@ -1,0 +1,387 @@
+// GDN kernel bodies, written once and instantiated per ISA policy P and per state type SD.
+//
+// P (defined by each gdn_isa_*.cpp before including this file) provides:
+//   load_row(src, dt, float* dst, n)            n elements of type dt -> fp32
+//   store_row(const float* src, dst, dt, n)     fp32 -> dt, round to nearest even
+//   pack_a(src, lds, M, Kd, uint16_t* dst)      fp32 [M, Kd] -> bf16 row-major [M][Kd]
+//   pack_b(src, lds, Kd, N, uint16_t* dst)      fp32 [Kd, N] -> bf16 pair-interleaved [Kd/2][N][2]
+//   gemm(M, N, Kd, A, B, float* C, ldc, acc)    C (+)= A B with bf16 A, B and fp32 accumulation;
+//                                               M, N, Kd multiples of 32
+//
+// Rounding model. Decode and spec decode compute in fp32 and round the state to SD after
+// every token (the output uses the unrounded fp32 state). Chunked prefill computes in fp32,
+// rounds every GEMM operand to bf16 (written rd() below) and accumulates in fp32; the state is
+// rounded to SD at every chunk end (chunks of 64 tokens from each sequence start in this call),
+// which is also the sequence end. This is reference.gdn.numpy_ref.chunked(operand_dtype=
+// "bfloat16"). Per chunk, with kn = rd(l2norm(k)), qn = rd(scale l2norm(q)), G the chunk-local
+// cumulative sum of g and D[i,j] = exp(G_i - G_j) for j <= i:
+//   M  = rd(strict_lower(beta_i (kn kn^T) D)),   T = (I + M)^-1 (fp32 forward substitution)
+//   W  = rd(rd(T) rd(beta exp(G) kn)),   U = rd(rd(T) rd(beta v))
+//   Vn = rd(U - W rd(S))
+//   O  = rd(qn exp(G)) rd(S) + rd(lower(qn kn^T D)) Vn
+//   S  = exp(G_last) S + rd((kn exp(G_last - G))^T) Vn
+// Internal linkage (anonymous namespace): see gdn_dtype.hpp.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "gdn_api.hpp"
+
+namespace gdn {
+namespace {
+
+inline const void* elem(const Input& x, int64_t offset) {
+    return static_cast<const char*>(x.p) + offset * dtype_bytes(x.dt);
+}
+
+inline void* state_row(const StatePool& s, int64_t slot, int64_t offset) {
+    return static_cast<char*>(s.p) + (slot * s.slot_stride + offset) * dtype_bytes(s.dt);
+}
+
+inline float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
+
+// g = -exp(A_log) * softplus(a + dt_bias), beta = sigmoid(b), for token t and value head hv.
+inline void gates(const DecodeArgs& A, int64_t t, int64_t hv, float* g, float* beta) {
+    const float a = load_scalar(A.a.p, A.a.dt, t * A.HV + hv);
+    const float b = load_scalar(A.b.p, A.b.dt, t * A.HV + hv);
+    const float alog = load_scalar(A.A_log.p, A.A_log.dt, hv);
+    const float bias = load_scalar(A.dt_bias.p, A.dt_bias.dt, hv);
+    *g = -std::exp(alog) * softplus(a + bias);
+    *beta = 1.0f / (1.0f + std::exp(-b));
+}
+
+// dst = x[offset : offset + n] in fp32, divided by sqrt(sum x^2 + eps) when l2norm, times mul.
+template <class P>
+void load_normalized(const Input& x, int64_t offset, int64_t n, bool l2norm, float eps, float mul,
+                     float* dst) {
+    P::load_row(elem(x, offset), x.dt, dst, n);
+    float s = mul;
+    if (l2norm) {
+        float ss = 0.0f;
+        for (int64_t i = 0; i < n; ++i) ss += dst[i] * dst[i];
+        s = mul / std::sqrt(ss + eps);
+    }
+    for (int64_t i = 0; i < n; ++i) dst[i] *= s;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Decode and spec decode: one delta-rule step on a [K, V] fp32 working state.
+
+struct StepBuffers {
+    float *q, *k, *v, *kv, *o, *S;  // q, k [K]; v, kv, o [V]; S [K, V]
+    static int64_t floats(int64_t K, int64_t V) { return 2 * K + 3 * V + K * V; }
+    StepBuffers(float* base, int64_t K, int64_t V)
+        : q(base), k(q + K), v(k + K), kv(v + V), o(kv + V), S(o + V) {}
+};
+
+// One token: S <- alpha S + k (beta (v - alpha S^T k))^T, o = S^T q (unrounded S).
+// src: when not null, the state rows are read from it (type SD) instead of from B.S.
+// dst: the new state is written there rounded to SD.
+// keep: the working state B.S carries on to a next token: it is replaced by the stored value.
+template <class P, DType SD>
+void delta_step(StepBuffers& B, int64_t K, int64_t V, float alpha, float beta,
+                const void* src, void* dst, bool keep) {
+    const int eb = dtype_bytes(SD);
+    float* __restrict kv = B.kv;
+    float* __restrict o = B.o;
+    for (int64_t j = 0; j < V; ++j) kv[j] = 0.0f;
+    for (int64_t r = 0; r < K; ++r) {
+        float* __restrict row = B.S + r * V;
+        if (src) P::load_row(static_cast<const char*>(src) + r * V * eb, SD, row, V);
+        const float kr = B.k[r];
+        for (int64_t j = 0; j < V; ++j) kv[j] += row[j] * kr;
+    }
+    for (int64_t j = 0; j < V; ++j) kv[j] = beta * (B.v[j] - alpha * kv[j]);  // kv is now u
+    for (int64_t j = 0; j < V; ++j) o[j] = 0.0f;
+    for (int64_t r = 0; r < K; ++r) {
+        float* __restrict row = B.S + r * V;
+        const float kr = B.k[r], qr = B.q[r];
+        for (int64_t j = 0; j < V; ++j) {
+            row[j] = alpha * row[j] + kr * kv[j];
+            o[j] += row[j] * qr;
+        }
+        void* d = static_cast<char*>(dst) + r * V * eb;
+        P::store_row(row, d, SD, V);
+        if (SD != DType::F32 && keep) P::load_row(d, SD, row, V);
+    }
+}
+
+template <class P>
+void load_token(const DecodeArgs& A, StepBuffers& B, int64_t t, int64_t hv) {
+    const int64_t h = hv / (A.HV / A.H);
+    load_normalized<P>(A.q, (t * A.H + h) * A.K, A.K, A.l2norm, A.eps, A.scale, B.q);
+    load_normalized<P>(A.k, (t * A.H + h) * A.K, A.K, A.l2norm, A.eps, 1.0f, B.k);
+    P::load_row(elem(A.v, (t * A.HV + hv) * A.V), A.v.dt, B.v, A.V);
+}
+
+struct DecodeCtx {
+    const DecodeArgs* args;
+    const Scratch* scratch;
+};
+
+template <class P, DType SD>
+void decode_item(void* ctx, int64_t item, int tid) {
+    const auto& c = *static_cast<DecodeCtx*>(ctx);
+    const DecodeArgs& A = *c.args;
+    const int64_t n = item / A.HV, hv = item % A.HV;
+    const int64_t slot = A.indices[n];
+    if (slot < 0) return;
+    StepBuffers B(reinterpret_cast<float*>(c.scratch->at(tid)), A.K, A.V);
+    load_token<P>(A, B, n, hv);
+    float g, beta;
+    gates(A, n, hv, &g, &beta);
+    void* st = state_row(A.state, slot, hv * A.K * A.V);
+    delta_step<P, SD>(B, A.K, A.V, std::exp(g), beta, st, st, false);
+    P::store_row(B.o, static_cast<char*>(A.out) + (n * A.HV + hv) * A.V * dtype_bytes(A.out_dt),
+                 A.out_dt, A.V);
+}
+
+// Spec decode: resume from slot indices[n, max(accepted-1, 0)] (negative: padding sequence),
+// token t's state is stored to indices[n, t] and the next token continues from the stored value.
+template <class P, DType SD>
+void spec_item(void* ctx, int64_t item, int tid) {
+    const auto& c = *static_cast<DecodeCtx*>(ctx);
+    const DecodeArgs& A = *c.args;
+    const int64_t n = item / A.HV, hv = item % A.HV;
+    const int32_t* idx = A.indices + n * A.index_cols;
+    const int64_t first = std::max<int64_t>(A.num_accepted[n] - 1, 0);
+    const int64_t src_slot = idx[first];
+    const int64_t t0 = A.cu_seqlens[n], t1 = A.cu_seqlens[n + 1];
+    if (src_slot < 0) return;
+    StepBuffers B(reinterpret_cast<float*>(c.scratch->at(tid)), A.K, A.V);
+    const void* src = state_row(A.state, src_slot, hv * A.K * A.V);
+    for (int64_t t = t0; t < t1; ++t) {
+        load_token<P>(A, B, t, hv);
+        float g, beta;
+        gates(A, t, hv, &g, &beta);
+        void* dst = state_row(A.state, idx[t - t0], hv * A.K * A.V);
+        delta_step<P, SD>(B, A.K, A.V, std::exp(g), beta, t == t0 ? src : nullptr, dst, t + 1 < t1);
+        P::store_row(B.o, static_cast<char*>(A.out) + (t * A.HV + hv) * A.V * dtype_bytes(A.out_dt),
+                     A.out_dt, A.V);
+    }
+}
+
+template <class P, template <class, DType> class Item>
+void run_decode_like(const DecodeArgs& A) {
+    Scratch scratch(A.num_threads, StepBuffers::floats(A.K, A.V) * 4);
+    DecodeCtx ctx{&A, &scratch};
+    const int64_t items = A.N * A.HV;
+    switch (A.state.dt) {
+        case DType::F32: parallel_for(items, A.num_threads, &ctx, Item<P, DType::F32>::fn); break;
+        case DType::BF16: parallel_for(items, A.num_threads, &ctx, Item<P, DType::BF16>::fn); break;
+        case DType::F16: parallel_for(items, A.num_threads, &ctx, Item<P, DType::F16>::fn); break;
+    }
+}
+
+template <class P, DType SD> struct DecodeItem { static constexpr ItemFn fn = decode_item<P, SD>; };
+template <class P, DType SD> struct SpecItem { static constexpr ItemFn fn = spec_item<P, SD>; };
+
+template <class P> void decode(const DecodeArgs& A) { run_decode_like<P, DecodeItem>(A); }
+template <class P> void spec_decode(const DecodeArgs& A) { run_decode_like<P, SpecItem>(A); }
+
+// ---------------------------------------------------------------------------------------------
+// Chunked prefill.
+
+// Buffers of one (sequence, value head) task; C = kChunk rows, fp32 unless named *_bf.
+struct ChunkBuffers {
+    float *S, *q, *k, *v, *G, *beta, *D, *KK, *QK, *T, *X, *Y, *W, *U, *Vn, *Qg, *O, *KdT;
+    uint16_t *Ka_bf, *KbT_bf, *Qa_bf, *Ta_bf, *Xb_bf, *Yb_bf, *Sb_bf, *Wa_bf, *Qga_bf, *Pa_bf,
+        *Vb_bf, *KdT_bf;
+
+    static int64_t floats(int64_t K, int64_t V) {
+        const int64_t C = kChunk;
+        return K * V + 6 * C * K + 5 * C * V + 4 * C * C + 2 * C;  // S; q k X W Qg KdT; v Y U Vn O; D KK QK T; G beta
+    }
+    static int64_t halves(int64_t K, int64_t V) {
+        const int64_t C = kChunk;
+        return 7 * C * K + 2 * C * V + 2 * C * C + K * V;  // Ka KbT Qa Xb Wa Qga KdT; Yb Vb; Ta Pa; Sb
+    }
+    static int64_t bytes(int64_t K, int64_t V) { return floats(K, V) * 4 + halves(K, V) * 2; }
+
+    ChunkBuffers(char* base, int64_t K, int64_t V) {
+        const int64_t C = kChunk;
+        float* f = reinterpret_cast<float*>(base);
+        auto take = [&f](int64_t n) { float* p = f; f += n; return p; };
+        S = take(K * V); q = take(C * K); k = take(C * K); v = take(C * V);
+        G = take(C); beta = take(C); D = take(C * C); KK = take(C * C); QK = take(C * C);
+        T = take(C * C); X = take(C * K); Y = take(C * V); W = take(C * K); U = take(C * V);
+        Vn = take(C * V); Qg = take(C * K); O = take(C * V); KdT = take(K * C);
+        uint16_t* h = reinterpret_cast<uint16_t*>(f);
+        auto half = [&h](int64_t n) { uint16_t* p = h; h += n; return p; };
+        Ka_bf = half(C * K); KbT_bf = half(K * C); Qa_bf = half(C * K); Ta_bf = half(C * C);
+        Xb_bf = half(C * K); Yb_bf = half(C * V); Sb_bf = half(K * V); Wa_bf = half(C * K);
+        Qga_bf = half(C * K); Pa_bf = half(C * C); Vb_bf = half(C * V); KdT_bf = half(K * C);
+    }
+};
+
+// src: bf16 row-major [R][C2] (pairs along C2) -> pair-interleaved layout of src^T: [C2/2][R][2].
+inline void transpose_pairs(const uint16_t* src, int64_t R, int64_t C2, uint16_t* dst) {
+    const int64_t P2 = C2 / 2;
+    for (int64_t r = 0; r < R; ++r)
+        for (int64_t p = 0; p < P2; ++p)
+            std::memcpy(dst + (p * R + r) * 2, src + (r * P2 + p) * 2, 4);
+}
+
+struct ChunkCtx {
+    const ChunkArgs* args;
+    const Scratch* scratch;
+};
+
+// x <- rd(x): fp32 values rounded to bf16 (nearest even), kept as fp32.
+inline void round_bf16(float* x, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) x[i] = bf16_to_f32(f32_to_bf16(x[i]));
+}
+
+// Loads chunk rows [c0, c0 + L) of sequence tokens into B (rows L..C-1 zero), and the
+// chunk-local cumulative decay G (padded rows repeat G[L-1]).
+template <class P>
+void load_chunk(const ChunkArgs& A, ChunkBuffers& B, int64_t c0, int64_t L, int64_t hv) {
+    const int64_t C = kChunk, K = A.K, V = A.V, h = hv / (A.HV / A.H);
+    float cum = 0.0f;
+    for (int64_t i = 0; i < C; ++i) {
+        if (i < L) {
+            const int64_t t = c0 + i;
+            load_normalized<P>(A.q, (t * A.H + h) * K, K, A.l2norm, A.eps, A.scale, B.q + i * K);
+            load_normalized<P>(A.k, (t * A.H + h) * K, K, A.l2norm, A.eps, 1.0f, B.k + i * K);
+            P::load_row(elem(A.v, (t * A.HV + hv) * V), A.v.dt, B.v + i * V, V);
+            cum += load_scalar(A.g.p, A.g.dt, t * A.HV + hv);
+            B.beta[i] = load_scalar(A.beta.p, A.beta.dt, t * A.HV + hv);
+        } else {
+            std::fill(B.q + i * K, B.q + (i + 1) * K, 0.0f);
+            std::fill(B.k + i * K, B.k + (i + 1) * K, 0.0f);
+            std::fill(B.v + i * V, B.v + (i + 1) * V, 0.0f);
+            B.beta[i] = 0.0f;
+        }
+        B.G[i] = cum;
+    }
+    for (int64_t i = 0; i < C; ++i)
+        for (int64_t j = 0; j < C; ++j) B.D[i * C + j] = j <= i ? std::exp(B.G[i] - B.G[j]) : 0.0f;
+    round_bf16(B.q, C * K);
+    round_bf16(B.k, C * K);
+}
+
+// One chunk of one (sequence, value head): reads/updates the fp32 state B.S, writes O rows.
+template <class P>
+void chunk_step(const ChunkArgs& A, ChunkBuffers& B, int64_t c0, int64_t L, int64_t hv) {
+    const int C = kChunk, K = int(A.K), V = int(A.V);
+    load_chunk<P>(A, B, c0, L, hv);
+    // Intra-chunk: KK = kn kn^T, QK = qn kn^T (kn, qn are bf16 values already).
+    P::pack_a(B.k, K, C, K, B.Ka_bf);
+    transpose_pairs(B.Ka_bf, C, K, B.KbT_bf);
+    P::gemm(C, C, K, B.Ka_bf, B.KbT_bf, B.KK, C, false);
+    P::pack_a(B.q, K, C, K, B.Qa_bf);
+    P::gemm(C, C, K, B.Qa_bf, B.KbT_bf, B.QK, C, false);
+    // T = (I + M)^-1 by forward substitution, row i = e_i - sum_{m<i} M[i,m] T[m,:].
+    std::fill(B.T, B.T + C * C, 0.0f);
+    for (int i = 0; i < C; ++i) {
+        float* __restrict Ti = B.T + i * C;
+        Ti[i] = 1.0f;
+        for (int m = 0; m < i; ++m) {
+            const float mim = bf16_to_f32(f32_to_bf16(B.beta[i] * B.KK[i * C + m] * B.D[i * C + m]));
+            const float* __restrict Tm = B.T + m * C;
+            for (int j = 0; j <= m; ++j) Ti[j] -= mim * Tm[j];
+        }
+    }
+    for (int i = 0; i < C; ++i) {
+        const float bx = B.beta[i] * std::exp(B.G[i]), by = B.beta[i];
+        for (int j = 0; j < K; ++j) B.X[i * K + j] = bx * B.k[i * K + j];
+        for (int j = 0; j < V; ++j) B.Y[i * V + j] = by * B.v[i * V + j];
+    }
+    P::pack_a(B.T, C, C, C, B.Ta_bf);
+    P::pack_b(B.X, K, C, K, B.Xb_bf);
+    P::pack_b(B.Y, V, C, V, B.Yb_bf);
+    P::gemm(C, K, C, B.Ta_bf, B.Xb_bf, B.W, K, false);
+    P::gemm(C, V, C, B.Ta_bf, B.Yb_bf, B.U, V, false);
+    // Inter-chunk: Vn = U - rd(W) rd(S), with U a bf16 value (Vn is rounded by pack_b below).
+    P::pack_b(B.S, V, K, V, B.Sb_bf);
+    P::pack_a(B.W, K, C, K, B.Wa_bf);
+    P::gemm(C, V, K, B.Wa_bf, B.Sb_bf, B.Vn, V, false);
+    for (int64_t i = 0; i < int64_t(C) * V; ++i) B.Vn[i] = bf16_to_f32(f32_to_bf16(B.U[i])) - B.Vn[i];
+    // O = rd(qn exp(G)) rd(S) + rd(lower(QK * D)) rd(Vn).
+    for (int i = 0; i < C; ++i) {
+        const float e = std::exp(B.G[i]);
+        for (int j = 0; j < K; ++j) B.Qg[i * K + j] = e * B.q[i * K + j];
+        for (int j = 0; j < C; ++j) B.QK[i * C + j] *= B.D[i * C + j];  // D is zero above the diagonal
+    }
+    P::pack_a(B.Qg, K, C, K, B.Qga_bf);
+    P::gemm(C, V, K, B.Qga_bf, B.Sb_bf, B.O, V, false);
+    P::pack_a(B.QK, C, C, C, B.Pa_bf);
+    P::pack_b(B.Vn, V, C, V, B.Vb_bf);
+    P::gemm(C, V, C, B.Pa_bf, B.Vb_bf, B.O, V, true);
+    const int eo = dtype_bytes(A.out_dt);
+    for (int64_t i = 0; i < L; ++i)
+        P::store_row(B.O + i * V, static_cast<char*>(A.out) + ((c0 + i) * A.HV + hv) * V * eo,
+                     A.out_dt, V);
+    // State: S = exp(G_last) S + rd((kn exp(G_last - G))^T) rd(Vn).
+    const float gl = B.G[L - 1];
+    for (int i = 0; i < C; ++i) {
+        const float e = i < L ? std::exp(gl - B.G[i]) : 0.0f;
+        for (int j = 0; j < K; ++j) B.KdT[j * C + i] = e * B.k[i * K + j];
+    }
+    const float el = std::exp(gl);
+    for (int64_t i = 0; i < int64_t(K) * V; ++i) B.S[i] *= el;
+    P::pack_a(B.KdT, C, K, C, B.KdT_bf);
+    P::gemm(K, V, C, B.KdT_bf, B.Vb_bf, B.S, V, true);
+}
+
+template <class P, DType SD>
+void chunk_item(void* ctx, int64_t item, int tid) {
+    const auto& c = *static_cast<ChunkCtx*>(ctx);
+    const ChunkArgs& A = *c.args;
+    const int64_t n = item / A.HV, hv = item % A.HV;
+    const int64_t slot = A.indices[n];
+    const int64_t t0 = A.cu_seqlens[n], t1 = A.cu_seqlens[n + 1];
+    if (slot < 0) return;
+    ChunkBuffers B(c.scratch->at(tid), A.K, A.V);
+    void* st = state_row(A.state, slot, hv * A.K * A.V);
+    const int64_t KV = A.K * A.V;
+    P::load_row(st, SD, B.S, KV);
+    for (int64_t c0 = t0; c0 < t1; c0 += kChunk) {
+        chunk_step<P>(A, B, c0, std::min<int64_t>(kChunk, t1 - c0), hv);
+        if (SD != DType::F32) {  // write-back point: round the state, carry on from the rounded one
+            P::store_row(B.S, st, SD, KV);
+            P::load_row(st, SD, B.S, KV);
+        }
+    }
+    if (SD == DType::F32) std::memcpy(st, B.S, size_t(KV) * 4);
+}
+
+template <class P>
+void chunk_prefill(const ChunkArgs& A) {
+    Scratch scratch(A.num_threads, ChunkBuffers::bytes(A.K, A.V));
+    ChunkCtx ctx{&A, &scratch};
+    const int64_t items = A.N * A.HV;
+    switch (A.state.dt) {
+        case DType::F32: parallel_for(items, A.num_threads, &ctx, chunk_item<P, DType::F32>); break;
+        case DType::BF16: parallel_for(items, A.num_threads, &ctx, chunk_item<P, DType::BF16>); break;
+        case DType::F16: parallel_for(items, A.num_threads, &ctx, chunk_item<P, DType::F16>); break;
+    }
+}
+
+// Test hook: C[M,N] = rd(A[M,Kd]) rd(B[Kd,N]) through the policy's packing and GEMM.
+template <class P>
+void gemm_bf16(int M, int N, int Kd, const float* A, const float* Bm, float* C) {
+    Scratch s(1, (int64_t(M) * Kd + int64_t(Kd) * N) * 2);
+    uint16_t* a = reinterpret_cast<uint16_t*>(s.at(0));
+    uint16_t* b = a + int64_t(M) * Kd;
+    P::pack_a(A, Kd, M, Kd, a);
+    P::pack_b(Bm, N, Kd, N, b);
+    P::gemm(M, N, Kd, a, b, C, N, false);
+}
+
+}  // namespace
+}  // namespace gdn
+
+// Defines the ISA entry points of gdn_api.hpp in namespace gdn::NS for policy POLICY.
+#define GDN_DEFINE_ISA(NS, POLICY)                                                          \
+    namespace gdn { namespace NS {                                                          \
+    void decode(const DecodeArgs& a) { gdn::decode<POLICY>(a); }                            \
+    void spec_decode(const DecodeArgs& a) { gdn::spec_decode<POLICY>(a); }                  \
+    void chunk_prefill(const ChunkArgs& a) { gdn::chunk_prefill<POLICY>(a); }               \
+    void gemm_bf16(int M, int N, int Kd, const float* A, const float* B, float* C) {        \
+        gdn::gemm_bf16<POLICY>(M, N, Kd, A, B, C);                                          \
+    }                                                                                       \
+    } }
