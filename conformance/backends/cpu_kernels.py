@@ -1,0 +1,86 @@
+"""The C++ GDN kernels (``optimized.cpu``) as three backends, one per code path:
+``cpu-amx``, ``cpu-avx512`` and ``cpu-scalar``.
+
+Each wraps the kernels in the reference's function names and NumPy semantics and lets the gdn
+family's ``run_with`` drive the cell (two-call splits included). ``recurrent`` (any write
+interval) is not implemented: those cells are skips. Rounding model ``bf16-operands``: the chunk
+kernel rounds its GEMM operands to bf16 exactly as ``numpy_ref.chunked(operand_dtype="bfloat16")``;
+the family holds decode and spec decode to the exact oracle whatever the model (they compute in
+fp32 and round only the state).
+"""
+from __future__ import annotations
+
+from conformance.registry import Backend, register
+
+OPS = {"gdn": ("gating", "chunked", "decode", "spec_decode")}
+
+
+class KernelImpl:
+    """The reference's function names over one ISA of ``optimized.cpu`` (float32 outputs)."""
+
+    def __init__(self, isa: str):
+        import optimized.cpu as cpu
+
+        self._cpu = cpu
+        self.isa = isa
+
+    @staticmethod
+    def _check_state(state, state_dtype: str) -> None:
+        if state.dtype.name != state_dtype:
+            raise TypeError(f"state: expected dtype {state_dtype} (state_dtype), got {state.dtype.name}")
+
+    def gating(self, A_log, a, b, dt_bias):
+        return self._cpu.gdn_gating(A_log, a, b, dt_bias)
+
+    def decode(self, q, k, v, A_log, a, b, dt_bias, state, state_indices, *, state_dtype, **kw):
+        self._check_state(state, state_dtype)
+        return self._cpu.gdn_decode(q, k, v, A_log, a, b, dt_bias, state, state_indices, **kw,
+                                    out_dtype="float32", isa=self.isa)
+
+    def spec_decode(self, q, k, v, A_log, a, b, dt_bias, state, spec_state_indices, num_accepted_tokens,
+                    cu_seqlens, *, state_dtype, **kw):
+        self._check_state(state, state_dtype)
+        return self._cpu.gdn_spec_decode(q, k, v, A_log, a, b, dt_bias, state, spec_state_indices,
+                                         num_accepted_tokens, cu_seqlens, **kw, out_dtype="float32",
+                                         isa=self.isa)
+
+    def chunked(self, q, k, v, g, beta, cu_seqlens, state, state_indices, *, state_dtype, chunk_size=64,
+                **kw):
+        self._check_state(state, state_dtype)
+        if chunk_size != 64:
+            raise ValueError(f"chunk_size: the C++ chunk kernel uses 64, got {chunk_size}")
+        return self._cpu.gdn_chunk_prefill(q, k, v, g, beta, cu_seqlens, state, state_indices, **kw,
+                                           out_dtype="float32", isa=self.isa)
+
+
+def _supports(cell) -> str | None:
+    K, V = cell.get("K"), cell.get("V", cell.get("K"))
+    if cell.op == "chunked" and (K % 32 or V % 32 or K > 256 or V > 256):
+        return f"the chunk kernel needs K, V multiples of 32 up to 256 (K={K}, V={V})"
+    if cell.op in ("decode", "spec_decode") and (K > 1024 or V > 1024):
+        return f"decode kernels take K, V up to 1024 (K={K}, V={V})"
+    return None
+
+
+def _make(isa: str) -> Backend:
+    def available() -> tuple[bool, str]:
+        import optimized.cpu as cpu
+
+        built, why = cpu.extension_status()
+        if not built:
+            return False, why
+        return cpu.isa_status()[isa]
+
+    def run(cell, inputs):
+        from conformance import families
+
+        return families.get(cell.family).run_with(KernelImpl(isa), cell, inputs)
+
+    return register(Backend(name=f"cpu-{isa}", ops=OPS, available=available, run=run, supports=_supports,
+                            rounding_model="bf16-operands",
+                            description=f"optimized.cpu C++ kernels, isa={isa!r}"))
+
+
+CPU_AMX = _make("amx")
+CPU_AVX512 = _make("avx512")
+CPU_SCALAR = _make("scalar")
