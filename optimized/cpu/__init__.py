@@ -89,6 +89,8 @@ def _kernel_state(state):
 def _output(q, shape, out_dtype):
     """(array handed to the kernel, array returned to the caller) of ``shape`` in q's framework."""
     name = _dtype_name(q) if out_dtype is None else str(out_dtype).replace("torch.", "")
+    if out_dtype is None and name not in _DTYPE_NAMES:
+        raise TypeError(f"q: expected float32, bfloat16 (or a uint16 view of bf16 bits) or float16, got {name}")
     if name not in _DTYPE_NAMES:
         raise ValueError(f"out_dtype: expected one of {_DTYPE_NAMES} or None (q's dtype), got {out_dtype!r}")
     if _framework(q) == "torch":
