@@ -15,8 +15,7 @@ from dataclasses import dataclass
 import triton
 import triton.language as tl
 
-from optimized.triton.checks import (FLOAT_DTYPES, check_finite, check_positive, check_range,
-                                     check_tensor, capturing)
+from optimized.triton.checks import FLOAT_DTYPES, capturing, check_positive, check_tensor
 from optimized.triton.tq_cache import CacheSpec, cache_spec
 
 MAX_SPLITS = 64
@@ -29,7 +28,8 @@ def interpreting() -> bool:
 class DecodeWorkspace:
     """Buffers of a decode launch, allocated once for the largest batch and reused, so a decode
     allocates nothing per call and can be captured in a CUDA graph: ``q_rot [max_batch, Hq, D]``
-    fp32 and ``partials [max_batch, Hq, max_splits, D + 1]`` fp32."""
+    fp32, ``partials [max_batch, Hq, max_splits, D + 1]`` fp32 and the
+    argument-check flags ``[max_batch, 4]`` int32."""
 
     def __init__(self, max_batch: int, num_q_heads: int, head_size: int, max_splits: int = 32, device="cuda"):
         import torch
@@ -41,6 +41,7 @@ class DecodeWorkspace:
         self.q_rot = torch.empty(max_batch, num_q_heads, head_size, dtype=torch.float32, device=device)
         self.partials = torch.empty(max_batch, num_q_heads, max_splits, head_size + 1, dtype=torch.float32,
                                     device=device)
+        self.flags = torch.empty(max_batch, 4, dtype=torch.int32, device=device)
 
     def fits(self, B: int, Hq: int, D: int, S: int, device) -> str | None:
         """None if a launch of this shape fits, else why not."""
@@ -80,36 +81,84 @@ def check_decode_args(query, kv_cache, block_table, seq_lens, *, preset, layout,
     spec = cache_spec(kv_cache, preset, D, Hk, layout)
     dev = kv_cache.device
     check_tensor("query", query, (B, Hq, D), FLOAT_DTYPES, dev)
-    check_tables(block_table, seq_lens, B if num_seqs is None else num_seqs, spec, kv_cache)
-    check_finite("query", query)
+    check_tables(block_table, seq_lens, B if num_seqs is None else num_seqs, kv_cache)
     if not spec.preset.key_fp8:
         if rotation is None:
             raise ValueError(f"rotation [D, D] is required for the MSE-key preset {spec.preset.name}")
         check_tensor("rotation", rotation, (D, D), ("float32",), dev)
     if sinks is not None:
         check_tensor("sinks", sinks, (Hq,), ("float32",), dev)
-        check_finite("sinks", sinks)
     scale = float(D ** -0.5 if scale is None else scale)
     return DecodeArgs(spec, B, Hq, G, scale, sinks)
 
 
-def check_tables(block_table, seq_lens, B: int, spec: CacheSpec, kv_cache) -> None:
-    """``block_table [B, M]`` int32 (rows contiguous) and ``seq_lens [B]`` int32 in
-    ``[1, M * block_size]``; every block a sequence uses in ``[0, num_blocks)``."""
+def check_tables(block_table, seq_lens, B: int, kv_cache) -> None:
+    """Shapes and dtypes of ``block_table [B, M]`` int32 (rows contiguous) and ``seq_lens [B]``
+    int32; their values are checked by ``validate_values``."""
     dev = kv_cache.device
     check_tensor("block_table", block_table, (B, None), ("int32",), dev)
     check_tensor("seq_lens", seq_lens, (B,), ("int32",), dev)
     if block_table.stride(1) != 1:
         raise ValueError(f"block_table rows must be contiguous, got strides {block_table.stride()}")
-    M = block_table.shape[1]
-    check_positive("block_table columns", M)
-    check_range("seq_lens", seq_lens, 1, M * spec.block_size + 1)
-    if not capturing(block_table):
-        import torch
+    check_positive("block_table columns", block_table.shape[1])
 
-        cols = torch.arange(M, device=dev)[None, :]
-        used = cols * spec.block_size < seq_lens.long()[:, None]
-        check_range("block_table entries (used columns)", block_table[used], 0, kv_cache.shape[0])
+
+@triton.jit
+def _validate_kernel(q_ptr, bt_ptr, seq_lens_ptr, sinks_ptr, flags_ptr, stride_bt, num_blocks, rows_per_seq,
+                     M: tl.constexpr, BS: tl.constexpr, HQD: tl.constexpr, HQ: tl.constexpr,
+                     HAS_SINKS: tl.constexpr, CHUNK: tl.constexpr):
+    """flags[b] = (seq_len out of [1, M*BS], a used block id out of [0, num_blocks), a NaN/Inf in
+    the query rows of sequence b, a NaN/Inf sink): one program per sequence, 0/1 each."""
+    b = tl.program_id(0)
+    L = tl.load(seq_lens_ptr + b)
+    bad_len = (L < 1) | (L > M * BS)
+    used = tl.minimum(tl.maximum(tl.cdiv(L, BS), 0), M)
+    bad_blk = 0
+    for c0 in range(0, M, CHUNK):
+        c = c0 + tl.arange(0, CHUNK)
+        blk = tl.load(bt_ptr + b.to(tl.int64) * stride_bt + c, mask=c < used, other=0)
+        bad_blk = tl.maximum(bad_blk, tl.max(((blk < 0) | (blk >= num_blocks)).to(tl.int32), axis=0))
+    bad_q = 0
+    for r in range(0, rows_per_seq):
+        row = q_ptr + (b.to(tl.int64) * rows_per_seq + r) * HQD
+        for i0 in range(0, HQD, CHUNK):
+            i = i0 + tl.arange(0, CHUNK)
+            x = tl.load(row + i, mask=i < HQD, other=0.0).to(tl.float32)
+            bad_q = tl.maximum(bad_q, tl.max((tl.abs(x) > 3.4e38).to(tl.int32) | (x != x).to(tl.int32), axis=0))
+    bad_sink = 0
+    if HAS_SINKS:
+        for i0 in range(0, HQ, CHUNK):
+            i = i0 + tl.arange(0, CHUNK)
+            x = tl.load(sinks_ptr + i, mask=i < HQ, other=0.0)
+            bad_sink = tl.maximum(bad_sink, tl.max((tl.abs(x) > 3.4e38).to(tl.int32) | (x != x).to(tl.int32), axis=0))
+    tl.store(flags_ptr + b * 4 + 0, bad_len.to(tl.int32))
+    tl.store(flags_ptr + b * 4 + 1, bad_blk)
+    tl.store(flags_ptr + b * 4 + 2, bad_q)
+    tl.store(flags_ptr + b * 4 + 3, bad_sink)
+
+
+def validate_values(query, block_table, seq_lens, sinks, num_blocks: int, block_size: int, flags,
+                    rows_per_seq: int = 1) -> None:
+    """Check the values of a decode's tables and query on the device (one small kernel, one
+    device-to-host copy, no device allocation: ``flags`` is a preallocated int32 ``[>= B, 4]``):
+    ``seq_lens`` in ``[1, M * block_size]``, used block ids in ``[0, num_blocks)``, finite query
+    and sinks. Skipped while a CUDA graph is captured. ``query`` must be contiguous, with
+    ``rows_per_seq`` query rows per sequence (0: the caller checks the query itself)."""
+    if capturing(query):
+        return
+    B, M = block_table.shape
+    Hq, D = query.shape[-2], query.shape[-1]
+    _validate_kernel[(B,)](query, block_table, seq_lens, sinks if sinks is not None else query, flags,
+                           block_table.stride(0), num_blocks, rows_per_seq, M=M, BS=block_size, HQD=Hq * D,
+                           HQ=Hq, HAS_SINKS=sinks is not None, CHUNK=256)
+    bad = flags[:B].cpu().numpy()
+    names = ((0, "seq_lens", f"must be in [1, block_table columns * block_size = {M * block_size}]"),
+             (1, "block_table", f"entries of used columns must be in [0, {num_blocks})"),
+             (2, "query", "contains NaN or Inf"), (3, "sinks", "contains NaN or Inf"))
+    for col, name, what in names:
+        rows = bad[:, col].nonzero()[0]
+        if len(rows):
+            raise ValueError(f"{name} {what} (sequence(s) {rows[:8].tolist()})")
 
 
 def default_num_splits(B: int, Hk: int, max_tokens: int, tile: int, device, max_splits: int) -> int:

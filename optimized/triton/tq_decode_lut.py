@@ -18,7 +18,8 @@ import triton.language as tl
 
 from optimized.triton.tq_common import kv_pointers
 from optimized.triton.tq_decode_launch import (centroid_table, check_decode_args, default_num_splits, interpreting,
-                                               prepare_out, reduce_partials, rotate_queries, workspace_for)
+                                               prepare_out, reduce_partials, rotate_queries, validate_values,
+                                               workspace_for)
 
 PRESETS = ("turboquant_4bit_nc",)
 PRECISIONS = ("exact", "bf16")
@@ -117,6 +118,7 @@ def decode_pair_lut(query, kv_cache, block_table, seq_lens, *, preset, layout, r
                                             block_n, kv_cache.device, max_splits)
     ws = workspace_for(workspace, B, Hq, D, S, kv_cache.device)
     out = prepare_out(out, B, Hq, D, query.dtype, kv_cache.device)
+    validate_values(query.contiguous(), block_table, seq_lens, sinks, kv_cache.shape[0], spec.block_size, ws.flags)
     rotate_queries(query, rotation, ws.q_rot, rotate=True)
     lut = centroid_table(spec.preset, D, kv_cache.device, pairs=True)
     cent = centroid_table(spec.preset, D, kv_cache.device)

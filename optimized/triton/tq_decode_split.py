@@ -12,7 +12,8 @@ import triton.language as tl
 
 from optimized.triton.tq_common import kv_pointers, load_key_tile, load_value_tile
 from optimized.triton.tq_decode_launch import (centroid_table, check_decode_args, default_num_splits, interpreting,
-                                               prepare_out, reduce_partials, rotate_queries, workspace_for)
+                                               prepare_out, reduce_partials, rotate_queries, validate_values,
+                                               workspace_for)
 
 
 @triton.jit
@@ -78,6 +79,7 @@ def decode_split(query, kv_cache, block_table, seq_lens, *, preset, layout, rota
                                             block_n, kv_cache.device, max_splits)
     ws = workspace_for(workspace, B, Hq, D, S, kv_cache.device)
     out = prepare_out(out, B, Hq, D, query.dtype, kv_cache.device)
+    validate_values(query.contiguous(), block_table, seq_lens, sinks, kv_cache.shape[0], spec.block_size, ws.flags)
     p = spec.preset
     rotate_queries(query, rotation, ws.q_rot, rotate=not p.key_fp8)
     cent = centroid_table(p, D, kv_cache.device)

@@ -16,9 +16,10 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from optimized.triton.checks import FLOAT_DTYPES, capturing, check_positive, check_tensor
+from optimized.triton.checks import FLOAT_DTYPES, capturing, check_finite, check_positive, check_tensor
 from optimized.triton.tq_common import kv_pointers, load_key_tile, load_value_tile
-from optimized.triton.tq_decode_launch import centroid_table, check_decode_args, interpreting, rotate_queries
+from optimized.triton.tq_decode_launch import (centroid_table, check_decode_args, interpreting, rotate_queries,
+                                               validate_values)
 from optimized.triton.tq_decode_lut import PRECISIONS, _mma
 
 
@@ -103,6 +104,9 @@ def unified_attention(query, kv_cache, block_table, query_start_loc, seq_lens, m
             raise ValueError(f"query_start_loc must start at 0, rise by >= 1 per sequence and end at T={T}")
         if bool((q_lens > seq_lens.long()).any()) or int(q_lens.max()) > max_query_len:
             raise ValueError("each q_len must be <= its seq_lens entry and <= max_query_len")
+    check_finite("query", query)
+    flags = torch.empty(B, 4, dtype=torch.int32, device=kv_cache.device)
+    validate_values(query, block_table, seq_lens, sinks, kv_cache.shape[0], spec.block_size, flags, rows_per_seq=0)
     if out is None:
         out = torch.empty_like(query)
     check_tensor("out", out, (T, Hq, D), FLOAT_DTYPES, kv_cache.device)
