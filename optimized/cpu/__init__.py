@@ -31,7 +31,7 @@ except ImportError as exc:  # not built: every entry point says so
 ISAS = ("amx", "avx512", "scalar")
 _DTYPE_NAMES = ("float32", "bfloat16", "float16")
 
-__all__ = ["gdn_gating", "gdn_decode", "gdn_spec_decode", "gdn_chunk_prefill", "isa_status",
+__all__ = ["gdn_gating", "gdn_decode", "gdn_spec_decode", "gdn_chunk_prefill", "isa_status", "default_threads",
            "extension_status", "amx_tile_peak_flops", "copy_bandwidth", "gemm_bf16", "ISAS"]
 
 
@@ -118,8 +118,13 @@ def _scale(scale, K: int) -> float:
     return 1.0 / math.sqrt(K) if scale is None else float(scale)
 
 
+def default_threads() -> int:
+    """The default num_threads: the CPUs this process may run on."""
+    return _ext().default_threads()
+
+
 def _threads(num_threads) -> int:
-    return _ext().default_threads() if num_threads is None else int(num_threads)
+    return default_threads() if num_threads is None else int(num_threads)
 
 
 def _shape(x, name: str, ndim: int) -> tuple:
