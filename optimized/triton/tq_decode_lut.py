@@ -36,6 +36,22 @@ def _mma(a, b, BF16: tl.constexpr):
 
 
 @triton.jit
+def _load_tile(cache_ptr, blk, t, live, h, stride_blk, HK: tl.constexpr, BS: tl.constexpr,
+               KEY_BYTES: tl.constexpr, VAL_BYTES: tl.constexpr, D: tl.constexpr):
+    """Raw bytes of a tile of tokens ``t`` (block ids ``blk``) of kv head h: key and value bytes
+    ``[N, D/2]`` int32, k_scalar, v_scale, v_zero ``[N]`` fp32 (rows outside ``live``: 0)."""
+    key, val, knorm, vscale, vzero = kv_pointers(cache_ptr, blk, t % BS, h, stride_blk, 0, 0,
+                                                 True, False, HK, BS, KEY_BYTES, VAL_BYTES)
+    j = tl.arange(0, D // 2)
+    kb = tl.load(key[:, None] + j[None, :], mask=live[:, None], other=0).to(tl.int32)
+    vb = tl.load(val[:, None] + j[None, :], mask=live[:, None], other=0).to(tl.int32)
+    kn = tl.load(knorm, mask=live, other=0.0).to(tl.float32)
+    vs = tl.load(vscale, mask=live, other=0.0).to(tl.float32)
+    vz = tl.load(vzero, mask=live, other=0.0).to(tl.float32)
+    return kb, vb, kn, vs, vz
+
+
+@triton.jit
 def _lut_kernel(q_ptr, cache_ptr, bt_ptr, seq_lens_ptr, lut_ptr, cent_ptr, sinks_ptr, part_ptr,
                 stride_blk, stride_bt, scale,
                 D: tl.constexpr, HK: tl.constexpr, BS: tl.constexpr, KEY_BYTES: tl.constexpr,
@@ -54,7 +70,6 @@ def _lut_kernel(q_ptr, cache_ptr, bt_ptr, seq_lens_ptr, lut_ptr, cent_ptr, sinks
         rm = r < G
         hq = h * G + r
         d = tl.arange(0, D)
-        j = tl.arange(0, D // 2)
         q = tl.load(q_ptr + (b.to(tl.int64) * HQ + hq)[:, None] * D + d[None, :], mask=rm[:, None], other=0.0)
         m = tl.full((BLOCK_M,), float("-inf"), tl.float32)
         l = tl.zeros((BLOCK_M,), tl.float32)
@@ -63,31 +78,35 @@ def _lut_kernel(q_ptr, cache_ptr, bt_ptr, seq_lens_ptr, lut_ptr, cent_ptr, sinks
                 m = tl.load(sinks_ptr + hq, mask=rm, other=float("-inf"))
                 l = tl.where(rm, 1.0, 0.0)
         acc = tl.zeros((BLOCK_M, D), tl.float32)
+        # Software prefetch: a tile's bytes are loaded one iteration before use and its block ids
+        # two, so their memory latency overlaps the previous tile's arithmetic.
+        row = bt_ptr + b.to(tl.int64) * stride_bt
+        t = start + tl.arange(0, BLOCK_N)
+        kb, vb, kn, vs, vz = _load_tile(cache_ptr, tl.load(row + t // BS, mask=t < end, other=0), t, t < end, h,
+                                        stride_blk, HK, BS, KEY_BYTES, VAL_BYTES, D)
+        blk_next = tl.load(row + (t + BLOCK_N) // BS, mask=t + BLOCK_N < end, other=0)
         for t0 in range(start, end, BLOCK_N):
             t = t0 + tl.arange(0, BLOCK_N)
             live = t < end
-            blk = tl.load(bt_ptr + b.to(tl.int64) * stride_bt + t // BS, mask=live, other=0)
-            key, val, knorm, vscale, vzero = kv_pointers(cache_ptr, blk, t % BS, h, stride_blk, 0, 0,
-                                                         True, False, HK, BS, KEY_BYTES, VAL_BYTES)
-            kb = tl.load(key[:, None] + j[None, :], mask=live[:, None], other=0).to(tl.int32)
+            blk_after = tl.load(row + (t + 2 * BLOCK_N) // BS, mask=t + 2 * BLOCK_N < end, other=0)
+            kb_n, vb_n, kn_n, vs_n, vz_n = _load_tile(cache_ptr, blk_next, t + BLOCK_N, t + BLOCK_N < end, h,
+                                                      stride_blk, HK, BS, KEY_BYTES, VAL_BYTES, D)
             if PAIR_LUT:
                 pair = tl.load(lut_ptr + kb[:, :, None] * 2 + tl.arange(0, 2)[None, None, :])
                 c = tl.reshape(pair, (BLOCK_N, D))
             else:
                 c = tl.interleave(tl.load(cent_ptr + (kb & 15)), tl.load(cent_ptr + (kb >> 4)))
-            kn = tl.load(knorm, mask=live, other=0.0).to(tl.float32)
             x = _mma(q, tl.trans(c * kn[:, None]), BF16) * scale
             x = tl.where(live[None, :], x, float("-inf"))
             m_new = tl.maximum(m, tl.max(x, axis=1))
             alpha = tl.exp(m - m_new)
             p = tl.exp(x - m_new[:, None])
             l = l * alpha + tl.sum(p, axis=1)
-            vb = tl.load(val[:, None] + j[None, :], mask=live[:, None], other=0).to(tl.int32)
             vc = tl.interleave(vb & 15, vb >> 4).to(tl.float32)
-            vs = tl.load(vscale, mask=live, other=0.0).to(tl.float32)
-            vz = tl.load(vzero, mask=live, other=0.0).to(tl.float32)
             acc = acc * alpha[:, None] + _mma(p, vc * vs[:, None] + vz[:, None], BF16)
             m = m_new
+            kb, vb, kn, vs, vz = kb_n, vb_n, kn_n, vs_n, vz_n
+            blk_next = blk_after
         base = part_ptr + ((b.to(tl.int64) * HQ + hq) * MAXS + s) * (D + 1)
         tl.store(base[:, None] + d[None, :], acc / l[:, None], mask=rm[:, None])
         tl.store(base + D, m + tl.log(l), mask=rm)
@@ -95,7 +114,7 @@ def _lut_kernel(q_ptr, cache_ptr, bt_ptr, seq_lens_ptr, lut_ptr, cent_ptr, sinks
 
 def decode_pair_lut(query, kv_cache, block_table, seq_lens, *, preset, layout, rotation=None, scale=None,
                     sinks=None, num_kv_splits=None, workspace=None, out=None, precision=None, pair_lut=True,
-                    block_n=None):
+                    block_n=None, num_warps=4):
     """Like ``tq_decode_split.decode_split`` (same arguments and result) for SoA
     ``turboquant_4bit_nc`` caches; ``precision`` "exact" or "bf16" (default: bf16 on a GPU, exact
     in the interpreter, whose bf16 arithmetic is broken)."""
@@ -128,6 +147,6 @@ def decode_pair_lut(query, kv_cache, block_table, seq_lens, *, preset, layout, r
         D=D, HK=spec.num_kv_heads, BS=spec.block_size, KEY_BYTES=spec.key_bytes, VAL_BYTES=spec.value_bytes,
         HQ=Hq, G=a.G, S=S, MAXS=ws.max_splits, HAS_SINKS=sinks is not None,
         BLOCK_M=max(16, triton.next_power_of_2(a.G)), BLOCK_N=block_n, PAIR_LUT=pair_lut,
-        BF16=precision == "bf16", num_warps=4)
+        BF16=precision == "bf16", num_warps=num_warps)
     reduce_partials(ws, seq_lens, out, S)
     return out
