@@ -35,9 +35,14 @@ def _round_trip(x, dtype_name):
     return x.astype(jnp.float32).astype(jnp.dtype(dtype_name)).astype(x.dtype)
 
 
-def _stored(x, dtype_name):
-    """The value stored in a pool of ``dtype_name``: fp32 first, then nearest even."""
-    return x.astype(jnp.float32).astype(jnp.dtype(dtype_name))
+# Which rounding a write-back applies, as a traced code (one compiled program serves all dtypes).
+_ROUNDING = {None: 0, "bfloat16": 1, "float16": 2, "float32": 3}
+
+
+def _round_by_code(x, code):
+    """Round trip of x through the pool dtype named by ``code`` (0: no rounding)."""
+    options = [_round_trip(x, name) for name in ("bfloat16", "float16", "float32")]
+    return jnp.select([code == 1, code == 2, code == 3], options, x)
 
 
 def _softplus(x):
@@ -84,16 +89,15 @@ def _scalars(scale, eps, cdt):
     return np.asarray(0.0 if scale is None else scale, cdt), np.asarray(eps, cdt)
 
 
-@partial(jax.jit, static_argnames=("HV", "use_qk_l2norm", "fused_gating", "round_to", "pool_dtype",
-                                   "emit_states"))
-def _token_scan(S0, q, k, v, x1, x2, gate_params, valid, write, scale, eps, *, HV, use_qk_l2norm,
-                fused_gating, round_to, pool_dtype, emit_states):
+@partial(jax.jit, static_argnames=("HV", "use_qk_l2norm", "fused_gating", "emit_states"))
+def _token_scan(S0, q, k, v, x1, x2, gate_params, valid, write, scale, eps, round_code, *, HV,
+                use_qk_l2norm, fused_gating, emit_states):
     """The recurrent form for a grid of sequences.
 
     S0 [N,HV,K,V]; q, k [L,N,H,K]; v [L,N,HV,V]; (x1, x2) = (g, beta) or, with fused gating,
     (a, b) [L,N,HV] and gate_params = (A_log, dt_bias); valid, write [L,N].
-    Returns o [L,N,HV,V] float32, the final state in ``pool_dtype`` and (emit_states) every
-    token's stored state [L,N,HV,K,V].
+    Returns o [L,N,HV,V] float32, the final state as float32 and (emit_states) every token's
+    state [L,N,HV,K,V] (float32 holding values of the pool dtype once rounded).
     """
     qs, ks = _prepare_qk(q, k, HV, scale, use_qk_l2norm, eps)
     g, beta = _gates(*gate_params[:1], x1, x2, gate_params[1]) if fused_gating else (x1, x2)
@@ -104,17 +108,16 @@ def _token_scan(S0, q, k, v, x1, x2, gate_params, valid, write, scale, eps, *, H
         u = b_t[..., None] * (v_t - jnp.einsum("nhk,nhkv->nhv", k_t, S_dec))
         S_new = S_dec + k_t[..., :, None] * u[..., None, :]
         o_t = jnp.einsum("nhk,nhkv->nhv", q_t, S_new)
-        if round_to is not None:
-            S_new = jnp.where(write_t[:, None, None, None], _round_trip(S_new, round_to), S_new)
+        S_new = jnp.where(write_t[:, None, None, None], _round_by_code(S_new, round_code), S_new)
         S_new = jnp.where(valid_t[:, None, None, None], S_new, S)
-        return S_new, (o_t.astype(jnp.float32), _stored(S_new, pool_dtype) if emit_states else None)
+        return S_new, (o_t.astype(jnp.float32), S_new.astype(jnp.float32) if emit_states else None)
 
     S, (o, states) = jax.lax.scan(body, S0, (qs, ks, v, g, beta, valid, write))
-    return o, _stored(S, pool_dtype), states
+    return o, S.astype(jnp.float32), states
 
 
 def _run_token_scan(q, k, v, x1, x2, gate_params, cu, seqs, S0, write_every, *, scale, eps, HV,
-                    use_qk_l2norm, round_to, pool_dtype, cdt, emit_states=False):
+                    use_qk_l2norm, round_to, cdt, emit_states=False):
     """Lay the sequences ``seqs`` of packed inputs on a grid and run ``_token_scan``.
 
     Returns (pos, valid, o, S_final, states) with grids [L, width] (width >= len(seqs))."""
@@ -128,9 +131,9 @@ def _run_token_scan(q, k, v, x1, x2, gate_params, cu, seqs, S0, write_every, *, 
     grid = lambda x: _host(x, cdt)[pos]
     o, S, states = _token_scan(S0_pad, grid(q), grid(k), grid(v), grid(x1), grid(x2),
                                tuple(_host(p, cdt) for p in gate_params), valid, write,
-                               *_scalars(scale, eps, cdt), HV=HV, use_qk_l2norm=use_qk_l2norm,
-                               fused_gating=bool(gate_params), round_to=round_to,
-                               pool_dtype=pool_dtype, emit_states=emit_states)
+                               *_scalars(scale, eps, cdt), np.int32(_ROUNDING[round_to]), HV=HV,
+                               use_qk_l2norm=use_qk_l2norm, fused_gating=bool(gate_params),
+                               emit_states=emit_states)
     return pos, valid, np.asarray(o), np.asarray(S)[: seqs.size], states
 
 
@@ -141,25 +144,33 @@ def _scatter_o(T: int, HV: int, V: int, pos, valid, o) -> np.ndarray:
 
 
 def _new_pool(state, slots: np.ndarray, values) -> jnp.ndarray:
+    """A copy of the pool with ``values`` (float32 holding pool-dtype values: exact) in ``slots``."""
     pool = np.array(state)
-    pool[slots] = values
+    pool[slots] = np.asarray(values).astype(pool.dtype)
     return jnp.asarray(pool)
 
 
 # ---------------------------------------------------------------- the ops
 
-@partial(jax.jit, static_argnames=())
+@jax.jit
 def _gating_jit(A_log, a, b, dt_bias):
     g, beta = _gates(A_log, a, b, dt_bias)
     return g.astype(jnp.float32), beta.astype(jnp.float32)
 
 
 def gating(A_log, a, b, dt_bias, *, compute_dtype="float32"):
-    """g = -exp(A_log) * softplus(a + dt_bias) (threshold 20), beta = sigmoid(b); float32 [T, HV]."""
-    arguments.gating(A_log, a, b, dt_bias)
+    """g = -exp(A_log) * softplus(a + dt_bias) (threshold 20), beta = sigmoid(b); float32 [T, HV].
+
+    Elementwise: the host lays the [T, HV] grid (A_log, dt_bias broadcast) flat and pads it to a
+    power of two, so one compiled program serves many shapes."""
+    HV = arguments.gating(A_log, a, b, dt_bias)
+    T = a.shape[0]
     with _precision(compute_dtype):
         cdt = np.dtype(compute_dtype)
-        return _gating_jit(*(_host(x, cdt) for x in (A_log, a, b, dt_bias)))
+        size = _pow2(T * HV, 64)
+        flat = lambda x: np.resize(np.broadcast_to(_host(x, cdt), (T, HV)).ravel(), size)
+        g, beta = _gating_jit(*(flat(x) for x in (A_log, a, b, dt_bias)))
+        return g[: T * HV].reshape(T, HV), beta[: T * HV].reshape(T, HV)
 
 
 def _varlen_scan(q, k, v, x1, x2, gate_params, cu, state, idx, dims, write_every, *, scale,
@@ -174,8 +185,7 @@ def _varlen_scan(q, k, v, x1, x2, gate_params, cu, state, idx, dims, write_every
         pos, valid, o, S, _ = _run_token_scan(
             q, k, v, x1, x2, gate_params, cu, seqs, S0, write_every, scale=scale, eps=l2norm_eps,
             HV=dims.HV, use_qk_l2norm=use_qk_l2norm,
-            round_to=None if state_dtype == "float32" else state_dtype,
-            pool_dtype=state_dtype, cdt=cdt)
+            round_to=None if state_dtype == "float32" else state_dtype, cdt=cdt)
     return jnp.asarray(_scatter_o(dims.T, dims.HV, dims.V, pos, valid, o)), _new_pool(state, idx[seqs], S)
 
 
@@ -217,22 +227,21 @@ def spec_decode(q, k, v, A_log, a, b, dt_bias, state, spec_state_indices, num_ac
         # every token's state is stored and the next token reads it back: round after each token
         pos, valid, o, _, states = _run_token_scan(
             q, k, v, a, b, (A_log, dt_bias), cu, seqs, S0, 1, scale=scale, eps=l2norm_eps, HV=dims.HV,
-            use_qk_l2norm=use_qk_l2norm, round_to=state_dtype, pool_dtype=state_dtype, cdt=cdt,
-            emit_states=True)
+            use_qk_l2norm=use_qk_l2norm, round_to=state_dtype, cdt=cdt, emit_states=True)
     t, j = np.nonzero(valid)
     slots = spec[seqs[j], t]
     return (jnp.asarray(_scatter_o(dims.T, dims.HV, dims.V, pos, valid, o)),
             _new_pool(state, slots, np.asarray(states)[t, j]))
 
 
-@partial(jax.jit, static_argnames=("HV", "use_qk_l2norm", "round_to", "pool_dtype", "bf16_operands"))
-def _chunk_scan(S0, q, k, v, g, beta, valid_chunk, write, scale, eps, *, HV, use_qk_l2norm, round_to,
-                pool_dtype, bf16_operands):
+@partial(jax.jit, static_argnames=("HV", "use_qk_l2norm", "bf16_operands"))
+def _chunk_scan(S0, q, k, v, g, beta, valid_chunk, write, scale, eps, round_code, *, HV, use_qk_l2norm,
+                bf16_operands):
     """The chunked form for a grid of sequences.
 
     S0 [N,HV,K,V]; q, k [nC,N,C,H,K]; v [nC,N,C,HV,V]; g, beta [nC,N,C,HV]; valid_chunk, write [nC,N].
     Positions past a sequence's end carry g = beta = k = v = 0 (they change nothing).
-    Returns (o [nC,N,C,HV,V] float32, final state in ``pool_dtype``).
+    Returns (o [nC,N,C,HV,V] float32, final state as float32).
     """
     rnd = (lambda x: _round_trip(x, "bfloat16")) if bf16_operands else (lambda x: x)
     qs, ks = _prepare_qk(q, k, HV, scale, use_qk_l2norm, eps)
@@ -263,12 +272,11 @@ def _chunk_scan(S0, q, k, v, g, beta, valid_chunk, write, scale, eps, *, HV, use
         v_new = rnd(U_c - W_c @ S_op)
         o_c = Qg_c @ S_op + Aqk_c @ v_new
         S_next = last_c[..., None, None] * S + jnp.swapaxes(to_end_c, -1, -2) @ v_new
-        if round_to is not None:
-            S_next = jnp.where(write_c[:, None, None, None], _round_trip(S_next, round_to), S_next)
+        S_next = jnp.where(write_c[:, None, None, None], _round_by_code(S_next, round_code), S_next)
         return jnp.where(valid_c[:, None, None, None], S_next, S), o_c.astype(jnp.float32)
 
     S, o = jax.lax.scan(body, S0, (W, U, Qg, Aqk, to_end, last, valid_chunk, write))
-    return jnp.swapaxes(o, 2, 3), _stored(S, pool_dtype)
+    return jnp.swapaxes(o, 2, 3), S.astype(jnp.float32)
 
 
 def chunked(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, use_qk_l2norm=True,
@@ -296,8 +304,8 @@ def chunked(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, u
         S0 = np.zeros((width, dims.HV, dims.K, dims.V), cdt)
         S0[: seqs.size] = _host(np.asarray(state)[idx[seqs]], cdt)
         o, S = _chunk_scan(S0, grid(q), grid(k), grid(v), grid(g), grid(beta), valid_chunk, write,
-                           *_scalars(scale, l2norm_eps, cdt), HV=dims.HV, use_qk_l2norm=use_qk_l2norm,
-                           round_to=None if state_dtype == "float32" else state_dtype,
-                           pool_dtype=state_dtype, bf16_operands=bf16_operands)
+                           *_scalars(scale, l2norm_eps, cdt),
+                           np.int32(_ROUNDING[None if state_dtype == "float32" else state_dtype]),
+                           HV=dims.HV, use_qk_l2norm=use_qk_l2norm, bf16_operands=bf16_operands)
     o = _scatter_o(dims.T, dims.HV, dims.V, pos, valid, np.asarray(o))
     return jnp.asarray(o), _new_pool(state, idx[seqs], np.asarray(S)[: seqs.size])

@@ -1,0 +1,1 @@
+"""Plain-torch baselines: what a user runs without custom kernels (the speed anchors)."""
