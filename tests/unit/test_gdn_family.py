@@ -1,0 +1,106 @@
+"""The gdn family: tiers, inputs, run_with and check."""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import reference.gdn.numpy_ref as numpy_ref
+from conformance.cells import make_cell
+from conformance.covering import uncovered_pairs
+from conformance.families import gdn
+
+
+class _Exact:
+    name = "test"
+    rounding_model = "exact"
+
+
+def test_tiers_are_deterministic_unique_and_nested_in_size():
+    sizes = {}
+    for tier in ("smoke", "ci", "full"):
+        cells = gdn.cells(tier)
+        ids = [c.id for c in cells]
+        assert ids == [c.id for c in gdn.cells(tier)]
+        assert len(set(ids)) == len(ids)
+        assert {c.op for c in cells} == set(gdn.OPS)
+        sizes[tier] = len(cells)
+    assert sizes["smoke"] <= 10 < sizes["ci"] < sizes["full"]
+
+
+@pytest.mark.parametrize("op", gdn.OPS)
+def test_ci_covers_every_pair_of_axis_values(op):
+    axes = gdn._axes(op, "ci")
+    cells = [c for c in gdn.cells("ci") if c.op == op]
+    rows = []
+    for c in cells:
+        row = {}
+        for name in axes:
+            if name == "heads":
+                row[name] = (c["H"], c["HV"])
+            elif name == "KV":
+                row[name] = (c["K"], c["V"])
+            else:
+                row[name] = c[name]
+        rows.append(row)
+    missing = [p for p in uncovered_pairs(rows, axes) if gdn._valid(dict(p))]
+    assert not missing
+
+
+def test_ci_has_the_named_corners():
+    ids = [c.id for c in gdn.cells("ci")]
+    assert any("K=128/lens=127+128+129" in i for i in ids)
+    assert any("lens=273" in i and "split=100" in i for i in ids)        # unaligned two-call split
+    assert any("split=64" in i for i in ids) and any("split=37" in i for i in ids)
+    assert any("HV=32" in i for i in ids) and any("HV=12" in i for i in ids)
+    assert any("accepted=S" in i for i in ids) and any("accepted=0" in i for i in ids)
+
+
+def test_inputs_are_independent_bf16_values_with_distinct_head_magnitudes():
+    cell = make_cell("gdn", "chunked", state="bfloat16", H=2, HV=6, K=32, lens=(40, 9), decay="weak",
+                     slots="padded", split=None)
+    x = gdn.make_inputs(cell)
+    assert not np.array_equal(x["q"], x["k"])
+    for name in ("q", "k", "v", "beta"):
+        assert x[name].dtype == np.float32
+        np.testing.assert_array_equal(x[name], x[name].astype(ml_dtypes.bfloat16).astype(np.float32))
+    head_rms = np.sqrt((x["v"] ** 2).mean(axis=(0, 2)))
+    assert np.all(np.diff(head_rms) > 0)                     # 0.5 .. 2, increasing per value head
+    assert x["state"].dtype == np.dtype(ml_dtypes.bfloat16)
+    idx = x["state_indices"]
+    assert -1 in idx and not np.array_equal(idx[idx >= 0], np.arange((idx >= 0).sum()))
+
+
+def test_check_passes_the_reference_and_names_its_oracle():
+    cell = gdn.cells("smoke")[2]
+    x = gdn.make_inputs(cell)
+    out = gdn.run_with(numpy_ref, cell, {**x, "state": x["state"].copy()})
+    result = gdn.check(cell, _Exact, x, out)
+    assert result.status == "pass", result.reason
+    assert "float64" in result.quality["oracle"]
+    assert result.quality["state_rel_l2_vs_fp32_state"] > 0     # bf16 state drifts from fp32 truth
+
+
+def test_check_fails_a_write_to_an_untouched_slot():
+    cell = gdn.cells("smoke")[1]
+    x = gdn.make_inputs(cell)
+    out = gdn.run_with(numpy_ref, cell, {**x, "state": x["state"].copy()})
+    idx = x["state_indices"]
+    spare = np.setdiff1d(np.arange(x["state"].shape[0]), idx[idx >= 0])[0]
+    out["state"][spare, 0, 0, 0] += 1.0
+    result = gdn.check(cell, _Exact, x, out)
+    assert result.status == "fail" and "untouched_slots" in result.reason
+
+
+def test_bf16_operand_backends_get_the_operand_oracle_and_others_the_exact_one():
+    chunk = gdn.cells("smoke")[2]
+    assert gdn.oracle_kind(chunk, "bf16-operands") == "bf16-operands"
+    assert gdn.oracle_kind(gdn.cells("smoke")[3], "bf16-operands") == "exact"
+    with pytest.raises(ValueError, match="rounding_model"):
+        gdn.oracle_kind(chunk, "fp8")
+
+
+def test_oracles_are_cached_per_cell_and_kind():
+    cell = gdn.cells("smoke")[3]
+    x = gdn.make_inputs(cell)
+    assert gdn.oracle(cell, x, "exact") is gdn.oracle(cell, x, "exact")
