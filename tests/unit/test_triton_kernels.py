@@ -1,0 +1,88 @@
+"""The Triton TurboQuant kernels against the NumPy reference (interpreter on the CPU, native on a
+GPU), in their fp32 ("exact") form: the store writes the reference's bytes; split-KV, pair-LUT and
+unified decodes equal the reference decode to fp32 summation order; unified attention is causal
+over prefill chunks."""
+import numpy as np
+import pytest
+
+from tests.unit.tq_triton_helpers import DEVICE, R, make_case, t  # noqa: E402  (sets TRITON_INTERPRET)
+
+import torch  # noqa: E402
+
+from optimized.triton.tq_decode_lut import decode_pair_lut  # noqa: E402
+from optimized.triton.tq_decode_split import decode_split  # noqa: E402
+from optimized.triton.tq_store import store  # noqa: E402
+from optimized.triton.tq_unified import unified_attention  # noqa: E402
+
+ATOL = 2e-5  # fp32 attention with O(1) values: summation-order differences of a few ulps
+
+
+@pytest.mark.parametrize("layout", ["aos", "soa"])
+@pytest.mark.parametrize("preset", list(R.PRESETS))
+def test_store_writes_the_reference_bytes(preset, layout):
+    rng = np.random.default_rng(1)
+    p, D, Hk, bs, N = R.preset(preset), 64, 2, 16, 6
+    rot = None if p.key_fp8 else R.random_rotation(D, 2)
+    key = rng.standard_normal((N, Hk, D)).astype(np.float32) * 3
+    value = rng.standard_normal((N, Hk, D)).astype(np.float32)
+    value[0, 0, 5] = -70000.0  # beyond fp16: the zero point must be clamped, not -inf
+    slots = rng.permutation(4 * bs)[:N].astype(np.int64)
+    slots[2] = -1
+    want = np.full((4, bs, Hk, p.slot_size(D)), 0x5A, np.uint8)
+    R.store(want, key, value, slots, preset, layout, rot)
+    got = t(np.full(want.shape, 0x5A, np.uint8))
+    store(got, t(key), t(value), t(slots), preset=preset, layout=layout, rotation=t(rot))
+    np.testing.assert_array_equal(got.cpu().numpy(), want)
+
+
+CASES = [(p, lay) for p in R.PRESETS for lay in ("aos", "soa")]
+
+
+@pytest.mark.parametrize("splits", [1, 3])
+@pytest.mark.parametrize("preset,layout", CASES)
+def test_split_decode_equals_reference(preset, layout, splits):
+    q, cache, bt, lens, rot, sk = make_case(preset, layout, sinks=splits == 3)
+    want = R.decode(q, cache, bt, lens, preset, layout, rot, sinks=sk)
+    got = decode_split(t(q), t(cache), t(bt), t(lens), preset=preset, layout=layout, rotation=t(rot),
+                       sinks=t(sk), num_kv_splits=splits)
+    np.testing.assert_allclose(got.cpu().numpy(), want, atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("pair_lut", [True, False])
+@pytest.mark.parametrize("G,splits", [(1, 1), (6, 2)])
+def test_pair_lut_decode_equals_reference(G, splits, pair_lut):
+    q, cache, bt, lens, rot, sk = make_case("turboquant_4bit_nc", "soa", G=G, lens=(70, 33, 1), sinks=splits > 1)
+    want = R.decode(q, cache, bt, lens, "turboquant_4bit_nc", "soa", rot, sinks=sk)
+    got = decode_pair_lut(t(q), t(cache), t(bt), t(lens), preset="turboquant_4bit_nc", layout="soa",
+                          rotation=t(rot), sinks=t(sk), num_kv_splits=splits, pair_lut=pair_lut, block_n=16,
+                          precision="exact")
+    np.testing.assert_allclose(got.cpu().numpy(), want, atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("preset", list(R.PRESETS))
+def test_unified_decode_equals_reference(preset):
+    q, cache, bt, lens, rot, sk = make_case(preset, "soa", G=4, sinks=True)
+    want = R.decode(q, cache, bt, lens, preset, "soa", rot, sinks=sk)
+    qsl = torch.arange(len(lens) + 1, dtype=torch.int32, device=DEVICE)
+    got = unified_attention(t(q), t(cache), t(bt), qsl, t(lens), 1, preset=preset, rotation=t(rot), sinks=t(sk),
+                            precision="exact")
+    np.testing.assert_allclose(got.cpu().numpy(), want, atol=ATOL, rtol=0)
+
+
+def test_unified_prefill_is_causal_per_token_decode():
+    """Query row i of a q_len-token chunk sees exactly the first seq_len - q_len + i + 1 keys."""
+    preset = "turboquant_k3v4_nc"
+    q, cache, bt, lens, rot, _ = make_case(preset, "soa", G=2, lens=(9, 40))
+    q_lens = [3, 20]
+    rng = np.random.default_rng(5)
+    Q = rng.standard_normal((sum(q_lens), q.shape[1], q.shape[2])).astype(np.float32)
+    want, row = [], 0
+    for b, (L, ql) in enumerate(zip(lens, q_lens)):
+        for i in range(ql):
+            want.append(R.decode(Q[row:row + 1], cache, bt[b:b + 1], np.array([L - ql + i + 1], np.int32),
+                                 preset, "soa", rot)[0])
+            row += 1
+    qsl = torch.tensor([0, q_lens[0], sum(q_lens)], dtype=torch.int32, device=DEVICE)
+    got = unified_attention(t(Q), t(cache), t(bt), qsl, t(lens), max(q_lens), preset=preset, rotation=t(rot),
+                            precision="exact")
+    np.testing.assert_allclose(got.cpu().numpy(), np.stack(want), atol=ATOL, rtol=0)
