@@ -1,0 +1,131 @@
+"""Every Triton TurboQuant launcher refuses bad input before launching, with an error naming the
+argument: cache size vs preset/layout/head size, out-of-range block ids and slots, bad seq_lens,
+non-integer group ratio, unsupported head size, NaN, wrong dtypes, wrong kernel/preset pairing."""
+import numpy as np
+import pytest
+
+from tests.unit.tq_triton_helpers import DEVICE, R, make_case, t  # noqa: E402  (sets TRITON_INTERPRET)
+
+import torch  # noqa: E402
+
+from optimized.triton.tq_decode_launch import DecodeWorkspace  # noqa: E402
+from optimized.triton.tq_decode_lut import decode_pair_lut  # noqa: E402
+from optimized.triton.tq_decode_split import decode_split  # noqa: E402
+from optimized.triton.tq_store import store  # noqa: E402
+from optimized.triton.tq_unified import unified_attention  # noqa: E402
+
+P = "turboquant_4bit_nc"
+
+
+@pytest.fixture(scope="module")
+def case():
+    q, cache, bt, lens, rot, _ = make_case(P, "soa", G=2, lens=(5, 20))
+    return dict(q=t(q), cache=t(cache), bt=t(bt), lens=t(lens), rot=t(rot))
+
+
+def _decode(c, **over):
+    a = dict(query=c["q"], kv_cache=c["cache"], block_table=c["bt"], seq_lens=c["lens"])
+    kw = dict(preset=P, layout="soa", rotation=c["rot"])
+    for k, v in over.items():
+        (a if k in a else kw)[k] = v
+    return decode_split(a["query"], a["kv_cache"], a["block_table"], a["seq_lens"], **kw)
+
+
+@pytest.mark.parametrize("change,match", [
+    (dict(preset="turboquant_k3v4_nc"), "kv_cache must have shape"),       # slot size of another preset
+    (dict(layout="diagonal"), "layout"),
+    (dict(seq_lens=torch.tensor([0, 5], dtype=torch.int32)), "seq_lens"),
+    (dict(seq_lens=torch.tensor([5, 10_000], dtype=torch.int32)), "seq_lens"),
+    (dict(seq_lens=torch.tensor([5, 20], dtype=torch.int64)), "seq_lens"),
+    (dict(block_table="out_of_range"), "block_table"),
+    (dict(block_table="int64"), "block_table"),
+    (dict(query="nan"), "query"),
+    (dict(query="heads5"), "multiple of the cache's kv heads"),
+    (dict(query="d32"), "head size"),
+    (dict(rotation=None), "rotation"),
+    (dict(sinks=torch.zeros(3)), "sinks"),
+])
+def test_decode_rejects_bad_input(case, change, match):
+    over = {}
+    for k, v in change.items():
+        if k == "block_table":
+            bt = case["bt"].clone()
+            if v == "out_of_range":
+                bt[1, 0] = case["cache"].shape[0]
+            else:
+                bt = bt.long()
+            over[k] = bt
+        elif k == "query":
+            q = case["q"].clone()
+            if v == "nan":
+                q[1, 0, 3] = float("nan")
+            elif v == "heads5":
+                q = q[:, :3].contiguous()
+            else:
+                q = q[:, :, :32].contiguous()
+            over[k] = q
+        elif isinstance(v, torch.Tensor):
+            over[k] = v.to(DEVICE)
+        else:
+            over[k] = v
+    with pytest.raises((ValueError, TypeError), match=match):
+        _decode(case, **over)
+
+
+def test_unused_block_table_columns_may_hold_anything(case):
+    bt = case["bt"].clone()
+    bt[0, -1] = -7  # sequence 0 (5 tokens) uses column 0 only
+    _decode(case, block_table=bt)
+
+
+def test_workspace_too_small_is_refused(case):
+    ws = DecodeWorkspace(1, case["q"].shape[1], case["q"].shape[2], device=DEVICE)
+    with pytest.raises(ValueError, match="workspace"):
+        _decode(case, workspace=ws)
+
+
+def test_pair_lut_refuses_other_presets_and_layouts(case):
+    with pytest.raises(ValueError, match="preset/layout"):
+        decode_pair_lut(case["q"], case["cache"], case["bt"], case["lens"], preset=P, layout="aos",
+                        rotation=case["rot"])
+
+
+def test_unified_refuses_bad_query_start_loc(case):
+    qsl = torch.tensor([0, 2, 2], dtype=torch.int32, device=DEVICE)  # second sequence has no token
+    q = case["q"][:2].contiguous()
+    with pytest.raises(ValueError, match="query_start_loc"):
+        unified_attention(q, case["cache"], case["bt"], qsl, case["lens"], 2, preset=P, rotation=case["rot"])
+
+
+def _store_args(N=4, Hk=2, D=64, bs=16, nb=3, preset=P, layout="aos"):
+    rng = np.random.default_rng(0)
+    p = R.preset(preset)
+    cache = t(np.zeros((nb, bs, Hk, p.slot_size(D)), np.uint8))
+    kv = t(rng.standard_normal((N, Hk, D)).astype(np.float32))
+    return cache, kv, kv.clone(), t(np.arange(N, dtype=np.int64)), t(R.hadamard(D))
+
+
+@pytest.mark.parametrize("what,match", [
+    ("slot_out_of_range", "slot_mapping"),
+    ("slot_repeated", "repeated"),
+    ("value_shape", "value"),
+    ("nan_key", "key"),
+    ("zero_tokens", "N"),
+    ("cache_dtype", "kv_cache"),
+])
+def test_store_rejects_bad_input(what, match):
+    cache, key, value, slots, rot = _store_args()
+    if what == "slot_out_of_range":
+        slots[1] = cache.shape[0] * cache.shape[1]
+    elif what == "slot_repeated":
+        slots[2] = slots[1]
+    elif what == "value_shape":
+        value = value[:, :1].contiguous()
+    elif what == "nan_key":
+        key[0, 0, 0] = float("nan")
+    elif what == "zero_tokens":
+        key, value, slots = key[:0], value[:0], slots[:0]
+    else:
+        cache = cache.to(torch.int16)
+    with pytest.raises((ValueError, TypeError), match=match):
+        store(cache, key, value, slots, preset=P, layout="aos", rotation=rot)
