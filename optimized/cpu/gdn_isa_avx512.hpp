@@ -46,6 +46,80 @@ struct Avx512Isa {
         for (; i < n; ++i) store_scalar(dst, dt, i, src[i]);
     }
 
+    // Masks of the four 16-lane vectors covering w <= 64 columns.
+    static void masks(int64_t w, __mmask16 m[4]) {
+        for (int i = 0; i < 4; ++i) {
+            const int64_t n = std::max<int64_t>(0, std::min<int64_t>(16, w - 16 * i));
+            m[i] = __mmask16((1u << n) - 1u);
+        }
+    }
+
+    // 16 elements of type SD at p[i..] (lanes outside m read as zero) as fp32, and back (RNE).
+    template <DType SD>
+    static __m512 load16(const void* p, int64_t i, __mmask16 m) {
+        if constexpr (SD == DType::F32) return _mm512_maskz_loadu_ps(m, static_cast<const float*>(p) + i);
+        const __m256i h = _mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(p) + i);
+        if constexpr (SD == DType::BF16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+        else return _mm512_cvtph_ps(h);
+    }
+
+    template <DType SD>
+    static void store16(void* p, int64_t i, __mmask16 m, __m512 x) {
+        if constexpr (SD == DType::F32) {
+            _mm512_mask_storeu_ps(static_cast<float*>(p) + i, m, x);
+        } else if constexpr (SD == DType::BF16) {
+            __m256bh h = _mm512_cvtneps_pbh(x);
+            _mm256_mask_storeu_epi16(static_cast<uint16_t*>(p) + i, m, reinterpret_cast<__m256i&>(h));
+        } else {
+            _mm256_mask_storeu_epi16(static_cast<uint16_t*>(p) + i, m,
+                                     _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        }
+    }
+
+    // Accumulators in registers: 4 vectors x 2 row phases (even / odd rows) hide the FMA latency.
+    template <DType SD>
+    static void block_kv(const void* src, int64_t lds, float* copy, int64_t ldc, int64_t K, const float* k,
+                         int64_t w, float* kv) {
+        __mmask16 m[4];
+        masks(w, m);
+        __m512 acc[2][4];
+        for (int p = 0; p < 2; ++p)
+            for (int i = 0; i < 4; ++i) acc[p][i] = _mm512_setzero_ps();
+        for (int64_t r = 0; r < K; ++r) {
+            const __m512 kr = _mm512_set1_ps(k[r]);
+            for (int i = 0; i < 4; ++i) {
+                const __m512 x = load16<SD>(src, r * lds + 16 * i, m[i]);
+                if (copy) _mm512_mask_storeu_ps(copy + r * ldc + 16 * i, m[i], x);
+                acc[r & 1][i] = _mm512_fmadd_ps(x, kr, acc[r & 1][i]);
+            }
+        }
+        for (int i = 0; i < 4; ++i) _mm512_mask_storeu_ps(kv + 16 * i, m[i], _mm512_add_ps(acc[0][i], acc[1][i]));
+    }
+
+    template <DType SD>
+    static void block_update(const float* S, int64_t lds, void* dst, int64_t ldd, int64_t K, float alpha,
+                             const float* k, const float* u, const float* q, int64_t w, float* o, float* keep) {
+        __mmask16 m[4];
+        masks(w, m);
+        __m512 uv[4], acc[2][4];
+        const __m512 av = _mm512_set1_ps(alpha);
+        for (int i = 0; i < 4; ++i) {
+            uv[i] = _mm512_maskz_loadu_ps(m[i], u + 16 * i);
+            acc[0][i] = acc[1][i] = _mm512_setzero_ps();
+        }
+        for (int64_t r = 0; r < K; ++r) {
+            const __m512 kr = _mm512_set1_ps(k[r]), qr = _mm512_set1_ps(q[r]);
+            for (int i = 0; i < 4; ++i) {
+                const __m512 n = _mm512_fmadd_ps(av, _mm512_maskz_loadu_ps(m[i], S + r * lds + 16 * i),
+                                                 _mm512_mul_ps(kr, uv[i]));
+                store16<SD>(dst, r * ldd + 16 * i, m[i], n);
+                if (keep) _mm512_mask_storeu_ps(keep + r * lds + 16 * i, m[i], load16<SD>(dst, r * ldd + 16 * i, m[i]));
+                acc[r & 1][i] = _mm512_fmadd_ps(n, qr, acc[r & 1][i]);
+            }
+        }
+        for (int i = 0; i < 4; ++i) _mm512_mask_storeu_ps(o + 16 * i, m[i], _mm512_add_ps(acc[0][i], acc[1][i]));
+    }
+
     static void pack_a(const float* src, int64_t lds, int M, int Kd, uint16_t* dst) {
         for (int i = 0; i < M; ++i) store_row(src + i * lds, dst + int64_t(i) * Kd, DType::BF16, Kd);
     }

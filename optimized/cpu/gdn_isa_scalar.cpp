@@ -17,6 +17,31 @@ struct ScalarIsa {
         for (int64_t i = 0; i < n; ++i) store_scalar(dst, dt, i, src[i]);
     }
 
+    template <DType SD>
+    static void block_kv(const void* src, int64_t lds, float* copy, int64_t ldc, int64_t K, const float* k,
+                         int64_t w, float* kv) {
+        std::fill(kv, kv + w, 0.0f);
+        for (int64_t r = 0; r < K; ++r)
+            for (int64_t j = 0; j < w; ++j) {
+                const float x = load_scalar(src, SD, r * lds + j);
+                if (copy) copy[r * ldc + j] = x;
+                kv[j] += x * k[r];
+            }
+    }
+
+    template <DType SD>
+    static void block_update(const float* S, int64_t lds, void* dst, int64_t ldd, int64_t K, float alpha,
+                             const float* k, const float* u, const float* q, int64_t w, float* o, float* keep) {
+        std::fill(o, o + w, 0.0f);
+        for (int64_t r = 0; r < K; ++r)
+            for (int64_t j = 0; j < w; ++j) {
+                const float n = alpha * S[r * lds + j] + k[r] * u[j];
+                store_scalar(dst, SD, r * ldd + j, n);
+                if (keep) keep[r * lds + j] = load_scalar(dst, SD, r * ldd + j);
+                o[j] += n * q[r];
+            }
+    }
+
     static void pack_a(const float* src, int64_t lds, int M, int Kd, uint16_t* dst) {
         for (int i = 0; i < M; ++i)
             for (int k = 0; k < Kd; ++k) dst[int64_t(i) * Kd + k] = f32_to_bf16(src[i * lds + k]);

@@ -3,6 +3,13 @@
 // P (defined by each gdn_isa_*.cpp before including this file) provides:
 //   load_row(src, dt, float* dst, n)            n elements of type dt -> fp32
 //   store_row(const float* src, dst, dt, n)     fp32 -> dt, round to nearest even
+//   block_kv<SD>(src, lds, copy, ldc, K, k, w, kv)
+//                                               kv[j] = sum_r src[r, j] k[r] for j < w <= 64, src of
+//                                               type SD; copy (if not null) <- src in fp32
+//   block_update<SD>(S, lds, dst, ldd, K, alpha, k, u, q, w, o, keep)
+//                                               n = alpha S[r, j] + k[r] u[j] (fp32); dst <- n rounded
+//                                               to SD; o[j] = sum_r n[r, j] q[r]; keep (if not
+//                                               null, ld lds) <- the stored value in fp32
 //   pack_a(src, lds, M, Kd, uint16_t* dst)      fp32 [M, Kd] -> bf16 row-major [M][Kd]
 //   pack_b(src, lds, Kd, N, uint16_t* dst)      fp32 [Kd, N] -> bf16 pair-interleaved [Kd/2][N][2]
 //   gemm(M, N, Kd, A, B, float* C, ldc, acc)    C (+)= A B with bf16 A, B and fp32 accumulation;
@@ -78,34 +85,30 @@ struct StepBuffers {
 };
 
 // One token: S <- alpha S + k (beta (v - alpha S^T k))^T, o = S^T q (unrounded S).
-// src: when not null, the state rows are read from it (type SD) instead of from B.S.
+// Worked in column blocks of up to 64; the fp32 working copy of block j0 is B.S + j0 * K ([K][w]).
+// An fp32 state updated in its own slot (src == dst) and not kept is worked in place, without
+// the copy.
+// src: when not null, the state is read from it (type SD) instead of from B.S.
 // dst: the new state is written there rounded to SD.
 // keep: the working state B.S carries on to a next token: it is replaced by the stored value.
 template <class P, DType SD>
 void delta_step(StepBuffers& B, int64_t K, int64_t V, float alpha, float beta,
                 const void* src, void* dst, bool keep) {
+    constexpr int64_t kBlock = 64;
     const int eb = dtype_bytes(SD);
-    float* __restrict kv = B.kv;
-    float* __restrict o = B.o;
-    for (int64_t j = 0; j < V; ++j) kv[j] = 0.0f;
-    for (int64_t r = 0; r < K; ++r) {
-        float* __restrict row = B.S + r * V;
-        if (src) P::load_row(static_cast<const char*>(src) + r * V * eb, SD, row, V);
-        const float kr = B.k[r];
-        for (int64_t j = 0; j < V; ++j) kv[j] += row[j] * kr;
-    }
-    for (int64_t j = 0; j < V; ++j) kv[j] = beta * (B.v[j] - alpha * kv[j]);  // kv is now u
-    for (int64_t j = 0; j < V; ++j) o[j] = 0.0f;
-    for (int64_t r = 0; r < K; ++r) {
-        float* __restrict row = B.S + r * V;
-        const float kr = B.k[r], qr = B.q[r];
-        for (int64_t j = 0; j < V; ++j) {
-            row[j] = alpha * row[j] + kr * kv[j];
-            o[j] += row[j] * qr;
-        }
-        void* d = static_cast<char*>(dst) + r * V * eb;
-        P::store_row(row, d, SD, V);
-        if (SD != DType::F32 && keep) P::load_row(d, SD, row, V);
+    const bool in_place = SD == DType::F32 && src == dst && !keep;
+    for (int64_t j0 = 0; j0 < V; j0 += kBlock) {
+        const int64_t w = std::min(kBlock, V - j0);
+        float* const S = in_place ? static_cast<float*>(dst) + j0 : B.S + j0 * K;
+        const int64_t ld = in_place ? V : w;
+        float* __restrict u = B.kv + j0;
+        if (src && !in_place)
+            P::template block_kv<SD>(static_cast<const char*>(src) + j0 * eb, V, S, ld, K, B.k, w, u);
+        else
+            P::template block_kv<DType::F32>(S, ld, nullptr, 0, K, B.k, w, u);
+        for (int64_t j = 0; j < w; ++j) u[j] = beta * (B.v[j0 + j] - alpha * u[j]);
+        P::template block_update<SD>(S, ld, static_cast<char*>(dst) + j0 * eb, V, K, alpha, B.k, u, B.q, w,
+                                     B.o + j0, keep ? S : nullptr);
     }
 }
 
