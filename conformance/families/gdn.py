@@ -503,12 +503,20 @@ def _rel_l2(actual: np.ndarray, expected: np.ndarray) -> float:
     return diff / norm if norm else diff
 
 
+def _oracle_name(cell: Cell, kind: str) -> str:
+    if kind == "bf16-operands":
+        return "oracle: numpy_ref.chunked in float64 with bf16 operands"
+    if cell.op == "chunked":
+        return "oracle: numpy_ref.recurrent in float64, state rounded every chunk"
+    return f"oracle: numpy_ref.{cell.op} in float64"
+
+
 def check(cell: Cell, backend, inputs: dict, outputs: dict):
     """Compare a backend's outputs with the oracle of its rounding model (see module docstring)."""
     model = getattr(backend, "rounding_model", "exact")
     kind = oracle_kind(cell, model)
     expected = oracle(cell, inputs, kind)
-    source = f"oracle: numpy_ref float64 ({'bf16-operand chunked form' if kind != 'exact' else 'recurrent form' if cell.op == 'chunked' else cell.op}), rounding model {model}"
+    source = f"{_oracle_name(cell, kind)}; backend rounding model {model}"
     if cell.op == "gating":
         comps = [compare(n, outputs[n], expected[n], GATING_TOL) for n in ("g", "beta")]
         return verdict(comps, {"oracle": source})
@@ -526,7 +534,8 @@ def check(cell: Cell, backend, inputs: dict, outputs: dict):
         compare("untouched_slots", outputs["state"][untouched], pool_in[untouched],
                 Tolerance(0.0, 0.0, "slots no sequence writes must be bit-identical")),
     ]
-    truth = oracle(cell, inputs, "exact", truth=True) if inputs["state_dtype"] != "float32" or kind != "exact" else expected
+    same_as_truth = inputs["state_dtype"] == "float32" and kind == "exact"
+    truth = expected if same_as_truth else oracle(cell, inputs, "exact", truth=True)
     quality = {
         "oracle": source,
         "o_rel_l2_vs_fp32_state": _rel_l2(outputs["o"][rows], truth["o"][rows]),

@@ -14,8 +14,6 @@ STATE_DTYPES = {"float32": np.dtype(np.float32), "bfloat16": np.dtype(ml_dtypes.
                 "float16": np.dtype(np.float16)}
 COMPUTE_DTYPES = {"float32": np.dtype(np.float32), "float64": np.dtype(np.float64)}
 OPERAND_DTYPES = ("float32", "bfloat16")
-# Unit roundoff (half an ulp at 1.0) of each state dtype, for tolerances and studies.
-UNIT_ROUNDOFF = {"float32": 2.0 ** -24, "bfloat16": 2.0 ** -8, "float16": 2.0 ** -11}
 
 
 @dataclass(frozen=True)
@@ -27,11 +25,6 @@ class Dims:
     V: int
     N: int      # sequences
     slots: int  # state pool size S
-
-
-def dtype_name(dtype) -> str:
-    """'float32' / 'bfloat16' / 'float16' / ... for NumPy, ml_dtypes and JAX dtypes."""
-    return np.dtype(dtype).name
 
 
 def state_dtype(name: str) -> np.dtype:

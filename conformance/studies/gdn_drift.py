@@ -1,0 +1,181 @@
+"""Study ``gdn-drift``: how far a bfloat16 or float16 GDN state drifts from a float32 state.
+
+Three measurements, all with the JAX reference's chunked form (fp32 compute, the state stored
+every 64 tokens, as the CPU chunk kernel does), one sequence, H/HV/K=V from the arguments:
+
+- length sweep: one long prefill cut at chunk-aligned lengths (a cut at a chunk end changes
+  nothing); at each length, the relative L2 error of that segment's outputs and of the stored
+  state, 16-bit state against float32 state;
+- round trips: a prefill of ``--round-trip-tokens`` split at N unaligned points, each call seeded
+  from the previous call's stored state (a prefix-cache hit re-seeds from a stored state; the
+  chunk grid restarts at the split); error against the float32 state without splits;
+- overflow probe: large v (``--v-scale``) with weak decay; float16 state overflow (Inf/NaN in the
+  state or the outputs, or a float32 state beyond 65504) is reported as such, never hidden.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+NAME = "gdn-drift"
+DESCRIPTION = ("relative L2 error of outputs and state for bfloat16/float16 GDN state against float32 "
+               "state, as T grows and over split-and-resume round trips; float16 overflow probe")
+CHUNK = 64
+FP16_MAX = 65504.0
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--tokens", type=int, default=65536, help="longest prefill (default 65536)")
+    parser.add_argument("--heads", default="2,4", help="H,HV (default 2,4)")
+    parser.add_argument("--dim", type=int, default=128, help="K = V (default 128)")
+    parser.add_argument("--decay", choices=("weak", "strong", "zero"), default="weak")
+    parser.add_argument("--round-trips", default="0,1,4,16,64", help="numbers of split-and-resume calls")
+    parser.add_argument("--round-trip-tokens", type=int, default=8192)
+    parser.add_argument("--v-scale", type=float, default=5e4, help="v scale of the overflow probe")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--quick", action="store_true",
+                        help="small sizes for tests: 1024 tokens, K=V=64, round trips 0,4 over 512")
+
+
+def _inputs(rng, T: int, H: int, HV: int, K: int, decay: str, v_scale: float = 1.0) -> dict:
+    """Independent q, k, v (bf16 values), log decay g and beta for one sequence of T tokens."""
+    from conformance.families.gdn import _bf16_values, _log_decay
+
+    return {"q": _bf16_values(rng.normal(size=(T, H, K))), "k": _bf16_values(rng.normal(size=(T, H, K))),
+            "v": _bf16_values(rng.normal(size=(T, HV, K)) * v_scale),
+            "g": _log_decay(rng, decay, T, HV),
+            "beta": _bf16_values(1 / (1 + np.exp(-rng.normal(0.0, 1.5, (T, HV)))))}
+
+
+def _prefill(x: dict, bounds: list[int], state_dtype: str):
+    """Run the sequence as one call per segment [bounds[i], bounds[i+1]), each seeded by the last.
+
+    Returns (o float32 [T,HV,V], float32 copies of the stored state after each segment)."""
+    from reference.gdn import jax_ref
+    from reference.gdn.arguments import STATE_DTYPES
+
+    HV, K = x["v"].shape[1], x["v"].shape[2]
+    pool = np.zeros((1, HV, K, K), STATE_DTYPES[state_dtype])
+    outs, states = [], []
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        o, pool = jax_ref.chunked(*(x[n][a:b] for n in ("q", "k", "v", "g", "beta")),
+                                  np.array([0, b - a], np.int32), pool, np.array([0], np.int32),
+                                  state_dtype=state_dtype, chunk_size=CHUNK)
+        pool = np.asarray(pool)
+        outs.append(np.asarray(o, np.float32))
+        states.append(pool[0].astype(np.float32))
+    return np.concatenate(outs), states
+
+
+def _error(actual: np.ndarray, truth: np.ndarray) -> float | None:
+    """Relative L2 error; None when the actual values hold Inf/NaN (reported as overflow)."""
+    if not np.all(np.isfinite(actual)):
+        return None
+    return float(np.linalg.norm(actual.astype(np.float64) - truth) / np.linalg.norm(truth))
+
+
+def _lengths(max_tokens: int) -> list[int]:
+    """Chunk-aligned lengths 1024, 4096, ... (x4) up to and including max_tokens."""
+    out, T = [], 1024
+    while T < max_tokens:
+        out.append(T)
+        T *= 4
+    return out + [max_tokens]
+
+
+def _length_sweep(x: dict, lengths: list[int]) -> list[dict]:
+    bounds = [0] + lengths
+    o32, s32 = _prefill(x, bounds, "float32")
+    rows = []
+    for dtype in ("bfloat16", "float16"):
+        o, states = _prefill(x, bounds, dtype)
+        for i, T in enumerate(lengths):
+            seg = slice(bounds[i], T)
+            rows.append({"state_dtype": dtype, "tokens": T,
+                         "o_rel_l2": _error(o[seg], o32[seg]), "state_rel_l2": _error(states[i], s32[i]),
+                         "nonfinite": not (np.all(np.isfinite(o[seg])) and np.all(np.isfinite(states[i]))),
+                         "max_abs_state_fp32": float(np.max(np.abs(s32[i])))})
+    return rows
+
+
+def _split_points(rng, T: int, n: int) -> list[int]:
+    """n distinct split points in (0, T), none on a chunk boundary."""
+    candidates = np.array([p for p in range(1, T) if p % CHUNK])
+    return sorted(int(p) for p in rng.choice(candidates, size=n, replace=False))
+
+
+def _round_trips(x: dict, T: int, counts: list[int], rng) -> list[dict]:
+    o32, s32 = _prefill(x, [0, T], "float32")
+    rows = []
+    for n in counts:
+        bounds = [0] + _split_points(rng, T, n) + [T]
+        for dtype in ("float32", "bfloat16", "float16"):
+            o, states = _prefill(x, bounds, dtype)
+            rows.append({"state_dtype": dtype, "round_trips": n, "o_rel_l2": _error(o, o32),
+                         "state_rel_l2": _error(states[-1], s32[0])})
+    return rows
+
+
+def _overflow_probe(x: dict) -> dict:
+    T = x["q"].shape[0]
+    _, s32 = _prefill(x, [0, T], "float32")
+    out = {"tokens": T, "max_abs_state_fp32": float(np.max(np.abs(s32[0]))),
+           "fp32_state_exceeds_fp16_range": bool(np.max(np.abs(s32[0])) > FP16_MAX)}
+    for dtype in ("bfloat16", "float16"):
+        o, states = _prefill(x, list(range(0, T, 1024)) + [T], dtype)
+        bad_rows = np.flatnonzero(~np.all(np.isfinite(o.reshape(T, -1)), axis=1))
+        out[dtype] = {"nonfinite": bool(bad_rows.size) or not np.all(np.isfinite(states[-1])),
+                      "first_nonfinite_token": int(bad_rows[0]) if bad_rows.size else None}
+    return out
+
+
+def run(args) -> dict:
+    """The study; JSON-able result."""
+    H, HV = (int(s) for s in args.heads.split(","))
+    tokens, K = (1024, 64) if args.quick else (args.tokens, args.dim)
+    counts = [0, 4] if args.quick else [int(s) for s in args.round_trips.split(",")]
+    rt_tokens = 512 if args.quick else args.round_trip_tokens
+    if tokens % CHUNK or tokens < CHUNK:
+        raise ValueError(f"--tokens: expected a multiple of {CHUNK}, got {tokens}")
+    rng = np.random.default_rng(args.seed)
+    x = _inputs(rng, tokens, H, HV, K, args.decay)
+    probe = _inputs(rng, min(tokens, 4096), H, HV, K, "weak", args.v_scale)
+    return {
+        "study": NAME,
+        "config": {"H": H, "HV": HV, "K": K, "V": K, "decay": args.decay, "chunk": CHUNK,
+                   "tokens": tokens, "round_trip_tokens": rt_tokens, "v_scale_probe": args.v_scale,
+                   "seed": args.seed, "implementation": "reference.gdn.jax_ref.chunked (fp32 compute)"},
+        "length_sweep": _length_sweep(x, _lengths(tokens)),
+        "round_trips": _round_trips({n: a[:rt_tokens] for n, a in x.items()}, rt_tokens, counts, rng),
+        "overflow_probe": _overflow_probe(probe),
+    }
+
+
+def _fmt(value) -> str:
+    return "OVERFLOW" if value is None else f"{value:.3e}"
+
+
+def _overflow_text(probe: dict) -> str:
+    if not probe["nonfinite"]:
+        return "finite"
+    token = probe["first_nonfinite_token"]
+    return "OVERFLOW " + (f"(first Inf/NaN output at token {token})" if token is not None else "(state)")
+
+
+def summarize(result: dict) -> str:
+    """A short table of the study."""
+    c = result["config"]
+    lines = [f"gdn-drift: H={c['H']} HV={c['HV']} K=V={c['K']} decay={c['decay']} (chunk {c['chunk']})",
+             f"{'state':>9} {'tokens':>7} {'o rel_l2':>10} {'state rel_l2':>12}"]
+    for r in result["length_sweep"]:
+        lines.append(f"{r['state_dtype']:>9} {r['tokens']:>7} {_fmt(r['o_rel_l2']):>10} "
+                     f"{_fmt(r['state_rel_l2']):>12}")
+    lines.append(f"{'state':>9} {'trips':>7} {'o rel_l2':>10} {'state rel_l2':>12}   "
+                 f"({c['round_trip_tokens']} tokens, unaligned splits)")
+    for r in result["round_trips"]:
+        lines.append(f"{r['state_dtype']:>9} {r['round_trips']:>7} {_fmt(r['o_rel_l2']):>10} "
+                     f"{_fmt(r['state_rel_l2']):>12}")
+    p = result["overflow_probe"]
+    lines.append(f"overflow probe (v x {c['v_scale_probe']:g}, weak decay, {p['tokens']} tokens): "
+                 f"max|S| fp32 = {p['max_abs_state_fp32']:.3g}; "
+                 + "; ".join(f"{d}: {_overflow_text(p[d])}" for d in ("bfloat16", "float16")))
+    return "\n".join(lines)
