@@ -256,7 +256,8 @@ def _chunk_scan(S0, q, k, v, g, beta, valid_chunk, write, scale, eps, round_code
     kk = jnp.einsum("...ik,...jk->...ij", ks, ks)
     M = rnd(jnp.where(strict, beta[..., :, None] * kk * D, 0.0))
     eye = jnp.eye(C, dtype=M.dtype)
-    Tm = rnd(jax.lax.linalg.triangular_solve(eye + M, jnp.broadcast_to(eye, M.shape), left_side=True,
+    identity = eye + 0 * M            # built at run time: a broadcast constant would be folded by XLA
+    Tm = rnd(jax.lax.linalg.triangular_solve(eye + M, identity, left_side=True,
                                              lower=True, unit_diagonal=True))
     eG = jnp.exp(G)[..., None]
     W = rnd(Tm @ rnd(beta[..., None] * eG * ks))
