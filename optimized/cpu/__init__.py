@@ -70,11 +70,15 @@ def _dtype_name(x) -> str:
     return "bfloat16" if name == "uint16" else name
 
 
-def _kernel_input(x):
-    """What nanobind can take: ml_dtypes bf16 NumPy arrays as uint16 views, others as they are."""
-    if isinstance(x, np.ndarray) and x.dtype.name == "bfloat16":
-        return x.view(np.uint16)
-    return x
+def _kernel_inputs(**arrays) -> list:
+    """The arguments as nanobind takes them (ml_dtypes bf16 NumPy arrays as uint16 views), after
+    refusing empty arrays by name (they never reach the extension)."""
+    out = []
+    for name, x in arrays.items():
+        if int(np.prod(x.shape)) == 0:
+            raise ValueError(f"{name}: zero-length array of shape {tuple(x.shape)}; nothing to compute")
+        out.append(x.view(np.uint16) if isinstance(x, np.ndarray) and x.dtype.name == "bfloat16" else x)
+    return out
 
 
 def _kernel_state(state):
@@ -83,7 +87,7 @@ def _kernel_state(state):
                         "(the pool is updated in place)")
     if isinstance(state, np.ndarray) and not state.flags.writeable:
         raise ValueError("state: the NumPy array is read-only; the pool is updated in place")
-    return _kernel_input(state)
+    return _kernel_inputs(state=state)[0]
 
 
 def _output(q, shape, out_dtype):
@@ -104,7 +108,7 @@ def _output(q, shape, out_dtype):
             out = out.view(np.uint16)  # uint16-view in, uint16-view out
     else:
         out = np.zeros(shape, name)
-    return _kernel_input(out), out
+    return (out.view(np.uint16) if out.dtype.name == "bfloat16" else out), out
 
 
 def _returned(q, out):
@@ -142,7 +146,7 @@ def gdn_gating(A_log, a, b, dt_bias):
     ext = _ext()
     T, HV = _shape(a, "a", 2)
     g, beta = np.zeros((T, HV), np.float32), np.zeros((T, HV), np.float32)
-    ext.gdn_gating(*(_kernel_input(x) for x in (A_log, a, b, dt_bias)), g, beta)
+    ext.gdn_gating(*_kernel_inputs(A_log=A_log, a=a, b=b, dt_bias=dt_bias), g, beta)
     if _framework(a) == "torch":
         import torch
         return torch.from_numpy(g), torch.from_numpy(beta)
@@ -158,8 +162,8 @@ def gdn_decode(q, k, v, A_log, a, b, dt_bias, state, state_indices, *, scale=Non
     N, _, K = _shape(q, "q", 3)
     _, HV, V = _shape(v, "v", 3)
     kernel_out, out = _output(q, (N, HV, V), out_dtype)
-    ext.gdn_decode(*(_kernel_input(x) for x in (q, k, v, A_log, a, b, dt_bias)), _kernel_state(state),
-                   _kernel_input(state_indices), kernel_out, _scale(scale, K), bool(use_qk_l2norm),
+    ext.gdn_decode(*_kernel_inputs(q=q, k=k, v=v, A_log=A_log, a=a, b=b, dt_bias=dt_bias), _kernel_state(state),
+                   *_kernel_inputs(state_indices=state_indices), kernel_out, _scale(scale, K), bool(use_qk_l2norm),
                    float(l2norm_eps), str(isa), _threads(num_threads))
     return _returned(q, out)
 
@@ -175,8 +179,10 @@ def gdn_spec_decode(q, k, v, A_log, a, b, dt_bias, state, spec_state_indices, nu
     T, _, K = _shape(q, "q", 3)
     _, HV, V = _shape(v, "v", 3)
     kernel_out, out = _output(q, (T, HV, V), out_dtype)
-    ext.gdn_spec_decode(*(_kernel_input(x) for x in (q, k, v, A_log, a, b, dt_bias)), _kernel_state(state),
-                        *(_kernel_input(x) for x in (spec_state_indices, num_accepted_tokens, cu_seqlens)),
+    ext.gdn_spec_decode(*_kernel_inputs(q=q, k=k, v=v, A_log=A_log, a=a, b=b, dt_bias=dt_bias),
+                        _kernel_state(state),
+                        *_kernel_inputs(spec_state_indices=spec_state_indices,
+                                        num_accepted_tokens=num_accepted_tokens, cu_seqlens=cu_seqlens),
                         kernel_out, _scale(scale, K), bool(use_qk_l2norm), float(l2norm_eps), str(isa),
                         _threads(num_threads))
     return _returned(q, out)
@@ -191,8 +197,8 @@ def gdn_chunk_prefill(q, k, v, g, beta, cu_seqlens, state, state_indices, *, sca
     T, _, K = _shape(q, "q", 3)
     _, HV, V = _shape(v, "v", 3)
     kernel_out, out = _output(q, (T, HV, V), out_dtype)
-    ext.gdn_chunk_prefill(*(_kernel_input(x) for x in (q, k, v, g, beta, cu_seqlens)), _kernel_state(state),
-                          _kernel_input(state_indices), kernel_out, _scale(scale, K), bool(use_qk_l2norm),
+    ext.gdn_chunk_prefill(*_kernel_inputs(q=q, k=k, v=v, g=g, beta=beta, cu_seqlens=cu_seqlens),
+                          _kernel_state(state), *_kernel_inputs(state_indices=state_indices), kernel_out, _scale(scale, K), bool(use_qk_l2norm),
                           float(l2norm_eps), str(isa), _threads(num_threads))
     return _returned(q, out)
 

@@ -66,9 +66,14 @@ void load_normalized(const Input& x, int64_t offset, int64_t n, bool l2norm, flo
                      float* dst) {
     P::load_row(elem(x, offset), x.dt, dst, n);
     float s = mul;
-    if (l2norm) {
+    if (l2norm) {  // 16 partial sums, so the reduction vectorises
+        float part[16] = {};
+        int64_t i = 0;
+        for (; i + 16 <= n; i += 16)
+            for (int j = 0; j < 16; ++j) part[j] += dst[i + j] * dst[i + j];
+        for (; i < n; ++i) part[0] += dst[i] * dst[i];
         float ss = 0.0f;
-        for (int64_t i = 0; i < n; ++i) ss += dst[i] * dst[i];
+        for (int j = 0; j < 16; ++j) ss += part[j];
         s = mul / std::sqrt(ss + eps);
     }
     for (int64_t i = 0; i < n; ++i) dst[i] *= s;

@@ -1,7 +1,8 @@
 // nanobind module optimized.cpu._gdn: argument checking and ISA dispatch of the GDN kernels.
 //
 // Every check happens here, before any kernel code runs: dtype (TypeError), shape, strides,
-// finiteness, index ranges and head sizes (ValueError), each message naming the argument.
+// finiteness, index ranges and head sizes (ValueError, thrown as std::invalid_argument, which
+// nanobind translates), each message naming the argument.
 // Arrays arrive through DLPack or the buffer protocol (NumPy, torch, JAX); bf16 may be a
 // torch/JAX bfloat16 array or a NumPy uint16 view of the bits. Outputs are never converted.
 #include <nanobind/nanobind.h>
@@ -12,6 +13,7 @@
 
 #include <cmath>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -73,14 +75,14 @@ DType float_dtype(const char* name, const A& a, bool allow_16bit = true) {
 template <class A>
 void check_shape(const char* name, const A& a, const std::vector<int64_t>& want, const char* dims) {
     if (shape_of(a) != want)
-        throw nb::value_error((std::string(name) + ": expected shape " + dims + " = " + shape_str(want) +
+        throw std::invalid_argument((std::string(name) + ": expected shape " + dims + " = " + shape_str(want) +
                                ", got " + shape_str(shape_of(a))).c_str());
 }
 
 template <class A>
 void check_ndim(const char* name, const A& a, size_t ndim, const char* dims) {
     if (a.ndim() != ndim)
-        throw nb::value_error((std::string(name) + ": expected " + std::to_string(ndim) + " dimensions " +
+        throw std::invalid_argument((std::string(name) + ": expected " + std::to_string(ndim) + " dimensions " +
                                dims + ", got shape " + shape_str(shape_of(a))).c_str());
 }
 
@@ -89,7 +91,7 @@ void check_contiguous(const char* name, const A& a) {
     int64_t expect = 1;
     for (size_t i = a.ndim(); i-- > 0;) {
         if (a.shape(i) != 1 && a.stride(i) != expect)
-            throw nb::value_error((std::string(name) + ": expected a C-contiguous array, got strides " +
+            throw std::invalid_argument((std::string(name) + ": expected a C-contiguous array, got strides " +
                                    [&] { std::vector<int64_t> s(a.ndim());
                                          for (size_t j = 0; j < a.ndim(); ++j) s[j] = a.stride(j);
                                          return shape_str(s); }() + " (in elements) for shape " +
@@ -110,7 +112,7 @@ void check_finite(const char* name, const void* p, DType dt, int64_t n) {
         for (int64_t i = 0; i < n; ++i) bad += (u[i] & m) == m;
     }
     if (bad)
-        throw nb::value_error((std::string(name) + ": " + std::to_string(bad) +
+        throw std::invalid_argument((std::string(name) + ": " + std::to_string(bad) +
                                " NaN or Inf values; inputs must be finite").c_str());
 }
 
@@ -137,14 +139,14 @@ const int32_t* int32_input(const char* name, const InArray& a, const std::vector
 
 // cu_seqlens: starts at 0, strictly increasing (no empty sequence), ends at T.
 void check_cu_seqlens(const int32_t* cu, int64_t N, int64_t T) {
-    if (cu[0] != 0) throw nb::value_error(("cu_seqlens: must start at 0, got " + std::to_string(cu[0])).c_str());
+    if (cu[0] != 0) throw std::invalid_argument(("cu_seqlens: must start at 0, got " + std::to_string(cu[0])).c_str());
     for (int64_t n = 0; n < N; ++n)
         if (cu[n + 1] <= cu[n])
-            throw nb::value_error(("cu_seqlens: must be strictly increasing (no empty sequence), but cu_seqlens[" +
+            throw std::invalid_argument(("cu_seqlens: must be strictly increasing (no empty sequence), but cu_seqlens[" +
                                    std::to_string(n + 1) + "] = " + std::to_string(cu[n + 1]) + " <= cu_seqlens[" +
                                    std::to_string(n) + "] = " + std::to_string(cu[n])).c_str());
     if (cu[N] != T)
-        throw nb::value_error(("cu_seqlens: must end at the token count " + std::to_string(T) + ", got " +
+        throw std::invalid_argument(("cu_seqlens: must end at the token count " + std::to_string(T) + ", got " +
                                std::to_string(cu[N])).c_str());
 }
 
@@ -155,10 +157,10 @@ void check_slots(const char* name, const int32_t* idx, int64_t count, int64_t nu
         const int64_t s = idx[i];
         if (s == -1) continue;
         if (s < -1 || s >= num_slots)
-            throw nb::value_error((std::string(name) + ": entry " + std::to_string(i) + " is " + std::to_string(s) +
+            throw std::invalid_argument((std::string(name) + ": entry " + std::to_string(i) + " is " + std::to_string(s) +
                                    ", expected -1 or a slot in [0, " + std::to_string(num_slots) + ")").c_str());
         if (seen[size_t(s)] != -1)
-            throw nb::value_error((std::string(name) + ": slot " + std::to_string(s) + " appears twice (entries " +
+            throw std::invalid_argument((std::string(name) + ": slot " + std::to_string(s) + " appears twice (entries " +
                                    std::to_string(seen[size_t(s)]) + " and " + std::to_string(i) + ")").c_str());
         seen[size_t(s)] = i;
     }
@@ -171,10 +173,10 @@ StatePool state_pool(const OutArray& st, int64_t HV, int64_t K, int64_t V) {
     check_ndim("state", st, 4, "[S, HV, K, V]");
     std::vector<int64_t> want = {int64_t(st.shape(0)), HV, K, V};
     check_shape("state", st, want, "[S, HV, K, V]");
-    if (st.shape(0) == 0) throw nb::value_error("state: the pool has no slots");
+    if (st.shape(0) == 0) throw std::invalid_argument("state: the pool has no slots");
     if (st.stride(3) != 1 || st.stride(2) != V || st.stride(1) != K * V ||
         (st.shape(0) > 1 && st.stride(0) < HV * K * V))
-        throw nb::value_error(("state: each slot must be contiguous [HV, K, V] with strides (>= " +
+        throw std::invalid_argument(("state: each slot must be contiguous [HV, K, V] with strides (>= " +
                                std::to_string(HV * K * V) + ", " + std::to_string(K * V) + ", " + std::to_string(V) +
                                ", 1) in elements, got (" + std::to_string(st.stride(0)) + ", " +
                                std::to_string(st.stride(1)) + ", " + std::to_string(st.stride(2)) + ", " +
@@ -199,11 +201,11 @@ void token_inputs(const InArray& q, const InArray& k, const InArray& v, int64_t*
     check_ndim("v", v, 3, "[T, HV, V]");
     *T = int64_t(q.shape(0)); *H = int64_t(q.shape(1)); *K = int64_t(q.shape(2));
     *HV = int64_t(v.shape(1)); *V = int64_t(v.shape(2));
-    if (*T == 0) throw nb::value_error("q: zero tokens; nothing to compute");
-    if (*H == 0 || *K == 0) throw nb::value_error(("q: empty head axis, shape " + shape_str(shape_of(q))).c_str());
-    if (*HV == 0 || *V == 0) throw nb::value_error(("v: empty head axis, shape " + shape_str(shape_of(v))).c_str());
+    if (*T == 0) throw std::invalid_argument("q: zero tokens; nothing to compute");
+    if (*H == 0 || *K == 0) throw std::invalid_argument(("q: empty head axis, shape " + shape_str(shape_of(q))).c_str());
+    if (*HV == 0 || *V == 0) throw std::invalid_argument(("v: empty head axis, shape " + shape_str(shape_of(v))).c_str());
     if (*HV % *H != 0)
-        throw nb::value_error(("v: value heads HV = " + std::to_string(*HV) + " must be a multiple of the key heads H = " +
+        throw std::invalid_argument(("v: value heads HV = " + std::to_string(*HV) + " must be a multiple of the key heads H = " +
                                std::to_string(*H)).c_str());
     *qi = float_input("q", q, {*T, *H, *K}, "[T, H, K]");
     *ki = float_input("k", k, {*T, *H, *K}, "[T, H, K]");
@@ -220,29 +222,29 @@ Isa parse_isa(const std::string& isa) {
         which = isa_available(Isa::Amx, &why) ? Isa::Amx : isa_available(Isa::Avx512, &why) ? Isa::Avx512 : Isa::Scalar;
         return which;
     } else {
-        throw nb::value_error(("isa: expected 'auto', 'amx', 'avx512' or 'scalar', got '" + isa + "'").c_str());
+        throw std::invalid_argument(("isa: expected 'auto', 'amx', 'avx512' or 'scalar', got '" + isa + "'").c_str());
     }
     std::string why;
     if (!isa_available(which, &why))
-        throw nb::value_error(("isa: '" + isa + "' cannot run here: " + why).c_str());
+        throw std::invalid_argument(("isa: '" + isa + "' cannot run here: " + why).c_str());
     return which;
 }
 
 int thread_count(int num_threads) {
-    if (num_threads < 1) throw nb::value_error(("num_threads: expected >= 1, got " + std::to_string(num_threads)).c_str());
+    if (num_threads < 1) throw std::invalid_argument(("num_threads: expected >= 1, got " + std::to_string(num_threads)).c_str());
     return num_threads;
 }
 
 void check_scalars(float scale, float eps) {
     if (!(std::isfinite(scale) && scale > 0))
-        throw nb::value_error(("scale: expected a positive finite number, got " + std::to_string(scale)).c_str());
+        throw std::invalid_argument(("scale: expected a positive finite number, got " + std::to_string(scale)).c_str());
     if (!(std::isfinite(eps) && eps >= 0))
-        throw nb::value_error(("l2norm_eps: expected a finite number >= 0, got " + std::to_string(eps)).c_str());
+        throw std::invalid_argument(("l2norm_eps: expected a finite number >= 0, got " + std::to_string(eps)).c_str());
 }
 
 void check_decode_heads(int64_t K, int64_t V) {
     if (K > 1024 || V > 1024)
-        throw nb::value_error(("q/v: decode supports head sizes K, V up to 1024, got K = " + std::to_string(K) +
+        throw std::invalid_argument(("q/v: decode supports head sizes K, V up to 1024, got K = " + std::to_string(K) +
                                ", V = " + std::to_string(V)).c_str());
 }
 
@@ -292,7 +294,7 @@ void gdn_spec_decode(const InArray& q, const InArray& k, const InArray& v, const
     check_ndim("spec_state_indices", spec_state_indices, 2, "[N, S]");
     A.N = int64_t(spec_state_indices.shape(0));
     A.index_cols = int64_t(spec_state_indices.shape(1));
-    if (A.N == 0 || A.index_cols == 0) throw nb::value_error("spec_state_indices: empty [N, S]");
+    if (A.N == 0 || A.index_cols == 0) throw std::invalid_argument("spec_state_indices: empty [N, S]");
     A.indices = int32_input("spec_state_indices", spec_state_indices, {A.N, A.index_cols}, "[N, S]");
     check_slots("spec_state_indices", A.indices, A.N * A.index_cols, A.state.num_slots);
     A.num_accepted = int32_input("num_accepted_tokens", num_accepted_tokens, {A.N}, "[N]");
@@ -301,17 +303,17 @@ void gdn_spec_decode(const InArray& q, const InArray& k, const InArray& v, const
     for (int64_t n = 0; n < A.N; ++n) {
         const int64_t len = A.cu_seqlens[n + 1] - A.cu_seqlens[n], acc = A.num_accepted[n];
         if (len > A.index_cols)
-            throw nb::value_error(("cu_seqlens: sequence " + std::to_string(n) + " has " + std::to_string(len) +
+            throw std::invalid_argument(("cu_seqlens: sequence " + std::to_string(n) + " has " + std::to_string(len) +
                                    " tokens but spec_state_indices has only " + std::to_string(A.index_cols) +
                                    " columns").c_str());
         if (acc < 0 || acc > A.index_cols)
-            throw nb::value_error(("num_accepted_tokens: entry " + std::to_string(n) + " is " + std::to_string(acc) +
+            throw std::invalid_argument(("num_accepted_tokens: entry " + std::to_string(n) + " is " + std::to_string(acc) +
                                    ", expected 0.." + std::to_string(A.index_cols)).c_str());
         const int32_t* row = A.indices + n * A.index_cols;
         if (row[acc > 0 ? acc - 1 : 0] < 0) continue;  // padding sequence
         for (int64_t t = 0; t < len; ++t)
             if (row[t] < 0)
-                throw nb::value_error(("spec_state_indices: sequence " + std::to_string(n) +
+                throw std::invalid_argument(("spec_state_indices: sequence " + std::to_string(n) +
                                        " has a padding slot (-1) among the columns of its " + std::to_string(len) +
                                        " tokens").c_str());
     }
@@ -335,14 +337,14 @@ void gdn_chunk_prefill(const InArray& q, const InArray& k, const InArray& v, con
     ChunkArgs A;
     token_inputs(q, k, v, &A.T, &A.H, &A.HV, &A.K, &A.V, &A.q, &A.k, &A.v);
     if (A.K % 32 || A.V % 32 || A.K > 256 || A.V > 256)
-        throw nb::value_error(("q/v: chunk prefill supports head sizes K, V in {32, 64, ..., 256}, got K = " +
+        throw std::invalid_argument(("q/v: chunk prefill supports head sizes K, V in {32, 64, ..., 256}, got K = " +
                                std::to_string(A.K) + ", V = " + std::to_string(A.V)).c_str());
     A.g = float_input("g", g, {A.T, A.HV}, "[T, HV]", false);
     A.beta = float_input("beta", beta, {A.T, A.HV}, "[T, HV]");
     A.state = state_pool(state, A.HV, A.K, A.V);
     check_ndim("state_indices", state_indices, 1, "[N]");
     A.N = int64_t(state_indices.shape(0));
-    if (A.N == 0) throw nb::value_error("state_indices: no sequences");
+    if (A.N == 0) throw std::invalid_argument("state_indices: no sequences");
     A.indices = int32_input("state_indices", state_indices, {A.N}, "[N]");
     check_slots("state_indices", A.indices, A.N, A.state.num_slots);
     A.cu_seqlens = int32_input("cu_seqlens", cu_seqlens, {A.N + 1}, "[N + 1]");
@@ -365,7 +367,7 @@ void gdn_gating(const InArray& A_log, const InArray& a, const InArray& b, const 
                 const OutArray& g, const OutArray& beta) {
     check_ndim("a", a, 2, "[T, HV]");
     const int64_t T = int64_t(a.shape(0)), HV = int64_t(a.shape(1));
-    if (T == 0 || HV == 0) throw nb::value_error(("a: empty, shape " + shape_str(shape_of(a))).c_str());
+    if (T == 0 || HV == 0) throw std::invalid_argument(("a: empty, shape " + shape_str(shape_of(a))).c_str());
     DecodeArgs A;
     A.HV = HV;
     gate_inputs(A, A_log, a, b, dt_bias, T);
@@ -390,7 +392,7 @@ void gemm_bf16(const std::string& isa, const InArray& a, const InArray& b, const
     check_ndim("b", b, 2, "[Kd, N]");
     const int64_t M = int64_t(a.shape(0)), Kd = int64_t(a.shape(1)), N = int64_t(b.shape(1));
     if (M % 32 || N % 32 || Kd % 32 || M == 0 || N == 0 || Kd == 0 || M > 4096 || N > 4096 || Kd > 4096)
-        throw nb::value_error("a/b: M, N, Kd must be positive multiples of 32 up to 4096");
+        throw std::invalid_argument("a/b: M, N, Kd must be positive multiples of 32 up to 4096");
     float_input("a", a, {M, Kd}, "[M, Kd]", false);
     float_input("b", b, {Kd, N}, "[Kd, N]", false);
     float_dtype("c", c, false);
@@ -407,7 +409,7 @@ void gemm_bf16(const std::string& isa, const InArray& a, const InArray& b, const
 }
 
 double amx_tile_peak_seconds(int64_t iters, int num_threads) {
-    if (iters < 1) throw nb::value_error("iters: expected >= 1");
+    if (iters < 1) throw std::invalid_argument("iters: expected >= 1");
     thread_count(num_threads);
     parse_isa("amx");
     nb::gil_scoped_release release;
@@ -416,7 +418,7 @@ double amx_tile_peak_seconds(int64_t iters, int num_threads) {
 
 void copy_bytes(const OutArray& dst, const InArray& src, int num_threads) {
     if (dst.nbytes() != src.nbytes())
-        throw nb::value_error(("dst/src: sizes differ, " + std::to_string(dst.nbytes()) + " and " +
+        throw std::invalid_argument(("dst/src: sizes differ, " + std::to_string(dst.nbytes()) + " and " +
                                std::to_string(src.nbytes()) + " bytes").c_str());
     check_contiguous("dst", dst);
     check_contiguous("src", src);

@@ -77,7 +77,7 @@ def test_shape_errors(op):
     _raises(op, ValueError, r"^k: expected shape \[T, H, K\]", k=np.zeros((T, H, K + 1), np.float32))
     _raises(op, ValueError, r"^v: value heads HV = 3 must be a multiple", v=np.zeros((T, 3, V), np.float32))
     _raises(op, ValueError, r"^state: expected shape \[S, HV, K, V\]", state=np.ones((4, HV, K, V + 1), np.float32))
-    _raises(op, ValueError, r"^q: zero tokens", q=np.zeros((0, H, K), np.float32))
+    _raises(op, ValueError, r"^q: zero-length array", q=np.zeros((0, H, K), np.float32))
 
 
 def test_stride_errors():
