@@ -35,13 +35,12 @@ import numpy as np
 from conformance.cells import Cell, make_cell
 from conformance.compare import Comparison, Tolerance, compare, verdict
 from conformance.covering import pairwise
+from reference.gdn.arguments import STATE_DTYPES
 
 FAMILY = "gdn"
 OPS = ("gating", "recurrent", "chunked", "decode", "spec_decode")
 CHUNK = 64
 ROUNDING_MODELS = ("exact", "bf16-operands", "bf16-gemm")
-STATE_NP = {"float32": np.dtype(np.float32), "bfloat16": np.dtype(ml_dtypes.bfloat16),
-            "float16": np.dtype(np.float16)}
 
 # ---------------------------------------------------------------------------- the matrix
 
@@ -192,7 +191,7 @@ def _qkv(rng, T: int, H: int, HV: int, K: int, V: int) -> dict:
 
 def _pool(rng, state: str, slots: int, HV: int, K: int, V: int) -> np.ndarray:
     S = rng.normal(0.0, 0.5, (slots, HV, K, V)) * _head_magnitudes(HV)[None, :, None, None]
-    return S.astype(np.float32).astype(STATE_NP[state])
+    return S.astype(np.float32).astype(STATE_DTYPES[state])
 
 
 def _options(cell: Cell) -> dict:
