@@ -46,7 +46,7 @@ class _Impl:
         import torch
 
         from conformance.poison import poisoned
-        from optimized.triton.tq_decode_lut import decode_pair_lut
+        from optimized.triton.tq_decode_lut import decode_grouped
         from optimized.triton.tq_decode_split import decode_split
         from optimized.triton.tq_unified import unified_attention
 
@@ -56,7 +56,7 @@ class _Impl:
         if self.kernel == "split":
             out = decode_split(q, cache, bt, lens, **kw)
         elif self.kernel == "lut":
-            out = decode_pair_lut(q, cache, bt, lens, precision=self.precision, **kw)
+            out = decode_grouped(q, cache, bt, lens, precision=self.precision, **kw)
         else:
             qsl = torch.arange(q.shape[0] + 1, dtype=torch.int32, device=self.device)
             out = unified_attention(q, cache, bt, qsl, lens, 1, precision=self.precision, **kw)

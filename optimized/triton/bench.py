@@ -91,17 +91,23 @@ def time_sdpa(B: int, Hk: int, G: int, D: int, L: int) -> float:
     return ms
 
 
-def variants():
-    """(name, launcher, keyword arguments) of the decodes timed."""
-    from optimized.triton.tq_decode_lut import decode_pair_lut
+def variants(quick: bool = False):
+    """(name, launcher, keyword arguments) of the decodes timed; ``quick``: the grouped-decode
+    sweep alone (no split-KV or unified decode)."""
+    from optimized.triton.tq_decode_lut import decode_grouped
     from optimized.triton.tq_decode_split import decode_split
 
-    out = [("split-exact", decode_split, {}), ("lut-pair default", decode_pair_lut, {})]
-    for bn, w in ((64, 4), (64, 8), (128, 4), (128, 8), (32, 4)):
-        out.append((f"lut-pair S=16 N={bn} w={w}", decode_pair_lut, dict(num_kv_splits=16, block_n=bn, num_warps=w)))
-    for S in (8, 32):
-        out.append((f"lut-pair S={S} N=64 w=4", decode_pair_lut, dict(num_kv_splits=S, block_n=64)))
-    out.append(("lut-single S=16 N=64 w=4", decode_pair_lut, dict(num_kv_splits=16, block_n=64, pair_lut=False)))
+    out = [] if quick else [("split-exact", decode_split, {})]
+    out.append(("grouped default", decode_grouped, {}))
+    for keys in ("select", "load"):
+        out.append((f"grouped keys={keys}", decode_grouped, dict(keys=keys)))
+    out.append(("grouped no PV split", decode_grouped, dict(pv_split=False)))
+    for bn, w in ((32, 4), (64, 4), (128, 8)):
+        out.append((f"grouped N={bn} w={w}", decode_grouped, dict(block_n=bn, num_warps=w)))
+    for st in (1, 3):
+        out.append((f"grouped stages={st}", decode_grouped, dict(num_stages=st)))
+    for S in (8, 16):
+        out.append((f"grouped S={S}", decode_grouped, dict(num_kv_splits=S)))
     return out
 
 
@@ -110,6 +116,7 @@ def run(lengths=(8192, 32768), B=32, Hk=8, G=8, D=128, quick=False) -> dict:
 
     from reference.turboquant.presets import preset
     from optimized.triton.tq_decode_launch import DecodeWorkspace
+    from optimized.triton.tq_decode_lut import decode_grouped
     from optimized.triton.tq_unified import unified_attention
 
     slot = preset(PRESET).slot_size(D)
@@ -128,23 +135,26 @@ def run(lengths=(8192, 32768), B=32, Hk=8, G=8, D=128, quick=False) -> dict:
                "bf16_bytes": bf16_bytes, "kernels": {}}
         args = (case["query"], case["cache"], case["block_table"], case["seq_lens"])
         common = dict(preset=PRESET, layout="soa", rotation=case["rotation"], workspace=ws, out=out)
-        todo = variants()[:2] if quick else variants()
-        for name, fn, kw in todo:
+        exact = decode_grouped(*args, **{**common, "out": None}, precision="exact").float()
+        for name, fn, kw in variants(quick):
             try:
                 ms = graph_ms(lambda: fn(*args, **common, **kw))
+                err = float((out.float() - exact).abs().max())
             except Exception as exc:  # a variant that fails to compile is reported, not fatal
                 row["kernels"][name] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
                 continue
-            row["kernels"][name] = {"ms": ms, "Bps": tq_bytes / (ms * 1e-3), "vs_sdpa": ms / sdpa_ms,
+            row["kernels"][name] = {"ms": ms, "max_err_vs_fp32": err, "Bps": tq_bytes / (ms * 1e-3), "vs_sdpa": ms / sdpa_ms,
                                     "frac_copy": tq_bytes / (ms * 1e-3) / res["copy_Bps"],
                                     "bf16_equiv_Bps": bf16_bytes / (ms * 1e-3)}
+        res["cases"].append(row)
+        if quick:
+            continue
         qsl = torch.arange(B + 1, dtype=torch.int32, device="cuda")
         ms = _median_ms(lambda: unified_attention(case["query"], case["cache"], case["block_table"], qsl,
                                                   case["seq_lens"], 1, preset=PRESET, rotation=case["rotation"]))
         row["kernels"]["unified-bf16"] = {"ms": ms, "Bps": tq_bytes / (ms * 1e-3), "vs_sdpa": ms / sdpa_ms,
                                           "frac_copy": tq_bytes / (ms * 1e-3) / res["copy_Bps"],
                                           "bf16_equiv_Bps": bf16_bytes / (ms * 1e-3)}
-        res["cases"].append(row)
         del case
         torch.cuda.empty_cache()
     return res
@@ -152,7 +162,7 @@ def run(lengths=(8192, 32768), B=32, Hk=8, G=8, D=128, quick=False) -> dict:
 
 def table(res: dict) -> str:
     lines = [f"{res['device']}  copy {res['copy_Bps'] / 1e12:.2f} TB/s (read+write)",
-             f"{'L':>6} {'kernel':24} {'ms':>8} {'TB/s':>6} {'%copy':>6} {'x sdpa':>7} {'bf16-eq TB/s':>12}"]
+             f"{'L':>6} {'kernel':24} {'ms':>8} {'TB/s':>6} {'%copy':>6} {'x sdpa':>7} {'bf16-eq TB/s':>12} {'err':>8}"]
     for row in res["cases"]:
         lines.append(f"{row['L']:>6} {'torch-sdpa bf16':24} {row['sdpa_ms']:8.4f} {row['sdpa_Bps'] / 1e12:6.2f}")
         for name, k in row["kernels"].items():
@@ -160,14 +170,14 @@ def table(res: dict) -> str:
                 lines.append(f"{row['L']:>6} {name:24} ERROR {k['error'][:80]}")
                 continue
             lines.append(f"{row['L']:>6} {name:24} {k['ms']:8.4f} {k['Bps'] / 1e12:6.2f} {100 * k['frac_copy']:5.1f}% "
-                         f"{k['vs_sdpa']:7.3f} {k['bf16_equiv_Bps'] / 1e12:12.2f}")
+                         f"{k['vs_sdpa']:7.3f} {k['bf16_equiv_Bps'] / 1e12:12.2f} {k.get('max_err_vs_fp32', float('nan')):8.1e}")
     return "\n".join(lines)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", help="write the figures as JSON here")
-    ap.add_argument("--quick", action="store_true", help="one length (8192), two kernels")
+    ap.add_argument("--quick", action="store_true", help="one length (8192), the grouped-decode sweep alone")
     args = ap.parse_args(argv)
     res = run(lengths=(8192,) if args.quick else (8192, 32768), quick=args.quick)
     if args.out:

@@ -9,7 +9,7 @@ from tests.unit.tq_triton_helpers import DEVICE, R, make_case, t  # noqa: E402  
 import torch  # noqa: E402
 
 from optimized.triton.tq_decode_launch import DecodeWorkspace  # noqa: E402
-from optimized.triton.tq_decode_lut import decode_pair_lut  # noqa: E402
+from optimized.triton.tq_decode_lut import decode_grouped  # noqa: E402
 from optimized.triton.tq_decode_split import decode_split  # noqa: E402
 from optimized.triton.tq_store import store  # noqa: E402
 from optimized.triton.tq_unified import unified_attention  # noqa: E402
@@ -86,7 +86,7 @@ def test_workspace_too_small_is_refused(case):
 
 def test_pair_lut_refuses_other_presets_and_layouts(case):
     with pytest.raises(ValueError, match="preset/layout"):
-        decode_pair_lut(case["q"], case["cache"], case["bt"], case["lens"], preset=P, layout="aos",
+        decode_grouped(case["q"], case["cache"], case["bt"], case["lens"], preset=P, layout="aos",
                         rotation=case["rot"])
 
 

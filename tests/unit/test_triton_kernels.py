@@ -9,7 +9,7 @@ from tests.unit.tq_triton_helpers import DEVICE, R, make_case, t  # noqa: E402  
 
 import torch  # noqa: E402
 
-from optimized.triton.tq_decode_lut import decode_pair_lut  # noqa: E402
+from optimized.triton.tq_decode_lut import decode_grouped  # noqa: E402
 from optimized.triton.tq_decode_split import decode_split  # noqa: E402
 from optimized.triton.tq_store import store  # noqa: E402
 from optimized.triton.tq_unified import unified_attention  # noqa: E402
@@ -48,13 +48,13 @@ def test_split_decode_equals_reference(preset, layout, splits):
     np.testing.assert_allclose(got.cpu().numpy(), want, atol=ATOL, rtol=0)
 
 
-@pytest.mark.parametrize("pair_lut", [True, False])
+@pytest.mark.parametrize("keys", ["gather", "select", "load"])
 @pytest.mark.parametrize("G,splits", [(1, 1), (6, 2)])
-def test_pair_lut_decode_equals_reference(G, splits, pair_lut):
+def test_grouped_decode_equals_reference(G, splits, keys):
     q, cache, bt, lens, rot, sk = make_case("turboquant_4bit_nc", "soa", G=G, lens=(70, 33, 1), sinks=splits > 1)
     want = R.decode(q, cache, bt, lens, "turboquant_4bit_nc", "soa", rot, sinks=sk)
-    got = decode_pair_lut(t(q), t(cache), t(bt), t(lens), preset="turboquant_4bit_nc", layout="soa",
-                          rotation=t(rot), sinks=t(sk), num_kv_splits=splits, pair_lut=pair_lut, block_n=16,
+    got = decode_grouped(t(q), t(cache), t(bt), t(lens), preset="turboquant_4bit_nc", layout="soa",
+                          rotation=t(rot), sinks=t(sk), num_kv_splits=splits, keys=keys, block_n=16,
                           precision="exact")
     np.testing.assert_allclose(got.cpu().numpy(), want, atol=ATOL, rtol=0)
 
