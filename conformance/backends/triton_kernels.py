@@ -92,7 +92,7 @@ def _supports(kernel: str):
         if cell.op == "store":
             return None
         if kernel == "lut" and (cell["preset"] not in LUT_PRESETS or cell["layout"] != "soa"):
-            return "the pair-LUT decode reads 4-bit keys and values from the SoA layout (turboquant_4bit_nc/soa)"
+            return "the grouped decode reads 4-bit keys and values from the SoA layout (turboquant_4bit_nc/soa)"
         if kernel == "unified" and cell["layout"] != "soa":
             return "unified attention reads the SoA layout only"
         return None
@@ -121,5 +121,5 @@ _DEC = ("decode", "store_decode")
 for _interp in (False, True):
     _sfx = "-interpret" if _interp else ""
     _make("triton" + _sfx, "split", _interp, _ALL, "optimized/triton store + split-KV decode")
-    _make("triton-lut" + _sfx, "lut", _interp, _DEC, "optimized/triton store + grouped pair-LUT decode")
+    _make("triton-lut" + _sfx, "lut", _interp, _DEC, "optimized/triton store + grouped-query decode (register centroid table)")
     _make("triton-unified" + _sfx, "unified", _interp, _DEC, "optimized/triton store + unified attention as decode")
