@@ -5,7 +5,7 @@ Three kernels decode, each held to the matrix on a GPU and, through the interpre
 
 - ``triton`` / ``triton-interpret``: store kernel + split-KV decode (AoS and SoA, every preset);
   fp32 elementwise math, rounding model ``exact``.
-- ``triton-lut`` / ``triton-lut-interpret``: store kernel + grouped pair-LUT decode (SoA,
+- ``triton-lut`` / ``triton-lut-interpret``: store kernel + grouped-query decode (SoA,
   ``turboquant_4bit_nc`` only); bf16 MMA operands on the GPU (``bf16-mma``), fp32 in the interpreter.
 - ``triton-unified`` / ``triton-unified-interpret``: store kernel + unified attention run as a
   decode (one query token per sequence; SoA, every preset); ``bf16-mma`` on the GPU, ``exact`` in
