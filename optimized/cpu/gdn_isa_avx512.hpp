@@ -46,9 +46,10 @@ struct Avx512Isa {
         for (; i < n; ++i) store_scalar(dst, dt, i, src[i]);
     }
 
-    // Masks of the four 16-lane vectors covering w <= 64 columns.
-    static void masks(int64_t w, __mmask16 m[4]) {
-        for (int i = 0; i < 4; ++i) {
+    // Masks of the NV 16-lane vectors covering w <= 16 NV columns.
+    template <int NV>
+    static void masks(int64_t w, __mmask16* m) {
+        for (int i = 0; i < NV; ++i) {
             const int64_t n = std::max<int64_t>(0, std::min<int64_t>(16, w - 16 * i));
             m[i] = __mmask16((1u << n) - 1u);
         }
@@ -76,71 +77,60 @@ struct Avx512Isa {
         }
     }
 
-    // One row r of a 64-column block: a[i] += x[i] * k[r] (x = src row, also copied as fp32).
-    template <DType SD>
-    __attribute__((always_inline)) static inline void kv_row(const void* src, int64_t lds, float* copy, int64_t ldc,
-                                                             int64_t r, float kr, const __mmask16* m, __m512& a0,
-                                                             __m512& a1, __m512& a2, __m512& a3) {
-        const __m512 kv = _mm512_set1_ps(kr);
-        __m512* acc[4] = {&a0, &a1, &a2, &a3};
-        for (int i = 0; i < 4; ++i) {
-            const __m512 x = load16<SD>(src, r * lds + 16 * i, m[i]);
-            if (copy) _mm512_mask_storeu_ps(copy + r * ldc + 16 * i, m[i], x);
-            *acc[i] = _mm512_fmadd_ps(x, kv, *acc[i]);
+    // One accumulator per 16-column vector (NV of them, in registers: the loops over i are fully
+    // unrolled); a block of up to 128 columns covers a whole state row, so rows stream in order.
+    template <DType SD, int NV>
+    static void block_kv_n(const void* src, int64_t lds, int64_t K, const float* k, int64_t w, float* kv) {
+        __mmask16 m[NV];
+        masks<NV>(w, m);
+        __m512 acc[NV];
+#pragma GCC unroll 8
+        for (int i = 0; i < NV; ++i) acc[i] = _mm512_setzero_ps();
+        for (int64_t r = 0; r < K; ++r) {
+            const __m512 kr = _mm512_set1_ps(k[r]);
+#pragma GCC unroll 8
+            for (int i = 0; i < NV; ++i) acc[i] = _mm512_fmadd_ps(load16<SD>(src, r * lds + 16 * i, m[i]), kr, acc[i]);
         }
+#pragma GCC unroll 8
+        for (int i = 0; i < NV; ++i) _mm512_mask_storeu_ps(kv + 16 * i, m[i], acc[i]);
     }
 
-    // One row r: n = alpha S[r] + k[r] u, stored to dst as SD (and to keep as the stored value),
-    // a[i] += n[i] * q[r].
-    template <DType SD>
-    __attribute__((always_inline)) static inline void update_row(const float* S, int64_t lds, void* dst, int64_t ldd,
-                                                                 float* keep, int64_t r, __m512 av, float kr, float qr,
-                                                                 const __m512* uv, const __mmask16* m, __m512& a0,
-                                                                 __m512& a1, __m512& a2, __m512& a3) {
-        const __m512 kv = _mm512_set1_ps(kr), qv = _mm512_set1_ps(qr);
-        __m512* acc[4] = {&a0, &a1, &a2, &a3};
-        for (int i = 0; i < 4; ++i) {
-            const __m512 n = _mm512_fmadd_ps(av, _mm512_maskz_loadu_ps(m[i], S + r * lds + 16 * i), _mm512_mul_ps(kv, uv[i]));
-            store16<SD>(dst, r * ldd + 16 * i, m[i], n);
-            if (keep) _mm512_mask_storeu_ps(keep + r * lds + 16 * i, m[i], load16<SD>(dst, r * ldd + 16 * i, m[i]));
-            *acc[i] = _mm512_fmadd_ps(n, qv, *acc[i]);
-        }
-    }
-
-    // Eight accumulators (4 vectors x even / odd rows) in registers hide the FMA latency.
-    template <DType SD>
-    static void block_kv(const void* src, int64_t lds, float* copy, int64_t ldc, int64_t K, const float* k,
-                         int64_t w, float* kv) {
-        __mmask16 m[4];
-        masks(w, m);
-        __m512 e0 = _mm512_setzero_ps(), e1 = e0, e2 = e0, e3 = e0, o0 = e0, o1 = e0, o2 = e0, o3 = e0;
-        int64_t r = 0;
-        for (; r + 2 <= K; r += 2) {
-            kv_row<SD>(src, lds, copy, ldc, r, k[r], m, e0, e1, e2, e3);
-            kv_row<SD>(src, lds, copy, ldc, r + 1, k[r + 1], m, o0, o1, o2, o3);
-        }
-        if (r < K) kv_row<SD>(src, lds, copy, ldc, r, k[r], m, e0, e1, e2, e3);
-        const __m512 sum[4] = {_mm512_add_ps(e0, o0), _mm512_add_ps(e1, o1), _mm512_add_ps(e2, o2), _mm512_add_ps(e3, o3)};
-        for (int i = 0; i < 4; ++i) _mm512_mask_storeu_ps(kv + 16 * i, m[i], sum[i]);
-    }
-
-    template <DType SD>
-    static void block_update(const float* S, int64_t lds, void* dst, int64_t ldd, int64_t K, float alpha,
-                             const float* k, const float* u, const float* q, int64_t w, float* o, float* keep) {
-        __mmask16 m[4];
-        masks(w, m);
-        __m512 uv[4];
-        for (int i = 0; i < 4; ++i) uv[i] = _mm512_maskz_loadu_ps(m[i], u + 16 * i);
+    template <DType SD, int NV>
+    static void block_update_n(const void* src, int64_t lds, void* dst, int64_t ldd, int64_t K, float alpha,
+                               const float* k, const float* u, const float* q, int64_t w, float* o) {
+        __mmask16 m[NV];
+        masks<NV>(w, m);
+        __m512 uv[NV], acc[NV];
         const __m512 av = _mm512_set1_ps(alpha);
-        __m512 e0 = _mm512_setzero_ps(), e1 = e0, e2 = e0, e3 = e0, o0 = e0, o1 = e0, o2 = e0, o3 = e0;
-        int64_t r = 0;
-        for (; r + 2 <= K; r += 2) {
-            update_row<SD>(S, lds, dst, ldd, keep, r, av, k[r], q[r], uv, m, e0, e1, e2, e3);
-            update_row<SD>(S, lds, dst, ldd, keep, r + 1, av, k[r + 1], q[r + 1], uv, m, o0, o1, o2, o3);
+#pragma GCC unroll 8
+        for (int i = 0; i < NV; ++i) {
+            uv[i] = _mm512_maskz_loadu_ps(m[i], u + 16 * i);
+            acc[i] = _mm512_setzero_ps();
         }
-        if (r < K) update_row<SD>(S, lds, dst, ldd, keep, r, av, k[r], q[r], uv, m, e0, e1, e2, e3);
-        const __m512 sum[4] = {_mm512_add_ps(e0, o0), _mm512_add_ps(e1, o1), _mm512_add_ps(e2, o2), _mm512_add_ps(e3, o3)};
-        for (int i = 0; i < 4; ++i) _mm512_mask_storeu_ps(o + 16 * i, m[i], sum[i]);
+        for (int64_t r = 0; r < K; ++r) {
+            const __m512 kr = _mm512_set1_ps(k[r]), qr = _mm512_set1_ps(q[r]);
+#pragma GCC unroll 8
+            for (int i = 0; i < NV; ++i) {
+                const __m512 n = _mm512_fmadd_ps(av, load16<SD>(src, r * lds + 16 * i, m[i]), _mm512_mul_ps(kr, uv[i]));
+                store16<SD>(dst, r * ldd + 16 * i, m[i], n);
+                acc[i] = _mm512_fmadd_ps(n, qr, acc[i]);
+            }
+        }
+#pragma GCC unroll 8
+        for (int i = 0; i < NV; ++i) _mm512_mask_storeu_ps(o + 16 * i, m[i], acc[i]);
+    }
+
+    template <DType SD>
+    static void block_kv(const void* src, int64_t lds, int64_t K, const float* k, int64_t w, float* kv) {
+        if (w <= 64) block_kv_n<SD, 4>(src, lds, K, k, w, kv);
+        else block_kv_n<SD, 8>(src, lds, K, k, w, kv);
+    }
+
+    template <DType SD>
+    static void block_update(const void* src, int64_t lds, void* dst, int64_t ldd, int64_t K, float alpha,
+                             const float* k, const float* u, const float* q, int64_t w, float* o) {
+        if (w <= 64) block_update_n<SD, 4>(src, lds, dst, ldd, K, alpha, k, u, q, w, o);
+        else block_update_n<SD, 8>(src, lds, dst, ldd, K, alpha, k, u, q, w, o);
     }
 
     static void pack_a(const float* src, int64_t lds, int M, int Kd, uint16_t* dst) {

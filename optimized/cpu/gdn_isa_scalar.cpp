@@ -18,26 +18,20 @@ struct ScalarIsa {
     }
 
     template <DType SD>
-    static void block_kv(const void* src, int64_t lds, float* copy, int64_t ldc, int64_t K, const float* k,
-                         int64_t w, float* kv) {
+    static void block_kv(const void* src, int64_t lds, int64_t K, const float* k, int64_t w, float* kv) {
         std::fill(kv, kv + w, 0.0f);
         for (int64_t r = 0; r < K; ++r)
-            for (int64_t j = 0; j < w; ++j) {
-                const float x = load_scalar(src, SD, r * lds + j);
-                if (copy) copy[r * ldc + j] = x;
-                kv[j] += x * k[r];
-            }
+            for (int64_t j = 0; j < w; ++j) kv[j] += load_scalar(src, SD, r * lds + j) * k[r];
     }
 
     template <DType SD>
-    static void block_update(const float* S, int64_t lds, void* dst, int64_t ldd, int64_t K, float alpha,
-                             const float* k, const float* u, const float* q, int64_t w, float* o, float* keep) {
+    static void block_update(const void* src, int64_t lds, void* dst, int64_t ldd, int64_t K, float alpha,
+                             const float* k, const float* u, const float* q, int64_t w, float* o) {
         std::fill(o, o + w, 0.0f);
         for (int64_t r = 0; r < K; ++r)
             for (int64_t j = 0; j < w; ++j) {
-                const float n = alpha * S[r * lds + j] + k[r] * u[j];
+                const float n = alpha * load_scalar(src, SD, r * lds + j) + k[r] * u[j];
                 store_scalar(dst, SD, r * ldd + j, n);
-                if (keep) keep[r * lds + j] = load_scalar(dst, SD, r * ldd + j);
                 o[j] += n * q[r];
             }
     }

@@ -3,13 +3,11 @@
 // P (defined by each gdn_isa_*.cpp before including this file) provides:
 //   load_row(src, dt, float* dst, n)            n elements of type dt -> fp32
 //   store_row(const float* src, dst, dt, n)     fp32 -> dt, round to nearest even
-//   block_kv<SD>(src, lds, copy, ldc, K, k, w, kv)
-//                                               kv[j] = sum_r src[r, j] k[r] for j < w <= 64, src of
-//                                               type SD; copy (if not null) <- src in fp32
-//   block_update<SD>(S, lds, dst, ldd, K, alpha, k, u, q, w, o, keep)
-//                                               n = alpha S[r, j] + k[r] u[j] (fp32); dst <- n rounded
-//                                               to SD; o[j] = sum_r n[r, j] q[r]; keep (if not
-//                                               null, ld lds) <- the stored value in fp32
+//   block_kv<SD>(src, lds, K, k, w, kv)          kv[j] = sum_r src[r, j] k[r] for j < w <= 128, src of
+//                                               type SD with row stride lds
+//   block_update<SD>(src, lds, dst, ldd, K, alpha, k, u, q, w, o)
+//                                               n = alpha src[r, j] + k[r] u[j] (fp32); dst <- n
+//                                               rounded to SD (dst may be src); o[j] = sum_r n[r, j] q[r]
 //   pack_a(src, lds, M, Kd, uint16_t* dst)      fp32 [M, Kd] -> bf16 row-major [M][Kd]
 //   pack_b(src, lds, Kd, N, uint16_t* dst)      fp32 [Kd, N] -> bf16 pair-interleaved [Kd/2][N][2]
 //   gemm(M, N, Kd, A, B, float* C, ldc, acc)    C (+)= A B with bf16 A, B and fp32 accumulation;
@@ -83,37 +81,26 @@ void load_normalized(const Input& x, int64_t offset, int64_t n, bool l2norm, flo
 // Decode and spec decode: one delta-rule step on a [K, V] fp32 working state.
 
 struct StepBuffers {
-    float *q, *k, *v, *kv, *o, *S;  // q, k [K]; v, kv, o [V]; S [K, V]
-    static int64_t floats(int64_t K, int64_t V) { return 2 * K + 3 * V + K * V; }
-    StepBuffers(float* base, int64_t K, int64_t V)
-        : q(base), k(q + K), v(k + K), kv(v + V), o(kv + V), S(o + V) {}
+    float *q, *k, *v, *kv, *o;  // q, k [K]; v, kv, o [V]
+    static int64_t floats(int64_t K, int64_t V) { return 2 * K + 3 * V; }
+    StepBuffers(float* base, int64_t K, int64_t V) : q(base), k(q + K), v(k + K), kv(v + V), o(kv + V) {}
 };
 
-// One token: S <- alpha S + k (beta (v - alpha S^T k))^T, o = S^T q (unrounded S).
-// Worked in column blocks of up to 64; the fp32 working copy of block j0 is B.S + j0 * K ([K][w]).
-// An fp32 state updated in its own slot (src == dst) and not kept is worked in place, without
-// the copy.
-// src: when not null, the state is read from it (type SD) instead of from B.S.
-// dst: the new state is written there rounded to SD.
-// keep: the working state B.S carries on to a next token: it is replaced by the stored value.
+// One token: S <- alpha S + k (beta (v - alpha S^T k))^T, o = S^T q (unrounded S), reading the
+// state from src and writing it to dst (both of type SD; the same slot for decode), rounded to
+// nearest even. Columns go in blocks of up to 128 (whole rows at V = 128, so the slot streams
+// in order); each block reads src twice (the second time from cache).
 template <class P, DType SD>
-void delta_step(StepBuffers& B, int64_t K, int64_t V, float alpha, float beta,
-                const void* src, void* dst, bool keep) {
-    constexpr int64_t kBlock = 64;
+void delta_step(StepBuffers& B, int64_t K, int64_t V, float alpha, float beta, const void* src, void* dst) {
+    constexpr int64_t kBlock = 128;
     const int eb = dtype_bytes(SD);
-    const bool in_place = SD == DType::F32 && src == dst && !keep;
     for (int64_t j0 = 0; j0 < V; j0 += kBlock) {
         const int64_t w = std::min(kBlock, V - j0);
-        float* const S = in_place ? static_cast<float*>(dst) + j0 : B.S + j0 * K;
-        const int64_t ld = in_place ? V : w;
+        const void* s = static_cast<const char*>(src) + j0 * eb;
         float* __restrict u = B.kv + j0;
-        if (src && !in_place)
-            P::template block_kv<SD>(static_cast<const char*>(src) + j0 * eb, V, S, ld, K, B.k, w, u);
-        else
-            P::template block_kv<DType::F32>(S, ld, nullptr, 0, K, B.k, w, u);
+        P::template block_kv<SD>(s, V, K, B.k, w, u);
         for (int64_t j = 0; j < w; ++j) u[j] = beta * (B.v[j0 + j] - alpha * u[j]);
-        P::template block_update<SD>(S, ld, static_cast<char*>(dst) + j0 * eb, V, K, alpha, B.k, u, B.q, w,
-                                     B.o + j0, keep ? S : nullptr);
+        P::template block_update<SD>(s, V, static_cast<char*>(dst) + j0 * eb, V, K, alpha, B.k, u, B.q, w, B.o + j0);
     }
 }
 
@@ -142,7 +129,7 @@ void decode_item(void* ctx, int64_t item, int tid) {
     float g, beta;
     gates(A, n, hv, &g, &beta);
     void* st = state_row(A.state, slot, hv * A.K * A.V);
-    delta_step<P, SD>(B, A.K, A.V, std::exp(g), beta, st, st, false);
+    delta_step<P, SD>(B, A.K, A.V, std::exp(g), beta, st, st);
     P::store_row(B.o, static_cast<char*>(A.out) + (n * A.HV + hv) * A.V * dtype_bytes(A.out_dt),
                  A.out_dt, A.V);
 }
@@ -155,8 +142,7 @@ void spec_item(void* ctx, int64_t item, int tid) {
     const DecodeArgs& A = *c.args;
     const int64_t n = item / A.HV, hv = item % A.HV;
     const int32_t* idx = A.indices + n * A.index_cols;
-    const int64_t first = std::max<int64_t>(A.num_accepted[n] - 1, 0);
-    const int64_t src_slot = idx[first];
+    const int64_t src_slot = idx[std::max<int64_t>(A.num_accepted[n] - 1, 0)];
     const int64_t t0 = A.cu_seqlens[n], t1 = A.cu_seqlens[n + 1];
     if (src_slot < 0) return;
     StepBuffers B(reinterpret_cast<float*>(c.scratch->at(tid)), A.K, A.V);
@@ -166,7 +152,8 @@ void spec_item(void* ctx, int64_t item, int tid) {
         float g, beta;
         gates(A, t, hv, &g, &beta);
         void* dst = state_row(A.state, idx[t - t0], hv * A.K * A.V);
-        delta_step<P, SD>(B, A.K, A.V, std::exp(g), beta, t == t0 ? src : nullptr, dst, t + 1 < t1);
+        delta_step<P, SD>(B, A.K, A.V, std::exp(g), beta, src, dst);
+        src = dst;
         P::store_row(B.o, static_cast<char*>(A.out) + (t * A.HV + hv) * A.V * dtype_bytes(A.out_dt),
                      A.out_dt, A.V);
     }
