@@ -413,6 +413,13 @@ def _interval(cell: Cell, inputs: dict) -> int:
     return CHUNK if cell.op == "chunked" else 1
 
 
+def _roundings(L: int, interval: int, split: int | None) -> int:
+    """State roundings of an L-token sequence (a two-call split adds one at the split)."""
+    if split is None or L <= split:
+        return math.ceil(L / interval)
+    return math.ceil(split / interval) + math.ceil((L - split) / interval)
+
+
 def _tolerances(cell: Cell, inputs: dict, expected: dict, model: str) -> tuple[Tolerance, Tolerance]:
     """(o tolerance, state tolerance) for a backend of ``model`` against its oracle.
 
@@ -425,9 +432,10 @@ def _tolerances(cell: Cell, inputs: dict, expected: dict, model: str) -> tuple[T
     4u max|S|, norm-wise rel_l2 <= 2 * 2u sqrt(R p) = 4 sqrt(R sqrt(K+C) u32 u). A biased rounding
     (truncation) costs ~u on every element at every rounding, well above that bound.
     bf16 operands: a flip of one bf16 operand rounding moves a product by 2u_bf16 of one term:
-    elementwise 8 u_bf16 max|x|, rel_l2 <= u_bf16 / 4. bf16 GEMM results (bf16-gemm) round every
-    product sum once more (u_bf16 each) and the state increments with them: 32 u_bf16 max|x|,
-    rel_l2 <= 2 u_bf16.
+    elementwise 8 u_bf16 max|x|, rel_l2 <= u_bf16 / 4; the state also takes the extra 16-bit
+    storage flips those differences cause: rel_l2 <= u_bf16 / 2. bf16 GEMM results (bf16-gemm) round every
+    product sum once more, three in a row on the way to o and to the state increment (W@S, then
+    v_new, then the readout / k^T v_new): 32 u_bf16 max|x|, rel_l2 <= 3 u_bf16.
     """
     sname = inputs["state_dtype"]
     L, K = _longest(cell, inputs), cell["K"]
@@ -440,7 +448,7 @@ def _tolerances(cell: Cell, inputs: dict, expected: dict, model: str) -> tuple[T
     o_atol, s_atol, o_l2, s_l2 = fp32 * o_max, fp32 * s_max, None, None
     if sname != "float32":
         u = UNIT[sname]
-        R = math.ceil(L / _interval(cell, inputs))
+        R = _roundings(L, _interval(cell, inputs), inputs.get("split"))
         o_atol += 4 * u * s_max / math.sqrt(K)
         s_atol += 4 * u * s_max
         s_l2 = 4 * math.sqrt(R * math.sqrt(K + C) * U32 * u)
@@ -450,14 +458,14 @@ def _tolerances(cell: Cell, inputs: dict, expected: dict, model: str) -> tuple[T
         ub = UNIT["bfloat16"]
         o_atol += 8 * ub * o_max
         s_atol += 8 * ub * s_max
-        o_l2, s_l2 = ub / 4, max(s_l2 or 0.0, ub / 4)
-        why += "; bf16 operands: one-operand flips <= 8u_bf16 max|x|, rel_l2 <= u_bf16/4"
+        o_l2, s_l2 = ub / 4, max(s_l2 or 0.0, ub / 2)
+        why += "; bf16 operands: one-operand flips <= 8u_bf16 max|x|, rel_l2 <= u_bf16/4 (state u_bf16/2)"
     elif model == "bf16-gemm":
         ub = UNIT["bfloat16"]
         o_atol += 32 * ub * o_max
         s_atol += 32 * ub * s_max
-        o_l2, s_l2 = 2 * ub, max(s_l2 or 0.0, 2 * ub)
-        why += "; bf16 GEMM results: 32u_bf16 max|x|, rel_l2 <= 2u_bf16"
+        o_l2, s_l2 = 3 * ub, max(s_l2 or 0.0, 3 * ub)
+        why += "; bf16 GEMM results: 32u_bf16 max|x|, rel_l2 <= 3u_bf16"
     return (Tolerance(o_atol, 16 * U32 * K, why, rel_l2=o_l2),
             Tolerance(s_atol, 16 * U32 * K, why, rel_l2=s_l2))
 
