@@ -186,11 +186,17 @@ def varlen(q, k, v, g, beta, cu, state, state_indices, state_dtype_name, scale, 
     return Dims(T, H, HV, K, V, cu.size - 1, S), cu, idx
 
 
+def _gates_match(gate_heads: int, a, T: int, HV: int) -> None:
+    if gate_heads != HV:
+        raise ValueError(f"A_log: expected HV={HV} value heads (v has {HV}), got {gate_heads}")
+    if a.shape[0] != T:
+        raise ValueError(f"a: expected one row per token [T={T}, HV], got {tuple(a.shape)}")
+
+
 def decode(q, k, v, A_log, a, b, dt_bias, state, state_indices, state_dtype_name, scale, l2norm_eps):
     """Checks of decode (one token per sequence, T = N); returns (Dims, state_indices)."""
     T, H, HV, K, V = qkv(q, k, v)
-    if gating(A_log, a, b, dt_bias) != HV or a.shape[0] != T:
-        raise ValueError(f"a: expected shape [N={T}, HV={HV}], got {tuple(a.shape)}")
+    _gates_match(gating(A_log, a, b, dt_bias), a, T, HV)
     S = pool(state, state_dtype_name, HV, K, V)
     idx = slot_indices("state_indices", state_indices, (T,), S)
     scalars(scale, l2norm_eps)
@@ -201,8 +207,7 @@ def spec_decode(q, k, v, A_log, a, b, dt_bias, state, spec_state_indices, num_ac
                 cu, state_dtype_name, scale, l2norm_eps):
     """Checks of spec_decode; returns (Dims, cu, spec_state_indices, num_accepted, start slots)."""
     T, H, HV, K, V = qkv(q, k, v)
-    if gating(A_log, a, b, dt_bias) != HV or a.shape[0] != T:
-        raise ValueError(f"a: expected shape [T={T}, HV={HV}], got {tuple(a.shape)}")
+    _gates_match(gating(A_log, a, b, dt_bias), a, T, HV)
     cu = cu_seqlens(cu, T)
     N = cu.size - 1
     S = pool(state, state_dtype_name, HV, K, V)

@@ -88,3 +88,14 @@ def test_bad_input_to_torch_eager_is_named(case):
     tensors = [torch.from_numpy(np.ascontiguousarray(a)) for a in args.values()]
     with pytest.raises(error, match=name):
         chunked(*tensors)
+
+
+@pytest.mark.parametrize("impl", sorted(IMPLS))
+def test_bad_decode_gate_heads_are_named(impl):
+    cell = make_cell("gdn", "decode", state="float32", H=2, HV=4, K=16, V=8, N=3, decay="weak",
+                     slots="shuffled")
+    x = gdn.make_inputs(cell)
+    args = {n: x[n] for n in ("q", "k", "v", "A_log", "a", "b", "dt_bias", "state", "state_indices")}
+    with pytest.raises(ValueError, match="A_log"):
+        IMPLS[impl].decode(*{**args, "A_log": x["A_log"][:2], "dt_bias": x["dt_bias"][:2],
+                             "a": x["a"][:, :2], "b": x["b"][:, :2]}.values())
