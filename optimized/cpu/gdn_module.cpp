@@ -12,7 +12,6 @@
 #include <nanobind/stl/tuple.h>
 
 #include <cmath>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -28,12 +27,12 @@ namespace {
 using InArray = nb::ndarray<nb::ro, nb::device::cpu>;
 using OutArray = nb::ndarray<nb::device::cpu>;
 
+// Python-style tuple text. (std::to_string, not iostreams: an ostringstream crashed this module
+// on a machine whose Python process had loaded another libstdc++.)
 std::string shape_str(const std::vector<int64_t>& s) {
-    std::ostringstream o;
-    o << "(";
-    for (size_t i = 0; i < s.size(); ++i) o << (i ? ", " : "") << s[i];
-    o << (s.size() == 1 ? ",)" : ")");
-    return o.str();
+    std::string o = "(";
+    for (size_t i = 0; i < s.size(); ++i) o += (i ? ", " : "") + std::to_string(s[i]);
+    return o + (s.size() == 1 ? ",)" : ")");
 }
 
 template <class A>
