@@ -11,6 +11,8 @@ PINS := torch==2.13.0 triton==3.8.0 jax==0.10.2 jaxlib==0.10.2 numpy==2.4.6 ml_d
         $(FLYDSL_PIN)
 CPP_SOURCES := $(wildcard optimized/cpu/*.cpp optimized/cpu/*.hpp) CMakeLists.txt pyproject.toml
 TIER ?= ci
+# JAX compiles once per program shape; worker processes and later runs reuse the compiled programs.
+export JAX_COMPILATION_CACHE_DIR ?= $(CURDIR)/build/jax-cache
 STAMP := $(shell date +%Y%m%d-%H%M%S)
 OUT  ?= reports/out/conform-$(STAMP)
 
