@@ -97,7 +97,9 @@ struct Avx512Isa {
 
     template <DType SD, int NV>
     static void block_update_n(const void* src, int64_t lds, void* dst, int64_t ldd, int64_t K, float alpha,
-                               const float* k, const float* u, const float* q, int64_t w, float* o) {
+                               const float* k, const float* u, const float* q, int64_t w, float* o,
+                               const void* next) {
+        constexpr int eb = SD == DType::F32 ? 4 : 2;
         __mmask16 m[NV];
         masks<NV>(w, m);
         __m512 uv[NV], acc[NV];
@@ -108,6 +110,9 @@ struct Avx512Isa {
             acc[i] = _mm512_setzero_ps();
         }
         for (int64_t r = 0; r < K; ++r) {
+            if (next)
+                for (int64_t b = 0; b < w * eb; b += 64)
+                    _mm_prefetch(static_cast<const char*>(next) + r * lds * eb + b, _MM_HINT_T1);  // to L2: L1 holds this item
             const __m512 kr = _mm512_set1_ps(k[r]), qr = _mm512_set1_ps(q[r]);
 #pragma GCC unroll 8
             for (int i = 0; i < NV; ++i) {
@@ -128,9 +133,10 @@ struct Avx512Isa {
 
     template <DType SD>
     static void block_update(const void* src, int64_t lds, void* dst, int64_t ldd, int64_t K, float alpha,
-                             const float* k, const float* u, const float* q, int64_t w, float* o) {
-        if (w <= 64) block_update_n<SD, 4>(src, lds, dst, ldd, K, alpha, k, u, q, w, o);
-        else block_update_n<SD, 8>(src, lds, dst, ldd, K, alpha, k, u, q, w, o);
+                             const float* k, const float* u, const float* q, int64_t w, float* o,
+                             const void* next) {
+        if (w <= 64) block_update_n<SD, 4>(src, lds, dst, ldd, K, alpha, k, u, q, w, o, next);
+        else block_update_n<SD, 8>(src, lds, dst, ldd, K, alpha, k, u, q, w, o, next);
     }
 
     static void pack_a(const float* src, int64_t lds, int M, int Kd, uint16_t* dst) {

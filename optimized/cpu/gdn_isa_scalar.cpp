@@ -26,14 +26,20 @@ struct ScalarIsa {
 
     template <DType SD>
     static void block_update(const void* src, int64_t lds, void* dst, int64_t ldd, int64_t K, float alpha,
-                             const float* k, const float* u, const float* q, int64_t w, float* o) {
+                             const float* k, const float* u, const float* q, int64_t w, float* o,
+                             const void* next) {
         std::fill(o, o + w, 0.0f);
-        for (int64_t r = 0; r < K; ++r)
+        const int eb = dtype_bytes(SD);
+        for (int64_t r = 0; r < K; ++r) {
+            if (next)
+                for (int64_t b = 0; b < w * eb; b += 64)
+                    __builtin_prefetch(static_cast<const char*>(next) + r * lds * eb + b, 0, 2);  // to L2
             for (int64_t j = 0; j < w; ++j) {
                 const float n = alpha * load_scalar(src, SD, r * lds + j) + k[r] * u[j];
                 store_scalar(dst, SD, r * ldd + j, n);
                 o[j] += n * q[r];
             }
+        }
     }
 
     static void pack_a(const float* src, int64_t lds, int M, int Kd, uint16_t* dst) {

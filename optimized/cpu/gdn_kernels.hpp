@@ -5,9 +5,10 @@
 //   store_row(const float* src, dst, dt, n)     fp32 -> dt, round to nearest even
 //   block_kv<SD>(src, lds, K, k, w, kv)          kv[j] = sum_r src[r, j] k[r] for j < w <= 128, src of
 //                                               type SD with row stride lds
-//   block_update<SD>(src, lds, dst, ldd, K, alpha, k, u, q, w, o)
+//   block_update<SD>(src, lds, dst, ldd, K, alpha, k, u, q, w, o, next)
 //                                               n = alpha src[r, j] + k[r] u[j] (fp32); dst <- n
-//                                               rounded to SD (dst may be src); o[j] = sum_r n[r, j] q[r]
+//                                               rounded to SD (dst may be src); o[j] = sum_r n[r, j] q[r];
+//                                               next (if not null, same layout as src) is prefetched
 //   pack_a(src, lds, M, Kd, uint16_t* dst)      fp32 [M, Kd] -> bf16 row-major [M][Kd]
 //   pack_b(src, lds, Kd, N, uint16_t* dst)      fp32 [Kd, N] -> bf16 pair-interleaved [Kd/2][N][2]
 //   gemm(M, N, Kd, A, B, float* C, ldc, acc)    C (+)= A B with bf16 A, B and fp32 accumulation;
@@ -89,9 +90,11 @@ struct StepBuffers {
 // One token: S <- alpha S + k (beta (v - alpha S^T k))^T, o = S^T q (unrounded S), reading the
 // state from src and writing it to dst (both of type SD; the same slot for decode), rounded to
 // nearest even. Columns go in blocks of up to 128 (whole rows at V = 128, so the slot streams
-// in order); each block reads src twice (the second time from cache).
+// in order); each block reads src twice (the second time from cache). next: when not null, the
+// state the thread works on next, prefetched during the second pass.
 template <class P, DType SD>
-void delta_step(StepBuffers& B, int64_t K, int64_t V, float alpha, float beta, const void* src, void* dst) {
+void delta_step(StepBuffers& B, int64_t K, int64_t V, float alpha, float beta, const void* src, void* dst,
+                const void* next) {
     constexpr int64_t kBlock = 128;
     const int eb = dtype_bytes(SD);
     for (int64_t j0 = 0; j0 < V; j0 += kBlock) {
@@ -100,7 +103,8 @@ void delta_step(StepBuffers& B, int64_t K, int64_t V, float alpha, float beta, c
         float* __restrict u = B.kv + j0;
         P::template block_kv<SD>(s, V, K, B.k, w, u);
         for (int64_t j = 0; j < w; ++j) u[j] = beta * (B.v[j0 + j] - alpha * u[j]);
-        P::template block_update<SD>(s, V, static_cast<char*>(dst) + j0 * eb, V, K, alpha, B.k, u, B.q, w, B.o + j0);
+        P::template block_update<SD>(s, V, static_cast<char*>(dst) + j0 * eb, V, K, alpha, B.k, u, B.q, w, B.o + j0,
+                                     next ? static_cast<const char*>(next) + j0 * eb : nullptr);
     }
 }
 
@@ -110,6 +114,14 @@ void load_token(const DecodeArgs& A, StepBuffers& B, int64_t t, int64_t hv) {
     load_normalized<P>(A.q, (t * A.H + h) * A.K, A.K, A.l2norm, A.eps, A.scale, B.q);
     load_normalized<P>(A.k, (t * A.H + h) * A.K, A.K, A.l2norm, A.eps, 1.0f, B.k);
     P::load_row(elem(A.v, (t * A.HV + hv) * A.V), A.v.dt, B.v, A.V);
+}
+
+// The state slot of decode item + 1 (null past the end or for a padding sequence).
+inline const void* next_decode_state(const DecodeArgs& A, int64_t item) {
+    const int64_t next = item + 1;
+    if (next >= A.N * A.HV) return nullptr;
+    const int64_t slot = A.indices[next / A.HV];
+    return slot < 0 ? nullptr : state_row(A.state, slot, (next % A.HV) * A.K * A.V);
 }
 
 struct DecodeCtx {
@@ -129,7 +141,7 @@ void decode_item(void* ctx, int64_t item, int tid) {
     float g, beta;
     gates(A, n, hv, &g, &beta);
     void* st = state_row(A.state, slot, hv * A.K * A.V);
-    delta_step<P, SD>(B, A.K, A.V, std::exp(g), beta, st, st);
+    delta_step<P, SD>(B, A.K, A.V, std::exp(g), beta, st, st, next_decode_state(A, item));
     P::store_row(B.o, static_cast<char*>(A.out) + (n * A.HV + hv) * A.V * dtype_bytes(A.out_dt),
                  A.out_dt, A.V);
 }
@@ -152,7 +164,7 @@ void spec_item(void* ctx, int64_t item, int tid) {
         float g, beta;
         gates(A, t, hv, &g, &beta);
         void* dst = state_row(A.state, idx[t - t0], hv * A.K * A.V);
-        delta_step<P, SD>(B, A.K, A.V, std::exp(g), beta, src, dst);
+        delta_step<P, SD>(B, A.K, A.V, std::exp(g), beta, src, dst, nullptr);
         src = dst;
         P::store_row(B.o, static_cast<char*>(A.out) + (t * A.HV + hv) * A.V * dtype_bytes(A.out_dt),
                      A.out_dt, A.V);
