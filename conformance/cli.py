@@ -49,7 +49,7 @@ def cmd_doctor(args) -> int:
     for name, b in registry.backends().items():
         ok, why = registry.probe(b)
         fams = ", ".join(f"{f}: {' '.join(ops)}" for f, ops in b.ops.items())
-        print(f"  {'yes' if ok else 'no ':3} {name:18} {why}")
+        print(f"  {'yes' if ok else 'no ':3} {name:24} {why}")
         print(f"      {fams}")
     return 0
 
