@@ -256,6 +256,25 @@ void gate_inputs(DecodeArgs& A, const InArray& A_log, const InArray& a, const In
     A.b = float_input("b", b, {rows, A.HV}, "[T, HV]");
 }
 
+// The options every op shares: validated scalars and the thread count.
+template <class Args>
+void set_options(Args& A, float scale, bool use_qk_l2norm, float l2norm_eps, int num_threads) {
+    check_scalars(scale, l2norm_eps);
+    A.scale = scale;
+    A.l2norm = use_qk_l2norm;
+    A.eps = l2norm_eps;
+    A.num_threads = thread_count(num_threads);
+}
+
+// Runs the code path `isa` names (checked: parse_isa refuses one this CPU lacks), GIL released.
+template <class Args>
+void run_path(const std::string& isa, const Args& A, void (*on_amx)(const Args&), void (*on_avx512)(const Args&),
+              void (*on_scalar)(const Args&)) {
+    const Isa which = parse_isa(isa);
+    nb::gil_scoped_release release;
+    (which == Isa::Amx ? on_amx : which == Isa::Avx512 ? on_avx512 : on_scalar)(A);
+}
+
 void gdn_decode(const InArray& q, const InArray& k, const InArray& v, const InArray& A_log, const InArray& a,
                 const InArray& b, const InArray& dt_bias, const OutArray& state, const InArray& state_indices,
                 const OutArray& out, float scale, bool use_qk_l2norm, float l2norm_eps, const std::string& isa, int num_threads) {
@@ -268,16 +287,8 @@ void gdn_decode(const InArray& q, const InArray& k, const InArray& v, const InAr
     A.indices = int32_input("state_indices", state_indices, {A.N}, "[N]");
     check_slots("state_indices", A.indices, A.N, A.state.num_slots);
     A.out = output(out, {A.T, A.HV, A.V}, &A.out_dt);
-    check_scalars(scale, l2norm_eps);
-    A.scale = scale;
-    A.l2norm = use_qk_l2norm;
-    A.eps = l2norm_eps;
-    A.num_threads = thread_count(num_threads);
-    const Isa which = parse_isa(isa);
-    nb::gil_scoped_release release;
-    if (which == Isa::Amx) amx::decode(A);
-    else if (which == Isa::Avx512) avx512::decode(A);
-    else scalar::decode(A);
+    set_options(A, scale, use_qk_l2norm, l2norm_eps, num_threads);
+    run_path(isa, A, amx::decode, avx512::decode, scalar::decode);
 }
 
 void gdn_spec_decode(const InArray& q, const InArray& k, const InArray& v, const InArray& A_log, const InArray& a,
@@ -317,16 +328,8 @@ void gdn_spec_decode(const InArray& q, const InArray& k, const InArray& v, const
                                        " tokens").c_str());
     }
     A.out = output(out, {A.T, A.HV, A.V}, &A.out_dt);
-    check_scalars(scale, l2norm_eps);
-    A.scale = scale;
-    A.l2norm = use_qk_l2norm;
-    A.eps = l2norm_eps;
-    A.num_threads = thread_count(num_threads);
-    const Isa which = parse_isa(isa);
-    nb::gil_scoped_release release;
-    if (which == Isa::Amx) amx::spec_decode(A);
-    else if (which == Isa::Avx512) avx512::spec_decode(A);
-    else scalar::spec_decode(A);
+    set_options(A, scale, use_qk_l2norm, l2norm_eps, num_threads);
+    run_path(isa, A, amx::spec_decode, avx512::spec_decode, scalar::spec_decode);
 }
 
 void gdn_chunk_prefill(const InArray& q, const InArray& k, const InArray& v, const InArray& g, const InArray& beta,
@@ -349,16 +352,8 @@ void gdn_chunk_prefill(const InArray& q, const InArray& k, const InArray& v, con
     A.cu_seqlens = int32_input("cu_seqlens", cu_seqlens, {A.N + 1}, "[N + 1]");
     check_cu_seqlens(A.cu_seqlens, A.N, A.T);
     A.out = output(out, {A.T, A.HV, A.V}, &A.out_dt);
-    check_scalars(scale, l2norm_eps);
-    A.scale = scale;
-    A.l2norm = use_qk_l2norm;
-    A.eps = l2norm_eps;
-    A.num_threads = thread_count(num_threads);
-    const Isa which = parse_isa(isa);
-    nb::gil_scoped_release release;
-    if (which == Isa::Amx) amx::chunk_prefill(A);
-    else if (which == Isa::Avx512) avx512::chunk_prefill(A);
-    else scalar::chunk_prefill(A);
+    set_options(A, scale, use_qk_l2norm, l2norm_eps, num_threads);
+    run_path(isa, A, amx::chunk_prefill, avx512::chunk_prefill, scalar::chunk_prefill);
 }
 
 // g = -exp(A_log) softplus(a + dt_bias) (threshold 20), beta = sigmoid(b), both fp32 [T, HV].
