@@ -17,3 +17,6 @@ if not _has_gpu():
 def pytest_addoption(parser):
     parser.addoption("--tier", default=os.environ.get("KERNEL_LAB_TIER", "ci"), choices=TIERS,
                      help="conformance tier the matrix tests run (default ci, or $KERNEL_LAB_TIER)")
+    parser.addoption("--cells", default=None, metavar="REGEX",
+                     help="matrix tests only for cell ids matching REGEX (as `kernel-lab conform --filter`; "
+                          "-k cannot hold the '=' of an id)")

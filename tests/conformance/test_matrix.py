@@ -1,7 +1,9 @@
 """The conformance matrix as pytest parameters: one test per (cell, backend) of the --tier,
 judged by the same family check and tolerances as `kernel-lab conform` (run in-process here;
-the runner isolates crashes in worker processes). Select cells with -k on the id."""
+the runner isolates crashes in worker processes). Select with -k on words of the id
+(`-k "gdn and chunked and bfloat16 and cpu-avx512"`) or with --cells REGEX on the whole id."""
 import os
+import re
 from functools import lru_cache
 
 import pytest
@@ -19,9 +21,13 @@ def pytest_generate_tests(metafunc):
     if "cell" not in metafunc.fixturenames:
         return
     tier = metafunc.config.getoption("--tier")
+    pattern = metafunc.config.getoption("--cells")
+    wanted = re.compile(pattern) if pattern else None
     params, ids = [], []
     for fam in families.families().values():
         for cell in fam.cells(tier):
+            if wanted is not None and not wanted.search(cell.id):
+                continue
             for name, backend in registry.backends().items():
                 if cell.family in backend.ops:
                     params.append((cell, name))
