@@ -34,8 +34,12 @@ extension: $(VENV)/.extension
 
 # GPU boxes with no package index: a venv over the system site-packages (their torch, Triton, JAX),
 # the extension built without build isolation if scikit-build-core and nanobind are there.
+# $(PYTHON) may itself be a venv (the H200 image's python3 is /opt/torch/.venv): a .pth file puts
+# its site-packages on the new venv's path, which --system-site-packages alone would not.
 setup-offline:
 	$(PYTHON) -m venv --system-site-packages $(VENV)
+	$(PYTHON) -c "import site; print(*site.getsitepackages(), sep='\n')" \
+	  > "$$($(VPY) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/host-site-packages.pth"
 	touch $(VENV)/.deps
 	-$(VPY) -m pip install -q --no-index --no-build-isolation --no-deps -e . && touch $(VENV)/.extension
 	@$(VPY) -m conformance doctor

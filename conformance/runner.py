@@ -195,6 +195,8 @@ def execute(work: list[tuple[Cell, list[registry.Backend]]], jobs: int, emit) ->
             queue.append((env, cell, group))
     queue = deque(sorted(queue, key=lambda item: item[0]))
     slots = [_Slot() for _ in range(max(1, jobs))]
+    # JAX would take 75% of a GPU's memory in every worker that touches it: workers share the GPU.
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
     def start_next(slot: _Slot) -> None:
         while slot.pending:

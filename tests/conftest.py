@@ -12,6 +12,9 @@ def _has_gpu() -> bool:
 
 if not _has_gpu():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+# The JAX reference runs on the CPU (its backend declares JAX_PLATFORMS=cpu; see reference_backends).
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 
 def pytest_addoption(parser):

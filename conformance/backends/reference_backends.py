@@ -23,13 +23,13 @@ def _ops() -> dict[str, tuple[str, ...]]:
     return out
 
 
-def _make(name: str, module: str, probe) -> Backend:
+def _make(name: str, module: str, probe, env: dict | None = None) -> Backend:
     def run(cell, inputs):
         impl = importlib.import_module(f"reference.{cell.family}.{module}")
         return families.get(cell.family).run_with(impl, cell, inputs)
 
     return register(Backend(name=name, ops=_ops(), available=probe, run=run,
-                            rounding_model="exact",
+                            rounding_model="exact", env=env or {},
                             description=f"reference.<family>.{module}"))
 
 
@@ -45,8 +45,10 @@ def _jax_available() -> tuple[bool, str]:
         import jax
     except ImportError as exc:
         return False, f"jax is not importable ({exc})"
-    return True, f"jax {jax.__version__} on {jax.default_backend()}"
+    return True, f"jax {jax.__version__}, run on the CPU (JAX_PLATFORMS=cpu in its worker)"
 
 
 NUMPY_REF = _make("numpy-ref", "numpy_ref", _numpy_available)
-JAX_REF = _make("jax-ref", "jax_ref", _jax_available)
+# The JAX reference runs on the CPU: on a GPU, XLA's default float32 matmuls use reduced
+# precision (TF32), which is not the reference's arithmetic.
+JAX_REF = _make("jax-ref", "jax_ref", _jax_available, env={"JAX_PLATFORMS": "cpu"})

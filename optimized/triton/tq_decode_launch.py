@@ -104,8 +104,8 @@ def check_tables(block_table, seq_lens, B: int, kv_cache) -> None:
 
 
 @triton.jit
-def _validate_kernel(q_ptr, bt_ptr, seq_lens_ptr, sinks_ptr, flags_ptr, stride_bt, num_blocks, rows_per_seq,
-                     M: tl.constexpr, BS: tl.constexpr, HQD: tl.constexpr, HQ: tl.constexpr,
+def _validate_kernel(q_ptr, bt_ptr, seq_lens_ptr, sinks_ptr, flags_ptr, stride_bt, num_blocks,
+                     ROWS_PER_SEQ: tl.constexpr, M: tl.constexpr, BS: tl.constexpr, HQD: tl.constexpr, HQ: tl.constexpr,
                      HAS_SINKS: tl.constexpr, CHUNK: tl.constexpr):
     """flags[b] = (seq_len out of [1, M*BS], a used block id out of [0, num_blocks), a NaN/Inf in
     the query rows of sequence b, a NaN/Inf sink): one program per sequence, 0/1 each."""
@@ -119,8 +119,8 @@ def _validate_kernel(q_ptr, bt_ptr, seq_lens_ptr, sinks_ptr, flags_ptr, stride_b
         blk = tl.load(bt_ptr + b.to(tl.int64) * stride_bt + c, mask=c < used, other=0)
         bad_blk = tl.maximum(bad_blk, tl.max(((blk < 0) | (blk >= num_blocks)).to(tl.int32), axis=0))
     bad_q = 0
-    for r in range(0, rows_per_seq):
-        row = q_ptr + (b.to(tl.int64) * rows_per_seq + r) * HQD
+    for r in range(0, ROWS_PER_SEQ):  # constexpr: Triton 3.6's interpreter cannot range() over an int argument
+        row = q_ptr + (b.to(tl.int64) * ROWS_PER_SEQ + r) * HQD
         for i0 in range(0, HQD, CHUNK):
             i = i0 + tl.arange(0, CHUNK)
             x = tl.load(row + i, mask=i < HQD, other=0.0).to(tl.float32)
@@ -149,7 +149,7 @@ def validate_values(query, block_table, seq_lens, sinks, num_blocks: int, block_
     B, M = block_table.shape
     Hq, D = query.shape[-2], query.shape[-1]
     _validate_kernel[(B,)](query, block_table, seq_lens, sinks if sinks is not None else query, flags,
-                           block_table.stride(0), num_blocks, rows_per_seq, M=M, BS=block_size, HQD=Hq * D,
+                           block_table.stride(0), num_blocks, ROWS_PER_SEQ=rows_per_seq, M=M, BS=block_size, HQD=Hq * D,
                            HQ=Hq, HAS_SINKS=sinks is not None, CHUNK=256)
     bad = flags[:B].cpu().numpy()
     names = ((0, "seq_lens", f"must be in [1, block_table columns * block_size = {M * block_size}]"),
