@@ -144,6 +144,9 @@ def _corners(tier: str) -> list[Cell]:
     ]
     if tier == "ci":
         out.append(_decode_cell("decode", "turboquant_4bit_nc", "soa", (8, 8), 16, (256,), "hadamard", False))
+        # FlyDSL-kernel shapes past one 64-token partition: G=16 with block 32, G=6 with block 32
+        out.append(_decode_cell("decode", "turboquant_4bit_nc", "soa", (2, 16), 32, (130, 64), "hadamard", False))
+        out.append(_decode_cell("decode", "turboquant_4bit_nc", "soa", (4, 6), 32, (100, 7), "random", False))
     if tier == "full":
         for n in (1, 4, 16):
             for L in (256, 1024, 4096):
