@@ -120,3 +120,16 @@ def test_report_and_list_cells(tmp_path):
     assert "## Failures (3)" in text and "toy-wrong" in text
     res = kl("list-cells", "--family", "toy", check_rc=0)
     assert "smoke: 3 cells" in res.stdout and "ci: 12 cells" in res.stdout
+
+
+def test_known_failures_are_xfail_an_unexpected_pass_is_xpass_and_unsupported_cells_skip(tmp_path):
+    kl("conform", "--family", "toy", "--tier", "smoke", "--backend",
+       "toy-wrong-known,toy-good-marked,toy-unsupported", "--out", str(tmp_path), check_rc=1)
+    recs = records.read(tmp_path / "cells.jsonl")
+    by = {(r["backend"], r["params"]["n"]): r for r in recs}
+    assert {by["toy-wrong-known", n]["status"] for n in (8, 9, 10)} == {"xfail"}
+    assert {by["toy-good-marked", n]["status"] for n in (8, 9, 10)} == {"xpass"}
+    assert by["toy-unsupported", 8]["status"] == "pass"
+    assert by["toy-unsupported", 9]["status"] == "skip" and by["toy-unsupported", 9]["reason"] == "only n < 9"
+    kl("conform", "--family", "toy", "--tier", "smoke", "--backend", "toy-wrong-known", "--out",
+       str(tmp_path / "only-xfail"), check_rc=0)

@@ -40,5 +40,11 @@ register(Backend("toy-good", {"toy": ("scale",)}, lambda: (True, "always"), _run
 register(Backend("toy-wrong", {"toy": ("scale",)}, lambda: (True, "always"), _run(_Wrong)))
 register(Backend("toy-abort", {"toy": ("scale",)}, lambda: (True, "always"), _aborting))
 register(Backend("toy-hang", {"toy": ("scale",)}, lambda: (True, "always"), _hanging, timeout_s=3.0))
+register(Backend("toy-wrong-known", {"toy": ("scale",)}, lambda: (True, "always"), _run(_Wrong),
+                 xfail=lambda cell: "adds 1e-3 (known)"))
+register(Backend("toy-good-marked", {"toy": ("scale",)}, lambda: (True, "always"), _run(_Good),
+                 xfail=lambda cell: "marked as failing by mistake"))
+register(Backend("toy-unsupported", {"toy": ("scale",)}, lambda: (True, "always"), _run(_Good),
+                 supports=lambda cell: None if cell["n"] < 9 else "only n < 9"))
 register(Backend("toy-absent", {"toy": ("scale",)}, lambda: (False, "needs hardware this machine lacks"),
                  _run(_Good)))
