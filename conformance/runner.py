@@ -149,8 +149,10 @@ class _Slot:
 class Progress:
     """A one-line progress bar with ETA on stderr (a line every 5% when stderr is not a terminal)."""
 
-    def __init__(self, total: int, stream=sys.stderr):
+    def __init__(self, total: int, stream=sys.stderr, untimed: int = 0):
+        """``untimed``: records decided without running (skips), excluded from the ETA's rate."""
         self.total, self.done, self.stream = total, 0, stream
+        self.untimed = untimed
         self.start = time.monotonic()
         self.counts: Counter = Counter()
         self.tty = stream.isatty()
@@ -160,7 +162,8 @@ class Progress:
         self.done += 1
         self.counts[record["status"]] += 1
         elapsed = time.monotonic() - self.start
-        eta = elapsed / self.done * (self.total - self.done) if self.done else 0.0
+        timed = self.done - min(self.done, self.untimed)
+        eta = elapsed / timed * (self.total - self.done) if timed else float("nan")
         pct = int(100 * self.done / max(self.total, 1))
         bar = "#" * (pct // 5) + "." * (20 - pct // 5)
         tally = " ".join(f"{k}={v}" for k, v in sorted(self.counts.items()))
@@ -176,6 +179,8 @@ class Progress:
 
 
 def _hms(seconds: float) -> str:
+    if seconds != seconds:  # no timed record yet
+        return "?"
     seconds = int(seconds)
     return f"{seconds // 60}m{seconds % 60:02d}s"
 
@@ -339,7 +344,7 @@ def run(cells: list[Cell], backends: list[registry.Backend], out: str | os.PathL
         if run_here:
             todo.append((cell, run_here))
     total = len(statics) + sum(len(b) for _, b in todo)
-    progress = Progress(total, progress_stream)
+    progress = Progress(total, progress_stream, untimed=len(statics))
 
     def emit(record: dict) -> None:
         writer.write(record)
