@@ -110,14 +110,9 @@ def decode(query, kv_cache, block_table, seq_lens, preset, layout, rotation, sca
     if kv_cache.ndim != 4 or kv_cache.dtype != np.uint8:
         raise ValueError(f"kv_cache must be uint8 [num_blocks, block_size, Hk, slot], got {kv_cache.dtype} "
                          f"{list(kv_cache.shape)}")
-    B, Hq, D = q.shape
-    _, BS, Hk, _ = kv_cache.shape
-    if Hq % Hk:
-        raise ValueError(f"query heads Hq={Hq} must be a multiple of the cache's kv heads Hk={Hk}")
-    reason = plan.unsupported(preset=preset, layout=layout, D=D, block_size=BS, G=Hq // Hk,
-                              sinks=sinks is not None)
-    if reason:
-        raise ValueError(reason)
+    B, Hq, Hk, BS = plan.check_request(q.shape, kv_cache.shape, preset=preset, layout=layout,
+                                       sinks=sinks is not None)
+    D = q.shape[2]
     tq_layout.check_cache(kv_cache, get_preset(preset), D, Hk)
     bt = np.asarray(block_table)
     lens = np.asarray(seq_lens)

@@ -35,16 +35,9 @@ def decode(query, kv_cache, block_table, seq_lens, preset, layout, rotation, sca
 
     from optimized.flydsl.emulation import reduce_partitions
 
-    if query.ndim != 3 or kv_cache.ndim != 4:
-        raise ValueError(f"query must be [B, Hq, D] and kv_cache [nb, BS, Hk, slot]; got {list(query.shape)} "
-                         f"and {list(kv_cache.shape)}")
-    B, Hq, D = query.shape
-    _, BS, Hk, slot = kv_cache.shape
-    if Hq % Hk:
-        raise ValueError(f"query heads Hq={Hq} must be a multiple of kv heads Hk={Hk}")
-    reason = plan.unsupported(preset=preset, layout=layout, D=D, block_size=BS, G=Hq // Hk, sinks=sinks is not None)
-    if reason:
-        raise ValueError(reason)
+    B, Hq, Hk, BS = plan.check_request(tuple(query.shape), tuple(kv_cache.shape), preset=preset, layout=layout,
+                                       sinks=sinks is not None)
+    slot = kv_cache.shape[3]
     if kv_cache.dtype != torch.uint8 or slot != SLOT_BYTES:
         raise ValueError(f"kv_cache must be uint8 with {SLOT_BYTES}-byte slots, got {kv_cache.dtype}, {slot}")
     if kv_cache.numel() >= MAX_CACHE_BYTES:

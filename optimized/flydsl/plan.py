@@ -44,3 +44,19 @@ def num_parts(max_blocks: int, block_size: int) -> int:
     if max_blocks < 1:
         raise ValueError(f"block_table must have at least one column, got {max_blocks}")
     return -(-(max_blocks * block_size) // PART_TOKENS)
+
+
+def check_request(query_shape, cache_shape, *, preset: str, layout: str, sinks: bool) -> tuple[int, int, int, int]:
+    """``(B, Hq, Hk, block_size)`` of a decode request ``query [B, Hq, D]``, ``kv_cache [nb, BS, Hk,
+    slot]`` that the kernel supports; ValueError naming what is wrong otherwise."""
+    if len(query_shape) != 3 or len(cache_shape) != 4:
+        raise ValueError(f"query must be [B, Hq, D] and kv_cache [nb, BS, Hk, slot]; got {list(query_shape)} "
+                         f"and {list(cache_shape)}")
+    B, Hq, D = query_shape
+    _, BS, Hk, _ = cache_shape
+    if Hq % Hk:
+        raise ValueError(f"query heads Hq={Hq} must be a multiple of the cache's kv heads Hk={Hk}")
+    reason = unsupported(preset=preset, layout=layout, D=D, block_size=BS, G=Hq // Hk, sinks=sinks)
+    if reason:
+        raise ValueError(reason)
+    return B, Hq, Hk, BS
