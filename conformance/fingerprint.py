@@ -102,4 +102,10 @@ def git_commit() -> dict:
 
 def fingerprint() -> dict:
     return {"cpu": cpu(), "gpus": gpus(), "os": platform.platform(), "versions": versions(),
-            "git": git_commit(), "command": [Path(sys.argv[0]).name, *sys.argv[1:]]}
+            "git": git_commit(), "command": [_program(), *sys.argv[1:]]}
+
+
+def _program() -> str:
+    """The command as the user typed it: `python -m conformance` runs as conformance/__main__.py."""
+    name = Path(sys.argv[0]).name
+    return "kernel-lab" if name in ("__main__.py", "kernel-lab") else name

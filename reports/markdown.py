@@ -41,13 +41,14 @@ def render(run_dir: str | Path) -> str:
     by_op: dict[tuple, Counter] = defaultdict(Counter)
     for r in recs:
         by_backend[r["backend"]][r["status"]] += 1
-        by_op[(r["family"], r["op"], r["backend"])][r["status"]] += 1
+        if not (r["status"] == "skip" and "does not implement" in r.get("reason", "")):
+            by_op[(r["family"], r["op"], r["backend"])][r["status"]] += 1
     cols = list(records.STATUSES)
     out += ["## Per backend", "",
             _table(["backend", *cols, "total"],
                    [[b, *(str(c.get(s, 0)) for s in cols), str(sum(c.values()))]
                     for b, c in sorted(by_backend.items())]), ""]
-    out += ["## Per family, op and backend", "",
+    out += ["## Per family, op and backend (backends that implement the op)", "",
             _table(["family", "op", "backend", *cols],
                    [[f, o, b, *(str(c.get(s, 0)) for s in cols)] for (f, o, b), c in sorted(by_op.items())]), ""]
     unavailable = {n: b["reason"] for n, b in info.get("backends", {}).items() if not b.get("available")}
