@@ -99,7 +99,7 @@ def variants(quick: bool = False):
 
     out = [] if quick else [("split-exact", decode_split, {})]
     out.append(("grouped default", decode_grouped, {}))
-    for keys in ("select", "load"):
+    for keys in ("select", "load", "pair"):
         out.append((f"grouped keys={keys}", decode_grouped, dict(keys=keys)))
     out.append(("grouped no PV split", decode_grouped, dict(pv_split=False)))
     for bn, w in ((32, 4), (64, 4), (128, 8)):

@@ -226,27 +226,39 @@ def _reduce_kernel(part_ptr, seq_lens_ptr, out_ptr, so_b, so_h, HQ: tl.constexpr
 _TABLES: dict = {}
 
 
-def centroid_table(p, D: int, device, pairs: bool = False):
-    """Device fp32 Lloyd-Max centroids ``[2^bits]`` of preset ``p`` (FP8 keys: a 1-element dummy),
-    or with ``pairs`` the pair table ``[256, 2]``: entry ``byte`` = (c[byte & 15], c[byte >> 4]),
-    the two dequantized codes of one packed 4-bit byte. Built once per (bits, D, device), keyed
-    by value, so launches allocate nothing."""
+def centroid_table(p, D: int, device):
+    """Device fp32 Lloyd-Max centroids ``[2^bits]`` of preset ``p`` (FP8 keys: a 1-element dummy).
+    Built once per (bits, D, device), keyed by value, so launches allocate nothing."""
     import torch
 
     from reference.turboquant.lloyd_max import centroids
 
-    key = (p.key_fp8, p.key_bits, D, str(device), pairs)
+    key = (p.key_fp8, p.key_bits, D, str(device))
     if key not in _TABLES:
-        if p.key_fp8:
-            table = torch.zeros(1, dtype=torch.float32)
-        else:
-            c = torch.from_numpy(centroids(p.key_bits, D))
-            if pairs:
-                byte = torch.arange(256)
-                table = torch.stack([c[byte & 15], c[byte >> 4]], dim=1).contiguous()
-            else:
-                table = c
-        _TABLES[key] = table.to(device)
+        table = torch.zeros(1) if p.key_fp8 else torch.from_numpy(centroids(p.key_bits, D))
+        _TABLES[key] = table.to(torch.float32).to(device)
+    return _TABLES[key]
+
+
+def pair_table(p, D: int, device, bf16: bool):
+    """The 4-bit pair table ``[256]`` of preset ``p``: entry ``byte`` packs the two dequantized
+    codes of one key byte, ``c[byte & 15]`` in the low half and ``c[byte >> 4]`` in the high half:
+    int64 of two fp32 bit patterns, or with ``bf16`` int32 of two bf16 bit patterns (round to
+    nearest even). Built on the host from ``centroids`` once per (D, format, device), keyed by
+    value like ``centroid_table``, so launches allocate and copy nothing."""
+    import torch
+
+    from reference.turboquant.lloyd_max import centroids
+
+    if p.key_fp8 or p.key_bits != 4:
+        raise ValueError(f"a pair table needs 4-bit MSE keys, got preset {p.name}")
+    key = ("pairs", D, str(device), bf16)
+    if key not in _TABLES:
+        byte = torch.arange(256)
+        c = torch.from_numpy(centroids(4, D)).to(torch.float32)
+        pairs = torch.stack([c[byte & 15], c[byte >> 4]], dim=1)  # [256, 2]: little-endian, low half first
+        packed = pairs.to(torch.bfloat16).view(torch.int32) if bf16 else pairs.view(torch.int64)
+        _TABLES[key] = packed.reshape(256).contiguous().to(device)
     return _TABLES[key]
 
 

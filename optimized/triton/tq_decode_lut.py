@@ -10,7 +10,10 @@ odd dimensions and the kernel keeps two ``[BLOCK_N, D/2]`` halves of every tile:
 - keys: ``score = k_scalar[t] * (q_even . c[lo_t] + q_odd . c[hi_t])``; the 16 centroids are a
   register table read by ``tl.gather`` (``KEYS="gather"``; ``"select"``: a select tree over the
   8 positive centroids and a sign, using ``c[15 - i] = -c[i]``; ``"load"``: a gather from global
-  memory, for comparison), never dequantized further;
+  memory, for comparison; ``"pair"``: the FLUTE idea, one ``tl.gather`` per key byte from a
+  256-entry register table whose entry packs both centroids of the byte, ``c[b & 15]`` and
+  ``c[b >> 4]``: two fp32 in an int64 on the exact path, two bf16 in an int32 on the bf16 path
+  (``tq_decode_launch.pair_table``)), never dequantized further;
 - values are uniform codes: ``P @ (code * s + z) = (P * s) @ code + (P @ z)``, so the value tile
   is the raw codes (bf16 ``128 + code``, built from bits; the ``128 * rowsum(P * s)`` it adds is
   subtracted at the end) and ``P @ z`` is a row sum. ``P * s`` enters the MMA as a bf16 pair
@@ -29,12 +32,12 @@ import triton.language as tl
 
 from optimized.triton.tq_common import kv_pointers
 from optimized.triton.tq_decode_launch import (centroid_table, check_decode_args, default_num_splits, interpreting,
-                                               prepare_out, reduce_partials, rotate_queries, validate_values,
-                                               workspace_for)
+                                               pair_table, prepare_out, reduce_partials, rotate_queries,
+                                               validate_values, workspace_for)
 
 PRESETS = ("turboquant_4bit_nc",)
 PRECISIONS = ("exact", "bf16")
-KEY_METHODS = ("gather", "select", "load")
+KEY_METHODS = ("gather", "select", "load", "pair")
 LOG2E = tl.constexpr(1.4426950408889634)
 LN2 = tl.constexpr(0.6931471805599453)
 
@@ -70,6 +73,23 @@ def _centroids(idx, table, cent_ptr, KEYS: tl.constexpr, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
+def _centroid_pairs(kb, pairs, BLOCK_N: tl.constexpr, HALF: tl.constexpr, BF16: tl.constexpr):
+    """``(c[kb & 15], c[kb >> 4])`` for key bytes ``kb [BLOCK_N, HALF]`` int32 in [0, 256): one
+    gather per byte from the packed pair table ``pairs [256]`` (int64 of two fp32, or with
+    ``BF16`` int32 of two bf16; low half = low nibble); fp32, or bf16 with ``BF16``. The gather
+    runs on the flattened bytes, so the table is not broadcast per row."""
+    e = tl.gather(pairs, tl.reshape(kb, (BLOCK_N * HALF,)), 0)
+    e = tl.reshape(e, (BLOCK_N, HALF))
+    if BF16:
+        c_lo = e.to(tl.int16).to(tl.bfloat16, bitcast=True)
+        c_hi = (e >> 16).to(tl.int16).to(tl.bfloat16, bitcast=True)
+    else:
+        c_lo = e.to(tl.int32).to(tl.float32, bitcast=True)
+        c_hi = (e >> 32).to(tl.int32).to(tl.float32, bitcast=True)
+    return c_lo, c_hi
+
+
+@triton.jit
 def _codes_operand(code, BF16: tl.constexpr):
     """Value codes [.., D/2] int32 in [0, 16) as an MMA operand: bf16 ``128 + code`` built from its
     bits (no int-to-float conversion), or fp32 ``code`` on the exact path."""
@@ -86,7 +106,7 @@ def _grouped_kernel(q_ptr, cache_ptr, bt_ptr, seq_lens_ptr, cent_ptr, sinks_ptr,
                     D: tl.constexpr, HK: tl.constexpr, BS: tl.constexpr, KEY_BYTES: tl.constexpr,
                     VAL_BYTES: tl.constexpr, HQ: tl.constexpr, G: tl.constexpr, S: tl.constexpr,
                     MAXS: tl.constexpr, HAS_SINKS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                    KEYS: tl.constexpr, PV_SPLIT: tl.constexpr, BF16: tl.constexpr):
+                    KEYS: tl.constexpr, TABLE: tl.constexpr, PV_SPLIT: tl.constexpr, BF16: tl.constexpr):
     b = tl.program_id(0)
     h = tl.program_id(1)
     s = tl.program_id(2)
@@ -105,7 +125,7 @@ def _grouped_kernel(q_ptr, cache_ptr, bt_ptr, seq_lens_ptr, cent_ptr, sinks_ptr,
         if BF16:
             q_even = q_even.to(tl.bfloat16)
             q_odd = q_odd.to(tl.bfloat16)
-        table = tl.load(cent_ptr + tl.arange(0, 16))
+        table = tl.load(cent_ptr + tl.arange(0, TABLE))
         qk_scale = scale * LOG2E
         m = tl.full((BLOCK_M,), float("-inf"), tl.float32)
         l = tl.zeros((BLOCK_M,), tl.float32)
@@ -129,8 +149,11 @@ def _grouped_kernel(q_ptr, cache_ptr, bt_ptr, seq_lens_ptr, cent_ptr, sinks_ptr,
             kn = tl.load(knorm, mask=live, other=0.0).to(tl.float32)
             vs = tl.load(vscale, mask=live, other=0.0).to(tl.float32)
             vz = tl.load(vzero, mask=live, other=0.0).to(tl.float32)
-            c_lo = _centroids(kb & 15, table, cent_ptr, KEYS, BLOCK_N)
-            c_hi = _centroids(kb >> 4, table, cent_ptr, KEYS, BLOCK_N)
+            if KEYS == "pair":
+                c_lo, c_hi = _centroid_pairs(kb, table, BLOCK_N, D // 2, BF16)
+            else:
+                c_lo = _centroids(kb & 15, table, cent_ptr, KEYS, BLOCK_N)
+                c_hi = _centroids(kb >> 4, table, cent_ptr, KEYS, BLOCK_N)
             x = _mma(q_even, tl.trans(c_lo), BF16) + _mma(q_odd, tl.trans(c_hi), BF16)
             x = tl.where(live[None, :], x * (kn * qk_scale)[None, :], float("-inf"))
             m_new = tl.maximum(m, tl.max(x, axis=1))
@@ -172,7 +195,8 @@ def decode_grouped(query, kv_cache, block_table, seq_lens, *, preset, layout, ro
                    pv_split=True, block_n=None, num_warps=4, num_stages=2):
     """Like ``tq_decode_split.decode_split`` (same arguments and result) for SoA
     ``turboquant_4bit_nc`` caches; ``precision`` "exact" or "bf16" (default: bf16 on a GPU, exact
-    in the interpreter, whose bf16 arithmetic is broken); ``keys`` one of ``KEY_METHODS``."""
+    in the interpreter, whose bf16 arithmetic is broken); ``keys`` one of ``KEY_METHODS`` (the
+    pair table of ``"pair"`` is built on the first call per head size and format, then reused)."""
     from reference.turboquant.presets import preset as lookup
 
     if lookup(preset).name not in PRESETS or layout != "soa":
@@ -196,13 +220,16 @@ def decode_grouped(query, kv_cache, block_table, seq_lens, *, preset, layout, ro
     out = prepare_out(out, B, Hq, D, query.dtype, kv_cache.device)
     validate_values(query.contiguous(), block_table, seq_lens, sinks, kv_cache.shape[0], spec.block_size, ws.flags)
     rotate_queries(query, rotation, ws.q_rot, rotate=True)
-    cent = centroid_table(spec.preset, D, kv_cache.device)
+    if keys == "pair":
+        cent = pair_table(spec.preset, D, kv_cache.device, bf16=precision == "bf16")
+    else:
+        cent = centroid_table(spec.preset, D, kv_cache.device)
     _grouped_kernel[(B, spec.num_kv_heads, S)](
         ws.q_rot, kv_cache, block_table, seq_lens, cent, sinks if sinks is not None else ws.q_rot,
         ws.partials, kv_cache.stride(0), block_table.stride(0), a.scale,
         D=D, HK=spec.num_kv_heads, BS=spec.block_size, KEY_BYTES=spec.key_bytes, VAL_BYTES=spec.value_bytes,
         HQ=Hq, G=a.G, S=S, MAXS=ws.max_splits, HAS_SINKS=sinks is not None,
-        BLOCK_M=max(16, triton.next_power_of_2(a.G)), BLOCK_N=block_n, KEYS=keys, PV_SPLIT=pv_split,
+        BLOCK_M=max(16, triton.next_power_of_2(a.G)), BLOCK_N=block_n, KEYS=keys, TABLE=cent.numel(), PV_SPLIT=pv_split,
         BF16=precision == "bf16", num_warps=num_warps, num_stages=num_stages)
     reduce_partials(ws, seq_lens, out, S)
     return out

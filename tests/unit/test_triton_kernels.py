@@ -48,7 +48,7 @@ def test_split_decode_equals_reference(preset, layout, splits):
     np.testing.assert_allclose(got.cpu().numpy(), want, atol=ATOL, rtol=0)
 
 
-@pytest.mark.parametrize("keys", ["gather", "select", "load"])
+@pytest.mark.parametrize("keys", ["gather", "select", "load", "pair"])
 @pytest.mark.parametrize("G,splits", [(1, 1), (6, 2)])
 def test_grouped_decode_equals_reference(G, splits, keys):
     q, cache, bt, lens, rot, sk = make_case("turboquant_4bit_nc", "soa", G=G, lens=(70, 33, 1), sinks=splits > 1)
@@ -86,3 +86,23 @@ def test_unified_prefill_is_causal_per_token_decode():
     got = unified_attention(t(Q), t(cache), t(bt), qsl, t(lens), max(q_lens), preset=preset, rotation=t(rot),
                             precision="exact")
     np.testing.assert_allclose(got.cpu().numpy(), np.stack(want), atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+def test_pair_table_entry_packs_both_centroids_of_a_byte(bf16):
+    """Entry b of the pair table holds c[b & 15] in its low half and c[b >> 4] in its high half
+    (fp32 pairs in int64; bf16 pairs in int32, the bf16 path the interpreter cannot run)."""
+    from optimized.triton.tq_decode_launch import pair_table
+    from reference.turboquant.lloyd_max import centroids
+
+    table = pair_table(R.preset("turboquant_4bit_nc"), 128, torch.device("cpu"), bf16=bf16).numpy()
+    c, b = centroids(4, 128), np.arange(256)
+    if bf16:
+        import ml_dtypes
+
+        halves = table.view(np.uint16).reshape(256, 2).view(ml_dtypes.bfloat16).astype(np.float32)
+        c = c.astype(ml_dtypes.bfloat16).astype(np.float32)
+    else:
+        halves = table.view(np.float32).reshape(256, 2)
+    assert table.dtype == (np.int32 if bf16 else np.int64)
+    np.testing.assert_array_equal(halves, np.stack([c[b & 15], c[b >> 4]], axis=1))
