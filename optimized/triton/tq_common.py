@@ -14,6 +14,16 @@ import triton.language as tl
 
 
 @triton.jit
+def split_range(seq_lens_ptr, b, s, S: tl.constexpr):
+    """Tokens ``[start, end)`` of split ``s`` of ``S`` of sequence ``b``: ``cdiv(L, S)`` tokens each
+    (the stage-2 reduce recomputes the same bounds); empty when ``start >= end``."""
+    L = tl.load(seq_lens_ptr + b)
+    W = tl.cdiv(L, S)
+    start = s * W
+    return start, tl.minimum(start + W, L)
+
+
+@triton.jit
 def kv_pointers(cache_ptr, blk, pos, head, stride_blk, stride_pos, stride_head,
                 SOA: tl.constexpr, KEY_FP8: tl.constexpr, HK: tl.constexpr, BS: tl.constexpr,
                 KEY_BYTES: tl.constexpr, VAL_BYTES: tl.constexpr):

@@ -30,7 +30,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from optimized.triton.tq_common import kv_pointers
+from optimized.triton.tq_common import kv_pointers, split_range
 from optimized.triton.tq_decode_launch import (centroid_table, check_decode_args, default_num_splits, interpreting,
                                                pair_table, prepare_out, reduce_partials, rotate_queries,
                                                validate_values, workspace_for)
@@ -110,10 +110,7 @@ def _grouped_kernel(q_ptr, cache_ptr, bt_ptr, seq_lens_ptr, cent_ptr, sinks_ptr,
     b = tl.program_id(0)
     h = tl.program_id(1)
     s = tl.program_id(2)
-    L = tl.load(seq_lens_ptr + b)
-    W = tl.cdiv(L, S)
-    start = s * W
-    end = tl.minimum(start + W, L)
+    start, end = split_range(seq_lens_ptr, b, s, S)
     if start < end:
         r = tl.arange(0, BLOCK_M)
         rm = r < G

@@ -10,7 +10,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from optimized.triton.tq_common import kv_pointers, load_key_tile, load_value_tile
+from optimized.triton.tq_common import kv_pointers, load_key_tile, load_value_tile, split_range
 from optimized.triton.tq_decode_launch import (centroid_table, check_decode_args, default_num_splits, interpreting,
                                                prepare_out, reduce_partials, rotate_queries, validate_values,
                                                workspace_for)
@@ -28,10 +28,7 @@ def _split_kernel(q_ptr, cache_ptr, bt_ptr, seq_lens_ptr, cent_ptr, sinks_ptr, p
     hq = tl.program_id(1)
     s = tl.program_id(2)
     h = hq // G
-    L = tl.load(seq_lens_ptr + b)
-    W = tl.cdiv(L, S)
-    start = s * W
-    end = tl.minimum(start + W, L)
+    start, end = split_range(seq_lens_ptr, b, s, S)
     if start < end:
         d = tl.arange(0, D)
         q = tl.load(q_ptr + (b.to(tl.int64) * HQ + hq) * D + d)
