@@ -283,6 +283,25 @@ def workspace_for(workspace, B: int, Hq: int, D: int, S: int, device) -> DecodeW
     return workspace
 
 
+def begin_split_decode(query, kv_cache, block_table, seq_lens, *, preset, layout, rotation, scale, sinks,
+                       num_kv_splits, workspace, out, block_n: int):
+    """The prologue the split-KV decodes share: checked arguments, the split count, the workspace
+    and output (no allocation when both are given), the device-side value checks, and the rotated
+    queries in ``ws.q_rot`` (FP8 keys: copied unrotated). Returns ``(args, S, ws, out)``."""
+    a = check_decode_args(query, kv_cache, block_table, seq_lens, preset=preset, layout=layout,
+                          rotation=rotation, scale=scale, sinks=sinks)
+    spec, B, Hq = a.spec, a.B, a.Hq
+    D = spec.head_size
+    max_splits = workspace.max_splits if workspace is not None else 32
+    S = num_kv_splits or default_num_splits(B, spec.num_kv_heads, block_table.shape[1] * spec.block_size,
+                                            block_n, kv_cache.device, max_splits)
+    ws = workspace_for(workspace, B, Hq, D, S, kv_cache.device)
+    out = prepare_out(out, B, Hq, D, query.dtype, kv_cache.device)
+    validate_values(query.contiguous(), block_table, seq_lens, sinks, kv_cache.shape[0], spec.block_size, ws.flags)
+    rotate_queries(query, rotation, ws.q_rot, rotate=not spec.preset.key_fp8)
+    return a, S, ws, out
+
+
 def reduce_partials(ws: DecodeWorkspace, seq_lens, out, S: int) -> None:
     B, Hq, D = out.shape
     _reduce_kernel[(B, Hq)](ws.partials, seq_lens, out, out.stride(0), out.stride(1),

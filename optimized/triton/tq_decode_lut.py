@@ -31,9 +31,8 @@ import triton
 import triton.language as tl
 
 from optimized.triton.tq_common import kv_pointers, split_range
-from optimized.triton.tq_decode_launch import (centroid_table, check_decode_args, default_num_splits, interpreting,
-                                               pair_table, prepare_out, reduce_partials, rotate_queries,
-                                               validate_values, workspace_for)
+from optimized.triton.tq_decode_launch import (begin_split_decode, centroid_table, interpreting, pair_table,
+                                               reduce_partials)
 
 PRESETS = ("turboquant_4bit_nc",)
 PRECISIONS = ("exact", "bf16")
@@ -205,18 +204,12 @@ def decode_grouped(query, kv_cache, block_table, seq_lens, *, preset, layout, ro
         raise ValueError("precision 'bf16' is not available under TRITON_INTERPRET=1 (broken bf16 arithmetic)")
     if keys not in KEY_METHODS:
         raise ValueError(f"keys must be one of {KEY_METHODS}, got {keys!r}")
-    a = check_decode_args(query, kv_cache, block_table, seq_lens, preset=preset, layout=layout,
-                          rotation=rotation, scale=scale, sinks=sinks)
+    block_n = block_n or 128
+    a, S, ws, out = begin_split_decode(query, kv_cache, block_table, seq_lens, preset=preset, layout=layout,
+                                       rotation=rotation, scale=scale, sinks=sinks, num_kv_splits=num_kv_splits,
+                                       workspace=workspace, out=out, block_n=block_n)
     spec, B, Hq = a.spec, a.B, a.Hq
     D = spec.head_size
-    block_n = block_n or 128
-    max_splits = workspace.max_splits if workspace is not None else 32
-    S = num_kv_splits or default_num_splits(B, spec.num_kv_heads, block_table.shape[1] * spec.block_size,
-                                            block_n, kv_cache.device, max_splits)
-    ws = workspace_for(workspace, B, Hq, D, S, kv_cache.device)
-    out = prepare_out(out, B, Hq, D, query.dtype, kv_cache.device)
-    validate_values(query.contiguous(), block_table, seq_lens, sinks, kv_cache.shape[0], spec.block_size, ws.flags)
-    rotate_queries(query, rotation, ws.q_rot, rotate=True)
     if keys == "pair":
         cent = pair_table(spec.preset, D, kv_cache.device, bf16=precision == "bf16")
     else:

@@ -11,9 +11,7 @@ import triton
 import triton.language as tl
 
 from optimized.triton.tq_common import kv_pointers, load_key_tile, load_value_tile, split_range
-from optimized.triton.tq_decode_launch import (centroid_table, check_decode_args, default_num_splits, interpreting,
-                                               prepare_out, reduce_partials, rotate_queries, validate_values,
-                                               workspace_for)
+from optimized.triton.tq_decode_launch import begin_split_decode, centroid_table, interpreting, reduce_partials
 
 
 @triton.jit
@@ -66,19 +64,13 @@ def decode_split(query, kv_cache, block_table, seq_lens, *, preset, layout, rota
     dtype) of ``query [B, Hq, D]`` over ``kv_cache`` through ``block_table [B, M]`` int32 and
     ``seq_lens [B]`` int32; ``rotation`` fp32 ``[D, D]`` for MSE presets; ``sinks`` fp32 ``[Hq]``;
     ``workspace`` a ``DecodeWorkspace`` (reused: no allocation per call) or None."""
-    a = check_decode_args(query, kv_cache, block_table, seq_lens, preset=preset, layout=layout,
-                          rotation=rotation, scale=scale, sinks=sinks)
+    block_n = 64 if interpreting() else 32
+    a, S, ws, out = begin_split_decode(query, kv_cache, block_table, seq_lens, preset=preset, layout=layout,
+                                       rotation=rotation, scale=scale, sinks=sinks, num_kv_splits=num_kv_splits,
+                                       workspace=workspace, out=out, block_n=block_n)
     spec, B, Hq = a.spec, a.B, a.Hq
     D = spec.head_size
-    block_n = 64 if interpreting() else 32
-    max_splits = workspace.max_splits if workspace is not None else 32
-    S = num_kv_splits or default_num_splits(B, spec.num_kv_heads, block_table.shape[1] * spec.block_size,
-                                            block_n, kv_cache.device, max_splits)
-    ws = workspace_for(workspace, B, Hq, D, S, kv_cache.device)
-    out = prepare_out(out, B, Hq, D, query.dtype, kv_cache.device)
-    validate_values(query.contiguous(), block_table, seq_lens, sinks, kv_cache.shape[0], spec.block_size, ws.flags)
     p = spec.preset
-    rotate_queries(query, rotation, ws.q_rot, rotate=not p.key_fp8)
     cent = centroid_table(p, D, kv_cache.device)
     _split_kernel[(B, Hq, S)](
         ws.q_rot, kv_cache, block_table, seq_lens, cent, sinks if sinks is not None else ws.q_rot, ws.partials,
