@@ -25,8 +25,18 @@ struct StatePool {  // [num_slots, HV, K, V], slot stride in elements
     int64_t num_slots = 0;
 };
 
+// What every op shares: the q/k normalisation and scale, the output and the thread count.
+struct OpOptions {
+    float scale = 1.0f;
+    bool l2norm = true;
+    float eps = 1e-6f;         // l2norm: x / sqrt(sum x^2 + eps)
+    void* out = nullptr;       // [T, HV, V] of out_dt
+    DType out_dt = DType::F32;
+    int num_threads = 1;
+};
+
 // Decode (one token per sequence, T == N) and spec decode (varlen, several tokens per sequence).
-struct DecodeArgs {
+struct DecodeArgs : OpOptions {
     int64_t T = 0, N = 0, H = 0, HV = 0, K = 0, V = 0;
     Input q, k, v;             // [T, H, K], [T, H, K], [T, HV, V]
     Input a, b;                // [T, HV] raw gate inputs
@@ -36,29 +46,17 @@ struct DecodeArgs {
     int64_t index_cols = 1;
     const int32_t* cu_seqlens = nullptr;     // spec only: [N + 1]
     const int32_t* num_accepted = nullptr;   // spec only: [N]
-    float scale = 1.0f;
-    bool l2norm = true;
-    float eps = 1e-6f;         // l2norm: x / sqrt(sum x^2 + eps)
-    void* out = nullptr;       // [T, HV, V] of out_dt
-    DType out_dt = DType::F32;
-    int num_threads = 1;
 };
 
 // Chunked prefill (chunk 64, UT/WY form, state rounded once per chunk and at sequence end).
 // Sequences are non-empty (cu_seqlens strictly increasing).
-struct ChunkArgs {
+struct ChunkArgs : OpOptions {
     int64_t T = 0, N = 0, H = 0, HV = 0, K = 0, V = 0;
     Input q, k, v;             // [T, H, K], [T, H, K], [T, HV, V]
     Input g, beta;             // [T, HV]; g float32
     StatePool state;
     const int32_t* indices = nullptr;        // [N]
     const int32_t* cu_seqlens = nullptr;     // [N + 1]
-    float scale = 1.0f;
-    bool l2norm = true;
-    float eps = 1e-6f;         // l2norm: x / sqrt(sum x^2 + eps)
-    void* out = nullptr;       // [T, HV, V] of out_dt
-    DType out_dt = DType::F32;
-    int num_threads = 1;
 };
 
 constexpr int kChunk = 64;

@@ -257,8 +257,7 @@ void gate_inputs(DecodeArgs& A, const InArray& A_log, const InArray& a, const In
 }
 
 // The options every op shares: validated scalars and the thread count.
-template <class Args>
-void set_options(Args& A, float scale, bool use_qk_l2norm, float l2norm_eps, int num_threads) {
+void set_options(OpOptions& A, float scale, bool use_qk_l2norm, float l2norm_eps, int num_threads) {
     check_scalars(scale, l2norm_eps);
     A.scale = scale;
     A.l2norm = use_qk_l2norm;
