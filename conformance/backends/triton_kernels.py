@@ -5,8 +5,11 @@ Three kernels decode, each held to the matrix on a GPU and, through the interpre
 
 - ``triton`` / ``triton-interpret``: store kernel + split-KV decode (AoS and SoA, every preset);
   fp32 elementwise math, rounding model ``exact``.
-- ``triton-lut`` / ``triton-lut-interpret``: store kernel + grouped-query decode (SoA,
-  ``turboquant_4bit_nc`` only); bf16 MMA operands on the GPU (``bf16-mma``), fp32 in the interpreter.
+- ``triton-grouped`` / ``triton-grouped-interpret``: store kernel + grouped-query decode (SoA,
+  ``turboquant_4bit_nc`` only; keys through the 16-entry centroid table); bf16 MMA operands on the
+  GPU (``bf16-mma``), fp32 in the interpreter.
+- ``triton-lut`` / ``triton-lut-interpret``: the same decode with the pair lookup table (one lookup
+  per key byte yields both dequantized codes: the FLUTE idea).
 - ``triton-unified`` / ``triton-unified-interpret``: store kernel + unified attention run as a
   decode (one query token per sequence; SoA, every preset); ``bf16-mma`` on the GPU, ``exact`` in
   the interpreter.
@@ -28,6 +31,7 @@ class _Impl:
 
     def __init__(self, kernel: str, device: str, precision: str):
         self.kernel, self.device, self.precision = kernel, device, precision
+        self.keys = {"grouped": "gather", "lut": "pair"}.get(kernel)
 
     def _t(self, x):
         import torch
@@ -55,8 +59,8 @@ class _Impl:
                   out=self._t(poisoned(query.shape, "float32")))
         if self.kernel == "split":
             out = decode_split(q, cache, bt, lens, **kw)
-        elif self.kernel == "lut":
-            out = decode_grouped(q, cache, bt, lens, precision=self.precision, **kw)
+        elif self.keys:
+            out = decode_grouped(q, cache, bt, lens, precision=self.precision, keys=self.keys, **kw)
         else:
             qsl = torch.arange(q.shape[0] + 1, dtype=torch.int32, device=self.device)
             out = unified_attention(q, cache, bt, qsl, lens, 1, precision=self.precision, **kw)
@@ -93,7 +97,7 @@ def _supports(kernel: str):
             return f"head size {cell['D']} is not a power of two in [64, 256]"
         if cell.op == "store":
             return None
-        if kernel == "lut" and (cell["preset"] not in LUT_PRESETS or cell["layout"] != "soa"):
+        if kernel in ("grouped", "lut") and (cell["preset"] not in LUT_PRESETS or cell["layout"] != "soa"):
             return "the grouped decode reads 4-bit keys and values from the SoA layout (turboquant_4bit_nc/soa)"
         if kernel == "unified" and cell["layout"] != "soa":
             return "unified attention reads the SoA layout only"
@@ -123,5 +127,6 @@ _DEC = ("decode", "store_decode")
 for _interp in (False, True):
     _sfx = "-interpret" if _interp else ""
     _make("triton" + _sfx, "split", _interp, _ALL, "optimized/triton store + split-KV decode")
-    _make("triton-lut" + _sfx, "lut", _interp, _DEC, "optimized/triton store + grouped-query decode (register centroid table)")
+    _make("triton-grouped" + _sfx, "grouped", _interp, _DEC, "optimized/triton store + grouped-query decode (centroid table)")
+    _make("triton-lut" + _sfx, "lut", _interp, _DEC, "optimized/triton store + grouped-query decode (pair lookup table)")
     _make("triton-unified" + _sfx, "unified", _interp, _DEC, "optimized/triton store + unified attention as decode")

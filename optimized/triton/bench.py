@@ -99,14 +99,12 @@ def variants(quick: bool = False):
 
     out = [] if quick else [("split-exact", decode_split, {})]
     out.append(("grouped default", decode_grouped, {}))
-    for keys in ("select", "load", "pair"):
-        out.append((f"grouped keys={keys}", decode_grouped, dict(keys=keys)))
-    out.append(("grouped no PV split", decode_grouped, dict(pv_split=False)))
-    for bn, w in ((32, 4), (64, 4), (128, 8)):
-        out.append((f"grouped N={bn} w={w}", decode_grouped, dict(block_n=bn, num_warps=w)))
-    for st in (1, 3):
-        out.append((f"grouped stages={st}", decode_grouped, dict(num_stages=st)))
-    for S in (8, 16):
+    out.append(("grouped keys=pair", decode_grouped, dict(keys="pair")))
+    for keys in ("gather", "pair"):
+        out.append((f"grouped keys={keys} N=64", decode_grouped, dict(keys=keys, block_n=64)))
+    out.append(("grouped w=8", decode_grouped, dict(num_warps=8)))
+    out.append(("grouped stages=3", decode_grouped, dict(num_stages=3)))
+    for S in (2, 8):
         out.append((f"grouped S={S}", decode_grouped, dict(num_kv_splits=S)))
     return out
 

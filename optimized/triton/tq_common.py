@@ -14,11 +14,13 @@ import triton.language as tl
 
 
 @triton.jit
-def split_range(seq_lens_ptr, b, s, S: tl.constexpr):
-    """Tokens ``[start, end)`` of split ``s`` of ``S`` of sequence ``b``: ``cdiv(L, S)`` tokens each
-    (the stage-2 reduce recomputes the same bounds); empty when ``start >= end``."""
+def split_range(seq_lens_ptr, b, s, S: tl.constexpr, ALIGN: tl.constexpr):
+    """Tokens ``[start, end)`` of split ``s`` (a scalar or a tensor of splits) of ``S`` of sequence
+    ``b``: ``W = cdiv(L, S)`` rounded up to a multiple of ``ALIGN`` tokens each, so every split starts
+    on an ``ALIGN`` boundary (the stage-2 reduce calls this with the same ``ALIGN``); empty when
+    ``start >= end``."""
     L = tl.load(seq_lens_ptr + b)
-    W = tl.cdiv(L, S)
+    W = tl.cdiv(tl.cdiv(L, S), ALIGN) * ALIGN
     start = s * W
     return start, tl.minimum(start + W, L)
 

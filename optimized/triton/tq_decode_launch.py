@@ -1,9 +1,10 @@
 """What every TurboQuant decode launcher shares: argument checks, the preallocated split-KV
 workspace, the query rotation kernel and the split-KV reduce (stage 2).
 
-Split-KV convention (same as ``reference.turboquant.numpy_ref.decode_partials``): split s of
-sequence b covers tokens ``[s*W, min((s+1)*W, L_b))`` with ``W = ceil(L_b / S)``; an empty split
-writes nothing and the reducer skips it by recomputing the bounds. A partial is ``[D + 1]`` fp32:
+Split-KV convention (``reference.turboquant.numpy_ref.decode_partials`` is the ``align = 1`` case): split s
+of sequence b covers tokens ``[s*W, min((s+1)*W, L_b))`` with ``W = ceil(L_b / S)`` rounded up to a
+multiple of the launch's ``align`` (the grouped decode aligns splits to its tile); an empty split
+writes nothing and the reducer skips it by recomputing the bounds (``tq_common.split_range``). A partial is ``[D + 1]`` fp32:
 the split's normalised output, then its log-sum-exp (natural log). Sinks enter stage 1 of split 0
 (``m = sink, l = 1``), so the reducer needs no sink argument.
 """
@@ -17,6 +18,7 @@ import triton.language as tl
 
 from optimized.triton.checks import FLOAT_DTYPES, capturing, check_positive, check_tensor
 from optimized.triton.tq_cache import CacheSpec, cache_spec
+from optimized.triton.tq_common import split_range
 
 MAX_SPLITS = 64
 
@@ -204,15 +206,14 @@ def rotate_queries(query, rotation, out, rotate: bool) -> None:
 
 @triton.jit
 def _reduce_kernel(part_ptr, seq_lens_ptr, out_ptr, so_b, so_h, HQ: tl.constexpr, D: tl.constexpr,
-                   S: tl.constexpr, MAXS: tl.constexpr, S_P2: tl.constexpr):
+                   S: tl.constexpr, MAXS: tl.constexpr, S_P2: tl.constexpr, ALIGN: tl.constexpr):
     """Merge the non-empty splits of (b, h): ``out = sum_s w_s o_s / sum_s w_s``,
     ``w_s = exp(lse_s - max lse)``."""
     b = tl.program_id(0)
     h = tl.program_id(1)
-    L = tl.load(seq_lens_ptr + b)
-    W = tl.cdiv(L, S)
     s = tl.arange(0, S_P2)
-    live = (s < S) & (s * W < L)
+    start, end = split_range(seq_lens_ptr, b, s, S, ALIGN)
+    live = (s < S) & (start < end)
     base = part_ptr + ((b.to(tl.int64) * HQ + h) * MAXS) * (D + 1)
     lse = tl.load(base + s * (D + 1) + D, mask=live, other=float("-inf"))
     m = tl.max(lse, axis=0)
@@ -226,17 +227,22 @@ def _reduce_kernel(part_ptr, seq_lens_ptr, out_ptr, so_b, so_h, HQ: tl.constexpr
 _TABLES: dict = {}
 
 
-def centroid_table(p, D: int, device):
-    """Device fp32 Lloyd-Max centroids ``[2^bits]`` of preset ``p`` (FP8 keys: a 1-element dummy).
-    Built once per (bits, D, device), keyed by value, so launches allocate nothing."""
+def centroid_table(p, D: int, device, bf16_bits: bool = False):
+    """Device Lloyd-Max centroids ``[2^bits]`` of preset ``p``: fp32, or with ``bf16_bits`` the bf16
+    bit patterns (round to nearest even) in int32 (FP8 keys: a 1-element dummy). Built once per
+    (bits, D, format, device), keyed by value, so launches allocate nothing."""
     import torch
 
     from reference.turboquant.lloyd_max import centroids
 
-    key = (p.key_fp8, p.key_bits, D, str(device))
+    key = (p.key_fp8, p.key_bits, D, str(device), bf16_bits)
     if key not in _TABLES:
-        table = torch.zeros(1) if p.key_fp8 else torch.from_numpy(centroids(p.key_bits, D))
-        _TABLES[key] = table.to(torch.float32).to(device)
+        table = torch.zeros(1) if p.key_fp8 else torch.from_numpy(centroids(p.key_bits, D)).to(torch.float32)
+        if bf16_bits:
+            table = table.to(torch.bfloat16).view(torch.int16).to(torch.int32) & 0xFFFF
+        else:
+            table = table.to(torch.float32)
+        _TABLES[key] = table.contiguous().to(device)
     return _TABLES[key]
 
 
@@ -302,7 +308,8 @@ def begin_split_decode(query, kv_cache, block_table, seq_lens, *, preset, layout
     return a, S, ws, out
 
 
-def reduce_partials(ws: DecodeWorkspace, seq_lens, out, S: int) -> None:
+def reduce_partials(ws: DecodeWorkspace, seq_lens, out, S: int, align: int = 1) -> None:
+    """Stage 2: ``out [B, Hq, D]`` from the partials of ``S`` splits aligned to ``align`` tokens."""
     B, Hq, D = out.shape
     _reduce_kernel[(B, Hq)](ws.partials, seq_lens, out, out.stride(0), out.stride(1),
-                            HQ=Hq, D=D, S=S, MAXS=ws.max_splits, S_P2=triton.next_power_of_2(S))
+                            HQ=Hq, D=D, S=S, MAXS=ws.max_splits, S_P2=triton.next_power_of_2(S), ALIGN=align)

@@ -1,29 +1,36 @@
 """Grouped-query TurboQuant decode for the SoA layout and 4-bit MSE keys and values
 (``turboquant_4bit_nc``): the fast decode of research/turboquant.md 3.4.
 
-One program per (sequence, kv head, split) holds all G query heads of the kv head as the rows of
-``BLOCK_M = max(16, next_pow2(G))``, so QK^T and PV run on the matrix units (``tl.dot``), and walks
-its tokens in tiles of ``BLOCK_N``. Nothing is interleaved: byte j of a record holds elements 2j
-(low nibble) and 2j+1 (high nibble), so the launcher splits the rotated query into its even and
-odd dimensions and the kernel keeps two ``[BLOCK_N, D/2]`` halves of every tile:
+One program per (sequence, kv head, split) walks its tokens in tiles of ``BLOCK_N`` and holds all
+G query heads of the kv head as the columns of the matrix-unit products, in the transposed
+orientation, so the dequantized tiles are the tall operand (on Hopper the register A operand of
+wgmma, the small query/probability tile the shared-memory B operand):
 
-- keys: ``score = k_scalar[t] * (q_even . c[lo_t] + q_odd . c[hi_t])``; the 16 centroids are a
-  register table read by ``tl.gather`` (``KEYS="gather"``; ``"select"``: a select tree over the
-  8 positive centroids and a sign, using ``c[15 - i] = -c[i]``; ``"load"``: a gather from global
-  memory, for comparison; ``"pair"``: the FLUTE idea, one ``tl.gather`` per key byte from a
-  256-entry register table whose entry packs both centroids of the byte, ``c[b & 15]`` and
-  ``c[b >> 4]``: two fp32 in an int64 on the exact path, two bf16 in an int32 on the bf16 path
-  (``tq_decode_launch.pair_table``)), never dequantized further;
-- values are uniform codes: ``P @ (code * s + z) = (P * s) @ code + (P @ z)``, so the value tile
-  is the raw codes (bf16 ``128 + code``, built from bits; the ``128 * rowsum(P * s)`` it adds is
-  subtracted at the end) and ``P @ z`` is a row sum. ``P * s`` enters the MMA as a bf16 pair
-  ``hi + lo`` (``PV_SPLIT``), so its rounding costs nothing beyond fp32.
-Softmax in base 2 (``log2 e`` folded into the per-token factor). Sinks as in the split kernel
-(split 0 starts at ``m = sink``). Partials: ``[D + 1]`` fp32 as in ``tq_decode_launch``.
+- scores ``S^T [BLOCK_N, 2*GP] = K [BLOCK_N, D] @ Q^T [D, 2*GP]``, ``GP = max(8, next_pow2(G))``;
+  the query columns appear twice (column ``c`` holds query ``c % GP``). ``K = c[code] * k_scalar``
+  with ``k_scalar`` applied to the scores. Key lookup (``KEYS``): ``"pair"`` is the FLUTE idea,
+  one ``tl.gather`` per key byte from a 256-entry table whose entry packs both dequantized codes
+  of the byte (``tq_decode_launch.pair_table``); ``"gather"`` looks up each nibble in the
+  16-entry centroid table. Either way the two values of a byte are the adjacent dimensions
+  ``2j, 2j+1`` of the operand, so no query permutation is needed.
+- values are uniform codes: ``P @ (code * s + z) = (P * s) @ code + (P @ z)``: the value operand
+  is the raw codes (bf16 ``128 + code``, built from bits: even dimensions from the low nibbles,
+  odd ones from the high nibbles; the ``128 * sum(P * s)`` this adds is subtracted at the end) and
+  ``P @ z`` and ``sum(P * s)`` are running sums. ``P * s`` enters the MMA as bf16 ``hi`` in columns ``< GP`` and its
+  remainder ``lo`` in columns ``>= GP`` (the duplicated query columns), so the split costs no extra
+  MMA; the two halves of the output columns are added at the end.
+- splits start on a tile boundary (``split_range`` with ``ALIGN = BLOCK_N``) and a tile never
+  straddles a cache block unless it covers whole blocks (``BLOCK_N % BS == 0`` or
+  ``BS % BLOCK_N == 0``), so a tile's fp16 metadata (k_scalar, v_scale, v_zero) is read as one
+  ``[blocks, 4 * rows]`` tile per cache block, which the compiler pipelines like the codes.
+Softmax in base 2 (``log2 e`` folded into the per-token factor); the statistics ``l``,
+``sum p z`` and ``sum p s`` are kept per (token row, column) and reduced once after the loop. Sinks: split 0
+starts at ``m = sink``. Partials: ``[D + 1]`` fp32 as in ``tq_decode_launch``.
 
-Rounding models: ``exact`` (fp32 operands, ``input_precision="ieee"``; the interpreter's path),
-``bf16`` (matrix-unit operands in bf16: ``q_rot``, the centroids ``c`` (K = bf16(c) * f32(k_scalar)),
-``P * s`` as hi + lo and the exact codes; fp32 accumulation) -- the family's ``bf16-mma`` model.
+Rounding models: ``exact`` (fp32 operands, ``input_precision="ieee"``, ``P * s`` whole in the
+first GP columns; the interpreter's path) and ``bf16`` (bf16 centroids and rotated queries,
+``P * s`` as hi + lo, exact codes; fp32 accumulation; the ``128 * sum(P * s)`` removed is the fp32
+sum, which differs from the MMA's ``hi + lo`` by ~2^-17 relative) -- the family's ``bf16-mma`` model.
 """
 from __future__ import annotations
 
@@ -36,62 +43,42 @@ from optimized.triton.tq_decode_launch import (begin_split_decode, centroid_tabl
 
 PRESETS = ("turboquant_4bit_nc",)
 PRECISIONS = ("exact", "bf16")
-KEY_METHODS = ("gather", "select", "load", "pair")
+KEY_METHODS = ("gather", "pair")
 LOG2E = tl.constexpr(1.4426950408889634)
 LN2 = tl.constexpr(0.6931471805599453)
 
 
 @triton.jit
-def _mma(a, b, BF16: tl.constexpr):
-    """``a @ b`` with fp32 accumulation: bf16 operands, or fp32 operands in IEEE precision."""
+def _key_operand(kb, table, KEYS: tl.constexpr, BF16: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr):
+    """Dequantized key codes ``[BLOCK_N, D]`` from key bytes ``kb [BLOCK_N, D/2]`` int32: element
+    ``2j`` from the low nibble of byte j, ``2j+1`` from the high one. ``table``: the pair table
+    (``KEYS="pair"``; int64 of two fp32 or, with BF16, int32 of two bf16) or the 16 centroids
+    (fp32, or bf16 bit patterns in int32). bf16 (from bits) or fp32."""
+    if KEYS == "pair":
+        e = tl.reshape(tl.gather(table, tl.reshape(kb, (BLOCK_N * (D // 2),)), 0), (BLOCK_N, D // 2))
+        if BF16:
+            lo = e.to(tl.int16)
+            hi = (e >> 16).to(tl.int16)
+        else:
+            lo = e.to(tl.int32).to(tl.float32, bitcast=True)
+            hi = (e >> 32).to(tl.int32).to(tl.float32, bitcast=True)
+    else:
+        tab = tl.broadcast_to(table[None, :], (BLOCK_N, 16))
+        lo = tl.gather(tab, kb & 15, 1)
+        hi = tl.gather(tab, kb >> 4, 1)
+        if BF16:
+            lo = lo.to(tl.int16)
+            hi = hi.to(tl.int16)
+    k = tl.reshape(tl.join(lo, hi), (BLOCK_N, D))
     if BF16:
-        r = tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16))
-    else:
-        r = tl.dot(a, b, input_precision="ieee")
-    return r
-
-
-@triton.jit
-def _centroids(idx, table, cent_ptr, KEYS: tl.constexpr, BLOCK_N: tl.constexpr):
-    """fp32 ``c[idx]`` for int32 codes ``idx [BLOCK_N, D/2]`` in [0, 16); ``table [16]`` fp32."""
-    if KEYS == "gather":
-        c = tl.gather(tl.broadcast_to(table[None, :], (BLOCK_N, 16)), idx, 1)
-    elif KEYS == "select":
-        neg = idx < 8
-        m = tl.where(neg, 7 - idx, idx - 8)  # c[i] = -c[15 - i]: magnitude c[8 + m]
-        b0 = (m & 1) != 0
-        lo = tl.where((m & 2) != 0, tl.where(b0, tl.load(cent_ptr + 11), tl.load(cent_ptr + 10)),
-                      tl.where(b0, tl.load(cent_ptr + 9), tl.load(cent_ptr + 8)))
-        hi = tl.where((m & 2) != 0, tl.where(b0, tl.load(cent_ptr + 15), tl.load(cent_ptr + 14)),
-                      tl.where(b0, tl.load(cent_ptr + 13), tl.load(cent_ptr + 12)))
-        c = tl.where((m & 4) != 0, hi, lo)
-        c = tl.where(neg, -c, c)
-    else:
-        c = tl.load(cent_ptr + idx)
-    return c
-
-
-@triton.jit
-def _centroid_pairs(kb, pairs, BLOCK_N: tl.constexpr, HALF: tl.constexpr, BF16: tl.constexpr):
-    """``(c[kb & 15], c[kb >> 4])`` for key bytes ``kb [BLOCK_N, HALF]`` int32 in [0, 256): one
-    gather per byte from the packed pair table ``pairs [256]`` (int64 of two fp32, or with
-    ``BF16`` int32 of two bf16; low half = low nibble); fp32, or bf16 with ``BF16``. The gather
-    runs on the flattened bytes, so the table is not broadcast per row."""
-    e = tl.gather(pairs, tl.reshape(kb, (BLOCK_N * HALF,)), 0)
-    e = tl.reshape(e, (BLOCK_N, HALF))
-    if BF16:
-        c_lo = e.to(tl.int16).to(tl.bfloat16, bitcast=True)
-        c_hi = (e >> 16).to(tl.int16).to(tl.bfloat16, bitcast=True)
-    else:
-        c_lo = e.to(tl.int32).to(tl.float32, bitcast=True)
-        c_hi = (e >> 32).to(tl.int32).to(tl.float32, bitcast=True)
-    return c_lo, c_hi
+        k = k.to(tl.bfloat16, bitcast=True)
+    return k
 
 
 @triton.jit
 def _codes_operand(code, BF16: tl.constexpr):
-    """Value codes [.., D/2] int32 in [0, 16) as an MMA operand: bf16 ``128 + code`` built from its
-    bits (no int-to-float conversion), or fp32 ``code`` on the exact path."""
+    """Value codes int32 in [0, 16) as an MMA operand: bf16 ``128 + code`` built from its bits (no
+    int-to-float conversion), or fp32 ``code`` on the exact path."""
     if BF16:
         v = (code | 0x4300).to(tl.int16).to(tl.bfloat16, bitcast=True)
     else:
@@ -100,99 +87,133 @@ def _codes_operand(code, BF16: tl.constexpr):
 
 
 @triton.jit
-def _grouped_kernel(q_ptr, cache_ptr, bt_ptr, seq_lens_ptr, cent_ptr, sinks_ptr, part_ptr,
+def _first_half(x, GP: tl.constexpr):
+    """``x[:GP]`` of a ``[2 * GP]`` vector."""
+    a, _ = tl.split(tl.reshape(tl.permute(tl.reshape(x, (2, GP)), (1, 0)), (GP, 2)))
+    return a
+
+
+@triton.jit
+def _grouped_kernel(q_ptr, cache_ptr, bt_ptr, seq_lens_ptr, table_ptr, sinks_ptr, part_ptr,
                     stride_blk, stride_bt, scale,
                     D: tl.constexpr, HK: tl.constexpr, BS: tl.constexpr, KEY_BYTES: tl.constexpr,
                     VAL_BYTES: tl.constexpr, HQ: tl.constexpr, G: tl.constexpr, S: tl.constexpr,
-                    MAXS: tl.constexpr, HAS_SINKS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                    KEYS: tl.constexpr, TABLE: tl.constexpr, PV_SPLIT: tl.constexpr, BF16: tl.constexpr):
+                    MAXS: tl.constexpr, HAS_SINKS: tl.constexpr, GP: tl.constexpr, BLOCK_N: tl.constexpr,
+                    KEYS: tl.constexpr, TABLE: tl.constexpr, BF16: tl.constexpr):
     b = tl.program_id(0)
     h = tl.program_id(1)
     s = tl.program_id(2)
-    start, end = split_range(seq_lens_ptr, b, s, S)
+    start, end = split_range(seq_lens_ptr, b, s, S, BLOCK_N)
     if start < end:
-        r = tl.arange(0, BLOCK_M)
-        rm = r < G
-        hq = h * G + r
+        BM: tl.constexpr = 2 * GP
+        OFFSET: tl.constexpr = 128.0 if BF16 else 0.0  # the value operand holds offset + code
+        NB: tl.constexpr = BLOCK_N // BS if BLOCK_N > BS else 1  # cache blocks per tile
+        RB: tl.constexpr = BLOCK_N // NB  # tile rows per cache block
+        c = tl.arange(0, BM)
+        gm = (c % GP) < G
+        hq = h * G + c % GP
+        d = tl.arange(0, D)
         j = tl.arange(0, D // 2)
-        qrow = q_ptr + (b.to(tl.int64) * HQ + hq)[:, None] * D + 2 * j[None, :]
-        q_even = tl.load(qrow, mask=rm[:, None], other=0.0)
-        q_odd = tl.load(qrow + 1, mask=rm[:, None], other=0.0)
+        qt = tl.load(q_ptr + (b.to(tl.int64) * HQ + hq)[None, :] * D + d[:, None], mask=gm[None, :], other=0.0)
         if BF16:
-            q_even = q_even.to(tl.bfloat16)
-            q_odd = q_odd.to(tl.bfloat16)
-        table = tl.load(cent_ptr + tl.arange(0, TABLE))
+            qt = qt.to(tl.bfloat16)
+        table = tl.load(table_ptr + tl.arange(0, TABLE))
         qk_scale = scale * LOG2E
-        m = tl.full((BLOCK_M,), float("-inf"), tl.float32)
-        l = tl.zeros((BLOCK_M,), tl.float32)
+        m = tl.full((BM,), float("-inf"), tl.float32)
+        l0 = tl.zeros((BM,), tl.float32)
         if HAS_SINKS:
             if s == 0:
-                m = tl.load(sinks_ptr + hq, mask=rm, other=float("-inf")) * LOG2E
-                l = tl.where(rm, 1.0, 0.0)
-        acc_even = tl.zeros((BLOCK_M, D // 2), tl.float32)
-        acc_odd = tl.zeros((BLOCK_M, D // 2), tl.float32)
-        zsum = tl.zeros((BLOCK_M,), tl.float32)  # sum_t p_t z_t
-        psum = tl.zeros((BLOCK_M,), tl.float32)  # sum_t of the MMA's P * s operand (the 128 offset)
+                m = tl.load(sinks_ptr + hq, mask=gm, other=float("-inf")) * LOG2E
+                l0 = tl.where(gm, 1.0, 0.0)
+        acc_even = tl.zeros((D // 2, BM), tl.float32)
+        acc_odd = tl.zeros((D // 2, BM), tl.float32)
+        l_t = tl.zeros((BLOCK_N, BM), tl.float32)  # sum p, per token row
+        z_t = tl.zeros((BLOCK_N, BM), tl.float32)  # sum p * v_zero
+        s_t = tl.zeros((BLOCK_N, BM), tl.float32)  # sum p * v_scale (the offset of the value codes)
         row = bt_ptr + b.to(tl.int64) * stride_bt
+        f = tl.arange(0, 4 * RB)  # metadata tile column: field f // RB (k_scalar, v_scale, v_zero, unused)
         for t0 in range(start, end, BLOCK_N):
             t = t0 + tl.arange(0, BLOCK_N)
             live = t < end
             blk = tl.load(row + t // BS, mask=live, other=0)
-            key, val, knorm, vscale, vzero = kv_pointers(cache_ptr, blk, t % BS, h, stride_blk, 0, 0, True, False,
-                                                         HK, BS, KEY_BYTES, VAL_BYTES)
+            key, val, _kn, _vs, _vz = kv_pointers(cache_ptr, blk, t % BS, h, stride_blk, 0, 0, True, False,
+                                                  HK, BS, KEY_BYTES, VAL_BYTES)
             kb = tl.load(key[:, None] + j[None, :], mask=live[:, None], other=0).to(tl.int32)
-            vb = tl.load(val[:, None] + j[None, :], mask=live[:, None], other=0).to(tl.int32)
-            kn = tl.load(knorm, mask=live, other=0.0).to(tl.float32)
-            vs = tl.load(vscale, mask=live, other=0.0).to(tl.float32)
-            vz = tl.load(vzero, mask=live, other=0.0).to(tl.float32)
-            if KEYS == "pair":
-                c_lo, c_hi = _centroid_pairs(kb, table, BLOCK_N, D // 2, BF16)
+            vb = tl.load(val[None, :] + j[:, None], mask=live[None, :], other=0).to(tl.int32)  # [D/2, BLOCK_N]
+            nb = t0 // BS + tl.arange(0, NB)
+            mblk = tl.load(row + nb, mask=nb * BS < end, other=0)
+            meta = (cache_ptr + mblk.to(tl.int64) * stride_blk + BS * HK * (KEY_BYTES + VAL_BYTES)).to(
+                tl.pointer_type(tl.float16)) + h * (3 * BS)  # the block's [3, BS] metadata of head h
+            if NB > 1:
+                moff = f  # whole blocks: a tile row is one block's metadata, contiguous
             else:
-                c_lo = _centroids(kb & 15, table, cent_ptr, KEYS, BLOCK_N)
-                c_hi = _centroids(kb >> 4, table, cent_ptr, KEYS, BLOCK_N)
-            x = _mma(q_even, tl.trans(c_lo), BF16) + _mma(q_odd, tl.trans(c_hi), BF16)
-            x = tl.where(live[None, :], x * (kn * qk_scale)[None, :], float("-inf"))
-            m_new = tl.maximum(m, tl.max(x, axis=1))
+                moff = (f // RB) * BS + t0 % BS + f % RB
+            mt = tl.load(meta[:, None] + moff[None, :], mask=(f < 3 * RB)[None, :] & (nb * BS < end)[:, None], other=0.0)
+            mt = tl.reshape(tl.permute(tl.reshape(mt, (NB, 4, RB)), (0, 2, 1)), (BLOCK_N, 2, 2)).to(tl.float32)
+            kz, vx = tl.split(mt)  # fields (0, 2) and (1, 3)
+            kn, vz = tl.split(kz)
+            vs, _ = tl.split(vx)
+            vs = tl.where(live, vs, 0.0)  # rows past the end read the block's other tokens: never NaN
+            vz = tl.where(live, vz, 0.0)
+            k = _key_operand(kb, table, KEYS, BF16, BLOCK_N, D)
+            if BF16:
+                x = tl.dot(k, qt)
+            else:
+                x = tl.dot(k, qt, input_precision="ieee")
+            x = tl.where(live[:, None], x * (kn * qk_scale)[:, None], float("-inf"))
+            m_new = tl.maximum(m, tl.max(x, axis=0))
             alpha = tl.exp2(m - m_new)
-            p = tl.exp2(x - m_new[:, None])
-            l = l * alpha + tl.sum(p, axis=1)
-            zsum = zsum * alpha + tl.sum(p * vz[None, :], axis=1)
-            ps = p * vs[None, :]
-            v_even = _codes_operand(vb & 15, BF16)
-            v_odd = _codes_operand(vb >> 4, BF16)
-            acc_even *= alpha[:, None]
-            acc_odd *= alpha[:, None]
+            p = tl.exp2(x - m_new[None, :])
+            ps = p * vs[:, None]
+            l0 *= alpha
+            l_t = l_t * alpha[None, :] + p
+            z_t = z_t * alpha[None, :] + p * vz[:, None]
+            s_t = s_t * alpha[None, :] + ps
             if BF16:
                 ps_hi = ps.to(tl.bfloat16)
-                acc_even = tl.dot(ps_hi, v_even, acc_even)
-                acc_odd = tl.dot(ps_hi, v_odd, acc_odd)
-                ps_used = ps_hi.to(tl.float32)
-                if PV_SPLIT:
-                    ps_lo = (ps - ps_used).to(tl.bfloat16)
-                    acc_even = tl.dot(ps_lo, v_even, acc_even)
-                    acc_odd = tl.dot(ps_lo, v_odd, acc_odd)
-                    ps_used += ps_lo.to(tl.float32)
-                psum = psum * alpha + tl.sum(ps_used, axis=1)
+                p2 = tl.where((c < GP)[None, :], ps_hi, (ps - ps_hi.to(tl.float32)).to(tl.bfloat16))
+                acc_even = tl.dot(_codes_operand(vb & 15, BF16), p2, acc_even * alpha[None, :])
+                acc_odd = tl.dot(_codes_operand(vb >> 4, BF16), p2, acc_odd * alpha[None, :])
             else:
-                acc_even = tl.dot(ps, v_even, acc_even, input_precision="ieee")
-                acc_odd = tl.dot(ps, v_odd, acc_odd, input_precision="ieee")
+                p2 = tl.where((c < GP)[None, :], ps, 0.0)
+                acc_even = tl.dot(_codes_operand(vb & 15, BF16), p2, acc_even * alpha[None, :], input_precision="ieee")
+                acc_odd = tl.dot(_codes_operand(vb >> 4, BF16), p2, acc_odd * alpha[None, :], input_precision="ieee")
             m = m_new
-        shift = zsum
-        if BF16:
-            shift -= 128.0 * psum
-        base = part_ptr + ((b.to(tl.int64) * HQ + hq) * MAXS + s) * (D + 1)
-        tl.store(base[:, None] + 2 * j[None, :], (acc_even + shift[:, None]) / l[:, None], mask=rm[:, None])
-        tl.store(base[:, None] + 2 * j[None, :] + 1, (acc_odd + shift[:, None]) / l[:, None], mask=rm[:, None])
-        tl.store(base + D, (m + tl.log2(l)) * LN2, mask=rm)
+        # columns c and c + GP hold the same query: fold the lo half of P * s onto the hi half
+        out_even = tl.sum(tl.reshape(acc_even, (D // 2, 2, GP)), axis=1)
+        out_odd = tl.sum(tl.reshape(acc_odd, (D // 2, 2, GP)), axis=1)
+        l = _first_half(l0 + tl.sum(l_t, axis=0), GP)
+        shift = _first_half(tl.sum(z_t, axis=0) - OFFSET * tl.sum(s_t, axis=0), GP)
+        mq = _first_half(m, GP)
+        g = tl.arange(0, GP)
+        gq = g < G
+        base = part_ptr + ((b.to(tl.int64) * HQ + h * G + g) * MAXS + s) * (D + 1)
+        tl.store(base[None, :] + 2 * j[:, None], (out_even + shift[None, :]) / l[None, :], mask=gq[None, :])
+        tl.store(base[None, :] + 2 * j[:, None] + 1, (out_odd + shift[None, :]) / l[None, :], mask=gq[None, :])
+        tl.store(base + D, (mq + tl.log2(l)) * LN2, mask=gq)
+
+
+def tile_for(block_size: int, block_n: int) -> int:
+    """The tile actually used: ``block_n`` if it and the cache block size nest (one divides the
+    other), else the largest power of two >= 16 dividing ``block_size``; ValueError naming
+    ``kv_cache`` when there is none (a block size that is not a multiple of 16)."""
+    if block_n % block_size == 0 or block_size % block_n == 0:
+        return block_n
+    tile = block_size & -block_size  # largest power of two dividing block_size
+    if tile < 16:
+        raise ValueError(f"kv_cache block size must be a power of two or a multiple of 16 for decode_grouped, "
+                         f"got {block_size}")
+    return min(tile, block_n)
 
 
 def decode_grouped(query, kv_cache, block_table, seq_lens, *, preset, layout, rotation=None, scale=None,
                    sinks=None, num_kv_splits=None, workspace=None, out=None, precision=None, keys="gather",
-                   pv_split=True, block_n=None, num_warps=4, num_stages=2):
+                   block_n=None, num_warps=4, num_stages=3):
     """Like ``tq_decode_split.decode_split`` (same arguments and result) for SoA
     ``turboquant_4bit_nc`` caches; ``precision`` "exact" or "bf16" (default: bf16 on a GPU, exact
     in the interpreter, whose bf16 arithmetic is broken); ``keys`` one of ``KEY_METHODS`` (the
-    pair table of ``"pair"`` is built on the first call per head size and format, then reused)."""
+    tables are built on the first call per head size and format, then reused); ``block_n`` a power
+    of two >= 16 (default 128)."""
     from reference.turboquant.presets import preset as lookup
 
     if lookup(preset).name not in PRESETS or layout != "soa":
@@ -205,21 +226,24 @@ def decode_grouped(query, kv_cache, block_table, seq_lens, *, preset, layout, ro
     if keys not in KEY_METHODS:
         raise ValueError(f"keys must be one of {KEY_METHODS}, got {keys!r}")
     block_n = block_n or 128
+    if block_n < 16 or block_n & (block_n - 1):
+        raise ValueError(f"block_n must be a power of two >= 16, got {block_n}")
+    if getattr(kv_cache, "dim", lambda: 0)() == 4:
+        block_n = tile_for(kv_cache.shape[1], block_n)
     a, S, ws, out = begin_split_decode(query, kv_cache, block_table, seq_lens, preset=preset, layout=layout,
                                        rotation=rotation, scale=scale, sinks=sinks, num_kv_splits=num_kv_splits,
                                        workspace=workspace, out=out, block_n=block_n)
-    spec, B, Hq = a.spec, a.B, a.Hq
+    spec = a.spec
     D = spec.head_size
-    if keys == "pair":
-        cent = pair_table(spec.preset, D, kv_cache.device, bf16=precision == "bf16")
-    else:
-        cent = centroid_table(spec.preset, D, kv_cache.device)
-    _grouped_kernel[(B, spec.num_kv_heads, S)](
-        ws.q_rot, kv_cache, block_table, seq_lens, cent, sinks if sinks is not None else ws.q_rot,
+    bf16 = precision == "bf16"
+    table = (pair_table(spec.preset, D, kv_cache.device, bf16=bf16) if keys == "pair"
+             else centroid_table(spec.preset, D, kv_cache.device, bf16_bits=bf16))
+    _grouped_kernel[(a.B, spec.num_kv_heads, S)](
+        ws.q_rot, kv_cache, block_table, seq_lens, table, sinks if sinks is not None else ws.q_rot,
         ws.partials, kv_cache.stride(0), block_table.stride(0), a.scale,
         D=D, HK=spec.num_kv_heads, BS=spec.block_size, KEY_BYTES=spec.key_bytes, VAL_BYTES=spec.value_bytes,
-        HQ=Hq, G=a.G, S=S, MAXS=ws.max_splits, HAS_SINKS=sinks is not None,
-        BLOCK_M=max(16, triton.next_power_of_2(a.G)), BLOCK_N=block_n, KEYS=keys, TABLE=cent.numel(), PV_SPLIT=pv_split,
-        BF16=precision == "bf16", num_warps=num_warps, num_stages=num_stages)
-    reduce_partials(ws, seq_lens, out, S)
+        HQ=a.Hq, G=a.G, S=S, MAXS=ws.max_splits, HAS_SINKS=sinks is not None,
+        GP=max(8, triton.next_power_of_2(a.G)), BLOCK_N=block_n, KEYS=keys, TABLE=table.numel(), BF16=bf16,
+        num_warps=num_warps, num_stages=num_stages)
+    reduce_partials(ws, seq_lens, out, S, align=block_n)
     return out

@@ -26,7 +26,7 @@ def _split_kernel(q_ptr, cache_ptr, bt_ptr, seq_lens_ptr, cent_ptr, sinks_ptr, p
     hq = tl.program_id(1)
     s = tl.program_id(2)
     h = hq // G
-    start, end = split_range(seq_lens_ptr, b, s, S)
+    start, end = split_range(seq_lens_ptr, b, s, S, 1)
     if start < end:
         d = tl.arange(0, D)
         q = tl.load(q_ptr + (b.to(tl.int64) * HQ + hq) * D + d)

@@ -20,7 +20,17 @@ from optimized.triton.checks import FLOAT_DTYPES, capturing, check_finite, check
 from optimized.triton.tq_common import kv_pointers, load_key_tile, load_value_tile
 from optimized.triton.tq_decode_launch import (centroid_table, check_decode_args, interpreting, rotate_queries,
                                                validate_values)
-from optimized.triton.tq_decode_lut import PRECISIONS, _mma
+from optimized.triton.tq_decode_lut import PRECISIONS
+
+
+@triton.jit
+def _mma(a, b, BF16: tl.constexpr):
+    """``a @ b`` with fp32 accumulation: bf16 operands, or fp32 operands in IEEE precision."""
+    if BF16:
+        r = tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16))
+    else:
+        r = tl.dot(a, b, input_precision="ieee")
+    return r
 
 
 @triton.jit

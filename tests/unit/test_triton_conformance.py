@@ -35,7 +35,8 @@ def _small_cells(backend):
     return small
 
 
-@pytest.mark.parametrize("backend", ["triton-interpret", "triton-lut-interpret", "triton-unified-interpret"])
+@pytest.mark.parametrize("backend", ["triton-interpret", "triton-grouped-interpret", "triton-lut-interpret",
+                                     "triton-unified-interpret"])
 def test_small_ci_cells_pass_through_the_interpreter(backend):
     records = [run_one(c, backend) for c in _small_cells(backend)]
     ran = [r for r in records if r["status"] != "skip"]

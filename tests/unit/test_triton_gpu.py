@@ -32,7 +32,7 @@ def _case(B=4, Hk=2, G=4, D=128, L=300, bs=16):
     return q, cache, bt, lens, rot
 
 
-@pytest.mark.parametrize("kernel", ["split", "lut", "lut-pair"])
+@pytest.mark.parametrize("kernel", ["split", "grouped", "grouped-pair"])
 def test_decode_allocates_nothing_and_replays_in_a_cuda_graph(kernel):
     from optimized.triton.tq_decode_launch import DecodeWorkspace
     from optimized.triton.tq_decode_lut import decode_grouped
@@ -43,7 +43,7 @@ def test_decode_allocates_nothing_and_replays_in_a_cuda_graph(kernel):
     ws = DecodeWorkspace(8, q.shape[1], q.shape[2], max_splits=8)
     out = torch.empty_like(q)
     kw = dict(preset=PRESET, layout="soa", rotation=rot, workspace=ws, out=out, num_kv_splits=4)
-    if kernel == "lut-pair":
+    if kernel == "grouped-pair":
         kw["keys"] = "pair"
     fn(q, cache, bt, lens, **kw)  # compile, build the centroid tables, run the checks
     torch.cuda.synchronize()
