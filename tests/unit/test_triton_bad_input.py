@@ -84,10 +84,30 @@ def test_workspace_too_small_is_refused(case):
         _decode(case, workspace=ws)
 
 
-def test_pair_lut_refuses_other_presets_and_layouts(case):
+def test_grouped_decode_refuses_other_presets_and_layouts(case):
     with pytest.raises(ValueError, match="preset/layout"):
         decode_grouped(case["q"], case["cache"], case["bt"], case["lens"], preset=P, layout="aos",
                         rotation=case["rot"])
+
+
+@pytest.mark.parametrize("change,match", [
+    (dict(block_n=48), "block_n"),
+    (dict(block_n=8), "block_n"),
+    (dict(keys="select"), "keys"),
+    (dict(precision="fp8"), "precision"),
+])
+def test_grouped_decode_refuses_bad_options(case, change, match):
+    with pytest.raises(ValueError, match=match):
+        decode_grouped(case["q"], case["cache"], case["bt"], case["lens"], preset=P, layout="soa",
+                        rotation=case["rot"], **change)
+
+
+def test_grouped_decode_refuses_block_sizes_its_tiles_cannot_nest_in():
+    """A tile must lie inside one cache block or cover whole blocks: block size 24 (neither a
+    power of two nor a multiple of 16) is refused, naming kv_cache."""
+    q, cache, bt, lens, rot, _ = make_case(P, "soa", G=2, bs=24, lens=(5, 30))
+    with pytest.raises(ValueError, match="kv_cache block size"):
+        decode_grouped(t(q), t(cache), t(bt), t(lens), preset=P, layout="soa", rotation=t(rot))
 
 
 def test_unified_refuses_bad_query_start_loc(case):
