@@ -34,33 +34,32 @@ inline uint16_t f32_to_bf16(float f) {
     return uint16_t(u >> 16);
 }
 
+// Branch-free (the compiler can vectorize loops over it): rebias exponent and mantissa, then fix
+// up inf/NaN (exponent 31) and zero/subnormals (exponent 0: mant * 2^-24, exact in fp32).
 inline float f16_to_f32(uint16_t h) {
-    uint32_t sign = uint32_t(h & 0x8000u) << 16;
-    uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
-    if (exp == 0) {  // zero or subnormal: mant * 2^-24, exact in fp32
-        float f = float(mant) * 5.9604644775390625e-8f;
-        return bits_f32(f32_bits(f) | sign);
-    }
-    if (exp == 31) return bits_f32(sign | 0x7f800000u | (mant << 13));
-    return bits_f32(sign | ((exp + 112u) << 23) | (mant << 13));
+    const uint32_t sign = uint32_t(h & 0x8000u) << 16;
+    const uint32_t em = uint32_t(h & 0x7fffu) << 13;  // exponent and mantissa in fp32 position
+    const uint32_t exp = em & 0x0f800000u;
+    const uint32_t normal = em + (112u << 23);
+    const uint32_t special = em + (224u << 23);  // exponent 31 -> 255: inf, NaN keeps its payload
+    const uint32_t sub = f32_bits(bits_f32(em + (113u << 23)) - bits_f32(113u << 23));
+    const uint32_t mag = exp == 0x0f800000u ? special : exp == 0 ? sub : normal;
+    return bits_f32(mag | sign);
 }
 
-// fp32 -> fp16, round to nearest even; overflow gives inf, NaN a quiet NaN.
+// fp32 -> fp16, round to nearest even; overflow gives inf, NaN a quiet NaN. Branch-free: all
+// three cases are computed and one is selected.
 inline uint16_t f32_to_f16(float value) {
-    uint32_t f = f32_bits(value);
-    const uint32_t sign = f & 0x80000000u;
-    f ^= sign;
-    uint32_t out;
-    if (f >= (143u << 23)) {                   // |x| >= 65536 (or inf / NaN)
-        out = f > 0x7f800000u ? 0x7e00u : 0x7c00u;
-    } else if (f < (113u << 23)) {             // |x| < 2^-14: fp16 subnormal or zero
-        const uint32_t magic = 126u << 23;      // 0.5f: adding it rounds at the 2^-24 grid (RNE)
-        out = f32_bits(bits_f32(f) + bits_f32(magic)) - magic;
-    } else {                                   // normal: rebias and round the 13 dropped bits
-        uint32_t odd = (f >> 13) & 1u;
-        f += (uint32_t(15 - 127) << 23) + 0xfffu + odd;
-        out = f >> 13;                          // a carry into the exponent rounds up to inf
-    }
+    const uint32_t x = f32_bits(value);
+    const uint32_t sign = x & 0x80000000u;
+    const uint32_t f = x ^ sign;
+    // |x| >= 65536 (or inf / NaN)
+    const uint32_t big = f > 0x7f800000u ? 0x7e00u : 0x7c00u;
+    // |x| < 2^-14: fp16 subnormal or zero; adding 0.5f rounds at the 2^-24 grid (RNE)
+    const uint32_t small = f32_bits(bits_f32(f) + bits_f32(126u << 23)) - (126u << 23);
+    // normal: rebias and round the 13 dropped bits (a carry into the exponent rounds up to inf)
+    const uint32_t normal = (f + (uint32_t(15 - 127) << 23) + 0xfffu + ((f >> 13) & 1u)) >> 13;
+    const uint32_t out = f >= (143u << 23) ? big : f < (113u << 23) ? small : normal;
     return uint16_t(out | (sign >> 16));
 }
 

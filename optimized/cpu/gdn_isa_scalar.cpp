@@ -7,38 +7,61 @@ namespace gdn {
 namespace {
 
 struct ScalarIsa {
+    // The conversion loops test the type once, outside the loop, so the compiler vectorizes them
+    // (the conversions in gdn_dtype.hpp are branch-free).
     static void load_row(const void* src, DType dt, float* dst, int64_t n) {
-        if (dt == DType::F32) { std::memcpy(dst, src, size_t(n) * 4); return; }
-        for (int64_t i = 0; i < n; ++i) dst[i] = load_scalar(src, dt, i);
+        const uint16_t* s = static_cast<const uint16_t*>(src);
+        if (dt == DType::F32) std::memcpy(dst, src, size_t(n) * 4);
+        else if (dt == DType::BF16) for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(s[i]);
+        else for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(s[i]);
     }
 
     static void store_row(const float* src, void* dst, DType dt, int64_t n) {
-        if (dt == DType::F32) { std::memcpy(dst, src, size_t(n) * 4); return; }
-        for (int64_t i = 0; i < n; ++i) store_scalar(dst, dt, i, src[i]);
+        uint16_t* d = static_cast<uint16_t*>(dst);
+        if (dt == DType::F32) std::memcpy(dst, src, size_t(n) * 4);
+        else if (dt == DType::BF16) for (int64_t i = 0; i < n; ++i) d[i] = f32_to_bf16(src[i]);
+        else for (int64_t i = 0; i < n; ++i) d[i] = f32_to_f16(src[i]);
+    }
+
+    // bf16/fp16 rows are converted to fp32 into a stack buffer (w <= 128) and back; fp32 rows are
+    // used in place.
+    template <DType SD>
+    static const float* row_f32(const void* src, int64_t w, float* buf) {
+        if constexpr (SD == DType::F32) return static_cast<const float*>(src);
+        load_row(src, SD, buf, w);
+        return buf;
     }
 
     template <DType SD>
     static void block_kv(const void* src, int64_t lds, int64_t K, const float* k, int64_t w, float* kv) {
+        const int eb = dtype_bytes(SD);
+        float buf[128];
         std::fill(kv, kv + w, 0.0f);
-        for (int64_t r = 0; r < K; ++r)
-            for (int64_t j = 0; j < w; ++j) kv[j] += load_scalar(src, SD, r * lds + j) * k[r];
+        for (int64_t r = 0; r < K; ++r) {
+            const float* row = row_f32<SD>(static_cast<const char*>(src) + r * lds * eb, w, buf);
+            for (int64_t j = 0; j < w; ++j) kv[j] += row[j] * k[r];
+        }
     }
 
     template <DType SD>
     static void block_update(const void* src, int64_t lds, void* dst, int64_t ldd, int64_t K, float alpha,
                              const float* k, const float* u, const float* q, int64_t w, float* o,
                              const void* next) {
-        std::fill(o, o + w, 0.0f);
         const int eb = dtype_bytes(SD);
+        float buf[128];
+        std::fill(o, o + w, 0.0f);
         for (int64_t r = 0; r < K; ++r) {
             if (next)
                 for (int64_t b = 0; b < w * eb; b += 64)
                     __builtin_prefetch(static_cast<const char*>(next) + r * lds * eb + b, 0, 2);  // to L2
+            const float* row = row_f32<SD>(static_cast<const char*>(src) + r * lds * eb, w, buf);
+            char* out = static_cast<char*>(dst) + r * ldd * eb;
+            float* n = SD == DType::F32 ? reinterpret_cast<float*>(out) : buf;  // may alias row: elementwise
             for (int64_t j = 0; j < w; ++j) {
-                const float n = alpha * load_scalar(src, SD, r * lds + j) + k[r] * u[j];
-                store_scalar(dst, SD, r * ldd + j, n);
-                o[j] += n * q[r];
+                n[j] = alpha * row[j] + k[r] * u[j];
+                o[j] += n[j] * q[r];
             }
+            if constexpr (SD != DType::F32) store_row(buf, out, SD, w);
         }
     }
 
