@@ -89,7 +89,7 @@ enum class Isa : int { Scalar = 0, Avx512 = 1, Amx = 2 };
 bool isa_available(Isa isa, std::string* reason);
 int default_threads();
 // Runs body(ctx, item, thread_id) for item in [0, n_items) on num_threads threads (dynamic
-// schedule over runs of consecutive items).
+// schedule over runs of consecutive items): the calling thread plus workers kept across calls.
 using ItemFn = void (*)(void* ctx, int64_t item, int tid);
 void parallel_for(int64_t n_items, int num_threads, void* ctx, ItemFn body);
 // Copies n bytes with num_threads threads (the memory-bandwidth ceiling of the perf gates).

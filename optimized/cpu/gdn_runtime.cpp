@@ -2,6 +2,7 @@
 // baseline x86-64 (or any) target: nothing here may execute an ISA extension.
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -12,6 +13,7 @@
 #include "gdn_api.hpp"
 
 #if defined(__linux__)
+#include <pthread.h>
 #include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -105,23 +107,100 @@ int default_threads() {
     return n ? int(n) : 1;
 }
 
+namespace {
+
+// Worker threads kept across calls (spawning and joining them cost about 20 us per thread per
+// call, a large share of a small decode). One job at a time: a call holds `call` while its job
+// runs, so concurrent callers (the module releases the GIL) take turns. The pool is never
+// destroyed (threads blocked on its condition variable end with the process); a forked child
+// starts a fresh pool, since the parent's workers do not exist there.
+class Pool {
+  public:
+    void run(int64_t n_items, int nt, void* ctx, ItemFn body) {
+        std::lock_guard<std::mutex> call(call_);
+        // Items go out in runs of `grain` consecutive items (about 16 runs per thread), so a thread
+        // usually knows its next item (the decode kernels prefetch its state).
+        const int64_t grain = std::max<int64_t>(1, n_items / (int64_t(nt) * 16));
+        {
+            std::lock_guard<std::mutex> lock(m_);
+            while (int(workers_.size()) < nt - 1) {
+                const int tid = int(workers_.size()) + 1;
+                workers_.emplace_back([this, tid] { loop(tid); });
+                workers_.back().detach();
+            }
+            job_ = Job{n_items, grain, ctx, body, nt};
+            next_.store(0);
+            pending_ = nt - 1;
+            ++generation_;
+        }
+        start_.notify_all();
+        work(0);
+        std::unique_lock<std::mutex> lock(m_);
+        done_.wait(lock, [this] { return pending_ == 0; });
+    }
+
+  private:
+    struct Job {
+        int64_t n_items, grain;
+        void* ctx;
+        ItemFn body;
+        int nt;
+    };
+
+    void work(int tid) {
+        const Job j = job_;
+        for (int64_t i0 = next_.fetch_add(j.grain); i0 < j.n_items; i0 = next_.fetch_add(j.grain))
+            for (int64_t i = i0; i < std::min(i0 + j.grain, j.n_items); ++i) j.body(j.ctx, i, tid);
+    }
+
+    void loop(int tid) {
+        uint64_t seen = 0;
+        for (;;) {
+            {
+                std::unique_lock<std::mutex> lock(m_);
+                start_.wait(lock, [&] { return generation_ != seen; });
+                seen = generation_;
+                if (tid >= job_.nt) continue;  // this job wants fewer threads
+            }
+            work(tid);
+            std::lock_guard<std::mutex> lock(m_);
+            if (--pending_ == 0) done_.notify_one();
+        }
+    }
+
+    std::mutex call_, m_;
+    std::condition_variable start_, done_;
+    std::vector<std::thread> workers_;
+    Job job_{};
+    std::atomic<int64_t> next_{0};
+    int pending_ = 0;
+    uint64_t generation_ = 0;
+};
+
+Pool* pool_ = nullptr;
+std::once_flag pool_once_;
+
+Pool& pool() {
+    std::call_once(pool_once_, [] {
+        pool_ = new Pool();
+#if defined(__linux__)
+        pthread_atfork(nullptr, nullptr, [] { pool_ = new Pool(); });
+#endif
+    });
+    return *pool_;
+}
+
+}  // namespace
+
 void parallel_for(int64_t n_items, int num_threads, void* ctx, ItemFn body) {
     if (n_items <= 0) return;
     int nt = num_threads < 1 ? 1 : num_threads;
     if (nt > n_items) nt = int(n_items);
-    std::atomic<int64_t> next{0};
-    // Items go out in runs of `grain` consecutive items (about 16 runs per thread), so a thread
-    // usually knows its next item (the decode kernels prefetch its state).
-    const int64_t grain = std::max<int64_t>(1, n_items / (int64_t(nt) * 16));
-    auto worker = [&](int tid) {
-        for (int64_t i0 = next.fetch_add(grain); i0 < n_items; i0 = next.fetch_add(grain))
-            for (int64_t i = i0; i < std::min(i0 + grain, n_items); ++i) body(ctx, i, tid);
-    };
-    std::vector<std::thread> threads;
-    threads.reserve(nt - 1);
-    for (int t = 1; t < nt; ++t) threads.emplace_back(worker, t);
-    worker(0);
-    for (auto& th : threads) th.join();
+    if (nt == 1) {
+        for (int64_t i = 0; i < n_items; ++i) body(ctx, i, 0);
+        return;
+    }
+    pool().run(n_items, nt, ctx, body);
 }
 
 void parallel_copy(void* dst, const void* src, int64_t n, int num_threads) {

@@ -2,8 +2,9 @@
 
 State rounding is bit-exact RNE (vector body and scalar tail), the bf16 GEMM matches a NumPy
 product of bf16-rounded operands, results do not depend on the thread count, the framework
-(NumPy / uint16 views / torch / JAX) or the slot stride, and planted bugs in a kernel's use fail
-at least one ci-tier gdn cell under the family's check.
+(NumPy / uint16 views / torch / JAX) or the slot stride, concurrent callers and a forked child
+are served by the persistent worker pool, and planted bugs in a kernel's use fail at least one
+ci-tier gdn cell under the family's check.
 """
 from __future__ import annotations
 
@@ -119,6 +120,57 @@ def test_results_do_not_depend_on_thread_count(isa):
     np.testing.assert_array_equal(cpu.gdn_decode(**dargs, state=d1, state_indices=didx, isa=isa, num_threads=1),
                                   cpu.gdn_decode(**dargs, state=d2, state_indices=didx, isa=isa, num_threads=3))
     np.testing.assert_array_equal(d1.view(np.uint16), d2.view(np.uint16))
+
+
+def test_concurrent_callers_share_the_worker_pool():
+    """The module releases the GIL and keeps its worker threads across calls: calls from four
+    Python threads at once, with different thread counts, all give the one-thread result."""
+    import threading
+
+    dargs, dstate, didx = _decode_case(BF16)
+    want_state = dstate.copy()
+    want = cpu.gdn_decode(**dargs, state=want_state, state_indices=didx, num_threads=1)
+    bad = []
+
+    def caller(threads):
+        for _ in range(10):
+            st = dstate.copy()
+            out = cpu.gdn_decode(**dargs, state=st, state_indices=didx, num_threads=threads)
+            if not (np.array_equal(out, want) and np.array_equal(st.view(np.uint16), want_state.view(np.uint16))):
+                bad.append(threads)
+
+    callers = [threading.Thread(target=caller, args=(n,)) for n in (2, 3, 4, 2)]
+    for c in callers:
+        c.start()
+    for c in callers:
+        c.join()
+    assert not bad, f"calls with these thread counts differed from one thread: {bad}"
+
+
+def test_forked_child_runs_kernels_after_the_parent_started_workers():
+    """A child forked after the pool started (its workers do not exist there) gets a fresh pool
+    instead of waiting forever on the parent's."""
+    import os
+    import signal
+    import time
+
+    dargs, dstate, didx = _decode_case(np.float32)
+    want = cpu.gdn_decode(**dargs, state=dstate.copy(), state_indices=didx, num_threads=3)
+    pid = os.fork()
+    if pid == 0:  # child: exit status 0 only if the multi-threaded call returns the same answer
+        out = cpu.gdn_decode(**dargs, state=dstate.copy(), state_indices=didx, num_threads=3)
+        os._exit(0 if np.array_equal(out, want) else 1)
+    deadline = time.monotonic() + 60
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:  # a child stuck on the parent's pool: fail, do not hang
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child did not finish its decode within 60 s")
+        time.sleep(0.01)
+    assert os.waitstatus_to_exitcode(status) == 0
 
 
 @pytest.mark.parametrize("isa", ISAS)
