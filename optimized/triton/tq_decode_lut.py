@@ -142,12 +142,14 @@ def _grouped_kernel(q_ptr, cache_ptr, bt_ptr, seq_lens_ptr, table_ptr, sinks_ptr
             vb = tl.load(val[None, :] + j[:, None], mask=live[None, :], other=0).to(tl.int32)  # [D/2, BLOCK_N]
             nb = t0 // BS + tl.arange(0, NB)
             mblk = tl.load(row + nb, mask=nb * BS < end, other=0)
-            meta = (cache_ptr + mblk.to(tl.int64) * stride_blk + BS * HK * (KEY_BYTES + VAL_BYTES)).to(
-                tl.pointer_type(tl.float16)) + h * (3 * BS)  # the block's [3, BS] metadata of head h
-            if NB > 1:
-                moff = f  # whole blocks: a tile row is one block's metadata, contiguous
-            else:
-                moff = (f // RB) * BS + t0 % BS + f % RB
+            if NB > 1:  # whole blocks: a tile row is one block's [3, BS] metadata, contiguous
+                mpos = 0
+                moff = f
+            else:  # RB rows from position t0 % BS of one block: k_scalar, then v_scale BS and v_zero 2 BS on
+                mpos = t0 % BS
+                moff = (f // RB) * BS + f % RB
+            _k, _v, meta, _s, _z = kv_pointers(cache_ptr, mblk, mpos, h, stride_blk, 0, 0, True, False,
+                                               HK, BS, KEY_BYTES, VAL_BYTES)
             mt = tl.load(meta[:, None] + moff[None, :], mask=(f < 3 * RB)[None, :] & (nb * BS < end)[:, None], other=0.0)
             mt = tl.reshape(tl.permute(tl.reshape(mt, (NB, 4, RB)), (0, 2, 1)), (BLOCK_N, 2, 2)).to(tl.float32)
             kz, vx = tl.split(mt)  # fields (0, 2) and (1, 3)
