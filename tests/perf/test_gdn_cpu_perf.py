@@ -20,33 +20,17 @@ from __future__ import annotations
 
 import time
 
-import ml_dtypes
 import numpy as np
 import pytest
 
 import optimized.cpu as cpu
+from optimized.cpu.bench import BATCH, BF16, HV, H, K, V, decode_inputs, interleaved_seconds
 
 BUILT, WHY = cpu.extension_status()
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not BUILT, reason=WHY)]
 
-H, HV, K, V = 16, 32, 128, 128
-BATCH = 128
 PREFILL_T = 8192
 C = 64
-BF16 = np.dtype(ml_dtypes.bfloat16)
-
-
-def _interleaved_seconds(fns: dict, reps: int) -> dict[str, np.ndarray]:
-    """Times of each fn, called in turn (A B A B ...) so that both see the same machine load."""
-    for fn in fns.values():
-        fn()
-    times = {name: [] for name in fns}
-    for _ in range(reps):
-        for name, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - t0)
-    return {name: np.array(t) for name, t in times.items()}
 
 
 def _median_seconds(fn, reps: int) -> float:
@@ -57,13 +41,6 @@ def _median_seconds(fn, reps: int) -> float:
         fn()
         times.append(time.perf_counter() - t0)
     return float(np.median(times))
-
-
-def _decode_inputs(rng, N: int) -> dict:
-    return dict(q=rng.normal(size=(N, H, K)).astype(BF16), k=rng.normal(size=(N, H, K)).astype(BF16),
-                v=rng.normal(size=(N, HV, V)).astype(BF16), A_log=rng.normal(size=HV).astype(np.float32),
-                a=rng.normal(size=(N, HV)).astype(BF16), b=rng.normal(size=(N, HV)).astype(BF16),
-                dt_bias=rng.normal(size=HV).astype(BF16), state_indices=rng.permutation(N).astype(np.int32))
 
 
 def _prefill_inputs(rng, T: int) -> dict:
@@ -87,11 +64,11 @@ def threads() -> int:
 
 def test_decode_bf16_state_vs_fp32_state(benchmark, threads):
     rng = np.random.default_rng(0)
-    args = _decode_inputs(rng, BATCH)
+    args = decode_inputs(rng, BATCH)
     pools = {name: rng.normal(0, 0.5, (BATCH, HV, K, V)).astype(np.float32).astype(dt)
              for name, dt in (("float32", np.float32), ("bfloat16", BF16))}
     run = {name: (lambda p=pool: cpu.gdn_decode(**args, state=p, num_threads=threads)) for name, pool in pools.items()}
-    times = _interleaved_seconds(run, reps=15)
+    times = interleaved_seconds(run, reps=15)
     seconds = {name: float(np.min(t)) for name, t in times.items()}  # the gate: least disturbed runs
     medians = {name: float(np.median(t)) for name, t in times.items()}
     copy_bps = cpu.copy_bandwidth(1 << 28, threads)
@@ -150,7 +127,7 @@ def test_thread_scaling_one_to_two(benchmark):
     pool = np.zeros((1, HV, K, V), BF16)
     t = {n: _median_seconds(lambda n=n: cpu.gdn_chunk_prefill(**args, state=pool, num_threads=n), reps=3)
          for n in (1, 2)}
-    dargs = _decode_inputs(rng, 32)
+    dargs = decode_inputs(rng, 32)
     dpool = np.zeros((32, HV, K, V), BF16)
     d = {n: _median_seconds(lambda n=n: cpu.gdn_decode(**dargs, state=dpool, num_threads=n), reps=5) for n in (1, 2)}
     benchmark.extra_info.update(prefill_ms_1=t[1] * 1e3, prefill_ms_2=t[2] * 1e3, prefill_scaling=t[1] / t[2],
