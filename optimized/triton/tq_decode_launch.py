@@ -250,18 +250,16 @@ def pair_table(p, D: int, device, bf16: bool):
     """The 4-bit pair table ``[256]`` of preset ``p``: entry ``byte`` packs the two dequantized
     codes of one key byte, ``c[byte & 15]`` in the low half and ``c[byte >> 4]`` in the high half:
     int64 of two fp32 bit patterns, or with ``bf16`` int32 of two bf16 bit patterns (round to
-    nearest even). Built on the host from ``centroids`` once per (D, format, device), keyed by
+    nearest even). Built on the host from ``centroid_table`` once per (D, format, device), keyed by
     value like ``centroid_table``, so launches allocate and copy nothing."""
     import torch
-
-    from reference.turboquant.lloyd_max import centroids
 
     if p.key_fp8 or p.key_bits != 4:
         raise ValueError(f"a pair table needs 4-bit MSE keys, got preset {p.name}")
     key = ("pairs", D, str(device), bf16)
     if key not in _TABLES:
         byte = torch.arange(256)
-        c = torch.from_numpy(centroids(4, D)).to(torch.float32)
+        c = centroid_table(p, D, "cpu")
         pairs = torch.stack([c[byte & 15], c[byte >> 4]], dim=1)  # [256, 2]: little-endian, low half first
         packed = pairs.to(torch.bfloat16).view(torch.int32) if bf16 else pairs.view(torch.int64)
         _TABLES[key] = packed.reshape(256).contiguous().to(device)
