@@ -55,30 +55,49 @@ struct Avx512Isa {
         }
     }
 
-    // 16 elements of type SD at p[i..] (lanes outside m read as zero) as fp32, and back (RNE).
+    // 32 elements of type SD at p[i..] as two fp32 vectors (lanes outside m0, m1 read as zero),
+    // and back (RNE). bf16 moves as one 64-byte load or store: a zero-masked word permute widens
+    // each half (one instruction per 16 elements) and one vcvtne2ps2bf16 narrows both.
     template <DType SD>
-    static __m512 load16(const void* p, int64_t i, __mmask16 m) {
-        if constexpr (SD == DType::F32) return _mm512_maskz_loadu_ps(m, static_cast<const float*>(p) + i);
-        const __m256i h = _mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(p) + i);
-        if constexpr (SD == DType::BF16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-        else return _mm512_cvtph_ps(h);
-    }
-
-    template <DType SD>
-    static void store16(void* p, int64_t i, __mmask16 m, __m512 x) {
+    static void load32(const void* p, int64_t i, __mmask16 m0, __mmask16 m1, __m512& a, __m512& b) {
         if constexpr (SD == DType::F32) {
-            _mm512_mask_storeu_ps(static_cast<float*>(p) + i, m, x);
+            a = _mm512_maskz_loadu_ps(m0, static_cast<const float*>(p) + i);
+            b = _mm512_maskz_loadu_ps(m1, static_cast<const float*>(p) + i + 16);
         } else if constexpr (SD == DType::BF16) {
-            __m256bh h = _mm512_cvtneps_pbh(x);
-            _mm256_mask_storeu_epi16(static_cast<uint16_t*>(p) + i, m, reinterpret_cast<__m256i&>(h));
+            const __m512i lo_idx = _mm512_set_epi16(15, 0, 14, 0, 13, 0, 12, 0, 11, 0, 10, 0, 9, 0, 8, 0,
+                                                    7, 0, 6, 0, 5, 0, 4, 0, 3, 0, 2, 0, 1, 0, 0, 0);
+            const __m512i hi_idx = _mm512_add_epi16(lo_idx, _mm512_set1_epi16(16));
+            const __mmask32 m = __mmask32(m0) | (__mmask32(m1) << 16);
+            const __m512i x = _mm512_maskz_loadu_epi16(m, static_cast<const uint16_t*>(p) + i);
+            a = _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(0xAAAAAAAAu, lo_idx, x));
+            b = _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(0xAAAAAAAAu, hi_idx, x));
         } else {
-            _mm256_mask_storeu_epi16(static_cast<uint16_t*>(p) + i, m,
-                                     _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+            const uint16_t* h = static_cast<const uint16_t*>(p) + i;
+            a = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m0, h));
+            b = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m1, h + 16));
         }
     }
 
-    // One accumulator per 16-column vector (NV of them, in registers: the loops over i are fully
-    // unrolled); a block of up to 128 columns covers a whole state row, so rows stream in order.
+    template <DType SD>
+    static void store32(void* p, int64_t i, __mmask16 m0, __mmask16 m1, __m512 a, __m512 b) {
+        if constexpr (SD == DType::F32) {
+            _mm512_mask_storeu_ps(static_cast<float*>(p) + i, m0, a);
+            _mm512_mask_storeu_ps(static_cast<float*>(p) + i + 16, m1, b);
+        } else if constexpr (SD == DType::BF16) {
+            __m512bh h = _mm512_cvtne2ps_pbh(b, a);  // words 0-15 from a, 16-31 from b
+            _mm512_mask_storeu_epi16(static_cast<uint16_t*>(p) + i, __mmask32(m0) | (__mmask32(m1) << 16),
+                                     reinterpret_cast<__m512i&>(h));
+        } else {
+            constexpr int rne = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+            uint16_t* h = static_cast<uint16_t*>(p) + i;
+            _mm256_mask_storeu_epi16(h, m0, _mm512_cvtps_ph(a, rne));
+            _mm256_mask_storeu_epi16(h + 16, m1, _mm512_cvtps_ph(b, rne));
+        }
+    }
+
+    // One accumulator per 16-column vector (NV of them, NV even, in registers: the loops over i
+    // are fully unrolled); a block of up to 128 columns covers a whole state row, so rows stream
+    // in order.
     template <DType SD, int NV>
     static void block_kv_n(const void* src, int64_t lds, int64_t K, const float* k, int64_t w, float* kv) {
         __mmask16 m[NV];
@@ -88,8 +107,13 @@ struct Avx512Isa {
         for (int i = 0; i < NV; ++i) acc[i] = _mm512_setzero_ps();
         for (int64_t r = 0; r < K; ++r) {
             const __m512 kr = _mm512_set1_ps(k[r]);
-#pragma GCC unroll 8
-            for (int i = 0; i < NV; ++i) acc[i] = _mm512_fmadd_ps(load16<SD>(src, r * lds + 16 * i, m[i]), kr, acc[i]);
+#pragma GCC unroll 4
+            for (int i = 0; i < NV; i += 2) {
+                __m512 s0, s1;
+                load32<SD>(src, r * lds + 16 * i, m[i], m[i + 1], s0, s1);
+                acc[i] = _mm512_fmadd_ps(s0, kr, acc[i]);
+                acc[i + 1] = _mm512_fmadd_ps(s1, kr, acc[i + 1]);
+            }
         }
 #pragma GCC unroll 8
         for (int i = 0; i < NV; ++i) _mm512_mask_storeu_ps(kv + 16 * i, m[i], acc[i]);
@@ -114,11 +138,15 @@ struct Avx512Isa {
                 for (int64_t b = 0; b < w * eb; b += 64)
                     _mm_prefetch(static_cast<const char*>(next) + r * lds * eb + b, _MM_HINT_T1);  // to L2: L1 holds this item
             const __m512 kr = _mm512_set1_ps(k[r]), qr = _mm512_set1_ps(q[r]);
-#pragma GCC unroll 8
-            for (int i = 0; i < NV; ++i) {
-                const __m512 n = _mm512_fmadd_ps(av, load16<SD>(src, r * lds + 16 * i, m[i]), _mm512_mul_ps(kr, uv[i]));
-                store16<SD>(dst, r * ldd + 16 * i, m[i], n);
-                acc[i] = _mm512_fmadd_ps(n, qr, acc[i]);
+#pragma GCC unroll 4
+            for (int i = 0; i < NV; i += 2) {
+                __m512 s0, s1;
+                load32<SD>(src, r * lds + 16 * i, m[i], m[i + 1], s0, s1);
+                const __m512 n0 = _mm512_fmadd_ps(av, s0, _mm512_mul_ps(kr, uv[i]));
+                const __m512 n1 = _mm512_fmadd_ps(av, s1, _mm512_mul_ps(kr, uv[i + 1]));
+                store32<SD>(dst, r * ldd + 16 * i, m[i], m[i + 1], n0, n1);
+                acc[i] = _mm512_fmadd_ps(n0, qr, acc[i]);
+                acc[i + 1] = _mm512_fmadd_ps(n1, qr, acc[i + 1]);
             }
         }
 #pragma GCC unroll 8
