@@ -99,13 +99,16 @@ struct Avx512Isa {
     // are fully unrolled); a block of up to 128 columns covers a whole state row, so rows stream
     // in order.
     template <DType SD, int NV>
-    static void block_kv_n(const void* src, int64_t lds, int64_t K, const float* k, int64_t w, float* kv) {
+    static void block_kv_n(const void* src, int64_t lds, int64_t K, const float* k, int64_t w, float* kv,
+                           const void* next) {
+        constexpr int eb = SD == DType::F32 ? 4 : 2;
         __mmask16 m[NV];
         masks<NV>(w, m);
         __m512 acc[NV];
 #pragma GCC unroll 8
         for (int i = 0; i < NV; ++i) acc[i] = _mm512_setzero_ps();
         for (int64_t r = 0; r < K; ++r) {
+            prefetch_half(next, r, lds * eb, w * eb, 0);
             const __m512 kr = _mm512_set1_ps(k[r]);
 #pragma GCC unroll 4
             for (int i = 0; i < NV; i += 2) {
@@ -134,9 +137,7 @@ struct Avx512Isa {
             acc[i] = _mm512_setzero_ps();
         }
         for (int64_t r = 0; r < K; ++r) {
-            if (next)
-                for (int64_t b = 0; b < w * eb; b += 64)
-                    _mm_prefetch(static_cast<const char*>(next) + r * lds * eb + b, _MM_HINT_T1);  // to L2: L1 holds this item
+            prefetch_half(next, r, lds * eb, w * eb, 1);
             const __m512 kr = _mm512_set1_ps(k[r]), qr = _mm512_set1_ps(q[r]);
 #pragma GCC unroll 4
             for (int i = 0; i < NV; i += 2) {
@@ -154,9 +155,10 @@ struct Avx512Isa {
     }
 
     template <DType SD>
-    static void block_kv(const void* src, int64_t lds, int64_t K, const float* k, int64_t w, float* kv) {
-        if (w <= 64) block_kv_n<SD, 4>(src, lds, K, k, w, kv);
-        else block_kv_n<SD, 8>(src, lds, K, k, w, kv);
+    static void block_kv(const void* src, int64_t lds, int64_t K, const float* k, int64_t w, float* kv,
+                         const void* next) {
+        if (w <= 64) block_kv_n<SD, 4>(src, lds, K, k, w, kv, next);
+        else block_kv_n<SD, 8>(src, lds, K, k, w, kv, next);
     }
 
     template <DType SD>

@@ -33,11 +33,13 @@ struct ScalarIsa {
     }
 
     template <DType SD>
-    static void block_kv(const void* src, int64_t lds, int64_t K, const float* k, int64_t w, float* kv) {
+    static void block_kv(const void* src, int64_t lds, int64_t K, const float* k, int64_t w, float* kv,
+                         const void* next) {
         const int eb = dtype_bytes(SD);
         float buf[128];
         std::fill(kv, kv + w, 0.0f);
         for (int64_t r = 0; r < K; ++r) {
+            prefetch_half(next, r, lds * eb, w * eb, 0);
             const float* row = row_f32<SD>(static_cast<const char*>(src) + r * lds * eb, w, buf);
             for (int64_t j = 0; j < w; ++j) kv[j] += row[j] * k[r];
         }
@@ -51,9 +53,7 @@ struct ScalarIsa {
         float buf[128];
         std::fill(o, o + w, 0.0f);
         for (int64_t r = 0; r < K; ++r) {
-            if (next)
-                for (int64_t b = 0; b < w * eb; b += 64)
-                    __builtin_prefetch(static_cast<const char*>(next) + r * lds * eb + b, 0, 2);  // to L2
+            prefetch_half(next, r, lds * eb, w * eb, 1);
             const float* row = row_f32<SD>(static_cast<const char*>(src) + r * lds * eb, w, buf);
             char* out = static_cast<char*>(dst) + r * ldd * eb;
             float* n = SD == DType::F32 ? reinterpret_cast<float*>(out) : buf;  // may alias row: elementwise

@@ -3,12 +3,13 @@
 // P (defined by each gdn_isa_*.cpp before including this file) provides:
 //   load_row(src, dt, float* dst, n)            n elements of type dt -> fp32
 //   store_row(const float* src, dst, dt, n)     fp32 -> dt, round to nearest even
-//   block_kv<SD>(src, lds, K, k, w, kv)          kv[j] = sum_r src[r, j] k[r] for j < w <= 128, src of
-//                                               type SD with row stride lds
+//   block_kv<SD>(src, lds, K, k, w, kv, next)    kv[j] = sum_r src[r, j] k[r] for j < w <= 128, src of
+//                                               type SD with row stride lds; prefetches the first half
+//                                               of next's rows (prefetch_half below)
 //   block_update<SD>(src, lds, dst, ldd, K, alpha, k, u, q, w, o, next)
 //                                               n = alpha src[r, j] + k[r] u[j] (fp32); dst <- n
 //                                               rounded to SD (dst may be src); o[j] = sum_r n[r, j] q[r];
-//                                               next (if not null, same layout as src) is prefetched
+//                                               prefetches the second half of next's rows
 //   pack_a(src, lds, M, Kd, uint16_t* dst)      fp32 [M, Kd] -> bf16 row-major [M][Kd]
 //   pack_b(src, lds, Kd, N, uint16_t* dst)      fp32 [Kd, N] -> bf16 pair-interleaved [Kd/2][N][2]
 //   gemm(M, N, Kd, A, B, float* C, ldc, acc)    C (+)= A B with bf16 A, B and fp32 accumulation;
@@ -45,6 +46,18 @@ inline const void* elem(const Input& x, int64_t offset) {
 
 inline void* state_row(const StatePool& s, int64_t slot, int64_t offset) {
     return static_cast<char*>(s.p) + (slot * s.slot_stride + offset) * dtype_bytes(s.dt);
+}
+
+// Prefetch to L2 of half of the `width` bytes at row r (rows `stride` bytes apart) of the state a
+// thread works on next (null: none): half 0 is the first half of the cache lines, half 1 the rest. The two passes
+// over the current state each prefetch one half, so requests go out during the whole item.
+// Measured against prefetching whole rows in the second pass alone (Xeon host and EPYC, 2
+// threads, batch-128 decode): fp32 state 10-25% faster, bf16 and fp16 unchanged.
+inline void prefetch_half(const void* next, int64_t r, int64_t stride, int64_t width, int half) {
+    if (!next) return;
+    const int64_t lines = (width + 63) / 64, mid = lines / 2;
+    const char* row = static_cast<const char*>(next) + r * stride;
+    for (int64_t l = half ? mid : 0; l < (half ? lines : mid); ++l) __builtin_prefetch(row + 64 * l, 0, 2);
 }
 
 inline float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
@@ -91,7 +104,7 @@ struct StepBuffers {
 // state from src and writing it to dst (both of type SD; the same slot for decode), rounded to
 // nearest even. Columns go in blocks of up to 128 (whole rows at V = 128, so the slot streams
 // in order); each block reads src twice (the second time from cache). next: when not null, the
-// state the thread works on next, prefetched during the second pass.
+// state the thread works on next, prefetched half during each pass (prefetch_half).
 template <class P, DType SD>
 void delta_step(StepBuffers& B, int64_t K, int64_t V, float alpha, float beta, const void* src, void* dst,
                 const void* next) {
@@ -101,10 +114,11 @@ void delta_step(StepBuffers& B, int64_t K, int64_t V, float alpha, float beta, c
         const int64_t w = std::min(kBlock, V - j0);
         const void* s = static_cast<const char*>(src) + j0 * eb;
         float* __restrict u = B.kv + j0;
-        P::template block_kv<SD>(s, V, K, B.k, w, u);
+        const void* nx = next ? static_cast<const char*>(next) + j0 * eb : nullptr;
+        P::template block_kv<SD>(s, V, K, B.k, w, u, nx);
         for (int64_t j = 0; j < w; ++j) u[j] = beta * (B.v[j0 + j] - alpha * u[j]);
         P::template block_update<SD>(s, V, static_cast<char*>(dst) + j0 * eb, V, K, alpha, B.k, u, B.q, w, B.o + j0,
-                                     next ? static_cast<const char*>(next) + j0 * eb : nullptr);
+                                     nx);
     }
 }
 
