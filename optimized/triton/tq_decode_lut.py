@@ -6,16 +6,19 @@ G query heads of the kv head as the columns of the matrix-unit products, in the 
 orientation, so the dequantized tiles are the tall operand (on Hopper the register A operand of
 wgmma, the small query/probability tile the shared-memory B operand):
 
+- codes are loaded as 32-bit words (``D/8`` per token for keys and for values) and taken apart
+  with word-wide shifts and masks, not one byte per tensor element.
 - scores ``S^T [BLOCK_N, 2*GP] = K [BLOCK_N, D] @ Q^T [D, 2*GP]``, ``GP = max(8, next_pow2(G))``;
   the query columns appear twice (column ``c`` holds query ``c % GP``). ``K = c[code] * k_scalar``
   with ``k_scalar`` applied to the scores. Key lookup (``KEYS``): ``"pair"`` is the FLUTE idea,
   one ``tl.gather`` per key byte from a 256-entry table whose entry packs both dequantized codes
   of the byte (``tq_decode_launch.pair_table``); ``"gather"`` looks up each nibble in the
   16-entry centroid table. Either way the two values of a byte are the adjacent dimensions
-  ``2j, 2j+1`` of the operand, so no query permutation is needed.
+  ``2j, 2j+1`` of the operand (one 32-bit register of two bf16), so no query permutation is needed.
 - values are uniform codes: ``P @ (code * s + z) = (P * s) @ code + (P @ z)``: the value operand
-  is the raw codes (bf16 ``128 + code``, built from bits: even dimensions from the low nibbles,
-  odd ones from the high nibbles; the ``128 * sum(P * s)`` this adds is subtracted at the end) and
+  is the raw codes (bf16 ``128 + code``, two per ``(word & 0x000F000F) | 0x43004300``, in a
+  dimension order undone once after the loop; the ``128 * sum(P * s)`` this adds is subtracted at
+  the end) and
   ``P @ z`` and ``sum(P * s)`` are running sums. ``P * s`` enters the MMA as bf16 ``hi`` in columns ``< GP`` and its
   remainder ``lo`` in columns ``>= GP`` (the duplicated query columns), so the split costs no extra
   MMA; the two halves of the output columns are added at the end.
@@ -49,41 +52,76 @@ LN2 = tl.constexpr(0.6931471805599453)
 
 
 @triton.jit
-def _key_operand(kb, table, KEYS: tl.constexpr, BF16: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr):
-    """Dequantized key codes ``[BLOCK_N, D]`` from key bytes ``kb [BLOCK_N, D/2]`` int32: element
-    ``2j`` from the low nibble of byte j, ``2j+1`` from the high one. ``table``: the pair table
-    (``KEYS="pair"``; int64 of two fp32 or, with BF16, int32 of two bf16) or the 16 centroids
-    (fp32, or bf16 bit patterns in int32). bf16 (from bits) or fp32."""
-    if KEYS == "pair":
-        e = tl.reshape(tl.gather(table, tl.reshape(kb, (BLOCK_N * (D // 2),)), 0), (BLOCK_N, D // 2))
-        if BF16:
-            lo = e.to(tl.int16)
-            hi = (e >> 16).to(tl.int16)
-        else:
-            lo = e.to(tl.int32).to(tl.float32, bitcast=True)
-            hi = (e >> 32).to(tl.int32).to(tl.float32, bitcast=True)
-    else:
-        tab = tl.broadcast_to(table[None, :], (BLOCK_N, 16))
-        lo = tl.gather(tab, kb & 15, 1)
-        hi = tl.gather(tab, kb >> 4, 1)
-        if BF16:
-            lo = lo.to(tl.int16)
-            hi = hi.to(tl.int16)
-    k = tl.reshape(tl.join(lo, hi), (BLOCK_N, D))
+def _halves(x, BF16: tl.constexpr):
+    """Packed pairs ``x [...]`` as ``[..., 2]`` (low half first): int32 of two bf16 bit patterns ->
+    bf16, or int64 of two fp32 bit patterns -> fp32."""
     if BF16:
-        k = k.to(tl.bfloat16, bitcast=True)
-    return k
+        h = tl.join(x.to(tl.int16), (x >> 16).to(tl.int16)).to(tl.bfloat16, bitcast=True)
+    else:
+        h = tl.join(x.to(tl.int32), (x >> 32).to(tl.int32)).to(tl.float32, bitcast=True)
+    return h
 
 
 @triton.jit
-def _codes_operand(code, BF16: tl.constexpr):
-    """Value codes int32 in [0, 16) as an MMA operand: bf16 ``128 + code`` built from its bits (no
-    int-to-float conversion), or fp32 ``code`` on the exact path."""
-    if BF16:
-        v = (code | 0x4300).to(tl.int16).to(tl.bfloat16, bitcast=True)
+def _f32_bits(x):
+    """fp32 ``x`` as its bit pattern, zero-extended to int64."""
+    return x.to(tl.int32, bitcast=True).to(tl.uint32, bitcast=True).to(tl.int64)
+
+
+@triton.jit
+def _byte_pair(kw, b: tl.constexpr, table, KEYS: tl.constexpr, BF16: tl.constexpr, BLOCK_N: tl.constexpr,
+               KW: tl.constexpr):
+    """The dequantized codes of byte ``b`` of each key word ``kw [BLOCK_N, KW]`` (int32), packed
+    (low nibble's value in the low half): int32 of two bf16 or, exact, int64 of two fp32. ``table``:
+    the pair table (``KEYS="pair"``, already packed) or the 16 centroids (bf16 bits in int32, or fp32)."""
+    byte = (kw >> (8 * b)) & 255
+    if KEYS == "pair":
+        e = tl.reshape(tl.gather(table, tl.reshape(byte, (BLOCK_N * KW,)), 0), (BLOCK_N, KW))
     else:
-        v = code.to(tl.float32)
-    return v
+        tab = tl.broadcast_to(table[None, :], (BLOCK_N, 16))
+        lo = tl.gather(tab, byte & 15, 1)
+        hi = tl.gather(tab, byte >> 4, 1)
+        if BF16:
+            e = lo | (hi << 16)
+        else:
+            e = _f32_bits(lo) | (_f32_bits(hi) << 32)
+    return e
+
+
+@triton.jit
+def _key_operand(kw, table, KEYS: tl.constexpr, BF16: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr):
+    """Dequantized keys ``[BLOCK_N, D]`` in dimension order from key words ``kw [BLOCK_N, D/8]``:
+    byte ``b`` of word ``w`` holds dimensions ``8w + 2b`` (low nibble) and ``8w + 2b + 1``. bf16
+    or fp32 (exact)."""
+    KW: tl.constexpr = D // 8
+    e0 = _byte_pair(kw, 0, table, KEYS, BF16, BLOCK_N, KW)
+    e1 = _byte_pair(kw, 1, table, KEYS, BF16, BLOCK_N, KW)
+    e2 = _byte_pair(kw, 2, table, KEYS, BF16, BLOCK_N, KW)
+    e3 = _byte_pair(kw, 3, table, KEYS, BF16, BLOCK_N, KW)
+    e = tl.join(tl.join(e0, e2), tl.join(e1, e3))  # [BLOCK_N, KW, 2, 2]: (w, i, o) holds byte 2i + o
+    return tl.reshape(_halves(e, BF16), (BLOCK_N, D))
+
+
+@triton.jit
+def _value_operand(vw, BF16: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr):
+    """Value codes ``[BLOCK_N, D]`` from value words ``vw [BLOCK_N, D/8]`` (int32), four masks per
+    word, each yielding two codes: ``(vw >> 4s) & 0x000F000F`` holds dimensions ``8w + s`` and
+    ``8w + 4 + s``. Position ``8w + 4i + 2o + h`` holds dimension ``8w + 4h + 2o + i`` (undone by
+    ``_dimension_rows``). bf16 ``128 + code`` built from bits (no int-to-float conversion), or fp32
+    ``code`` on the exact path."""
+    r = tl.join(tl.join(vw & 0x000F000F, (vw >> 4) & 0x000F000F),
+                tl.join((vw >> 8) & 0x000F000F, (vw >> 12) & 0x000F000F))  # (w, i, o) holds s = i + 2o
+    if BF16:
+        v = _halves(r | 0x43004300, True)
+    else:
+        v = tl.join((r & 0xFFFF).to(tl.float32), (r >> 16).to(tl.float32))
+    return tl.reshape(v, (BLOCK_N, D))
+
+
+@triton.jit
+def _dimension_rows(acc, D: tl.constexpr, BM: tl.constexpr):
+    """``acc [D, BM]`` with rows in ``_value_operand``'s position order, rows put in dimension order."""
+    return tl.reshape(tl.permute(tl.reshape(acc, (D // 8, 2, 2, 2, BM)), (0, 3, 2, 1, 4)), (D, BM))
 
 
 @triton.jit
@@ -113,7 +151,7 @@ def _grouped_kernel(q_ptr, cache_ptr, bt_ptr, seq_lens_ptr, table_ptr, sinks_ptr
         gm = (c % GP) < G
         hq = h * G + c % GP
         d = tl.arange(0, D)
-        j = tl.arange(0, D // 2)
+        w = tl.arange(0, D // 8)
         qt = tl.load(q_ptr + (b.to(tl.int64) * HQ + hq)[None, :] * D + d[:, None], mask=gm[None, :], other=0.0)
         if BF16:
             qt = qt.to(tl.bfloat16)
@@ -125,8 +163,7 @@ def _grouped_kernel(q_ptr, cache_ptr, bt_ptr, seq_lens_ptr, table_ptr, sinks_ptr
             if s == 0:
                 m = tl.load(sinks_ptr + hq, mask=gm, other=float("-inf")) * LOG2E
                 l0 = tl.where(gm, 1.0, 0.0)
-        acc_even = tl.zeros((D // 2, BM), tl.float32)
-        acc_odd = tl.zeros((D // 2, BM), tl.float32)
+        acc = tl.zeros((D, BM), tl.float32)  # rows in _value_operand's position order
         l_t = tl.zeros((BLOCK_N, BM), tl.float32)  # sum p, per token row
         z_t = tl.zeros((BLOCK_N, BM), tl.float32)  # sum p * v_zero
         s_t = tl.zeros((BLOCK_N, BM), tl.float32)  # sum p * v_scale (the offset of the value codes)
@@ -138,8 +175,8 @@ def _grouped_kernel(q_ptr, cache_ptr, bt_ptr, seq_lens_ptr, table_ptr, sinks_ptr
             blk = tl.load(row + t // BS, mask=live, other=0)
             key, val, _kn, _vs, _vz = kv_pointers(cache_ptr, blk, t % BS, h, stride_blk, 0, 0, True, False,
                                                   HK, BS, KEY_BYTES, VAL_BYTES)
-            kb = tl.load(key[:, None] + j[None, :], mask=live[:, None], other=0).to(tl.int32)
-            vb = tl.load(val[None, :] + j[:, None], mask=live[None, :], other=0).to(tl.int32)  # [D/2, BLOCK_N]
+            kw = tl.load(key.to(tl.pointer_type(tl.int32))[:, None] + w[None, :], mask=live[:, None], other=0)
+            vw = tl.load(val.to(tl.pointer_type(tl.int32))[:, None] + w[None, :], mask=live[:, None], other=0)
             nb = t0 // BS + tl.arange(0, NB)
             mblk = tl.load(row + nb, mask=nb * BS < end, other=0)
             if NB > 1:  # whole blocks: a tile row is one block's [3, BS] metadata, contiguous
@@ -157,7 +194,7 @@ def _grouped_kernel(q_ptr, cache_ptr, bt_ptr, seq_lens_ptr, table_ptr, sinks_ptr
             vs, _ = tl.split(vx)
             vs = tl.where(live, vs, 0.0)  # rows past the end read the block's other tokens: never NaN
             vz = tl.where(live, vz, 0.0)
-            k = _key_operand(kb, table, KEYS, BF16, BLOCK_N, D)
+            k = _key_operand(kw, table, KEYS, BF16, BLOCK_N, D)
             if BF16:
                 x = tl.dot(k, qt)
             else:
@@ -171,27 +208,24 @@ def _grouped_kernel(q_ptr, cache_ptr, bt_ptr, seq_lens_ptr, table_ptr, sinks_ptr
             l_t = l_t * alpha[None, :] + p
             z_t = z_t * alpha[None, :] + p * vz[:, None]
             s_t = s_t * alpha[None, :] + ps
+            vt = tl.trans(_value_operand(vw, BF16, BLOCK_N, D))
             if BF16:
                 ps_hi = ps.to(tl.bfloat16)
                 p2 = tl.where((c < GP)[None, :], ps_hi, (ps - ps_hi.to(tl.float32)).to(tl.bfloat16))
-                acc_even = tl.dot(_codes_operand(vb & 15, BF16), p2, acc_even * alpha[None, :])
-                acc_odd = tl.dot(_codes_operand(vb >> 4, BF16), p2, acc_odd * alpha[None, :])
+                acc = tl.dot(vt, p2, acc * alpha[None, :])
             else:
                 p2 = tl.where((c < GP)[None, :], ps, 0.0)
-                acc_even = tl.dot(_codes_operand(vb & 15, BF16), p2, acc_even * alpha[None, :], input_precision="ieee")
-                acc_odd = tl.dot(_codes_operand(vb >> 4, BF16), p2, acc_odd * alpha[None, :], input_precision="ieee")
+                acc = tl.dot(vt, p2, acc * alpha[None, :], input_precision="ieee")
             m = m_new
         # columns c and c + GP hold the same query: fold the lo half of P * s onto the hi half
-        out_even = tl.sum(tl.reshape(acc_even, (D // 2, 2, GP)), axis=1)
-        out_odd = tl.sum(tl.reshape(acc_odd, (D // 2, 2, GP)), axis=1)
+        out = tl.sum(tl.reshape(_dimension_rows(acc, D, BM), (D, 2, GP)), axis=1)
         l = _first_half(l0 + tl.sum(l_t, axis=0), GP)
         shift = _first_half(tl.sum(z_t, axis=0) - OFFSET * tl.sum(s_t, axis=0), GP)
         mq = _first_half(m, GP)
         g = tl.arange(0, GP)
         gq = g < G
         base = part_ptr + ((b.to(tl.int64) * HQ + h * G + g) * MAXS + s) * (D + 1)
-        tl.store(base[None, :] + 2 * j[:, None], (out_even + shift[None, :]) / l[None, :], mask=gq[None, :])
-        tl.store(base[None, :] + 2 * j[:, None] + 1, (out_odd + shift[None, :]) / l[None, :], mask=gq[None, :])
+        tl.store(base[None, :] + d[:, None], (out + shift[None, :]) / l[None, :], mask=gq[None, :])
         tl.store(base + D, (mq + tl.log2(l)) * LN2, mask=gq)
 
 
@@ -232,6 +266,10 @@ def decode_grouped(query, kv_cache, block_table, seq_lens, *, preset, layout, ro
         raise ValueError(f"block_n must be a power of two >= 16, got {block_n}")
     if getattr(kv_cache, "dim", lambda: 0)() == 4:
         block_n = tile_for(kv_cache.shape[1], block_n)
+        if kv_cache.data_ptr() % 4 or kv_cache.stride(0) % 4:
+            raise ValueError("kv_cache: decode_grouped loads the codes as 32-bit words, so the cache start and "
+                             f"block stride must be multiples of 4 bytes, got start % 4 = {kv_cache.data_ptr() % 4} "
+                             f"and stride(0) = {kv_cache.stride(0)}")
     a, S, ws, out = begin_split_decode(query, kv_cache, block_table, seq_lens, preset=preset, layout=layout,
                                        rotation=rotation, scale=scale, sinks=sinks, num_kv_splits=num_kv_splits,
                                        workspace=workspace, out=out, block_n=block_n)

@@ -110,6 +110,17 @@ def test_grouped_decode_refuses_block_sizes_its_tiles_cannot_nest_in():
         decode_grouped(t(q), t(cache), t(bt), t(lens), preset=P, layout="soa", rotation=t(rot))
 
 
+def test_grouped_decode_refuses_a_cache_not_on_a_word_boundary(case):
+    """The grouped decode loads codes as 32-bit words: a cache view starting 2 bytes into its
+    storage (valid for the other kernels: even, for the fp16 metadata) is refused, naming kv_cache."""
+    cache = case["cache"]
+    storage = torch.zeros(cache.numel() + 2, dtype=torch.uint8, device=cache.device)
+    shifted = storage[2:].view(cache.shape)
+    shifted.copy_(cache)
+    with pytest.raises(ValueError, match="kv_cache: decode_grouped loads the codes as 32-bit words"):
+        decode_grouped(case["q"], shifted, case["bt"], case["lens"], preset=P, layout="soa", rotation=case["rot"])
+
+
 def test_unified_refuses_bad_query_start_loc(case):
     qsl = torch.tensor([0, 2, 2], dtype=torch.int32, device=DEVICE)  # second sequence has no token
     q = case["q"][:2].contiguous()
