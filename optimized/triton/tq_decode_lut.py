@@ -69,6 +69,14 @@ def _f32_bits(x):
 
 
 @triton.jit
+def _lookup(table, index, BLOCK_N: tl.constexpr, KW: tl.constexpr):
+    """``table[index]`` for ``index [BLOCK_N, KW]``, as one flat gather (on sm_90 a shared-memory load
+    per element; a gather along the axis 1 of a broadcast table compiles to warp shuffles, 2% more
+    instructions in the decode loop)."""
+    return tl.reshape(tl.gather(table, tl.reshape(index, (BLOCK_N * KW,)), 0), (BLOCK_N, KW))
+
+
+@triton.jit
 def _byte_pair(kw, b: tl.constexpr, table, KEYS: tl.constexpr, BF16: tl.constexpr, BLOCK_N: tl.constexpr,
                KW: tl.constexpr):
     """The dequantized codes of byte ``b`` of each key word ``kw [BLOCK_N, KW]`` (int32), packed
@@ -76,11 +84,10 @@ def _byte_pair(kw, b: tl.constexpr, table, KEYS: tl.constexpr, BF16: tl.constexp
     the pair table (``KEYS="pair"``, already packed) or the 16 centroids (bf16 bits in int32, or fp32)."""
     byte = (kw >> (8 * b)) & 255
     if KEYS == "pair":
-        e = tl.reshape(tl.gather(table, tl.reshape(byte, (BLOCK_N * KW,)), 0), (BLOCK_N, KW))
+        e = _lookup(table, byte, BLOCK_N, KW)
     else:
-        tab = tl.broadcast_to(table[None, :], (BLOCK_N, 16))
-        lo = tl.gather(tab, byte & 15, 1)
-        hi = tl.gather(tab, byte >> 4, 1)
+        lo = _lookup(table, byte & 15, BLOCK_N, KW)
+        hi = _lookup(table, byte >> 4, BLOCK_N, KW)
         if BF16:
             e = lo | (hi << 16)
         else:
