@@ -13,8 +13,6 @@ namespace gdn {
 namespace {
 
 struct Avx512Isa {
-    static constexpr bool kTileDecode = false;
-
     static void load_row(const void* src, DType dt, float* dst, int64_t n) {
         if (dt == DType::F32) { std::memcpy(dst, src, size_t(n) * 4); return; }
         const uint16_t* s = static_cast<const uint16_t*>(src);
@@ -124,7 +122,7 @@ struct Avx512Isa {
         for (int i = 0; i < NV; ++i) _mm512_mask_storeu_ps(kv + 16 * i, m[i], acc[i]);
     }
 
-    template <DType SD, int NV, bool OUT>
+    template <DType SD, int NV>
     static void block_update_n(const void* src, int64_t lds, void* dst, int64_t ldd, int64_t K, float alpha,
                                const float* k, const float* u, const float* q, int64_t w, float* o,
                                const void* next) {
@@ -140,7 +138,7 @@ struct Avx512Isa {
         }
         for (int64_t r = 0; r < K; ++r) {
             prefetch_half(next, r, lds * eb, w * eb, 1);
-            const __m512 kr = _mm512_set1_ps(k[r]);
+            const __m512 kr = _mm512_set1_ps(k[r]), qr = _mm512_set1_ps(q[r]);
 #pragma GCC unroll 4
             for (int i = 0; i < NV; i += 2) {
                 __m512 s0, s1;
@@ -148,17 +146,12 @@ struct Avx512Isa {
                 const __m512 n0 = _mm512_fmadd_ps(av, s0, _mm512_mul_ps(kr, uv[i]));
                 const __m512 n1 = _mm512_fmadd_ps(av, s1, _mm512_mul_ps(kr, uv[i + 1]));
                 store32<SD>(dst, r * ldd + 16 * i, m[i], m[i + 1], n0, n1);
-                if constexpr (OUT) {
-                    const __m512 qr = _mm512_set1_ps(q[r]);
-                    acc[i] = _mm512_fmadd_ps(n0, qr, acc[i]);
-                    acc[i + 1] = _mm512_fmadd_ps(n1, qr, acc[i + 1]);
-                }
+                acc[i] = _mm512_fmadd_ps(n0, qr, acc[i]);
+                acc[i + 1] = _mm512_fmadd_ps(n1, qr, acc[i + 1]);
             }
         }
-        if constexpr (OUT) {
 #pragma GCC unroll 8
-            for (int i = 0; i < NV; ++i) _mm512_mask_storeu_ps(o + 16 * i, m[i], acc[i]);
-        }
+        for (int i = 0; i < NV; ++i) _mm512_mask_storeu_ps(o + 16 * i, m[i], acc[i]);
     }
 
     template <DType SD>
@@ -172,13 +165,8 @@ struct Avx512Isa {
     static void block_update(const void* src, int64_t lds, void* dst, int64_t ldd, int64_t K, float alpha,
                              const float* k, const float* u, const float* q, int64_t w, float* o,
                              const void* next) {
-        if (o == nullptr) {  // the tile decode's second pass: state only
-            if (w <= 64) block_update_n<SD, 4, false>(src, lds, dst, ldd, K, alpha, k, u, q, w, o, next);
-            else block_update_n<SD, 8, false>(src, lds, dst, ldd, K, alpha, k, u, q, w, o, next);
-        } else {
-            if (w <= 64) block_update_n<SD, 4, true>(src, lds, dst, ldd, K, alpha, k, u, q, w, o, next);
-            else block_update_n<SD, 8, true>(src, lds, dst, ldd, K, alpha, k, u, q, w, o, next);
-        }
+        if (w <= 64) block_update_n<SD, 4>(src, lds, dst, ldd, K, alpha, k, u, q, w, o, next);
+        else block_update_n<SD, 8>(src, lds, dst, ldd, K, alpha, k, u, q, w, o, next);
     }
 
     static void pack_a(const float* src, int64_t lds, int M, int Kd, uint16_t* dst) {

@@ -7,8 +7,6 @@ namespace gdn {
 namespace {
 
 struct ScalarIsa {
-    static constexpr bool kTileDecode = false;
-
     // The conversion loops test the type once, outside the loop, so the compiler vectorizes them
     // (the conversions in gdn_dtype.hpp are branch-free).
     static void load_row(const void* src, DType dt, float* dst, int64_t n) {

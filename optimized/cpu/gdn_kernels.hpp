@@ -10,9 +10,6 @@
 //                                               n = alpha src[r, j] + k[r] u[j] (fp32); dst <- n
 //                                               rounded to SD (dst may be src); o[j] = sum_r n[r, j] q[r];
 //                                               prefetches the second half of next's rows
-//                                               (q and o may be null: no output sums)
-//   kTileDecode                                 true when the policy provides the bf16-state decode
-//                                               on matrix tiles below (tile_a, tile_kv_qs)
 //   pack_a(src, lds, M, Kd, uint16_t* dst)      fp32 [M, Kd] -> bf16 row-major [M][Kd]
 //   pack_b(src, lds, Kd, N, uint16_t* dst)      fp32 [Kd, N] -> bf16 pair-interleaved [Kd/2][N][2]
 //   gemm(M, N, Kd, A, B, float* C, ldc, acc)    C (+)= A B with bf16 A, B and fp32 accumulation;
@@ -97,14 +94,10 @@ void load_normalized(const Input& x, int64_t offset, int64_t n, bool l2norm, flo
 // ---------------------------------------------------------------------------------------------
 // Decode and spec decode: one delta-rule step on a [K, V] fp32 working state.
 
-// Per-thread scratch of a decode step; qs and tiles only for the tile decode (tile_step).
 struct StepBuffers {
-    float *q, *k, *v, *kv, *o, *qs;  // q, k [K]; v, kv, o, qs [V]
-    uint16_t* tiles;                 // tile_a's operand tiles: [K/16][12][32] bf16, 64-byte aligned
-    static int64_t floats(int64_t K, int64_t V) { return 2 * K + 4 * V + 16 + 12 * K; }
-    StepBuffers(float* base, int64_t K, int64_t V)
-        : q(base), k(q + K), v(k + K), kv(v + V), o(kv + V), qs(o + V),
-          tiles(reinterpret_cast<uint16_t*>((reinterpret_cast<uintptr_t>(qs + V) + 63) & ~uintptr_t(63))) {}
+    float *q, *k, *v, *kv, *o;  // q, k [K]; v, kv, o [V]
+    static int64_t floats(int64_t K, int64_t V) { return 2 * K + 3 * V; }
+    StepBuffers(float* base, int64_t K, int64_t V) : q(base), k(q + K), v(k + K), kv(v + V), o(kv + V) {}
 };
 
 // One token: S <- alpha S + k (beta (v - alpha S^T k))^T, o = S^T q (unrounded S), reading the
@@ -112,39 +105,9 @@ struct StepBuffers {
 // nearest even. Columns go in blocks of up to 128 (whole rows at V = 128, so the slot streams
 // in order); each block reads src twice (the second time from cache). next: when not null, the
 // state the thread works on next, prefetched half during each pass (prefetch_half).
-//
-// The tile decode (policies with kTileDecode, bf16 state, K % 16 == 0, V % 32 == 0): S^T k and
-// S^T q come from one pass of matrix-tile products on the bf16 state as stored, with k and q each
-// split into three bf16 parts whose sum is exact (fp32 accumulation); the second pass writes the
-// new state as above, and o = alpha S^T q + (q . k) u, which equals S'^T q of the unrounded new
-// state up to fp32 rounding.
-template <class P>
-void tile_step(StepBuffers& B, int64_t K, int64_t V, float alpha, float beta, const void* src, void* dst,
-               const void* next) {
-    constexpr int64_t kBlock = 128;
-    P::tile_a(B.q, B.k, K, B.tiles);
-    float qk = 0.0f;
-    for (int64_t r = 0; r < K; ++r) qk += B.q[r] * B.k[r];
-    for (int64_t j0 = 0; j0 < V; j0 += kBlock) {
-        const int64_t w = std::min(kBlock, V - j0);
-        const void* s = static_cast<const uint16_t*>(src) + j0;
-        const void* nx = next ? static_cast<const uint16_t*>(next) + j0 : nullptr;
-        float* __restrict u = B.kv + j0;
-        float* __restrict qs = B.qs + j0;
-        P::tile_kv_qs(s, V, K, B.tiles, w, u, qs, nx);
-        for (int64_t j = 0; j < w; ++j) u[j] = beta * (B.v[j0 + j] - alpha * u[j]);
-        P::template block_update<DType::BF16>(s, V, static_cast<uint16_t*>(dst) + j0, V, K, alpha, B.k, u, nullptr,
-                                              w, nullptr, nx);
-        for (int64_t j = 0; j < w; ++j) B.o[j0 + j] = alpha * qs[j] + qk * u[j];
-    }
-}
-
 template <class P, DType SD>
 void delta_step(StepBuffers& B, int64_t K, int64_t V, float alpha, float beta, const void* src, void* dst,
                 const void* next) {
-    if constexpr (P::kTileDecode && SD == DType::BF16) {
-        if (K % 16 == 0 && V % 32 == 0) return tile_step<P>(B, K, V, alpha, beta, src, dst, next);
-    }
     constexpr int64_t kBlock = 128;
     const int eb = dtype_bytes(SD);
     for (int64_t j0 = 0; j0 < V; j0 += kBlock) {
