@@ -1,0 +1,165 @@
+"""Compile every Triton kernel of ``optimized/triton`` for GPU targets on a machine without a GPU
+(Triton's ahead-of-time path: ``ASTSource`` plus ``GPUTarget``): the check behind "no CUDA-only
+intrinsics, the same source must compile for ROCm", and a first step on a new architecture.
+
+    python -m optimized.triton.compile_check                      # cuda:90 hip:gfx942 hip:gfx950
+    python -m optimized.triton.compile_check --target hip:gfx950 --json
+
+Each kernel is compiled with the argument types and constants its launcher passes on a GPU
+(bf16 rounding model, bf16 queries and outputs) for representative caches: D=128, Hk=8, block
+size 16, the presets and layouts each kernel serves. Needs a process without
+``TRITON_INTERPRET=1`` (the interpreter replaces the kernels). Triton bundles ``ptxas`` and links
+AMD code objects itself, so neither CUDA nor ROCm has to be installed.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import tempfile
+import time
+
+TARGETS = {"cuda:90": ("cuda", 90, 32), "hip:gfx942": ("hip", "gfx942", 64), "hip:gfx950": ("hip", "gfx950", 64)}
+D, HK, BS, G = 128, 8, 16, 8
+HQ = HK * G
+
+
+def _spec(preset: str, layout: str):
+    from optimized.triton.tq_cache import CacheSpec
+    from reference.turboquant.presets import preset as lookup
+
+    return CacheSpec(lookup(preset), D, HK, BS, layout)
+
+
+def kernels() -> list[tuple[str, object, dict, dict]]:
+    """(name, jit function, runtime argument types, constants) of every kernel configuration."""
+    from optimized.triton import tq_decode_launch, tq_decode_lut, tq_decode_split, tq_store, tq_unified
+
+    out = []
+    for preset, layout in (("turboquant_4bit_nc", "soa"), ("turboquant_k3v4_nc", "aos"),
+                           ("turboquant_3bit_nc", "soa"), ("turboquant_k8v4", "aos")):
+        spec = _spec(preset, layout)
+        fp8 = spec.preset.key_fp8
+        tag = f"{preset}/{layout}"
+        out.append((f"store {tag}", tq_store._store_kernel, dict(
+            cache_ptr="*u8", y_ptr="*fp32", norm_ptr="*fp32", k8_ptr="*u8" if fp8 else "*fp32", v_ptr="*bf16",
+            slot_ptr="*i64", mid_ptr="*fp32", cent_ptr="*fp32", stride_blk="i32", stride_pos="i32",
+            stride_head="i32", sv_n="i32", sv_h="i32", sv_d="i32"),
+            dict(FOLD_NORM=spec.soa and spec.preset.norm_correction, BLOCK_H=HK, **spec.constexprs())))
+        out.append((f"split decode {tag}", tq_decode_split._split_kernel, dict(
+            q_ptr="*fp32", cache_ptr="*u8", bt_ptr="*i32", seq_lens_ptr="*i32", cent_ptr="*fp32",
+            sinks_ptr="*fp32", part_ptr="*fp32", stride_blk="i32", stride_pos="i32", stride_head="i32",
+            stride_bt="i32", scale="fp32"),
+            dict(HQ=HQ, G=G, S=4, MAXS=32, NORM_AT_DECODE=(not spec.soa) and spec.preset.norm_correction,
+                 HAS_SINKS=True, BLOCK_N=32, **spec.constexprs())))
+    spec = _spec("turboquant_4bit_nc", "soa")
+    for keys in tq_decode_lut.KEY_METHODS:
+        out.append((f"grouped decode keys={keys}", tq_decode_lut._grouped_kernel, dict(
+            q_ptr="*fp32", cache_ptr="*u8", bt_ptr="*i32", seq_lens_ptr="*i32", table_ptr="*i32",
+            sinks_ptr="*fp32", part_ptr="*fp32", stride_blk="i32", stride_bt="i32", scale="fp32"),
+            dict(D=D, HK=HK, BS=BS, KEY_BYTES=spec.key_bytes, VAL_BYTES=spec.value_bytes, HQ=HQ, G=G, S=4, MAXS=32,
+                 HAS_SINKS=True, GP=G, BLOCK_N=128, KEYS=keys, TABLE=256 if keys == "pair" else 16, BF16=True)))
+    out.append(("unified attention", tq_unified._unified_kernel, dict(
+        q_ptr="*fp32", cache_ptr="*u8", bt_ptr="*i32", qsl_ptr="*i32", seq_lens_ptr="*i32", cent_ptr="*fp32",
+        sinks_ptr="*fp32", out_ptr="*bf16", stride_blk="i32", stride_bt="i32", so_t="i32", so_h="i32",
+        scale="fp32"),
+        dict(HQ=HQ, G=G, HAS_SINKS=True, BLOCK_M=64, BLOCK_Q=64 // G, BLOCK_N=32, BF16=True, **spec.constexprs())))
+    out.append(("validate", tq_decode_launch._validate_kernel, dict(
+        q_ptr="*bf16", bt_ptr="*i32", seq_lens_ptr="*i32", sinks_ptr="*fp32", flags_ptr="*i32", stride_bt="i32",
+        num_blocks="i32"), dict(ROWS_PER_SEQ=1, M=512, BS=BS, HQD=HQ * D, HQ=HQ, HAS_SINKS=True, CHUNK=256)))
+    out.append(("rotate", tq_decode_launch._rotate_kernel, dict(
+        q_ptr="*bf16", r_ptr="*fp32", out_ptr="*fp32", sq_b="i32", sq_h="i32"),
+        dict(HQ=HQ, D=D, ROTATE=True, CHUNK=16)))
+    out.append(("reduce", tq_decode_launch._reduce_kernel, dict(
+        part_ptr="*fp32", seq_lens_ptr="*i32", out_ptr="*bf16", so_b="i32", so_h="i32"),
+        dict(HQ=HQ, D=D, S=4, MAXS=32, S_P2=4, ALIGN=128)))
+    return out
+
+
+def compile_one(fn, types: dict, consts: dict, target: str) -> dict:
+    """Compile ``fn`` for ``target`` (a key of TARGETS); the binary's kind and size, or the error."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    signature = {name: ("constexpr" if name in consts else types[name]) for name in fn.arg_names}
+    missing = [n for n in fn.arg_names if n not in consts and n not in types]
+    if missing:
+        return {"ok": False, "error": f"no type for argument(s) {missing}"}
+    t0 = time.perf_counter()
+    # A fresh cache: a cached code object would skip the compile and with it the diagnostics.
+    with tempfile.TemporaryDirectory() as cache, _cache_dir(cache), _stderr_of_native_code() as diagnostics:
+        try:
+            k = triton.compile(ASTSource(fn=fn, signature=signature, constexprs=consts),
+                               target=GPUTarget(*TARGETS[target]), options={"num_warps": 4})
+        except Exception as exc:  # reported per kernel: one failure does not hide the others
+            return {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:2000]}
+    errors = [line for line in diagnostics.text().splitlines() if "error" in line.lower()]
+    if errors:  # LLVM's AMDGPU back end reports some errors (bad inline asm) only on stderr
+        return {"ok": False, "error": "; ".join(errors)[:2000]}
+    kind = "cubin" if "cubin" in k.asm else "hsaco"
+    binary = k.asm[kind]
+    return {"ok": binary[:4] == b"\x7fELF", "binary": kind, "bytes": len(binary),
+            "seconds": round(time.perf_counter() - t0, 2)}
+
+
+@contextlib.contextmanager
+def _cache_dir(path: str):
+    saved = os.environ.get("TRITON_CACHE_DIR")
+    os.environ["TRITON_CACHE_DIR"] = path
+    try:
+        yield
+    finally:
+        if saved is None:
+            del os.environ["TRITON_CACHE_DIR"]
+        else:
+            os.environ["TRITON_CACHE_DIR"] = saved
+
+
+class _stderr_of_native_code:
+    """Captures what native code writes to file descriptor 2 inside the ``with`` block."""
+
+    def __enter__(self):
+        sys.stderr.flush()
+        self._file = tempfile.TemporaryFile(mode="w+b")
+        self._saved = os.dup(2)
+        os.dup2(self._file.fileno(), 2)
+        return self
+
+    def __exit__(self, *exc):
+        sys.stderr.flush()
+        os.dup2(self._saved, 2)
+        os.close(self._saved)
+        return False
+
+    def text(self) -> str:
+        self._file.seek(0)
+        return self._file.read().decode(errors="replace")
+
+
+def run(targets) -> dict:
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        raise RuntimeError("compile_check needs a process without TRITON_INTERPRET=1")
+    return {t: {name: compile_one(fn, types, consts, t) for name, fn, types, consts in kernels()} for t in targets}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--target", nargs="+", default=list(TARGETS), choices=list(TARGETS))
+    ap.add_argument("--json", action="store_true", help="print the results as JSON")
+    args = ap.parse_args(argv)
+    res = run(args.target)
+    if args.json:
+        print(json.dumps(res, indent=1))
+    else:
+        for t, rows in res.items():
+            for name, r in rows.items():
+                what = f"{r['binary']} {r['bytes']} bytes, {r['seconds']} s" if r["ok"] else r.get("error", "not ELF")
+                print(f"{t:11} {name:40} {'ok ' if r['ok'] else 'FAIL'} {what}")
+    return 0 if all(r["ok"] for rows in res.values() for r in rows.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
