@@ -52,7 +52,7 @@ inline void* state_row(const StatePool& s, int64_t slot, int64_t offset) {
 // thread works on next (null: none): half 0 is the first half of the cache lines, half 1 the rest. The two passes
 // over the current state each prefetch one half, so requests go out during the whole item.
 // Measured against prefetching whole rows in the second pass alone (Xeon host and EPYC, 2
-// threads, batch-128 decode): fp32 state 10-25% faster, bf16 and fp16 unchanged.
+// threads, batch-128 decode): fp32 state 9-26% faster, bf16 and fp16 unchanged.
 inline void prefetch_half(const void* next, int64_t r, int64_t stride, int64_t width, int half) {
     if (!next) return;
     const int64_t lines = (width + 63) / 64, mid = lines / 2;
