@@ -322,7 +322,8 @@ def run(cells: list[Cell], backends: list[registry.Backend], out: str | os.PathL
         except ValueError:
             info["previous_run"] = "unreadable"
     probes = {b.name: registry.probe(b) for b in backends}
-    info["backends"] = {name: {"available": ok, "reason": why} for name, (ok, why) in probes.items()}
+    info["backends"] = {b.name: {"available": probes[b.name][0], "reason": probes[b.name][1],
+                                 "ops": {family: list(ops) for family, ops in b.ops.items()}} for b in backends}
     records.dump_json(old_run, info)
 
     counts: dict[str, Counter] = {b.name: Counter() for b in backends}

@@ -39,9 +39,11 @@ def render(run_dir: str | Path) -> str:
                 f"- elapsed: {info.get('elapsed_s', '?')} s", ""]
     by_backend: dict[str, Counter] = defaultdict(Counter)
     by_op: dict[tuple, Counter] = defaultdict(Counter)
+    implemented = {n: b.get("ops") for n, b in info.get("backends", {}).items()}
     for r in recs:
         by_backend[r["backend"]][r["status"]] += 1
-        if not (r["status"] == "skip" and "does not implement" in r.get("reason", "")):
+        ops = implemented.get(r["backend"])  # None: a run recorded before run.json listed the ops
+        if ops is None or r["op"] in ops.get(r["family"], ()):
             by_op[(r["family"], r["op"], r["backend"])][r["status"]] += 1
     cols = list(records.STATUSES)
     out += ["## Per backend", "",

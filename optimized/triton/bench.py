@@ -103,7 +103,6 @@ def variants(quick: bool = False):
     for keys in ("gather", "pair"):
         out.append((f"grouped keys={keys} N=64", decode_grouped, dict(keys=keys, block_n=64)))
     out.append(("grouped w=8", decode_grouped, dict(num_warps=8)))
-    out.append(("grouped stages=3", decode_grouped, dict(num_stages=3)))
     for S in (2, 8):
         out.append((f"grouped S={S}", decode_grouped, dict(num_kv_splits=S)))
     return out

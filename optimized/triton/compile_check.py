@@ -14,12 +14,12 @@ AMD code objects itself, so neither CUDA nor ROCm has to be installed.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import sys
 import tempfile
 import time
+from unittest import mock
 
 TARGETS = {"cuda:90": ("cuda", 90, 32), "hip:gfx942": ("hip", "gfx942", 64), "hip:gfx950": ("hip", "gfx950", 64)}
 D, HK, BS, G = 128, 8, 16, 8
@@ -90,7 +90,8 @@ def compile_one(fn, types: dict, consts: dict, target: str) -> dict:
         return {"ok": False, "error": f"no type for argument(s) {missing}"}
     t0 = time.perf_counter()
     # A fresh cache: a cached code object would skip the compile and with it the diagnostics.
-    with tempfile.TemporaryDirectory() as cache, _cache_dir(cache), _stderr_of_native_code() as diagnostics:
+    with (tempfile.TemporaryDirectory() as cache, mock.patch.dict(os.environ, {"TRITON_CACHE_DIR": cache}),
+          _stderr_of_native_code() as diagnostics):
         try:
             k = triton.compile(ASTSource(fn=fn, signature=signature, constexprs=consts),
                                target=GPUTarget(*TARGETS[target]), options={"num_warps": 4})
@@ -103,19 +104,6 @@ def compile_one(fn, types: dict, consts: dict, target: str) -> dict:
     binary = k.asm[kind]
     return {"ok": binary[:4] == b"\x7fELF", "binary": kind, "bytes": len(binary),
             "seconds": round(time.perf_counter() - t0, 2)}
-
-
-@contextlib.contextmanager
-def _cache_dir(path: str):
-    saved = os.environ.get("TRITON_CACHE_DIR")
-    os.environ["TRITON_CACHE_DIR"] = path
-    try:
-        yield
-    finally:
-        if saved is None:
-            del os.environ["TRITON_CACHE_DIR"]
-        else:
-            os.environ["TRITON_CACHE_DIR"] = saved
 
 
 class _stderr_of_native_code:
