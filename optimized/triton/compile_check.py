@@ -70,8 +70,8 @@ def kernels() -> list[tuple[str, object, dict, dict]]:
         q_ptr="*bf16", bt_ptr="*i32", seq_lens_ptr="*i32", sinks_ptr="*fp32", flags_ptr="*i32", stride_bt="i32",
         num_blocks="i32"), dict(ROWS_PER_SEQ=1, M=512, BS=BS, HQD=HQ * D, HQ=HQ, HAS_SINKS=True, CHUNK=256)))
     out.append(("rotate", tq_decode_launch._rotate_kernel, dict(
-        q_ptr="*bf16", r_ptr="*fp32", out_ptr="*fp32", sq_b="i32", sq_h="i32"),
-        dict(HQ=HQ, D=D, ROTATE=True, CHUNK=16)))
+        q_ptr="*bf16", r_ptr="*fp32", out_ptr="*fp32", sq_b="i32", sq_h="i32", ROWS="i32"),
+        dict(HQ=HQ, D=D, ROTATE=True, BLOCK_R=tq_decode_launch.ROTATE_ROWS, CHUNK=tq_decode_launch.ROTATE_CHUNK)))
     out.append(("reduce", tq_decode_launch._reduce_kernel, dict(
         part_ptr="*fp32", seq_lens_ptr="*i32", out_ptr="*bf16", so_b="i32", so_h="i32"),
         dict(HQ=HQ, D=D, S=4, MAXS=32, S_P2=4, ALIGN=128)))

@@ -21,6 +21,7 @@ from optimized.triton.tq_cache import CacheSpec, cache_spec
 from optimized.triton.tq_common import split_range
 
 MAX_SPLITS = 64
+ROTATE_ROWS, ROTATE_CHUNK = 16, 32  # query rows per rotation program, and the slice of R per tl.dot
 
 
 def interpreting() -> bool:
@@ -176,23 +177,24 @@ def default_num_splits(B: int, Hk: int, max_tokens: int, tile: int, device, max_
 
 
 @triton.jit
-def _rotate_kernel(q_ptr, r_ptr, out_ptr, sq_b, sq_h, HQ: tl.constexpr, D: tl.constexpr,
-                   ROTATE: tl.constexpr, CHUNK: tl.constexpr):
-    """out[b, h, :] = f32(q[b, h, :]) @ R (fp32 products and sums), or a plain fp32 copy."""
-    b = tl.program_id(0)
-    h = tl.program_id(1)
-    row = q_ptr + b.to(tl.int64) * sq_b + h * sq_h
+def _rotate_kernel(q_ptr, r_ptr, out_ptr, sq_b, sq_h, ROWS, HQ: tl.constexpr, D: tl.constexpr,
+                   ROTATE: tl.constexpr, BLOCK_R: tl.constexpr, CHUNK: tl.constexpr):
+    """``out[r, :] = f32(q[r // HQ, r % HQ, :]) @ R`` for ``BLOCK_R`` query rows per program (fp32
+    products and sums: ``input_precision="ieee"``), or a plain fp32 copy. A block of rows shares
+    each load of R (one row per program read all of R, 64 KiB, 2048 times per decode step)."""
+    r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    live = r < ROWS
+    rows = q_ptr + (r // HQ).to(tl.int64) * sq_b + (r % HQ) * sq_h
     cols = tl.arange(0, D)
     if ROTATE:
-        acc = tl.zeros((D,), tl.float32)
+        acc = tl.zeros((BLOCK_R, D), tl.float32)
         for i0 in tl.static_range(0, D, CHUNK):
             i = i0 + tl.arange(0, CHUNK)
-            qi = tl.load(row + i).to(tl.float32)
-            r = tl.load(r_ptr + i[:, None] * D + cols[None, :])
-            acc += tl.sum(qi[:, None] * r, axis=0)
+            x = tl.load(rows[:, None] + i[None, :], mask=live[:, None], other=0.0).to(tl.float32)
+            acc = tl.dot(x, tl.load(r_ptr + i[:, None] * D + cols[None, :]), acc, input_precision="ieee")
     else:
-        acc = tl.load(row + cols).to(tl.float32)
-    tl.store(out_ptr + (b.to(tl.int64) * HQ + h) * D + cols, acc)
+        acc = tl.load(rows[:, None] + cols[None, :], mask=live[:, None], other=0.0).to(tl.float32)
+    tl.store(out_ptr + r.to(tl.int64)[:, None] * D + cols[None, :], acc, mask=live[:, None])
 
 
 def rotate_queries(query, rotation, out, rotate: bool) -> None:
@@ -200,8 +202,9 @@ def rotate_queries(query, rotation, out, rotate: bool) -> None:
     B, Hq, D = query.shape
     if query.stride(2) != 1:
         raise ValueError(f"query rows must be contiguous, got strides {query.stride()}")
-    _rotate_kernel[(B, Hq)](query, rotation if rotate else out, out, query.stride(0), query.stride(1),
-                            HQ=Hq, D=D, ROTATE=rotate, CHUNK=16)
+    _rotate_kernel[(triton.cdiv(B * Hq, ROTATE_ROWS),)](query, rotation if rotate else out, out, query.stride(0),
+                                                        query.stride(1), B * Hq, HQ=Hq, D=D, ROTATE=rotate,
+                                                        BLOCK_R=ROTATE_ROWS, CHUNK=ROTATE_CHUNK)
 
 
 @triton.jit
