@@ -78,13 +78,20 @@ def kernels() -> list[tuple[str, object, dict, dict]]:
     return out
 
 
-def compile_one(fn, types: dict, consts: dict, target: str) -> dict:
-    """Compile ``fn`` for ``target`` (a key of TARGETS); the binary's kind and size, or the error."""
+def compiled(fn, types: dict, consts: dict, target: str, num_warps: int = 4, num_stages: int = 3):
+    """The compiled kernel of ``fn`` for ``target`` (a key of TARGETS): ``.asm`` holds every stage
+    (``ttgir``, ``ptx``/``amdgcn``, ``cubin``/``hsaco``). Raises what the compiler raises."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     signature = {name: ("constexpr" if name in consts else types[name]) for name in fn.arg_names}
+    return triton.compile(ASTSource(fn=fn, signature=signature, constexprs=consts), target=GPUTarget(*TARGETS[target]),
+                          options={"num_warps": num_warps, "num_stages": num_stages})
+
+
+def compile_one(fn, types: dict, consts: dict, target: str) -> dict:
+    """Compile ``fn`` for ``target`` (a key of TARGETS); the binary's kind and size, or the error."""
     missing = [n for n in fn.arg_names if n not in consts and n not in types]
     if missing:
         return {"ok": False, "error": f"no type for argument(s) {missing}"}
@@ -93,8 +100,7 @@ def compile_one(fn, types: dict, consts: dict, target: str) -> dict:
     with (tempfile.TemporaryDirectory() as cache, mock.patch.dict(os.environ, {"TRITON_CACHE_DIR": cache}),
           _stderr_of_native_code() as diagnostics):
         try:
-            k = triton.compile(ASTSource(fn=fn, signature=signature, constexprs=consts),
-                               target=GPUTarget(*TARGETS[target]), options={"num_warps": 4})
+            k = compiled(fn, types, consts, target)
         except Exception as exc:  # reported per kernel: one failure does not hide the others
             return {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:2000]}
     errors = [line for line in diagnostics.text().splitlines() if "error" in line.lower()]

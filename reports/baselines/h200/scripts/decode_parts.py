@@ -1,4 +1,4 @@
-"""The script behind ``tq_decode_parts.json`` (H200, third session): the parts of one
+"""The script behind ``tq_decode_parts.json`` (H200; third session, rerun in the fourth): the parts of one
 ``decode_grouped`` step timed alone (CUDA-graph medians): query rotation, the grouped kernel
 (default configuration at this shape: 16-entry table, BLOCK_N 128, 4 splits), the reduce, and
 ``torch.matmul`` doing the rotation's product. Run from the repository root on a GPU:

@@ -1,0 +1,27 @@
+"""The process profiled for ``tq_decode_ncu.txt`` (H200, fourth session): three ``decode_grouped``
+steps at B=32, Hk=8, G=8, D=128, L=8192 (turboquant_4bit_nc, SoA); ncu takes the third launch of
+the grouped kernel. From the repository root on a GPU:
+
+    PYTHONPATH=. ncu --clock-control none -k regex:_grouped_kernel --launch-skip 2 --launch-count 1 \\
+        --section SpeedOfLight --section Occupancy --section SchedulerStats --section WarpStateStats \\
+        --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \\
+        --metrics l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,\\
+    l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum,\\
+    smsp__inst_executed.sum,sm__cycles_elapsed.avg,smsp__cycles_active.avg,\\
+    l1tex__data_pipe_lsu_wavefronts.avg.pct_of_peak_sustained_elapsed \\
+        python3 reports/baselines/h200/scripts/decode_ncu_target.py
+"""
+import torch
+
+from optimized.triton import bench
+from optimized.triton.tq_decode_launch import DecodeWorkspace
+from optimized.triton.tq_decode_lut import decode_grouped
+
+B, Hk, G, D, L = 32, 8, 8, 128, 8192
+case = bench.build_case(B, Hk, G, D, L)
+ws = DecodeWorkspace(B, Hk * G, D, max_splits=32)
+out = torch.empty(B, Hk * G, D, dtype=torch.bfloat16, device="cuda")
+for _ in range(3):
+    decode_grouped(case["query"], case["cache"], case["block_table"], case["seq_lens"], preset=bench.PRESET,
+                   layout="soa", rotation=case["rotation"], workspace=ws, out=out)
+torch.cuda.synchronize()
