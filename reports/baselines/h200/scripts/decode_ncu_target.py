@@ -10,6 +10,10 @@ the grouped kernel. From the repository root on a GPU:
     smsp__inst_executed.sum,sm__cycles_elapsed.avg,smsp__cycles_active.avg,\\
     l1tex__data_pipe_lsu_wavefronts.avg.pct_of_peak_sustained_elapsed \\
         python3 reports/baselines/h200/scripts/decode_ncu_target.py
+
+``tq_decode_ncu_by_opcode.txt`` sums the per-instruction counters by SASS opcode, from
+``ncu ... --section SourceCounters --section InstructionStats -o src <this target>`` and then
+``ncu -i src.ncu-rep --page source --csv --print-source sass``.
 """
 import torch
 
