@@ -14,7 +14,8 @@ wgmma, the small query/probability tile the shared-memory B operand):
   one ``tl.gather`` per key byte from a 256-entry table whose entry packs both dequantized codes
   of the byte (``tq_decode_launch.pair_table``); ``"gather"`` looks up each nibble in the
   16-entry centroid table (warp shuffles on sm_90, see ``_lookup``). Either way the two values of
-  a byte are the adjacent dimensions ``2j, 2j+1`` of the operand (one 32-bit register of two bf16), so no query permutation is needed.
+  a byte are the adjacent dimensions ``2j, 2j+1`` of the operand (one 32-bit register of two
+  bf16), so no query permutation is needed.
 - values are uniform codes: ``P @ (code * s + z) = (P * s) @ code + (P @ z)``: the value operand
   is the raw codes (bf16 ``128 + code``, two per ``(word & 0x000F000F) | 0x43004300``, in a
   dimension order undone once after the loop; the ``128 * sum(P * s)`` this adds is subtracted at
