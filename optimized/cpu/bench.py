@@ -43,17 +43,24 @@ def decode_inputs(rng, N: int) -> dict:
                 dt_bias=rng.normal(size=HV).astype(BF16), state_indices=rng.permutation(N).astype(np.int32))
 
 
-def decode_by_state_dtype(threads: int, isa: str = "auto", reps: int = 15, dtypes=tuple(STATE_DTYPES)) -> dict:
-    """{"ms_min": {dtype: ms}, "ms_median": {...}} of batch-128 decodes, interleaved over ``dtypes``."""
+def decode_runs(threads: int, isa: str = "auto", dtypes=tuple(STATE_DTYPES)) -> tuple[dict, dict]:
+    """``(pools, runs)``: a batch-128 state pool per dtype name in ``dtypes`` (seeded, the same
+    values rounded to each dtype) and a no-argument callable decoding one step into it."""
     import optimized.cpu as cpu
 
     rng = np.random.default_rng(0)
     args = decode_inputs(rng, BATCH)
     pools = {name: rng.normal(0, 0.5, (BATCH, HV, K, V)).astype(np.float32).astype(STATE_DTYPES[name])
              for name in dtypes}
-    run = {name: (lambda p=pool: cpu.gdn_decode(**args, state=p, num_threads=threads, isa=isa))
-           for name, pool in pools.items()}
-    times = interleaved_seconds(run, reps)
+    runs = {name: (lambda p=pool: cpu.gdn_decode(**args, state=p, num_threads=threads, isa=isa))
+            for name, pool in pools.items()}
+    return pools, runs
+
+
+def decode_by_state_dtype(threads: int, isa: str = "auto", reps: int = 15, dtypes=tuple(STATE_DTYPES)) -> dict:
+    """{"ms_min": {dtype: ms}, "ms_median": {...}} of batch-128 decodes, interleaved over ``dtypes``."""
+    _, runs = decode_runs(threads, isa, dtypes)
+    times = interleaved_seconds(runs, reps)
     return {"ms_min": {n: float(np.min(t)) * 1e3 for n, t in times.items()},
             "ms_median": {n: float(np.median(t)) * 1e3 for n, t in times.items()}}
 

@@ -256,6 +256,25 @@ def tile_for(block_size: int, block_n: int) -> int:
     return min(tile, block_n)
 
 
+def grouped_stage1(a, S: int, ws, kv_cache, block_table, seq_lens, *, bf16: bool, keys: str, block_n: int,
+                   num_warps: int = 4, num_stages: int = 3) -> None:
+    """The grouped kernel alone (split-KV stage 1): partials of ``S`` splits into ``ws.partials`` from
+    the rotated queries in ``ws.q_rot``, for arguments already checked (``a`` from
+    ``check_decode_args``, ``block_n`` a tile ``tile_for`` accepts). ``decode_grouped`` is the checked
+    entry point; this is the launch it shares with measurement scripts that time the kernel alone."""
+    spec = a.spec
+    D = spec.head_size
+    table = (pair_table(spec.preset, D, kv_cache.device, bf16=bf16) if keys == "pair"
+             else centroid_table(spec.preset, D, kv_cache.device, bf16_bits=bf16))
+    _grouped_kernel[(a.B, spec.num_kv_heads, S)](
+        ws.q_rot, kv_cache, block_table, seq_lens, table, a.sinks if a.sinks is not None else ws.q_rot,
+        ws.partials, kv_cache.stride(0), block_table.stride(0), a.scale,
+        D=D, HK=spec.num_kv_heads, BS=spec.block_size, KEY_BYTES=spec.key_bytes, VAL_BYTES=spec.value_bytes,
+        HQ=a.Hq, G=a.G, S=S, MAXS=ws.max_splits, HAS_SINKS=a.sinks is not None,
+        GP=max(8, triton.next_power_of_2(a.G)), BLOCK_N=block_n, KEYS=keys, TABLE=table.numel(), BF16=bf16,
+        num_warps=num_warps, num_stages=num_stages)
+
+
 def decode_grouped(query, kv_cache, block_table, seq_lens, *, preset, layout, rotation=None, scale=None,
                    sinks=None, num_kv_splits=None, workspace=None, out=None, precision=None, keys="gather",
                    block_n=None, num_warps=4, num_stages=3):
@@ -287,17 +306,7 @@ def decode_grouped(query, kv_cache, block_table, seq_lens, *, preset, layout, ro
     a, S, ws, out = begin_split_decode(query, kv_cache, block_table, seq_lens, preset=preset, layout=layout,
                                        rotation=rotation, scale=scale, sinks=sinks, num_kv_splits=num_kv_splits,
                                        workspace=workspace, out=out, block_n=block_n)
-    spec = a.spec
-    D = spec.head_size
-    bf16 = precision == "bf16"
-    table = (pair_table(spec.preset, D, kv_cache.device, bf16=bf16) if keys == "pair"
-             else centroid_table(spec.preset, D, kv_cache.device, bf16_bits=bf16))
-    _grouped_kernel[(a.B, spec.num_kv_heads, S)](
-        ws.q_rot, kv_cache, block_table, seq_lens, table, sinks if sinks is not None else ws.q_rot,
-        ws.partials, kv_cache.stride(0), block_table.stride(0), a.scale,
-        D=D, HK=spec.num_kv_heads, BS=spec.block_size, KEY_BYTES=spec.key_bytes, VAL_BYTES=spec.value_bytes,
-        HQ=a.Hq, G=a.G, S=S, MAXS=ws.max_splits, HAS_SINKS=sinks is not None,
-        GP=max(8, triton.next_power_of_2(a.G)), BLOCK_N=block_n, KEYS=keys, TABLE=table.numel(), BF16=bf16,
-        num_warps=num_warps, num_stages=num_stages)
+    grouped_stage1(a, S, ws, kv_cache, block_table, seq_lens, bf16=precision == "bf16", keys=keys, block_n=block_n,
+                   num_warps=num_warps, num_stages=num_stages)
     reduce_partials(ws, seq_lens, out, S, align=block_n)
     return out

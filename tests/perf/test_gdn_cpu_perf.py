@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 import optimized.cpu as cpu
-from optimized.cpu.bench import BATCH, BF16, HV, H, K, V, decode_inputs, interleaved_seconds
+from optimized.cpu.bench import BATCH, BF16, HV, H, K, V, decode_inputs, decode_runs, interleaved_seconds
 
 BUILT, WHY = cpu.extension_status()
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not BUILT, reason=WHY)]
@@ -63,11 +63,7 @@ def threads() -> int:
 
 
 def test_decode_bf16_state_vs_fp32_state(benchmark, threads):
-    rng = np.random.default_rng(0)
-    args = decode_inputs(rng, BATCH)
-    pools = {name: rng.normal(0, 0.5, (BATCH, HV, K, V)).astype(np.float32).astype(dt)
-             for name, dt in (("float32", np.float32), ("bfloat16", BF16))}
-    run = {name: (lambda p=pool: cpu.gdn_decode(**args, state=p, num_threads=threads)) for name, pool in pools.items()}
+    pools, run = decode_runs(threads, dtypes=("float32", "bfloat16"))
     times = interleaved_seconds(run, reps=15)
     seconds = {name: float(np.min(t)) for name, t in times.items()}  # the gate: least disturbed runs
     medians = {name: float(np.median(t)) for name, t in times.items()}
