@@ -7,7 +7,9 @@ intrinsics, the same source must compile for ROCm", and a first step on a new ar
 
 Each kernel is compiled with the argument types and constants its launcher passes on a GPU
 (bf16 rounding model, bf16 queries and outputs) for representative caches: D=128, Hk=8, block
-size 16, the presets and layouts each kernel serves. Needs a process without
+size 16, the presets and layouts each kernel serves. The NVIDIA-only Gluon decode
+(``tq_decode_sm90``: inline PTX, ``mma.sync``) is compiled for the CUDA target only, with Gluon's
+ahead-of-time source (``GluonASTSource``). Needs a process without
 ``TRITON_INTERPRET=1`` (the interpreter replaces the kernels). Triton bundles ``ptxas`` and links
 AMD code objects itself, so neither CUDA nor ROCm has to be installed.
 """
@@ -78,19 +80,38 @@ def kernels() -> list[tuple[str, object, dict, dict]]:
     return out
 
 
+def nvidia_kernels() -> list[tuple[str, object, dict, dict, int]]:
+    """(name, Gluon function, runtime argument types, constants, warps) of the NVIDIA-only kernels:
+    the sm_90 decode at the issue's shape (G=8, block 16) and at G=16 with block 32."""
+    from optimized.triton import tq_decode_sm90
+
+    spec = _spec("turboquant_4bit_nc", "soa")
+    types = dict(q_ptr="*fp32", cache_ptr="*u8", bt_ptr="*i32", seq_lens_ptr="*i32", table_ptr="*i32",
+                 sinks_ptr="*fp32", part_ptr="*fp32", stride_blk="i32", stride_bt="i32", scale="fp32")
+    out = []
+    for g, bs in ((G, BS), (16, 32)):
+        out.append((f"sm90 decode G={g} block={bs}", tq_decode_sm90._sm90_kernel, types,
+                    dict(D=D, HK=HK, BS=bs, KEY_BYTES=spec.key_bytes, VAL_BYTES=spec.value_bytes, HQ=HK * g, G=g, S=4,
+                         MAXS=32, HAS_SINKS=True, BLOCK_N=16), 1))
+    return out
+
+
 def compiled(fn, types: dict, consts: dict, target: str, num_warps: int = 4, num_stages: int = 3):
-    """The compiled kernel of ``fn`` for ``target`` (a key of TARGETS): ``.asm`` holds every stage
-    (``ttgir``, ``ptx``/``amdgcn``, ``cubin``/``hsaco``). Raises what the compiler raises."""
+    """The compiled kernel of ``fn`` (a Triton or Gluon function) for ``target`` (a key of TARGETS):
+    ``.asm`` holds every stage (``ttgir``, ``ptx``/``amdgcn``, ``cubin``/``hsaco``). Raises what the
+    compiler raises."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
+    from triton.experimental.gluon._runtime import GluonASTSource
 
+    source = GluonASTSource if getattr(fn, "is_gluon", lambda: False)() else ASTSource
     signature = {name: ("constexpr" if name in consts else types[name]) for name in fn.arg_names}
-    return triton.compile(ASTSource(fn=fn, signature=signature, constexprs=consts), target=GPUTarget(*TARGETS[target]),
+    return triton.compile(source(fn=fn, signature=signature, constexprs=consts), target=GPUTarget(*TARGETS[target]),
                           options={"num_warps": num_warps, "num_stages": num_stages})
 
 
-def compile_one(fn, types: dict, consts: dict, target: str) -> dict:
+def compile_one(fn, types: dict, consts: dict, target: str, num_warps: int = 4) -> dict:
     """Compile ``fn`` for ``target`` (a key of TARGETS); the binary's kind and size, or the error."""
     missing = [n for n in fn.arg_names if n not in consts and n not in types]
     if missing:
@@ -100,7 +121,7 @@ def compile_one(fn, types: dict, consts: dict, target: str) -> dict:
     with (tempfile.TemporaryDirectory() as cache, mock.patch.dict(os.environ, {"TRITON_CACHE_DIR": cache}),
           _stderr_of_native_code() as diagnostics):
         try:
-            k = compiled(fn, types, consts, target)
+            k = compiled(fn, types, consts, target, num_warps)
         except Exception as exc:  # reported per kernel: one failure does not hide the others
             return {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:2000]}
     errors = [line for line in diagnostics.text().splitlines() if "error" in line.lower()]
@@ -136,7 +157,13 @@ class _stderr_of_native_code:
 def run(targets) -> dict:
     if os.environ.get("TRITON_INTERPRET") == "1":
         raise RuntimeError("compile_check needs a process without TRITON_INTERPRET=1")
-    return {t: {name: compile_one(fn, types, consts, t) for name, fn, types, consts in kernels()} for t in targets}
+    res = {}
+    for t in targets:
+        res[t] = {name: compile_one(fn, types, consts, t) for name, fn, types, consts in kernels()}
+        if TARGETS[t][0] == "cuda":
+            res[t].update({name: compile_one(fn, types, consts, t, warps) for name, fn, types, consts, warps
+                           in nvidia_kernels()})
+    return res
 
 
 def main(argv=None) -> int:

@@ -16,6 +16,7 @@ from optimized.triton.compile_check import TARGETS
 ROOT = Path(__file__).resolve().parents[2]
 KERNELS = {"store", "split decode", "grouped decode keys=gather", "grouped decode keys=pair", "unified attention",
            "validate", "rotate", "reduce"}
+NVIDIA_ONLY = {"sm90 decode G=8 block=16", "sm90 decode G=16 block=32"}  # Gluon, inline PTX, mma.sync
 
 
 def _python(args, cwd=ROOT, extra_path=None):
@@ -34,7 +35,8 @@ def results():
 @pytest.mark.parametrize("target", list(TARGETS))
 def test_every_kernel_compiles_to_a_code_object(results, target):
     rows = results[target]
-    assert {name.split(" turboquant")[0] for name in rows} == KERNELS
+    expected = KERNELS | (NVIDIA_ONLY if target.startswith("cuda") else set())
+    assert {name.split(" turboquant")[0] for name in rows} == expected
     failed = {name: r.get("error", "not an ELF code object") for name, r in rows.items() if not r["ok"]}
     assert not failed, f"{target}: {failed}"
     assert {r["binary"] for r in rows.values()} == {"cubin" if target.startswith("cuda") else "hsaco"}
