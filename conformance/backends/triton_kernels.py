@@ -13,6 +13,9 @@ Three kernels decode, each held to the matrix on a GPU and, through the interpre
 - ``triton-unified`` / ``triton-unified-interpret``: store kernel + unified attention run as a
   decode (one query token per sequence; SoA, every preset); ``bf16-mma`` on the GPU, ``exact`` in
   the interpreter.
+- ``triton-sm90``: store kernel + the Gluon decode for sm_90 (``tq_decode_sm90``: operands built in
+  registers; SoA ``turboquant_4bit_nc``), ``bf16-mma``; available only on an NVIDIA GPU of compute
+  capability 9.0 (Gluon has no interpreter, so no ``-interpret`` twin).
 The decode output is written into a poisoned fp32 buffer (an element never written is NaN).
 """
 from __future__ import annotations
@@ -51,6 +54,7 @@ class _Impl:
 
         from conformance.poison import poisoned
         from optimized.triton.tq_decode_lut import decode_grouped
+        from optimized.triton.tq_decode_sm90 import decode_sm90
         from optimized.triton.tq_decode_split import decode_split
         from optimized.triton.tq_unified import unified_attention
 
@@ -59,6 +63,8 @@ class _Impl:
                   out=self._t(poisoned(query.shape, "float32")))
         if self.kernel == "split":
             out = decode_split(q, cache, bt, lens, **kw)
+        elif self.kernel == "sm90":
+            out = decode_sm90(q, cache, bt, lens, **kw)
         elif self.keys:
             out = decode_grouped(q, cache, bt, lens, precision=self.precision, keys=self.keys, **kw)
         else:
@@ -81,6 +87,18 @@ def _gpu_available() -> tuple[bool, str]:
     return True, f"triton {triton.__version__} on {torch.cuda.get_device_name()}"
 
 
+def _sm90_available() -> tuple[bool, str]:
+    ok, why = _gpu_available()
+    if not ok:
+        return ok, why
+    import torch
+
+    from optimized.triton.tq_decode_sm90 import device_problem
+
+    problem = device_problem(torch.device("cuda"))
+    return (False, problem) if problem else (True, why + " (sm_90)")
+
+
 def _interpret_available() -> tuple[bool, str]:
     try:
         import torch  # noqa: F401
@@ -101,6 +119,10 @@ def _supports(kernel: str):
             return "the grouped decode reads 4-bit keys and values from the SoA layout (turboquant_4bit_nc/soa)"
         if kernel == "unified" and cell["layout"] != "soa":
             return "unified attention reads the SoA layout only"
+        if kernel == "sm90":
+            from optimized.triton.tq_decode_sm90 import shape_problem
+
+            return shape_problem(cell["preset"], cell["layout"], cell["D"], cell["bs"])
         return None
 
     return supports
@@ -115,8 +137,9 @@ def _make(name: str, kernel: str, interpret: bool, ops: tuple[str, ...], descrip
         impl = _Impl(kernel, "cpu" if interpret else "cuda", precision)
         return families.get(cell.family).run_with(impl, cell, inputs)
 
+    available = _interpret_available if interpret else _sm90_available if kernel == "sm90" else _gpu_available
     return register(Backend(
-        name=name, ops={"turboquant": ops}, available=_interpret_available if interpret else _gpu_available,
+        name=name, ops={"turboquant": ops}, available=available,
         run=run, supports=_supports(kernel), rounding_model="exact" if precision == "exact" else "bf16-mma",
         env=INTERPRET_ENV if interpret else {}, timeout_s=1800.0 if interpret else 600.0,
         description=description + (" through the Triton interpreter (fp32)" if interpret else "")))
@@ -130,3 +153,4 @@ for _interp in (False, True):
     _make("triton-grouped" + _sfx, "grouped", _interp, _DEC, "optimized/triton store + grouped-query decode (centroid table)")
     _make("triton-lut" + _sfx, "lut", _interp, _DEC, "optimized/triton store + grouped-query decode (pair lookup table)")
     _make("triton-unified" + _sfx, "unified", _interp, _DEC, "optimized/triton store + unified attention as decode")
+_make("triton-sm90", "sm90", False, _DEC, "optimized/triton store + the sm_90 Gluon decode (operands in registers)")

@@ -32,13 +32,16 @@ def _case(B=4, Hk=2, G=4, D=128, L=300, bs=16):
     return q, cache, bt, lens, rot
 
 
-@pytest.mark.parametrize("kernel", ["split", "grouped", "grouped-pair"])
+@pytest.mark.parametrize("kernel", ["split", "grouped", "grouped-pair", "sm90"])
 def test_decode_allocates_nothing_and_replays_in_a_cuda_graph(kernel):
     from optimized.triton.tq_decode_launch import DecodeWorkspace
     from optimized.triton.tq_decode_lut import decode_grouped
+    from optimized.triton.tq_decode_sm90 import decode_sm90, device_problem
     from optimized.triton.tq_decode_split import decode_split
 
-    fn = decode_split if kernel == "split" else decode_grouped
+    if kernel == "sm90" and device_problem(torch.device("cuda")):
+        pytest.skip(device_problem(torch.device("cuda")))
+    fn = {"split": decode_split, "sm90": decode_sm90}.get(kernel, decode_grouped)
     q, cache, bt, lens, rot = _case()
     ws = DecodeWorkspace(8, q.shape[1], q.shape[2], max_splits=8)
     out = torch.empty_like(q)

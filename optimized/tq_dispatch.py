@@ -1,0 +1,98 @@
+"""The TurboQuant decode to run for a device and a request: the fastest conformant kernel that serves it.
+
+Preference, fastest first (H200 measurements in reports/baselines/h200/README.md):
+``triton-sm90`` (Gluon, operands in registers; NVIDIA compute capability 9.0, SoA turboquant_4bit_nc),
+``flydsl-gfx950`` (AMD gfx950, SoA turboquant_4bit_nc, D=128, block 16/32, G in {6, 8, 16}, no sinks),
+``triton-grouped`` (portable grouped decode, SoA turboquant_4bit_nc), ``triton-split`` (portable, every
+preset and layout). ``decode(..., kernel="auto")`` runs the first that serves the request; naming a kernel
+runs that one or raises ValueError saying why it cannot serve the request.
+"""
+from __future__ import annotations
+
+KERNELS = ("triton-sm90", "flydsl-gfx950", "triton-grouped", "triton-split")
+HEAD_SIZES = (64, 128, 256)  # the portable Triton kernels (power-of-two head sizes)
+
+
+def problem(kernel: str, query, kv_cache, *, preset: str, layout: str, sinks=None) -> str | None:
+    """Why ``kernel`` cannot serve this decode (``query [B, Hq, D]``, ``kv_cache [nb, BS, Hk, slot]``
+    torch tensors), or None."""
+    from reference.turboquant.presets import preset as lookup
+
+    D, BS, Hk = query.shape[-1], kv_cache.shape[1], kv_cache.shape[2]
+    name = lookup(preset).name
+    if kernel == "triton-sm90":
+        from optimized.triton.tq_decode_sm90 import device_problem, shape_problem
+
+        return shape_problem(name, layout, D, BS) or device_problem(kv_cache.device)
+    if kernel == "flydsl-gfx950":
+        from optimized.flydsl import plan
+        from optimized.flydsl.launcher import on_gfx950
+
+        why = plan.unsupported(preset=name, layout=layout, D=D, block_size=BS, G=query.shape[1] // max(Hk, 1),
+                               sinks=sinks is not None)
+        ok, device = on_gfx950()
+        return why or (None if ok else device)
+    if kernel in ("triton-grouped", "triton-split"):
+        if D not in HEAD_SIZES:
+            return f"{kernel} supports head sizes {HEAD_SIZES}, got {D}"
+        if kernel == "triton-grouped" and (name != "turboquant_4bit_nc" or layout != "soa"):
+            return f"triton-grouped reads turboquant_4bit_nc caches in the SoA layout, got {name}/{layout}"
+        return None
+    raise ValueError(f"kernel must be 'auto' or one of {KERNELS}, got {kernel!r}")
+
+
+def choose(query, kv_cache, *, preset: str, layout: str, sinks=None) -> str:
+    """The fastest kernel of ``KERNELS`` that serves the request; ValueError listing each one's reason
+    when none does."""
+    reasons = {}
+    for kernel in KERNELS:
+        why = problem(kernel, query, kv_cache, preset=preset, layout=layout, sinks=sinks)
+        if why is None:
+            return kernel
+        reasons[kernel] = why
+    raise ValueError(f"no TurboQuant decode serves this request: {reasons}")
+
+
+def decode(query, kv_cache, block_table, seq_lens, *, preset: str, layout: str, rotation=None, scale=None,
+           sinks=None, kernel: str = "auto", **launch):
+    """Decode with ``kernel`` (``"auto"``: ``choose``); the arguments and result of
+    ``tq_decode_split.decode_split``. ``launch`` (workspace, out, num_kv_splits, ...) goes to the Triton
+    launchers; the FlyDSL launcher takes ``out`` only."""
+    if kernel == "auto":
+        kernel = choose(query, kv_cache, preset=preset, layout=layout, sinks=sinks)
+    else:
+        why = problem(kernel, query, kv_cache, preset=preset, layout=layout, sinks=sinks)
+        if why:
+            raise ValueError(f"kernel {kernel!r} cannot serve this decode: {why}")
+    args = (query, kv_cache, block_table, seq_lens)
+    kw = dict(preset=preset, layout=layout, rotation=rotation, scale=scale, sinks=sinks)
+    if kernel == "triton-sm90":
+        from optimized.triton.tq_decode_sm90 import decode_sm90
+
+        return decode_sm90(*args, **kw, **launch)
+    if kernel == "triton-grouped":
+        from optimized.triton.tq_decode_lut import decode_grouped
+
+        return decode_grouped(*args, **kw, **launch)
+    if kernel == "triton-split":
+        from optimized.triton.tq_decode_split import decode_split
+
+        return decode_split(*args, **kw, **launch)
+    return _flydsl(args, kw, launch)
+
+
+def _flydsl(args, kw, launch):
+    import torch
+
+    from optimized.flydsl import launcher
+
+    extra = sorted(set(launch) - {"out"})
+    if extra:
+        raise ValueError(f"flydsl-gfx950 takes no {extra} (its launcher sizes its own partitions)")
+    query = args[0]
+    res = torch.from_numpy(launcher.decode(*args, **kw)).to(query.device)
+    out = launch.get("out")
+    if out is None:
+        return res.to(query.dtype)
+    out.copy_(res)
+    return out

@@ -1,0 +1,63 @@
+"""The decode dispatch picks the fastest kernel that serves the device and the request, and an explicit
+choice that cannot serve it fails naming why; the sm_90 launcher refuses what it cannot read before
+launching. On a machine without a GPU the sm_90 and gfx950 kernels are never chosen."""
+import numpy as np
+import pytest
+
+from tests.unit.tq_triton_helpers import DEVICE, make_case, t  # noqa: E402  (sets TRITON_INTERPRET)
+
+import torch  # noqa: E402
+
+from optimized import tq_dispatch  # noqa: E402
+from optimized.triton.tq_decode_sm90 import decode_sm90, device_problem, shape_problem  # noqa: E402
+
+P = "turboquant_4bit_nc"
+pytestmark = pytest.mark.skipif(DEVICE != "cpu", reason="checks what a machine without a GPU chooses")
+
+
+@pytest.fixture(scope="module")
+def case():
+    q, cache, bt, lens, rot, _ = make_case(P, "soa", D=128, G=2, lens=(5, 20))
+    return dict(q=t(q), cache=t(cache), bt=t(bt), lens=t(lens), rot=t(rot))
+
+
+def test_without_a_gpu_the_portable_kernels_are_chosen(case):
+    assert tq_dispatch.choose(case["q"], case["cache"], preset=P, layout="soa") == "triton-grouped"
+    aos = torch.zeros(4, 16, 2, case["cache"].shape[3], dtype=torch.uint8)
+    assert tq_dispatch.choose(case["q"], aos, preset=P, layout="aos") == "triton-split"
+    for kernel in ("triton-sm90", "flydsl-gfx950"):
+        assert tq_dispatch.problem(kernel, case["q"], case["cache"], preset=P, layout="soa")
+
+
+def test_auto_decode_matches_the_chosen_kernel(case):
+    from optimized.triton.tq_decode_lut import decode_grouped
+
+    kw = dict(preset=P, layout="soa", rotation=case["rot"])
+    args = (case["q"], case["cache"], case["bt"], case["lens"])
+    got = tq_dispatch.decode(*args, **kw)
+    np.testing.assert_array_equal(got.numpy(), decode_grouped(*args, **kw).numpy())
+
+
+@pytest.mark.parametrize("kernel,match", [("triton-sm90", "Gluon kernels do not run|NVIDIA GPU"),
+                                          ("flydsl-gfx950", "flydsl kernel supports|FlyDSL|ROCm|gfx950"),
+                                          ("no-such-kernel", "kernel must be")])
+def test_an_explicit_kernel_that_cannot_serve_fails_naming_why(case, kernel, match):
+    with pytest.raises(ValueError, match=match):
+        tq_dispatch.decode(case["q"], case["cache"], case["bt"], case["lens"], preset=P, layout="soa",
+                           rotation=case["rot"], kernel=kernel)
+
+
+def test_sm90_launcher_refuses_what_it_cannot_read(case):
+    kw = dict(preset=P, layout="soa", rotation=case["rot"])
+    args = (case["q"], case["cache"], case["bt"], case["lens"])
+    with pytest.raises(ValueError, match="block_n"):
+        decode_sm90(*args, block_n=48, **kw)
+    with pytest.raises(ValueError, match="kv_cache: the sm_90 decode reads turboquant_4bit_nc"):
+        decode_sm90(*args, preset=P, layout="aos", rotation=case["rot"])
+    with pytest.raises(ValueError, match="kv_cache: Gluon kernels do not run|kv_cache: the sm_90 decode needs an NVIDIA"):
+        decode_sm90(*args, **kw)
+    assert shape_problem(P, "soa", 128, 16) is None
+    assert "head sizes" in shape_problem(P, "soa", 96, 16)
+    assert "block size" in shape_problem(P, "soa", 128, 4)
+    assert "turboquant_4bit_nc" in shape_problem("turboquant_k8v4", "soa", 128, 16)
+    assert device_problem(torch.device("cpu"))
