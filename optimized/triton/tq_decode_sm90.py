@@ -81,19 +81,18 @@ def _row_halves(x):
 
 
 @gluon.jit
-def _stack_rows(top, bottom, layout: gl.constexpr):
-    """Two ``[8, X]`` -> ``[16, X]`` (``top`` first) in ``layout``."""
-    x = gl.reshape(gl.permute(gl.join(top, bottom), [2, 0, 1]), [16, top.shape[1]])
-    return gl.convert_layout(x, layout, assert_trivial=True)
-
-
-@gluon.jit
 def _top(v, like):
     """Rows ``[0, 8)`` of ``v [16]`` broadcast over ``like [16, X]``: ``[8, X]``, the layout of
     ``_row_halves(like)``."""
     b, _ = gl.broadcast(gl.expand_dims(v, 1), like)
     t, _ = _row_halves(b)
     return t
+
+
+@gluon.jit
+def _top_rows(v, like):
+    """Rows ``[0, 8)`` of ``v [16]`` as ``[8]``, the row layout of ``_row_halves(like)``."""
+    return gl.max(_top(v, like), axis=1)
 
 
 @gluon.jit
@@ -105,9 +104,40 @@ def _cols_top(v, like):
 
 
 @gluon.jit
-def _key_operand(kw, tab, LAYOUT: gl.constexpr, N: gl.constexpr, D: gl.constexpr):
-    """``K^T [D, N]`` bf16 (rows in ``key_dims`` order) in ``LAYOUT`` from key words ``kw [N, D/8]`` and
-    the 8 table words ``tab`` (scalars)."""
+def _halves_of(x, axis: gl.constexpr):
+    """``x`` split into its first and second half along ``axis`` (a register split for the layouts
+    used here), each converted to nothing: the caller converts."""
+    shape: gl.constexpr = x.shape
+    if axis == 0:
+        y = gl.permute(gl.reshape(x, [2, shape[0] // 2, shape[1]]), [1, 2, 0])
+    else:
+        y = gl.reshape(x, [shape[0], 2, shape[1] // 2])
+        y = gl.permute(y, [0, 2, 1])
+    return gl.split(y)
+
+
+@gluon.jit
+def _scores(q, kw, table_ptr, zero, OPA: gl.constexpr, OPB: gl.constexpr, N: gl.constexpr, D: gl.constexpr):
+    """``Q2 @ K^T`` in two halves of the contraction (dimension blocks ``[0, D/2)`` and ``[D/2, D)`` of the
+    permuted order: each thread's first and second half of its key words), so only half of the key
+    operand is live at a time."""
+    q0, q1 = _halves_of(q, 1)
+    k0, k1 = gl.split(gl.permute(gl.reshape(kw, [N, 4, 2, D // 64]), [0, 1, 3, 2]))
+    HALF_A: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=OPA.parent, k_width=2)
+    x = mma_v2(gl.convert_layout(q0, HALF_A, assert_trivial=True),
+               _key_operand(gl.reshape(k0, [N, D // 16]), table_ptr, OPB, N, D // 2), zero)
+    return mma_v2(gl.convert_layout(q1, HALF_A, assert_trivial=True),
+                  _key_operand(gl.reshape(k1, [N, D // 16]), table_ptr, OPB, N, D // 2), x)
+
+
+@gluon.jit
+def _key_operand(kw, table_ptr, LAYOUT: gl.constexpr, N: gl.constexpr, D: gl.constexpr):
+    """``K^T [D, N]`` bf16 (rows in the permuted order) in ``LAYOUT`` from key words ``kw [N, D/8]`` and
+    the 8 table words at ``table_ptr``, loaded as per-thread values (the same address for every element:
+    one load each, kept in registers; uniform scalars would be copied from uniform registers per use)."""
+    tp = table_ptr + gl.zeros_like(kw)
+    tab = (gl.load(tp), gl.load(tp + 1), gl.load(tp + 2), gl.load(tp + 3), gl.load(tp + 4), gl.load(tp + 5),
+           gl.load(tp + 6), gl.load(tp + 7))
     p0, p1, p2, p3 = gl.inline_asm_elementwise(KEY_ASM, "=r,=r,=r,=r" + ",r" * 9, [kw, tab[0], tab[1], tab[2], tab[3], tab[4], tab[5], tab[6], tab[7]],
                                                dtype=(gl.int32, gl.int32, gl.int32, gl.int32), is_pure=True, pack=1)
     e = _halves(gl.join(gl.join(p0, p1), gl.join(p2, p3)))  # [N, D/8, i, j, e]: byte 2j + i, nibble e
@@ -115,24 +145,30 @@ def _key_operand(kw, tab, LAYOUT: gl.constexpr, N: gl.constexpr, D: gl.constexpr
     return gl.convert_layout(gl.permute(gl.reshape(e, [N, D]), [1, 0]), LAYOUT, assert_trivial=True)
 
 
+# Two value words (the same word of an even and an odd token; code i in nibble i) -> 8 registers, register i
+# the bf16 pair (128 + code i of the even token, 128 + code i of the odd token): the tokens' 16-bit halves
+# are paired by prmt, nibbles isolated by masks, and each pair of isolated bytes gets the bf16 high byte
+# 0x43 from a constant register by prmt; 16 instructions per word pair.
+VALUE_ASM = gl.constexpr("\n".join([
+    "{", ".reg .b32 x, y, c, m0, m1, m2, m3;", "mov.b32 c, 0x43434343;",
+    "prmt.b32 x, $8, $9, 0x5410;", "prmt.b32 y, $8, $9, 0x7632;",
+    "and.b32 m0, x, 0x0F0F0F0F;", "shr.u32 m1, x, 4;", "and.b32 m1, m1, 0x0F0F0F0F;",
+    "and.b32 m2, y, 0x0F0F0F0F;", "shr.u32 m3, y, 4;", "and.b32 m3, m3, 0x0F0F0F0F;",
+    "prmt.b32 $0, m0, c, 0x4240;", "prmt.b32 $1, m1, c, 0x4240;", "prmt.b32 $2, m0, c, 0x4341;",
+    "prmt.b32 $3, m1, c, 0x4341;", "prmt.b32 $4, m2, c, 0x4240;", "prmt.b32 $5, m3, c, 0x4240;",
+    "prmt.b32 $6, m2, c, 0x4341;", "prmt.b32 $7, m3, c, 0x4341;", "}"]))
+
+
 @gluon.jit
 def _value_operand(vw, LAYOUT: gl.constexpr, N: gl.constexpr, D: gl.constexpr):
-    """``V [N, D]`` bf16 ``128 + code`` (columns in ``value_dims`` order) in ``LAYOUT`` from value words
-    ``vw [N, D/8]``."""
+    """``V^T [D, N]`` bf16 ``128 + code`` (rows a permutation of the dimensions, undone by the store) in
+    ``LAYOUT`` from value words ``vw [N, D/8]``."""
     we, wo = gl.split(gl.permute(gl.reshape(vw, [N // 2, 2, D // 8]), [0, 2, 1]))  # even and odd tokens
-    x = (we & 0xFFFF) | (wo << 16)  # nibbles 0-3 of both tokens
-    y = ((we >> 16) & 0xFFFF) | (wo & -65536)  # nibbles 4-7
-    v0 = (x & 0x000F000F) | 0x43004300
-    v1 = ((x >> 4) & 0x000F000F) | 0x43004300
-    v2 = ((x >> 8) & 0x000F000F) | 0x43004300
-    v3 = ((x >> 12) & 0x000F000F) | 0x43004300
-    v4 = (y & 0x000F000F) | 0x43004300
-    v5 = ((y >> 4) & 0x000F000F) | 0x43004300
-    v6 = ((y >> 8) & 0x000F000F) | 0x43004300
-    v7 = ((y >> 12) & 0x000F000F) | 0x43004300
+    v0, v1, v2, v3, v4, v5, v6, v7 = gl.inline_asm_elementwise(
+        VALUE_ASM, "=r,=r,=r,=r,=r,=r,=r,=r,r,r", [we, wo], dtype=(gl.int32, ) * 8, is_pure=True, pack=1)
     v = _halves(gl.join(gl.join(gl.join(v0, v1), gl.join(v2, v3)), gl.join(gl.join(v4, v5), gl.join(v6, v7))))
     v = gl.permute(gl.reshape(v, [N // 2, 8, D // 64, 2, 2, 2, 2]), [0, 6, 2, 5, 4, 3, 1])  # [N/2, e, r, c, b, a, g]
-    return gl.convert_layout(gl.reshape(v, [N, D]), LAYOUT, assert_trivial=True)
+    return gl.convert_layout(gl.permute(gl.reshape(v, [N, D]), [1, 0]), LAYOUT, assert_trivial=True)
 
 
 @gluon.constexpr_function
@@ -159,6 +195,21 @@ def _token_layout(NB, RB):
     return gl.DistributedLinearLayout(reg, [[0, 2], [0, 4], [0, 0], [0, 0], [0, 0]], [], [], [NB, RB])
 
 
+@gluon.constexpr_function
+def _token_pair_layout(NB, RB):
+    """``[NB, RB/2]`` pairs of adjacent tokens (one 32-bit word of two fp16 each), so that unpacking a
+    pair gives ``_token_layout``."""
+    reg = [[0, 1 << i] for i in range(2, _bits(RB // 2))] + [[1 << i, 0] for i in range(_bits(NB))]
+    return gl.DistributedLinearLayout(reg, [[0, 1], [0, 2], [0, 0], [0, 0], [0, 0]], [], [], [NB, RB // 2])
+
+
+@gluon.jit
+def _fp16_pairs(w, N: gl.constexpr):
+    """int32 words ``[NB, RB/2]`` of two fp16 (low half first) -> fp16 ``[N]``."""
+    h = gl.join(w.to(gl.int16), (w >> 16).to(gl.int16)).to(gl.float16, bitcast=True)
+    return gl.reshape(h, [N])
+
+
 @gluon.jit
 def _block_rows(cache_ptr, row, t0, end, stride_blk, BS: gl.constexpr, NB: gl.constexpr, RB: gl.constexpr,
                 LAYOUT: gl.constexpr):
@@ -180,10 +231,11 @@ def _load_tile(cache_ptr, row, t0, end, h, stride_blk, HK: gl.constexpr, BS: gl.
     """Key words ``[N, D/8]`` (lane ``4g + t``: token ``g`` mod 8, words ``[D/32 t, D/32 (t + 1))``),
     value words ``[N, D/8]`` (``_value_words_layout``) and the fp16 k_scalar, v_scale, v_zero ``[N]``
     (``_token_layout``) of tokens ``[t0, t0 + N)``, a tile of ``NB`` cache blocks of ``RB`` rows;
-    tokens at or past ``end`` read as 0."""
+    codes of tokens at or past ``end`` read as 0, their fp16 fields as 0 or (the second token of a
+    pair) another token's: the caller masks them."""
     KWL: gl.constexpr = gl.BlockedLayout([1, 1, D // 32], [1, 8, 4], [1, 1, 1], [2, 1, 0])
     VWL: gl.constexpr = _value_words_layout(NB, RB, D)
-    TL: gl.constexpr = _token_layout(NB, RB)
+    TP: gl.constexpr = _token_pair_layout(NB, RB)
     W: gl.constexpr = D // 8
     base, pos, live = _block_rows(cache_ptr, row, t0, end, stride_blk, BS, NB, RB, gl.SliceLayout(2, KWL))
     rec = gl.expand_dims(base, 1) + (pos * HK + h) * REC
@@ -195,11 +247,17 @@ def _load_tile(cache_ptr, row, t0, end, h, stride_blk, HK: gl.constexpr, BS: gl.
     wv = gl.arange(0, W, layout=gl.SliceLayout(0, gl.SliceLayout(1, VWL)))
     vp = gl.expand_dims(rec.to(gl.pointer_type(gl.int32)), 2) + gl.expand_dims(gl.expand_dims(wv, 0), 1)
     vw = gl.reshape(gl.load(vp, mask=gl.expand_dims(live, 2), other=0), [N, W])
-    base, pos, live = _block_rows(cache_ptr, row, t0, end, stride_blk, BS, NB, RB, TL)
-    meta = (gl.expand_dims(base, 1) + BS * HK * REC).to(gl.pointer_type(gl.float16)) + h * (3 * BS) + pos
-    kn = gl.reshape(gl.load(meta, mask=live, other=0.0), [N]).to(gl.float32)
-    vs = gl.reshape(gl.load(meta + BS, mask=live, other=0.0), [N]).to(gl.float32)
-    vz = gl.reshape(gl.load(meta + 2 * BS, mask=live, other=0.0), [N]).to(gl.float32)
+    # fp16 fields of token pairs (2i, 2i + 1): one word each; a pair's second token may be past the end
+    nb = gl.arange(0, NB, layout=gl.SliceLayout(1, TP))
+    pp = gl.arange(0, RB // 2, layout=gl.SliceLayout(0, TP))
+    first = t0 + nb * RB
+    blk = gl.load(row + first // BS, mask=first < end, other=0)
+    meta = (cache_ptr + blk.to(gl.int64) * stride_blk + (BS * HK * REC + h * (6 * BS))).to(gl.pointer_type(gl.int32))
+    meta = gl.expand_dims(meta + (first % BS) // 2, 1) + gl.expand_dims(pp, 0)
+    live = gl.expand_dims(first, 1) + 2 * gl.expand_dims(pp, 0) < end
+    kn = _fp16_pairs(gl.load(meta, mask=live, other=0), N)
+    vs = _fp16_pairs(gl.load(meta + BS // 2, mask=live, other=0), N)
+    vz = _fp16_pairs(gl.load(meta + BS, mask=live, other=0), N)
     return kw, vw, kn, vs, vz
 
 
@@ -230,28 +288,28 @@ def _sm90_kernel(q_ptr, cache_ptr, bt_ptr, seq_lens_ptr, table_ptr, sinks_ptr, p
     start = s * W
     end = gl.minimum(start + W, L)
     if start < end:
-        qr = gl.arange(0, 16, layout=gl.SliceLayout(1, OPA)) % 8
+        qr = gl.arange(0, 16, layout=gl.SliceLayout(1, OPA))
         qc = gl.arange(0, D, layout=gl.SliceLayout(0, OPA))
         qd = 8 * ((D // 32) * ((qc // 2) % 4) + qc // 32) + 2 * (2 * ((qc // 16) % 2) + (qc // 8) % 2) + qc % 2
         qrow = q_ptr + (b.to(gl.int64) * HQ + q0 + qr) * D
         q = gl.load(gl.expand_dims(qrow, 1) + gl.expand_dims(qd, 0), mask=gl.expand_dims(qr < GQ, 1), other=0.0)
-        q = q.to(gl.bfloat16)
+        q = q.to(gl.bfloat16)  # rows >= 8 are 0: the MMA's 16 rows, 8 queries
         qk_scale = scale * LOG2E
-        tab = (gl.load(table_ptr), gl.load(table_ptr + 1), gl.load(table_ptr + 2), gl.load(table_ptr + 3),
-               gl.load(table_ptr + 4), gl.load(table_ptr + 5), gl.load(table_ptr + 6), gl.load(table_ptr + 7))
-        rows = gl.arange(0, 16, layout=ROW) % 8
-        m = gl.full([16], float("-inf"), gl.float32, ROW)
-        l0 = gl.zeros([16], gl.float32, ROW)
+        zero_s = gl.zeros([16, BLOCK_N], gl.float32, MMA)
+        rows = gl.arange(0, 16, layout=ROW)
+        m16 = gl.full([16], float("-inf"), gl.float32, ROW)
+        l16 = gl.zeros([16], gl.float32, ROW)
         if HAS_SINKS:
             if s == 0:
-                m = gl.load(sinks_ptr + q0 + rows, mask=rows < GQ, other=float("-inf")) * LOG2E
-                l0 = gl.where(rows < GQ, 1.0, 0.0)
-        acc = gl.zeros([16, D], gl.float32, MMA)
-        zero_s = gl.zeros([16, BLOCK_N], gl.float32, MMA)
+                m16 = gl.load(sinks_ptr + q0 + rows, mask=rows < GQ, other=float("-inf")) * LOG2E
+                l16 = gl.where(rows < GQ, 1.0, 0.0)
+        m = _top_rows(m16, zero_s)  # [8]: the running max per query (base 2)
+        l0 = _top_rows(l16, zero_s)
+        acc = gl.zeros([D, 8], gl.float32, MMA)  # O^T, rows in the value operand's dimension order
         zt, _ = _row_halves(zero_s)
-        l_t = zt  # sum p, per (row, token)
+        l_t = zt  # sum p, per (query, token)
         z_t = zt  # sum p * v_zero
-        s_t = zt  # sum p * v_scale (the offset of the value codes)
+        s_t = zt  # sum bf16(p * v_scale) (the offset of the value codes)
         row = bt_ptr + b.to(gl.int64) * stride_bt
         kw, vw, kn, vs, vz = _load_tile(cache_ptr, row, start, end, h, stride_blk, HK, BS, REC, KEY_BYTES, D,
                                         BLOCK_N, NB, RB)
@@ -259,35 +317,40 @@ def _sm90_kernel(q_ptr, cache_ptr, bt_ptr, seq_lens_ptr, table_ptr, sinks_ptr, p
             nkw, nvw, nkn, nvs, nvz = _load_tile(cache_ptr, row, t0 + BLOCK_N, end, h, stride_blk, HK, BS, REC,
                                                  KEY_BYTES, D, BLOCK_N, NB, RB)
             live = (t0 + gl.arange(0, BLOCK_N, layout=TOK)) < end
-            kn = gl.convert_layout(kn, TOK, assert_trivial=True)
-            x = mma_v2(q, _key_operand(kw, tab, OPB, BLOCK_N, D), zero_s)
+            kn = gl.convert_layout(kn, TOK, assert_trivial=True).to(gl.float32)
+            x = _scores(q, kw, table_ptr, zero_s, OPA, OPB, BLOCK_N, D)
             x = gl.where(gl.expand_dims(live, 0), x * gl.expand_dims(kn * qk_scale, 0), float("-inf"))
+            x, _ = _row_halves(x)  # [8, N]: the queries
             m_new = gl.maximum(m, gl.max(x, axis=1))
             if gl.max(m_new - m, axis=0) > TAU:  # rescale (rarely after the first tiles)
                 alpha = gl.exp2(m - m_new)
-                acc = acc * gl.expand_dims(alpha, 1)
-                at = _top(alpha, x)
+                acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(0, MMA)), 0)
+                at = gl.expand_dims(alpha, 1)
                 l_t = l_t * at
                 z_t = z_t * at
                 s_t = s_t * at
                 l0 = l0 * alpha
                 m = m_new
-            xt, _ = _row_halves(x - gl.expand_dims(m, 1))
-            p = gl.exp2(xt)
-            ps = p * _cols_top(gl.convert_layout(vs, TOK, assert_trivial=True), x)
+            vs_t = gl.where(live, gl.convert_layout(vs, TOK, assert_trivial=True).to(gl.float32), 0.0)
+            vz_t = gl.where(live, gl.convert_layout(vz, TOK, assert_trivial=True).to(gl.float32), 0.0)
+            p = gl.exp2(x - gl.expand_dims(m, 1))
+            r = (p * _cols_top(vs_t, zero_s)).to(gl.bfloat16)  # P * s, the MMA operand
             l_t = l_t + p
-            z_t = z_t + p * _cols_top(gl.convert_layout(vz, TOK, assert_trivial=True), x)
-            s_t = s_t + ps
-            hi = ps.to(gl.bfloat16)
-            p2 = _stack_rows(hi, (ps - hi.to(gl.float32)).to(gl.bfloat16), MMA)
-            acc = mma_v2(gl.convert_layout(p2, OPA), _value_operand(vw, OPB, BLOCK_N, D), acc)
+            z_t = z_t + p * _cols_top(vz_t, zero_s)
+            s_t = s_t + r.to(gl.float32)
+            pt = gl.permute(r, [1, 0])  # P^T [N, 8]
+            if BLOCK_N >= 32:  # two halves of the tile's tokens: half of the value operand live at a time
+                pa, pb = _halves_of(pt, 0)
+                va, vb = _halves_of(vw, 0)
+                acc = mma_v2(_value_operand(va, OPA, BLOCK_N // 2, D), gl.convert_layout(pa, OPB), acc)
+                acc = mma_v2(_value_operand(vb, OPA, BLOCK_N // 2, D), gl.convert_layout(pb, OPB), acc)
+            else:
+                acc = mma_v2(_value_operand(vw, OPA, BLOCK_N, D), gl.convert_layout(pt, OPB), acc)
             kw, vw, kn, vs, vz = nkw, nvw, nkn, nvs, nvz
-        # rows r and r + 8 hold the same query: the hi and lo halves of P * s
-        hi_o, lo_o = _row_halves(acc)
-        o = gl.convert_layout(hi_o + lo_o, OUT)
-        l = gl.convert_layout(gl.sum(l_t, axis=1) + gl.max(_top(l0, zero_s), axis=1), gl.SliceLayout(1, OUT))
+        o = gl.convert_layout(gl.permute(acc, [1, 0]), OUT)
+        l = gl.convert_layout(gl.sum(l_t, axis=1) + l0, gl.SliceLayout(1, OUT))
         shift = gl.convert_layout(gl.sum(z_t, axis=1) - 128.0 * gl.sum(s_t, axis=1), gl.SliceLayout(1, OUT))
-        mq = gl.convert_layout(gl.max(_top(m, zero_s), axis=1), gl.SliceLayout(1, OUT))
+        mq = gl.convert_layout(m, gl.SliceLayout(1, OUT))
         g = gl.arange(0, 8, layout=gl.SliceLayout(1, OUT))
         n = gl.arange(0, D, layout=gl.SliceLayout(0, OUT))
         dv = 8 * ((D // 64) * (n % 8) + n // 64) + (n // 8) % 8

@@ -16,7 +16,7 @@ import triton
 from optimized.triton import bench
 from optimized.triton.tq_decode_launch import DecodeWorkspace, check_decode_args, reduce_partials, rotate_queries
 from optimized.triton.tq_decode_lut import decode_grouped
-from optimized.triton.tq_decode_sm90 import decode_sm90, num_splits, sm90_stage1
+from optimized.triton.tq_decode_sm90 import decode_sm90, sm90_stage1
 
 P = bench.PRESET
 OUT = os.environ.get("OUT", ".")
@@ -77,9 +77,9 @@ def main():
         decodes = {"torch sdpa bf16": lambda: torch.nn.functional.scaled_dot_product_attention(q, kb, vb, enable_gqa=True),
                    "grouped (portable)": lambda: decode_grouped(*args, **common)}
         for bn in (16, 32):
-            for pps in (8, 16, 32):
-                decodes[f"sm90 N={bn} pps={pps}"] = (lambda bn=bn, pps=pps: decode_sm90(*args, **common, block_n=bn,
-                                                                                   programs_per_sm=pps))
+            for S in (8, 16, 32):
+                decodes[f"sm90 N={bn} S={S}"] = (lambda bn=bn, S=S: decode_sm90(*args, **common, block_n=bn,
+                                                                           num_kv_splits=S))
         errs = {}
         for name, fn in decodes.items():
             if name.startswith("torch"):
@@ -99,12 +99,11 @@ def main():
         # parts of the default sm90 step
         a = check_decode_args(case["query"], case["cache"], case["block_table"], case["seq_lens"], preset=P,
                               layout="soa", rotation=case["rotation"], scale=None, sinks=None)
-        S = num_splits(B, Hk, L, 16, case["cache"].device, 64, 16)
-        row["parts"] = {"S": S,
-                        "rotate": stats(lambda: rotate_queries(case["query"], case["rotation"], ws.q_rot, True)),
-                        "kernel": stats(lambda: sm90_stage1(a, S, ws, case["cache"], case["block_table"],
-                                                            case["seq_lens"], 16)),
-                        "reduce": stats(lambda: reduce_partials(ws, case["seq_lens"], out, S, align=16))}
+        row["parts"] = {"rotate": stats(lambda: rotate_queries(case["query"], case["rotation"], ws.q_rot, True))}
+        for bn, S in ((16, 8), (16, 16), (32, 8)):
+            row["parts"][f"N={bn} S={S}"] = {
+                "kernel": stats(lambda: sm90_stage1(a, S, ws, case["cache"], case["block_table"], case["seq_lens"], bn)),
+                "reduce": stats(lambda: reduce_partials(ws, case["seq_lens"], out, S, align=bn))}
         res["cases"].append(row)
         del kb, vb, case
         torch.cuda.empty_cache()
@@ -122,8 +121,10 @@ def main():
             print(f"{row['L']:>6} {name:22} {lo:8.4f} {med:8.4f} {hi:8.4f} {med / sd:7.3f} "
                   f"{'' if name.startswith('torch') else f'{100 * frac:5.1f}%'}")
         p = row["parts"]
-        print(f"{row['L']:>6} parts (S={p['S']}): rotate {p['rotate']['median']:.4f} kernel {p['kernel']['median']:.4f} "
-              f"reduce {p['reduce']['median']:.4f} ms")
+        for k, v in p.items():
+            if k != "rotate":
+                print(f"{row['L']:>6} parts {k}: rotate {p['rotate']['median']:.4f} kernel {v['kernel']['median']:.4f} "
+                      f"reduce {v['reduce']['median']:.4f} ms")
 
 
 if __name__ == "__main__":
