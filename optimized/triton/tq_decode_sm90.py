@@ -1,29 +1,33 @@
 """TurboQuant decode for NVIDIA sm_90 whose dequantized key and value operands are built in registers,
-in the register layout of the ``mma.sync.m16n8k16`` operands: no shared-memory round trip for them.
-SoA ``turboquant_4bit_nc`` caches, ``G <= 8`` query heads per kv head, ``D`` in (64, 128, 256).
+in the register layouts of the ``mma.sync.m16n8k16`` operands: no shared-memory round trip for them.
+SoA ``turboquant_4bit_nc`` caches, head size ``D`` in (64, 128, 256), any ``G`` (programs of up to 8
+query heads each), cache block size 8 or a multiple of 16.
 
 Written in Gluon (``triton.experimental.gluon``: explicit layouts), NVIDIA-only by design (inline PTX).
-One warp per program; a program is one (sequence, kv head, split) and walks its tokens in tiles of
-``BLOCK_N``, loading the next tile's code words while it computes the current one.
+One warp per program; a program is one (sequence, kv head, group of <= 8 query heads, split) and walks
+its tokens in tiles of ``BLOCK_N``, loading the next tile's code words while it computes the current one.
 
-- scores ``S [16, BLOCK_N] = Q2 [16, D] @ K^T [D, BLOCK_N]``: ``Q2`` rows ``r`` and ``r + 8`` hold query
-  ``r`` (``r < G``), so the MMA's two row halves are equal and the second carries the bf16 remainder of
-  ``P * v_scale`` in the value product (below). The key operand's contraction index is a permutation of
-  the head dimensions (the queries are loaded in the same order): thread ``(g, t)`` of the
-  warp (lane ``4g + t``) owns token ``g`` (mod 8) and key words ``[D/32 t, D/32 (t + 1))``, loaded as one
-  vector; a byte's two nibbles are the operand's adjacent pair. The 16-entry centroid lookup is PTX
-  ``prmt`` on the bf16 low and high bytes of the table (immediates), 21 instructions per word of 8 codes.
-- values: ``P @ (code * s + z) = (P * s) @ code + (P @ z)``: the value operand ``V [BLOCK_N, D]`` is the
-  raw codes as bf16 ``128 + code`` (``(x >> 4i) & 0x000F000F | 0x43004300`` on a word holding two
-  tokens' 16-bit halves); its column index is a permutation of the dimensions (undone by the store): thread ``(g, t)`` owns tokens ``2t, 2t + 1`` (mod 8) and value words
-  ``[D/64 g, D/64 (g + 1))``. ``P * s`` enters as bf16 ``hi`` (rows < 8) and ``lo = bf16(P s - hi)``
-  (rows >= 8); the ``128 * sum(P s)`` the offset adds is subtracted at the end, with ``sum(P z)``.
-- ``P`` goes from the score accumulator to the MMA's A operand in registers (as in flash attention).
-Softmax in base 2; statistics per (row, token) in registers, reduced once. Sinks: split 0 starts at
-``m = sink, l = 1``. Partials ``[D + 1]`` fp32 as in ``tq_decode_launch``; the split-KV reduce merges them.
+- scores ``S [16, BLOCK_N] = Q [16, D] @ K^T [D, BLOCK_N]`` (rows >= 8 of ``Q`` are 0). The key operand's
+  contraction index is a permutation of the head dimensions (the queries are loaded in the same order):
+  lane ``4g + t`` owns token ``g`` (mod 8) and key words ``[D/32 t, D/32 (t + 1))``, one vector load; a
+  byte's two nibbles are the operand's adjacent pair. The 16-entry centroid lookup is PTX ``prmt`` on the
+  bf16 low and high bytes of the table (``KEY_ASM``, 21 instructions per word of 8 codes), the table
+  held in registers.
+- values: ``P @ (code * s + z) = (P * s) @ code + (P @ z)``, computed transposed, ``O^T [D, 8] = V^T [D, N]
+  @ (P s)^T [N, 8]``: the 8 queries fill the MMA's n = 8. ``V^T`` is the raw codes as bf16 ``128 + code``
+  (``VALUE_ASM``: a register holds one dimension of two adjacent tokens, the operand's k pair); its rows
+  are a permutation of the dimensions (undone by the store): lane ``4g + t`` owns tokens ``2t, 2t + 1``
+  (mod 8) and value words ``[D/64 g, D/64 (g + 1))``. ``(P s)^T`` is the score accumulator's first 8 rows
+  as they lie in registers (its ownership equals the B operand's). ``P * s`` is rounded once to bf16;
+  the ``128 * sum(bf16(P s))`` the code offset adds is removed with the sum of the same bf16 values, so
+  it cancels exactly; ``sum(P z)`` and ``sum(P)`` are fp32 sums.
+Softmax in base 2; the running max moves only when a score exceeds it by more than 2^8 (then the
+accumulators are rescaled), statistics per (query, token) in registers, reduced once. Sinks: split 0
+starts at ``m = sink, l = 1``. Partials ``[D + 1]`` fp32 as in ``tq_decode_launch``; the split-KV
+reduce merges them.
 
-Rounding model ``bf16-mma``: bf16 rotated queries and centroids, exact codes, ``P * s`` as bf16 hi + lo,
-fp32 accumulation (the same numerics as ``tq_decode_lut``'s bf16 path).
+Rounding model ``bf16-mma``: bf16 rotated queries and centroids, exact codes, ``P * s`` rounded to bf16
+(the model's bf16 P), fp32 accumulation.
 """
 from __future__ import annotations
 
@@ -75,23 +79,17 @@ def _halves(x):
 
 
 @gluon.jit
-def _row_halves(x):
-    """``x [16, X]`` -> rows ``[0, 8)`` and rows ``[8, 16)`` (a register split in the MMA layout)."""
-    return gl.split(gl.permute(gl.reshape(x, [2, 8, x.shape[1]]), [1, 2, 0]))
-
-
-@gluon.jit
 def _top(v, like):
     """Rows ``[0, 8)`` of ``v [16]`` broadcast over ``like [16, X]``: ``[8, X]``, the layout of
-    ``_row_halves(like)``."""
+    ``_halves_of(like, 0)``."""
     b, _ = gl.broadcast(gl.expand_dims(v, 1), like)
-    t, _ = _row_halves(b)
+    t, _ = _halves_of(b, 0)
     return t
 
 
 @gluon.jit
 def _top_rows(v, like):
-    """Rows ``[0, 8)`` of ``v [16]`` as ``[8]``, the row layout of ``_row_halves(like)``."""
+    """Rows ``[0, 8)`` of ``v [16]`` as ``[8]``, the row layout of ``_halves_of(like, 0)``."""
     return gl.max(_top(v, like), axis=1)
 
 
@@ -99,14 +97,14 @@ def _top_rows(v, like):
 def _cols_top(v, like):
     """``v [X]`` (one value per token) broadcast over rows ``[0, 8)`` of ``like [16, X]``: ``[8, X]``."""
     b, _ = gl.broadcast(gl.expand_dims(v, 0), like)
-    t, _ = _row_halves(b)
+    t, _ = _halves_of(b, 0)
     return t
 
 
 @gluon.jit
 def _halves_of(x, axis: gl.constexpr):
-    """``x`` split into its first and second half along ``axis`` (a register split for the layouts
-    used here), each converted to nothing: the caller converts."""
+    """``x [A, B]`` split into its first and second half along ``axis`` (a register split for the layouts
+    used here; the halves keep the derived layout, the caller converts)."""
     shape: gl.constexpr = x.shape
     if axis == 0:
         y = gl.permute(gl.reshape(x, [2, shape[0] // 2, shape[1]]), [1, 2, 0])
@@ -188,17 +186,9 @@ def _value_words_layout(NB, RB, D):
 
 
 @gluon.constexpr_function
-def _token_layout(NB, RB):
-    """``[NB, RB]`` per-token values laid out as the score accumulator's columns (``SliceLayout(0, MMA)``
-    reshaped): lane ``4g + t`` holds tokens ``2t, 2t + 1`` (mod 8)."""
-    reg = [[0, 1]] + [[0, 1 << i] for i in range(3, _bits(RB))] + [[1 << i, 0] for i in range(_bits(NB))]
-    return gl.DistributedLinearLayout(reg, [[0, 2], [0, 4], [0, 0], [0, 0], [0, 0]], [], [], [NB, RB])
-
-
-@gluon.constexpr_function
 def _token_pair_layout(NB, RB):
-    """``[NB, RB/2]`` pairs of adjacent tokens (one 32-bit word of two fp16 each), so that unpacking a
-    pair gives ``_token_layout``."""
+    """``[NB, RB/2]`` pairs of adjacent tokens (one 32-bit word of two fp16 each): unpacked and flattened,
+    the layout of the score accumulator's columns (lane ``4g + t`` holds tokens ``2t, 2t + 1`` mod 8)."""
     reg = [[0, 1 << i] for i in range(2, _bits(RB // 2))] + [[1 << i, 0] for i in range(_bits(NB))]
     return gl.DistributedLinearLayout(reg, [[0, 1], [0, 2], [0, 0], [0, 0], [0, 0]], [], [], [NB, RB // 2])
 
@@ -230,7 +220,7 @@ def _load_tile(cache_ptr, row, t0, end, h, stride_blk, HK: gl.constexpr, BS: gl.
                KEY_BYTES: gl.constexpr, D: gl.constexpr, N: gl.constexpr, NB: gl.constexpr, RB: gl.constexpr):
     """Key words ``[N, D/8]`` (lane ``4g + t``: token ``g`` mod 8, words ``[D/32 t, D/32 (t + 1))``),
     value words ``[N, D/8]`` (``_value_words_layout``) and the fp16 k_scalar, v_scale, v_zero ``[N]``
-    (``_token_layout``) of tokens ``[t0, t0 + N)``, a tile of ``NB`` cache blocks of ``RB`` rows;
+    (the score accumulator's column layout) of tokens ``[t0, t0 + N)``, a tile of ``NB`` cache blocks of ``RB`` rows;
     codes of tokens at or past ``end`` read as 0, their fp16 fields as 0 or (the second token of a
     pair) another token's: the caller masks them."""
     KWL: gl.constexpr = gl.BlockedLayout([1, 1, D // 32], [1, 8, 4], [1, 1, 1], [2, 1, 0])
@@ -306,7 +296,7 @@ def _sm90_kernel(q_ptr, cache_ptr, bt_ptr, seq_lens_ptr, table_ptr, sinks_ptr, p
         m = _top_rows(m16, zero_s)  # [8]: the running max per query (base 2)
         l0 = _top_rows(l16, zero_s)
         acc = gl.zeros([D, 8], gl.float32, MMA)  # O^T, rows in the value operand's dimension order
-        zt, _ = _row_halves(zero_s)
+        zt, _ = _halves_of(zero_s, 0)
         l_t = zt  # sum p, per (query, token)
         z_t = zt  # sum p * v_zero
         s_t = zt  # sum bf16(p * v_scale) (the offset of the value codes)
@@ -320,7 +310,7 @@ def _sm90_kernel(q_ptr, cache_ptr, bt_ptr, seq_lens_ptr, table_ptr, sinks_ptr, p
             kn = gl.convert_layout(kn, TOK, assert_trivial=True).to(gl.float32)
             x = _scores(q, kw, table_ptr, zero_s, OPA, OPB, BLOCK_N, D)
             x = gl.where(gl.expand_dims(live, 0), x * gl.expand_dims(kn * qk_scale, 0), float("-inf"))
-            x, _ = _row_halves(x)  # [8, N]: the queries
+            x, _ = _halves_of(x, 0)  # [8, N]: the queries
             m_new = gl.maximum(m, gl.max(x, axis=1))
             if gl.max(m_new - m, axis=0) > TAU:  # rescale (rarely after the first tiles)
                 alpha = gl.exp2(m - m_new)

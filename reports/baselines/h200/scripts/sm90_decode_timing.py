@@ -22,7 +22,7 @@ P = bench.PRESET
 OUT = os.environ.get("OUT", ".")
 
 
-def stats(fn, rounds_ms=200):
+def stats(fn, rounds_ms=150):
     """min / median / max ms of CUDA-graph replays of ``fn``."""
     fn()
     torch.cuda.synchronize()
