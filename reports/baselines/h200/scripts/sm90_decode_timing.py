@@ -1,7 +1,7 @@
 """The script behind ``tq_decode_sm90.json`` (H200): the sm_90 Gluon decode (``tq_decode_sm90``) against the
 portable grouped decode, torch SDPA on a bf16 cache and a device copy, in one process, at B=32, Hk=8, G=8,
 D=128, turboquant_4bit_nc, SoA, block 16, L = 8192 and 32768 (every sequence full). CUDA-graph replays
-timed by ``triton.testing.do_bench`` (device events): min / median / max of the repetitions, in rounds that
+timed by ``triton.testing.do_bench`` (device events): min / median / max of the repetitions, in passes that
 alternate the decodes. The parts of the sm_90 step (query rotation, kernel, reduce) are timed alone. Before
 timing, each configuration's largest error against the exact (fp32) grouped decode is printed, and a few
 small shapes (G 1/6/16, block 32/64, D 64, sinks) are compared the same way.
@@ -91,7 +91,7 @@ def main():
             except Exception as exc:
                 errs[name] = f"{type(exc).__name__}: {exc}"[:300]
         times = {name: [] for name in decodes if not isinstance(errs.get(name, 0.0), str)}
-        for _ in range(2):  # rounds alternate the decodes
+        for _ in range(2):  # two passes, alternating the decodes
             for name in times:
                 times[name].append(stats(decodes[name]))
         row = {"L": L, "tq_bytes": B * L * Hk * slot, "bf16_bytes": B * L * Hk * D * 4, "err_vs_exact": errs,
