@@ -105,7 +105,20 @@ def variants(quick: bool = False):
     out.append(("grouped w=8", decode_grouped, dict(num_warps=8)))
     for S in (2, 8):
         out.append((f"grouped S={S}", decode_grouped, dict(num_kv_splits=S)))
+    out.extend(sm90_variants())
     return out
+
+
+def sm90_variants():
+    """The sm_90 decode (``tq_decode_sm90``) on an NVIDIA compute capability 9.0 GPU, else nothing:
+    its default, and BLOCK_N 32 with 8 splits."""
+    import torch
+
+    from optimized.triton.tq_decode_sm90 import decode_sm90, device_problem
+
+    if device_problem(torch.device("cuda")):
+        return []
+    return [("sm90 default", decode_sm90, {}), ("sm90 N=32 S=8", decode_sm90, dict(block_n=32, num_kv_splits=8))]
 
 
 def run(lengths=(8192, 32768), B=32, Hk=8, G=8, D=128, quick=False) -> dict:

@@ -22,7 +22,7 @@ P = bench.PRESET
 OUT = os.environ.get("OUT", ".")
 
 
-def stats(fn, rounds_ms=150):
+def stats(fn, rep_ms=150):
     """min / median / max ms of CUDA-graph replays of ``fn``."""
     fn()
     torch.cuda.synchronize()
@@ -31,7 +31,7 @@ def stats(fn, rounds_ms=150):
     with torch.cuda.stream(stream):
         with torch.cuda.graph(graph, stream=stream):
             fn()
-    t = sorted(triton.testing.do_bench(graph.replay, warmup=25, rep=rounds_ms, return_mode="all"))
+    t = sorted(triton.testing.do_bench(graph.replay, warmup=25, rep=rep_ms, return_mode="all"))
     return {"min": t[0], "median": t[len(t) // 2], "max": t[-1], "n": len(t)}
 
 
