@@ -20,7 +20,7 @@ from pathlib import Path
 
 from conformance import families, fingerprint, records, registry
 from conformance.cells import Cell
-from conformance.execute import run_one, static_record
+from conformance.inprocess import run_one, static_record
 
 
 class UsageError(ValueError):

@@ -11,15 +11,6 @@ import reference.gdn.numpy_ref as numpy_ref
 from conformance.families import gdn
 
 
-class _Planted:
-    """A stand-in backend of the given rounding model."""
-
-    name = "planted"
-
-    def __init__(self, rounding_model: str):
-        self.rounding_model = rounding_model
-
-
 class _Bf16OperandReference:
     """numpy_ref whose chunked op uses the CPU chunk kernel's bf16 operands (the impl the
     "bf16-operands" oracle holds a kernel to)."""
@@ -94,7 +85,6 @@ def test_planted_bug_fails_a_ci_cell_that_the_reference_passes(bug, model, monke
         request.applymarker(pytest.mark.xfail(strict=True, reason="below the bf16-gemm tolerance"))
     ops, attribute, make_bug = PLANTED[bug]
     impl, model_ops = MODELS[model]
-    backend = _Planted(model)
     found = None
     for cell in gdn.cells("ci"):
         if cell.op not in ops or (model_ops and cell.op not in model_ops):
@@ -103,10 +93,10 @@ def test_planted_bug_fails_a_ci_cell_that_the_reference_passes(bug, model, monke
         with monkeypatch.context() as patch:
             patch.setattr(numpy_ref, attribute, make_bug())
             outputs = _outputs(impl, cell, inputs)
-        result = gdn.check(cell, backend, inputs, outputs)      # the oracle is computed unpatched
+        result = gdn.check(cell, model, inputs, outputs)      # the oracle is computed unpatched
         if result.status == "fail":
             found = cell
             break
     assert found is not None, f"no gdn ci cell catches the planted bug under {model}: {bug}"
-    control = gdn.check(found, backend, inputs, _outputs(impl, found, inputs))
+    control = gdn.check(found, model, inputs, _outputs(impl, found, inputs))
     assert control.status == "pass", f"{found.id} fails without the bug too: {control.reason}"
