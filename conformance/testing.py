@@ -86,7 +86,7 @@ def _tiled_heads(impl):
             order = np.arange(v.shape[1]) % q.shape[1]      # value head hv -> key head hv % H
             return fn(np.ascontiguousarray(q[:, order]), np.ascontiguousarray(k[:, order]), v, *args, **kw)
         return call
-    return _Wrapped(impl, **{name: wrap(name) for name in _POOL_OPS})
+    return _Wrapped(impl, **{name: wrap(name) for name in _POOL_OPS if hasattr(impl, name)})
 
 
 def _token_call(fn, args: tuple, kw: dict, state, lo: int, hi: int):
@@ -176,7 +176,7 @@ def _truncating_store(impl):
                 o = np.asarray(o, np.float32)
             return _written(pool, _truncate(np.asarray(work, np.float32), dtype), o)
         return call
-    return _Wrapped(impl, **{name: wrap(name) for name in _POOL_OPS})
+    return _Wrapped(impl, **{name: wrap(name) for name in _POOL_OPS if hasattr(impl, name)})
 
 
 def _transposed_read(impl):
@@ -198,7 +198,7 @@ def _transposed_read(impl):
             o, state = _result(fn(*args[:pos], work, *args[pos + 1:], **kw), work)
             return _written(pool, state, np.asarray(o, np.float32))
         return call
-    return _Wrapped(impl, **{name: wrap(name) for name in _POOL_OPS})
+    return _Wrapped(impl, **{name: wrap(name) for name in _POOL_OPS if hasattr(impl, name)})
 
 
 def _padding_written(impl):
@@ -215,7 +215,7 @@ def _padding_written(impl):
                 state[-1] = state[idx[idx >= 0][0]]
             return _written(pool, state, np.asarray(o, np.float32))
         return call
-    return _Wrapped(impl, **{name: wrap(name) for name in ("recurrent", "chunked", "decode")})
+    return _Wrapped(impl, **{name: wrap(name) for name in ("recurrent", "chunked", "decode") if hasattr(impl, name)})
 
 
 def _gates_in_bf16(impl):

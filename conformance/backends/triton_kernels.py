@@ -26,8 +26,11 @@ INTERPRET_ENV = {"TRITON_INTERPRET": "1"}
 LUT_PRESETS = ("turboquant_4bit_nc",)
 
 
-class _Impl:
-    """The reference's ``store``/``decode`` signatures (NumPy in, NumPy out) over the launchers."""
+class TritonImpl:
+    """The reference's ``store``/``decode`` signatures (NumPy in, NumPy out) over the launchers.
+
+    kernel: "split", "grouped", "lut" or "unified"; device: "cpu" (the interpreter) or "cuda";
+    precision: "exact" (fp32) or "bf16" (bf16 MMA operands)."""
 
     def __init__(self, kernel: str, device: str, precision: str):
         self.kernel, self.device, self.precision = kernel, device, precision
@@ -112,7 +115,7 @@ def _make(name: str, kernel: str, interpret: bool, ops: tuple[str, ...]) -> Back
     def run(cell, inputs):
         if interpret and os.environ.get("TRITON_INTERPRET") != "1":
             raise RuntimeError(f"{name} needs TRITON_INTERPRET=1 in its process")
-        impl = _Impl(kernel, "cpu" if interpret else "cuda", precision)
+        impl = TritonImpl(kernel, "cpu" if interpret else "cuda", precision)
         return families.get(cell.family).run_with(impl, cell, inputs)
 
     return register(Backend(
