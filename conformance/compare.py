@@ -29,6 +29,12 @@ class Tolerance:
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def between_two(self) -> "Tolerance":
+        """The bound between two results that are each within this one of the same oracle
+        (triangle inequality: every bound doubled)."""
+        return Tolerance(2 * self.atol, 2 * self.rtol, f"two results each within: {self.source}",
+                         min(1.0, 2 * self.max_mismatch), None if self.rel_l2 is None else 2 * self.rel_l2)
+
 
 EXACT = Tolerance(0.0, 0.0, "bit-exact: same integer codes / bytes expected")
 

@@ -1,7 +1,7 @@
 """Floating-point facts the lab's tolerances are built from, one definition each.
 
 Unit roundoffs (half an ulp at 1, round to nearest): ``U32`` (float32), ``UBF16`` (bfloat16),
-``UFP16`` (float16), and ``UNIT`` by dtype name. Round trips return float32 arrays that hold the
+``UFP16`` (float16), ``U64`` (float64), and ``UNIT`` by dtype name. Round trips return float32 arrays that hold the
 nearest (round-to-nearest-even) value of the narrow type. Metrics take any real arrays and work
 in float64.
 """
@@ -10,10 +10,11 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
+U64 = 2.0 ** -53
 U32 = 2.0 ** -24
 UBF16 = 2.0 ** -8
 UFP16 = 2.0 ** -11
-UNIT = {"float32": U32, "bfloat16": UBF16, "float16": UFP16}
+UNIT = {"float64": U64, "float32": U32, "bfloat16": UBF16, "float16": UFP16}
 
 
 def bf16_round(x) -> np.ndarray:

@@ -18,7 +18,7 @@ import numpy as np
 
 from conformance import families
 from conformance.cells import Cell
-from conformance.compare import Verdict
+from conformance.compare import Comparison, Tolerance, Verdict, compare
 from conformance.inprocess import inputs_copy
 from conformance.memo import Memo
 from conformance.numerics import bf16_round
@@ -34,6 +34,14 @@ class PlantedBug:
     doc: str
     applies: Callable[[Cell], bool]
     plant: Callable[[Any], Any]
+
+
+def assert_close(name: str, actual, expected, tol: Tolerance) -> Comparison:
+    """``compare`` under a named tolerance; AssertionError with the comparator's reason when it fails."""
+    result = compare(name, actual, expected, tol)
+    if not result.passed:
+        raise AssertionError(f"{result.reason} [{tol.source}]")
+    return result
 
 
 def verdict_of(impl, cell: Cell, rounding_model: str, memo: Memo | None = None,

@@ -16,6 +16,7 @@ import optimized.cpu as cpu
 from conformance import registry
 from conformance.backends.cpu_kernels import KernelImpl
 from conformance.families import gdn
+from conformance.numerics import U32
 from conformance.testing import PLANTED, first_failing_cell
 
 BUILT, WHY = cpu.extension_status()
@@ -78,7 +79,7 @@ def test_bf16_gemm_matches_rounded_operands(isa, M, N, Kd):
     b = rng.normal(size=(Kd, N)).astype(np.float32)
     ar, br = (x.astype(BF16).astype(np.float64) for x in (a, b))
     want = ar @ br
-    bound = 2 * Kd * 2.0 ** -24 * (np.abs(ar) @ np.abs(br))    # fp32 accumulation of Kd products
+    bound = 2 * Kd * U32 * (np.abs(ar) @ np.abs(br))    # fp32 accumulation of Kd products
     got = cpu.gemm_bf16(a, b, isa=isa)
     assert np.all(np.abs(got - want) <= bound)
     # Unrounded fp32 operands would miss by ~2^-9 relative: the bound is far tighter than that.

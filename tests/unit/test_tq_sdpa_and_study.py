@@ -8,6 +8,9 @@ import pytest
 from conformance.families import turboquant as fam
 from conformance.families.turboquant.matrix import decode_cell
 from conformance.families.turboquant.oracle import attention64, unquantized
+from conformance.families.turboquant.tolerances import attention_agreement
+from conformance.numerics import U64
+from conformance.testing import assert_close
 from conformance.studies import tq_distortion
 
 
@@ -22,7 +25,8 @@ def test_torch_sdpa_matches_float64_attention_with_sinks_and_gqa():
                             t["block_table"], t["seq_lens"], x["scale"], t["sinks"].double())
     keys, values = unquantized(x)
     ref = attention64(x["query"].astype(np.float64), keys, values, 6, x["scale"], x["sinks"].astype(np.float64))
-    assert np.abs(out.numpy() - ref).max() < 1e-10
+    q = x["query"].astype(np.float64)
+    assert_close("out", out.numpy(), ref, attention_agreement(q, keys, values, 6, x["scale"], unit=U64))
     with pytest.raises(ValueError, match="block_table"):
         paged_sdpa_decode(t["query"], t["key_cache"], t["value_cache"], t["block_table"] + 1000, t["seq_lens"])
 

@@ -82,15 +82,18 @@ def roundings(L: int, every: int, split: int | None) -> int:
     return math.ceil(split / every) + math.ceil((L - split) / every)
 
 
-def o_and_state(cell: Cell, inputs: dict, expected: dict, model: str) -> tuple[Tolerance, Tolerance]:
-    """(o tolerance, state tolerance) of a backend of ``model`` against its oracle ``expected``."""
+def o_and_state(cell: Cell, inputs: dict, expected: dict, model: str,
+                compute: str = "float32") -> tuple[Tolerance, Tolerance]:
+    """(o tolerance, state tolerance) of a backend of ``model`` against its oracle ``expected``;
+    ``compute`` the dtype its arithmetic runs in (the FP32 term with that dtype's unit roundoff)."""
     sname = inputs["state_dtype"]
     L, K = longest(cell, inputs), cell["K"]
     C = CHUNK if cell.op == "chunked" else 0
     o_max = float(np.max(np.abs(expected["o"]))) or 1.0
     s_max = float(np.max(np.abs(expected["state"]))) or 1.0
-    fp32 = 16 * math.sqrt(L * (K + C)) * U32
-    why = f"{FP32.name} (L={L}, K+C={K + C})"
+    uc = UNIT[compute]
+    fp32 = 16 * math.sqrt(L * (K + C)) * uc
+    why = f"{FP32.name} (L={L}, K+C={K + C}{'' if compute == 'float32' else ', ' + compute})"
     o_atol, s_atol, o_l2, s_l2 = fp32 * o_max, fp32 * s_max, None, None
     if sname != "float32":
         u = UNIT[sname]
@@ -110,5 +113,5 @@ def o_and_state(cell: Cell, inputs: dict, expected: dict, model: str) -> tuple[T
         s_atol += 32 * UBF16 * s_max
         o_l2, s_l2 = 3 * UBF16, max(s_l2 or 0.0, 3 * UBF16)
         why += f"; {BF16_GEMM.name}"
-    return (Tolerance(o_atol, 16 * U32 * K, why, rel_l2=o_l2),
-            Tolerance(s_atol, 16 * U32 * K, why, rel_l2=s_l2))
+    return (Tolerance(o_atol, 16 * uc * K, why, rel_l2=o_l2),
+            Tolerance(s_atol, 16 * uc * K, why, rel_l2=s_l2))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from conformance.families.turboquant.inputs import token_slots
-from conformance.families.turboquant.tolerances import decode_tolerance, fp32_attention_atol
+from conformance.families.turboquant.tolerances import attention_atol, decode_tolerance
 from conformance.compare import Tolerance
 from conformance.numerics import bf16_round
 from reference.turboquant import numpy_ref
@@ -85,11 +85,11 @@ def decode_oracle(model: str, inputs: dict, cache, G: int) -> tuple[np.ndarray, 
     if model == "bf16-sdpa":
         q = inputs["query"].astype(np.float64)
         keys, values = unquantized(inputs)
-        tol = decode_tolerance(model, *fp32_attention_atol(q, keys, values, G, scale, L_max))
+        tol = decode_tolerance(model, *attention_atol(q, keys, values, G, scale, L_max))
         return attention64(q, keys, values, G, scale, sinks), tol
     keys, values = dequantized(inputs, cache)
     q_rot = rotated_query(inputs)
-    tol = decode_tolerance(model, *fp32_attention_atol(q_rot, keys, values, G, scale, L_max))
+    tol = decode_tolerance(model, *attention_atol(q_rot, keys, values, G, scale, L_max))
     if model == "bf16-mma":
         q_rot = bf16_round(rotated_query(inputs, np.float32)).astype(np.float64)
         keys, values = [bf16_round(k) for k in keys], [bf16_round(v) for v in values]

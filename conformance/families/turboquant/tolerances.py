@@ -99,20 +99,40 @@ def ties(inputs: dict, p) -> dict[str, np.ndarray]:
     return {"key_codes": key_ties, "value_codes": value_ties}
 
 
-def fp32_attention_atol(q_rot, keys, values, G: int, scale: float, L_max: int) -> tuple[float, float, float]:
-    """``DECODE_EXACT``: (atol, max|V|, max|x|) of fp32 attention against float64 (lambda = 8)."""
+def attention_atol(q_rot, keys, values, G: int, scale: float, L_max: int,
+                   unit: float = U32) -> tuple[float, float, float]:
+    """``DECODE_EXACT``: (atol, max|V|, max|x|) of attention computed with unit roundoff ``unit``
+    (fp32 by default) against float64 (lambda = 8)."""
     lam, D = 8.0, q_rot.shape[-1]
     xmax = vmax = 0.0
     for b, (k, v) in enumerate(zip(keys, values)):
         k = np.repeat(np.abs(np.asarray(k, np.float64)), G, axis=1)
         xmax = max(xmax, float((scale * np.einsum("hd,thd->ht", np.abs(q_rot[b]), k)).max()))
         vmax = max(vmax, float(np.abs(v).max()))
-    ex = lam * np.sqrt(2 * (D + 1)) * U32 * xmax
-    return vmax * (2 * ex + lam * np.sqrt(L_max + D) * U32), vmax, xmax
+    ex = lam * np.sqrt(2 * (D + 1)) * unit * xmax
+    return vmax * (2 * ex + lam * np.sqrt(L_max + D) * unit), vmax, xmax
+
+
+def attention_agreement(q_rot, keys, values, G: int, scale: float, unit: float = U32) -> Tolerance:
+    """``DECODE_EXACT`` between two attentions of the same operands, each computed with unit roundoff
+    ``unit``: twice the bound of each against float64. q_rot [B, Hq, D]; keys, values per sequence."""
+    L_max = max(len(k) for k in keys)
+    atol, _, _ = attention_atol(q_rot, keys, values, G, scale, L_max, unit)
+    return Tolerance(atol, 0.0, f"{DECODE_EXACT.name} (u={unit:g}): {DECODE_EXACT.bound}").between_two()
+
+
+def decode_agreement(query, kv_cache, block_table, seq_lens, preset, layout, rotation, scale=None) -> Tolerance:
+    """``attention_agreement`` of two fp32 decodes of the same TurboQuant cache (NumPy arguments as
+    ``numpy_ref.decode`` takes them)."""
+    keys, values = numpy_ref.dequantize(kv_cache, block_table, seq_lens, preset, layout, rotation, rotated=True)
+    q = np.asarray(query, np.float64)
+    q_rot = q if lookup(preset).key_fp8 else q @ np.asarray(rotation, np.float64)
+    scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
+    return attention_agreement(q_rot, keys, values, q.shape[1] // kv_cache.shape[2], scale)
 
 
 def decode_tolerance(model: str, atol: float, vmax: float, xmax: float) -> Tolerance:
-    """The decode tolerance of a rounding model from ``fp32_attention_atol``'s figures."""
+    """The decode tolerance of a rounding model from ``attention_atol``'s figures."""
     if model == "exact":
         return Tolerance(atol, 0.0, f"{DECODE_EXACT.name}: fp32 attention vs float64 on the same dequantized "
                          f"cache: {DECODE_EXACT.bound}")
