@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from conformance.cells import Cell
+from conformance.errors import UsageError
 
 
 def _always(cell: Cell) -> str | None:
@@ -35,6 +36,11 @@ class Backend:
     rounding_model: the family's name for the oracle variant this backend is held to.
     env:            environment variables its worker process needs (e.g. TRITON_INTERPRET=1).
     timeout_s:      per-cell wall-clock limit; past it the worker is killed and the cell is a crash.
+    uses_gpu:       runs on a GPU: the runner pins each of its workers to one visible device.
+    seconds_per_cell, seconds_per_work: the ETA's first estimate of one cell,
+                    ``seconds_per_cell + seconds_per_work * runner.cell_work(cell)``, refined from records.
+    work_budget:    cells with more work skip unless asked for (``--no-budget``, ``--filter``); set for
+                    the Triton interpreter, a hundred times slower than compiled code.
     """
 
     name: str
@@ -46,6 +52,10 @@ class Backend:
     rounding_model: str = "exact"
     env: Mapping[str, str] = field(default_factory=dict)
     timeout_s: float = 600.0
+    uses_gpu: bool = False
+    seconds_per_cell: float = 0.05
+    seconds_per_work: float = 1e-8
+    work_budget: float | None = None
     description: str = ""
 
     def skip_reason(self, cell: Cell) -> str | None:
@@ -91,7 +101,7 @@ def backends() -> dict[str, Backend]:
 def get(name: str) -> Backend:
     all_ = backends()
     if name not in all_:
-        raise KeyError(f"unknown backend {name!r}; known: {', '.join(all_)}")
+        raise UsageError(f"unknown backend {name!r}; known: {', '.join(all_)}")
     return all_[name]
 
 

@@ -80,6 +80,7 @@ register(Backend(
     available=_gfx950_available,
     run=_run_gfx950,
     supports=_supports,
+    uses_gpu=True,
     rounding_model="bf16-mma",
     description="FlyDSL TurboQuant decode kernel on AMD gfx950 (MI355X)",
 ))

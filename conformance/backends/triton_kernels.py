@@ -23,6 +23,9 @@ from conformance import families
 from conformance.registry import Backend, register
 
 INTERPRET_ENV = {"TRITON_INTERPRET": "1"}
+# The interpreter runs every program instance in Python: a 1024-token store cell (1M units of
+# tokens*heads*dims) took 40 s on 2 CPU cores (2026-12-01); the budget admits every ci-tier cell.
+INTERPRET_COST = {"seconds_per_cell": 1.0, "seconds_per_work": 4e-5, "work_budget": 4_000_000}
 LUT_PRESETS = ("turboquant_4bit_nc",)
 
 
@@ -118,7 +121,8 @@ def _make(name: str, kernel: str, interpret: bool, ops: tuple[str, ...], descrip
     return register(Backend(
         name=name, ops={"turboquant": ops}, available=_interpret_available if interpret else _gpu_available,
         run=run, supports=_supports(kernel), rounding_model="exact" if precision == "exact" else "bf16-mma",
-        env=INTERPRET_ENV if interpret else {}, timeout_s=1800.0 if interpret else 600.0,
+        env=INTERPRET_ENV if interpret else {}, timeout_s=1800.0 if interpret else 600.0, uses_gpu=not interpret,
+        **(INTERPRET_COST if interpret else {}),
         description=description + (" through the Triton interpreter (fp32)" if interpret else "")))
 
 

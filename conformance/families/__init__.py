@@ -17,6 +17,8 @@ import os
 import pkgutil
 from types import ModuleType
 
+from conformance.errors import UsageError
+
 TIERS = ("smoke", "ci", "full")
 
 
@@ -35,5 +37,5 @@ def families() -> dict[str, ModuleType]:
 def get(name: str) -> ModuleType:
     all_ = families()
     if name not in all_:
-        raise KeyError(f"unknown family {name!r}; known: {', '.join(all_)}")
+        raise UsageError(f"unknown family {name!r}; known: {', '.join(all_)}")
     return all_[name]
