@@ -189,7 +189,7 @@ class Estimator:
 class Progress:
     """A one-line progress bar with ETA on stderr (a line every 5% when stderr is not a terminal)."""
 
-    def __init__(self, total: int, estimator: Estimator, stream=sys.stderr):
+    def __init__(self, total: int, estimator: Estimator, stream):
         self.total, self.done, self.stream, self.estimator = total, 0, stream, estimator
         self.counts: Counter = Counter()
         self.tty = stream.isatty()
@@ -594,12 +594,13 @@ def _say(stream):
 
 def run(selection: Selection, out: str | os.PathLike, *, jobs: int | None = None, resume: bool = False,
         timeout_s: float | None = None, budget: bool = True, meta: dict | None = None,
-        stream=sys.stderr) -> RunResult:
+        stream=None) -> RunResult:
     """Run the selection into ``out``/cells.jsonl and ``out``/run.json, holding the folder's lock.
 
     ``budget``: apply the interpreter work budget (off with ``--no-budget``; a ``--filter`` turns
     it off too). Exit status, counts and summary cover every record in the folder."""
     cells, backends = selection.resolve()
+    stream = stream or sys.stderr
     say = _say(stream)
     out_dir = make_out(out)
     lock = acquire_lock(out_dir, lambda m: say("warning: " + m))
