@@ -39,8 +39,8 @@ class Backend:
     uses_gpu:       runs on a GPU: the runner pins each of its workers to one visible device.
     seconds_per_cell, seconds_per_work: the ETA's first estimate of one cell,
                     ``seconds_per_cell + seconds_per_work * runner.cell_work(cell)``, refined from records.
-    work_budget:    cells with more work skip unless asked for (``--no-budget``, ``--filter``); set for
-                    the Triton interpreter, a hundred times slower than compiled code.
+    work_budget:    cells with more work (a number, or op -> number) skip unless asked for (``--no-budget``,
+                    ``--filter``); set for the Triton interpreter, a hundred times slower than compiled code.
     """
 
     name: str
@@ -55,7 +55,7 @@ class Backend:
     uses_gpu: bool = False
     seconds_per_cell: float = 0.05
     seconds_per_work: float = 1e-8
-    work_budget: float | None = None
+    work_budget: float | Mapping[str, float] | None = None
     description: str = ""
 
     def skip_reason(self, cell: Cell) -> str | None:

@@ -25,6 +25,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from pathlib import Path
+from typing import Mapping
 
 from conformance import families, fingerprint, records, registry
 from conformance.cells import Cell
@@ -142,14 +143,20 @@ def cell_work(cell: Cell) -> int:
     return int(tokens * heads * dims)
 
 
+def work_budget(cell: Cell, backend: registry.Backend) -> float | None:
+    """The backend's work budget for the cell's op (None: no budget)."""
+    budget = backend.work_budget
+    return budget.get(cell.op) if isinstance(budget, Mapping) else budget
+
+
 def first_estimate(cell: Cell, backend: registry.Backend) -> float:
     """Seconds the backend is expected to take on the cell, before any record of it."""
     return backend.seconds_per_cell + backend.seconds_per_work * cell_work(cell)
 
 
 class Estimator:
-    """Remaining time: each pending pair's first estimate, scaled per backend by (seconds recorded)
-    / (seconds estimated) over its finished pairs, divided among the workers."""
+    """Remaining time: each pending pair's first estimate, scaled per backend and op by (seconds
+    recorded) / (seconds estimated) over its finished pairs, divided among the workers."""
 
     def __init__(self, pending: list[tuple[Cell, registry.Backend]], jobs: int):
         self.jobs = max(1, min(jobs, len(pending) or 1))
@@ -159,28 +166,31 @@ class Estimator:
         self._first: dict[tuple[str, str], float] = {}
         for cell, b in pending:
             self._first[cell.id, b.name] = est = first_estimate(cell, b)
-            self.left[b.name] += est
+            self.left[b.name, cell.op] += est
 
     def learn(self, cells: dict[str, Cell], backends: dict[str, registry.Backend], recs: list[dict]) -> None:
         """Calibrate from records already in the folder (on resume)."""
         for r in recs:
             if r["id"] in cells and r["backend"] in backends and r["status"] != "skip":
-                self.estimated[r["backend"]] += first_estimate(cells[r["id"]], backends[r["backend"]])
-                self.actual[r["backend"]] += float(r.get("duration_s") or 0.0)
+                kind = r["backend"], r["op"]
+                self.estimated[kind] += first_estimate(cells[r["id"]], backends[r["backend"]])
+                self.actual[kind] += float(r.get("duration_s") or 0.0)
 
     def done(self, record: dict) -> None:
         est = self._first.pop((record["id"], record["backend"]), None)
         if est is None:
             return
-        self.left[record["backend"]] -= est
-        self.estimated[record["backend"]] += est
-        self.actual[record["backend"]] += float(record.get("duration_s") or 0.0)
-
-    def scale(self, backend: str) -> float:
-        return self.actual[backend] / self.estimated[backend] if self.estimated[backend] > 0 else 1.0
+        kind = record["backend"], record["op"]
+        self.left[kind] -= est
+        self.estimated[kind] += est
+        self.actual[kind] += float(record.get("duration_s") or 0.0)
 
     def per_backend(self) -> dict[str, float]:
-        return {b: max(0.0, s) * self.scale(b) for b, s in self.left.items() if s > 0}
+        out: Counter = Counter()
+        for kind, left in self.left.items():
+            scale = self.actual[kind] / self.estimated[kind] if self.estimated[kind] > 0 else 1.0
+            out[kind[0]] += max(0.0, left) * scale
+        return {b: s for b, s in out.items() if s > 0}
 
     def remaining(self) -> float:
         return sum(self.per_backend().values()) / self.jobs
@@ -639,9 +649,9 @@ def _run_locked(selection, cells, backends, out_dir, *, jobs, resume, timeout_s,
             ok, why = probes[b.name]
             reason = None if ok else f"backend unavailable: {why}"
             reason = reason or b.skip_reason(cell)
-            work = cell_work(cell)
-            if reason is None and budget and b.work_budget is not None and work > b.work_budget:
-                reason = (f"over the interpreter work budget ({work:,} > {b.work_budget:,.0f} tokens*heads*dims); "
+            work, limit = cell_work(cell), work_budget(cell, b)
+            if reason is None and budget and limit is not None and work > limit:
+                reason = (f"over the interpreter work budget ({work:,} > {limit:,.0f} tokens*heads*dims); "
                           "run with --no-budget / --filter to force")
             if reason is not None:
                 statics.append(static_record(cell, b, "skip", reason))

@@ -250,12 +250,14 @@ def test_the_estimate_comes_from_each_backends_own_cost_and_is_refined_by_record
     slow = Backend("s", {"toy": ("scale",)}, lambda: (True, ""), lambda c, i: {},
                    seconds_per_cell=0.0, seconds_per_work=1.0)
     cells = [make_cell("toy", "scale", n=n, factor=1.0) for n in (10, 20, 30)]
+    other = make_cell("toy", "other", n=40, factor=1.0)
     assert runner.cell_work(cells[1]) == 20
-    est = runner.Estimator([(c, b) for c in cells for b in (cheap, slow)], jobs=2)
-    assert est.per_backend() == {"c": 1.5, "s": 60.0} and est.remaining() == pytest.approx(61.5 / 2)
-    # the slow backend takes half its estimate on its first cell: its remaining cells are scaled by 0.5
-    est.done({"id": cells[0].id, "backend": "s", "status": "pass", "duration_s": 5.0})
-    assert est.per_backend()["s"] == pytest.approx(25.0) and est.per_backend()["c"] == 1.5
+    est = runner.Estimator([(c, b) for c in cells for b in (cheap, slow)] + [(other, slow)], jobs=2)
+    assert est.per_backend() == {"c": 1.5, "s": 100.0} and est.remaining() == pytest.approx(101.5 / 2)
+    # the slow backend takes half its estimate on its first cell: its remaining cells of that op are
+    # scaled by 0.5, those of another op are not
+    est.done({"id": cells[0].id, "backend": "s", "op": "scale", "status": "pass", "duration_s": 5.0})
+    assert est.per_backend()["s"] == pytest.approx(25.0 + 40.0) and est.per_backend()["c"] == 1.5
 
 
 def test_conform_says_how_long_it_expects_before_it_starts(tmp_path, capsys):

@@ -75,7 +75,7 @@ def _faulting_everywhere_but_cpu(cell, inputs):
 register(Backend("toy-raise", {"toy": ("scale",)}, lambda: (True, "always"), _raising))
 register(Backend("toy-warn", {"toy": ("scale",)}, lambda: (True, "always"), _warning))
 register(Backend("toy-interpreted", {"toy": ("scale",)}, lambda: (True, "always"), _run(_Good),
-                 seconds_per_cell=0.0, seconds_per_work=100.0, work_budget=9))
+                 seconds_per_cell=0.0, seconds_per_work=100.0, work_budget={"scale": 9}))
 register(Backend("toy-gpu", {"toy": ("scale",)}, lambda: (True, "always"), _run(_Good), uses_gpu=True))
 register(Backend("toy-gpu-fault-1", {"toy": ("scale",)}, lambda: (True, "always"), _faulting_on_device_1,
                  uses_gpu=True))
