@@ -595,11 +595,9 @@ def default_jobs(backends: list[registry.Backend], devices: fingerprint.Devices)
     return max(1, len(devices.ids)) if gpu else 1
 
 
-def _say(stream):
-    def say(text: str) -> None:
-        stream.write(f"kernel-lab: {text}\n")
-        stream.flush()
-    return say
+def _say(stream, text: str) -> None:
+    stream.write(f"kernel-lab: {text}\n")
+    stream.flush()
 
 
 def run(selection: Selection, out: str | os.PathLike, *, jobs: int | None = None, resume: bool = False,
@@ -611,9 +609,8 @@ def run(selection: Selection, out: str | os.PathLike, *, jobs: int | None = None
     it off too). Exit status, counts and summary cover every record in the folder."""
     cells, backends = selection.resolve()
     stream = stream or sys.stderr
-    say = _say(stream)
     out_dir = make_out(out)
-    lock = acquire_lock(out_dir, lambda m: say("warning: " + m))
+    lock = acquire_lock(out_dir, lambda m: _say(stream, "warning: " + m))
     try:
         return _run_locked(selection, cells, backends, out_dir, jobs=jobs, resume=resume, timeout_s=timeout_s,
                            budget=budget and selection.filter is None, meta=meta, stream=stream)
@@ -622,7 +619,9 @@ def run(selection: Selection, out: str | os.PathLike, *, jobs: int | None = None
 
 
 def _run_locked(selection, cells, backends, out_dir, *, jobs, resume, timeout_s, budget, meta, stream):
-    say = _say(stream)
+    def say(text: str) -> None:
+        _say(stream, text)
+
     old, old_info = previous_records(out_dir, selection.as_dict(), resume, lambda m: say("warning: " + m))
     done = {records.key(r) for r in old}
     devices = fingerprint.devices()
