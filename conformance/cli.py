@@ -93,8 +93,8 @@ def cmd_conform(args) -> int:
 
 
 def _shard_runs(inputs: list[str]) -> list[tuple[str, dict, list[dict]]]:
-    """Each input's run.json and records, checked: one tier and selection, shards K/N for every K
-    of one N, no pair twice. Usage errors name the input."""
+    """Each input's run.json and records, checked: finished runs of one tier and selection, shards
+    K/N for every K of one N, no pair twice. Usage errors name the input."""
     runs = []
     for src in inputs:
         folder = Path(src)
@@ -106,6 +106,8 @@ def _shard_runs(inputs: list[str]) -> list[tuple[str, dict, list[dict]]]:
         sel = info.get("selection")
         if not isinstance(sel, dict):
             raise UsageError(f"merge: {src}/run.json records no selection (an older kernel-lab wrote it)")
+        if "finished" not in info or "stopped" in info:
+            raise UsageError(f"merge: the run in {src} did not finish; complete it with `conform --resume`")
         selections.append(sel)
     keys = [k for k in runner.SELECTION_KEYS if k != "shard"]
     for (src, _, _), sel in zip(runs[1:], selections[1:]):

@@ -130,7 +130,7 @@ def test_out_of_disk_ends_with_one_line_and_the_records_so_far_stay_valid(tmp_pa
 
 # ---------------------------------------------------------------- merge
 
-def test_merge_checks_tier_selection_all_shards_and_overlap_and_leaves_no_empty_folder(tmp_path, capsys):
+def test_merge_checks_selection_finished_shards_all_there_no_overlap_and_leaves_no_empty_folder(tmp_path, capsys):
     base = [*SMOKE, "--backend", "toy-good"]
     for k in (1, 2, 3):
         assert main(capsys, *base, "--shard", f"{k}/3", "--out", tmp_path / f"s{k}")[0] == 0
@@ -145,6 +145,11 @@ def test_merge_checks_tier_selection_all_shards_and_overlap_and_leaves_no_empty_
     ]:
         rc, _, err = main(capsys, "merge", "--out", out, *[tmp_path / i for i in inputs])
         assert rc == 2 and words in one_error_line(err) and not out.exists()
+    info = json.loads((tmp_path / "s3" / "run.json").read_text())
+    records.dump_json(tmp_path / "s3" / "run.json", {k: v for k, v in info.items() if k != "finished"})
+    rc, _, err = main(capsys, "merge", "--out", out, *[tmp_path / f"s{k}" for k in (1, 2, 3)])
+    assert rc == 2 and "s3 did not finish" in one_error_line(err) and not out.exists()
+    records.dump_json(tmp_path / "s3" / "run.json", info)
     dup = recs(tmp_path / "s1")[0]
     with open(tmp_path / "s2" / "cells.jsonl", "a") as fh:
         fh.write(json.dumps(dup) + "\n")
