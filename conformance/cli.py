@@ -12,6 +12,7 @@ import argparse
 import importlib
 import importlib.util
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -153,13 +154,15 @@ def cmd_merge(args) -> int:
         records.write_all(out_dir / "cells.jsonl", merged)
         records.dump_json(out_dir / "run.json", {**fingerprint.fingerprint(), "selection": selection,
                                                  "merged_from": {src: info for src, info, _ in runs},
-                                                 "counts": {k: dict(v) for k, v in counts.items()}})
-    except OSError:
+                                                 "counts": {k: dict(v) for k, v in counts.items()},
+                                                 "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+    except OSError as exc:
         for name in ("cells.jsonl", "run.json"):
             (out_dir / name).unlink(missing_ok=True)
         if created:
             out_dir.rmdir()
-        raise
+        raise runner.RunStopped(f"merge: cannot write into {out_dir} ({exc.strerror or exc}); "
+                                "nothing was left there") from None
     print(runner.summary_table(counts))
     print(f"merged {len(merged)} records from {len(args.inputs)} shards into {out_dir}")
     return 0

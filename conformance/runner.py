@@ -570,6 +570,13 @@ def previous_records(out_dir: Path, selection: dict, resume: bool, warn) -> tupl
     return recs, info
 
 
+def write_run_json(path: Path, info: dict) -> None:
+    try:
+        records.dump_json(path, info)
+    except OSError as exc:
+        raise RunStopped(f"{path}: cannot write ({exc.strerror or exc})") from None
+
+
 @dataclass
 class RunResult:
     counts: dict[str, Counter]
@@ -636,7 +643,7 @@ def _run_locked(selection, cells, backends, out_dir, *, jobs, resume, timeout_s,
     probes = {b.name: registry.probe(b) for b in backends}
     info["backends"] = {b.name: {"available": probes[b.name][0], "reason": probes[b.name][1],
                                  "ops": {family: list(ops) for family, ops in b.ops.items()}} for b in backends}
-    records.dump_json(run_path, info)
+    write_run_json(run_path, info)
 
     todo: list[tuple[Cell, list[registry.Backend]]] = []
     statics: list[dict] = []
@@ -700,9 +707,9 @@ def _run_locked(selection, cells, backends, out_dir, *, jobs, resume, timeout_s,
         try:
             records.dump_json(run_path, info)
         except OSError:
-            pass
+            pass  # the record file's message says what to do
         raise stopped
-    records.dump_json(run_path, info)
+    write_run_json(run_path, info)
     for device, why in retired.items():
         say(f"warning: device {devices.label(device)} retired: {why}")
     return RunResult(counts, out_dir, elapsed)

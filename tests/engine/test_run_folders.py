@@ -157,7 +157,12 @@ def test_merge_checks_selection_finished_shards_all_there_no_overlap_and_leaves_
     assert rc == 2 and "is in both" in one_error_line(err) and not out.exists()
     (tmp_path / "s2" / "cells.jsonl").write_text("".join(
         ln + "\n" for ln in (tmp_path / "s2" / "cells.jsonl").read_text().splitlines()[:-1]))
-    assert main(capsys, "merge", "--out", out, *[tmp_path / f"s{k}" for k in (1, 2, 3)])[0] == 0
+    shards = [tmp_path / f"s{k}" for k in (1, 2, 3)]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(records, "open", lambda *a, **k: _DiskFullAfter(open(*a, **k), 2), raising=False)
+        rc, _, err = main(capsys, "merge", "--out", out, *shards)
+    assert rc == 3 and "nothing was left there" in one_error_line(err) and not out.exists()
+    assert main(capsys, "merge", "--out", out, *shards)[0] == 0
     assert len(recs(out)) == 3
     assert json.loads((out / "run.json").read_text())["selection"]["shard"] is None
 
