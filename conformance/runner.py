@@ -608,8 +608,7 @@ def _say(stream, text: str) -> None:
 
 
 def run(selection: Selection, out: str | os.PathLike, *, jobs: int | None = None, resume: bool = False,
-        timeout_s: float | None = None, budget: bool = True, meta: dict | None = None,
-        stream=None) -> RunResult:
+        timeout_s: float | None = None, budget: bool = True, stream=None) -> RunResult:
     """Run the selection into ``out``/cells.jsonl and ``out``/run.json, holding the folder's lock.
 
     ``budget``: apply the interpreter work budget (off with ``--no-budget``; a ``--filter`` turns
@@ -620,12 +619,12 @@ def run(selection: Selection, out: str | os.PathLike, *, jobs: int | None = None
     lock = acquire_lock(out_dir, lambda m: _say(stream, "warning: " + m))
     try:
         return _run_locked(selection, cells, backends, out_dir, jobs=jobs, resume=resume, timeout_s=timeout_s,
-                           budget=budget and selection.filter is None, meta=meta, stream=stream)
+                           budget=budget and selection.filter is None, stream=stream)
     finally:
         release_lock(lock)
 
 
-def _run_locked(selection, cells, backends, out_dir, *, jobs, resume, timeout_s, budget, meta, stream):
+def _run_locked(selection, cells, backends, out_dir, *, jobs, resume, timeout_s, budget, stream):
     def say(text: str) -> None:
         _say(stream, text)
 
@@ -635,7 +634,7 @@ def _run_locked(selection, cells, backends, out_dir, *, jobs, resume, timeout_s,
     jobs = jobs if jobs is not None else default_jobs(backends, devices)
     start = time.monotonic()
     run_path = out_dir / "run.json"
-    info = {**fingerprint.fingerprint(), **(meta or {}), "selection": selection.as_dict(), "jobs": jobs,
+    info = {**fingerprint.fingerprint(), "selection": selection.as_dict(), "jobs": jobs,
             "timeout_s": timeout_s, "work_budget": budget, "devices": [devices.label(d) for d in devices.ids],
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     if old_info is not None:
@@ -675,7 +674,10 @@ def _run_locked(selection, cells, backends, out_dir, *, jobs, resume, timeout_s,
 
     all_recs = list(old)
     progress = Progress(len(statics) + len(pairs), estimator, stream)
-    writer = records.Writer(out_dir / "cells.jsonl")
+    try:
+        writer = records.Writer(out_dir / "cells.jsonl")
+    except OSError as exc:
+        raise UsageError(f"{out_dir / 'cells.jsonl'}: cannot be written ({exc.strerror or exc})") from None
     retired: dict[str, str] = {}
 
     def emit(record: dict) -> None:
