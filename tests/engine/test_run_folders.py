@@ -2,9 +2,11 @@
 import errno
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,7 @@ from conformance.cells import make_cell
 from conformance.errors import UsageError
 from conformance.registry import Backend
 
+ROOT = Path(__file__).resolve().parents[2]
 SMOKE = ["conform", "--family", "toy", "--tier", "smoke"]
 
 
@@ -45,18 +48,27 @@ def recs(folder):
 
 # ---------------------------------------------------------------- one run per folder
 
-def test_a_folder_in_use_is_refused_and_a_stale_lock_is_taken_over(tmp_path, capsys):
+def test_a_folder_in_use_is_refused_and_the_lock_of_a_killed_run_is_taken_over(tmp_path, capsys):
     lock = tmp_path / runner.LOCK_NAME
-    lock.write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": "now"}))
-    rc, _, err = main(capsys, *SMOKE, "--backend", "toy-good", "--out", tmp_path)
-    assert rc == 2 and f"in use by pid {os.getpid()}" in one_error_line(err)
-    assert not (tmp_path / "cells.jsonl").exists()
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
-    lock.write_text(json.dumps({"pid": dead.pid, "host": socket.gethostname(), "started": "then"}))
-    rc, _, err = main(capsys, *SMOKE, "--backend", "toy-good", "--out", tmp_path)
-    assert rc == 0 and f"stale lock of pid {dead.pid}" in err
-    assert len(recs(tmp_path)) == 3 and not lock.exists()
+    first = subprocess.Popen(
+        [sys.executable, "-m", "conformance", *SMOKE, "--backend", "toy-hang", "--timeout", "60", "--out",
+         str(tmp_path)], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, start_new_session=True,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not (lock.exists() and lock.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        rc, _, err = main(capsys, *SMOKE, "--backend", "toy-good", "--out", tmp_path)
+        assert rc == 2 and f"in use by pid {first.pid}" in one_error_line(err)
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)   # the run and its worker, as a power cut would
+        first.wait()
+    rc, _, err = main(capsys, *SMOKE, "--backend", "toy-hang", "--out", tmp_path, "--filter", "n=99/")
+    assert rc == 2 and "matches no cell" in err   # a bad request does not touch the lock
+    assert json.loads(lock.read_text())["pid"] == first.pid
+    rc, _, err = main(capsys, *SMOKE, "--backend", "toy-hang", "--timeout", "1", "--out", tmp_path, "--resume")
+    assert f"stale lock of pid {first.pid}" in err and not lock.exists()
+    assert rc == 1 and len(recs(tmp_path)) == 3
 
 
 def test_a_lock_from_another_host_is_not_taken_over(tmp_path, capsys):
