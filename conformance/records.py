@@ -55,15 +55,20 @@ def key(record: dict) -> tuple[str, str]:
     return record["id"], record["backend"]
 
 
-def _read_text(path: Path) -> str:
+def _read_bytes(path: Path) -> bytes:
     try:
-        return path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise RecordsError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+        return path.read_bytes()
     except IsADirectoryError:
         raise RecordsError(f"{path}: is a folder, expected a file") from None
     except OSError as exc:
         raise RecordsError(f"{path}: cannot read ({exc.strerror or exc})") from None
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return _read_bytes(path).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise RecordsError(f"{path}: not UTF-8 text (byte {exc.start})") from None
 
 
 def read(path: str | os.PathLike) -> list[dict]:
@@ -96,15 +101,19 @@ def drop_partial_line(path: str | os.PathLike) -> str | None:
 
     Returns a warning saying what was dropped, or None when the file ends cleanly."""
     p = Path(path)
-    if not p.is_file():
+    if not p.exists():
         return None
-    data = p.read_bytes()
+    data = _read_bytes(p)
     if not data or data.endswith(b"\n"):
         return None
     keep = data.rfind(b"\n") + 1
     line = data.count(b"\n", 0, keep) + 1
-    with open(p, "r+b") as fh:
-        fh.truncate(keep)
+    try:
+        with open(p, "r+b") as fh:
+            fh.truncate(keep)
+    except OSError as exc:
+        raise RecordsError(f"{p}: a half-written last line (line {line}) cannot be dropped "
+                           f"({exc.strerror or exc})") from None
     return f"{p}: dropped a half-written last line ({len(data) - keep} bytes, line {line}); its pair runs again"
 
 

@@ -501,6 +501,8 @@ def acquire_lock(out_dir: Path, warn) -> Path:
             except FileNotFoundError:
                 continue
             except (OSError, ValueError, KeyError, TypeError):
+                if path.is_dir():
+                    raise UsageError(f"{path}: is a folder, expected kernel-lab's lock file") from None
                 if time.time() - path.stat().st_mtime < 10:   # being written by its owner right now
                     time.sleep(1)
                     continue
@@ -535,7 +537,7 @@ def make_out(out: str | os.PathLike) -> Path:
     out_dir = Path(out)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        probe = out_dir / ".write-test"
+        probe = out_dir / f".write-test-{os.getpid()}"
         probe.write_text("")
         probe.unlink()
     except OSError as exc:
@@ -571,8 +573,11 @@ def previous_records(out_dir: Path, selection: dict, resume: bool, warn) -> tupl
 
 
 def write_run_json(path: Path, info: dict) -> None:
+    """run.json, or a usage error if it is a folder, or RunStopped if it cannot be written (disk full)."""
     try:
         records.dump_json(path, info)
+    except IsADirectoryError:
+        raise records.RecordsError(f"{path}: is a folder, expected a file") from None
     except OSError as exc:
         raise RunStopped(f"{path}: cannot write ({exc.strerror or exc})") from None
 

@@ -226,6 +226,13 @@ def test_corrupt_or_unreadable_inputs_give_one_line_naming_the_file(tmp_path, ca
     assert rc == 2 and str(run / name) in one_error_line(err)
 
 
+@pytest.mark.parametrize("name", ["run.json", "cells.jsonl", runner.LOCK_NAME])
+def test_a_folder_where_a_run_folders_file_should_be_is_named_in_one_line(tmp_path, capsys, name):
+    (tmp_path / name).mkdir()
+    rc, _, err = main(capsys, *SMOKE, "--backend", "toy-good", "--out", tmp_path)
+    assert rc == 2 and str(tmp_path / name) in one_error_line(err) and "is a folder" in err
+
+
 def test_only_usage_errors_exit_2_an_internal_key_error_is_a_bug(capsys, monkeypatch):
     from conformance import families, registry
 
