@@ -30,7 +30,7 @@ from typing import Mapping
 from conformance import families, fingerprint, records, registry
 from conformance.cells import Cell
 from conformance.errors import UsageError
-from conformance.execute import run_one, static_record
+from conformance.inprocess import run_one, static_record
 
 LOCK_NAME = ".kernel-lab.lock"
 SELECTION_KEYS = ("tier", "family", "op", "backends", "filter", "shard")

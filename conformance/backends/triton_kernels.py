@@ -1,6 +1,6 @@
 """The Triton TurboQuant kernels (``optimized/triton``) as backends of the turboquant family.
 
-Three kernels decode, each held to the matrix on a GPU and, through the interpreter
+Four decode kernels, each held to the matrix on a GPU and, through the interpreter
 (``TRITON_INTERPRET=1``, fp32 everywhere), on the CPU:
 
 - ``triton`` / ``triton-interpret``: store kernel + split-KV decode (AoS and SoA, every preset);
@@ -112,7 +112,7 @@ def _supports(kernel: str):
     return supports
 
 
-def _make(name: str, kernel: str, interpret: bool, ops: tuple[str, ...], description: str) -> Backend:
+def _make(name: str, kernel: str, interpret: bool, ops: tuple[str, ...]) -> Backend:
     precision = "exact" if interpret or kernel == "split" else "bf16"
 
     def run(cell, inputs):
@@ -123,17 +123,17 @@ def _make(name: str, kernel: str, interpret: bool, ops: tuple[str, ...], descrip
 
     return register(Backend(
         name=name, ops={"turboquant": ops}, available=_interpret_available if interpret else _gpu_available,
-        run=run, supports=_supports(kernel), rounding_model="exact" if precision == "exact" else "bf16-mma",
+        run=run, supports=_supports(kernel),
+        rounding_models={"turboquant": "exact" if precision == "exact" else "bf16-mma"},
         env=INTERPRET_ENV if interpret else {}, timeout_s=1800.0 if interpret else 600.0, uses_gpu=not interpret,
-        **(INTERPRET_COST if interpret else {}),
-        description=description + (" through the Triton interpreter (fp32)" if interpret else "")))
+        **(INTERPRET_COST if interpret else {})))
 
 
 _ALL = ("store", "decode", "store_decode")
 _DEC = ("decode", "store_decode")
 for _interp in (False, True):
     _sfx = "-interpret" if _interp else ""
-    _make("triton" + _sfx, "split", _interp, _ALL, "optimized/triton store + split-KV decode")
-    _make("triton-grouped" + _sfx, "grouped", _interp, _DEC, "optimized/triton store + grouped-query decode (centroid table)")
-    _make("triton-lut" + _sfx, "lut", _interp, _DEC, "optimized/triton store + grouped-query decode (pair lookup table)")
-    _make("triton-unified" + _sfx, "unified", _interp, _DEC, "optimized/triton store + unified attention as decode")
+    _make("triton" + _sfx, "split", _interp, _ALL)
+    _make("triton-grouped" + _sfx, "grouped", _interp, _DEC)
+    _make("triton-lut" + _sfx, "lut", _interp, _DEC)
+    _make("triton-unified" + _sfx, "unified", _interp, _DEC)

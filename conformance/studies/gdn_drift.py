@@ -38,12 +38,13 @@ def add_arguments(parser) -> None:
 
 def _inputs(rng, T: int, H: int, HV: int, K: int, decay: str, v_scale: float = 1.0) -> dict:
     """Independent q, k, v (bf16 values), log decay g and beta for one sequence of T tokens."""
-    from conformance.families.gdn import _bf16_values, _log_decay
+    from conformance.families.gdn.inputs import log_decay
+    from conformance.numerics import bf16_round
 
-    return {"q": _bf16_values(rng.normal(size=(T, H, K))), "k": _bf16_values(rng.normal(size=(T, H, K))),
-            "v": _bf16_values(rng.normal(size=(T, HV, K)) * v_scale),
-            "g": _log_decay(rng, decay, T, HV),
-            "beta": _bf16_values(1 / (1 + np.exp(-rng.normal(0.0, 1.5, (T, HV)))))}
+    return {"q": bf16_round(rng.normal(size=(T, H, K))), "k": bf16_round(rng.normal(size=(T, H, K))),
+            "v": bf16_round(rng.normal(size=(T, HV, K)) * v_scale),
+            "g": log_decay(rng, decay, T, HV),
+            "beta": bf16_round(1 / (1 + np.exp(-rng.normal(0.0, 1.5, (T, HV)))))}
 
 
 def _prefill(x: dict, bounds: list[int], state_dtype: str):
@@ -68,9 +69,11 @@ def _prefill(x: dict, bounds: list[int], state_dtype: str):
 
 def _error(actual: np.ndarray, truth: np.ndarray) -> float | None:
     """Relative L2 error; None when the actual values hold Inf/NaN (reported as overflow)."""
+    from conformance.numerics import rel_l2
+
     if not np.all(np.isfinite(actual)):
         return None
-    return float(np.linalg.norm(actual.astype(np.float64) - truth) / np.linalg.norm(truth))
+    return rel_l2(actual, truth)
 
 
 def _lengths(max_tokens: int) -> list[int]:

@@ -4,6 +4,7 @@ from conformance.compare import Tolerance, compare, verdict
 
 FAMILY = "toy"
 OPS = ("scale",)
+ROUNDING_MODELS = {"exact": "one fp32 rounding of the product"}
 
 
 def cells(tier):
@@ -19,7 +20,7 @@ def run_with(impl, cell, inputs):
     return {"y": impl.scale(inputs["x"], inputs["factor"])}
 
 
-def check(cell, backend, inputs, outputs):
+def check(cell, rounding_model, inputs, outputs, memo=None):
     expected = inputs["x"].astype("float64") * inputs["factor"]
     return verdict([compare("y", outputs["y"], expected,
                             Tolerance(0.0, 2.0**-23, "one fp32 rounding of a product"))])

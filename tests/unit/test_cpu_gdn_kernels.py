@@ -254,15 +254,12 @@ class StaleState(KernelImpl):
 
 def _first_failure(impl, op, states) -> str | None:
     """The first ci cell of ``op`` (GQA, state dtype in ``states``) that ``impl`` fails, or None."""
-    class Backend:
-        rounding_model = "bf16-operands"
-
     for cell in gdn.cells("ci"):
         if cell.op != op or cell["state"] not in states or cell["H"] == cell["HV"]:
             continue
         inputs = gdn.make_inputs(cell)
         work = {n: (x.copy() if isinstance(x, np.ndarray) else x) for n, x in inputs.items()}
-        if gdn.check(cell, Backend, inputs, gdn.run_with(impl, cell, work)).status == "fail":
+        if gdn.check(cell, "bf16-operands", inputs, gdn.run_with(impl, cell, work)).status == "fail":
             return cell.id
     return None
 

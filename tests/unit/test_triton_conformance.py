@@ -10,7 +10,7 @@ from tests.unit.tq_triton_helpers import DEVICE  # noqa: F401,E402  (sets TRITON
 
 from conformance import registry  # noqa: E402
 from conformance.backends import triton_kernels  # noqa: E402
-from conformance.execute import run_one  # noqa: E402
+from conformance.inprocess import inputs_copy, run_one  # noqa: E402
 from conformance.families import turboquant as F  # noqa: E402
 
 pytestmark = pytest.mark.skipif(DEVICE != "cpu", reason="the interpreter backends run on machines without a GPU")
@@ -84,8 +84,8 @@ def _fails_somewhere(bug, op, want) -> bool:
     assert cells, f"no small ci {op} cell for {bug}"
     for cell in cells:
         inputs = F.make_inputs(cell)
-        outputs = F.run_with(_Broken(bug), cell, registry.inputs_copy(inputs))
-        if F.check(cell, backend, inputs, outputs).status == "fail":
+        outputs = F.run_with(_Broken(bug), cell, inputs_copy(inputs))
+        if F.check(cell, backend.rounding_model("turboquant"), inputs, outputs).status == "fail":
             return True
     return False
 
