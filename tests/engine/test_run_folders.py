@@ -3,7 +3,6 @@ import errno
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
