@@ -347,3 +347,17 @@ def test_a_pair_that_crashes_on_two_devices_is_a_crash_and_the_first_device_come
     assert {crash["retried_from"], crash["device"]} == {"cuda:0", "cuda:1"}
     assert by["toy-gpu"]["status"] == "pass"
     assert json.loads((tmp_path / "run.json").read_text())["retired_devices"] == {}
+
+
+def test_the_interpreter_budget_admits_every_ci_cell_and_skips_the_largest_full_ones(monkeypatch):
+    monkeypatch.delenv("KERNEL_LAB_FAMILY_MODULES")
+    from conformance import registry
+
+    interp = [b for b in registry.backends().values() if b.env.get("TRITON_INTERPRET") == "1"]
+    assert interp and all(b.work_budget is not None for b in interp)
+
+    def over(tier):
+        return [(c.id, b.name) for b in interp for c in runner.select_cells(tier)
+                if b.skip_reason(c) is None and runner.cell_work(c) > runner.work_budget(c, b)]
+
+    assert over("ci") == [] and len(over("full")) > 100
