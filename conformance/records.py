@@ -22,6 +22,7 @@ STATUSES = ("pass", "fail", "skip", "xfail", "xpass", "error", "crash")
 BAD_STATUSES = ("fail", "xpass", "error", "crash")
 MAX_TEXT = 2000
 _CLIPPED = ("reason", "traceback")
+_MARKER_ROOM = 40  # " [... N more characters cut]"
 
 
 class RecordsError(UsageError):
@@ -45,8 +46,9 @@ def _clean(value: Any) -> Any:
 
 
 def clip(text: str, limit: int = MAX_TEXT) -> str:
-    """``text`` cut to ``limit`` characters, with a marker saying how many were dropped."""
-    if len(text) <= limit:
+    """``text`` cut to ``limit`` characters, with a marker saying how many were dropped; a clipped
+    text is left as it is (records merged from shards are written again)."""
+    if len(text) <= limit + _MARKER_ROOM:
         return text
     return text[:limit] + f" [... {len(text) - limit} more characters cut]"
 

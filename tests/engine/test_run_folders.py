@@ -268,6 +268,7 @@ def test_exception_messages_stored_in_records_are_cut_to_a_sane_length(tmp_path,
     assert rec["status"] == "error" and rec["reason"].startswith("ValueError: bad input xxx")
     assert len(rec["reason"]) < records.MAX_TEXT + 60 and "more characters cut]" in rec["reason"]
     assert len(rec["traceback"]) < records.MAX_TEXT + 60
+    assert records.clip(rec["reason"]) == rec["reason"]   # written again by a merge: cut once
 
 
 # ---------------------------------------------------------------- ETA, work budget, warnings
