@@ -253,7 +253,7 @@ def _worker_main(conn) -> None:
         if caught:
             seen = Counter(f"{w.category.__name__}: {w.message} ({Path(w.filename).name}:{w.lineno})"
                            for w in caught)
-            record["warnings"] = [f"{text} (x{n})" if n > 1 else text
+            record["warnings"] = [records.clip(f"{text} (x{n})" if n > 1 else text)
                                   for text, n in list(seen.items())[:MAX_WARNINGS]]
         conn.send(record)
 
