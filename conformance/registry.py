@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 from conformance.cells import Cell
+from conformance.errors import UsageError
 
 
 def _always(cell: Cell) -> str | None:
@@ -36,6 +37,11 @@ class Backend:
                     family's ``ROUNDING_MODELS``; a family left out is held to "exact".
     env:            environment variables its worker process needs (e.g. TRITON_INTERPRET=1).
     timeout_s:      per-cell wall-clock limit; past it the worker is killed and the cell is a crash.
+    uses_gpu:       runs on a GPU: the runner pins each of its workers to one visible device.
+    seconds_per_cell, seconds_per_work: the ETA's first estimate of one cell,
+                    ``seconds_per_cell + seconds_per_work * runner.cell_work(cell)``, refined from records.
+    work_budget:    cells with more work (a number, or op -> number) skip unless asked for (``--no-budget``,
+                    ``--filter``); set for the Triton interpreter, a hundred times slower than compiled code.
     """
 
     name: str
@@ -47,6 +53,10 @@ class Backend:
     rounding_models: Mapping[str, str] = field(default_factory=dict)
     env: Mapping[str, str] = field(default_factory=dict)
     timeout_s: float = 600.0
+    uses_gpu: bool = False
+    seconds_per_cell: float = 0.05
+    seconds_per_work: float = 1e-8
+    work_budget: float | Mapping[str, float] | None = None
 
     def rounding_model(self, family: str) -> str:
         """The rounding model this backend is held to in ``family``."""
@@ -118,7 +128,7 @@ def backends() -> dict[str, Backend]:
 def get(name: str) -> Backend:
     all_ = backends()
     if name not in all_:
-        raise KeyError(f"unknown backend {name!r}; known: {', '.join(all_)}")
+        raise UsageError(f"unknown backend {name!r}; known: {', '.join(all_)}")
     return all_[name]
 
 

@@ -79,5 +79,6 @@ register(Backend(
     available=_gfx950_available,
     run=_run_gfx950,
     supports=_supports,
+    uses_gpu=True,
     rounding_models={"turboquant": "bf16-mma"},
 ))

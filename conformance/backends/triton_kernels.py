@@ -23,6 +23,12 @@ from conformance import families
 from conformance.registry import Backend, register
 
 INTERPRET_ENV = {"TRITON_INTERPRET": "1"}
+# The interpreter runs every program instance in Python. On 2 CPU cores (2026-12-01) a store cell
+# took about 1.5e-4 s per unit of tokens*heads*dims (10 s for 64 tokens x 8 heads x 128), a decode
+# cell 3e-6 to 1.4e-5 s per unit (6 s for 2M), plus 2 s of tracing and compiling; the runner rescales
+# these per op from the records as a run goes. The budgets admit every ci-tier cell.
+INTERPRET_COST = {"seconds_per_cell": 2.0, "seconds_per_work": 1e-5,
+                  "work_budget": {"store": 65_536, "decode": 2_097_152, "store_decode": 2_097_152}}
 LUT_PRESETS = ("turboquant_4bit_nc",)
 
 
@@ -122,7 +128,8 @@ def _make(name: str, kernel: str, interpret: bool, ops: tuple[str, ...]) -> Back
         name=name, ops={"turboquant": ops}, available=_interpret_available if interpret else _gpu_available,
         run=run, supports=_supports(kernel),
         rounding_models={"turboquant": "exact" if precision == "exact" else "bf16-mma"},
-        env=INTERPRET_ENV if interpret else {}, timeout_s=1800.0 if interpret else 600.0))
+        env=INTERPRET_ENV if interpret else {}, timeout_s=1800.0 if interpret else 600.0, uses_gpu=not interpret,
+        **(INTERPRET_COST if interpret else {})))
 
 
 _ALL = ("store", "decode", "store_decode")

@@ -24,6 +24,8 @@ import pkgutil
 from functools import lru_cache
 from types import ModuleType
 
+from conformance.errors import UsageError
+
 TIERS = ("smoke", "ci", "full")
 PROTOCOL = ("FAMILY", "OPS", "ROUNDING_MODELS", "cells", "make_inputs", "run_with", "check")
 
@@ -54,8 +56,8 @@ def families() -> dict[str, ModuleType]:
 
 
 def get(name: str) -> ModuleType:
-    """The family called ``name``; KeyError naming the known ones otherwise."""
+    """The family called ``name``; a UsageError naming the known ones otherwise."""
     all_ = families()
     if name not in all_:
-        raise KeyError(f"unknown family {name!r}; known: {', '.join(all_)}")
+        raise UsageError(f"unknown family {name!r}; known: {', '.join(all_)}")
     return all_[name]
