@@ -10,6 +10,9 @@ PINS := torch==2.13.0 triton==3.8.0 jax==0.10.2 jaxlib==0.10.2 numpy==2.4.6 ml_d
         scipy==1.17.1 pytest==9.2.0 pytest-benchmark==5.3.1 scikit-build-core==1.1.2 nanobind==3.1.0 \
         $(FLYDSL_PIN)
 CPP_SOURCES := $(wildcard optimized/cpu/*.cpp optimized/cpu/*.hpp) CMakeLists.txt pyproject.toml
+# The editable install maps each module it saw to its file: a module renamed, removed or made a
+# package needs a reinstall, so the install also depends on a stamp of the list of module paths.
+PY_LAYOUT := $(VENV)/.layout-$(shell git ls-files -co --exclude-standard '*.py' 2>/dev/null | grep -v '^tests/' | sort | cksum | cut -d' ' -f1)
 TIER ?= ci
 # JAX compiles once per program shape; worker processes and later runs reuse the compiled programs.
 export JAX_COMPILATION_CACHE_DIR ?= $(CURDIR)/build/jax-cache
@@ -26,11 +29,15 @@ $(VENV)/.deps:
 	touch $@
 
 # The C++ extension, built without build isolation against the venv's scikit-build-core and nanobind.
-$(VENV)/.extension: $(VENV)/.deps $(CPP_SOURCES)
+$(VENV)/.extension: $(VENV)/.deps $(CPP_SOURCES) $(PY_LAYOUT)
 	$(VPY) -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps -e .
 	touch $@
 
 extension: $(VENV)/.extension
+
+$(PY_LAYOUT): | $(VENV)/.deps
+	rm -f $(VENV)/.layout-*
+	touch $@
 
 # GPU boxes with no package index: a venv over the system site-packages (their torch, Triton, JAX),
 # the extension built without build isolation if scikit-build-core and nanobind are there.

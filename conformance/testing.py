@@ -86,15 +86,22 @@ _VARLEN = ("recurrent", "chunked")
 _POOL_OPS = ("recurrent", "chunked", "decode", "spec_decode")
 
 
-def _tiled_heads(impl):
+def _wrap_pool_ops(impl, ops, around):
+    """``impl`` with each of ``ops`` it has replaced by ``around(name, fn, pos, args, kw)``, where
+    ``pos`` is the state pool's position in ``args`` (6 for recurrent and chunked, else 7)."""
     def wrap(name):
         fn = getattr(impl, name)
+        pos = 6 if name in _VARLEN else 7
+        return lambda *args, **kw: around(name, fn, pos, args, kw)
+    return _Wrapped(impl, **{name: wrap(name) for name in ops if hasattr(impl, name)})
 
-        def call(q, k, v, *args, **kw):
-            order = np.arange(v.shape[1]) % q.shape[1]      # value head hv -> key head hv % H
-            return fn(np.ascontiguousarray(q[:, order]), np.ascontiguousarray(k[:, order]), v, *args, **kw)
-        return call
-    return _Wrapped(impl, **{name: wrap(name) for name in _POOL_OPS if hasattr(impl, name)})
+
+def _tiled_heads(impl):
+    def around(name, fn, pos, args, kw):
+        q, k, v = args[:3]
+        order = np.arange(v.shape[1]) % q.shape[1]          # value head hv -> key head hv % H
+        return fn(np.ascontiguousarray(q[:, order]), np.ascontiguousarray(k[:, order]), *args[2:], **kw)
+    return _wrap_pool_ops(impl, _POOL_OPS, around)
 
 
 def _token_call(fn, args: tuple, kw: dict, state, lo: int, hi: int):
@@ -161,69 +168,55 @@ def _truncate(x32: np.ndarray, dtype) -> np.ndarray:
 def _truncating_store(impl):
     """Every state write-back truncates to the 16-bit state dtype: the op runs in pieces of one write
     interval on a float32 copy of the pool, truncated after each piece."""
-    def wrap(name):
-        fn = getattr(impl, name)
+    def around(name, fn, pos, args, kw):
+        pool = args[pos]
+        dtype = np.asarray(pool).dtype
+        if dtype.itemsize != 2:
+            return fn(*args, **kw)
+        work = np.asarray(pool).astype(np.float32)
+        kw32 = {**kw, "state_dtype": "float32"}
+        if name in _VARLEN:
+            every = kw.get("state_write_interval") or kw.get("chunk_size", 64)
 
-        def call(*args, state_dtype, **kw):
-            pos = 6 if name in _VARLEN else 7
-            pool = args[pos]
-            dtype = np.asarray(pool).dtype
-            if dtype.itemsize != 2:
-                return fn(*args, state_dtype=state_dtype, **kw)
-            work = np.asarray(pool).astype(np.float32)
-            if name in _VARLEN:
-                every = kw.get("state_write_interval") or kw.get("chunk_size", 64)
-
-                def piece(lo, hi, state):
-                    tokens, o, state = _token_call(fn, args, {**kw, "state_dtype": "float32"}, state, lo, hi)
-                    return tokens, o, _truncate(np.asarray(state, np.float32), dtype).astype(np.float32)
-                longest = int(np.max(np.diff(args[5])))
-                o, work = _pieces(args[:6] + (work,) + args[7:], range(0, longest, every), piece)
-            else:
-                o, work = _result(fn(*args[:pos], work, *args[pos + 1:], state_dtype="float32", **kw), work)
-                o = np.asarray(o, np.float32)
-            return _written(pool, _truncate(np.asarray(work, np.float32), dtype), o)
-        return call
-    return _Wrapped(impl, **{name: wrap(name) for name in _POOL_OPS if hasattr(impl, name)})
+            def piece(lo, hi, state):
+                tokens, o, state = _token_call(fn, args, kw32, state, lo, hi)
+                return tokens, o, _truncate(np.asarray(state, np.float32), dtype).astype(np.float32)
+            longest = int(np.max(np.diff(args[5])))
+            o, work = _pieces(args[:pos] + (work,) + args[pos + 1:], range(0, longest, every), piece)
+        else:
+            o, work = _result(fn(*args[:pos], work, *args[pos + 1:], **kw32), work)
+            o = np.asarray(o, np.float32)
+        return _written(pool, _truncate(np.asarray(work, np.float32), dtype), o)
+    return _wrap_pool_ops(impl, _POOL_OPS, around)
 
 
 def _transposed_read(impl):
     """Each sequence's slot is read as [V, K] (K = V cells): the slots read are transposed first."""
-    def wrap(name):
-        fn = getattr(impl, name)
-        pos = 6 if name in _VARLEN else 7
-
-        def call(*args, **kw):
-            pool = args[pos]
-            if name == "spec_decode":
-                spec, acc = args[8], args[9]
-                read = spec[np.arange(len(acc)), np.maximum(acc - 1, 0)]
-            else:
-                read = args[pos + 1]
-            read = np.unique(read[read >= 0])
-            work = np.array(pool, copy=True)
-            work[read] = np.swapaxes(work[read], -1, -2)
-            o, state = _result(fn(*args[:pos], work, *args[pos + 1:], **kw), work)
-            return _written(pool, state, np.asarray(o, np.float32))
-        return call
-    return _Wrapped(impl, **{name: wrap(name) for name in _POOL_OPS if hasattr(impl, name)})
+    def around(name, fn, pos, args, kw):
+        pool = args[pos]
+        if name == "spec_decode":
+            spec, acc = args[8], args[9]
+            read = spec[np.arange(len(acc)), np.maximum(acc - 1, 0)]
+        else:
+            read = args[pos + 1]
+        read = np.unique(read[read >= 0])
+        work = np.array(pool, copy=True)
+        work[read] = np.swapaxes(work[read], -1, -2)
+        o, state = _result(fn(*args[:pos], work, *args[pos + 1:], **kw), work)
+        return _written(pool, state, np.asarray(o, np.float32))
+    return _wrap_pool_ops(impl, _POOL_OPS, around)
 
 
 def _padding_written(impl):
     """A padding sequence (slot -1) is not skipped: its state lands in the pool's last slot."""
-    def wrap(name):
-        fn = getattr(impl, name)
-        pos = 6 if name in _VARLEN else 7
-
-        def call(*args, **kw):
-            pool, idx = args[pos], args[pos + 1]
-            o, state = _result(fn(*args, **kw), pool)
-            if np.any(idx < 0):
-                state = np.array(state, copy=True)
-                state[-1] = state[idx[idx >= 0][0]]
-            return _written(pool, state, np.asarray(o, np.float32))
-        return call
-    return _Wrapped(impl, **{name: wrap(name) for name in ("recurrent", "chunked", "decode") if hasattr(impl, name)})
+    def around(name, fn, pos, args, kw):
+        pool, idx = args[pos], args[pos + 1]
+        o, state = _result(fn(*args, **kw), pool)
+        if np.any(idx < 0):
+            state = np.array(state, copy=True)
+            state[-1] = state[idx[idx >= 0][0]]
+        return _written(pool, state, np.asarray(o, np.float32))
+    return _wrap_pool_ops(impl, ("recurrent", "chunked", "decode"), around)
 
 
 def _gates_in_bf16(impl):

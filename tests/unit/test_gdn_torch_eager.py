@@ -1,7 +1,6 @@
 """The plain-torch chunked GDN: torch-tensor contract and agreement with its rounding model."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")

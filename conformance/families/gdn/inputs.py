@@ -26,6 +26,7 @@ from conformance.families.gdn.matrix import CHUNK, OPS
 from conformance.numerics import bf16_round
 from reference.gdn.arguments import STATE_DTYPES
 
+
 def head_magnitudes(n: int) -> np.ndarray:
     """Distinct per-head magnitudes 0.5 .. 2, so a wrong head mapping changes the numbers."""
     return np.float32(2.0) ** np.linspace(-1.0, 1.0, n, dtype=np.float32)
@@ -68,6 +69,7 @@ def qkv(rng, T: int, H: int, HV: int, K: int, V: int) -> dict:
 
 
 def state_pool(rng, state: str, slots: int, HV: int, K: int, V: int) -> np.ndarray:
+    """A pool [slots, HV, K, V] in the state dtype ``state``, per-head magnitudes."""
     S = rng.normal(0.0, 0.5, (slots, HV, K, V)) * head_magnitudes(HV)[None, :, None, None]
     return S.astype(np.float32).astype(STATE_DTYPES[state])
 
