@@ -8,7 +8,7 @@ visible to query row i of the sequence iff ``j <= seq_len - q_len + i``. One pro
 (sequence, block of BLOCK_Q query tokens, kv head); its ``BLOCK_M`` rows are the BLOCK_Q tokens x
 G query heads of the kv head, so QK^T and PV run on the matrix units. No split over the keys.
 
-Rounding models as ``tq_decode_lut``: ``exact`` (fp32 operands, IEEE dot) or ``bf16`` (q_rot,
+Rounding models as ``tq_decode_grouped``: ``exact`` (fp32 operands, IEEE dot) or ``bf16`` (q_rot,
 dequantized K and V and P rounded to bf16, fp32 accumulation); output in ``out``'s dtype.
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ from optimized.triton.checks import FLOAT_DTYPES, capturing, check_finite, check
 from optimized.triton.tq_common import kv_pointers, load_key_tile, load_value_tile
 from optimized.triton.tq_decode_launch import (centroid_table, check_decode_args, interpreting, rotate_queries,
                                                validate_values)
-from optimized.triton.tq_decode_lut import PRECISIONS
+from optimized.triton.tq_decode_grouped import PRECISIONS
 
 
 @triton.jit

@@ -9,7 +9,7 @@ from tests.unit.tq_triton_helpers import DEVICE, R, make_case, t  # noqa: E402  
 import torch  # noqa: E402
 
 from optimized.triton.tq_decode_launch import DecodeWorkspace  # noqa: E402
-from optimized.triton.tq_decode_lut import decode_grouped  # noqa: E402
+from optimized.triton.tq_decode_grouped import decode_grouped  # noqa: E402
 from optimized.triton.tq_decode_split import decode_split  # noqa: E402
 from optimized.triton.tq_store import store  # noqa: E402
 from optimized.triton.tq_unified import unified_attention  # noqa: E402
