@@ -5,6 +5,7 @@ two references. Every error names the argument and what was expected.
 """
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 import ml_dtypes
@@ -45,7 +46,29 @@ def operand_dtype(name: str) -> str:
     return name
 
 
+def array(name: str, x) -> None:
+    """TypeError naming the argument unless ``x`` is an array (NumPy, JAX, torch: anything with a
+    shape and a dtype). A Python list or tuple of values is refused, not converted: data arrays
+    keep their dtype; index sequences are converted by ``indices``."""
+    if not (hasattr(x, "shape") and hasattr(x, "dtype")):
+        raise TypeError(f"{name}: expected an array, got {type(x).__name__}")
+
+
+def indices(name: str, x) -> np.ndarray:
+    """An index sequence as an integer NumPy array: a Python list or tuple of integers is
+    converted (to int32); anything else is returned as an array of its own dtype."""
+    if isinstance(x, (list, tuple)):
+        a = np.asarray(x)
+        if a.size and a.dtype.kind not in "iu":
+            raise TypeError(f"{name}: expected integers, got a Python {type(x).__name__} of {a.dtype.name}")
+        if a.size and (a.min() < np.iinfo(np.int32).min or a.max() > np.iinfo(np.int32).max):
+            raise ValueError(f"{name}: entries outside the int32 range")
+        return a.astype(np.int32)
+    return x
+
+
 def _floating(name: str, x, ndim: int) -> None:
+    array(name, x)
     dt = np.dtype(x.dtype)
     if not (dt.kind == "f" or dt.name == "bfloat16"):
         raise TypeError(f"{name}: expected a floating array, got dtype {dt.name}")
@@ -59,7 +82,7 @@ def _finite(name: str, x) -> None:
 
 
 def _integer(name: str, x, ndim: int) -> np.ndarray:
-    a = np.asarray(x)
+    a = np.asarray(indices(name, x))
     if a.dtype.kind not in "iu":
         raise TypeError(f"{name}: expected an integer array (int32), got dtype {a.dtype.name}")
     if a.ndim != ndim:
@@ -136,6 +159,7 @@ def qkv(q, k, v) -> tuple[int, int, int, int, int]:
 
 def pool(state, state_dtype_name: str, HV: int, K: int, V: int) -> int:
     """Check the state pool [S, HV, K, V] in the named dtype; returns S."""
+    array("state", state)
     expected = state_dtype(state_dtype_name)
     if np.dtype(state.dtype) != expected:
         raise TypeError(f"state: expected dtype {expected.name} (state_dtype), got {np.dtype(state.dtype).name}")
@@ -151,9 +175,18 @@ def per_token(name: str, x, T: int, HV: int) -> None:
     _finite(name, x)
 
 
+def _real(name: str, x) -> None:
+    if isinstance(x, bool) or not isinstance(x, numbers.Real):
+        raise TypeError(f"{name}: expected a real number, got {type(x).__name__}")
+
+
 def scalars(scale, l2norm_eps) -> None:
-    if scale is not None and not (np.isfinite(scale) and scale > 0):
-        raise ValueError(f"scale: expected a positive finite number or None, got {scale!r}")
+    """``scale`` None or a positive finite number, ``l2norm_eps`` a finite number >= 0."""
+    if scale is not None:
+        _real("scale", scale)
+        if not (np.isfinite(scale) and scale > 0):
+            raise ValueError(f"scale: expected a positive finite number or None, got {scale!r}")
+    _real("l2norm_eps", l2norm_eps)
     if not (np.isfinite(l2norm_eps) and l2norm_eps >= 0):
         raise ValueError(f"l2norm_eps: expected a finite number >= 0, got {l2norm_eps!r}")
 
