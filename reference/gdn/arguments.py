@@ -11,6 +11,8 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
+from reference.arguments import array, indices
+
 STATE_DTYPES = {"float32": np.dtype(np.float32), "bfloat16": np.dtype(ml_dtypes.bfloat16),
                 "float16": np.dtype(np.float16)}
 COMPUTE_DTYPES = {"float32": np.dtype(np.float32), "float64": np.dtype(np.float64)}
@@ -44,27 +46,6 @@ def operand_dtype(name: str) -> str:
     if name not in OPERAND_DTYPES:
         raise ValueError(f"operand_dtype: expected one of {list(OPERAND_DTYPES)}, got {name!r}")
     return name
-
-
-def array(name: str, x) -> None:
-    """TypeError naming the argument unless ``x`` is an array (NumPy, JAX, torch: anything with a
-    shape and a dtype). A Python list or tuple of values is refused, not converted: data arrays
-    keep their dtype; index sequences are converted by ``indices``."""
-    if not (hasattr(x, "shape") and hasattr(x, "dtype")):
-        raise TypeError(f"{name}: expected an array, got {type(x).__name__}")
-
-
-def indices(name: str, x) -> np.ndarray:
-    """An index sequence as an integer NumPy array: a Python list or tuple of integers is
-    converted (to int32); anything else is returned as an array of its own dtype."""
-    if isinstance(x, (list, tuple)):
-        a = np.asarray(x)
-        if a.size and a.dtype.kind not in "iu":
-            raise TypeError(f"{name}: expected integers, got a Python {type(x).__name__} of {a.dtype.name}")
-        if a.size and (a.min() < np.iinfo(np.int32).min or a.max() > np.iinfo(np.int32).max):
-            raise ValueError(f"{name}: entries outside the int32 range")
-        return a.astype(np.int32)
-    return x
 
 
 def _floating(name: str, x, ndim: int) -> None:

@@ -7,6 +7,7 @@ import numbers
 
 import numpy as np
 
+from reference.arguments import array, indices
 from reference.turboquant.layout import check_cache, check_layout
 from reference.turboquant.presets import Preset, check_head_size, preset
 from reference.turboquant.rotation import check_rotation
@@ -15,7 +16,7 @@ from reference.turboquant.rotation import check_rotation
 def floats(name: str, x, ndim: int, what: str) -> np.ndarray:
     """A finite float array of ``ndim`` dims (``what`` names the expected shape); a Python list or
     tuple is refused (TypeError), not converted."""
-    not_a_sequence(name, x)
+    array(name, x)
     a = np.asarray(x)
     if a.ndim != ndim:
         raise ValueError(f"{name} must be {what}, got shape {list(a.shape)}")
@@ -26,16 +27,9 @@ def floats(name: str, x, ndim: int, what: str) -> np.ndarray:
     return a
 
 
-def not_a_sequence(name: str, x) -> None:
-    """TypeError naming the argument when a data array arrives as a Python list or tuple (index
-    tables may: ``ints`` converts them)."""
-    if isinstance(x, (list, tuple)):
-        raise TypeError(f"{name} must be an array, got a Python {type(x).__name__}")
-
-
 def ints(name: str, x, ndim: int) -> np.ndarray:
     """An integer array of ``ndim`` dims as int64; a Python list or tuple of integers is converted."""
-    a = np.asarray(x)
+    a = np.asarray(indices(name, x))
     if a.dtype.kind not in "iu" or a.ndim != ndim:
         raise ValueError(f"{name} must be a {ndim}-d integer array, got dtype {a.dtype} shape {list(a.shape)}")
     return a.astype(np.int64)

@@ -160,3 +160,41 @@ def test_store_rejects_bad_input(what, match):
         cache = cache.to(torch.int16)
     with pytest.raises((ValueError, TypeError), match=match):
         store(cache, key, value, slots, preset=P, layout="aos", rotation=rot)
+
+
+def _expanded_out(B, Hq, D, guard=256):
+    """An ``out [B, Hq, D]`` whose last dimension is a broadcast (stride 0) of a ``[B, Hq]`` region at
+    the start of a buffer of sentinels, and that buffer: a kernel that assumes stride 1 writes
+    ``D - 1`` elements past the region."""
+    buf = torch.full((B * Hq + guard,), 7.0, device=DEVICE)
+    return buf[: B * Hq].view(B, Hq, 1).expand(B, Hq, D), buf
+
+
+@pytest.mark.parametrize("launcher", ["split", "grouped", "unified"])
+def test_an_output_that_overlaps_itself_is_refused_and_nothing_is_written(case, launcher):
+    """Before the output checks, unified attention wrote 63 elements past an out of strides
+    (Hq, 1, 0) (its kernel assumed a last stride of 1); every decode now refuses it, naming out."""
+    B, Hq, D = case["q"].shape
+    out, buf = _expanded_out(B, Hq, D)
+    kw = dict(preset=P, layout="soa", rotation=case["rot"], out=out)
+    with pytest.raises(ValueError, match="^out "):
+        if launcher == "unified":
+            qsl = torch.arange(B + 1, dtype=torch.int32, device=DEVICE)
+            unified_attention(case["q"], case["cache"], case["bt"], qsl, case["lens"], 1, **kw)
+        else:
+            (decode_split if launcher == "split" else decode_grouped)(
+                case["q"], case["cache"], case["bt"], case["lens"], **kw)
+    assert bool((buf == 7.0).all())
+
+
+@pytest.mark.parametrize("strides,match", [
+    (lambda B, Hq, D: (Hq * D, 0, 1), "overlaps itself"),          # every head writes one row
+    (lambda B, Hq, D: (D, D, 1), "overlaps itself"),               # sequence b + 1 starts at head 1 of b
+    (lambda B, Hq, D: (Hq * 2 * D, 2 * D, 2), "rows must be contiguous"),
+])
+def test_outputs_with_bad_strides_are_refused(case, strides, match):
+    B, Hq, D = case["q"].shape
+    buf = torch.zeros(4 * B * Hq * D, device=DEVICE)
+    out = buf.as_strided((B, Hq, D), strides(B, Hq, D))
+    with pytest.raises(ValueError, match=f"^out .*{match}"):
+        _decode(case, out=out)
