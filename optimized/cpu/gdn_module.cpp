@@ -229,8 +229,13 @@ Isa parse_isa(const std::string& isa) {
     return which;
 }
 
+// Each thread gets its own scratch; more threads than this is a mistake, not a machine.
+constexpr int kMaxThreads = 1024;
+
 int thread_count(int num_threads) {
-    if (num_threads < 1) throw std::invalid_argument(("num_threads: expected >= 1, got " + std::to_string(num_threads)).c_str());
+    if (num_threads < 1 || num_threads > kMaxThreads)
+        throw std::invalid_argument(("num_threads: expected an integer in [1, " + std::to_string(kMaxThreads) +
+                                     "], got " + std::to_string(num_threads)).c_str());
     return num_threads;
 }
 
@@ -437,6 +442,7 @@ nb::dict isa_status() {
 NB_MODULE(_gdn, m) {
     using namespace gdn;
     m.doc() = "GDN CPU kernels (AMX / AVX-512 / scalar); use the wrappers in optimized.cpu.";
+    m.attr("MAX_THREADS") = kMaxThreads;
     m.def("isa_status", &isa_status, "{isa: (available, reason)} for 'amx', 'avx512', 'scalar'.");
     m.def("default_threads", &default_threads, "CPUs this process may run on.");
     m.def("gdn_decode", &gdn_decode, "q"_a, "k"_a, "v"_a, "A_log"_a, "a"_a, "b"_a, "dt_bias"_a,
