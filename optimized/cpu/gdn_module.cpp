@@ -12,6 +12,7 @@
 #include <nanobind/stl/tuple.h>
 
 #include <cmath>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -193,6 +194,12 @@ void* output(const OutArray& out, const std::vector<int64_t>& shape, DType* dt) 
     return out.data();
 }
 
+// The kernels skip padding sequences; their rows of o are zero (the caller's out may hold anything).
+void zero_rows(void* out, DType dt, int64_t row_elems, int64_t t0, int64_t t1) {
+    const int64_t row_bytes = row_elems * dtype_bytes(dt);
+    std::memset(static_cast<char*>(out) + t0 * row_bytes, 0, size_t((t1 - t0) * row_bytes));
+}
+
 // q, k [T, H, K] and v [T, HV, V]: sets T, H, HV, K, V.
 void token_inputs(const InArray& q, const InArray& k, const InArray& v, int64_t* T, int64_t* H,
                   int64_t* HV, int64_t* K, int64_t* V, Input* qi, Input* ki, Input* vi) {
@@ -270,11 +277,10 @@ void set_options(OpOptions& A, float scale, bool use_qk_l2norm, float l2norm_eps
     A.num_threads = thread_count(num_threads);
 }
 
-// Runs the code path `isa` names (checked: parse_isa refuses one this CPU lacks), GIL released.
+// Runs the code path `which` (from parse_isa, which refuses one this CPU lacks), GIL released.
 template <class Args>
-void run_path(const std::string& isa, const Args& A, void (*on_amx)(const Args&), void (*on_avx512)(const Args&),
+void run_path(Isa which, const Args& A, void (*on_amx)(const Args&), void (*on_avx512)(const Args&),
               void (*on_scalar)(const Args&)) {
-    const Isa which = parse_isa(isa);
     nb::gil_scoped_release release;
     (which == Isa::Amx ? on_amx : which == Isa::Avx512 ? on_avx512 : on_scalar)(A);
 }
@@ -292,7 +298,10 @@ void gdn_decode(const InArray& q, const InArray& k, const InArray& v, const InAr
     check_slots("state_indices", A.indices, A.N, A.state.num_slots);
     A.out = output(out, {A.T, A.HV, A.V}, &A.out_dt);
     set_options(A, scale, use_qk_l2norm, l2norm_eps, num_threads);
-    run_path(isa, A, amx::decode, avx512::decode, scalar::decode);
+    const Isa which = parse_isa(isa);  // the last check: nothing is written before it
+    for (int64_t n = 0; n < A.N; ++n)
+        if (A.indices[n] < 0) zero_rows(A.out, A.out_dt, A.HV * A.V, n, n + 1);
+    run_path(which, A, amx::decode, avx512::decode, scalar::decode);
 }
 
 void gdn_spec_decode(const InArray& q, const InArray& k, const InArray& v, const InArray& A_log, const InArray& a,
@@ -333,7 +342,13 @@ void gdn_spec_decode(const InArray& q, const InArray& k, const InArray& v, const
     }
     A.out = output(out, {A.T, A.HV, A.V}, &A.out_dt);
     set_options(A, scale, use_qk_l2norm, l2norm_eps, num_threads);
-    run_path(isa, A, amx::spec_decode, avx512::spec_decode, scalar::spec_decode);
+    const Isa which = parse_isa(isa);  // the last check: nothing is written before it
+    for (int64_t n = 0; n < A.N; ++n) {
+        const int64_t acc = A.num_accepted[n];
+        if (A.indices[n * A.index_cols + (acc > 0 ? acc - 1 : 0)] < 0)
+            zero_rows(A.out, A.out_dt, A.HV * A.V, A.cu_seqlens[n], A.cu_seqlens[n + 1]);
+    }
+    run_path(which, A, amx::spec_decode, avx512::spec_decode, scalar::spec_decode);
 }
 
 void gdn_chunk_prefill(const InArray& q, const InArray& k, const InArray& v, const InArray& g, const InArray& beta,
@@ -357,7 +372,10 @@ void gdn_chunk_prefill(const InArray& q, const InArray& k, const InArray& v, con
     check_cu_seqlens(A.cu_seqlens, A.N, A.T);
     A.out = output(out, {A.T, A.HV, A.V}, &A.out_dt);
     set_options(A, scale, use_qk_l2norm, l2norm_eps, num_threads);
-    run_path(isa, A, amx::chunk_prefill, avx512::chunk_prefill, scalar::chunk_prefill);
+    const Isa which = parse_isa(isa);  // the last check: nothing is written before it
+    for (int64_t n = 0; n < A.N; ++n)
+        if (A.indices[n] < 0) zero_rows(A.out, A.out_dt, A.HV * A.V, A.cu_seqlens[n], A.cu_seqlens[n + 1]);
+    run_path(which, A, amx::chunk_prefill, avx512::chunk_prefill, scalar::chunk_prefill);
 }
 
 // g = -exp(A_log) softplus(a + dt_bias) (threshold 20), beta = sigmoid(b), both fp32 [T, HV].
