@@ -187,10 +187,36 @@ StatePool state_pool(const OutArray& st, int64_t HV, int64_t K, int64_t V) {
     return pool;
 }
 
-void* output(const OutArray& out, const std::vector<int64_t>& shape, DType* dt) {
+// Bytes [lo, hi) an argument occupies, by name (for the overlap check of the output).
+struct Extent {
+    const char* name;
+    const char* lo;
+    const char* hi;
+};
+
+template <class A>
+Extent extent(const char* name, const A& a) {  // a C-contiguous array
+    const char* lo = static_cast<const char*>(a.data());
+    return {name, lo, lo + a.nbytes()};
+}
+
+Extent extent(const StatePool& pool, int64_t HV, int64_t K, int64_t V) {
+    const char* lo = static_cast<const char*>(pool.p);
+    const int64_t elems = (pool.num_slots - 1) * pool.slot_stride + HV * K * V;
+    return {"state", lo, lo + elems * dtype_bytes(pool.dt)};
+}
+
+// out [T, HV, V]: float dtype, shape, C-contiguous, and sharing no byte with the arguments the
+// kernel reads or writes while it writes out.
+void* output(const OutArray& out, const std::vector<int64_t>& shape, DType* dt, std::initializer_list<Extent> others) {
     *dt = float_dtype("out", out);
     check_shape("out", out, shape, "[T, HV, V]");
     check_contiguous("out", out);
+    const char* lo = static_cast<const char*>(out.data());
+    const char* hi = lo + out.nbytes();
+    for (const Extent& e : others)
+        if (lo < e.hi && e.lo < hi)
+            throw std::invalid_argument((std::string("out: overlaps ") + e.name + " in memory").c_str());
     return out.data();
 }
 
@@ -296,7 +322,9 @@ void gdn_decode(const InArray& q, const InArray& k, const InArray& v, const InAr
     A.state = state_pool(state, A.HV, A.K, A.V);
     A.indices = int32_input("state_indices", state_indices, {A.N}, "[N]");
     check_slots("state_indices", A.indices, A.N, A.state.num_slots);
-    A.out = output(out, {A.T, A.HV, A.V}, &A.out_dt);
+    A.out = output(out, {A.T, A.HV, A.V}, &A.out_dt,
+                   {extent("q", q), extent("k", k), extent("v", v), extent("A_log", A_log), extent("a", a),
+                    extent("b", b), extent("dt_bias", dt_bias), extent(A.state, A.HV, A.K, A.V)});
     set_options(A, scale, use_qk_l2norm, l2norm_eps, num_threads);
     const Isa which = parse_isa(isa);  // the last check: nothing is written before it
     for (int64_t n = 0; n < A.N; ++n)
@@ -340,7 +368,9 @@ void gdn_spec_decode(const InArray& q, const InArray& k, const InArray& v, const
                                        " has a padding slot (-1) among the columns of its " + std::to_string(len) +
                                        " tokens").c_str());
     }
-    A.out = output(out, {A.T, A.HV, A.V}, &A.out_dt);
+    A.out = output(out, {A.T, A.HV, A.V}, &A.out_dt,
+                   {extent("q", q), extent("k", k), extent("v", v), extent("A_log", A_log), extent("a", a),
+                    extent("b", b), extent("dt_bias", dt_bias), extent(A.state, A.HV, A.K, A.V)});
     set_options(A, scale, use_qk_l2norm, l2norm_eps, num_threads);
     const Isa which = parse_isa(isa);  // the last check: nothing is written before it
     for (int64_t n = 0; n < A.N; ++n) {
@@ -370,7 +400,9 @@ void gdn_chunk_prefill(const InArray& q, const InArray& k, const InArray& v, con
     check_slots("state_indices", A.indices, A.N, A.state.num_slots);
     A.cu_seqlens = int32_input("cu_seqlens", cu_seqlens, {A.N + 1}, "[N + 1]");
     check_cu_seqlens(A.cu_seqlens, A.N, A.T);
-    A.out = output(out, {A.T, A.HV, A.V}, &A.out_dt);
+    A.out = output(out, {A.T, A.HV, A.V}, &A.out_dt,
+                   {extent("q", q), extent("k", k), extent("v", v), extent("g", g), extent("beta", beta),
+                    extent(A.state, A.HV, A.K, A.V)});
     set_options(A, scale, use_qk_l2norm, l2norm_eps, num_threads);
     const Isa which = parse_isa(isa);  // the last check: nothing is written before it
     for (int64_t n = 0; n < A.N; ++n)

@@ -225,6 +225,7 @@ LAUNCHER_ONLY = {  # arguments the reference does not have
     "out overlaps itself": _set("out", lambda c: _overlapping(c["out"])),
     "out read-only": _set("out", lambda c: np.lib.stride_tricks.as_strided(c["out"], writeable=False)),
     "out as a list": _set("out", lambda c: c["out"].tolist()),
+    "out is v": _set("out", lambda c: c["args"]["v"]),
 }
 MUTATIONS = {
     "decode": {**SHARED, **GATED, **SLOTS, **LAUNCHER_ONLY},

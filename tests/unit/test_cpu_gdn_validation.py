@@ -193,6 +193,11 @@ def test_outputs_are_checked_like_inputs():
     _out_case(read_only, ValueError, r"^out: the NumPy array is read-only")
     _out_case(torch.zeros(N, HV, V), TypeError, r"^out: expected a numpy array like q")
     _out_case(np.zeros((N, HV, V), np.float32).tolist(), TypeError, r"^out: expected an array")
+    args = _decode_args()
+    with pytest.raises(ValueError, match=r"^out: overlaps v in memory"):
+        cpu.gdn_decode(**args, isa="scalar", out=args["v"])
+    with pytest.raises(ValueError, match=r"^out: overlaps state in memory"):
+        cpu.gdn_decode(**args, isa="scalar", out=args["state"][1, :N].reshape(-1)[:N * HV * V].reshape(N, HV, V))
     with pytest.raises(ValueError, match=r"^out: dtype float32 differs from out_dtype"):
         cpu.gdn_decode(**_decode_args(), isa="scalar", out=np.zeros((N, HV, V), np.float32), out_dtype="float16")
 
