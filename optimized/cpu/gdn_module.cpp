@@ -206,17 +206,19 @@ Extent extent(const StatePool& pool, int64_t HV, int64_t K, int64_t V) {
     return {"state", lo, lo + elems * dtype_bytes(pool.dt)};
 }
 
-// out [T, HV, V]: float dtype, shape, C-contiguous, and sharing no byte with the arguments the
-// kernel reads or writes while it writes out.
+// An output shares no byte with the other arguments the kernel reads or writes meanwhile.
+void check_disjoint(const Extent& written, std::initializer_list<Extent> others) {
+    for (const Extent& e : others)
+        if (written.lo < e.hi && e.lo < written.hi)
+            throw std::invalid_argument((std::string(written.name) + ": overlaps " + e.name + " in memory").c_str());
+}
+
+// out [T, HV, V]: float dtype, shape, C-contiguous, disjoint from ``others`` (the inputs and state).
 void* output(const OutArray& out, const std::vector<int64_t>& shape, DType* dt, std::initializer_list<Extent> others) {
     *dt = float_dtype("out", out);
     check_shape("out", out, shape, "[T, HV, V]");
     check_contiguous("out", out);
-    const char* lo = static_cast<const char*>(out.data());
-    const char* hi = lo + out.nbytes();
-    for (const Extent& e : others)
-        if (lo < e.hi && e.lo < hi)
-            throw std::invalid_argument((std::string("out: overlaps ") + e.name + " in memory").c_str());
+    check_disjoint(extent("out", out), others);
     return out.data();
 }
 
@@ -325,6 +327,8 @@ void gdn_decode(const InArray& q, const InArray& k, const InArray& v, const InAr
     A.out = output(out, {A.T, A.HV, A.V}, &A.out_dt,
                    {extent("q", q), extent("k", k), extent("v", v), extent("A_log", A_log), extent("a", a),
                     extent("b", b), extent("dt_bias", dt_bias), extent(A.state, A.HV, A.K, A.V)});
+    check_disjoint(extent(A.state, A.HV, A.K, A.V), {extent("q", q), extent("k", k), extent("v", v),
+                   extent("A_log", A_log), extent("a", a), extent("b", b), extent("dt_bias", dt_bias)});
     set_options(A, scale, use_qk_l2norm, l2norm_eps, num_threads);
     const Isa which = parse_isa(isa);  // the last check: nothing is written before it
     for (int64_t n = 0; n < A.N; ++n)
@@ -371,6 +375,8 @@ void gdn_spec_decode(const InArray& q, const InArray& k, const InArray& v, const
     A.out = output(out, {A.T, A.HV, A.V}, &A.out_dt,
                    {extent("q", q), extent("k", k), extent("v", v), extent("A_log", A_log), extent("a", a),
                     extent("b", b), extent("dt_bias", dt_bias), extent(A.state, A.HV, A.K, A.V)});
+    check_disjoint(extent(A.state, A.HV, A.K, A.V), {extent("q", q), extent("k", k), extent("v", v),
+                   extent("A_log", A_log), extent("a", a), extent("b", b), extent("dt_bias", dt_bias)});
     set_options(A, scale, use_qk_l2norm, l2norm_eps, num_threads);
     const Isa which = parse_isa(isa);  // the last check: nothing is written before it
     for (int64_t n = 0; n < A.N; ++n) {
@@ -403,6 +409,8 @@ void gdn_chunk_prefill(const InArray& q, const InArray& k, const InArray& v, con
     A.out = output(out, {A.T, A.HV, A.V}, &A.out_dt,
                    {extent("q", q), extent("k", k), extent("v", v), extent("g", g), extent("beta", beta),
                     extent(A.state, A.HV, A.K, A.V)});
+    check_disjoint(extent(A.state, A.HV, A.K, A.V),
+                   {extent("q", q), extent("k", k), extent("v", v), extent("g", g), extent("beta", beta)});
     set_options(A, scale, use_qk_l2norm, l2norm_eps, num_threads);
     const Isa which = parse_isa(isa);  // the last check: nothing is written before it
     for (int64_t n = 0; n < A.N; ++n)

@@ -88,6 +88,9 @@ def test_stride_errors():
     overlapping = np.lib.stride_tricks.as_strided(np.ones(HV * K * V * 2, np.float32), (N + 1, HV, K, V),
                                                   (4 * K * V, 4 * K * V, 4 * V, 4))
     _raises("decode", ValueError, r"^state: each slot must be contiguous", state=overlapping)
+    state = np.ones((N + 1, HV, K, V), np.float32)
+    _raises("decode", ValueError, r"^state: overlaps q in memory", state=state,
+            q=state.reshape(-1)[:N * H * K].reshape(N, H, K))
 
 
 def test_index_errors():
