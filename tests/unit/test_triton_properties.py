@@ -13,8 +13,6 @@ Interpreter calls take ~0.2 to 1 s: a few examples each by default, more under `
 from __future__ import annotations
 
 import re
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
@@ -35,13 +33,13 @@ from reference.turboquant import numpy_ref  # noqa: E402
 GUARD = 0xA5
 LEAD, TAIL = 4, 12  # guard bytes before / elements after each output view (LEAD keeps 4-byte alignment)
 DECODERS = ("split", "grouped", "unified")
-FEW = settings(deadline=None, database=None, suppress_health_check=list(HealthCheck), max_examples=3)
-INVALID = settings(FEW, max_examples=12)
+FEW = settings(deadline=None, database=None, suppress_health_check=list(HealthCheck), max_examples=5)
+INVALID = settings(FEW, max_examples=16)
 
 
 def _family_check(cell, inputs: dict, outputs: dict):
     """The turboquant family's verdict under the ``exact`` rounding model (the interpreter's)."""
-    return family.check(cell, SimpleNamespace(rounding_model="exact"), inputs, outputs)
+    return family.check(cell, "exact", inputs, outputs)
 
 
 def _t(x):
