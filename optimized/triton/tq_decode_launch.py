@@ -39,9 +39,11 @@ class DecodeWorkspace:
     def __init__(self, max_batch: int, num_q_heads: int, head_size: int, max_splits: int = 32, device="cuda"):
         import torch
 
-        check_positive("max_batch", max_batch)
-        if not 1 <= max_splits <= MAX_SPLITS:
-            raise ValueError(f"max_splits must be in [1, {MAX_SPLITS}], got {max_splits}")
+        for name, n in (("max_batch", max_batch), ("num_q_heads", num_q_heads), ("head_size", head_size)):
+            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                raise ValueError(f"{name} must be a positive integer, got {n!r}")
+        if isinstance(max_splits, bool) or not isinstance(max_splits, int) or not 1 <= max_splits <= MAX_SPLITS:
+            raise ValueError(f"max_splits must be an integer in [1, {MAX_SPLITS}], got {max_splits!r}")
         self.max_batch, self.num_q_heads, self.head_size, self.max_splits = max_batch, num_q_heads, head_size, max_splits
         self.q_rot = torch.empty(max_batch, num_q_heads, head_size, dtype=torch.float32, device=device)
         self.partials = torch.empty(max_batch, num_q_heads, max_splits, head_size + 1, dtype=torch.float32,

@@ -198,3 +198,18 @@ def test_outputs_with_bad_strides_are_refused(case, strides, match):
     out = buf.as_strided((B, Hq, D), strides(B, Hq, D))
     with pytest.raises(ValueError, match=f"^out .*{match}"):
         _decode(case, out=out)
+
+
+@pytest.mark.parametrize("args,name", [
+    ((0, 4, 64), "max_batch"), ((2, 0, 64), "num_q_heads"), ((2, 4, 64.0), "head_size"),
+    ((2, 4, 64, 65), "max_splits"), ((2, 4, 64, 0), "max_splits"),
+])
+def test_workspace_sizes_outside_their_range_name_themselves(args, name):
+    with pytest.raises(ValueError, match=f"^{name} must be"):
+        DecodeWorkspace(*args, device=DEVICE)
+
+
+@pytest.mark.parametrize("splits", [0, 65, 1.5, True])
+def test_split_counts_outside_their_range_name_themselves(case, splits):
+    with pytest.raises(ValueError, match="^num_kv_splits must be"):
+        _decode(case, num_kv_splits=splits)
