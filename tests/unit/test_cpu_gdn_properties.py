@@ -24,6 +24,7 @@ import reference.gdn.numpy_ref as ref
 from conformance.cells import make_cell
 from conformance.compare import compare
 from conformance.families.gdn.tolerances import o_and_state
+from conformance.testing import assert_close
 
 BUILT, WHY = cpu.extension_status()
 pytestmark = pytest.mark.skipif(not BUILT, reason=WHY)
@@ -32,7 +33,8 @@ STATE_DTYPES = {"float32": np.dtype(np.float32), "bfloat16": np.dtype(ml_dtypes.
                 "float16": np.dtype(np.float16)}
 GUARD = 0xA5  # every guard byte; as float32 / bf16 / fp16 a finite number nobody computes
 LEAD, TAIL = 3, 5  # guard elements before and after each output view
-PROPERTY = settings(max_examples=20, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+PROPERTY = settings(max_examples=20, deadline=None, database=None, derandomize=True,
+                    suppress_health_check=list(HealthCheck))
 
 
 def _family_tolerances(op: str, dims: dict, inputs: dict, expected: dict, model: str):
@@ -115,8 +117,8 @@ def decode_cases(draw, op: str):
         a["beta"] = rng.uniform(0.1, 0.9, (T, HV)).astype(np.float32)
         a["cu_seqlens"] = cu
     else:
-        a.update(A_log=np.log(rng.uniform(1, 16, HV)).astype(np.float32), a=rng.standard_normal((T, HV)).astype(np.float32),
-                 b=rng.standard_normal((T, HV)).astype(np.float32),
+        a.update(A_log=np.log(rng.uniform(1, 16, HV)).astype(np.float32),
+                 a=rng.standard_normal((T, HV)).astype(np.float32), b=rng.standard_normal((T, HV)).astype(np.float32),
                  dt_bias=(0.5 * rng.standard_normal(HV)).astype(np.float32))
     buf, pool = _pool(rng, S, HV, K, V, STATE_DTYPES[state], draw(st.integers(0, 5)))
     perm = rng.permutation(S).astype(np.int32)
@@ -171,8 +173,8 @@ def test_valid_arguments_match_the_reference_and_stay_inside_the_outputs(op, dat
     inputs = {"state_dtype": case["state"], "cu_seqlens": case["cu"]}
     model = "bf16-operands" if op == "chunk_prefill" else "exact"
     o_tol, s_tol = _family_tolerances(op, case["dims"], inputs, {"o": o_ref, "state": pool_ref}, model)
-    for c in (compare("o", o, o_ref, o_tol), compare("state", case["args"]["state"][written], pool_ref[written], s_tol)):
-        assert c.passed, c.reason
+    assert_close("o", o, o_ref, o_tol)
+    assert_close("state", case["args"]["state"][written], pool_ref[written], s_tol)
     _assert_guards(before, case["buf"], _owned(case["buf"], case["args"]["state"], written))
     i = np.arange(out_before.size)
     _assert_guards(out_before, case["out_buf"], (i >= LEAD) & (i < LEAD + o.size))
@@ -221,7 +223,8 @@ LAUNCHER_ONLY = {  # arguments the reference does not have
     "isa unknown": _set("isa", lambda c: "sse"),
     "out shape": _set("out", lambda c: np.zeros(c["out"].shape[:2] + (c["out"].shape[2] + 1,), np.float32)),
     "out dtype": _set("out", lambda c: np.zeros(c["out"].shape, np.float64)),
-    "out rows strided": _set("out", lambda c: np.zeros(c["out"].shape[:2] + (2 * c["out"].shape[2],), np.float32)[..., ::2]),
+    "out rows strided": _set("out", lambda c: np.zeros(c["out"].shape[:2] + (2 * c["out"].shape[2],),
+                                                       np.float32)[..., ::2]),
     "out overlaps itself": _set("out", lambda c: _overlapping(c["out"])),
     "out read-only": _set("out", lambda c: np.lib.stride_tricks.as_strided(c["out"], writeable=False)),
     "out as a list": _set("out", lambda c: c["out"].tolist()),
@@ -299,4 +302,5 @@ def test_a_planted_scale_error_and_a_planted_stray_write_are_caught(data):
     before = case["buf"].copy()
     case["buf"][-1] = 1.0
     with pytest.raises(AssertionError, match="written outside the outputs"):
-        _assert_guards(before, case["buf"], _owned(case["buf"], case["args"]["state"], range(case["args"]["state"].shape[0])))
+        _assert_guards(before, case["buf"], _owned(case["buf"], case["args"]["state"],
+                                                   range(case["args"]["state"].shape[0])))
