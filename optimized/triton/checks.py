@@ -12,9 +12,11 @@ def capturing(t) -> bool:
     return t.is_cuda and torch.cuda.is_current_stream_capturing()
 
 
-def check_tensor(name: str, t, shape: tuple, dtypes: tuple[str, ...], device=None):
+def check_tensor(name: str, t, shape: tuple, dtypes: tuple[str, ...], device=None, contiguous: bool = False):
     """TypeError/ValueError naming ``name`` unless ``t`` is a torch tensor of ``shape`` (None
-    entries: any size) and one of ``dtypes`` (torch dtype names), on ``device``."""
+    entries: any size) and one of ``dtypes`` (torch dtype names), on ``device``; with ``contiguous``
+    also C-contiguous (for tensors a kernel reads at ``ptr + i`` while the checks read them through
+    their strides)."""
     import torch
 
     if not isinstance(t, torch.Tensor):
@@ -26,6 +28,8 @@ def check_tensor(name: str, t, shape: tuple, dtypes: tuple[str, ...], device=Non
         raise ValueError(f"{name} must have shape [{want}], got {list(t.shape)}")
     if device is not None and t.device != device:
         raise ValueError(f"{name} must be on {device}, got {t.device}")
+    if contiguous and not t.is_contiguous():
+        raise ValueError(f"{name} must be contiguous, got strides {list(t.stride())} for shape {list(t.shape)}")
     return t
 
 

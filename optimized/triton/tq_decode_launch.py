@@ -96,10 +96,10 @@ def check_decode_args(query, kv_cache, block_table, seq_lens, *, preset, layout,
     if not spec.preset.key_fp8:
         if rotation is None:
             raise ValueError(f"rotation [D, D] is required for the MSE-key preset {spec.preset.name}")
-        check_tensor("rotation", rotation, (D, D), ("float32",), dev)
+        check_tensor("rotation", rotation, (D, D), ("float32",), dev, contiguous=True)
         check_finite("rotation", rotation)
     if sinks is not None:
-        check_tensor("sinks", sinks, (Hq,), ("float32",), dev)
+        check_tensor("sinks", sinks, (Hq,), ("float32",), dev, contiguous=True)
     return DecodeArgs(spec, B, Hq, G, softmax_scale(scale, D), sinks, block_table, seq_lens)
 
 
@@ -108,7 +108,7 @@ def check_tables(block_table, seq_lens, B: int, kv_cache) -> None:
     int32; their values are checked by ``validate_values``."""
     dev = kv_cache.device
     check_tensor("block_table", block_table, (B, None), ("int32",), dev)
-    check_tensor("seq_lens", seq_lens, (B,), ("int32",), dev)
+    check_tensor("seq_lens", seq_lens, (B,), ("int32",), dev, contiguous=True)
     if block_table.stride(1) != 1:
         raise ValueError(f"block_table rows must be contiguous, got strides {block_table.stride()}")
     check_positive("block_table columns", block_table.shape[1])

@@ -112,7 +112,7 @@ def store(kv_cache, key, value, slot_mapping, *, preset, layout, rotation=None):
     check_tensor("key", key, (N, Hk, D), FLOAT_DTYPES, dev)
     check_tensor("value", value, (N, Hk, D), FLOAT_DTYPES, dev)
     slot_mapping = index_tensor("slot_mapping", slot_mapping, dev)
-    check_tensor("slot_mapping", slot_mapping, (N,), ("int32", "int64"), dev)
+    check_tensor("slot_mapping", slot_mapping, (N,), ("int32", "int64"), dev, contiguous=True)
     check_positive("N (tokens in key)", N)
     nslots = kv_cache.shape[0] * kv_cache.shape[1]
     check_range("slot_mapping", slot_mapping, -(2**62), nslots)

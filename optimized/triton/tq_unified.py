@@ -108,7 +108,7 @@ def unified_attention(query, kv_cache, block_table, query_start_loc, seq_lens, m
                           rotation=rotation, scale=scale, sinks=sinks, num_seqs=B)
     spec, T, Hq, block_table, seq_lens = a.spec, a.B, a.Hq, a.block_table, a.seq_lens
     D = spec.head_size
-    check_tensor("query_start_loc", query_start_loc, (B + 1,), ("int32",), kv_cache.device)
+    check_tensor("query_start_loc", query_start_loc, (B + 1,), ("int32",), kv_cache.device, contiguous=True)
     if isinstance(max_query_len, bool) or not isinstance(max_query_len, int) or not 1 <= max_query_len <= T:
         raise ValueError(f"max_query_len must be an integer in [1, T={T}], got {max_query_len!r}")
     if not capturing(query_start_loc):

@@ -213,3 +213,27 @@ def test_workspace_sizes_outside_their_range_name_themselves(args, name):
 def test_split_counts_outside_their_range_name_themselves(case, splits):
     with pytest.raises(ValueError, match="^num_kv_splits must be"):
         _decode(case, num_kv_splits=splits)
+
+
+def test_a_strided_slot_mapping_is_refused_and_nothing_is_written_past_the_cache():
+    """Before the contiguity check, the store validated slot_mapping through its strides but its
+    kernel read ``ptr + n``: a view [0, 1] of [0, past, 1, past] wrote 69 bytes past the cache."""
+    cache, key, value, _, rot = _store_args(N=2, nb=2)
+    n = cache.numel()
+    buf = torch.full((n + 4096,), 0xA5, dtype=torch.uint8, device=DEVICE)
+    view = buf[:n].view(cache.shape)
+    past = cache.shape[0] * cache.shape[1] + 3
+    slots = torch.tensor([0, past, 1, past], dtype=torch.int64, device=DEVICE)[::2]
+    with pytest.raises(ValueError, match="^slot_mapping must be contiguous"):
+        store(view, key[:2], value[:2], slots, preset=P, layout="aos", rotation=rot)
+    assert bool((buf == 0xA5).all())
+
+
+@pytest.mark.parametrize("name", ["seq_lens", "rotation", "sinks"])
+def test_tensors_read_as_flat_memory_must_be_contiguous(case, name):
+    q = case["q"]
+    values = {"seq_lens": case["lens"], "rotation": case["rot"], "sinks": torch.zeros(q.shape[1], device=DEVICE)}
+    x = values[name]
+    strided = torch.stack([x, x], dim=-1).select(-1, 0)  # same values, last stride 2
+    with pytest.raises(ValueError, match=f"^{name} must be contiguous"):
+        _decode(case, **{name: strided})

@@ -172,6 +172,12 @@ def _bad_out(fn):
     return "out", lambda call: fn(call["kw"]["out"])
 
 
+def _strided(x):
+    """``x`` as a view with stride 2 (its values interleaved with others): a kernel reading
+    ``ptr + i`` would see the others, not the values the checks read through the strides."""
+    return torch.stack([x, torch.full_like(x, 10**6)], dim=-1).reshape(-1)[::2]
+
+
 def _overlapping(out):
     d = next(i for i, n in enumerate(out.shape) if n > 1)
     return out.as_strided(out.shape, tuple(0 if i == d else s for i, s in enumerate(out.stride())))
@@ -194,6 +200,7 @@ DECODE_ONLY = {
     "out rows strided": _bad_out(lambda o: torch.zeros(o.shape[:2] + (2 * o.shape[2],), device=o.device)[..., ::2]),
     "out overlaps itself": _bad_out(_overlapping),
     "out as a list": _bad_out(lambda o: o.tolist()),
+    "seq_lens a strided view": ("seq_lens", lambda c: _strided(_t(c["inputs"]["seq_lens"]))),
 }
 SPLITS = {
     "num_kv_splits 0": ("num_kv_splits", lambda c: 0),
@@ -210,6 +217,8 @@ MUTATIONS = {
                 "query_start_loc of floats": ("query_start_loc", lambda c: [0.5] * (len(c["inputs"]["seq_lens"]) + 1))},
 }
 REFERENCE_ARGS = ("query", "block_table", "seq_lens", "scale", "sinks", "rotation", "num_kv_splits")
+LAUNCHER_ONLY = ("num_kv_splits too many", "seq_lens a strided view", "rotation a transposed view",
+                 "slot_mapping a strided view")  # the reference has no split limit and reads through strides
 
 
 def _names(exc: BaseException, name: str) -> bool:
@@ -224,6 +233,7 @@ def test_invalid_decode_arguments_are_refused_by_name_and_nothing_is_written(lau
     mutations = dict(MUTATIONS[launcher])
     if call["inputs"]["rotation"] is not None:
         mutations["rotation NaN"] = _poison("rotation", float("nan"))
+        mutations["rotation a transposed view"] = ("rotation", lambda c: _t(c["inputs"]["rotation"]).T)
     if call["inputs"]["sinks"] is not None:
         mutations["sinks NaN"] = _poison("sinks", float("inf"))
     label = data.draw(st.sampled_from(sorted(mutations)))
@@ -238,7 +248,7 @@ def test_invalid_decode_arguments_are_refused_by_name_and_nothing_is_written(lau
     assert _names(refused.value, name), f"{label}: {refused.value!r} does not name {name}"
     assert torch.equal(call["buf"], before), "a refused call wrote into out or around it"
     assert torch.equal(call["args"]["kv_cache"], cache_before)
-    if name not in REFERENCE_ARGS or label == "num_kv_splits too many":  # the reference has no split limit
+    if name not in REFERENCE_ARGS or label in LAUNCHER_ONLY:
         return
     x = dict(call["inputs"])
     ref_args = dict(query=x["query"], kv_cache=x["kv_cache"], block_table=x["block_table"], seq_lens=x["seq_lens"],
@@ -258,6 +268,7 @@ STORE_MUTATIONS = {
     "kv_cache overlaps itself": ("kv_cache", lambda c: c["args"]["kv_cache"].as_strided(
         c["args"]["kv_cache"].shape, (0,) + c["args"]["kv_cache"].stride()[1:])),
     "kv_cache dtype": ("kv_cache", lambda c: c["args"]["kv_cache"].to(torch.int16)),
+    "slot_mapping a strided view": ("slot_mapping", lambda c: _strided(_t(c["inputs"]["slot_mapping"]))),
 }
 
 
@@ -278,7 +289,7 @@ def test_invalid_store_arguments_are_refused_by_name_and_nothing_is_written(data
         _store(call)
     assert _names(refused.value, name), f"{label}: {refused.value!r} does not name {name}"
     assert torch.equal(call["buf"], before), "a refused store wrote into the cache or around it"
-    if name == "kv_cache":  # the reference store writes a NumPy cache: its own checks differ
+    if name == "kv_cache" or label in LAUNCHER_ONLY:  # the reference store writes a NumPy cache
         return
     x = call["inputs"]
     ref_args = dict(kv_cache=x["kv_cache"].copy(), key=x["key"], value=x["value"], slot_mapping=x["slot_mapping"],
