@@ -8,7 +8,7 @@ FLYDSL_PIN := flydsl==0.2.4
 # One pinned pip line. torch==2.13.0 resolves to the CPU wheel on our machines (research/env.md 7).
 PINS := torch==2.13.0 triton==3.8.0 jax==0.10.2 jaxlib==0.10.2 numpy==2.4.6 ml_dtypes==0.6.0 \
         scipy==1.17.1 pytest==9.2.0 pytest-benchmark==5.3.1 scikit-build-core==1.1.2 nanobind==3.1.0 \
-        $(FLYDSL_PIN)
+        hypothesis==6.170.17 $(FLYDSL_PIN)
 CPP_SOURCES := $(wildcard optimized/cpu/*.cpp optimized/cpu/*.hpp) CMakeLists.txt pyproject.toml
 # The editable install maps each module it saw to its file: a module renamed, removed or made a
 # package needs a reinstall, so the install also depends on a stamp of the list of module paths.

@@ -59,7 +59,7 @@ class TritonImpl:
         import torch
 
         from conformance.poison import poisoned
-        from optimized.triton.tq_decode_lut import decode_grouped
+        from optimized.triton.tq_decode_grouped import decode_grouped
         from optimized.triton.tq_decode_split import decode_split
         from optimized.triton.tq_unified import unified_attention
 

@@ -94,7 +94,7 @@ def time_sdpa(B: int, Hk: int, G: int, D: int, L: int) -> float:
 def variants(quick: bool = False):
     """(name, launcher, keyword arguments) of the decodes timed; ``quick``: the grouped-decode
     sweep alone (no split-KV or unified decode)."""
-    from optimized.triton.tq_decode_lut import decode_grouped
+    from optimized.triton.tq_decode_grouped import decode_grouped
     from optimized.triton.tq_decode_split import decode_split
 
     out = [] if quick else [("split-exact", decode_split, {})]
@@ -113,7 +113,7 @@ def run(lengths=(8192, 32768), B=32, Hk=8, G=8, D=128, quick=False) -> dict:
 
     from reference.turboquant.presets import preset
     from optimized.triton.tq_decode_launch import DecodeWorkspace
-    from optimized.triton.tq_decode_lut import decode_grouped
+    from optimized.triton.tq_decode_grouped import decode_grouped
     from optimized.triton.tq_unified import unified_attention
 
     slot = preset(PRESET).slot_size(D)

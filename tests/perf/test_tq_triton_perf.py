@@ -1,7 +1,7 @@
 """Performance gates of the Triton TurboQuant decode on a GPU (issue 6), each a ratio of two
 things measured in the same run (optimized/triton/bench.py states the byte model):
 
-- default grouped decode (tq_decode_lut) time <= 0.35x torch SDPA decode on a bf16 cache of the same shape;
+- default grouped decode (tq_decode_grouped) time <= 0.35x torch SDPA decode on a bf16 cache of the same shape;
 - its achieved bandwidth (compressed bytes once per kv head) >= 70% of a device-to-device copy.
 Shape: B=32, Hk=8, G=8, D=128, turboquant_4bit_nc, SoA, L in {8192, 32768}.
 """
@@ -28,7 +28,7 @@ def copy_bps():
 def test_grouped_decode_beats_bf16_sdpa_and_streams_near_copy_bandwidth(benchmark, copy_bps, L):
     from optimized.triton.bench import PRESET, build_case, graph_ms, time_sdpa
     from optimized.triton.tq_decode_launch import DecodeWorkspace
-    from optimized.triton.tq_decode_lut import decode_grouped
+    from optimized.triton.tq_decode_grouped import decode_grouped
     from reference.turboquant.presets import preset
 
     case = build_case(B, HK, G, D, L)

@@ -11,7 +11,7 @@ import torch  # noqa: E402
 
 from conformance.families.turboquant.tolerances import decode_agreement  # noqa: E402
 from conformance.testing import assert_close  # noqa: E402
-from optimized.triton.tq_decode_lut import decode_grouped  # noqa: E402
+from optimized.triton.tq_decode_grouped import decode_grouped  # noqa: E402
 from optimized.triton.tq_decode_split import decode_split  # noqa: E402
 from optimized.triton.tq_store import store  # noqa: E402
 from optimized.triton.tq_unified import unified_attention  # noqa: E402

@@ -19,7 +19,7 @@ import torch
 
 from optimized.triton import bench
 from optimized.triton.tq_decode_launch import DecodeWorkspace
-from optimized.triton.tq_decode_lut import decode_grouped
+from optimized.triton.tq_decode_grouped import decode_grouped
 
 B, Hk, G, D, L = 32, 8, 8, 128, 8192
 case = bench.build_case(B, Hk, G, D, L)

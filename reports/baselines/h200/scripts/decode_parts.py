@@ -7,7 +7,7 @@ import json, os
 import torch
 from optimized.triton import bench
 from optimized.triton.tq_decode_launch import DecodeWorkspace, check_decode_args, rotate_queries, reduce_partials
-from optimized.triton.tq_decode_lut import decode_grouped, grouped_stage1
+from optimized.triton.tq_decode_grouped import decode_grouped, grouped_stage1
 
 B, Hk, G, D, L = 32, 8, 8, 128, 8192
 case = bench.build_case(B, Hk, G, D, L)

@@ -1,7 +1,7 @@
 """Where the dequantized tiles of the grouped decode go on the way to the matrix unit, from the
 code Triton generates for sm_90 (compiled ahead of time, no GPU needed; fourth session):
 
-- the production kernel (``tq_decode_lut._grouped_kernel``, both key methods): the bf16 tiles that
+- the production kernel (``tq_decode_grouped._grouped_kernel``, both key methods): the bf16 tiles that
   the decode loop writes to shared memory (``ttg.local_alloc`` of a register tensor), each of which
   is read back (``ldmatrix``) as a wgmma register operand;
 - two probes of one ``tl.dot`` with a 4-bit operand: ``elementwise`` builds it by elementwise ops

@@ -243,6 +243,10 @@ def _grouped_kernel(q_ptr, cache_ptr, bt_ptr, seq_lens_ptr, table_ptr, sinks_ptr
         tl.store(base + D, (mq + tl.log2(l)) * LN2, mask=gq)
 
 
+def _power_of_two(n) -> bool:
+    return isinstance(n, int) and not isinstance(n, bool) and n >= 1 and n & (n - 1) == 0
+
+
 def tile_for(block_size: int, block_n: int) -> int:
     """The tile actually used: ``block_n`` if it and the cache block size nest (one divides the
     other), else the largest power of two >= 16 dividing ``block_size``; ValueError naming
@@ -294,9 +298,13 @@ def decode_grouped(query, kv_cache, block_table, seq_lens, *, preset, layout, ro
         raise ValueError("precision 'bf16' is not available under TRITON_INTERPRET=1 (broken bf16 arithmetic)")
     if keys not in KEY_METHODS:
         raise ValueError(f"keys must be one of {KEY_METHODS}, got {keys!r}")
-    block_n = block_n or 128
-    if block_n < 16 or block_n & (block_n - 1):
-        raise ValueError(f"block_n must be a power of two >= 16, got {block_n}")
+    block_n = 128 if block_n is None else block_n
+    if not _power_of_two(block_n) or block_n < 16:
+        raise ValueError(f"block_n must be a power of two >= 16, got {block_n!r}")
+    if not _power_of_two(num_warps) or num_warps > 32:
+        raise ValueError(f"num_warps must be a power of two in [1, 32], got {num_warps!r}")
+    if isinstance(num_stages, bool) or not isinstance(num_stages, int) or not 1 <= num_stages <= 8:
+        raise ValueError(f"num_stages must be an integer in [1, 8], got {num_stages!r}")
     if getattr(kv_cache, "dim", lambda: 0)() == 4:
         block_n = tile_for(kv_cache.shape[1], block_n)
         if kv_cache.data_ptr() % 4 or kv_cache.stride(0) % 4:
@@ -306,7 +314,7 @@ def decode_grouped(query, kv_cache, block_table, seq_lens, *, preset, layout, ro
     a, S, ws, out = begin_split_decode(query, kv_cache, block_table, seq_lens, preset=preset, layout=layout,
                                        rotation=rotation, scale=scale, sinks=sinks, num_kv_splits=num_kv_splits,
                                        workspace=workspace, out=out, block_n=block_n)
-    grouped_stage1(a, S, ws, kv_cache, block_table, seq_lens, bf16=precision == "bf16", keys=keys, block_n=block_n,
-                   num_warps=num_warps, num_stages=num_stages)
-    reduce_partials(ws, seq_lens, out, S, align=block_n)
+    grouped_stage1(a, S, ws, kv_cache, a.block_table, a.seq_lens, bf16=precision == "bf16", keys=keys,
+                   block_n=block_n, num_warps=num_warps, num_stages=num_stages)
+    reduce_partials(ws, a.seq_lens, out, S, align=block_n)
     return out
