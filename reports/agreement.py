@@ -65,6 +65,8 @@ def agreement(records: list[dict]) -> dict:
                 listed.append({"id": cell_id, "a": a["backend"], "b": b["backend"], "output": worst,
                                "margin_a": ma[worst], "margin_b": mb[worst], "lower": lower, "upper": upper,
                                "verdict": verdict, "rounding_model": a.get("rounding_model")})
+    for p in pairs.values():
+        p["comparable"] = p["both_pass"] - p["other_oracle"]
     listed.sort(key=lambda x: (x["verdict"] != "proven", -x["upper"]))
     return {"pairs": sorted(pairs.values(), key=lambda p: (-p["undecided"] - p["proven"], p["a"], p["b"])),
             "listed": listed[:MAX_LISTED], "n_listed": len(listed)}

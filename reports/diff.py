@@ -55,7 +55,7 @@ def records_diff(current: list[dict], baseline: list[dict]) -> dict:
                     out["margin_moved"].append({**_item(r, o), "ratio": ratio})
     out["vanished"] = [_item(o) for k, o in old.items() if k not in cur]
     out["margin_moved"].sort(key=lambda x: -abs(math.log(x["ratio"])))
-    return {k: {"count": len(v), "items": v[:MAX_LISTED]} for k, v in out.items()}
+    return {k: {"count": len(v), "rows": v[:MAX_LISTED]} for k, v in out.items()}
 
 
 def _bench_key(b: dict) -> tuple:

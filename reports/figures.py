@@ -35,11 +35,16 @@ def roofline(benchmarks: list[dict], ceilings: dict[str, dict], salt: str) -> st
     ai = [b["flops"] / b["bytes"] for b in pts]
     lo, hi = min(ai) / 4, max(ai) * 4
     xs = [lo * (hi / lo) ** (i / 50) for i in range(51)]
+    peaks = [c["tflops"] for c in ceilings.values() if "tflops" in c]
+    ys = [b["tflops"] for b in pts]
+    top = max(ys + peaks) * 3
     for name, c in ceilings.items():
         if "gbps" in c:
-            ax.plot(xs, [c["gbps"] * x / 1000 for x in xs], "--", lw=1, color="#57606a")
-            ax.annotate(f"{name} {c['gbps']:.0f} GB/s", (xs[5], c["gbps"] * xs[5] / 1000), fontsize=7,
-                        color="#57606a", rotation=20)
+            line = [c["gbps"] * x / 1000 for x in xs]
+            ax.plot(xs, line, "--", lw=1, color="#57606a")
+            at = max((i for i, y in enumerate(line) if y <= top / 3), default=0)
+            ax.annotate(f"{name} {c['gbps']:.3g} GB/s", (xs[at], line[at]), fontsize=7,
+                        color="#57606a", ha="right", va="bottom")
         if "tflops" in c:
             ax.axhline(c["tflops"], ls=":", lw=1, color="#57606a")
             ax.annotate(f"{name} {c['tflops']:.3g} TFLOP/s", (xs[-12], c["tflops"]), fontsize=7,
@@ -54,6 +59,7 @@ def roofline(benchmarks: list[dict], ceilings: dict[str, dict], salt: str) -> st
                             xytext=(4, 3), textcoords="offset points")
     ax.set_xscale("log")
     ax.set_yscale("log")
+    ax.set_ylim(min(ys) / 4, top)
     ax.set_xlabel("arithmetic intensity (FLOP / byte)")
     ax.set_ylabel("achieved TFLOP/s")
     ax.grid(True, which="major", lw=0.3)

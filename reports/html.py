@@ -21,7 +21,7 @@ TEMPLATES = Path(__file__).parent / "templates"
 
 def _env() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
-                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+                             undefined=jinja2.ChainableUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters["g"] = lambda x, p=3: "" if x is None else (f"{x:.{p}g}" if isinstance(x, (int, float)) else str(x))
     env.filters["tojson_script"] = lambda x: jinja2.utils.markupsafe.Markup(
         json.dumps(x, separators=(",", ":")).replace("</", "<\\/"))
@@ -52,11 +52,20 @@ def unavailable_list(runs: list[Run]) -> list[dict]:
     return out
 
 
+def vs_ours(benchmarks: list[dict]) -> list[dict]:
+    """Each benchmark with ``vs_ours``: its median time over ours' median for the same bench and
+    shape (None for ours, or when ours was not measured there)."""
+    key = lambda b: (b["bench"], json.dumps(b.get("shape") or {}, sort_keys=True))  # noqa: E731
+    ours = {key(b): b["time_s"]["median"] for b in benchmarks if b.get("role") == "ours"}
+    return [{**b, "vs_ours": None if b.get("role") == "ours" or key(b) not in ours
+             else b["time_s"]["median"] / ours[key(b)]} for b in benchmarks]
+
+
 def perf_section(perfs: list[Perf]) -> list[dict]:
     out = []
     for i, p in enumerate(perfs):
         ceilings = p.ceilings()
-        out.append({"path": str(p.path), "benchmarks": p.benchmarks, "other": p.other, "gates": p.gates,
+        out.append({"path": str(p.path), "benchmarks": vs_ours(p.benchmarks), "other": p.other, "gates": p.gates,
                     "ceilings": ceilings, "problems": p.problems,
                     "roofline": figures.roofline(p.benchmarks, ceilings, salt=f"roofline{i}")})
     return out

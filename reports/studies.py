@@ -46,6 +46,9 @@ def render(paths: list[Path]) -> tuple[list[dict], list[str]]:
         if name not in STUDIES:
             problems.append(f"{p}: not a known study (study = {name!r}; known: {', '.join(STUDIES)})")
             continue
+        if any(o["name"] == name for o in out):
+            problems.append(f"{p}: another {name} study was found first; this one is not shown")
+            continue
         title, draw, note = STUDIES[name]
         try:
             svg = draw(result, salt=f"study{i}")

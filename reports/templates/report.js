@@ -8,6 +8,7 @@
   const BUCKETS = [[0.01, "margin < 0.01"], [0.1, "0.01 – 0.1"], [0.5, "0.1 – 0.5"], [0.9, "0.5 – 0.9"], [Infinity, "≥ 0.9 (close to failing)"]];
   const LABEL = {pass: "pass", fail: "fail", skip: "skip", xfail: "xfail (known failure)", xpass: "xpass (known failure passed)",
                  error: "error (exception)", crash: "crash (worker died)"};
+  const BAD = new Set(["fail", "error", "crash", "xpass"]);
   const state = {hidden: new Set(), backend: "", text: "", groupBy: {}, axisFilter: {}};
   const root = document.body;
   const esc = (s) => String(s).replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"})[c]);
@@ -104,22 +105,30 @@
         groups.get(v).push(ci);
       }
       let g = "";
+      const bad = new Map(rows.map((r) => [r, 0]));
       for (const v of [...groups.keys()].sort(valueOrder)) {
         let colsHtml = "";
-        for (const ci of groups.get(v)) {
+        const members = groups.get(v);
+        for (const ci of members) {
           let col = "";
           for (const r of rows) {
             const ri = byCellRow.get(ci * nRows + r);
             if (ri === undefined) { col += '<b class="gap"></b>'; continue; }
             n++;
-            col += `<i class="${markClass(D.recs[ri])}" data-i="${ri}" data-s="${S[D.recs[ri][R.status]]}"></i>`;
+            const st = S[D.recs[ri][R.status]];
+            if (BAD.has(st)) bad.set(r, bad.get(r) + 1);
+            col += `<i class="${markClass(D.recs[ri])}" data-i="${ri}" data-s="${st}"></i>`;
           }
           colsHtml += `<span class="col">${col}</span>`;
         }
-        const label = `${gb}=${JSON.parse(v)}`;
-        g += `<span class="grp"><span class="glabel" title="${esc(label)}">${esc(label)}</span><span class="cols">${colsHtml}</span></span>`;
+        const wide = members.length >= 8 ? " wide" : "";
+        g += `<span class="grp"><span class="glabel${wide}" title="${esc(gb + "=" + JSON.parse(v))}">${esc(JSON.parse(v))}</span><span class="cols">${colsHtml}</span></span>`;
       }
-      ops += `<div class="op"><div class="oplabel">${esc(op)} <span class="n">${cols.length} cells</span></div><div class="grps">${g}</div></div>`;
+      const labels = rows.map((r) => `<div class="rlabel" title="${esc(D.rows[r].label)}"><span>${esc(D.rows[r].label)}</span>` +
+        (bad.get(r) ? `<b class="nbad" title="fail, error, crash or xpass">${bad.get(r)}</b>` : "") + "</div>").join("");
+      const short = [...groups.values()].every((m) => m.length >= 8) ? " short" : "";
+      ops += `<div class="op${short}"><div class="oplabel">${esc(fam)} / ${esc(op)} <span class="n">${cols.length} cells, columns grouped by ${esc(gb)}</span></div>
+        <div class="hm"><div class="rlabels">${labels}</div><div class="scroller"><div class="grps">${g}</div></div></div></div>`;
     }
     const opts = axes.map((a) => `<option ${a === gb ? "selected" : ""}>${esc(a)}</option>`).join("");
     let filt = '<option value="">all cells</option>';
@@ -130,12 +139,11 @@
         return `<option value="${esc(key)}" ${cur ? "selected" : ""}>${esc(a)}=${esc(JSON.parse(v))}</option>`;
       }).join("") + "</optgroup>";
     }
-    const labels = rows.map((r) => `<div class="rlabel" title="${esc(D.rows[r].label)}">${esc(D.rows[r].label)}</div>`).join("");
     return `<div class="family" data-family="${esc(fam)}">
       <h3>${esc(fam)} <span class="n">${n} records shown</span></h3>
       <div class="famctl"><span class="flabel">group columns by</span><select class="groupby">${opts}</select>
         <span class="flabel">only cells with</span><select class="axisfilter">${filt}</select></div>
-      ${ops ? `<div class="hm"><div class="rlabels">${labels}</div><div class="scroller">${ops}</div></div>` : '<p class="missing">No record matches the filters.</p>'}
+      ${ops || '<p class="missing">No record matches the filters.</p>'}
     </div>`;
   }
 
@@ -169,8 +177,8 @@
     let outs = "";
     if (rec[R.outputs].length) {
       const keys = D.metric_keys;
-      outs = `<table class="grid small"><tr><th>output</th>${keys.map((k) => `<th>${esc(k)}</th>`).join("")}</tr>` +
-        rec[R.outputs].map((o) => `<tr><td>${esc(STR[o[0]])}</td>${keys.map((k, j) => `<td>${esc(fmt(o[j + 1]))}</td>`).join("")}</tr>`).join("") + "</table>";
+      outs = `<div class="scrollx"><table class="grid small"><tr><th>output</th>${keys.map((k) => `<th>${esc(k)}</th>`).join("")}</tr>` +
+        rec[R.outputs].map((o) => `<tr><td>${esc(STR[o[0]])}</td>${keys.map((k, j) => `<td>${esc(fmt(o[j + 1]))}</td>`).join("")}</tr>`).join("") + "</table></div>";
     } else {
       outs = '<p class="missing">No per-output metrics in this record (it did not run, or the record predates them).</p>';
     }
