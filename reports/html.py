@@ -77,6 +77,7 @@ def render(runs: list[Run], perfs: list[Perf], studies: list[dict], study_proble
     return _env().get_template("report.html.j2").render(
         generated=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         runs=[run_header(r) for r in runs], statuses=STATUSES,
+        totals=[(s, sum(r["status"] == s for r in all_records)) for s in STATUSES],
         unavailable=unavailable_list(runs), data=matrix.pack(runs),
         agreement=agreement.agreement(all_records), studies=studies, study_problems=study_problems,
         perf=perf_section(perfs), diff=diff, baseline=baseline and run_header(baseline),

@@ -89,6 +89,15 @@
     return true;
   }
 
+  // the shared start of several group values, cut after its last '_' or '-' (e.g. "turboquant_")
+  function commonPrefix(values) {
+    if (values.length < 2) return "";
+    let p = values[0];
+    for (const v of values) while (!v.startsWith(p)) p = p.slice(0, -1);
+    const cut = Math.max(p.lastIndexOf("_"), p.lastIndexOf("-"));
+    return cut > 0 ? p.slice(0, cut + 1) : "";
+  }
+
   function drawFamily(fam, f) {
     const rows = [...f.rows].filter((r) => state.backend === "" || String(r) === state.backend).sort((a, b) => D.rows[a].label.localeCompare(D.rows[b].label));
     const axes = [...f.axes.keys()];
@@ -98,15 +107,21 @@
     for (const [op, cellIdx] of f.ops) {
       const cols = cellIdx.filter((ci) => cellVisible(ci, fam));
       if (!cols.length || !rows.length) continue;
+      // an op without the chosen axis is grouped by its own first axis
+      const opAxes = Object.keys(D.cells[cols[0]][3]);
+      const key = opAxes.includes(gb) ? gb : (opAxes[0] || "");
       const groups = new Map();
       for (const ci of cols) {
-        const v = gb in D.cells[ci][3] ? JSON.stringify(D.cells[ci][3][gb]) : '"(none)"';
+        const v = key in D.cells[ci][3] ? JSON.stringify(D.cells[ci][3][key]) : '"(none)"';
         if (!groups.has(v)) groups.set(v, []);
         groups.get(v).push(ci);
       }
       let g = "";
       const bad = new Map(rows.map((r) => [r, 0]));
-      for (const v of [...groups.keys()].sort(valueOrder)) {
+      const values = [...groups.keys()].sort(valueOrder);
+      const shown = values.map((v) => String(JSON.parse(v)));
+      const prefix = commonPrefix(shown);
+      values.forEach((v, vi) => {
         let colsHtml = "";
         const members = groups.get(v);
         for (const ci of members) {
@@ -121,13 +136,14 @@
           }
           colsHtml += `<span class="col">${col}</span>`;
         }
-        const wide = members.length >= 8 ? " wide" : "";
-        g += `<span class="grp"><span class="glabel${wide}" title="${esc(gb + "=" + JSON.parse(v))}">${esc(JSON.parse(v))}</span><span class="cols">${colsHtml}</span></span>`;
-      }
+        const text = shown[vi].slice(prefix.length) || shown[vi];
+        const wide = members.length * 13 >= text.length * 6.5 + 4 ? " wide" : "";
+        g += `<span class="grp"><span class="glabel${wide}" title="${esc(key + "=" + shown[vi])}">${esc(text)}</span><span class="cols">${colsHtml}</span></span>`;
+      });
       const labels = rows.map((r) => `<div class="rlabel" title="${esc(D.rows[r].label)}"><span>${esc(D.rows[r].label)}</span>` +
         (bad.get(r) ? `<b class="nbad" title="fail, error, crash or xpass">${bad.get(r)}</b>` : "") + "</div>").join("");
-      const short = [...groups.values()].every((m) => m.length >= 8) ? " short" : "";
-      ops += `<div class="op${short}"><div class="oplabel">${esc(fam)} / ${esc(op)} <span class="n">${cols.length} cells, columns grouped by ${esc(gb)}</span></div>
+      const short = g.indexOf('glabel"') < 0 ? " short" : "";
+      ops += `<div class="op${short}"><div class="oplabel">${esc(fam)} / ${esc(op)} <span class="n">${cols.length} cells, columns grouped by ${esc(key)}${prefix ? ` (values start with ${esc(prefix)})` : ""}</span></div>
         <div class="hm"><div class="rlabels">${labels}</div><div class="scroller"><div class="grps">${g}</div></div></div></div>`;
     }
     const opts = axes.map((a) => `<option ${a === gb ? "selected" : ""}>${esc(a)}</option>`).join("");
