@@ -10,6 +10,7 @@ from collections import Counter
 from pathlib import Path
 
 import jinja2
+from markupsafe import Markup
 
 from conformance.records import STATUSES
 from reports import agreement, figures, matrix
@@ -23,8 +24,7 @@ def _env() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
                              undefined=jinja2.ChainableUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters["g"] = lambda x, p=3: "" if x is None else (f"{x:.{p}g}" if isinstance(x, (int, float)) else str(x))
-    env.filters["tojson_script"] = lambda x: jinja2.utils.markupsafe.Markup(
-        json.dumps(x, separators=(",", ":")).replace("</", "<\\/"))
+    env.filters["tojson_script"] = lambda x: Markup(json.dumps(x, separators=(",", ":")).replace("</", "<\\/"))
     return env
 
 

@@ -20,11 +20,12 @@
     for (let i = 0; i < BUCKETS.length; i++) if (m < BUCKETS[i][0]) return i;
     return BUCKETS.length - 1;
   }
+  const isNI = (rec) => rec[R.extra] !== null && STR[rec[R.extra]].indexOf('"not_implemented": true') >= 0;
   function markClass(rec) {
     const s = S[rec[R.status]];
     let c = "m st-" + s;
     if (s === "pass") c += " p" + passBucket(rec[R.margin]);
-    if (s === "skip" && rec[R.extra] !== null && STR[rec[R.extra]].indexOf('"not_implemented": true') >= 0) c += " ni";
+    if (s === "skip" && isNI(rec)) c += " ni";
     return c;
   }
 
@@ -72,9 +73,11 @@
     updateCount();
   }
   function updateCount() {
-    const shown = document.querySelectorAll("#families .m").length;
+    let shown = document.querySelectorAll("#families .m").length;
+    document.querySelectorAll("#families .niline").forEach((el) => { shown += +el.dataset.n; });
     let visible = 0;
     document.querySelectorAll("#families .m").forEach((el) => { if (!state.hidden.has(el.dataset.s)) visible++; });
+    if (!state.hidden.has("skip")) visible += shown - document.querySelectorAll("#families .m").length;
     document.getElementById("f-count").textContent = `showing ${visible} of ${D.recs.length} records` + (shown < D.recs.length ? ` (${D.recs.length - shown} filtered out by backend, id or axis)` : "");
   }
 
@@ -116,8 +119,20 @@
         if (!groups.has(v)) groups.set(v, []);
         groups.get(v).push(ci);
       }
+      // backends that implement none of the op (every record a not-implemented skip): one line, no row
+      const counts = new Map(rows.map((r) => [r, [0, 0]]));
+      for (const ci of cols) {
+        for (const r of rows) {
+          const ri = byCellRow.get(ci * nRows + r);
+          if (ri !== undefined) { const c = counts.get(r); c[0]++; if (isNI(D.recs[ri])) c[1]++; }
+        }
+      }
+      const absent = rows.filter((r) => counts.get(r)[0] > 0 && counts.get(r)[0] === counts.get(r)[1]);
+      const opRows = rows.filter((r) => !absent.includes(r));
+      const nAbsent = absent.reduce((a, r) => a + counts.get(r)[0], 0);
+      const absentLine = absent.length ? `<p class="niline" data-n="${nAbsent}">Not implemented by ${absent.map((r) => esc(D.rows[r].label)).join(", ")}: ${nAbsent} skip record${nAbsent === 1 ? "" : "s"}, not drawn.</p>` : "";
       let g = "";
-      const bad = new Map(rows.map((r) => [r, 0]));
+      const bad = new Map(opRows.map((r) => [r, 0]));
       const values = [...groups.keys()].sort(valueOrder);
       const shown = values.map((v) => String(JSON.parse(v)));
       const prefix = commonPrefix(shown);
@@ -126,7 +141,7 @@
         const members = groups.get(v);
         for (const ci of members) {
           let col = "";
-          for (const r of rows) {
+          for (const r of opRows) {
             const ri = byCellRow.get(ci * nRows + r);
             if (ri === undefined) { col += '<b class="gap"></b>'; continue; }
             n++;
@@ -140,11 +155,11 @@
         const wide = members.length * 13 >= text.length * 6.5 + 4 ? " wide" : "";
         g += `<span class="grp"><span class="glabel${wide}" title="${esc(key + "=" + shown[vi])}">${esc(text)}</span><span class="cols">${colsHtml}</span></span>`;
       });
-      const labels = rows.map((r) => `<div class="rlabel" title="${esc(D.rows[r].label)}"><span>${esc(D.rows[r].label)}</span>` +
+      const labels = opRows.map((r) => `<div class="rlabel" title="${esc(D.rows[r].label)}"><span>${esc(D.rows[r].label)}</span>` +
         (bad.get(r) ? `<b class="nbad" title="fail, error, crash or xpass">${bad.get(r)}</b>` : "") + "</div>").join("");
       const short = g.indexOf('glabel"') < 0 ? " short" : "";
       ops += `<div class="op${short}"><div class="oplabel">${esc(fam)} / ${esc(op)} <span class="n">${cols.length} cells, columns grouped by ${esc(key)}${prefix ? ` (values start with ${esc(prefix)})` : ""}</span></div>
-        <div class="hm"><div class="rlabels">${labels}</div><div class="scroller"><div class="grps">${g}</div></div></div></div>`;
+        ${opRows.length ? `<div class="hm"><div class="rlabels">${labels}</div><div class="scroller"><div class="grps">${g}</div></div></div>` : ""}${absentLine}</div>`;
     }
     const opts = axes.map((a) => `<option ${a === gb ? "selected" : ""}>${esc(a)}</option>`).join("");
     let filt = '<option value="">all cells</option>';
