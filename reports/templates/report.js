@@ -43,6 +43,12 @@
       f.axes.get(k).add(JSON.stringify(v));
     }
   });
+  // default grouping: the axis most of the family's cells have (e.g. GDN's state dtype)
+  for (const f of families.values()) {
+    const have = new Map();
+    for (const cells of f.ops.values()) for (const ci of cells) for (const k of Object.keys(D.cells[ci][3])) have.set(k, (have.get(k) || 0) + 1);
+    f.defaultAxis = [...have.entries()].reduce((best, e) => (e[1] > best[1] ? e : best), ["", 0])[0];
+  }
   D.recs.forEach((r, i) => {
     byCellRow.set(r[R.cell] * nRows + r[R.row], i);
     families.get(D.cells[r[R.cell]][1]).rows.add(r[R.row]);
@@ -78,7 +84,7 @@
     let visible = 0;
     document.querySelectorAll("#families .m").forEach((el) => { if (!state.hidden.has(el.dataset.s)) visible++; });
     if (!state.hidden.has("skip")) visible += shown - document.querySelectorAll("#families .m").length;
-    document.getElementById("f-count").textContent = `showing ${visible} of ${D.recs.length} records` + (shown < D.recs.length ? ` (${D.recs.length - shown} filtered out by backend, id or axis)` : "");
+    document.getElementById("f-count").textContent = `showing ${visible} of the ${D.recs.length} records of available backends` + (shown < D.recs.length ? ` (${D.recs.length - shown} filtered out by backend, id or axis)` : "");
   }
 
   // ---------------------------------------------------------------- drawing
@@ -104,7 +110,7 @@
   function drawFamily(fam, f) {
     const rows = [...f.rows].filter((r) => state.backend === "" || String(r) === state.backend).sort((a, b) => D.rows[a].label.localeCompare(D.rows[b].label));
     const axes = [...f.axes.keys()];
-    const gb = state.groupBy[fam] !== undefined ? state.groupBy[fam] : (axes[0] || "");
+    const gb = state.groupBy[fam] !== undefined ? state.groupBy[fam] : f.defaultAxis;
     let ops = "";
     let n = 0;
     for (const [op, cellIdx] of f.ops) {
