@@ -9,6 +9,7 @@ import math
 
 import matplotlib
 from matplotlib.figure import Figure
+from matplotlib.ticker import NullFormatter
 
 ROLE_STYLE = {"ours": ("#1f6feb", "o"), "peer": ("#d1242f", "s"), "baseline": ("#8250df", "^"),
               "ceiling": ("#6e7781", "D")}
@@ -95,6 +96,7 @@ def gdn_drift(result: dict, salt: str) -> str:
     a2.set(xscale="log", yscale="log", xlabel="prefill calls (round trips + 1)",
            title="error against prefix-cache round trips")
     for a in (a1, a2):
+        a.xaxis.set_minor_formatter(NullFormatter())
         a.grid(True, lw=0.3)
         if a.get_legend_handles_labels()[0]:
             a.legend(fontsize=7)
