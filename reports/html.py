@@ -40,7 +40,8 @@ def run_header(run: Run) -> dict:
             "tier": info.get("tier"), "started": info.get("started"), "finished": info.get("finished"),
             "elapsed_s": info.get("elapsed_s"), "counts": [(s, counts.get(s, 0)) for s in STATUSES],
             "n_records": len(run.records), "problems": run.problems,
-            "merged_from": len(info["merged_from"]) if isinstance(info.get("merged_from"), list) else None}
+            "merged_from": len(info["merged_from"]) if isinstance(info.get("merged_from"), (list, dict)) else None,
+            "devices": info.get("devices"), "retired": info.get("retired_devices") or {}}
 
 
 def unavailable_list(runs: list[Run]) -> list[dict]:

@@ -1,17 +1,17 @@
 """Read run folders for the report, tolerating what a crash or a kill leaves behind.
 
-A run folder holds ``run.json`` (fingerprint, command, backends, counts; written at the start and
-again at the end) and ``cells.jsonl`` (one record per line). Unlike ``conformance.records.read``,
-which refuses a damaged file, this reader keeps every readable record and lists what is missing or
-skipped in ``Run.problems``, so the report of a partial run still renders and says why it is partial.
+A run folder holds ``run.json`` (fingerprint, selection, backends, counts; written at the start and
+again at the end) and ``cells.jsonl`` (one record per line). What a killed or unfinished run
+leaves (no run.json, no finish time, a half-written last line, no records) is listed in
+``Run.problems`` and the report still renders; a corrupt file (not JSON, not UTF-8, a folder)
+is refused with ``conformance.records.RecordsError`` naming it, as every command does.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from conformance.records import STATUSES
+from conformance import records
 
 UNAVAILABLE_PREFIX = "backend unavailable: "
 
@@ -31,7 +31,7 @@ class Run:
 
     @property
     def tier(self) -> str | None:
-        return self.info.get("tier")
+        return (self.info.get("selection") or {}).get("tier") or self.info.get("tier")
 
     def unavailable(self) -> dict[str, str]:
         """Backend -> reason, for backends unavailable on the run's machine.
@@ -60,31 +60,16 @@ def _normalise(rec: dict) -> dict:
 
 
 def read_records(path: Path) -> tuple[list[dict], list[str]]:
-    """The readable records of a cells.jsonl and a list of what was skipped and why."""
-    problems: list[str] = []
+    """The records of a cells.jsonl (the later of two for one pair) and what was left out and why."""
     if not path.exists():
         return [], [f"no {path.name}: the run wrote no record"]
-    text = path.read_text(errors="replace")
-    if text and not text.endswith("\n"):
-        problems.append(f"{path.name}: the last line is cut short (the run was killed while writing it)")
+    recs, partial = records.read_partial(path)
+    problems = [partial] if partial else []
     out: dict[tuple, dict] = {}
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as exc:
-            problems.append(f"{path.name}:{n}: not valid JSON ({exc.msg}); line skipped")
-            continue
-        if not isinstance(rec, dict) or not all(isinstance(rec.get(k), str) for k in ("id", "backend", "status")):
-            problems.append(f"{path.name}:{n}: not a cell record (needs id, backend, status); line skipped")
-            continue
-        if rec["status"] not in STATUSES:
-            problems.append(f"{path.name}:{n}: unknown status {rec['status']!r}; line skipped")
-            continue
-        k = (rec["id"], rec["backend"])
+    for rec in recs:
+        k = records.key(rec)
         if k in out:
-            problems.append(f"{path.name}:{n}: {rec['id']} on {rec['backend']} recorded twice; the later kept")
+            problems.append(f"{rec['id']} on {rec['backend']} recorded twice; the later kept")
         out[k] = _normalise(rec)
     return list(out.values()), problems
 
@@ -97,19 +82,15 @@ def load(run_dir: str | Path) -> Run:
     problems: list[str] = []
     info: dict = {}
     run_json = path / "run.json"
-    if not run_json.exists():
-        problems.append("no run.json: machine fingerprint, versions, command and backend availability unknown")
+    if run_json.exists():
+        info = records.read_json(run_json)
     else:
-        try:
-            info = json.loads(run_json.read_text())
-        except (ValueError, OSError) as exc:
-            problems.append(f"run.json unreadable ({exc}); fingerprint and command unknown")
-        if not isinstance(info, dict):
-            info = {}
-            problems.append("run.json does not hold an object; ignored")
+        problems.append("no run.json: machine fingerprint, versions, command and backend availability unknown")
     recs, rec_problems = read_records(path / "cells.jsonl")
     problems += rec_problems
-    if info and "finished" not in info and "merged_from" not in info:
+    if "stopped" in info:
+        problems.append(f"the run stopped: {info['stopped']}")
+    elif info and "finished" not in info and "merged_from" not in info:
         problems.append(f"run.json has no finish time: the run was killed or is still running "
                         f"({len(recs)} records written)")
     if not recs and (path / "cells.jsonl").exists():
