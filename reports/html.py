@@ -37,7 +37,7 @@ def run_header(run: Run) -> dict:
             "os": info.get("os"), "versions": {k: v for k, v in (info.get("versions") or {}).items() if v},
             "commit": git.get("commit"), "dirty": git.get("dirty"),
             "command": " ".join(info["command"]) if isinstance(info.get("command"), list) else info.get("command"),
-            "tier": info.get("tier"), "started": info.get("started"), "finished": info.get("finished"),
+            "tier": run.tier, "started": info.get("started"), "finished": info.get("finished"),
             "elapsed_s": info.get("elapsed_s"), "counts": [(s, counts.get(s, 0)) for s in STATUSES],
             "n_records": len(run.records), "problems": run.problems,
             "merged_from": len(info["merged_from"]) if isinstance(info.get("merged_from"), (list, dict)) else None,

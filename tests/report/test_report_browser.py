@@ -36,6 +36,7 @@ def test_smoke_report_in_chromium(smoke_run, open_page, tmp_path):
     ops = {n: b["ops"] for n, b in json.loads((smoke_run / "run.json").read_text())["backends"].items()}
     assert collapsed == sum(r["op"] not in ops[r["backend"]].get(r["family"], ()) for r in expected) > 0
     assert "triton" in page.inner_text("#unavailable")
+    assert "tier\tsmoke" in page.inner_text("#runs")
 
     # filtering by a status hides the others
     for status in ("pass", "skip"):
