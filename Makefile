@@ -5,10 +5,12 @@ VENV   := .venv
 VPY    := $(VENV)/bin/python
 # FlyDSL 0.2.4: the last release with flydsl.expr.buffer_ops/vector (optimized/flydsl/README.md).
 FLYDSL_PIN := flydsl==0.2.4
+# The report: templates, SVG plots, and its browser and JUnit tests (Playwright drives Debian's chromium).
+REPORT_PINS := Jinja2==3.1.6 matplotlib==3.10.8 playwright==1.57.0 junitparser==4.0.2
 # One pinned pip line. torch==2.13.0 resolves to the CPU wheel on our machines (research/env.md 7).
 PINS := torch==2.13.0 triton==3.8.0 jax==0.10.2 jaxlib==0.10.2 numpy==2.4.6 ml_dtypes==0.6.0 \
         scipy==1.17.1 pytest==9.2.0 pytest-benchmark==5.3.1 scikit-build-core==1.1.2 nanobind==3.1.0 \
-        hypothesis==6.170.17 $(FLYDSL_PIN)
+        hypothesis==6.170.17 $(REPORT_PINS) $(FLYDSL_PIN)
 CPP_SOURCES := $(wildcard optimized/cpu/*.cpp optimized/cpu/*.hpp) CMakeLists.txt pyproject.toml
 # The editable install maps each module it saw to its file: a module renamed, removed or made a
 # package needs a reinstall, so the install also depends on a stamp of the list of module paths.
@@ -19,9 +21,9 @@ export JAX_COMPILATION_CACHE_DIR ?= $(CURDIR)/build/jax-cache
 STAMP := $(shell date +%Y%m%d-%H%M%S)
 OUT  ?= reports/out/conform-$(STAMP)
 
-.PHONY: setup setup-offline extension conform test perf clean flydsl-toolchain
+.PHONY: setup setup-offline extension conform test perf clean flydsl-toolchain chromium
 
-setup: $(VENV)/.deps $(VENV)/.extension
+setup: $(VENV)/.deps $(VENV)/.extension $(VENV)/.report
 
 $(VENV)/.deps:
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +41,13 @@ $(PY_LAYOUT): | $(VENV)/.deps
 	rm -f $(VENV)/.layout-*
 	touch $@
 
+# Venvs made before the report's pins get them here.
+$(VENV)/.report: $(VENV)/.deps
+	$(VPY) -c "import jinja2, matplotlib, playwright, junitparser" 2>/dev/null \
+	  || $(VPY) -m pip install -q --disable-pip-version-check $(REPORT_PINS) \
+	  || echo "report: could not install $(REPORT_PINS); kernel-lab report needs Jinja2 and matplotlib"
+	touch $@
+
 # GPU boxes with no package index: a venv over the system site-packages (their torch, Triton, JAX),
 # the extension built without build isolation if scikit-build-core and nanobind are there.
 # $(PYTHON) may itself be a venv (the H200 image's python3 is /opt/torch/.venv): a .pth file puts
@@ -51,13 +60,15 @@ setup-offline:
 	-$(VPY) -m pip install -q --no-index --no-build-isolation --no-deps -e . && touch $(VENV)/.extension
 	@$(VPY) -m conformance doctor
 
+# The report (index.html, junit.xml, summary.md) lands in the run folder; its path is printed last.
 conform: setup
 	@$(VPY) -m conformance conform --tier $(TIER) --out $(OUT) --jobs 2; status=$$?; \
-	$(VPY) -m conformance report $(OUT); exit $$status
+	$(VPY) -m conformance report $(OUT) $(if $(wildcard reports/out/perf.json),--perf reports/out/perf.json) \
+	  || status=2; exit $$status
 
 # The suite without the `slow` perf gates: their ratios swing with the load of a shared 2-core
 # machine (CI's), so they run on a quiet machine with `make perf`.
-test: setup flydsl-toolchain
+test: setup flydsl-toolchain chromium
 	$(VPY) -m pytest -q -m "not slow"
 
 perf: setup
@@ -77,6 +88,12 @@ $(VENV)/.flydsl: $(VENV)/.deps
 	command -v ld.lld-19 >/dev/null || (apt-get update -q && apt-get install -y -q lld-19) \
 	  || echo "flydsl-toolchain: could not install lld-19; FlyDSL ISA builds and their tests are skipped"
 	if command -v ld.lld-19 >/dev/null; then mkdir -p $(@D) && ln -sf "$$(command -v ld.lld-19)" $@; fi
+
+# The report's browser tests (tests/report) drive Debian's chromium with Playwright, which is told
+# that binary's path and never downloads a browser. Without root or apt those tests skip and say why.
+chromium:
+	command -v chromium >/dev/null || (apt-get update -q && apt-get install -y -q chromium) \
+	  || echo "chromium: could not install Debian's chromium; the report's browser tests are skipped"
 
 clean:
 	rm -rf $(VENV) build reports/out

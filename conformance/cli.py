@@ -169,18 +169,16 @@ def cmd_merge(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from reports import markdown
+    from reports import build
 
-    run_dir = Path(args.run_dir)
-    if not (run_dir / "cells.jsonl").exists():
-        raise UsageError(f"{run_dir}: no cells.jsonl (run `kernel-lab conform --out {run_dir}` first)")
-    records.read(run_dir / "cells.jsonl")  # unreadable inputs: one line naming the file, exit 2
-    if (run_dir / "run.json").exists():
-        records.read_json(run_dir / "run.json")
-    text = markdown.render(run_dir)
-    out = Path(args.out) if args.out else run_dir / "report.md"
-    out.write_text(text + "\n")
-    print(f"report: {out}")
+    try:
+        w = build.write(args.run_dirs, args.out, args.perf, args.baseline, args.study)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    for p in w.problems:
+        print(f"note: {p}", file=sys.stderr)
+    print(f"report: {w.index.resolve()} ({w.index.stat().st_size / 1e6:.2f} MB, {w.records} records)\n"
+          f"junit:  {w.junit}\nsummary: {w.summary}")
     return 0
 
 
@@ -233,9 +231,12 @@ def build_parser() -> argparse.ArgumentParser:
     lc.add_argument("--ids", action="store_true", help="print cell ids instead of counts")
     lc.set_defaults(func=cmd_list_cells)
 
-    r = sub.add_parser("report", help="Markdown summary of a run directory")
-    r.add_argument("run_dir")
-    r.add_argument("--out", help="output file (default RUN_DIR/report.md)")
+    r = sub.add_parser("report", help="HTML report, junit.xml and summary.md of run folders")
+    r.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    r.add_argument("--perf", action="append", help="perf JSON (pytest-benchmark with kernel-lab extra_info), repeatable")
+    r.add_argument("--baseline", help="run folder to diff against (its perf.json too, if any)")
+    r.add_argument("--study", action="append", help="study JSON (default: study-*.json in and above the run folders)")
+    r.add_argument("--out", help="output folder (default: the first RUN_DIR)")
     r.set_defaults(func=cmd_report)
 
     s = sub.add_parser("study", help="numerical studies (JSON for the report)")

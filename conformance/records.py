@@ -76,12 +76,24 @@ def _read_text(path: Path) -> str:
 def read(path: str | os.PathLike) -> list[dict]:
     """All records of a cells.jsonl ([] if there is none); RecordsError names the first bad line."""
     p = Path(path)
-    if not p.exists():
-        return []
-    text = _read_text(p)
-    if text and not text.endswith("\n"):
+    out, partial = read_partial(p)
+    if partial is not None:
         raise RecordsError(f"{p}: last line is truncated (no newline); "
                            "`kernel-lab conform --resume` drops it, or remove it by hand")
+    return out
+
+
+def read_partial(path: str | os.PathLike) -> tuple[list[dict], str | None]:
+    """As ``read``, but a half-written last line (no newline: the run was killed while writing it)
+    is left out and described in the second value instead of refused (for the report)."""
+    p = Path(path)
+    if not p.exists():
+        return [], None
+    text = _read_text(p)
+    partial = None
+    if text and not text.endswith("\n"):
+        partial = f"{p}: the last line (line {text.count(chr(10)) + 1}) is cut short, left out"
+        text = text[:text.rfind("\n") + 1]
     out = []
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
@@ -95,7 +107,7 @@ def read(path: str | os.PathLike) -> list[dict]:
         if rec["status"] not in STATUSES:
             raise RecordsError(f"{p}:{n}: unknown status {rec['status']!r}")
         out.append(rec)
-    return out
+    return out, partial
 
 
 def drop_partial_line(path: str | os.PathLike) -> str | None:

@@ -103,7 +103,7 @@ def test_report_and_list_cells(tmp_path):
     kl("conform", "--family", "toy", "--tier", "smoke", "--backend", "toy-good,toy-wrong", "--out",
        str(tmp_path), check_rc=1)
     kl("report", str(tmp_path), check_rc=0)
-    text = (tmp_path / "report.md").read_text()
+    text = (tmp_path / "summary.md").read_text()
     assert "## Failures (3)" in text and "toy-wrong" in text
     res = kl("list-cells", "--family", "toy", check_rc=0)
     assert "smoke: 3 cells" in res.stdout and "ci: 12 cells" in res.stdout
