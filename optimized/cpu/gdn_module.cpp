@@ -495,6 +495,7 @@ nb::dict isa_status() {
 }
 
 }  // namespace
+void bind_ceilings(nb::module_& m);  // ceilings.cpp
 }  // namespace gdn
 
 NB_MODULE(_gdn, m) {
@@ -519,4 +520,5 @@ NB_MODULE(_gdn, m) {
           "Seconds for iters x 4 tdpbf16ps (16x16x32 each) per thread on register tiles.");
     m.def("copy_bytes", &copy_bytes, "dst"_a.noconvert(), "src"_a, "num_threads"_a,
           "memcpy on num_threads threads (bandwidth ceiling).");
+    bind_ceilings(m);
 }
