@@ -140,6 +140,7 @@ def table(results: list[dict]) -> str:
     for r in results:
         ratio_s = f"{r['ratio']:.3f}" if r["ratio"] is not None else "-"
         spread = f"{r['spread'][0]:.3f}-{r['spread'][1]:.3f}" if r["spread"] else "-"
-        lines.append(f"{r['gate']:44} {ratio_s:>7} {r['direction'] + ' ' + format(r['threshold'], 'g'):>11} "
+        threshold = f"{r['direction']} {r['threshold']:g}" if r["threshold"] is not None else "-"
+        lines.append(f"{r['gate']:44} {ratio_s:>7} {threshold:>11} "
                      f"{r['verdict']:>9} {spread:>15}  {r['reason']}")
     return "\n".join(lines)
