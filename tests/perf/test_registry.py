@@ -1,0 +1,129 @@
+"""The benchmark registry and the gate logic: cost models against figures recorded elsewhere,
+registration and capability checks, verdicts on made-up records, and on real measurements a
+deliberately slowed implementation (registered here only) that fails its gate and an A/A pair
+(the same kernel under two names) that passes."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bench import cost, gates, measure, registry
+from bench.gdn_cpu import HEADS
+
+registry.load()
+
+
+def test_turboquant_cost_matches_the_recorded_h200_bytes():
+    # reports/baselines/h200/tq_decode_perf.json recorded tq_bytes 281018368 at L=8192 (cache only)
+    shape = dict(B=32, Hk=8, G=8, D=128, L=8192, preset="turboquant_4bit_nc")
+    assert cost.turboquant_decode(shape).bytes == 281018368 + 2 * 2 * 32 * 64 * 128
+
+
+def test_gdn_costs_scale_with_state_dtype_and_chunks():
+    fp32 = cost.gdn_decode(dict(N=128, **HEADS, state_dtype="float32"))
+    bf16 = cost.gdn_decode(dict(N=128, **HEADS, state_dtype="bfloat16"))
+    assert fp32.bytes - bf16.bytes == 2 * 128 * 32 * 128 * 128 * 2 and fp32.flops == bf16.flops
+    one = cost.gdn_chunked(dict(lens=[8192], **HEADS, state_dtype="bfloat16"))
+    four = cost.gdn_chunked(dict(lens=[2048] * 4, **HEADS, state_dtype="bfloat16"))
+    assert one.flops == four.flops == 128 * 32 * (6 * 64 * 64 * 128 + 4 * 64 * 64 * 128 + 6 * 64 * 128 * 128)
+
+
+def _noop(shape, inputs):
+    return lambda: None
+
+
+def test_registration_refuses_duplicates_unknown_benches_and_roles():
+    with pytest.raises(ValueError, match="already has"):
+        registry.register_impl(registry.Impl(bench="gdn/decode", name="cpu", role="ours", prepare=_noop))
+    with pytest.raises(ValueError, match="no bench named"):
+        registry.register_impl(registry.Impl(bench="gdn/nope", name="x", role="ours", prepare=_noop))
+    with pytest.raises(ValueError, match="role"):
+        registry.Impl(bench="gdn/decode", name="x", role="hero", prepare=_noop)
+
+
+def test_capability_says_why_an_impl_is_disabled():
+    def boom():
+        raise RuntimeError("driver gone")
+    off = registry.Impl(bench="gdn/decode", name="off", role="peer", prepare=_noop,
+                        available=lambda: (False, "peer package is not installed"))
+    broken = registry.Impl(bench="gdn/decode", name="broken", role="peer", prepare=_noop, available=boom)
+    small = registry.Impl(bench="gdn/decode", name="small", role="peer", prepare=_noop,
+                          supports=lambda s: None if s["N"] < 64 else "only batches under 64")
+    shape = registry.benches()["gdn/decode"].shapes["state=float32"]
+    assert registry.capability(off, shape) == "peer package is not installed"
+    assert "raised RuntimeError: driver gone" in registry.capability(broken, shape)
+    assert registry.capability(small, shape) == "only batches under 64"
+    with registry.registered(off):
+        recs = {r.rid: r for r in measure.measure("gdn/decode", ["state=float32"], ["off"])}
+    assert recs["gdn/decode/state=float32/off"].skip == "peer package is not installed"
+    assert "off" not in registry.impls("gdn/decode")
+
+
+def _record(rid: str, seconds) -> measure.Record:
+    seconds = np.asarray(seconds, float)
+    return measure.Record(rid, {"time_s": {"min": float(seconds.min()), "median": float(np.median(seconds)),
+                                           "max": float(seconds.max()), "n": len(seconds)},
+                                "timing": "cpu-interleaved", "bytes": 100, "flops": 0}, samples=seconds)
+
+
+GATE = gates.Gate(name="t", numerator="b/s/slow", denominator="b/s/fast", quantity="time", direction=">=",
+                  threshold=1.5)
+
+
+def test_verdicts_pass_fail_skip():
+    recs = {"b/s/slow": _record("b/s/slow", [2.0, 2.1, 2.2]), "b/s/fast": _record("b/s/fast", [1.0, 1.0, 1.05])}
+    assert gates.judge(GATE, recs)["verdict"] == "pass"
+    assert gates.judge(gates.Gate(**{**GATE.__dict__, "threshold": 2.5}), recs)["verdict"] == "fail"
+    missing = gates.judge(gates.Gate(**{**GATE.__dict__, "denominator": "b/s/peer"}), recs)
+    assert missing["verdict"] == "skip" and "b/s/peer" in missing["reason"]
+    lacking = gates.judge(gates.Gate(**{**GATE.__dict__, "requires": ("no_such_cpu_flag",)}), recs)
+    assert lacking == {**lacking, "verdict": "skip", "reason": "this CPU lacks no_such_cpu_flag"}
+
+
+def test_a_straddling_spread_is_measured_again_and_called_close():
+    recs = {"b/s/slow": _record("b/s/slow", [1.2, 1.4, 1.7, 1.9]), "b/s/fast": _record("b/s/fast", [1.0] * 4)}
+    assert gates.judge(GATE, recs)["verdict"] == "ambiguous"
+    calls = []
+
+    def remeasure(g):
+        calls.append(g.name)
+        return {"b/s/slow": _record("b/s/slow", [1.3, 1.35, 1.4]), "b/s/fast": _record("b/s/fast", [1.0] * 3)}
+    r = gates.judge(GATE, recs, remeasure)
+    assert calls == ["t"] and r["remeasured"] and r["verdict"] == "fail" and r["reason"].startswith("close")
+
+
+def _decode_twice(shape, inputs):
+    import optimized.cpu as cpu
+
+    def run():
+        for _ in range(2):
+            cpu.gdn_decode(**inputs["args"], state=inputs["state"], num_threads=shape["threads"])
+    return run
+
+
+def test_slowed_impl_fails_its_gate_and_an_aa_pair_passes():
+    import optimized.cpu as cpu
+
+    built, why = cpu.extension_status()
+    if not built:
+        pytest.skip(why)
+    ours = registry.impls("gdn/decode")["cpu"]
+    slowed = registry.Impl(bench="gdn/decode", name="cpu-slowed", role="ours", prepare=_decode_twice,
+                           available=ours.available)
+    twin = registry.Impl(bench="gdn/decode", name="cpu-twin", role="ours", prepare=ours.prepare,
+                         available=ours.available)
+    gate = {g.name: g for g in gates.load()}["gdn-decode-bf16-vs-fp32"]
+    slow_gate = gates.Gate(**{**gate.__dict__, "denominator": gate.denominator.replace("/cpu", "/cpu-slowed")})
+    aa_gate = gates.Gate(name="aa", numerator="gdn/decode/state=bfloat16/cpu-twin",
+                         denominator="gdn/decode/state=bfloat16/cpu", quantity="time", direction="<=", threshold=1.3)
+    with registry.registered(slowed, twin):
+        recs = {r.rid: r for r in measure.measure("gdn/decode", ["state=float32", "state=bfloat16"],
+                                                  ["cpu", "cpu-slowed", "cpu-twin"], reps=5)}
+
+        def again(g):
+            return {r.rid: r for r in measure.measure("gdn/decode", ["state=float32", "state=bfloat16"],
+                                                      ["cpu", "cpu-slowed", "cpu-twin"], reps=5)}
+        slow = gates.judge(slow_gate, recs, again)
+        aa = gates.judge(aa_gate, recs, again)
+    assert slow["verdict"] == "fail", slow
+    assert aa["verdict"] == "pass", aa
