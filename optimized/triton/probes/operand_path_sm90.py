@@ -1,5 +1,5 @@
 """Where the dequantized tiles of the grouped decode go on the way to the matrix unit, from the
-code Triton generates for sm_90 (compiled ahead of time, no GPU needed; fourth session):
+code Triton generates for sm_90 (compiled ahead of time, no GPU needed):
 
 - the production kernel (``tq_decode_grouped._grouped_kernel``, both key methods): the bf16 tiles that
   the decode loop writes to shared memory (``ttg.local_alloc`` of a register tensor), each of which
@@ -10,10 +10,11 @@ code Triton generates for sm_90 (compiled ahead of time, no GPU needed; fourth s
   first into the operand's register layout (a ``local_load`` straight to ``dot_op``) and round-trips
   the second's bf16 tile through shared memory.
 
-Run from the repository root: ``python reports/baselines/h200/scripts/operand_path_sm90.py``."""
+Run from the repository root: ``python -m optimized.triton.probes.operand_path_sm90``."""
 import os
 import re
 import subprocess
+import sys
 import tempfile
 
 import triton
@@ -74,11 +75,17 @@ def loop_shared_bytes(k, num_warps: int = 4) -> dict:
     return out
 
 
-print(f"triton {triton.__version__}, target cuda:90; bytes through shared memory per loop iteration (4 warps)")
-for name, fn, types, consts in kernels():
-    if name.startswith("grouped"):
-        print(f"{name:26} tile of {consts['BLOCK_N']} tokens: {loop_shared_bytes(compiled(fn, types, consts, 'cuda:90'))}")
-types = {"w_ptr": "*i32", "b_ptr": "*bf16", "c_ptr": "*fp32"}
-for packed in (False, True):
-    k = compiled(_probe, types, dict(PACKED=packed, M=128, K=128, N=16), "cuda:90")
-    print(f"probe {'packed' if packed else 'elementwise':20} 128x128 operand: {loop_shared_bytes(k)}")
+def main() -> int:
+    print(f"triton {triton.__version__}, target cuda:90; bytes through shared memory per loop iteration (4 warps)")
+    for name, fn, types, consts in kernels():
+        if name.startswith("grouped"):
+            print(f"{name:26} tile of {consts['BLOCK_N']} tokens: {loop_shared_bytes(compiled(fn, types, consts, 'cuda:90'))}")
+    types = {"w_ptr": "*i32", "b_ptr": "*bf16", "c_ptr": "*fp32"}
+    for packed in (False, True):
+        k = compiled(_probe, types, dict(PACKED=packed, M=128, K=128, N=16), "cuda:90")
+        print(f"probe {'packed' if packed else 'elementwise':20} 128x128 operand: {loop_shared_bytes(k)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

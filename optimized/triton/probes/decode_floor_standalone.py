@@ -1,17 +1,15 @@
-"""The script behind ``tq_decode_floor_standalone.json`` (H200, third session): the streaming floor of
-two access structures over the same SoA 4bit_nc cache, no arithmetic.
-per-head: one program per (sequence, kv head, split) reads its head's 128-byte records (what the
-grouped decode does); all-heads: one program per (sequence, split) reads every head of each token
-(the whole 16-token block, 16 KiB contiguous). Run from the repository root on a GPU:
-``PYTHONPATH=. OUT=DIR python3 reports/baselines/h200/scripts/decode_floor_standalone.py``."""
-import json
-import os
+"""The streaming floor of two access structures over the SoA 4bit_nc cache of the decode, no
+arithmetic: per-head, one program per (sequence, kv head, split) reads its head's 128-byte
+records (what the grouped decode does); all-heads, one program per (sequence, split) reads every
+head of each token (the whole 16-token block, 16 KiB contiguous). Writes
+``tq_decode_floor_standalone.json``: ``python -m optimized.triton.probes.decode_floor_standalone
+--out DIR`` (on a GPU)."""
+import sys
 
 import torch
 import triton
 import triton.language as tl
 
-from optimized.triton import bench
 from optimized.triton.tq_common import split_range
 
 
@@ -47,16 +45,23 @@ def _all_heads(cache_ptr, bt_ptr, lens_ptr, out_ptr, stride_blk, stride_bt, HK: 
     tl.store(out_ptr + b * S + s, tl.sum(tl.sum(acc, 1), 0))
 
 
-def main():
-    B, Hk, G, D, L = 32, 8, 8, 128, 8192
-    copy = bench.copy_bandwidth()
-    case = bench.build_case(B, Hk, G, D, L)
-    sdpa = bench.time_sdpa(B, Hk, G, D, L)
+def main(argv=None) -> int:
+    from bench import cost
+    from bench.turboquant_gpu import decode_inputs
+    from optimized.triton.probes.common import graph_ms, impl_ms, out_dir, shape, write_json
+
+    out_path = out_dir(__doc__.splitlines()[0], argv) / "tq_decode_floor_standalone.json"
+    s = shape(8192)
+    B, Hk = s["B"], s["Hk"]
+    case = decode_inputs(s)
     cache, bt, lens = case["cache"], case["block_table"], case["seq_lens"]
-    tq_bytes = B * L * Hk * 134
+    tq_bytes = cost.turboquant_decode(s).bytes
+    copy_ms = impl_ms("gpu-copy", s, case)
+    copy = 2 * tq_bytes / (copy_ms * 1e-3)       # read + write
+    sdpa = impl_ms("torch-sdpa", s, case)
     out = torch.empty(B * Hk * 64, dtype=torch.int32, device="cuda")
     res = {"copy_TBps": copy / 1e12, "sdpa_ms": sdpa}
-    print(f"copy {copy/1e12:.2f} TB/s sdpa {sdpa:.4f} ms gate {0.35*sdpa:.4f} ms")
+    print(f"copy {copy / 1e12:.2f} TB/s sdpa {sdpa:.4f} ms")
     runs = []
     for S in (4, 16):
         for N in (32, 64):
@@ -69,13 +74,15 @@ def main():
                     cache, bt, lens, out, cache.stride(0), bt.stride(0), HK=Hk, BS=16, S=S, BLOCK_N=N, REC=128, num_warps=nw)))
     for name, fn in runs:
         try:
-            ms = bench.graph_ms(fn)
-        except Exception as e:
-            print(name, "ERROR", str(e)[:150]); continue
+            ms = graph_ms(fn)
+        except Exception as e:  # a variant that fails to compile is reported, not fatal
+            print(name, "ERROR", str(e)[:150])
+            continue
         res[name] = ms
-        print(f"{name:28s} {ms:.4f} ms x sdpa {ms/sdpa:.3f} %copy {100*tq_bytes/(ms*1e-3)/copy:.1f}")
-    json.dump(res, open(os.path.join(os.environ.get("OUT", "."), "tq_floor2.json"), "w"), indent=1)
+        print(f"{name:28s} {ms:.4f} ms x sdpa {ms / sdpa:.3f} %copy {100 * tq_bytes / (ms * 1e-3) / copy:.1f}")
+    write_json(out_path, res)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
