@@ -66,14 +66,19 @@ conform: setup
 	$(VPY) -m conformance report $(OUT) $(if $(wildcard reports/out/perf.json),--perf reports/out/perf.json) \
 	  || status=2; exit $$status
 
-# The suite without the `slow` perf gates: their ratios swing with the load of a shared 2-core
-# machine (CI's), so they run on a quiet machine with `make perf`.
+# The suite without the `slow` tests; of the perf gates (tests/perf/gates.toml) only the CPU gates
+# whose measured A/A false-alarm rate is zero run here, the rest with `make perf`.
 test: setup flydsl-toolchain chromium
 	$(VPY) -m pytest -q -m "not slow"
 
+# Every perf gate of tests/perf/gates.toml and the regression gates against this machine's saved run
+# (reports/baselines/<fingerprint>/): one table (gate, ratio, threshold, verdict, spread), and
+# reports/out/perf.json (pytest-benchmark's JSON plus kernel_lab_gates) and reports/out/gates.json.
+# OMP_WAIT_POLICY=PASSIVE: torch's OpenMP threads sleep after the torch baseline's parallel regions
+# instead of spinning beside the kernels' own thread pool. GPU gates skip without a GPU.
 perf: setup
 	mkdir -p reports/out
-	$(VPY) -m pytest -q tests/perf --benchmark-columns=min,median,max --benchmark-json=reports/out/perf.json
+	OMP_WAIT_POLICY=PASSIVE $(VPY) -m pytest -q tests/perf --benchmark-quiet --benchmark-json=reports/out/perf.json
 
 # What `kernel-lab flydsl build` needs (optimized/flydsl/build.py): the pinned FlyDSL in the venv
 # (also for venvs made before the pin) and a ROCM_PATH whose llvm/bin/ld.lld is Debian's lld-19,

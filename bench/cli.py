@@ -34,6 +34,11 @@ def register(subparsers) -> None:
     p.set_defaults(func=run_command)
 
 
+def _usage(message: str):
+    sys.stderr.write(f"kernel-lab bench: error: {message}\n")
+    raise SystemExit(2)
+
+
 def _selected(args) -> list[str]:
     from bench import registry
 
@@ -41,7 +46,7 @@ def _selected(args) -> list[str]:
     names = [n.strip() for item in (args.bench or []) for n in item.split(",") if n.strip()]
     for n in names:
         if n not in benches:
-            raise SystemExit(f"kernel-lab bench: error: no bench {n!r} (known: {', '.join(sorted(benches))})")
+            _usage(f"--bench {n}: no such bench (known: {', '.join(sorted(benches))})")
     if not names:
         names = [n for n, b in benches.items() if args.device in ("all", b.device)]
     return names
@@ -69,7 +74,7 @@ def _aa(names: list[str], gate_list, args) -> int:
     from bench import baselines, gates, machine, registry, run
 
     if args.aa < baselines.MIN_PAIRS:
-        raise SystemExit(f"kernel-lab bench: error: --aa {args.aa}: at least {baselines.MIN_PAIRS} pairs")
+        _usage(f"--aa {args.aa}: at least {baselines.MIN_PAIRS} pairs")
     progress = run.Progress(2 * args.aa * run.planned_calls(names))
     pairs, fails, runs = [], Counter(), 0
     for _ in range(args.aa):

@@ -1,5 +1,5 @@
 """`kernel-lab` (also `python -m conformance`): doctor, conform, merge, list-cells, report, study,
-plus commands registered by other packages (`plan-blocks`, `flydsl`).
+plus commands registered by other packages (`plan-blocks`, `flydsl`, `bench`).
 
 Exit status: 0 every record in the run folder passed (or skipped, or failed as expected); 1 some
 record fails, errors, crashes or passes unexpectedly; 2 a bad request (unknown name, malformed
@@ -19,7 +19,7 @@ from pathlib import Path
 from conformance import families, fingerprint, records, registry, runner
 from conformance.errors import UsageError
 
-PLUGIN_MODULES = ("planner.cli", "optimized.flydsl.cli")
+PLUGIN_MODULES = ("planner.cli", "optimized.flydsl.cli", "bench.cli")
 
 
 class _Parser(argparse.ArgumentParser):
