@@ -83,7 +83,7 @@ def _aa(names: list[str], gate_list, args) -> int:
             records = run.measure_all(names, tick=progress)
             for g in gate_list:
                 if g.benches <= set(names):
-                    fails[g.name] += gates.judge(g, records)["verdict"] == "fail"
+                    fails[g.name] += gates.false_alarm(gates.judge(g, records))
             pair.append(list(records.values()))
             runs += 1
         pairs.append(tuple(pair))

@@ -4,7 +4,7 @@ A gate is ``ratio = value(numerator) / value(denominator)`` of one run, two reco
 ``bench/shape/impl`` (an implementation or a ceiling), ``quantity`` "time" (seconds) or "gbps" /
 "tflops", compared with ``threshold`` in ``direction`` ("<=" or ">="). The point ratio uses the
 records' times (CPU: minimum, GPU: median); the spread is the interquartile range of the ratios
-of paired repetitions (the same round of the interleaved timing). Verdicts: ``pass`` / ``fail``;
+of paired repetitions (the same pass of the interleaved timing). Verdicts: ``pass`` / ``fail``;
 ``ambiguous`` when the spread straddles the threshold, and then the gate is measured once more
 and decided on the second measurement, its reason saying it was close; ``skip`` with the reason
 when a capability or an implementation is missing.
@@ -93,6 +93,15 @@ def ratio(gate: Gate, num: Record, den: Record) -> tuple[float, list[float]]:
     n = min(len(num.samples), len(den.samples))
     paired = _value(num, gate.quantity, True)[:n] / _value(den, gate.quantity, True)[:n]
     return float(r), [float(np.quantile(paired, 0.25)), float(np.quantile(paired, 0.75))]
+
+
+def false_alarm(result: dict) -> bool:
+    """Whether a result on unchanged code counts as a false alarm: ``fail``, or ``ambiguous``
+    with the point ratio on the failing side (what a second measurement might decide)."""
+    if result["verdict"] == "ambiguous":
+        value = result["ratio"]
+        return not (value <= result["threshold"] if result["direction"] == "<=" else value >= result["threshold"])
+    return result["verdict"] == "fail"
 
 
 def _passes(gate: Gate, value: float) -> bool:

@@ -30,10 +30,10 @@ class Progress:
 
 
 def planned_calls(bench_names: list[str]) -> int:
-    """Calls the run will make, warm-up included (the progress bar's total; an implementation
-    that is skipped counts too, so the bar may end early)."""
+    """Calls the run will make, warm-up included (the progress bar's total)."""
     b = registry.benches()
-    return sum((b[n].reps + 1) * len(b[n].shapes) * len(registry.impls(n)) for n in bench_names)
+    return sum(b[n].reps + 1 for n in bench_names for shape in b[n].shapes.values()
+               for impl in registry.impls(n).values() if registry.capability(impl, shape) is None)
 
 
 def measure_all(bench_names: list[str], tick=None) -> dict[str, Record]:
