@@ -69,39 +69,52 @@ def run_command(args) -> int:
 
 
 def _aa(names: list[str], gate_list, args) -> int:
-    from collections import Counter
-
+    """A/A: ``args.aa`` pairs of runs of unchanged code. Each run's gates are judged as deployed
+    (a straddling gate measured again), and a fail counts as a false alarm; the pairs give each
+    record's regression noise (``bench.baselines.aa_noise``)."""
     from bench import baselines, gates, machine, registry, run
 
     if args.aa < baselines.MIN_PAIRS:
         _usage(f"--aa {args.aa}: at least {baselines.MIN_PAIRS} pairs")
     progress = run.Progress(2 * args.aa * run.planned_calls(names))
-    pairs, fails, runs = [], Counter(), 0
+    mine = [g for g in gate_list if g.benches <= set(names)]
+    pairs, verdicts = [], {g.name: [] for g in mine}
     for _ in range(args.aa):
         pair = []
         for _ in range(2):
             records = run.measure_all(names, tick=progress)
-            for g in gate_list:
-                if g.benches <= set(names):
-                    fails[g.name] += gates.false_alarm(gates.judge(g, records))
+            for g in mine:
+                r = gates.judge(g, records, run.remeasurer(dict(records)))
+                verdicts[g.name].append((r["verdict"], r["ratio"], r["reason"]))
             pair.append(list(records.values()))
-            runs += 1
         pairs.append(tuple(pair))
+    gate_noise = {}
+    for name, vs in verdicts.items():
+        judged = [(v, x) for v, x, _ in vs if v != "skip"]
+        gate_noise[name] = ({"false_alarm_rate": f"{sum(v == 'fail' for v, _ in judged)}/{len(judged)}",
+                             "remeasured": sum("close" in why for _, _, why in vs),
+                             "ratios": [round(x, 4) for _, x in judged]}
+                            if judged else {"skipped": vs[0][2]})
     benches = registry.benches()
     for device in {benches[n].device for n in names}:
-        def mine(recs, device=device):
+        def on(recs, device=device):
             return [r for r in recs if benches[r.extra_info["bench"]].device == device]
         key = machine.fingerprint(device)["key"]
-        noise = baselines.aa_noise([(mine(a), mine(b)) for a, b in pairs], args.load)
-        last = {r.rid: r for r in mine(pairs[-1][1])}
+        noise = baselines.aa_noise([(on(a), on(b)) for a, b in pairs], args.load)
+        noise["gates"] = {g.name: gate_noise[g.name] for g in mine
+                          if all(benches[b].device == device for b in g.benches)}
+        last = {r.rid: r for r in on(pairs[-1][1])}
         print(f"saved run and noise: {baselines.save(key, run.perf_json(last, []), noise)}")
         for rid, n in noise["records"].items():
             print(f"  {rid:50} threshold {n['threshold']:.2f}  false alarms {n['false_alarm_rate']}  "
-                  f"max A/A ratio {max(n['ratios']):.3f}")
-    print("in-run gates, failures on unchanged code:")
-    for g in gate_list:
-        if g.benches <= set(names):
-            print(f"  {g.name:44} {fails[g.name]}/{runs}")
+                  f"A/A ratios {min(n['ratios']):.3f}-{max(n['ratios']):.3f}")
+    print("in-run gates on unchanged code (as deployed, a straddling gate measured again):")
+    for name, n in gate_noise.items():
+        if "skipped" in n:
+            print(f"  {name:44} skipped: {n['skipped']}")
+        else:
+            print(f"  {name:44} false alarms {n['false_alarm_rate']}, remeasured {n['remeasured']}, "
+                  f"ratios {min(n['ratios']):.3f}-{max(n['ratios']):.3f}")
     return 0
 
 

@@ -95,15 +95,6 @@ def ratio(gate: Gate, num: Record, den: Record) -> tuple[float, list[float]]:
     return float(r), [float(np.quantile(paired, 0.25)), float(np.quantile(paired, 0.75))]
 
 
-def false_alarm(result: dict) -> bool:
-    """Whether a result on unchanged code counts as a false alarm: ``fail``, or ``ambiguous``
-    with the point ratio on the failing side (what a second measurement might decide)."""
-    if result["verdict"] == "ambiguous":
-        value = result["ratio"]
-        return not (value <= result["threshold"] if result["direction"] == "<=" else value >= result["threshold"])
-    return result["verdict"] == "fail"
-
-
 def _passes(gate: Gate, value: float) -> bool:
     return value <= gate.threshold if gate.direction == "<=" else value >= gate.threshold
 
@@ -125,7 +116,8 @@ def judge(gate: Gate, records: dict[str, Record], remeasure=None) -> dict:
     for ref in (gate.numerator, gate.denominator):
         rec = records.get(ref)
         if rec is None:
-            return _result(gate, reason=f"{ref}: not measured (no implementation of that name registered here)")
+            return _result(gate, reason=f"{ref}: no implementation of that name is registered "
+                                         "(peers register in bench/peers/ when their package is installed)")
         if rec.skip is not None:
             return _result(gate, reason=f"{ref}: {rec.skip}")
     value, spread = ratio(gate, records[gate.numerator], records[gate.denominator])

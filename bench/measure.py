@@ -54,7 +54,17 @@ def measure(bench_name: str, shapes: list[str] | None = None, impls: list[str] |
                 continue
             if inputs is None:
                 inputs = b.inputs(shape)
-            calls[name] = impl.prepare(shape, inputs)
+            if impl.role != "peer":
+                calls[name] = impl.prepare(shape, inputs)
+                continue
+            try:   # a peer that raises is a skip with its reason, not the end of the run
+                fn = impl.prepare(shape, inputs)
+                fn()
+            except Exception as exc:
+                out.append(Record(rid(b.name, label, name), _info(b, label, impl, fp),
+                                  skip=f"{name} raised {type(exc).__name__}: {str(exc)[:300]}"))
+                continue
+            calls[name] = fn
         if b.device == "gpu":   # one shape's inputs on the device at a time
             times = {name: _gpu_times(fn, reps, tick, f"{label}/{name}") for name, fn in calls.items()}
             out.extend(_records(b, label, chosen, times, fp))

@@ -2,12 +2,13 @@
 ceilings that match its access pattern) and its implementations side by side (``Impl``: ours,
 the torch baselines, peers), each enabled by a capability check that says why not.
 
-A peer registers with ``register_impl(Impl(...))`` from its own module; nothing here imports it.
+A peer registers with ``register_impl(Impl(...))`` from its own module in ``bench/peers/``.
 Record ids are ``bench/shape/impl``, e.g. ``gdn/decode/state=bfloat16/cpu``.
 """
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -96,12 +97,16 @@ def registered(*impls: Impl):
 
 
 def load() -> None:
-    """Import the modules that register the benches and their implementations (once)."""
+    """Import the modules that register the benches and their implementations, then every peer
+    module of ``bench.peers`` (once)."""
     global _LOADED
     if not _LOADED:
         _LOADED = True
         for mod in BENCH_MODULES:
             importlib.import_module(mod)
+        from bench import peers
+        for info in pkgutil.iter_modules(peers.__path__):
+            importlib.import_module(f"bench.peers.{info.name}")
 
 
 def benches() -> dict[str, Bench]:

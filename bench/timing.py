@@ -24,8 +24,8 @@ def interleaved(fns: dict, reps: int) -> dict[str, np.ndarray]:
 
 
 def cuda_graph(fn, reps: int) -> np.ndarray:
-    """Seconds of ``reps`` batches of CUDA-graph replays of ``fn`` (each the median over one
-    ``do_bench`` call: 300 ms of replays)."""
+    """Seconds of ``reps`` samples, each the median of ``do_bench``'s CUDA-graph replays of ``fn``
+    over 100 ms (after 25 ms of warm-up replays)."""
     import torch
     import triton
 
@@ -36,7 +36,7 @@ def cuda_graph(fn, reps: int) -> np.ndarray:
     with torch.cuda.stream(stream):
         with torch.cuda.graph(graph, stream=stream):
             fn()
-    return np.array([triton.testing.do_bench(graph.replay, warmup=25, rep=300, return_mode="median") * 1e-3
+    return np.array([triton.testing.do_bench(graph.replay, warmup=25, rep=100, return_mode="median") * 1e-3
                      for _ in range(reps)])
 
 
