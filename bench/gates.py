@@ -2,9 +2,10 @@
 
 A gate is ``ratio = value(numerator) / value(denominator)`` of one run, two record ids
 ``bench/shape/impl`` (an implementation or a ceiling), ``quantity`` "time" (seconds) or "gbps" /
-"tflops", compared with ``threshold`` in ``direction`` ("<=" or ">="). The point ratio uses the
-records' times (CPU: minimum, GPU: median); the spread is the interquartile range of the ratios
-of paired repetitions (the same pass of the interleaved timing). Verdicts: ``pass`` / ``fail``;
+"tflops", compared with ``threshold`` in ``direction`` ("<=" or ">="). Repetitions pair up by
+index (the same pass of the interleaved CPU timing, the same sample of GPU timing); the ratio is
+the median of the paired ratios (a load that slows both of a pair cancels) and the spread their
+interquartile range. Verdicts: ``pass`` / ``fail``;
 ``ambiguous`` when the spread straddles the threshold, and then the gate is measured once more
 and decided on the second measurement, its reason saying it was close; ``skip`` with the reason
 when a capability or an implementation is missing.
@@ -73,13 +74,13 @@ def missing_capability(req: str) -> str | None:
     return None if machine.has_cpu_flag(req) else f"this CPU lacks {req}"
 
 
-def _value(rec: Record, quantity: str, samples: bool):
-    info = rec.extra_info
+def _value(rec: Record, quantity: str):
+    """The record's per-repetition seconds, or GB/s or TFLOP/s over them."""
     if quantity == "time":
-        return rec.samples if samples else point_time(rec)
+        return rec.samples
+    info = rec.extra_info
     amount = info["bytes"] if quantity == "gbps" else info["flops"]
-    scale = 1e9 if quantity == "gbps" else 1e12
-    return amount / (rec.samples if samples else point_time(rec)) / scale
+    return amount / rec.samples / (1e9 if quantity == "gbps" else 1e12)
 
 
 def point_time(rec: Record) -> float:
@@ -88,11 +89,11 @@ def point_time(rec: Record) -> float:
 
 
 def ratio(gate: Gate, num: Record, den: Record) -> tuple[float, list[float]]:
-    """(point ratio, [q25, q75] of the paired per-repetition ratios)."""
-    r = _value(num, gate.quantity, False) / _value(den, gate.quantity, False)
+    """(median, [q25, q75]) of the paired per-repetition ratios."""
     n = min(len(num.samples), len(den.samples))
-    paired = _value(num, gate.quantity, True)[:n] / _value(den, gate.quantity, True)[:n]
-    return float(r), [float(np.quantile(paired, 0.25)), float(np.quantile(paired, 0.75))]
+    paired = _value(num, gate.quantity)[:n] / _value(den, gate.quantity)[:n]
+    q25, q50, q75 = np.quantile(paired, [0.25, 0.5, 0.75])
+    return float(q50), [float(q25), float(q75)]
 
 
 def _passes(gate: Gate, value: float) -> bool:
