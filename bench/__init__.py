@@ -3,7 +3,8 @@
 - ``registry``: per family op a ``Bench`` (shapes, cost model, inputs) and its implementations
   side by side (``Impl``: ours, torch baselines, peers, ceilings), each with a capability check
   that says why it is disabled; ``register_impl`` is the hook peers use.
-- ``cost``: bytes moved and FLOPs of each op at a shape.
+- the cost models (bytes moved, FLOPs at a shape) live beside each op, in
+  ``conformance/families/<family>/cost.py``.
 - ``gdn_cpu``, ``turboquant_gpu``: the benches, their implementations and ceilings.
 - ``timing``, ``measure``: interleaved CPU timing and CUDA-graph GPU timing into records whose
   ``extra_info`` is the perf-JSON schema.

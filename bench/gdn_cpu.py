@@ -14,11 +14,12 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from bench import cost
 from bench.registry import Bench, Impl, register_bench, register_impl
+from conformance.cost import Cost
+from conformance.families.gdn import cost
+from reference.gdn.arguments import STATE_DTYPES
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
-STATE_DTYPES = {"float32": np.dtype(np.float32), "bfloat16": BF16, "float16": np.dtype(np.float16)}
 HEADS = dict(H=16, HV=32, K=128, V=128)
 THREADS = 2
 DECODE_BATCH = 128
@@ -65,7 +66,7 @@ def _decode_cpu(shape, inputs):
 
 
 register_bench(Bench(
-    name="gdn/decode", device="cpu", cost=cost.gdn_decode, inputs=decode_inputs, reps=15,
+    name="gdn/decode", device="cpu", cost=cost.decode, inputs=decode_inputs, reps=15,
     shapes={f"state={d}": dict(N=DECODE_BATCH, **HEADS, state_dtype=d, threads=THREADS) for d in STATE_DTYPES}))
 register_impl(Impl(bench="gdn/decode", name="cpu", role="ours", prepare=_decode_cpu, available=_extension))
 
@@ -116,7 +117,7 @@ def _chunked_torch_eager(shape, inputs):
 
 
 register_bench(Bench(
-    name="gdn/chunked", device="cpu", cost=cost.gdn_chunked, inputs=chunked_inputs, reps=3,
+    name="gdn/chunked", device="cpu", cost=cost.chunked, inputs=chunked_inputs, reps=3,
     shapes={"T=8192": dict(lens=[8192], **HEADS, state_dtype="bfloat16", threads=THREADS),
             "varlen=4x2048": dict(lens=[2048] * 4, **HEADS, state_dtype="bfloat16", threads=THREADS)}))
 register_impl(Impl(bench="gdn/chunked", name="cpu", role="ours", prepare=_chunked_cpu, available=_extension))
@@ -126,27 +127,27 @@ register_impl(Impl(bench="gdn/chunked", name="torch-eager", role="baseline", pre
 
 # ---------------------------------------------------------------- ceilings
 
-def _state_stream_cost(shape: dict) -> cost.Cost:
+def _state_stream_cost(shape: dict) -> Cost:
     """The state pool read and written once."""
-    return cost.Cost(bytes=2 * cost.gdn_state_bytes(shape), flops=0)
+    return Cost(bytes=2 * cost.state_bytes(shape), flops=0)
 
 
 def _rmw(shape, inputs):
     from optimized.cpu import ceilings
 
-    return ceilings.rmw_stream(cost.gdn_state_bytes(shape), shape["threads"])
+    return ceilings.rmw_stream(cost.state_bytes(shape), shape["threads"])
 
 
 def _copy(shape, inputs):
     from optimized.cpu import ceilings
 
-    return ceilings.copy(cost.gdn_state_bytes(shape), shape["threads"])
+    return ceilings.copy(cost.state_bytes(shape), shape["threads"])
 
 
-def _amx_cost(shape: dict) -> cost.Cost:
+def _amx_cost(shape: dict) -> Cost:
     from optimized.cpu import ceilings
 
-    return cost.Cost(bytes=0, flops=ceilings.AMX_PEAK_ITERS * ceilings.AMX_FLOPS_PER_ITER * shape["threads"])
+    return Cost(bytes=0, flops=ceilings.AMX_PEAK_ITERS * ceilings.AMX_FLOPS_PER_ITER * shape["threads"])
 
 
 def _amx_peak(shape, inputs):

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from bench.cost import Cost
+from conformance.cost import Cost
 
 ROLES = ("ours", "baseline", "peer", "ceiling")
 BENCH_MODULES = ("bench.gdn_cpu", "bench.turboquant_gpu")

@@ -10,7 +10,8 @@ Timing: medians of CUDA-graph replays. The caches are gigabytes, far beyond L2.
 """
 from __future__ import annotations
 
-from bench import cost
+from conformance.cost import Cost
+from conformance.families.turboquant import cost
 from bench.machine import gpu_capability
 from bench.registry import Bench, Impl, register_bench, register_impl
 
@@ -70,21 +71,21 @@ def _torch_sdpa(shape, inputs):
     return lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
 
 
-def _copy_cost(shape: dict) -> cost.Cost:
+def _copy_cost(shape: dict) -> Cost:
     """The compressed cache read and written once."""
-    return cost.Cost(bytes=2 * cost.turboquant_decode(shape).bytes, flops=0)
+    return Cost(bytes=2 * cost.decode(shape).bytes, flops=0)
 
 
 def _gpu_copy(shape, inputs):
     import torch
 
-    a = torch.empty(cost.turboquant_decode(shape).bytes, dtype=torch.uint8, device="cuda").random_(0, 256)
+    a = torch.empty(cost.decode(shape).bytes, dtype=torch.uint8, device="cuda").random_(0, 256)
     b = torch.empty_like(a)
     return lambda: b.copy_(a)
 
 
-def _matmul_cost(shape: dict) -> cost.Cost:
-    return cost.Cost(bytes=3 * 2 * MATMUL_N * MATMUL_N, flops=2 * MATMUL_N ** 3)
+def _matmul_cost(shape: dict) -> Cost:
+    return Cost(bytes=3 * 2 * MATMUL_N * MATMUL_N, flops=2 * MATMUL_N ** 3)
 
 
 def _gpu_matmul(shape, inputs):
@@ -97,7 +98,7 @@ def _gpu_matmul(shape, inputs):
 
 
 register_bench(Bench(
-    name="turboquant/decode", device="gpu", cost=cost.turboquant_decode, inputs=decode_inputs, reps=5,
+    name="turboquant/decode", device="gpu", cost=cost.decode, inputs=decode_inputs, reps=5,
     shapes={f"L={L}": dict(B=32, Hk=8, G=8, D=128, L=L, preset=PRESET, layout="soa", block_size=16)
             for L in (8192, 32768)}))
 register_impl(Impl(bench="turboquant/decode", name="triton-grouped", role="ours", prepare=_triton_grouped,

@@ -53,7 +53,7 @@ def pytest_benchmark_update_json(config, benchmarks, output_json):
     output_json["kernel_lab_gates"] = GATE_RESULTS
     path = config.getoption("benchmark_json", None)
     if path is not None:
-        Path(path.name).parent.joinpath("gates.json").write_text(json.dumps(GATE_RESULTS, indent=1) + "\n")
+        Path(path).parent.joinpath("gates.json").write_text(json.dumps(GATE_RESULTS, indent=1) + "\n")
 
 
 def all_records() -> list[tuple[str, str, str]]:

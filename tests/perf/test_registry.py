@@ -9,7 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bench import baselines, cost, gates, machine, measure, registry
+from bench import baselines, gates, machine, measure, registry
+from conformance.families.gdn import cost as gdn_cost
+from conformance.families.turboquant import cost as tq_cost
 from bench.gdn_cpu import HEADS
 
 registry.load()
@@ -18,15 +20,15 @@ registry.load()
 def test_turboquant_cost_matches_the_recorded_h200_bytes():
     # reports/baselines/h200/tq_decode_perf.json recorded tq_bytes 281018368 at L=8192 (cache only)
     shape = dict(B=32, Hk=8, G=8, D=128, L=8192, preset="turboquant_4bit_nc")
-    assert cost.turboquant_decode(shape).bytes == 281018368 + 2 * 2 * 32 * 64 * 128
+    assert tq_cost.decode(shape).bytes == 281018368 + 2 * 2 * 32 * 64 * 128
 
 
 def test_gdn_costs_scale_with_state_dtype_and_chunks():
-    fp32 = cost.gdn_decode(dict(N=128, **HEADS, state_dtype="float32"))
-    bf16 = cost.gdn_decode(dict(N=128, **HEADS, state_dtype="bfloat16"))
+    fp32 = gdn_cost.decode(dict(N=128, **HEADS, state_dtype="float32"))
+    bf16 = gdn_cost.decode(dict(N=128, **HEADS, state_dtype="bfloat16"))
     assert fp32.bytes - bf16.bytes == 2 * 128 * 32 * 128 * 128 * 2 and fp32.flops == bf16.flops
-    one = cost.gdn_chunked(dict(lens=[8192], **HEADS, state_dtype="bfloat16"))
-    four = cost.gdn_chunked(dict(lens=[2048] * 4, **HEADS, state_dtype="bfloat16"))
+    one = gdn_cost.chunked(dict(lens=[8192], **HEADS, state_dtype="bfloat16"))
+    four = gdn_cost.chunked(dict(lens=[2048] * 4, **HEADS, state_dtype="bfloat16"))
     assert one.flops == four.flops == 128 * 32 * (6 * 64 * 64 * 128 + 4 * 64 * 64 * 128 + 6 * 64 * 128 * 128)
 
 

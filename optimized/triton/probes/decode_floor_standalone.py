@@ -46,7 +46,7 @@ def _all_heads(cache_ptr, bt_ptr, lens_ptr, out_ptr, stride_blk, stride_bt, HK: 
 
 
 def main(argv=None) -> int:
-    from bench import cost
+    from conformance.families.turboquant import cost
     from bench.turboquant_gpu import decode_inputs
     from optimized.triton.probes.common import graph_ms, impl_ms, out_dir, shape, write_json
 
@@ -55,7 +55,7 @@ def main(argv=None) -> int:
     B, Hk = s["B"], s["Hk"]
     case = decode_inputs(s)
     cache, bt, lens = case["cache"], case["block_table"], case["seq_lens"]
-    tq_bytes = cost.turboquant_decode(s).bytes
+    tq_bytes = cost.decode(s).bytes
     copy_ms = impl_ms("gpu-copy", s, case)
     copy = 2 * tq_bytes / (copy_ms * 1e-3)       # read + write
     sdpa = impl_ms("torch-sdpa", s, case)
