@@ -57,7 +57,10 @@ def run_command(args) -> int:
     from bench import gates, run
 
     names = _selected(args)
-    gate_list = gates.load(Path(args.gates)) if args.gates else gates.load()
+    path = Path(args.gates) if args.gates else gates.GATES_TOML
+    if not path.is_file():
+        _usage(f"--gates {path}: no such file")
+    gate_list = gates.load(path)
     if args.aa is not None:
         return _aa(names, gate_list, args)
     records = run.measure_all(names, tick=run.Progress(run.planned_calls(names)))

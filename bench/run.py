@@ -30,9 +30,10 @@ class Progress:
 
 
 def planned_calls(bench_names: list[str]) -> int:
-    """Calls the run will make, warm-up included (the progress bar's total)."""
+    """Progress ticks the run will make: per enabled implementation and shape, each CPU call
+    (warm-up included), or one per GPU timing."""
     b = registry.benches()
-    return sum(b[n].reps + 1 for n in bench_names for shape in b[n].shapes.values()
+    return sum(b[n].reps + 1 if b[n].device == "cpu" else 1 for n in bench_names for shape in b[n].shapes.values()
                for impl in registry.impls(n).values() if registry.capability(impl, shape) is None)
 
 
