@@ -1,9 +1,7 @@
 """The perf session: each bench of the registry is measured once (interleaved, all its shapes and
 implementations and ceilings in the same run) the first time a test needs it; gate results are
 collected, printed as one table at the end, added to the pytest-benchmark JSON as
-``kernel_lab_gates`` and written alone to ``gates.json`` beside it. The ``stats`` of each
-benchmark in that JSON are the registry's interleaved timing (``extra_info.time_s``), not
-pytest-benchmark's own single call."""
+``kernel_lab_gates`` and written alone to ``gates.json`` beside it."""
 from __future__ import annotations
 
 import json
@@ -46,10 +44,6 @@ def pytest_terminal_summary(terminalreporter):
 
 
 def pytest_benchmark_update_json(config, benchmarks, output_json):
-    for b in output_json["benchmarks"]:
-        t = b.get("extra_info", {}).get("time_s")
-        if t:
-            b["stats"].update(min=t["min"], max=t["max"], median=t["median"], rounds=t["n"], iterations=1)
     output_json["kernel_lab_gates"] = GATE_RESULTS
     path = config.getoption("benchmark_json", None)
     if path is not None:

@@ -1,7 +1,8 @@
 """Every registered implementation and ceiling at every shape as one pytest-benchmark entry:
 ``extra_info`` is the registry's record (perf-JSON schema) from the session's interleaved
-measurement, and the JSON's ``stats`` are replaced by that timing (conftest). Benches whose gates
-are not in the default run are ``slow``."""
+measurement, and pytest-benchmark's statistics are that measurement's repetitions (the entry is
+made by one empty pedantic round whose sample is then replaced). Benches whose gates are not in
+the default run are ``slow``."""
 from __future__ import annotations
 
 import pytest
@@ -27,4 +28,5 @@ def test_benchmark(bench, shape, impl, perf_session, benchmark):
     if rec.skip is not None:
         pytest.skip(rec.skip)
     benchmark.extra_info.update(rec.extra_info)
-    benchmark.pedantic(lambda: None, rounds=1)   # the entry; its stats are the record's (conftest)
+    benchmark.pedantic(lambda: None, rounds=1)
+    benchmark.stats.stats.data = [float(t) for t in rec.samples]
