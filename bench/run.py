@@ -46,16 +46,13 @@ def measure_all(bench_names: list[str], tick=None) -> dict[str, Record]:
 
 def remeasurer(records: dict[str, Record]):
     """``remeasure(gate_or_rid)`` for ``gates.judge`` / ``baselines.regression``: measures the
-    shapes involved once more, every implementation and ceiling of them (so that the records
-    stay complete); the fresh records replace the old ones."""
+    benches involved once more, whole (every shape, implementation and ceiling, so that records
+    compared across shapes still come from one interleaved run); the fresh records replace the
+    old ones."""
     def again(refs: list[str]) -> dict[str, Record]:
-        shapes: dict[str, set] = {}
-        for ref in refs:
-            bench, shape, _ = ref.rsplit("/", 2)
-            shapes.setdefault(bench, set()).add(shape)
         fresh = {}
-        for bench, labels in shapes.items():
-            fresh.update({r.rid: r for r in measure(bench, sorted(labels))})
+        for bench in sorted({ref.rsplit("/", 2)[0] for ref in refs}):
+            fresh.update({r.rid: r for r in measure(bench)})
         records.update(fresh)
         return fresh
 
