@@ -50,7 +50,7 @@ def _triton_grouped(shape, inputs):
     import torch
 
     from optimized.triton.tq_decode_launch import DecodeWorkspace
-    from optimized.triton.tq_decode_lut import decode_grouped
+    from optimized.triton.tq_decode_grouped import decode_grouped
 
     B, Hq, D = shape["B"], shape["Hk"] * shape["G"], shape["D"]
     ws = DecodeWorkspace(B, Hq, D)

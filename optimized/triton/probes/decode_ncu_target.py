@@ -26,7 +26,7 @@ def main() -> int:
     from bench.turboquant_gpu import decode_inputs
     from optimized.triton.probes.common import shape
     from optimized.triton.tq_decode_launch import DecodeWorkspace
-    from optimized.triton.tq_decode_lut import decode_grouped
+    from optimized.triton.tq_decode_grouped import decode_grouped
 
     s = shape(8192)
     case = decode_inputs(s)

@@ -15,7 +15,7 @@ def main(argv=None) -> int:
     from optimized.triton.probes.common import graph_ms, impl_ms, out_dir, shape, write_json
     from optimized.triton.tq_decode_launch import (DecodeWorkspace, check_decode_args, default_num_splits,
                                                    reduce_partials, rotate_queries)
-    from optimized.triton.tq_decode_lut import decode_grouped, grouped_stage1
+    from optimized.triton.tq_decode_grouped import decode_grouped, grouped_stage1
 
     out_path = out_dir(__doc__.splitlines()[0], argv) / "tq_decode_parts.json"
     s = shape(8192)

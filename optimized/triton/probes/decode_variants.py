@@ -45,7 +45,7 @@ def variants(quick: bool):
     from bench.registry import Impl
 
     def grouped():
-        from optimized.triton.tq_decode_lut import decode_grouped
+        from optimized.triton.tq_decode_grouped import decode_grouped
         return decode_grouped
 
     def split():
