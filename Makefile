@@ -5,20 +5,25 @@ VENV   := .venv
 VPY    := $(VENV)/bin/python
 # FlyDSL 0.2.4: the last release with flydsl.expr.buffer_ops/vector (optimized/flydsl/README.md).
 FLYDSL_PIN := flydsl==0.2.4
+# The report: templates, SVG plots, and its browser and JUnit tests (Playwright drives Debian's chromium).
+REPORT_PINS := Jinja2==3.1.6 matplotlib==3.10.8 playwright==1.57.0 junitparser==4.0.2
 # One pinned pip line. torch==2.13.0 resolves to the CPU wheel on our machines (research/env.md 7).
 PINS := torch==2.13.0 triton==3.8.0 jax==0.10.2 jaxlib==0.10.2 numpy==2.4.6 ml_dtypes==0.6.0 \
         scipy==1.17.1 pytest==9.2.0 pytest-benchmark==5.3.1 scikit-build-core==1.1.2 nanobind==3.1.0 \
-        $(FLYDSL_PIN)
+        hypothesis==6.170.17 $(REPORT_PINS) $(FLYDSL_PIN)
 CPP_SOURCES := $(wildcard optimized/cpu/*.cpp optimized/cpu/*.hpp) CMakeLists.txt pyproject.toml
+# The editable install maps each module it saw to its file: a module renamed, removed or made a
+# package needs a reinstall, so the install also depends on a stamp of the list of module paths.
+PY_LAYOUT := $(VENV)/.layout-$(shell git ls-files -co --exclude-standard '*.py' 2>/dev/null | grep -v '^tests/' | sort | cksum | cut -d' ' -f1)
 TIER ?= ci
 # JAX compiles once per program shape; worker processes and later runs reuse the compiled programs.
 export JAX_COMPILATION_CACHE_DIR ?= $(CURDIR)/build/jax-cache
 STAMP := $(shell date +%Y%m%d-%H%M%S)
 OUT  ?= reports/out/conform-$(STAMP)
 
-.PHONY: setup setup-offline extension conform test perf clean flydsl-toolchain
+.PHONY: setup setup-offline extension conform test perf clean flydsl-toolchain chromium
 
-setup: $(VENV)/.deps $(VENV)/.extension
+setup: $(VENV)/.deps $(VENV)/.extension $(VENV)/.report
 
 $(VENV)/.deps:
 	$(PYTHON) -m venv $(VENV)
@@ -26,11 +31,22 @@ $(VENV)/.deps:
 	touch $@
 
 # The C++ extension, built without build isolation against the venv's scikit-build-core and nanobind.
-$(VENV)/.extension: $(VENV)/.deps $(CPP_SOURCES)
+$(VENV)/.extension: $(VENV)/.deps $(CPP_SOURCES) $(PY_LAYOUT)
 	$(VPY) -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps -e .
 	touch $@
 
 extension: $(VENV)/.extension
+
+$(PY_LAYOUT): | $(VENV)/.deps
+	rm -f $(VENV)/.layout-*
+	touch $@
+
+# Venvs made before the report's pins get them here.
+$(VENV)/.report: $(VENV)/.deps
+	$(VPY) -c "import jinja2, matplotlib, playwright, junitparser" 2>/dev/null \
+	  || $(VPY) -m pip install -q --disable-pip-version-check $(REPORT_PINS) \
+	  || echo "report: could not install $(REPORT_PINS); kernel-lab report needs Jinja2 and matplotlib"
+	touch $@
 
 # GPU boxes with no package index: a venv over the system site-packages (their torch, Triton, JAX),
 # the extension built without build isolation if scikit-build-core and nanobind are there.
@@ -44,18 +60,25 @@ setup-offline:
 	-$(VPY) -m pip install -q --no-index --no-build-isolation --no-deps -e . && touch $(VENV)/.extension
 	@$(VPY) -m conformance doctor
 
+# The report (index.html, junit.xml, summary.md) lands in the run folder; its path is printed last.
 conform: setup
 	@$(VPY) -m conformance conform --tier $(TIER) --out $(OUT) --jobs 2; status=$$?; \
-	$(VPY) -m conformance report $(OUT); exit $$status
+	$(VPY) -m conformance report $(OUT) $(if $(wildcard reports/out/perf.json),--perf reports/out/perf.json) \
+	  || status=2; exit $$status
 
-# The suite without the `slow` perf gates: their ratios swing with the load of a shared 2-core
-# machine (CI's), so they run on a quiet machine with `make perf`.
-test: setup flydsl-toolchain
+# The suite without the `slow` tests; of the perf gates (tests/perf/gates.toml) only the CPU gates
+# whose measured A/A false-alarm rate is zero run here, the rest with `make perf`.
+test: setup flydsl-toolchain chromium
 	$(VPY) -m pytest -q -m "not slow"
 
+# Every perf gate of tests/perf/gates.toml and the regression gates against this machine's saved run
+# (reports/baselines/<fingerprint>/): one table (gate, ratio, threshold, verdict, spread), and
+# reports/out/perf.json (pytest-benchmark's JSON plus kernel_lab_gates) and reports/out/gates.json.
+# OMP_WAIT_POLICY=PASSIVE: torch's OpenMP threads sleep after the torch baseline's parallel regions
+# instead of spinning beside the kernels' own thread pool. GPU gates skip without a GPU.
 perf: setup
 	mkdir -p reports/out
-	$(VPY) -m pytest -q tests/perf --benchmark-columns=min,median,max --benchmark-json=reports/out/perf.json
+	OMP_WAIT_POLICY=PASSIVE $(VPY) -m pytest -q tests/perf --benchmark-quiet --benchmark-json=reports/out/perf.json
 
 # What `kernel-lab flydsl build` needs (optimized/flydsl/build.py): the pinned FlyDSL in the venv
 # (also for venvs made before the pin) and a ROCM_PATH whose llvm/bin/ld.lld is Debian's lld-19,
@@ -70,6 +93,12 @@ $(VENV)/.flydsl: $(VENV)/.deps
 	command -v ld.lld-19 >/dev/null || (apt-get update -q && apt-get install -y -q lld-19) \
 	  || echo "flydsl-toolchain: could not install lld-19; FlyDSL ISA builds and their tests are skipped"
 	if command -v ld.lld-19 >/dev/null; then mkdir -p $(@D) && ln -sf "$$(command -v ld.lld-19)" $@; fi
+
+# The report's browser tests (tests/report) drive Debian's chromium with Playwright, which is told
+# that binary's path and never downloads a browser. Without root or apt those tests skip and say why.
+chromium:
+	command -v chromium >/dev/null || (apt-get update -q && apt-get install -y -q chromium) \
+	  || echo "chromium: could not install Debian's chromium; the report's browser tests are skipped"
 
 clean:
 	rm -rf $(VENV) build reports/out

@@ -1,23 +1,25 @@
 """`kernel-lab` (also `python -m conformance`): doctor, conform, merge, list-cells, report, study,
-plus commands registered by other packages (`plan-blocks`, `flydsl`).
+plus commands registered by other packages (`plan-blocks`, `flydsl`, `bench`).
 
-Bad requests print one line saying what is wrong and exit with status 2; a conform run exits
-with 1 when any cell fails, errors or crashes.
+Exit status: 0 every record in the run folder passed (or skipped, or failed as expected); 1 some
+record fails, errors, crashes or passes unexpectedly; 2 a bad request (unknown name, malformed
+argument, a run folder in use, holding another selection, or unreadable), told in one line;
+3 the run stopped because its records could not be written (disk full): the records before stay valid.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
 import importlib.util
-import json
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
 from conformance import families, fingerprint, records, registry, runner
-from conformance.runner import UsageError
+from conformance.errors import UsageError
 
-PLUGIN_MODULES = ("planner.cli", "optimized.flydsl.cli")
+PLUGIN_MODULES = ("planner.cli", "optimized.flydsl.cli", "bench.cli")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -27,7 +29,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _split(values: list[str] | None) -> list[str] | None:
-    if not values:
+    """Repeated, comma-separated names as one list; None when the option is absent."""
+    if values is None:
         return None
     return [v.strip() for item in values for v in item.split(",") if v.strip()]
 
@@ -69,67 +72,113 @@ def cmd_list_cells(args) -> int:
     return 0
 
 
+def _selection(args) -> runner.Selection:
+    runner.parse_shard(args.shard)
+    names = _split(args.backend)
+    return runner.Selection(tier=args.tier, family=args.family, op=args.op,
+                            backends=tuple(names) if names is not None else None,
+                            filter=args.filter, shard=args.shard)
+
+
 def cmd_conform(args) -> int:
-    shard = runner.parse_shard(args.shard)
-    if args.jobs < 1:
+    if args.jobs is not None and args.jobs < 1:
         raise UsageError(f"--jobs {args.jobs}: expected a positive number of worker processes")
-    backends = runner.select_backends(_split(args.backend))
-    cells = runner.select_cells(args.tier, args.family, args.op, args.filter, shard)
-    meta = {"tier": args.tier, "family": args.family, "op": args.op, "filter": args.filter,
-            "shard": args.shard, "jobs": args.jobs, "backends_requested": _split(args.backend)}
-    runner.prepare_out(args.out, args.resume)  # bad --out or records: exit 2 before any work
-    print(f"{len(cells)} cells x {len(backends)} backends -> {args.out}", file=sys.stderr)
-    result = runner.run(cells, backends, args.out, jobs=args.jobs, resume=args.resume, meta=meta)
+    if args.timeout is not None and not args.timeout > 0:
+        raise UsageError(f"--timeout {args.timeout}: expected a positive number of seconds")
+    result = runner.run(_selection(args), args.out, jobs=args.jobs, resume=args.resume,
+                        timeout_s=args.timeout, budget=not args.no_budget)
     print(runner.summary_table(result.counts))
     print(f"records: {result.out_dir / 'cells.jsonl'}  run: {result.out_dir / 'run.json'}  "
           f"({result.elapsed_s:.1f} s)")
     return result.exit_status
 
 
-def cmd_merge(args) -> int:
-    out_dir, _ = runner.prepare_out(args.out, resume=False)
+def _shard_runs(inputs: list[str]) -> list[tuple[str, dict, list[dict]]]:
+    """Each input's run.json and records, checked: finished runs of one tier and selection, shards
+    K/N for every K of one N, no pair twice. Usage errors name the input."""
+    runs = []
+    for src in inputs:
+        folder = Path(src)
+        if not folder.is_dir():
+            raise UsageError(f"merge: {src} is not a run folder")
+        runs.append((src, records.read_json(folder / "run.json"), records.read(folder / "cells.jsonl")))
+    selections = []
+    for src, info, _ in runs:
+        sel = info.get("selection")
+        if not isinstance(sel, dict):
+            raise UsageError(f"merge: {src}/run.json records no selection (an older kernel-lab wrote it)")
+        if "finished" not in info or "stopped" in info:
+            raise UsageError(f"merge: the run in {src} did not finish; complete it with `conform --resume`")
+        selections.append(sel)
+    keys = [k for k in runner.SELECTION_KEYS if k != "shard"]
+    for (src, _, _), sel in zip(runs[1:], selections[1:]):
+        diff = runner.selection_differences(selections[0], sel, keys)
+        if diff:
+            raise UsageError(f"merge: {src} is another selection than {runs[0][0]}: {'; '.join(diff)}")
+    shards = [runner.parse_shard(sel.get("shard")) for sel in selections]
+    if None in shards:
+        src = runs[shards.index(None)][0]
+        raise UsageError(f"merge: {src} is not a shard (run with --shard K/N); merge joins the shards of one run")
+    ns = {n for _, n in shards}
+    if len(ns) != 1:
+        raise UsageError(f"merge: the inputs split the run differently (N = {', '.join(map(str, sorted(ns)))})")
+    (n,) = ns
+    got = Counter(k for k, _ in shards)
+    twice = [f"{k}/{n}" for k, c in got.items() if c > 1]
+    missing = [f"{k}/{n}" for k in range(1, n + 1) if k not in got]
+    if twice:
+        raise UsageError(f"merge: shard {', '.join(twice)} given more than once")
+    if missing:
+        raise UsageError(f"merge: shard {', '.join(missing)} missing")
     seen: dict[tuple, str] = {}
-    merged, runs = [], []
-    for src in args.inputs:
-        path = Path(src) / "cells.jsonl"
-        if not path.exists():
-            raise UsageError(f"{src}: no cells.jsonl")
-        try:
-            recs = records.read(path)
-        except records.RecordsError as exc:
-            raise UsageError(str(exc)) from None
+    for src, _, recs in runs:
         for r in recs:
             k = records.key(r)
             if k in seen:
-                raise UsageError(f"{r['id']} on {r['backend']} is in both {seen[k]} and {src}")
+                raise UsageError(f"merge: {r['id']} on {r['backend']} is in both {seen[k]} and {src}")
             seen[k] = src
-            merged.append(r)
-        run_json = Path(src) / "run.json"
-        runs.append(json.loads(run_json.read_text()) if run_json.exists() else {"missing": str(run_json)})
-    records.write_all(out_dir / "cells.jsonl", merged)
-    counts: dict[str, Counter] = {}
-    for r in merged:
-        counts.setdefault(r["backend"], Counter())[r["status"]] += 1
-    records.dump_json(out_dir / "run.json", {**fingerprint.fingerprint(), "merged_from": runs,
-                                             "counts": {k: dict(v) for k, v in counts.items()}})
+    return runs
+
+
+def cmd_merge(args) -> int:
+    runs = _shard_runs(args.inputs)
+    out_dir = Path(args.out)
+    if (out_dir / "cells.jsonl").exists():
+        raise UsageError(f"--out {out_dir}: already holds cells.jsonl; choose another --out")
+    created = not out_dir.exists()
+    out_dir = runner.make_out(out_dir)
+    merged = [r for _, _, recs in runs for r in recs]
+    counts = runner.count(merged)
+    selection = {**runs[0][1]["selection"], "shard": None}
+    try:
+        records.write_all(out_dir / "cells.jsonl", merged)
+        records.dump_json(out_dir / "run.json", {**fingerprint.fingerprint(), "selection": selection,
+                                                 "merged_from": {src: info for src, info, _ in runs},
+                                                 "counts": {k: dict(v) for k, v in counts.items()},
+                                                 "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+    except OSError as exc:
+        for name in ("cells.jsonl", "run.json"):
+            (out_dir / name).unlink(missing_ok=True)
+        if created:
+            out_dir.rmdir()
+        raise runner.RunStopped(f"merge: cannot write into {out_dir} ({exc.strerror or exc}); "
+                                "nothing was left there") from None
     print(runner.summary_table(counts))
-    print(f"merged {len(merged)} records from {len(args.inputs)} runs into {out_dir}")
+    print(f"merged {len(merged)} records from {len(args.inputs)} shards into {out_dir}")
     return 0
 
 
 def cmd_report(args) -> int:
-    from reports import markdown
+    from reports import build
 
-    run_dir = Path(args.run_dir)
-    if not (run_dir / "cells.jsonl").exists():
-        raise UsageError(f"{run_dir}: no cells.jsonl (run `kernel-lab conform --out {run_dir}` first)")
     try:
-        text = markdown.render(run_dir)
-    except records.RecordsError as exc:
+        w = build.write(args.run_dirs, args.out, args.perf, args.baseline, args.study)
+    except ValueError as exc:
         raise UsageError(str(exc)) from None
-    out = Path(args.out) if args.out else run_dir / "report.md"
-    out.write_text(text + "\n")
-    print(f"report: {out}")
+    for p in w.problems:
+        print(f"note: {p}", file=sys.stderr)
+    print(f"report: {w.index.resolve()} ({w.index.stat().st_size / 1e6:.2f} MB, {w.records} records)\n"
+          f"junit:  {w.junit}\nsummary: {w.summary}")
     return 0
 
 
@@ -158,14 +207,20 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--tier", default="ci", help="smoke, ci or full (default ci)")
     c.add_argument("--filter", help="regular expression searched in cell ids")
     c.add_argument("--out", default="reports/out/conform", help="run directory (cells.jsonl, run.json)")
-    c.add_argument("--resume", action="store_true", help="skip (cell, backend) pairs already in cells.jsonl")
+    c.add_argument("--resume", action="store_true",
+                   help="continue the same selection in --out: skip (cell, backend) pairs already recorded")
     c.add_argument("--shard", help="K/N: run the K-th of N interleaved parts of the matrix")
-    c.add_argument("--jobs", type=int, default=1, help="worker processes in parallel (default 1)")
+    c.add_argument("--jobs", type=int, help="worker processes in parallel (default: one per visible GPU "
+                   "when a GPU backend is selected, else 1)")
+    c.add_argument("--timeout", type=float, help="seconds per (cell, backend) before the worker is killed "
+                   "and the pair is a crash (default: each backend's own)")
+    c.add_argument("--no-budget", action="store_true",
+                   help="run interpreter backends on cells over their work budget too")
     c.set_defaults(func=cmd_conform)
 
-    m = sub.add_parser("merge", help="join the run directories of shards into one")
-    m.add_argument("--out", required=True, help="new run directory")
-    m.add_argument("inputs", nargs="+", help="run directories to merge")
+    m = sub.add_parser("merge", help="join the run folders of the shards K/N of one selection into one")
+    m.add_argument("--out", required=True, help="new run folder")
+    m.add_argument("inputs", nargs="+", help="run folders of every shard 1/N .. N/N")
     m.set_defaults(func=cmd_merge)
 
     lc = sub.add_parser("list-cells", help="each tier's size, or the cell ids")
@@ -176,9 +231,12 @@ def build_parser() -> argparse.ArgumentParser:
     lc.add_argument("--ids", action="store_true", help="print cell ids instead of counts")
     lc.set_defaults(func=cmd_list_cells)
 
-    r = sub.add_parser("report", help="Markdown summary of a run directory")
-    r.add_argument("run_dir")
-    r.add_argument("--out", help="output file (default RUN_DIR/report.md)")
+    r = sub.add_parser("report", help="HTML report, junit.xml and summary.md of run folders")
+    r.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    r.add_argument("--perf", action="append", help="perf JSON (pytest-benchmark with kernel-lab extra_info), repeatable")
+    r.add_argument("--baseline", help="run folder to diff against (its perf.json too, if any)")
+    r.add_argument("--study", action="append", help="study JSON (default: study-*.json in and above the run folders)")
+    r.add_argument("--out", help="output folder (default: the first RUN_DIR)")
     r.set_defaults(func=cmd_report)
 
     s = sub.add_parser("study", help="numerical studies (JSON for the report)")
@@ -202,10 +260,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (UsageError, KeyError) as exc:
-        msg = exc.args[0] if exc.args else str(exc)
-        sys.stderr.write(f"kernel-lab: error: {msg}\n")
+    except UsageError as exc:
+        sys.stderr.write(f"kernel-lab: error: {exc}\n")
         return 2
+    except runner.RunStopped as exc:
+        sys.stderr.write(f"kernel-lab: error: {exc}\n")
+        return 3
 
 
 if __name__ == "__main__":

@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from conformance.numerics import cosine, rel_l2
+
 
 @dataclass(frozen=True)
 class Tolerance:
@@ -27,8 +29,30 @@ class Tolerance:
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def between_two(self) -> "Tolerance":
+        """The bound between two results that are each within this one of the same oracle
+        (triangle inequality: every bound doubled)."""
+        return Tolerance(2 * self.atol, 2 * self.rtol, f"two results each within: {self.source}",
+                         min(1.0, 2 * self.max_mismatch), None if self.rel_l2 is None else 2 * self.rel_l2)
+
 
 EXACT = Tolerance(0.0, 0.0, "bit-exact: same integer codes / bytes expected")
+
+
+@dataclass(frozen=True)
+class ToleranceSpec:
+    """One tolerance of a family as data a reviewer reads on one screen.
+
+    name:     the tolerance's name (``<family>.<what>``), recorded in every verdict's source.
+    bound:    the bound as a formula.
+    argument: the rounding argument it comes from.
+    caught:   names of the planted bugs (``conformance.testing.PLANTED``) shown to exceed it.
+    """
+
+    name: str
+    bound: str
+    argument: str
+    caught: tuple[str, ...]
 
 
 @dataclass
@@ -40,17 +64,10 @@ class Comparison:
     tolerance: Tolerance
 
 
-def _as_float64(x: Any) -> np.ndarray:
-    a = np.asarray(x)
-    if a.dtype.kind in "iub":
-        return a.astype(np.float64)
-    return a.astype(np.float64)
-
-
 def compare(name: str, actual: Any, expected: Any, tol: Tolerance) -> Comparison:
     """Compare one output against its oracle under ``tol``."""
-    a = _as_float64(actual)
-    e = _as_float64(expected)
+    a = np.asarray(actual).astype(np.float64)
+    e = np.asarray(expected).astype(np.float64)
     if a.shape != e.shape:
         return Comparison(name, False, f"{name}: shape {a.shape}, expected {e.shape}",
                           {"max_abs": float("inf")}, tol)
@@ -62,24 +79,13 @@ def compare(name: str, actual: Any, expected: Any, tol: Tolerance) -> Comparison
     with np.errstate(divide="ignore", invalid="ignore"):
         rel = np.where(np.abs(e) > 0, diff / np.abs(e), np.where(diff > 0, np.inf, 0.0))
         over = np.where(allowed > 0, diff / allowed, np.where(diff > 0, np.inf, 0.0))
-    e_norm = float(np.linalg.norm(e))
-    d_norm = float(np.linalg.norm(np.where(np.isfinite(diff), diff, 0.0)))
-    a_norm = float(np.linalg.norm(np.where(np.isfinite(a), a, 0.0)))
-    if e_norm == 0.0:
-        rel_l2 = d_norm
-        cosine = 1.0 if a_norm == 0.0 else 0.0
-    else:
-        rel_l2 = d_norm / e_norm
-        fin = np.isfinite(a) & np.isfinite(e)
-        denom = a_norm * e_norm
-        cosine = float(np.sum(a[fin] * e[fin]) / denom) if denom > 0 else 0.0
     finite = np.isfinite(diff)
     mismatch = int(np.count_nonzero(~finite | (diff > allowed)))
     metrics = {
         "max_abs": float(np.max(diff[finite])) if finite.any() else float("inf"),
         "max_rel": float(np.max(rel[finite])) if finite.any() else float("inf"),
-        "rel_l2": rel_l2,
-        "cosine": cosine,
+        "rel_l2": rel_l2(a, e),
+        "cosine": cosine(a, e),
         "mismatch": mismatch / n,
         "margin": float(np.max(over[finite])) if finite.any() else float("inf"),
         "nonfinite": bad_actual,
@@ -95,8 +101,9 @@ def compare(name: str, actual: Any, expected: Any, tol: Tolerance) -> Comparison
             f"{name}: {mismatch}/{a.size} elements beyond atol {tol.atol:g} + rtol {tol.rtol:g}"
             f" (margin {metrics['margin']:.3g}, max_abs {metrics['max_abs']:.3g})",
             metrics, tol)
-    if tol.rel_l2 is not None and rel_l2 > tol.rel_l2:
-        return Comparison(name, False, f"{name}: rel_l2 {rel_l2:.3g} above {tol.rel_l2:g}", metrics, tol)
+    if tol.rel_l2 is not None and metrics["rel_l2"] > tol.rel_l2:
+        return Comparison(name, False, f"{name}: rel_l2 {metrics['rel_l2']:.3g} above {tol.rel_l2:g}",
+                          metrics, tol)
     return Comparison(name, True, "", metrics, tol)
 
 

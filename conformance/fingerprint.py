@@ -1,4 +1,8 @@
-"""The hardware and software fingerprint written to run.json and shown by `kernel-lab doctor`."""
+"""The hardware and software fingerprint written to run.json and shown by `kernel-lab doctor`, and
+the visible GPUs the runner pins its workers to.
+
+``KERNEL_LAB_FAKE_DEVICES=0,1,2`` makes :func:`devices` report those ids (as CUDA devices) without
+looking at the hardware: the runner's device pinning and retirement are tested this way on a CPU."""
 from __future__ import annotations
 
 import importlib.metadata
@@ -7,6 +11,7 @@ import platform
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 CPU_FLAGS = ("avx2", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16", "avx512_fp16",
@@ -62,6 +67,33 @@ def gpus() -> list[dict]:
             entry["driver"] = driver
         out.append(entry)
     return out
+
+
+@dataclass(frozen=True)
+class Devices:
+    """Visible GPUs: ``env_var`` (CUDA_VISIBLE_DEVICES or HIP_VISIBLE_DEVICES) pins a worker to one of ``ids``."""
+
+    env_var: str
+    ids: tuple[str, ...]
+
+    def label(self, device: str) -> str:
+        """``cuda:3`` / ``hip:3``: the id as this process's environment names it."""
+        return f"{'hip' if self.env_var.startswith('HIP') else 'cuda'}:{device}"
+
+
+def devices() -> Devices:
+    """The GPUs workers can be pinned to: KERNEL_LAB_FAKE_DEVICES if set, else those torch sees
+    (named as in the inherited CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES when that is set)."""
+    fake = os.environ.get("KERNEL_LAB_FAKE_DEVICES")
+    if fake is not None:
+        return Devices("CUDA_VISIBLE_DEVICES", tuple(d.strip() for d in fake.split(",") if d.strip()))
+    found = gpus()
+    hip = any("arch" in g for g in found)
+    var = "HIP_VISIBLE_DEVICES" if hip else "CUDA_VISIBLE_DEVICES"
+    inherited = os.environ.get(var) or (os.environ.get("CUDA_VISIBLE_DEVICES") if hip else None)
+    named = [d.strip() for d in inherited.split(",") if d.strip()] if inherited else []
+    ids = named[:len(found)] if len(named) >= len(found) else [str(g["index"]) for g in found]
+    return Devices(var, tuple(ids))
 
 
 def _nvidia_driver() -> str | None:

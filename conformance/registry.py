@@ -12,9 +12,10 @@ import importlib
 import os
 import pkgutil
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Callable, Mapping
 
 from conformance.cells import Cell
+from conformance.errors import UsageError
 
 
 def _always(cell: Cell) -> str | None:
@@ -32,9 +33,15 @@ class Backend:
                     the backend may mutate); outputs a dict of NumPy arrays named by the family.
     supports:       ``None`` if the cell is supported, else the reason it is skipped.
     xfail:          ``None``, or the reason the cell is a known failure.
-    rounding_model: the family's name for the oracle variant this backend is held to.
+    rounding_models: family -> the name of the oracle variant this backend is held to, one of that
+                    family's ``ROUNDING_MODELS``; a family left out is held to "exact".
     env:            environment variables its worker process needs (e.g. TRITON_INTERPRET=1).
     timeout_s:      per-cell wall-clock limit; past it the worker is killed and the cell is a crash.
+    uses_gpu:       runs on a GPU: the runner pins each of its workers to one visible device.
+    seconds_per_cell, seconds_per_work: the ETA's first estimate of one cell,
+                    ``seconds_per_cell + seconds_per_work * runner.cell_work(cell)``, refined from records.
+    work_budget:    cells with more work (a number, or op -> number) skip unless asked for (``--no-budget``,
+                    ``--filter``); set for the Triton interpreter, a hundred times slower than compiled code.
     """
 
     name: str
@@ -43,10 +50,17 @@ class Backend:
     run: Callable[[Cell, dict], dict]
     supports: Callable[[Cell], str | None] = _always
     xfail: Callable[[Cell], str | None] = _always
-    rounding_model: str = "exact"
+    rounding_models: Mapping[str, str] = field(default_factory=dict)
     env: Mapping[str, str] = field(default_factory=dict)
     timeout_s: float = 600.0
-    description: str = ""
+    uses_gpu: bool = False
+    seconds_per_cell: float = 0.05
+    seconds_per_work: float = 1e-8
+    work_budget: float | Mapping[str, float] | None = None
+
+    def rounding_model(self, family: str) -> str:
+        """The rounding model this backend is held to in ``family``."""
+        return self.rounding_models.get(family, "exact")
 
     def skip_reason(self, cell: Cell) -> str | None:
         """Why this backend does not run ``cell`` (family, op, or the backend's own limits)."""
@@ -62,9 +76,32 @@ _REGISTRY: dict[str, Backend] = {}
 _LOADED = False
 
 
+def validate(backend: Backend) -> None:
+    """Refuse a backend whose families or rounding models are unknown (ValueError naming the known ones)."""
+    from conformance import families
+
+    known = families.families()
+    for family in sorted(set(backend.ops) | set(backend.rounding_models)):
+        if family not in known:
+            raise ValueError(f"backend {backend.name!r}: unknown family {family!r}; known: {', '.join(known)}")
+        if family not in backend.ops:
+            raise ValueError(f"backend {backend.name!r}: rounding_models names {family!r}, which its ops leave out")
+        models = known[family].ROUNDING_MODELS
+        model = backend.rounding_model(family)
+        if model not in models:
+            raise ValueError(f"backend {backend.name!r}: unknown {family} rounding model {model!r}; "
+                             f"known: {', '.join(models)}")
+        unknown_ops = [op for op in backend.ops[family] if op not in known[family].OPS]
+        if unknown_ops:
+            raise ValueError(f"backend {backend.name!r}: unknown {family} ops {unknown_ops}; "
+                             f"known: {', '.join(known[family].OPS)}")
+
+
 def register(backend: Backend) -> Backend:
+    """Add ``backend`` to the registry after ``validate``; a second backend of the same name is refused."""
     if backend.name in _REGISTRY and _REGISTRY[backend.name] is not backend:
         raise ValueError(f"backend {backend.name!r} is registered twice")
+    validate(backend)
     _REGISTRY[backend.name] = backend
     return backend
 
@@ -91,7 +128,7 @@ def backends() -> dict[str, Backend]:
 def get(name: str) -> Backend:
     all_ = backends()
     if name not in all_:
-        raise KeyError(f"unknown backend {name!r}; known: {', '.join(all_)}")
+        raise UsageError(f"unknown backend {name!r}; known: {', '.join(all_)}")
     return all_[name]
 
 
@@ -102,10 +139,3 @@ def probe(backend: Backend) -> tuple[bool, str]:
         return bool(ok), str(reason)
     except Exception as exc:  # a probe must never take the run down
         return False, f"probe raised {type(exc).__name__}: {exc}"
-
-
-def inputs_copy(inputs: Mapping[str, Any]) -> dict:
-    """A private deep copy of a family's inputs (arrays copied, scalars shared)."""
-    import copy
-
-    return copy.deepcopy(dict(inputs))

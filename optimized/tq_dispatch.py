@@ -14,10 +14,13 @@ HEAD_SIZES = (64, 128, 256)  # the portable Triton kernels (power-of-two head si
 
 
 def problem(kernel: str, query, kv_cache, *, preset: str, layout: str, sinks=None) -> str | None:
-    """Why ``kernel`` cannot serve this decode (``query [B, Hq, D]``, ``kv_cache [nb, BS, Hk, slot]``
-    torch tensors), or None."""
+    """Why ``kernel`` cannot serve this decode (``query [B, Hq, D]`` float, ``kv_cache [nb, BS, Hk, slot]``
+    uint8 torch tensors, else TypeError/ValueError naming the argument), or None."""
+    from optimized.triton.checks import FLOAT_DTYPES, check_tensor
     from reference.turboquant.presets import preset as lookup
 
+    check_tensor("query", query, (None, None, None), FLOAT_DTYPES)
+    check_tensor("kv_cache", kv_cache, (None, None, None, None), ("uint8",))
     D, BS, Hk = query.shape[-1], kv_cache.shape[1], kv_cache.shape[2]
     name = lookup(preset).name
     if kernel == "triton-sm90":
@@ -71,7 +74,7 @@ def decode(query, kv_cache, block_table, seq_lens, *, preset: str, layout: str, 
 
         return decode_sm90(*args, **kw, **launch)
     if kernel == "triton-grouped":
-        from optimized.triton.tq_decode_lut import decode_grouped
+        from optimized.triton.tq_decode_grouped import decode_grouped
 
         return decode_grouped(*args, **kw, **launch)
     if kernel == "triton-split":
@@ -85,13 +88,15 @@ def _flydsl(args, kw, launch):
     import torch
 
     from optimized.flydsl import launcher
+    from optimized.triton.checks import FLOAT_DTYPES, check_output
 
     extra = sorted(set(launch) - {"out"})
     if extra:
         raise ValueError(f"flydsl-gfx950 takes no {extra} (its launcher sizes its own partitions)")
-    query = args[0]
+    query, out = args[0], launch.get("out")
+    if out is not None:
+        check_output("out", out, tuple(query.shape), FLOAT_DTYPES, query.device)
     res = torch.from_numpy(launcher.decode(*args, **kw)).to(query.device)
-    out = launch.get("out")
     if out is None:
         return res.to(query.dtype)
     out.copy_(res)

@@ -1,4 +1,4 @@
-"""State-dtype policy and hybrid prefix-caching block-size planner (issue 8).
+"""State-dtype policy and hybrid prefix-caching block-size planner.
 
 - `planner.model_configs`: a Hugging Face config.json dict -> validated `ModelConfig`; shipped
   configs in ``planner/configs/``.

@@ -1,11 +1,10 @@
-"""A Markdown summary of a run directory (cells.jsonl + run.json)."""
+"""A Markdown summary of a run folder (cells.jsonl + run.json), read tolerantly by reports.load."""
 from __future__ import annotations
 
-import json
 from collections import Counter, defaultdict
-from pathlib import Path
 
 from conformance import records
+from reports.load import Run
 
 MAX_LISTED = 50
 
@@ -22,12 +21,11 @@ def _fmt(x) -> str:
     return "" if x is None else str(x)
 
 
-def render(run_dir: str | Path) -> str:
-    run_dir = Path(run_dir)
-    recs = records.read(run_dir / "cells.jsonl")
-    run_path = run_dir / "run.json"
-    info = json.loads(run_path.read_text()) if run_path.exists() else {}
-    out = [f"# kernel-lab conformance: {run_dir}", ""]
+def render(run: Run) -> str:
+    recs, info = run.records, run.info
+    out = [f"# kernel-lab conformance: {run.path}", ""]
+    if run.problems:
+        out += ["**Incomplete run:**", ""] + [f"- {p}" for p in run.problems] + [""]
     cpu = info.get("cpu", {})
     if cpu:
         gpus = ", ".join(g.get("name", "?") for g in info.get("gpus", [])) or "none"
@@ -53,7 +51,7 @@ def render(run_dir: str | Path) -> str:
     out += ["## Per family, op and backend (backends that implement the op)", "",
             _table(["family", "op", "backend", *cols],
                    [[f, o, b, *(str(c.get(s, 0)) for s in cols)] for (f, o, b), c in sorted(by_op.items())]), ""]
-    unavailable = {n: b["reason"] for n, b in info.get("backends", {}).items() if not b.get("available")}
+    unavailable = run.unavailable()
     if unavailable:
         out += ["## Unavailable backends", ""] + [f"- **{n}**: {why}" for n, why in sorted(unavailable.items())] + [""]
     bad = [r for r in recs if r["status"] in records.BAD_STATUSES]

@@ -3,7 +3,7 @@
 
 Each wraps the kernels in the reference's function names and NumPy semantics and lets the gdn
 family's ``run_with`` drive the cell (two-call splits included). ``recurrent`` (any write
-interval) is not implemented: those cells are skips. Rounding model ``bf16-operands``: the chunk
+interval) is not implemented: those cells are skips. Rounding model (gdn) ``bf16-operands``: the chunk
 kernel rounds its GEMM operands to bf16 exactly as ``numpy_ref.chunked(operand_dtype="bfloat16")``;
 the family holds decode and spec decode to the exact oracle whatever the model (they compute in
 fp32 and round only the state).
@@ -77,8 +77,7 @@ def _make(isa: str) -> Backend:
         return families.get(cell.family).run_with(KernelImpl(isa), cell, inputs)
 
     return register(Backend(name=f"cpu-{isa}", ops=OPS, available=available, run=run, supports=_supports,
-                            rounding_model="bf16-operands",
-                            description=f"optimized.cpu C++ kernels, isa={isa!r}"))
+                            rounding_models={"gdn": "bf16-operands"}))
 
 
 CPU_AMX = _make("amx")

@@ -70,8 +70,7 @@ register(Backend(
     available=lambda: (True, "NumPy emulation of the FlyDSL gfx950 kernel's arithmetic"),
     run=_run_emulated,
     supports=_supports,
-    rounding_model="bf16-mma",
-    description="NumPy emulation of the FlyDSL TurboQuant decode kernel (partitions, bf16 operands and P)",
+    rounding_models={"turboquant": "bf16-mma"},
 ))
 
 register(Backend(
@@ -80,6 +79,6 @@ register(Backend(
     available=_gfx950_available,
     run=_run_gfx950,
     supports=_supports,
-    rounding_model="bf16-mma",
-    description="FlyDSL TurboQuant decode kernel on AMD gfx950 (MI355X)",
+    uses_gpu=True,
+    rounding_models={"turboquant": "bf16-mma"},
 ))

@@ -8,19 +8,16 @@ reference backend can fail.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 
 from conformance import families
 from conformance.registry import Backend, register
 
-_FAMILIES = ("gdn", "turboquant")
-
 
 def _ops() -> dict[str, tuple[str, ...]]:
-    out = {}
-    for name, mod in families.families().items():
-        if name in _FAMILIES:
-            out[name] = tuple(mod.OPS)
-    return out
+    """Every discovered family that has ``reference/<family>/`` (numpy_ref and jax_ref), all its ops."""
+    return {name: tuple(mod.OPS) for name, mod in families.families().items()
+            if importlib.util.find_spec(f"reference.{name}") is not None}
 
 
 def _make(name: str, module: str, probe, env: dict | None = None) -> Backend:
@@ -29,8 +26,7 @@ def _make(name: str, module: str, probe, env: dict | None = None) -> Backend:
         return families.get(cell.family).run_with(impl, cell, inputs)
 
     return register(Backend(name=name, ops=_ops(), available=probe, run=run,
-                            rounding_model="exact", env=env or {},
-                            description=f"reference.<family>.{module}"))
+                            rounding_models={family: "exact" for family in _ops()}, env=env or {}))
 
 
 def _numpy_available() -> tuple[bool, str]:

@@ -56,5 +56,4 @@ def _run(cell, inputs):
 
 TORCH_EAGER = register(Backend(
     name="torch-eager", ops={"gdn": ("chunked",)}, available=_available, run=_run,
-    rounding_model="bf16-gemm",
-    description="plain torch ops, bf16 matmuls batched over heads and chunks (optimized/torch)"))
+    rounding_models={"gdn": "bf16-gemm"}))

@@ -41,5 +41,4 @@ def _run(cell, inputs: dict) -> dict:
 
 TORCH_SDPA = register(Backend(
     name="torch-sdpa", ops={"turboquant": ("decode",)}, available=_available, run=_run,
-    rounding_model="bf16-sdpa",
-    description="torch SDPA over an unquantized bf16 paged cache (the no-TurboQuant baseline)"))
+    rounding_models={"turboquant": "bf16-sdpa"}, uses_gpu=True))

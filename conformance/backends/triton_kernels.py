@@ -1,6 +1,6 @@
 """The Triton TurboQuant kernels (``optimized/triton``) as backends of the turboquant family.
 
-Three kernels decode, each held to the matrix on a GPU and, through the interpreter
+Five decode kernels, each held to the matrix on a GPU and (all but the sm_90 decode) through the interpreter
 (``TRITON_INTERPRET=1``, fp32 everywhere), on the CPU:
 
 - ``triton`` / ``triton-interpret``: store kernel + split-KV decode (AoS and SoA, every preset);
@@ -26,11 +26,20 @@ from conformance import families
 from conformance.registry import Backend, register
 
 INTERPRET_ENV = {"TRITON_INTERPRET": "1"}
+# The interpreter runs every program instance in Python. On 2 CPU cores (2026-12-01) a store cell
+# took about 1.5e-4 s per unit of tokens*heads*dims (10 s for 64 tokens x 8 heads x 128), a decode
+# cell 3e-6 to 1.4e-5 s per unit (6 s for 2M), plus 2 s of tracing and compiling; the runner rescales
+# these per op from the records as a run goes. The budgets admit every ci-tier cell.
+INTERPRET_COST = {"seconds_per_cell": 2.0, "seconds_per_work": 1e-5,
+                  "work_budget": {"store": 65_536, "decode": 2_097_152, "store_decode": 2_097_152}}
 LUT_PRESETS = ("turboquant_4bit_nc",)
 
 
-class _Impl:
-    """The reference's ``store``/``decode`` signatures (NumPy in, NumPy out) over the launchers."""
+class TritonImpl:
+    """The reference's ``store``/``decode`` signatures (NumPy in, NumPy out) over the launchers.
+
+    kernel: "split", "grouped", "lut", "unified" or "sm90"; device: "cpu" (the interpreter) or "cuda";
+    precision: "exact" (fp32) or "bf16" (bf16 MMA operands)."""
 
     def __init__(self, kernel: str, device: str, precision: str):
         self.kernel, self.device, self.precision = kernel, device, precision
@@ -53,7 +62,7 @@ class _Impl:
         import torch
 
         from conformance.poison import poisoned
-        from optimized.triton.tq_decode_lut import decode_grouped
+        from optimized.triton.tq_decode_grouped import decode_grouped
         from optimized.triton.tq_decode_sm90 import decode_sm90
         from optimized.triton.tq_decode_split import decode_split
         from optimized.triton.tq_unified import unified_attention
@@ -128,29 +137,29 @@ def _supports(kernel: str):
     return supports
 
 
-def _make(name: str, kernel: str, interpret: bool, ops: tuple[str, ...], description: str) -> Backend:
+def _make(name: str, kernel: str, interpret: bool, ops: tuple[str, ...]) -> Backend:
     precision = "exact" if interpret or kernel == "split" else "bf16"
 
     def run(cell, inputs):
         if interpret and os.environ.get("TRITON_INTERPRET") != "1":
             raise RuntimeError(f"{name} needs TRITON_INTERPRET=1 in its process")
-        impl = _Impl(kernel, "cpu" if interpret else "cuda", precision)
+        impl = TritonImpl(kernel, "cpu" if interpret else "cuda", precision)
         return families.get(cell.family).run_with(impl, cell, inputs)
 
     available = _interpret_available if interpret else _sm90_available if kernel == "sm90" else _gpu_available
     return register(Backend(
-        name=name, ops={"turboquant": ops}, available=available,
-        run=run, supports=_supports(kernel), rounding_model="exact" if precision == "exact" else "bf16-mma",
-        env=INTERPRET_ENV if interpret else {}, timeout_s=1800.0 if interpret else 600.0,
-        description=description + (" through the Triton interpreter (fp32)" if interpret else "")))
+        name=name, ops={"turboquant": ops}, available=available, run=run, supports=_supports(kernel),
+        rounding_models={"turboquant": "exact" if precision == "exact" else "bf16-mma"},
+        env=INTERPRET_ENV if interpret else {}, timeout_s=1800.0 if interpret else 600.0, uses_gpu=not interpret,
+        **(INTERPRET_COST if interpret else {})))
 
 
 _ALL = ("store", "decode", "store_decode")
 _DEC = ("decode", "store_decode")
 for _interp in (False, True):
     _sfx = "-interpret" if _interp else ""
-    _make("triton" + _sfx, "split", _interp, _ALL, "optimized/triton store + split-KV decode")
-    _make("triton-grouped" + _sfx, "grouped", _interp, _DEC, "optimized/triton store + grouped-query decode (centroid table)")
-    _make("triton-lut" + _sfx, "lut", _interp, _DEC, "optimized/triton store + grouped-query decode (pair lookup table)")
-    _make("triton-unified" + _sfx, "unified", _interp, _DEC, "optimized/triton store + unified attention as decode")
-_make("triton-sm90", "sm90", False, _DEC, "optimized/triton store + the sm_90 Gluon decode (operands in registers)")
+    _make("triton" + _sfx, "split", _interp, _ALL)
+    _make("triton-grouped" + _sfx, "grouped", _interp, _DEC)
+    _make("triton-lut" + _sfx, "lut", _interp, _DEC)
+    _make("triton-unified" + _sfx, "unified", _interp, _DEC)
+_make("triton-sm90", "sm90", False, _DEC)

@@ -36,14 +36,15 @@ def add_arguments(parser) -> None:
                         help="small sizes for tests: 1024 tokens, K=V=64, round trips 0,4 over 512")
 
 
-def _inputs(rng, T: int, H: int, HV: int, K: int, decay: str, v_scale: float = 1.0) -> dict:
+def draw_inputs(rng, T: int, H: int, HV: int, K: int, decay: str, v_scale: float = 1.0) -> dict:
     """Independent q, k, v (bf16 values), log decay g and beta for one sequence of T tokens."""
-    from conformance.families.gdn import _bf16_values, _log_decay
+    from conformance.families.gdn.inputs import log_decay
+    from conformance.numerics import bf16_round
 
-    return {"q": _bf16_values(rng.normal(size=(T, H, K))), "k": _bf16_values(rng.normal(size=(T, H, K))),
-            "v": _bf16_values(rng.normal(size=(T, HV, K)) * v_scale),
-            "g": _log_decay(rng, decay, T, HV),
-            "beta": _bf16_values(1 / (1 + np.exp(-rng.normal(0.0, 1.5, (T, HV)))))}
+    return {"q": bf16_round(rng.normal(size=(T, H, K))), "k": bf16_round(rng.normal(size=(T, H, K))),
+            "v": bf16_round(rng.normal(size=(T, HV, K)) * v_scale),
+            "g": log_decay(rng, decay, T, HV),
+            "beta": bf16_round(1 / (1 + np.exp(-rng.normal(0.0, 1.5, (T, HV)))))}
 
 
 def _prefill(x: dict, bounds: list[int], state_dtype: str):
@@ -68,9 +69,11 @@ def _prefill(x: dict, bounds: list[int], state_dtype: str):
 
 def _error(actual: np.ndarray, truth: np.ndarray) -> float | None:
     """Relative L2 error; None when the actual values hold Inf/NaN (reported as overflow)."""
+    from conformance.numerics import rel_l2
+
     if not np.all(np.isfinite(actual)):
         return None
-    return float(np.linalg.norm(actual.astype(np.float64) - truth) / np.linalg.norm(truth))
+    return rel_l2(actual, truth)
 
 
 def _lengths(max_tokens: int) -> list[int]:
@@ -115,7 +118,8 @@ def _round_trips(x: dict, T: int, counts: list[int], rng) -> list[dict]:
     return rows
 
 
-def _overflow_probe(x: dict) -> dict:
+def overflow_probe(x: dict) -> dict:
+    """Per state dtype: whether the state or outputs of a prefill of ``x`` hold Inf/NaN, and the largest |state|."""
     T = x["q"].shape[0]
     _, s32 = _prefill(x, [0, T], "float32")
     out = {"tokens": T, "max_abs_state_fp32": float(np.max(np.abs(s32[0]))),
@@ -137,8 +141,8 @@ def run(args) -> dict:
     if tokens % CHUNK or tokens < CHUNK:
         raise ValueError(f"--tokens: expected a multiple of {CHUNK}, got {tokens}")
     rng = np.random.default_rng(args.seed)
-    x = _inputs(rng, tokens, H, HV, K, args.decay)
-    probe = _inputs(rng, min(tokens, 4096), H, HV, K, "weak", args.v_scale)
+    x = draw_inputs(rng, tokens, H, HV, K, args.decay)
+    probe = draw_inputs(rng, min(tokens, 4096), H, HV, K, "weak", args.v_scale)
     return {
         "study": NAME,
         "config": {"H": H, "HV": HV, "K": K, "V": K, "decay": args.decay, "chunk": CHUNK,
@@ -146,7 +150,7 @@ def run(args) -> dict:
                    "seed": args.seed, "implementation": "reference.gdn.jax_ref.chunked (fp32 compute)"},
         "length_sweep": _length_sweep(x, _lengths(tokens)),
         "round_trips": _round_trips({n: a[:rt_tokens] for n, a in x.items()}, rt_tokens, counts, rng),
-        "overflow_probe": _overflow_probe(probe),
+        "overflow_probe": overflow_probe(probe),
     }
 
 
@@ -154,7 +158,8 @@ def _fmt(value) -> str:
     return "OVERFLOW" if value is None else f"{value:.3e}"
 
 
-def _overflow_text(probe: dict) -> str:
+def overflow_text(probe: dict) -> str:
+    """One dtype's ``overflow_probe`` entry in words."""
     if not probe["nonfinite"]:
         return "finite"
     token = probe["first_nonfinite_token"]
@@ -177,5 +182,5 @@ def summarize(result: dict) -> str:
     p = result["overflow_probe"]
     lines.append(f"overflow probe (v x {c['v_scale_probe']:g}, weak decay, {p['tokens']} tokens): "
                  f"max|S| fp32 = {p['max_abs_state_fp32']:.3g}; "
-                 + "; ".join(f"{d}: {_overflow_text(p[d])}" for d in ("bfloat16", "float16")))
+                 + "; ".join(f"{d}: {overflow_text(p[d])}" for d in ("bfloat16", "float16")))
     return "\n".join(lines)

@@ -11,14 +11,25 @@ tokens of a sequence and at its end). The chunk kernel rounds its GEMM operands 
 (``reference.gdn.numpy_ref.chunked(operand_dtype="bfloat16")``). ``o`` has ``out_dtype``
 (default: q's dtype), in q's framework (JAX inputs give a JAX array).
 
+``out``: None (a new array), or a preallocated output checked like the inputs: a writable NumPy
+array or torch tensor (like q's framework; not JAX) of shape ``[T, HV, V]``, C-contiguous, in
+``out_dtype`` (default: its own dtype, one of float32, bfloat16, float16).
+
 ``isa``: "auto" (best available), "amx", "avx512" or "scalar"; an ISA this CPU cannot run raises
-ValueError. ``num_threads``: default all CPUs of this process; work is split over (sequence, head).
+ValueError. ``num_threads``: default all CPUs of this process, else an integer in ``[1, MAX_THREADS]``;
+work is split over (sequence, head). Data arrays given as Python lists are refused (TypeError naming
+the argument); index sequences (``state_indices``, ``cu_seqlens``, ...) as lists are converted to int32.
+Scalars are checked as the references check them (``reference.gdn.arguments.scalars``).
 """
 from __future__ import annotations
 
 import math
+import numbers
 
 import numpy as np
+
+from reference.arguments import array, indices
+from reference.gdn.arguments import scalars
 
 try:
     from optimized.cpu import _gdn
@@ -72,26 +83,44 @@ def _dtype_name(x) -> str:
 
 def _kernel_inputs(**arrays) -> list:
     """The arguments as nanobind takes them (ml_dtypes bf16 NumPy arrays as uint16 views), after
-    refusing empty arrays by name (they never reach the extension)."""
+    refusing non-arrays and empty arrays by name (they never reach the extension)."""
     out = []
     for name, x in arrays.items():
+        array(name, x)
         if int(np.prod(x.shape)) == 0:
             raise ValueError(f"{name}: zero-length array of shape {tuple(x.shape)}; nothing to compute")
         out.append(x.view(np.uint16) if isinstance(x, np.ndarray) and x.dtype.name == "bfloat16" else x)
     return out
 
 
+def _writable(name: str, x, what: str):
+    """``x`` as the kernel writes it: refused (by name) unless a writable NumPy array or torch tensor."""
+    array(name, x)
+    if _framework(x) == "jax":
+        raise TypeError(f"{name}: JAX arrays are immutable; pass a writable NumPy array or torch tensor ({what})")
+    if isinstance(x, np.ndarray) and not x.flags.writeable:
+        raise ValueError(f"{name}: the NumPy array is read-only; {what}")
+    return _kernel_inputs(**{name: x})[0]
+
+
 def _kernel_state(state):
-    if _framework(state) == "jax":
-        raise TypeError("state: JAX arrays are immutable; pass a writable NumPy array or torch tensor "
-                        "(the pool is updated in place)")
-    if isinstance(state, np.ndarray) and not state.flags.writeable:
-        raise ValueError("state: the NumPy array is read-only; the pool is updated in place")
-    return _kernel_inputs(state=state)[0]
+    return _writable("state", state, "the pool is updated in place")
 
 
-def _output(q, shape, out_dtype):
-    """(array handed to the kernel, array returned to the caller) of ``shape`` in q's framework."""
+def _index_inputs(**sequences) -> list:
+    """Index arguments for the kernel: Python lists of integers converted to int32 arrays."""
+    return _kernel_inputs(**{name: indices(name, x) for name, x in sequences.items()})
+
+
+def _output(q, shape, out_dtype, out=None):
+    """(array handed to the kernel, array returned to the caller) of ``shape`` in q's framework, or
+    the caller's ``out`` (its shape, dtype and strides are checked by the extension)."""
+    if out is not None:
+        if out_dtype is not None and _dtype_name(out) != str(out_dtype).replace("torch.", ""):
+            raise ValueError(f"out: dtype {_dtype_name(out)} differs from out_dtype {out_dtype!r}")
+        if _framework(out) != _framework(q) and _framework(q) != "jax":
+            raise TypeError(f"out: expected a {_framework(q)} array like q, got {type(out).__name__}")
+        return _writable("out", out, "the output is written in place"), out
     name = _dtype_name(q) if out_dtype is None else str(out_dtype).replace("torch.", "")
     if out_dtype is None and name not in _DTYPE_NAMES:
         raise TypeError(f"q: expected float32, bfloat16 (or a uint16 view of bf16 bits) or float16, got {name}")
@@ -118,8 +147,10 @@ def _returned(q, out):
     return out
 
 
-def _scale(scale, K: int) -> float:
-    return 1.0 / math.sqrt(K) if scale is None else float(scale)
+def _scalars(scale, l2norm_eps, K: int) -> tuple[float, float]:
+    """(scale, l2norm_eps) as the kernel takes them, checked as the references check them."""
+    scalars(scale, l2norm_eps)
+    return (1.0 / math.sqrt(K) if scale is None else float(scale)), float(l2norm_eps)
 
 
 def default_threads() -> int:
@@ -128,10 +159,17 @@ def default_threads() -> int:
 
 
 def _threads(num_threads) -> int:
-    return default_threads() if num_threads is None else int(num_threads)
+    """None: ``default_threads()``; else an integer in ``[1, MAX_THREADS]`` (ValueError naming it)."""
+    if num_threads is None:
+        return default_threads()
+    most = _ext().MAX_THREADS
+    if isinstance(num_threads, bool) or not isinstance(num_threads, numbers.Integral) or not 1 <= num_threads <= most:
+        raise ValueError(f"num_threads: expected an integer in [1, {most}], got {num_threads!r}")
+    return int(num_threads)
 
 
 def _shape(x, name: str, ndim: int) -> tuple:
+    array(name, x)
     shape = tuple(int(d) for d in x.shape)
     if len(shape) != ndim:
         raise ValueError(f"{name}: expected {ndim} dimensions, got shape {shape}")
@@ -154,22 +192,23 @@ def gdn_gating(A_log, a, b, dt_bias):
 
 
 def gdn_decode(q, k, v, A_log, a, b, dt_bias, state, state_indices, *, scale=None, use_qk_l2norm=True,
-               l2norm_eps=1e-6, out_dtype=None, isa="auto", num_threads=None):
+               l2norm_eps=1e-6, out_dtype=None, out=None, isa="auto", num_threads=None):
     """One token per sequence with fused gating: q, k [N, H, K], v [N, HV, V], a, b [N, HV],
     A_log, dt_bias [HV], state_indices int32 [N]. Returns o [N, HV, V]; the state is rounded
     after the token (the output uses the fp32 state)."""
     ext = _ext()
     N, _, K = _shape(q, "q", 3)
     _, HV, V = _shape(v, "v", 3)
-    kernel_out, out = _output(q, (N, HV, V), out_dtype)
+    scale, l2norm_eps = _scalars(scale, l2norm_eps, K)
+    kernel_out, out = _output(q, (N, HV, V), out_dtype, out)
     ext.gdn_decode(*_kernel_inputs(q=q, k=k, v=v, A_log=A_log, a=a, b=b, dt_bias=dt_bias), _kernel_state(state),
-                   *_kernel_inputs(state_indices=state_indices), kernel_out, _scale(scale, K), bool(use_qk_l2norm),
-                   float(l2norm_eps), str(isa), _threads(num_threads))
+                   *_index_inputs(state_indices=state_indices), kernel_out, scale, bool(use_qk_l2norm),
+                   l2norm_eps, str(isa), _threads(num_threads))
     return _returned(q, out)
 
 
 def gdn_spec_decode(q, k, v, A_log, a, b, dt_bias, state, spec_state_indices, num_accepted_tokens,
-                    cu_seqlens, *, scale=None, use_qk_l2norm=True, l2norm_eps=1e-6, out_dtype=None,
+                    cu_seqlens, *, scale=None, use_qk_l2norm=True, l2norm_eps=1e-6, out_dtype=None, out=None,
                     isa="auto", num_threads=None):
     """Speculative decode over packed drafts: q, k [T, H, K], v [T, HV, V], a, b [T, HV],
     spec_state_indices int32 [N, S], num_accepted_tokens int32 [N], cu_seqlens int32 [N+1].
@@ -178,28 +217,29 @@ def gdn_spec_decode(q, k, v, A_log, a, b, dt_bias, state, spec_state_indices, nu
     ext = _ext()
     T, _, K = _shape(q, "q", 3)
     _, HV, V = _shape(v, "v", 3)
-    kernel_out, out = _output(q, (T, HV, V), out_dtype)
+    scale, l2norm_eps = _scalars(scale, l2norm_eps, K)
+    kernel_out, out = _output(q, (T, HV, V), out_dtype, out)
     ext.gdn_spec_decode(*_kernel_inputs(q=q, k=k, v=v, A_log=A_log, a=a, b=b, dt_bias=dt_bias),
                         _kernel_state(state),
-                        *_kernel_inputs(spec_state_indices=spec_state_indices,
-                                        num_accepted_tokens=num_accepted_tokens, cu_seqlens=cu_seqlens),
-                        kernel_out, _scale(scale, K), bool(use_qk_l2norm), float(l2norm_eps), str(isa),
-                        _threads(num_threads))
+                        *_index_inputs(spec_state_indices=spec_state_indices,
+                                       num_accepted_tokens=num_accepted_tokens, cu_seqlens=cu_seqlens),
+                        kernel_out, scale, bool(use_qk_l2norm), l2norm_eps, str(isa), _threads(num_threads))
     return _returned(q, out)
 
 
 def gdn_chunk_prefill(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, use_qk_l2norm=True,
-                      l2norm_eps=1e-6, out_dtype=None, isa="auto", num_threads=None):
+                      l2norm_eps=1e-6, out_dtype=None, out=None, isa="auto", num_threads=None):
     """Chunked prefill (chunk 64): q, k [T, H, K], v [T, HV, V], g float32 [T, HV], beta [T, HV],
     cu_seqlens int32 [N+1] (strictly increasing), state_indices int32 [N]; K, V multiples of 32 up
     to 256. Returns o [T, HV, V]; the state is rounded at every chunk end and at sequence end."""
     ext = _ext()
     T, _, K = _shape(q, "q", 3)
     _, HV, V = _shape(v, "v", 3)
-    kernel_out, out = _output(q, (T, HV, V), out_dtype)
-    ext.gdn_chunk_prefill(*_kernel_inputs(q=q, k=k, v=v, g=g, beta=beta, cu_seqlens=cu_seqlens),
-                          _kernel_state(state), *_kernel_inputs(state_indices=state_indices), kernel_out, _scale(scale, K), bool(use_qk_l2norm),
-                          float(l2norm_eps), str(isa), _threads(num_threads))
+    scale, l2norm_eps = _scalars(scale, l2norm_eps, K)
+    kernel_out, out = _output(q, (T, HV, V), out_dtype, out)
+    ext.gdn_chunk_prefill(*_kernel_inputs(q=q, k=k, v=v, g=g, beta=beta), *_index_inputs(cu_seqlens=cu_seqlens),
+                          _kernel_state(state), *_index_inputs(state_indices=state_indices), kernel_out, scale,
+                          bool(use_qk_l2norm), l2norm_eps, str(isa), _threads(num_threads))
     return _returned(q, out)
 
 

@@ -12,6 +12,7 @@
 #include <nanobind/stl/tuple.h>
 
 #include <cmath>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -186,11 +187,45 @@ StatePool state_pool(const OutArray& st, int64_t HV, int64_t K, int64_t V) {
     return pool;
 }
 
-void* output(const OutArray& out, const std::vector<int64_t>& shape, DType* dt) {
+// Bytes [lo, hi) an argument occupies, by name (for the overlap check of the output).
+struct Extent {
+    const char* name;
+    const char* lo;
+    const char* hi;
+};
+
+template <class A>
+Extent extent(const char* name, const A& a) {  // a C-contiguous array
+    const char* lo = static_cast<const char*>(a.data());
+    return {name, lo, lo + a.nbytes()};
+}
+
+Extent extent(const StatePool& pool, int64_t HV, int64_t K, int64_t V) {
+    const char* lo = static_cast<const char*>(pool.p);
+    const int64_t elems = (pool.num_slots - 1) * pool.slot_stride + HV * K * V;
+    return {"state", lo, lo + elems * dtype_bytes(pool.dt)};
+}
+
+// An output shares no byte with the other arguments the kernel reads or writes meanwhile.
+void check_disjoint(const Extent& written, std::initializer_list<Extent> others) {
+    for (const Extent& e : others)
+        if (written.lo < e.hi && e.lo < written.hi)
+            throw std::invalid_argument((std::string(written.name) + ": overlaps " + e.name + " in memory").c_str());
+}
+
+// out [T, HV, V]: float dtype, shape, C-contiguous, disjoint from ``others`` (the inputs and state).
+void* output(const OutArray& out, const std::vector<int64_t>& shape, DType* dt, std::initializer_list<Extent> others) {
     *dt = float_dtype("out", out);
     check_shape("out", out, shape, "[T, HV, V]");
     check_contiguous("out", out);
+    check_disjoint(extent("out", out), others);
     return out.data();
+}
+
+// The kernels skip padding sequences; their rows of o are zero (the caller's out may hold anything).
+void zero_rows(void* out, DType dt, int64_t row_elems, int64_t t0, int64_t t1) {
+    const int64_t row_bytes = row_elems * dtype_bytes(dt);
+    std::memset(static_cast<char*>(out) + t0 * row_bytes, 0, size_t((t1 - t0) * row_bytes));
 }
 
 // q, k [T, H, K] and v [T, HV, V]: sets T, H, HV, K, V.
@@ -229,8 +264,13 @@ Isa parse_isa(const std::string& isa) {
     return which;
 }
 
+// Each thread gets its own scratch; more threads than this is a mistake, not a machine.
+constexpr int kMaxThreads = 1024;
+
 int thread_count(int num_threads) {
-    if (num_threads < 1) throw std::invalid_argument(("num_threads: expected >= 1, got " + std::to_string(num_threads)).c_str());
+    if (num_threads < 1 || num_threads > kMaxThreads)
+        throw std::invalid_argument(("num_threads: expected an integer in [1, " + std::to_string(kMaxThreads) +
+                                     "], got " + std::to_string(num_threads)).c_str());
     return num_threads;
 }
 
@@ -265,11 +305,10 @@ void set_options(OpOptions& A, float scale, bool use_qk_l2norm, float l2norm_eps
     A.num_threads = thread_count(num_threads);
 }
 
-// Runs the code path `isa` names (checked: parse_isa refuses one this CPU lacks), GIL released.
+// Runs the code path `which` (from parse_isa, which refuses one this CPU lacks), GIL released.
 template <class Args>
-void run_path(const std::string& isa, const Args& A, void (*on_amx)(const Args&), void (*on_avx512)(const Args&),
+void run_path(Isa which, const Args& A, void (*on_amx)(const Args&), void (*on_avx512)(const Args&),
               void (*on_scalar)(const Args&)) {
-    const Isa which = parse_isa(isa);
     nb::gil_scoped_release release;
     (which == Isa::Amx ? on_amx : which == Isa::Avx512 ? on_avx512 : on_scalar)(A);
 }
@@ -285,9 +324,16 @@ void gdn_decode(const InArray& q, const InArray& k, const InArray& v, const InAr
     A.state = state_pool(state, A.HV, A.K, A.V);
     A.indices = int32_input("state_indices", state_indices, {A.N}, "[N]");
     check_slots("state_indices", A.indices, A.N, A.state.num_slots);
-    A.out = output(out, {A.T, A.HV, A.V}, &A.out_dt);
+    A.out = output(out, {A.T, A.HV, A.V}, &A.out_dt,
+                   {extent("q", q), extent("k", k), extent("v", v), extent("A_log", A_log), extent("a", a),
+                    extent("b", b), extent("dt_bias", dt_bias), extent(A.state, A.HV, A.K, A.V)});
+    check_disjoint(extent(A.state, A.HV, A.K, A.V), {extent("q", q), extent("k", k), extent("v", v),
+                   extent("A_log", A_log), extent("a", a), extent("b", b), extent("dt_bias", dt_bias)});
     set_options(A, scale, use_qk_l2norm, l2norm_eps, num_threads);
-    run_path(isa, A, amx::decode, avx512::decode, scalar::decode);
+    const Isa which = parse_isa(isa);  // the last check: nothing is written before it
+    for (int64_t n = 0; n < A.N; ++n)
+        if (A.indices[n] < 0) zero_rows(A.out, A.out_dt, A.HV * A.V, n, n + 1);
+    run_path(which, A, amx::decode, avx512::decode, scalar::decode);
 }
 
 void gdn_spec_decode(const InArray& q, const InArray& k, const InArray& v, const InArray& A_log, const InArray& a,
@@ -326,9 +372,19 @@ void gdn_spec_decode(const InArray& q, const InArray& k, const InArray& v, const
                                        " has a padding slot (-1) among the columns of its " + std::to_string(len) +
                                        " tokens").c_str());
     }
-    A.out = output(out, {A.T, A.HV, A.V}, &A.out_dt);
+    A.out = output(out, {A.T, A.HV, A.V}, &A.out_dt,
+                   {extent("q", q), extent("k", k), extent("v", v), extent("A_log", A_log), extent("a", a),
+                    extent("b", b), extent("dt_bias", dt_bias), extent(A.state, A.HV, A.K, A.V)});
+    check_disjoint(extent(A.state, A.HV, A.K, A.V), {extent("q", q), extent("k", k), extent("v", v),
+                   extent("A_log", A_log), extent("a", a), extent("b", b), extent("dt_bias", dt_bias)});
     set_options(A, scale, use_qk_l2norm, l2norm_eps, num_threads);
-    run_path(isa, A, amx::spec_decode, avx512::spec_decode, scalar::spec_decode);
+    const Isa which = parse_isa(isa);  // the last check: nothing is written before it
+    for (int64_t n = 0; n < A.N; ++n) {
+        const int64_t acc = A.num_accepted[n];
+        if (A.indices[n * A.index_cols + (acc > 0 ? acc - 1 : 0)] < 0)
+            zero_rows(A.out, A.out_dt, A.HV * A.V, A.cu_seqlens[n], A.cu_seqlens[n + 1]);
+    }
+    run_path(which, A, amx::spec_decode, avx512::spec_decode, scalar::spec_decode);
 }
 
 void gdn_chunk_prefill(const InArray& q, const InArray& k, const InArray& v, const InArray& g, const InArray& beta,
@@ -350,9 +406,16 @@ void gdn_chunk_prefill(const InArray& q, const InArray& k, const InArray& v, con
     check_slots("state_indices", A.indices, A.N, A.state.num_slots);
     A.cu_seqlens = int32_input("cu_seqlens", cu_seqlens, {A.N + 1}, "[N + 1]");
     check_cu_seqlens(A.cu_seqlens, A.N, A.T);
-    A.out = output(out, {A.T, A.HV, A.V}, &A.out_dt);
+    A.out = output(out, {A.T, A.HV, A.V}, &A.out_dt,
+                   {extent("q", q), extent("k", k), extent("v", v), extent("g", g), extent("beta", beta),
+                    extent(A.state, A.HV, A.K, A.V)});
+    check_disjoint(extent(A.state, A.HV, A.K, A.V),
+                   {extent("q", q), extent("k", k), extent("v", v), extent("g", g), extent("beta", beta)});
     set_options(A, scale, use_qk_l2norm, l2norm_eps, num_threads);
-    run_path(isa, A, amx::chunk_prefill, avx512::chunk_prefill, scalar::chunk_prefill);
+    const Isa which = parse_isa(isa);  // the last check: nothing is written before it
+    for (int64_t n = 0; n < A.N; ++n)
+        if (A.indices[n] < 0) zero_rows(A.out, A.out_dt, A.HV * A.V, A.cu_seqlens[n], A.cu_seqlens[n + 1]);
+    run_path(which, A, amx::chunk_prefill, avx512::chunk_prefill, scalar::chunk_prefill);
 }
 
 // g = -exp(A_log) softplus(a + dt_bias) (threshold 20), beta = sigmoid(b), both fp32 [T, HV].
@@ -432,11 +495,13 @@ nb::dict isa_status() {
 }
 
 }  // namespace
+void bind_ceilings(nb::module_& m);  // ceilings.cpp
 }  // namespace gdn
 
 NB_MODULE(_gdn, m) {
     using namespace gdn;
     m.doc() = "GDN CPU kernels (AMX / AVX-512 / scalar); use the wrappers in optimized.cpu.";
+    m.attr("MAX_THREADS") = kMaxThreads;
     m.def("isa_status", &isa_status, "{isa: (available, reason)} for 'amx', 'avx512', 'scalar'.");
     m.def("default_threads", &default_threads, "CPUs this process may run on.");
     m.def("gdn_decode", &gdn_decode, "q"_a, "k"_a, "v"_a, "A_log"_a, "a"_a, "b"_a, "dt_bias"_a,
@@ -455,4 +520,5 @@ NB_MODULE(_gdn, m) {
           "Seconds for iters x 4 tdpbf16ps (16x16x32 each) per thread on register tiles.");
     m.def("copy_bytes", &copy_bytes, "dst"_a.noconvert(), "src"_a, "num_threads"_a,
           "memcpy on num_threads threads (bandwidth ceiling).");
+    bind_ceilings(m);
 }

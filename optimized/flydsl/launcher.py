@@ -11,7 +11,10 @@ from __future__ import annotations
 
 from optimized.flydsl import plan
 from optimized.flydsl.tq_decode_kernel import HEAD_DIM, SLOT_BYTES, build_tq_decode
+from reference.arguments import indices
+from reference.turboquant import validate
 from reference.turboquant.lloyd_max import centroids
+from reference.turboquant.rotation import check_rotation
 
 _MODULES: dict[tuple, object] = {}
 MAX_CACHE_BYTES = 2**31  # the kernel's byte offsets are 32-bit
@@ -29,12 +32,17 @@ def module(*, G: int, block_size: int, Hk: int, max_blocks: int, scale: float):
 
 def decode(query, kv_cache, block_table, seq_lens, preset, layout, rotation, scale=None, sinks=None):
     """Run the kernel. ``query [B, Hq, 128]`` float, ``kv_cache`` uint8 ``[nb, BS, Hk, 134]`` (SoA),
-    ``block_table`` int32 ``[B, M]``, ``seq_lens`` int32 ``[B]`` (>= 1), ``rotation [128, 128]``;
-    all torch tensors on one device."""
+    ``block_table`` int ``[B, M]``, ``seq_lens`` int ``[B]`` (>= 1; both may be Python lists),
+    ``rotation [128, 128]`` finite; torch tensors on one device. Every argument is checked before
+    the kernel runs, with the references' messages (``reference.turboquant.validate``): finite
+    query, scale and rotation, seq_lens within the table, used block ids within the cache."""
     import torch
 
     from optimized.flydsl.emulation import reduce_partitions
 
+    for name, x in (("query", query), ("kv_cache", kv_cache), ("rotation", rotation)):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{name}: expected a torch tensor, got {type(x).__name__}")
     B, Hq, Hk, BS = plan.check_request(tuple(query.shape), tuple(kv_cache.shape), preset=preset, layout=layout,
                                        sinks=sinks is not None)
     slot = kv_cache.shape[3]
@@ -42,13 +50,15 @@ def decode(query, kv_cache, block_table, seq_lens, preset, layout, rotation, sca
         raise ValueError(f"kv_cache must be uint8 with {SLOT_BYTES}-byte slots, got {kv_cache.dtype}, {slot}")
     if kv_cache.numel() >= MAX_CACHE_BYTES:
         raise ValueError(f"kv_cache of {kv_cache.numel()} bytes is too large: the kernel addresses < 2 GiB")
-    if block_table.shape[0] != B or tuple(seq_lens.shape) != (B,):
-        raise ValueError(f"block_table must be [B={B}, M] and seq_lens [B={B}]")
-    if int(seq_lens.min()) < 1 or int(seq_lens.max()) > block_table.shape[1] * BS:
-        raise ValueError(f"seq_lens must be in [1, {block_table.shape[1] * BS}]")
-    G, M = Hq // Hk, block_table.shape[1]
-    scale = HEAD_DIM ** -0.5 if scale is None else float(scale)
     dev = query.device
+    tables = [indices(name, x) for name, x in (("block_table", block_table), ("seq_lens", seq_lens))]
+    host = [x.cpu().numpy() if isinstance(x, torch.Tensor) else x for x in tables]
+    validate.tables(*host, kv_cache.shape[0], BS, B)
+    block_table, seq_lens = (torch.as_tensor(x).to(dev) for x in tables)
+    validate.floats("query", query.detach().float().cpu().numpy(), 3, "[B, Hq, 128]")
+    check_rotation(rotation.detach().cpu().numpy(), HEAD_DIM)
+    G, M = Hq // Hk, block_table.shape[1]
+    scale = validate.softmax_scale(scale, HEAD_DIM)
     q_rot = (query.float() @ rotation.to(dev, torch.float32)).to(torch.bfloat16).contiguous()
     cent = torch.from_numpy(centroids(4, HEAD_DIM)).to(dev)
     P = plan.num_parts(M, BS)

@@ -19,10 +19,17 @@ from __future__ import annotations
 
 import torch
 
+from reference.arguments import indices
+from reference.gdn.arguments import scalars
+
 _STATE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def _check(q, k, v, g, beta, cu_seqlens, state, state_indices, state_dtype, chunk_size, interval):
+def _check(q, k, v, g, beta, cu_seqlens, state, state_indices, state_dtype, chunk_size, interval, scale,
+           l2norm_eps):
+    """The reference's checks on torch tensors; returns (cu_seqlens, state_indices) as int64 tensors
+    (Python lists of integers are converted)."""
+    scalars(scale, l2norm_eps)
     for name, x, nd in (("q", q, 3), ("k", k, 3), ("v", v, 3), ("g", g, 2), ("beta", beta, 2),
                         ("state", state, 4)):
         if not isinstance(x, torch.Tensor):
@@ -45,6 +52,8 @@ def _check(q, k, v, g, beta, cu_seqlens, state, state_indices, state_dtype, chun
         raise TypeError(f"state: expected dtype {state_dtype} (state_dtype), got {state.dtype}")
     if tuple(state.shape[1:]) != (HV, K, V):
         raise ValueError(f"state: expected [S, {HV}, {K}, {V}], got {tuple(state.shape)}")
+    cu_seqlens, state_indices = (torch.as_tensor(indices(n, x)) for n, x in (("cu_seqlens", cu_seqlens),
+                                                                              ("state_indices", state_indices)))
     for name, x in (("cu_seqlens", cu_seqlens), ("state_indices", state_indices)):
         if x.is_floating_point() or x.dim() != 1:
             raise TypeError(f"{name}: expected a 1-D integer tensor, got {x.dtype} {tuple(x.shape)}")
@@ -91,7 +100,7 @@ def chunked(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, u
     """Chunked GDN forward (module docstring); updates ``state`` in place, returns o float32."""
     C = int(chunk_size)
     interval = C if state_write_interval is None else int(state_write_interval)
-    cu, idx = _check(q, k, v, g, beta, cu_seqlens, state, state_indices, state_dtype, C, interval)
+    cu, idx = _check(q, k, v, g, beta, cu_seqlens, state, state_indices, state_dtype, C, interval, scale, l2norm_eps)
     T, H, K = q.shape
     HV, V = v.shape[1:]
     o = torch.zeros(T, HV, V, dtype=torch.float32)

@@ -14,19 +14,31 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from reference.arguments import indices
+from reference.turboquant.validate import softmax_scale
+
 
 def paged_sdpa_decode(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
                       block_table: torch.Tensor, seq_lens: torch.Tensor, scale: float | None = None,
                       sinks: torch.Tensor | None = None) -> torch.Tensor:
     """One-token decode per sequence, all sequences in one SDPA call (padded to the longest,
     padding masked out; a sink is an extra zero key/value column whose additive bias is the sink
-    logit). Returns ``[B, Hq, D]`` in ``query.dtype``."""
+    logit). Returns ``[B, Hq, D]`` in ``query.dtype``. ``block_table`` and ``seq_lens`` may be Python
+    lists (converted); a NaN or Inf in ``scale`` or ``sinks`` is refused by name."""
+    for name, x in (("query", query), ("key_cache", key_cache), ("value_cache", value_cache)):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{name}: expected a torch tensor, got {type(x).__name__}")
+    block_table, seq_lens = (torch.as_tensor(indices(n, x), device=query.device)
+                             for n, x in (("block_table", block_table), ("seq_lens", seq_lens)))
     if query.ndim != 3:
         raise ValueError(f"query must be [B, Hq, D], got shape {list(query.shape)}")
     B, Hq, D = query.shape
     if key_cache.ndim != 4 or key_cache.shape != value_cache.shape or key_cache.shape[3] != D:
         raise ValueError(f"key_cache/value_cache must both be [num_blocks, block_size, Hk, D={D}], "
                          f"got {list(key_cache.shape)} and {list(value_cache.shape)}")
+    scale = softmax_scale(scale, D)
+    if sinks is not None and not bool(torch.isfinite(sinks).all()):
+        raise ValueError("sinks holds NaN or Inf")
     num_blocks, bs, Hk, _ = key_cache.shape
     if Hq % Hk:
         raise ValueError(f"query heads Hq={Hq} must be a multiple of kv heads Hk={Hk}")

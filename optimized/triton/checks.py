@@ -12,9 +12,11 @@ def capturing(t) -> bool:
     return t.is_cuda and torch.cuda.is_current_stream_capturing()
 
 
-def check_tensor(name: str, t, shape: tuple, dtypes: tuple[str, ...], device=None):
+def check_tensor(name: str, t, shape: tuple, dtypes: tuple[str, ...], device=None, contiguous: bool = False):
     """TypeError/ValueError naming ``name`` unless ``t`` is a torch tensor of ``shape`` (None
-    entries: any size) and one of ``dtypes`` (torch dtype names), on ``device``."""
+    entries: any size) and one of ``dtypes`` (torch dtype names), on ``device``; with ``contiguous``
+    also C-contiguous (for tensors a kernel reads at ``ptr + i`` while the checks read them through
+    their strides)."""
     import torch
 
     if not isinstance(t, torch.Tensor):
@@ -26,14 +28,49 @@ def check_tensor(name: str, t, shape: tuple, dtypes: tuple[str, ...], device=Non
         raise ValueError(f"{name} must have shape [{want}], got {list(t.shape)}")
     if device is not None and t.device != device:
         raise ValueError(f"{name} must be on {device}, got {t.device}")
+    if contiguous and not t.is_contiguous():
+        raise ValueError(f"{name} must be contiguous, got strides {list(t.stride())} for shape {list(t.shape)}")
     return t
+
+
+def check_output(name: str, t, shape: tuple, dtypes: tuple[str, ...], device):
+    """``check_tensor``, and strides a kernel can write through without leaving ``t`` or writing one
+    element twice: rows contiguous (last stride 1) and no self-overlap (each stride, by size,
+    at least the span of the dimensions inside it)."""
+    check_tensor(name, t, shape, dtypes, device)
+    if t.dim() and t.shape[-1] > 1 and t.stride(-1) != 1:
+        raise ValueError(f"{name} rows must be contiguous (last stride 1), got strides {list(t.stride())}")
+    check_no_overlap(name, t)
+    return t
+
+
+def check_no_overlap(name: str, t) -> None:
+    """ValueError naming ``name`` when two indices of ``t`` address the same element (a stride 0 of
+    ``expand``, or strides smaller than the span of the dimensions inside them)."""
+    span = 1
+    for stride, size in sorted((st, s) for s, st in zip(t.shape, t.stride()) if s > 1):
+        if stride < span:
+            raise ValueError(f"{name} overlaps itself: strides {list(t.stride())} for shape {list(t.shape)}")
+        span = stride * size
+
+
+def index_tensor(name: str, x, device):
+    """A Python list or tuple of integers as an int32 tensor on ``device`` (anything else is
+    returned as it is, for ``check_tensor``); TypeError naming ``name`` for non-integers."""
+    import torch
+
+    from reference.arguments import indices
+
+    if not isinstance(x, (list, tuple)):
+        return x
+    return torch.from_numpy(indices(name, x)).to(device)
 
 
 def check_finite(name: str, t) -> None:
     import torch
 
     if not capturing(t) and t.numel() and not bool(torch.isfinite(t).all()):
-        raise ValueError(f"{name} contains NaN or Inf")
+        raise ValueError(f"{name} holds NaN or Inf")
 
 
 def check_range(name: str, t, lo: int, hi: int) -> None:

@@ -37,7 +37,7 @@ def _spec(preset: str, layout: str):
 
 def kernels() -> list[tuple[str, object, dict, dict]]:
     """(name, jit function, runtime argument types, constants) of every kernel configuration."""
-    from optimized.triton import tq_decode_launch, tq_decode_lut, tq_decode_split, tq_store, tq_unified
+    from optimized.triton import tq_decode_launch, tq_decode_grouped, tq_decode_split, tq_store, tq_unified
 
     out = []
     for preset, layout in (("turboquant_4bit_nc", "soa"), ("turboquant_k3v4_nc", "aos"),
@@ -57,8 +57,8 @@ def kernels() -> list[tuple[str, object, dict, dict]]:
             dict(HQ=HQ, G=G, S=4, MAXS=32, NORM_AT_DECODE=(not spec.soa) and spec.preset.norm_correction,
                  HAS_SINKS=True, BLOCK_N=32, **spec.constexprs())))
     spec = _spec("turboquant_4bit_nc", "soa")
-    for keys in tq_decode_lut.KEY_METHODS:
-        out.append((f"grouped decode keys={keys}", tq_decode_lut._grouped_kernel, dict(
+    for keys in tq_decode_grouped.KEY_METHODS:
+        out.append((f"grouped decode keys={keys}", tq_decode_grouped._grouped_kernel, dict(
             q_ptr="*fp32", cache_ptr="*u8", bt_ptr="*i32", seq_lens_ptr="*i32", table_ptr="*i32",
             sinks_ptr="*fp32", part_ptr="*fp32", stride_blk="i32", stride_bt="i32", scale="fp32"),
             dict(D=D, HK=HK, BS=BS, KEY_BYTES=spec.key_bytes, VAL_BYTES=spec.value_bytes, HQ=HQ, G=G, S=4, MAXS=32,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from optimized.triton.checks import check_no_overlap
 from reference.turboquant.layout import check_layout
 from reference.turboquant.presets import Preset, preset as lookup_preset
 
@@ -52,7 +53,8 @@ class CacheSpec:
 
 def cache_spec(kv_cache, preset, head_size: int, num_kv_heads: int, layout: str) -> CacheSpec:
     """Check ``kv_cache`` (torch uint8 ``[num_blocks, block_size, Hk, slot_size]``) against the
-    preset, head size and layout; ValueError naming ``kv_cache`` (or the argument) on a mismatch."""
+    preset, head size and layout, and that no two slots share bytes (the store writes through
+    these strides); ValueError naming ``kv_cache`` (or the argument) on a mismatch."""
     import torch
 
     p = lookup_preset(preset)
@@ -75,4 +77,5 @@ def cache_spec(kv_cache, preset, head_size: int, num_kv_heads: int, layout: str)
                              f"(strides [*, {num_kv_heads * slot}, {slot}, 1]), got {kv_cache.stride()}")
     if any(s % 2 for s in kv_cache.stride()[:3]) or kv_cache.data_ptr() % 2:
         raise ValueError(f"kv_cache strides and start must be even (fp16 metadata), got {kv_cache.stride()}")
+    check_no_overlap("kv_cache", kv_cache)
     return CacheSpec(p, head_size, num_kv_heads, bs, layout)

@@ -16,9 +16,11 @@ from dataclasses import dataclass
 import triton
 import triton.language as tl
 
-from optimized.triton.checks import FLOAT_DTYPES, capturing, check_positive, check_tensor
+from optimized.triton.checks import (FLOAT_DTYPES, capturing, check_finite, check_output, check_positive,
+                                     check_tensor, index_tensor)
 from optimized.triton.tq_cache import CacheSpec, cache_spec
 from optimized.triton.tq_common import split_range
+from reference.turboquant.validate import softmax_scale, split_count
 
 MAX_SPLITS = 64
 ROTATE_ROWS, ROTATE_CHUNK = 16, 32  # query rows per rotation program, and the slice of R per tl.dot
@@ -37,9 +39,11 @@ class DecodeWorkspace:
     def __init__(self, max_batch: int, num_q_heads: int, head_size: int, max_splits: int = 32, device="cuda"):
         import torch
 
-        check_positive("max_batch", max_batch)
-        if not 1 <= max_splits <= MAX_SPLITS:
-            raise ValueError(f"max_splits must be in [1, {MAX_SPLITS}], got {max_splits}")
+        for name, n in (("max_batch", max_batch), ("num_q_heads", num_q_heads), ("head_size", head_size)):
+            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                raise ValueError(f"{name} must be a positive integer, got {n!r}")
+        if isinstance(max_splits, bool) or not isinstance(max_splits, int) or not 1 <= max_splits <= MAX_SPLITS:
+            raise ValueError(f"max_splits must be an integer in [1, {MAX_SPLITS}], got {max_splits!r}")
         self.max_batch, self.num_q_heads, self.head_size, self.max_splits = max_batch, num_q_heads, head_size, max_splits
         self.q_rot = torch.empty(max_batch, num_q_heads, head_size, dtype=torch.float32, device=device)
         self.partials = torch.empty(max_batch, num_q_heads, max_splits, head_size + 1, dtype=torch.float32,
@@ -65,13 +69,16 @@ class DecodeArgs:
     G: int
     scale: float
     sinks: object  # fp32 [Hq] tensor or None
+    block_table: object  # int32 [B, M] tensor (a Python list of rows is converted)
+    seq_lens: object  # int32 [B] tensor (likewise)
 
 
 def check_decode_args(query, kv_cache, block_table, seq_lens, *, preset, layout, rotation, scale, sinks,
                       num_seqs=None) -> DecodeArgs:
-    """Validate an attention call over the cache (shapes, dtypes, cache geometry, table ranges);
-    ValueError/TypeError naming the argument. ``query [B, Hq, D]``; the tables have one row per
-    sequence: B of them for decode, ``num_seqs`` when the query rows are packed tokens."""
+    """Validate an attention call over the cache (shapes, dtypes, cache geometry, a finite scale and
+    rotation); ValueError/TypeError naming the argument. ``query [B, Hq, D]``; the tables have one
+    row per sequence: B of them for decode, ``num_seqs`` when the query rows are packed tokens; as
+    Python lists they are converted to int32 tensors on the cache's device (``DecodeArgs``)."""
     check_tensor("query", query, (None, None, None), FLOAT_DTYPES)
     B, Hq, D = query.shape
     check_positive("B (query rows)", B)
@@ -84,15 +91,16 @@ def check_decode_args(query, kv_cache, block_table, seq_lens, *, preset, layout,
     spec = cache_spec(kv_cache, preset, D, Hk, layout)
     dev = kv_cache.device
     check_tensor("query", query, (B, Hq, D), FLOAT_DTYPES, dev)
+    block_table, seq_lens = index_tensor("block_table", block_table, dev), index_tensor("seq_lens", seq_lens, dev)
     check_tables(block_table, seq_lens, B if num_seqs is None else num_seqs, kv_cache)
     if not spec.preset.key_fp8:
         if rotation is None:
             raise ValueError(f"rotation [D, D] is required for the MSE-key preset {spec.preset.name}")
-        check_tensor("rotation", rotation, (D, D), ("float32",), dev)
+        check_tensor("rotation", rotation, (D, D), ("float32",), dev, contiguous=True)
+        check_finite("rotation", rotation)
     if sinks is not None:
-        check_tensor("sinks", sinks, (Hq,), ("float32",), dev)
-    scale = float(D ** -0.5 if scale is None else scale)
-    return DecodeArgs(spec, B, Hq, G, scale, sinks)
+        check_tensor("sinks", sinks, (Hq,), ("float32",), dev, contiguous=True)
+    return DecodeArgs(spec, B, Hq, G, softmax_scale(scale, D), sinks, block_table, seq_lens)
 
 
 def check_tables(block_table, seq_lens, B: int, kv_cache) -> None:
@@ -100,7 +108,7 @@ def check_tables(block_table, seq_lens, B: int, kv_cache) -> None:
     int32; their values are checked by ``validate_values``."""
     dev = kv_cache.device
     check_tensor("block_table", block_table, (B, None), ("int32",), dev)
-    check_tensor("seq_lens", seq_lens, (B,), ("int32",), dev)
+    check_tensor("seq_lens", seq_lens, (B,), ("int32",), dev, contiguous=True)
     if block_table.stride(1) != 1:
         raise ValueError(f"block_table rows must be contiguous, got strides {block_table.stride()}")
     check_positive("block_table columns", block_table.shape[1])
@@ -157,22 +165,24 @@ def validate_values(query, block_table, seq_lens, sinks, num_blocks: int, block_
     bad = flags[:B].cpu().numpy()
     names = ((0, "seq_lens", f"must be in [1, block_table columns * block_size = {M * block_size}]"),
              (1, "block_table", f"entries of used columns must be in [0, {num_blocks})"),
-             (2, "query", "contains NaN or Inf"), (3, "sinks", "contains NaN or Inf"))
+             (2, "query", "holds NaN or Inf"), (3, "sinks", "holds NaN or Inf"))
     for col, name, what in names:
         rows = bad[:, col].nonzero()[0]
         if len(rows):
             raise ValueError(f"{name} {what} (sequence(s) {rows[:8].tolist()})")
 
 
-def default_num_splits(B: int, Hk: int, max_tokens: int, tile: int, device, max_splits: int) -> int:
-    """Enough programs to fill the GPU (about 4 per SM), never more splits than tiles; decided
-    from shapes only, so a captured graph keeps it. The interpreter runs programs one by one: 1."""
+def default_num_splits(B: int, programs_per_row: int, max_tokens: int, tile: int, device, max_splits: int,
+                       programs_per_sm: int = 4) -> int:
+    """Enough programs to fill the GPU (about ``programs_per_sm`` per SM, ``programs_per_row`` per
+    sequence and split), never more splits than tiles; decided from shapes only, so a captured graph
+    keeps it. The interpreter runs programs one by one: 1."""
     if interpreting() or device.type != "cuda":
         return 1
     import torch
 
     sms = torch.cuda.get_device_properties(device).multi_processor_count
-    want = triton.next_power_of_2(triton.cdiv(4 * sms, B * Hk))
+    want = triton.next_power_of_2(triton.cdiv(programs_per_sm * sms, B * programs_per_row))
     return max(1, min(want, max_splits, triton.cdiv(max_tokens, tile)))
 
 
@@ -270,20 +280,20 @@ def pair_table(p, D: int, device, bf16: bool):
 
 
 def prepare_out(out, B: int, Hq: int, D: int, dtype, device):
+    """``out`` checked as strictly as the inputs (``checks.check_output``), or a new tensor."""
     import torch
 
     if out is None:
         return torch.empty(B, Hq, D, dtype=dtype, device=device)
-    check_tensor("out", out, (B, Hq, D), FLOAT_DTYPES, device)
-    if out.stride(2) != 1:
-        raise ValueError(f"out rows must be contiguous, got strides {out.stride()}")
-    return out
+    return check_output("out", out, (B, Hq, D), FLOAT_DTYPES, device)
 
 
 def workspace_for(workspace, B: int, Hq: int, D: int, S: int, device) -> DecodeWorkspace:
     """The caller's workspace (checked), or a fresh one sized for this call."""
     if workspace is None:
         return DecodeWorkspace(B, Hq, D, max(S, 1), device)
+    if not isinstance(workspace, DecodeWorkspace):
+        raise TypeError(f"workspace must be a DecodeWorkspace or None, got {type(workspace).__name__}")
     why = workspace.fits(B, Hq, D, S, device)
     if why:
         raise ValueError(f"workspace: {why}")
@@ -292,21 +302,35 @@ def workspace_for(workspace, B: int, Hq: int, D: int, S: int, device) -> DecodeW
 
 def begin_split_decode(query, kv_cache, block_table, seq_lens, *, preset, layout, rotation, scale, sinks,
                        num_kv_splits, workspace, out, block_n: int):
-    """The prologue the split-KV decodes share: checked arguments, the split count, the workspace
-    and output (no allocation when both are given), the device-side value checks, and the rotated
-    queries in ``ws.q_rot`` (FP8 keys: copied unrotated). Returns ``(args, S, ws, out)``."""
+    """The prologue the split-KV decodes share: ``check_decode_args``, then ``split_decode_prologue``.
+    Returns ``(args, S, ws, out)``; the kernels read the tables from ``args``."""
     a = check_decode_args(query, kv_cache, block_table, seq_lens, preset=preset, layout=layout,
                           rotation=rotation, scale=scale, sinks=sinks)
+    return (a, *split_decode_prologue(a, query, kv_cache, rotation, num_kv_splits=num_kv_splits,
+                                      workspace=workspace, out=out, block_n=block_n))
+
+
+def split_decode_prologue(a: DecodeArgs, query, kv_cache, rotation, *, num_kv_splits, workspace, out, block_n: int,
+                          programs_per_row: int | None = None, programs_per_sm: int = 4):
+    """For checked arguments ``a``: the split count (None: ``default_num_splits`` with
+    ``programs_per_row`` programs per sequence and split, default one per kv head; else an integer in
+    ``[1, workspace.max_splits]``, or ``[1, MAX_SPLITS]`` without a workspace), the workspace and output
+    (no allocation when both are given), the device-side value checks, and the rotated queries in
+    ``ws.q_rot`` (FP8 keys: copied unrotated). Returns ``(S, ws, out)``."""
     spec, B, Hq = a.spec, a.B, a.Hq
     D = spec.head_size
-    max_splits = workspace.max_splits if workspace is not None else 32
-    S = num_kv_splits or default_num_splits(B, spec.num_kv_heads, block_table.shape[1] * spec.block_size,
-                                            block_n, kv_cache.device, max_splits)
+    has_ws = isinstance(workspace, DecodeWorkspace)
+    if num_kv_splits is None:
+        S = default_num_splits(B, programs_per_row or spec.num_kv_heads, a.block_table.shape[1] * spec.block_size,
+                               block_n, kv_cache.device, workspace.max_splits if has_ws else 32, programs_per_sm)
+    else:
+        S = split_count(num_kv_splits, workspace.max_splits if has_ws else MAX_SPLITS)
     ws = workspace_for(workspace, B, Hq, D, S, kv_cache.device)
     out = prepare_out(out, B, Hq, D, query.dtype, kv_cache.device)
-    validate_values(query.contiguous(), block_table, seq_lens, sinks, kv_cache.shape[0], spec.block_size, ws.flags)
+    validate_values(query.contiguous(), a.block_table, a.seq_lens, a.sinks, kv_cache.shape[0], spec.block_size,
+                    ws.flags)
     rotate_queries(query, rotation, ws.q_rot, rotate=not spec.preset.key_fp8)
-    return a, S, ws, out
+    return S, ws, out
 
 
 def reduce_partials(ws: DecodeWorkspace, seq_lens, out, S: int, align: int = 1) -> None:

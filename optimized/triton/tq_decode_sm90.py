@@ -36,8 +36,8 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 
-from optimized.triton.tq_decode_launch import begin_split_decode, reduce_partials
-from optimized.triton.tq_decode_lut import tile_for
+from optimized.triton.tq_decode_grouped import tile_for
+from optimized.triton.tq_decode_launch import check_decode_args, reduce_partials, split_decode_prologue
 
 PRESET = "turboquant_4bit_nc"
 HEAD_SIZES = (64, 128, 256)
@@ -398,17 +398,6 @@ def shape_problem(preset: str, layout: str, D: int, block_size: int) -> str | No
     return None
 
 
-def num_splits(B: int, programs_per_row: int, max_tokens: int, tile: int, device, max_splits: int,
-               programs_per_sm: int) -> int:
-    """About ``programs_per_sm`` one-warp programs per multiprocessor, never more splits than tiles;
-    decided from shapes only, so a captured graph keeps it."""
-    import torch
-
-    sms = torch.cuda.get_device_properties(device).multi_processor_count
-    want = triton.next_power_of_2(triton.cdiv(programs_per_sm * sms, B * programs_per_row))
-    return max(1, min(want, max_splits, triton.cdiv(max_tokens, tile)))
-
-
 def sm90_stage1(a, S: int, ws, kv_cache, block_table, seq_lens, block_n: int) -> None:
     """The kernel alone (split-KV stage 1) for checked arguments: partials of ``S`` splits into
     ``ws.partials`` from the rotated queries in ``ws.q_rot``."""
@@ -426,29 +415,25 @@ def decode_sm90(query, kv_cache, block_table, seq_lens, *, preset, layout, rotat
                 num_kv_splits=None, workspace=None, out=None, block_n=16, programs_per_sm=16):
     """Like ``tq_decode_split.decode_split`` (same arguments and result) for SoA ``turboquant_4bit_nc``
     caches on sm_90; ``block_n`` in ``BLOCK_NS`` (tokens per loop step; 16 keeps the program within
-    the register file). ValueError naming the argument for what the kernel cannot serve: another
-    preset or layout, head size, block size, device, a cache not aligned to 4 bytes."""
+    the register file); by default about ``programs_per_sm`` one-warp programs per multiprocessor.
+    ValueError naming the argument for what the kernel cannot serve: another preset or layout, head
+    size, block size, device, a cache not aligned to 4 bytes."""
     if block_n not in BLOCK_NS:
         raise ValueError(f"block_n must be one of {BLOCK_NS}, got {block_n}")
-    if getattr(kv_cache, "dim", lambda: 0)() != 4:
-        raise ValueError(f"kv_cache must be a 4-d uint8 tensor, got {getattr(kv_cache, 'shape', kv_cache)}")
-    why = shape_problem(preset, layout, query.shape[-1], kv_cache.shape[1]) or device_problem(kv_cache.device)
+    a = check_decode_args(query, kv_cache, block_table, seq_lens, preset=preset, layout=layout, rotation=rotation,
+                          scale=scale, sinks=sinks)
+    spec = a.spec
+    why = shape_problem(preset, layout, spec.head_size, spec.block_size) or device_problem(kv_cache.device)
     if why:
         raise ValueError(f"kv_cache: {why}")
     if kv_cache.data_ptr() % 4 or kv_cache.stride(0) % 4:
         raise ValueError("kv_cache: the sm_90 decode loads the codes as 32-bit words, so the cache start and block "
                          f"stride must be multiples of 4 bytes, got start % 4 = {kv_cache.data_ptr() % 4} and "
                          f"stride(0) = {kv_cache.stride(0)}")
-    block_n = tile_for(kv_cache.shape[1], block_n)
-    if num_kv_splits is None:
-        Hk = kv_cache.shape[2]
-        G = max(1, query.shape[1] // Hk)
-        num_kv_splits = num_splits(query.shape[0], Hk * triton.cdiv(G, MAX_GROUP),
-                                   block_table.shape[1] * kv_cache.shape[1], block_n, kv_cache.device,
-                                   workspace.max_splits if workspace is not None else 32, programs_per_sm)
-    a, S, ws, out = begin_split_decode(query, kv_cache, block_table, seq_lens, preset=preset, layout=layout,
-                                       rotation=rotation, scale=scale, sinks=sinks, num_kv_splits=num_kv_splits,
-                                       workspace=workspace, out=out, block_n=block_n)
-    sm90_stage1(a, S, ws, kv_cache, block_table, seq_lens, block_n)
-    reduce_partials(ws, seq_lens, out, S, align=block_n)
+    block_n = tile_for(spec.block_size, block_n)
+    S, ws, out = split_decode_prologue(a, query, kv_cache, rotation, num_kv_splits=num_kv_splits, workspace=workspace,
+                                       out=out, block_n=block_n, programs_per_sm=programs_per_sm,
+                                       programs_per_row=spec.num_kv_heads * triton.cdiv(a.G, MAX_GROUP))
+    sm90_stage1(a, S, ws, kv_cache, a.block_table, a.seq_lens, block_n)
+    reduce_partials(ws, a.seq_lens, out, S, align=block_n)
     return out

@@ -73,9 +73,9 @@ def decode_split(query, kv_cache, block_table, seq_lens, *, preset, layout, rota
     p = spec.preset
     cent = centroid_table(p, D, kv_cache.device)
     _split_kernel[(B, Hq, S)](
-        ws.q_rot, kv_cache, block_table, seq_lens, cent, sinks if sinks is not None else ws.q_rot, ws.partials,
-        kv_cache.stride(0), kv_cache.stride(1), kv_cache.stride(2), block_table.stride(0), a.scale,
+        ws.q_rot, kv_cache, a.block_table, a.seq_lens, cent, sinks if sinks is not None else ws.q_rot, ws.partials,
+        kv_cache.stride(0), kv_cache.stride(1), kv_cache.stride(2), a.block_table.stride(0), a.scale,
         HQ=Hq, G=a.G, S=S, MAXS=ws.max_splits, NORM_AT_DECODE=(not spec.soa) and p.norm_correction,
         HAS_SINKS=sinks is not None, BLOCK_N=block_n, num_warps=4, **spec.constexprs())
-    reduce_partials(ws, seq_lens, out, S)
+    reduce_partials(ws, a.seq_lens, out, S)
     return out

@@ -17,7 +17,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from optimized.triton.checks import FLOAT_DTYPES, capturing, check_finite, check_positive, check_range, check_tensor
+from optimized.triton.checks import (FLOAT_DTYPES, capturing, check_finite, check_positive, check_range, check_tensor,
+                                     index_tensor)
 from optimized.triton.tq_cache import cache_spec
 from optimized.triton.tq_common import kv_pointers
 
@@ -97,7 +98,9 @@ def _store_kernel(cache_ptr, y_ptr, norm_ptr, k8_ptr, v_ptr, slot_ptr, mid_ptr, 
 
 def store(kv_cache, key, value, slot_mapping, *, preset, layout, rotation=None):
     """Quantize ``key``/``value`` ``[N, Hk, D]`` into ``kv_cache`` at ``slot_mapping`` (in place).
-    ``rotation``: fp32 ``[D, D]`` (``y = x_hat @ rotation``), required for MSE presets."""
+    ``rotation``: fp32 ``[D, D]`` (``y = x_hat @ rotation``), required for MSE presets.
+    ``kv_cache`` is the output: checked like the inputs (``tq_cache.cache_spec``: dtype, shape, byte
+    strides, no self-overlap); ``slot_mapping`` may be a Python list (converted to int32)."""
     import torch
 
     from reference.turboquant.lloyd_max import centroids, midpoints
@@ -108,7 +111,8 @@ def store(kv_cache, key, value, slot_mapping, *, preset, layout, rotation=None):
     dev = kv_cache.device
     check_tensor("key", key, (N, Hk, D), FLOAT_DTYPES, dev)
     check_tensor("value", value, (N, Hk, D), FLOAT_DTYPES, dev)
-    check_tensor("slot_mapping", slot_mapping, (N,), ("int32", "int64"), dev)
+    slot_mapping = index_tensor("slot_mapping", slot_mapping, dev)
+    check_tensor("slot_mapping", slot_mapping, (N,), ("int32", "int64"), dev, contiguous=True)
     check_positive("N (tokens in key)", N)
     nslots = kv_cache.shape[0] * kv_cache.shape[1]
     check_range("slot_mapping", slot_mapping, -(2**62), nslots)
@@ -127,6 +131,7 @@ def store(kv_cache, key, value, slot_mapping, *, preset, layout, rotation=None):
         if rotation is None:
             raise ValueError(f"rotation [D, D] is required for the MSE-key preset {p.name}")
         check_tensor("rotation", rotation, (D, D), ("float32",), dev)
+        check_finite("rotation", rotation)
         kf = key.float()
         norm = torch.linalg.vector_norm(kf, dim=-1)
         y = ((kf / (norm[..., None] + 1e-8)) @ rotation).contiguous()

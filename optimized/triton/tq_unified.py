@@ -8,7 +8,7 @@ visible to query row i of the sequence iff ``j <= seq_len - q_len + i``. One pro
 (sequence, block of BLOCK_Q query tokens, kv head); its ``BLOCK_M`` rows are the BLOCK_Q tokens x
 G query heads of the kv head, so QK^T and PV run on the matrix units. No split over the keys.
 
-Rounding models as ``tq_decode_lut``: ``exact`` (fp32 operands, IEEE dot) or ``bf16`` (q_rot,
+Rounding models as ``tq_decode_grouped``: ``exact`` (fp32 operands, IEEE dot) or ``bf16`` (q_rot,
 dequantized K and V and P rounded to bf16, fp32 accumulation); output in ``out``'s dtype.
 """
 from __future__ import annotations
@@ -16,11 +16,12 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from optimized.triton.checks import FLOAT_DTYPES, capturing, check_finite, check_positive, check_tensor
+from optimized.triton.checks import (FLOAT_DTYPES, capturing, check_finite, check_output, check_positive,
+                                     check_tensor, index_tensor)
 from optimized.triton.tq_common import kv_pointers, load_key_tile, load_value_tile
 from optimized.triton.tq_decode_launch import (centroid_table, check_decode_args, interpreting, rotate_queries,
                                                validate_values)
-from optimized.triton.tq_decode_lut import PRECISIONS
+from optimized.triton.tq_decode_grouped import PRECISIONS
 
 
 @triton.jit
@@ -90,7 +91,8 @@ def unified_attention(query, kv_cache, block_table, query_start_loc, seq_lens, m
     """Causal paged attention of packed ``query [T, Hq, D]`` over an SoA cache; returns ``out``
     ``[T, Hq, D]`` (default: a new tensor of the query dtype). ``query_start_loc [B + 1]`` int32
     (0, nondecreasing, last = T), ``seq_lens [B]`` int32 with ``q_len_b <= seq_lens[b]``,
-    ``max_query_len`` >= every q_len_b (sizes the grid without reading device memory)."""
+    ``max_query_len`` >= every q_len_b (sizes the grid without reading device memory). ``out`` is
+    checked as strictly as the inputs (``checks.check_output``: rows contiguous, no self-overlap)."""
     import torch
 
     if layout != "soa":
@@ -98,15 +100,17 @@ def unified_attention(query, kv_cache, block_table, query_start_loc, seq_lens, m
     precision = precision or ("exact" if interpreting() else "bf16")
     if precision not in PRECISIONS or (precision == "bf16" and interpreting()):
         raise ValueError(f"precision must be one of {PRECISIONS} ('bf16' not under TRITON_INTERPRET=1), got {precision!r}")
+    query_start_loc = index_tensor("query_start_loc", query_start_loc, getattr(kv_cache, "device", None))
     check_tensor("query_start_loc", query_start_loc, (None,), ("int32",))
     B = query_start_loc.shape[0] - 1
     check_positive("B (query_start_loc has B + 1 entries)", B)
     a = check_decode_args(query, kv_cache, block_table, seq_lens, preset=preset, layout=layout,
                           rotation=rotation, scale=scale, sinks=sinks, num_seqs=B)
-    spec, T, Hq = a.spec, a.B, a.Hq
+    spec, T, Hq, block_table, seq_lens = a.spec, a.B, a.Hq, a.block_table, a.seq_lens
     D = spec.head_size
-    check_tensor("query_start_loc", query_start_loc, (B + 1,), ("int32",), kv_cache.device)
-    check_positive("max_query_len", max_query_len)
+    check_tensor("query_start_loc", query_start_loc, (B + 1,), ("int32",), kv_cache.device, contiguous=True)
+    if isinstance(max_query_len, bool) or not isinstance(max_query_len, int) or not 1 <= max_query_len <= T:
+        raise ValueError(f"max_query_len must be an integer in [1, T={T}], got {max_query_len!r}")
     if not capturing(query_start_loc):
         qsl = query_start_loc.long()
         q_lens = qsl[1:] - qsl[:-1]
@@ -118,8 +122,8 @@ def unified_attention(query, kv_cache, block_table, query_start_loc, seq_lens, m
     flags = torch.empty(B, 4, dtype=torch.int32, device=kv_cache.device)
     validate_values(query, block_table, seq_lens, sinks, kv_cache.shape[0], spec.block_size, flags, rows_per_seq=0)
     if out is None:
-        out = torch.empty_like(query)
-    check_tensor("out", out, (T, Hq, D), FLOAT_DTYPES, kv_cache.device)
+        out = torch.empty(T, Hq, D, dtype=query.dtype, device=kv_cache.device)
+    check_output("out", out, (T, Hq, D), FLOAT_DTYPES, kv_cache.device)
     q_rot = torch.empty(T, Hq, D, dtype=torch.float32, device=kv_cache.device)
     rotate_queries(query, rotation, q_rot, rotate=not spec.preset.key_fp8)
     block_m = 16 if interpreting() else (16 if max_query_len == 1 else 64)

@@ -5,10 +5,13 @@ two references. Every error names the argument and what was expected.
 """
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 import ml_dtypes
 import numpy as np
+
+from reference.arguments import array, indices
 
 STATE_DTYPES = {"float32": np.dtype(np.float32), "bfloat16": np.dtype(ml_dtypes.bfloat16),
                 "float16": np.dtype(np.float16)}
@@ -46,6 +49,7 @@ def operand_dtype(name: str) -> str:
 
 
 def _floating(name: str, x, ndim: int) -> None:
+    array(name, x)
     dt = np.dtype(x.dtype)
     if not (dt.kind == "f" or dt.name == "bfloat16"):
         raise TypeError(f"{name}: expected a floating array, got dtype {dt.name}")
@@ -59,7 +63,7 @@ def _finite(name: str, x) -> None:
 
 
 def _integer(name: str, x, ndim: int) -> np.ndarray:
-    a = np.asarray(x)
+    a = np.asarray(indices(name, x))
     if a.dtype.kind not in "iu":
         raise TypeError(f"{name}: expected an integer array (int32), got dtype {a.dtype.name}")
     if a.ndim != ndim:
@@ -136,6 +140,7 @@ def qkv(q, k, v) -> tuple[int, int, int, int, int]:
 
 def pool(state, state_dtype_name: str, HV: int, K: int, V: int) -> int:
     """Check the state pool [S, HV, K, V] in the named dtype; returns S."""
+    array("state", state)
     expected = state_dtype(state_dtype_name)
     if np.dtype(state.dtype) != expected:
         raise TypeError(f"state: expected dtype {expected.name} (state_dtype), got {np.dtype(state.dtype).name}")
@@ -151,9 +156,18 @@ def per_token(name: str, x, T: int, HV: int) -> None:
     _finite(name, x)
 
 
+def _real(name: str, x) -> None:
+    if isinstance(x, bool) or not isinstance(x, numbers.Real):
+        raise TypeError(f"{name}: expected a real number, got {type(x).__name__}")
+
+
 def scalars(scale, l2norm_eps) -> None:
-    if scale is not None and not (np.isfinite(scale) and scale > 0):
-        raise ValueError(f"scale: expected a positive finite number or None, got {scale!r}")
+    """``scale`` None or a positive finite number, ``l2norm_eps`` a finite number >= 0."""
+    if scale is not None:
+        _real("scale", scale)
+        if not (np.isfinite(scale) and scale > 0):
+            raise ValueError(f"scale: expected a positive finite number or None, got {scale!r}")
+    _real("l2norm_eps", l2norm_eps)
     if not (np.isfinite(l2norm_eps) and l2norm_eps >= 0):
         raise ValueError(f"l2norm_eps: expected a finite number >= 0, got {l2norm_eps!r}")
 

@@ -51,7 +51,8 @@ def centroids(bits: int, D: int) -> jax.Array:
 
 # ---- packing and byte casts ----------------------------------------------------------------
 
-def _pack(codes: jax.Array, bits: int) -> jax.Array:
+def pack_codes(codes: jax.Array, bits: int) -> jax.Array:
+    """codes uint8 [..., D] -> packed bytes [..., D * bits / 8] (4-bit: even element in the low nibble)."""
     codes = codes.astype(jnp.uint32)
     if bits == 8:
         return codes.astype(jnp.uint8)
@@ -165,7 +166,7 @@ def _partials(flat, index, q, lens, R, scale, *, p, layout, D, G, num_kv_splits)
 def _store_core(flat, key, value, R, index, *, p, layout):
     kcodes, kscalar = _quantize_keys(key, p, layout, R)
     vcodes, vscale, vzero = _quantize_values(value, p.value_bits)
-    raw = {"key_data": _pack(kcodes, p.key_bits), "value_data": _pack(vcodes, p.value_bits),
+    raw = {"key_data": pack_codes(kcodes, p.key_bits), "value_data": pack_codes(vcodes, p.value_bits),
            "v_scale": _f16_to_bytes(vscale), "v_zero": _f16_to_bytes(vzero)}
     if kscalar is not None:
         raw["k_norm"] = _f16_to_bytes(kscalar)

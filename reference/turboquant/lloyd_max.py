@@ -56,8 +56,15 @@ def centroids(bits: int, D: int) -> np.ndarray:
 
 
 def midpoints(c: np.ndarray) -> np.ndarray:
-    """float32 decision boundaries between sorted centroids: ``(c[:-1] + c[1:]) / 2`` in float32."""
+    """float32 decision boundaries between sorted centroids: ``(c[:-1] + c[1:]) / 2`` in float32.
+    ValueError naming ``centroids`` unless ``c`` is a finite, strictly increasing 1-d table."""
     c = np.asarray(c, dtype=np.float32)
+    if c.ndim != 1 or c.size < 2:
+        raise ValueError(f"centroids must be a 1-d table of at least 2 entries, got shape {list(c.shape)}")
+    if not np.all(np.isfinite(c)):
+        raise ValueError("centroids holds NaN or Inf")
+    if np.any(np.diff(c) <= 0):
+        raise ValueError("centroids must be strictly increasing")
     return ((c[:-1] + c[1:]) / np.float32(2)).astype(np.float32)
 
 

@@ -41,3 +41,5 @@ def check_rotation(rotation, D: int) -> None:
         raise ValueError(f"rotation must have shape [{D}, {D}], got {list(shape)}")
     if np.dtype(rotation.dtype).kind != "f":
         raise ValueError(f"rotation must be a float array, got dtype {rotation.dtype}")
+    if not np.all(np.isfinite(np.asarray(rotation, dtype=np.float32))):
+        raise ValueError("rotation holds NaN or Inf")

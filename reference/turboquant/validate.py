@@ -3,15 +3,20 @@ TypeError) naming the argument and what was expected. Works on NumPy and JAX arr
 (shapes and dtypes are read, integer tables are pulled to NumPy)."""
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
+from reference.arguments import array, indices
 from reference.turboquant.layout import check_cache, check_layout
 from reference.turboquant.presets import Preset, check_head_size, preset
 from reference.turboquant.rotation import check_rotation
 
 
 def floats(name: str, x, ndim: int, what: str) -> np.ndarray:
-    """A finite float array of ``ndim`` dims (``what`` names the expected shape)."""
+    """A finite float array of ``ndim`` dims (``what`` names the expected shape); a Python list or
+    tuple is refused (TypeError), not converted."""
+    array(name, x)
     a = np.asarray(x)
     if a.ndim != ndim:
         raise ValueError(f"{name} must be {what}, got shape {list(a.shape)}")
@@ -23,7 +28,8 @@ def floats(name: str, x, ndim: int, what: str) -> np.ndarray:
 
 
 def ints(name: str, x, ndim: int) -> np.ndarray:
-    a = np.asarray(x)
+    """An integer array of ``ndim`` dims as int64; a Python list or tuple of integers is converted."""
+    a = np.asarray(indices(name, x))
     if a.dtype.kind not in "iu" or a.ndim != ndim:
         raise ValueError(f"{name} must be a {ndim}-d integer array, got dtype {a.dtype} shape {list(a.shape)}")
     return a.astype(np.int64)
@@ -111,17 +117,34 @@ def decode_args(query, kv_cache, block_table, seq_lens, preset_name, layout, rot
     rotation_for(p, rotation, D)
     if Hq % Hk:
         raise ValueError(f"query heads Hq={Hq} must be a multiple of the cache's kv heads Hk={Hk}")
-    if isinstance(num_kv_splits, bool) or not isinstance(num_kv_splits, (int, np.integer)) or num_kv_splits < 1:
-        raise ValueError(f"num_kv_splits must be a positive integer, got {num_kv_splits!r}")
+    split_count(num_kv_splits)
     bt, lens = tables(block_table, seq_lens, num_blocks, block_size, B)
     if sinks is not None:
         floats("sinks", sinks, 1, f"None or [Hq={Hq}]")
         if np.shape(sinks) != (Hq,):
             raise ValueError(f"sinks must be None or [Hq={Hq}], got shape {list(np.shape(sinks))}")
-    scale = 1.0 / np.sqrt(D) if scale is None else float(scale)
+    return p, layout, (B, Hq, Hk, D, block_size), bt, lens, softmax_scale(scale, D)
+
+
+def softmax_scale(scale, D: int) -> float:
+    """``1 / sqrt(D)`` for None, else ``scale`` as a float; TypeError for a non-number, ValueError
+    for NaN or Inf, both naming ``scale``."""
+    if scale is None:
+        return float(1.0 / np.sqrt(D))
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+        raise TypeError(f"scale must be a real number or None, got {type(scale).__name__}")
     if not np.isfinite(scale):
         raise ValueError(f"scale must be finite, got {scale}")
-    return p, layout, (B, Hq, Hk, D, block_size), bt, lens, scale
+    return float(scale)
+
+
+def split_count(num_kv_splits, most: int | None = None) -> int:
+    """``num_kv_splits`` as an int in ``[1, most]`` (no upper bound for None); ValueError naming it."""
+    if (isinstance(num_kv_splits, bool) or not isinstance(num_kv_splits, numbers.Integral) or num_kv_splits < 1
+            or (most is not None and num_kv_splits > most)):
+        bound = "a positive integer" if most is None else f"an integer in [1, {most}]"
+        raise ValueError(f"num_kv_splits must be {bound}, got {num_kv_splits!r}")
+    return int(num_kv_splits)
 
 
 def token_slots(block_table: np.ndarray, b: int, L: int, block_size: int) -> np.ndarray:

@@ -9,7 +9,7 @@ from functools import lru_cache
 import pytest
 
 from conformance import families, registry
-from conformance.execute import run_one
+from conformance.inprocess import run_one
 
 
 @lru_cache(maxsize=None)

@@ -60,13 +60,6 @@ def test_abort_in_some_cells_is_a_crash_and_the_rest_are_kept_then_resume_comple
     assert lines[:-5] == path.read_text().splitlines(keepends=True)[:7]
 
 
-def test_a_hanging_cell_times_out_as_a_crash(tmp_path):
-    kl("conform", "--family", "toy", "--tier", "smoke", "--backend", "toy-hang", "--filter", "n=8/",
-       "--out", str(tmp_path), check_rc=1)
-    (rec,) = records.read(tmp_path / "cells.jsonl")
-    assert rec["status"] == "crash" and rec["reason"].startswith("timeout")
-
-
 def test_two_shards_merged_equal_the_unsharded_run(tmp_path):
     common = ["conform", "--family", "toy", "--tier", "ci", "--backend", "toy-good,toy-wrong"]
     kl(*common, "--out", str(tmp_path / "all"), check_rc=1)
@@ -93,30 +86,24 @@ def test_bad_requests_exit_2_with_one_line(tmp_path, args, words):
     assert words in res.stderr and len(res.stderr.strip().splitlines()) == 1
 
 
-def test_truncated_records_on_resume_exit_2_and_lose_nothing(tmp_path):
+def test_a_half_written_last_line_is_dropped_on_resume_with_a_warning(tmp_path):
     kl("conform", "--family", "toy", "--tier", "smoke", "--backend", "toy-good", "--out", str(tmp_path),
        check_rc=0)
     path = tmp_path / "cells.jsonl"
-    broken = path.read_text()[:-20]
-    path.write_text(broken)
+    whole = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(whole[:2]) + whole[2][:-20])
     res = kl("conform", "--family", "toy", "--tier", "smoke", "--backend", "toy-good", "--out",
-             str(tmp_path), "--resume", check_rc=2)
-    assert "truncated" in res.stderr and path.read_text() == broken
-
-
-def test_existing_records_are_not_overwritten_without_resume(tmp_path):
-    kl("conform", "--family", "toy", "--tier", "smoke", "--backend", "toy-good", "--out", str(tmp_path),
-       check_rc=0)
-    before = (tmp_path / "cells.jsonl").read_text()
-    res = kl("conform", "--family", "toy", "--tier", "smoke", "--out", str(tmp_path), check_rc=2)
-    assert "--resume" in res.stderr and (tmp_path / "cells.jsonl").read_text() == before
+             str(tmp_path), "--resume", check_rc=0)
+    assert "dropped a half-written last line" in res.stderr and "line 3" in res.stderr
+    again = path.read_text().splitlines(keepends=True)
+    assert again[:2] == whole[:2] and len(records.read(path)) == 3
 
 
 def test_report_and_list_cells(tmp_path):
     kl("conform", "--family", "toy", "--tier", "smoke", "--backend", "toy-good,toy-wrong", "--out",
        str(tmp_path), check_rc=1)
     kl("report", str(tmp_path), check_rc=0)
-    text = (tmp_path / "report.md").read_text()
+    text = (tmp_path / "summary.md").read_text()
     assert "## Failures (3)" in text and "toy-wrong" in text
     res = kl("list-cells", "--family", "toy", check_rc=0)
     assert "smoke: 3 cells" in res.stdout and "ci: 12 cells" in res.stdout

@@ -48,3 +48,36 @@ register(Backend("toy-unsupported", {"toy": ("scale",)}, lambda: (True, "always"
                  supports=lambda cell: None if cell["n"] < 9 else "only n < 9"))
 register(Backend("toy-absent", {"toy": ("scale",)}, lambda: (False, "needs hardware this machine lacks"),
                  _run(_Good)))
+
+
+def _raising(cell, inputs):
+    raise ValueError("bad input " + "x" * 10_000)
+
+
+def _warning(cell, inputs):
+    import warnings
+    warnings.warn("overflow encountered in the toy kernel", RuntimeWarning)
+    return _run(_Good)(cell, inputs)
+
+
+def _faulting_on_device_1(cell, inputs):
+    if os.environ.get("CUDA_VISIBLE_DEVICES") == "1":
+        os.abort()  # stands for an illegal address that kills the process
+    return _run(_Good)(cell, inputs)
+
+
+def _faulting_everywhere_but_cpu(cell, inputs):
+    if os.environ.get("CUDA_VISIBLE_DEVICES") is not None:
+        os.abort()
+    return _run(_Good)(cell, inputs)
+
+
+register(Backend("toy-raise", {"toy": ("scale",)}, lambda: (True, "always"), _raising))
+register(Backend("toy-warn", {"toy": ("scale",)}, lambda: (True, "always"), _warning))
+register(Backend("toy-interpreted", {"toy": ("scale",)}, lambda: (True, "always"), _run(_Good),
+                 seconds_per_cell=0.0, seconds_per_work=100.0, work_budget={"scale": 9}))
+register(Backend("toy-gpu", {"toy": ("scale",)}, lambda: (True, "always"), _run(_Good), uses_gpu=True))
+register(Backend("toy-gpu-fault-1", {"toy": ("scale",)}, lambda: (True, "always"), _faulting_on_device_1,
+                 uses_gpu=True))
+register(Backend("toy-gpu-fault-all", {"toy": ("scale",)}, lambda: (True, "always"),
+                 _faulting_everywhere_but_cpu, uses_gpu=True))

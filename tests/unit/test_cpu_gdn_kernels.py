@@ -13,8 +13,11 @@ import numpy as np
 import pytest
 
 import optimized.cpu as cpu
+from conformance import registry
 from conformance.backends.cpu_kernels import KernelImpl
 from conformance.families import gdn
+from conformance.numerics import U32
+from conformance.testing import PLANTED, first_failing_cell
 
 BUILT, WHY = cpu.extension_status()
 pytestmark = pytest.mark.skipif(not BUILT, reason=WHY)
@@ -76,7 +79,7 @@ def test_bf16_gemm_matches_rounded_operands(isa, M, N, Kd):
     b = rng.normal(size=(Kd, N)).astype(np.float32)
     ar, br = (x.astype(BF16).astype(np.float64) for x in (a, b))
     want = ar @ br
-    bound = 2 * Kd * 2.0 ** -24 * (np.abs(ar) @ np.abs(br))    # fp32 accumulation of Kd products
+    bound = 2 * Kd * U32 * (np.abs(ar) @ np.abs(br))    # fp32 accumulation of Kd products
     got = cpu.gemm_bf16(a, b, isa=isa)
     assert np.all(np.abs(got - want) <= bound)
     # Unrounded fp32 operands would miss by ~2^-9 relative: the bound is far tighter than that.
@@ -220,59 +223,15 @@ def test_frameworks_agree(isa):
 
 # ---------------------------------------------------------------- planted bugs
 
-class WrongHeadMapping(KernelImpl):
-    """Value head hv reads key head hv % H (tile) instead of hv // (HV/H) (repeat-interleave)."""
-
-    @staticmethod
-    def _tiled(q, k, HV):
-        order = np.arange(HV) % q.shape[1]
-        return np.ascontiguousarray(q[:, order]), np.ascontiguousarray(k[:, order])
-
-    def chunked(self, q, k, v, *args, **kw):
-        return super().chunked(*self._tiled(q, k, v.shape[1]), v, *args, **kw)
-
-    def decode(self, q, k, v, *args, **kw):
-        return super().decode(*self._tiled(q, k, v.shape[1]), v, *args, **kw)
-
-
-class TruncatedState(KernelImpl):
-    """Runs on an fp32 copy of a bf16 pool and stores it back truncated instead of rounded."""
-
-    def decode(self, q, k, v, A_log, a, b, dt_bias, state, state_indices, *, state_dtype, **kw):
-        work = state.astype(np.float32)
-        o = super().decode(q, k, v, A_log, a, b, dt_bias, work, state_indices, state_dtype="float32", **kw)
-        state[...] = (work.view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32).astype(state.dtype)
-        return o
-
-
-class StaleState(KernelImpl):
-    """Computes the output but never writes the state back (a skipped state update)."""
-
-    def chunked(self, q, k, v, g, beta, cu_seqlens, state, state_indices, **kw):
-        return super().chunked(q, k, v, g, beta, cu_seqlens, state.copy(), state_indices, **kw)
-
-
-def _first_failure(impl, op, states) -> str | None:
-    """The first ci cell of ``op`` (GQA, state dtype in ``states``) that ``impl`` fails, or None."""
-    class Backend:
-        rounding_model = "bf16-operands"
-
-    for cell in gdn.cells("ci"):
-        if cell.op != op or cell["state"] not in states or cell["H"] == cell["HV"]:
-            continue
-        inputs = gdn.make_inputs(cell)
-        work = {n: (x.copy() if isinstance(x, np.ndarray) else x) for n, x in inputs.items()}
-        if gdn.check(cell, Backend, inputs, gdn.run_with(impl, cell, work)).status == "fail":
-            return cell.id
-    return None
-
-
 @pytest.mark.parametrize("bug,op,states", [
-    (WrongHeadMapping, "chunked", ("bfloat16",)),
-    (WrongHeadMapping, "decode", ("float32",)),
-    (TruncatedState, "decode", ("bfloat16",)),
-    (StaleState, "chunked", ("float16",)),
+    ("gdn.head-mapping-tiled", "chunked", ("bfloat16",)),
+    ("gdn.head-mapping-tiled", "decode", ("float32",)),
+    ("gdn.truncating-store", "decode", ("bfloat16",)),
+    ("gdn.chunk-update-skipped", "chunked", ("float16",)),
 ])
 def test_planted_bug_fails_a_ci_cell(bug, op, states):
     isa = next(isa for isa in cpu.ISAS if STATUS[isa][0])
-    assert _first_failure(bug(isa), op, states), f"{bug.__name__} passed every ci {op} cell"
+    planted = PLANTED[bug]
+    cells = [c for c in gdn.cells("ci") if c.op == op and c["state"] in states and planted.applies(c)]
+    model = registry.get(f"cpu-{isa}").rounding_model("gdn")
+    assert first_failing_cell(planted.plant(KernelImpl(isa)), "gdn", model, cells), f"{bug} passed every ci {op} cell"

@@ -88,6 +88,9 @@ def test_stride_errors():
     overlapping = np.lib.stride_tricks.as_strided(np.ones(HV * K * V * 2, np.float32), (N + 1, HV, K, V),
                                                   (4 * K * V, 4 * K * V, 4 * V, 4))
     _raises("decode", ValueError, r"^state: each slot must be contiguous", state=overlapping)
+    state = np.ones((N + 1, HV, K, V), np.float32)
+    _raises("decode", ValueError, r"^state: overlaps q in memory", state=state,
+            q=state.reshape(-1)[:N * H * K].reshape(N, H, K))
 
 
 def test_index_errors():
@@ -124,7 +127,7 @@ def test_option_errors():
     for isa in unavailable:
         with pytest.raises(ValueError, match=rf"^isa: '{isa}' cannot run here"):
             cpu.gdn_decode(**args, isa=isa)
-    with pytest.raises(ValueError, match=r"^num_threads: expected >= 1"):
+    with pytest.raises(ValueError, match=r"^num_threads: expected an integer in \[1, 1024\]"):
         cpu.gdn_decode(**args, isa="scalar", num_threads=0)
     with pytest.raises(ValueError, match=r"^out_dtype: expected one of"):
         cpu.gdn_decode(**args, isa="scalar", out_dtype="int8")
@@ -140,3 +143,74 @@ def test_jax_state_is_refused():
     args["state"] = jnp.asarray(args["state"])
     with pytest.raises(TypeError, match=r"^state: JAX arrays are immutable"):
         cpu.gdn_decode(**args, isa="scalar")
+
+
+@pytest.mark.parametrize("name,value,exc,match", [
+    ("scale", float("nan"), ValueError, r"^scale: expected a positive finite number"),
+    ("scale", float("inf"), ValueError, r"^scale: expected a positive finite number"),
+    ("scale", "0.1", TypeError, r"^scale: expected a real number"),
+    ("l2norm_eps", float("nan"), ValueError, r"^l2norm_eps: expected a finite number"),
+    ("num_threads", 1025, ValueError, r"^num_threads: expected an integer in \[1, 1024\]"),
+    ("num_threads", 2.0, ValueError, r"^num_threads: expected an integer"),
+    ("num_threads", 2 ** 40, ValueError, r"^num_threads: expected an integer"),
+])
+def test_non_finite_scalars_and_thread_counts_name_themselves(name, value, exc, match):
+    args = _decode_args()
+    before = args["state"].copy()
+    with pytest.raises(exc, match=match):
+        cpu.gdn_decode(**args, isa="scalar", **{name: value})
+    np.testing.assert_array_equal(args["state"], before)
+
+
+def test_index_lists_are_converted_and_data_lists_refused():
+    args = _decode_args()
+    expected = cpu.gdn_decode(**{**args, "state": args["state"].copy()}, isa="scalar")
+    got = cpu.gdn_decode(**{**args, "state_indices": list(range(N))}, isa="scalar")
+    np.testing.assert_array_equal(got, expected)
+    spec = _spec_args()
+    cpu.gdn_spec_decode(**{**spec, "cu_seqlens": [0, 2, 5], "num_accepted_tokens": (1, 2),
+                           "spec_state_indices": [[0, 1, 2], [3, 4, 5]]}, isa="scalar")
+    _raises("decode", TypeError, r"^state_indices: expected integers", state_indices=[0.0, 1.0, 2.0])
+    _raises("decode", TypeError, r"^q: expected an array, got list", q=_decode_args()["q"].tolist())
+    _raises("decode", TypeError, r"^A_log: expected an array, got list", A_log=[0.0] * HV)
+    _raises("decode", TypeError, r"^state: expected an array, got list", state=[[0.0]])
+
+
+def _out_case(out, exc, match):
+    args = _decode_args()
+    before = args["state"].copy()
+    with pytest.raises(exc, match=match):
+        cpu.gdn_decode(**args, isa="scalar", out=out)
+    np.testing.assert_array_equal(args["state"], before)
+
+
+def test_outputs_are_checked_like_inputs():
+    torch = pytest.importorskip("torch")
+    _out_case(np.zeros((N, HV, V + 1), np.float32), ValueError, r"^out: expected shape \[T, HV, V\]")
+    _out_case(np.zeros((N, HV, V), np.float64), TypeError, r"^out: expected float32")
+    _out_case(np.zeros((N, HV, 2 * V), np.float32)[:, :, ::2], ValueError, r"^out: expected a C-contiguous")
+    overlapping = np.lib.stride_tricks.as_strided(np.zeros(HV * V, np.float32), (N, HV, V), (0, 4 * V, 4))
+    _out_case(overlapping, ValueError, r"^out: expected a C-contiguous")
+    read_only = np.zeros((N, HV, V), np.float32)
+    read_only.flags.writeable = False
+    _out_case(read_only, ValueError, r"^out: the NumPy array is read-only")
+    _out_case(torch.zeros(N, HV, V), TypeError, r"^out: expected a numpy array like q")
+    _out_case(np.zeros((N, HV, V), np.float32).tolist(), TypeError, r"^out: expected an array")
+    args = _decode_args()
+    with pytest.raises(ValueError, match=r"^out: overlaps v in memory"):
+        cpu.gdn_decode(**args, isa="scalar", out=args["v"])
+    with pytest.raises(ValueError, match=r"^out: overlaps state in memory"):
+        cpu.gdn_decode(**args, isa="scalar", out=args["state"][1, :N].reshape(-1)[:N * HV * V].reshape(N, HV, V))
+    with pytest.raises(ValueError, match=r"^out: dtype float32 differs from out_dtype"):
+        cpu.gdn_decode(**_decode_args(), isa="scalar", out=np.zeros((N, HV, V), np.float32), out_dtype="float16")
+
+
+def test_output_written_in_place_within_its_view():
+    """``out`` a view into a larger buffer: the result lands in the view, the rest keeps its bytes."""
+    args = _decode_args()
+    expected = cpu.gdn_decode(**{**args, "state": args["state"].copy()}, isa="scalar")
+    buf = np.full(N * HV * V + 64, 7.0, np.float32)
+    out = buf[32:32 + N * HV * V].reshape(N, HV, V)
+    assert cpu.gdn_decode(**args, isa="scalar", out=out) is out
+    np.testing.assert_array_equal(out, expected)
+    assert (buf[:32] == 7.0).all() and (buf[32 + N * HV * V:] == 7.0).all()

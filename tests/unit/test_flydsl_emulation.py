@@ -1,9 +1,13 @@
 """The NumPy emulation of the FlyDSL decode kernel (backend ``flydsl-emulated``) against the
 turboquant family's ``bf16-mma`` oracle, on the kernel's shapes, and planted bugs it must catch."""
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
 from conformance import registry
+from conformance.inprocess import inputs_copy
+from conformance.testing import PLANTED, first_failing_cell
 from conformance.cells import make_cell
 from conformance.families import turboquant as fam
 from optimized.flydsl import emulation, plan
@@ -23,8 +27,8 @@ CELLS = [_cell(4, 6, 16, (33, 16, 1, 32)), _cell(2, 8, 32, (200, 64, 65)), _cell
 
 def _verdict(cell):
     inputs = fam.make_inputs(cell)
-    outputs = BACKEND.run(cell, registry.inputs_copy(inputs))
-    return fam.check(cell, BACKEND, inputs, outputs)
+    outputs = BACKEND.run(cell, inputs_copy(inputs))
+    return fam.check(cell, BACKEND.rounding_model("turboquant"), inputs, outputs)
 
 
 @pytest.mark.parametrize("cell", CELLS, ids=lambda c: c.id)
@@ -82,22 +86,11 @@ def _unweighted_reduce(o, m, l):
     return (o.sum(axis=2) / np.maximum(used, 1)).reshape(B, Hk * G, D).astype(np.float32)
 
 
-def _head_mod(partitions):
-    def wrapped(q_rot, kv_cache, block_table, seq_lens, scale, G):
-        B, Hq, D = q_rot.shape
-        Hk = Hq // G
-        # kv head of query head hq taken as hq % Hk instead of hq // G
-        q = q_rot.reshape(B, G, Hk, D).transpose(0, 2, 1, 3).reshape(B, Hq, D)
-        return partitions(q, kv_cache, block_table, seq_lens, scale, G)
-    return wrapped
-
-
 BUGS = {
     "nibble order swapped": ("read_fields", lambda: _swap_nibbles(emulation.read_fields)),
     "bf16 truncation instead of RNE": ("bf16", lambda: _truncating_bf16),
     "exp instead of exp2 scaling": ("LOG2E", lambda: 1.0),
     "partitions averaged, not weighted": ("reduce_partitions", lambda: _unweighted_reduce),
-    "wrong GQA head mapping": ("partitions", lambda: _head_mod(emulation.partitions)),
 }
 
 
@@ -105,6 +98,15 @@ BUGS = {
 def test_planted_bug_is_caught(bug, monkeypatch):
     name, make = BUGS[bug]
     monkeypatch.setattr(emulation, name, make())
-    fam._MEMO.clear()
     statuses = [_verdict(c).status for c in CELLS]
     assert "fail" in statuses, f"{bug}: every cell still passes"
+
+
+@pytest.mark.parametrize("bug", ["turboquant.wrong-kv-head", "turboquant.query-rotated-by-transpose",
+                                 "turboquant.last-token-skipped"])
+def test_library_bug_planted_in_the_emulation_is_caught(bug):
+    planted = PLANTED[bug]
+    impl = planted.plant(SimpleNamespace(decode=emulation.decode))
+    cells = [c for c in CELLS if planted.applies(c)]
+    assert first_failing_cell(impl, "turboquant", BACKEND.rounding_model("turboquant"), cells), \
+        f"{bug}: every cell still passes"

@@ -38,6 +38,10 @@ BAD = {
     "NaN in q": (_nan_q, ValueError, "q"),
     "g shape": (lambda a: a.update(g=a["g"][:, :2]), ValueError, "g"),
     "zero-length": (lambda a: a.update(q=a["q"][:0], k=a["k"][:0], v=a["v"][:0]), ValueError, "q"),
+    "q as a list": (lambda a: a.update(q=a["q"].tolist()), TypeError, "q"),
+    "state as a list": (lambda a: a.update(state=a["state"].tolist()), TypeError, "state"),
+    "state_indices of floats": (lambda a: a.update(state_indices=[0.0, 1.0]), TypeError, "state_indices"),
+    "cu_seqlens ragged": (lambda a: a.update(cu_seqlens=[[0], [5, 12]]), ValueError, "cu_seqlens"),
 }
 
 
@@ -99,3 +103,22 @@ def test_bad_decode_gate_heads_are_named(impl):
     with pytest.raises(ValueError, match="A_log"):
         IMPLS[impl].decode(*{**args, "A_log": x["A_log"][:2], "dt_bias": x["dt_bias"][:2],
                              "a": x["a"][:, :2], "b": x["b"][:, :2]}.values())
+
+
+@pytest.mark.parametrize("impl", sorted(IMPLS))
+@pytest.mark.parametrize("scale,error", [(float("nan"), ValueError), (float("inf"), ValueError),
+                                         (-1.0, ValueError), ("0.25", TypeError), (True, TypeError)])
+def test_bad_scale_is_named(impl, scale, error):
+    with pytest.raises(error, match="^scale: expected"):
+        IMPLS[impl].chunked(*_args().values(), scale=scale)
+
+
+@pytest.mark.parametrize("impl", sorted(IMPLS))
+def test_index_sequences_given_as_lists_are_converted(impl):
+    """Same o from lists as from arrays (the JAX reference returns (o, new state))."""
+    a, b = _args(), _args()
+    b.update(cu_seqlens=b["cu_seqlens"].tolist(), state_indices=tuple(b["state_indices"].tolist()))
+    expected, got = (IMPLS[impl].chunked(*x.values()) for x in (a, b))
+    if impl == "jax":
+        expected, got = expected[0], got[0]
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(expected))

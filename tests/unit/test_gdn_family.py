@@ -9,11 +9,9 @@ import reference.gdn.numpy_ref as numpy_ref
 from conformance.cells import make_cell
 from conformance.covering import uncovered_pairs
 from conformance.families import gdn
-
-
-class _Exact:
-    name = "test"
-    rounding_model = "exact"
+from conformance.families.gdn import matrix
+from conformance.families.gdn.oracle import oracle, oracle_kind
+from conformance.memo import Memo
 
 
 def test_tiers_are_deterministic_unique_and_nested_in_size():
@@ -30,7 +28,7 @@ def test_tiers_are_deterministic_unique_and_nested_in_size():
 
 @pytest.mark.parametrize("op", gdn.OPS)
 def test_ci_covers_every_pair_of_axis_values(op):
-    axes = gdn._axes(op, "ci")
+    axes = matrix.axes(op, "ci")
     cells = [c for c in gdn.cells("ci") if c.op == op]
     rows = []
     for c in cells:
@@ -43,7 +41,7 @@ def test_ci_covers_every_pair_of_axis_values(op):
             else:
                 row[name] = c[name]
         rows.append(row)
-    missing = [p for p in uncovered_pairs(rows, axes) if gdn._valid(dict(p))]
+    missing = [p for p in uncovered_pairs(rows, axes) if matrix.valid(dict(p))]
     assert not missing
 
 
@@ -75,7 +73,7 @@ def test_check_passes_the_reference_and_names_its_oracle():
     cell = gdn.cells("smoke")[2]
     x = gdn.make_inputs(cell)
     out = gdn.run_with(numpy_ref, cell, {**x, "state": x["state"].copy()})
-    result = gdn.check(cell, _Exact, x, out)
+    result = gdn.check(cell, "exact", x, out)
     assert result.status == "pass", result.reason
     assert "float64" in result.quality["oracle"]
     assert result.quality["state_rel_l2_vs_fp32_state"] > 0     # bf16 state drifts from fp32 truth
@@ -88,19 +86,27 @@ def test_check_fails_a_write_to_an_untouched_slot():
     idx = x["state_indices"]
     spare = np.setdiff1d(np.arange(x["state"].shape[0]), idx[idx >= 0])[0]
     out["state"][spare, 0, 0, 0] += 1.0
-    result = gdn.check(cell, _Exact, x, out)
+    result = gdn.check(cell, "exact", x, out)
     assert result.status == "fail" and "untouched_slots" in result.reason
 
 
 def test_bf16_operand_backends_get_the_operand_oracle_and_others_the_exact_one():
     chunk = gdn.cells("smoke")[2]
-    assert gdn.oracle_kind(chunk, "bf16-operands") == "bf16-operands"
-    assert gdn.oracle_kind(gdn.cells("smoke")[3], "bf16-operands") == "exact"
+    assert oracle_kind(chunk, "bf16-operands") == "bf16-operands"
+    assert oracle_kind(gdn.cells("smoke")[3], "bf16-operands") == "exact"
     with pytest.raises(ValueError, match="rounding_model"):
-        gdn.oracle_kind(chunk, "fp8")
+        oracle_kind(chunk, "fp8")
 
 
-def test_oracles_are_cached_per_cell_and_kind():
+def test_oracles_are_memoised_per_cell_inputs_and_kind_and_never_stale():
     cell = gdn.cells("smoke")[3]
     x = gdn.make_inputs(cell)
-    assert gdn.oracle(cell, x, "exact") is gdn.oracle(cell, x, "exact")
+    memo = Memo()
+    first = oracle(cell, x, "exact", memo)
+    assert oracle(cell, x, "exact", memo) is first
+    other = {**x, "v": x["v"] * np.float32(2.0)}                # same cell, other inputs
+    again = oracle(cell, other, "exact", memo)
+    assert again is not first and not np.array_equal(again["o"], first["o"])
+    fresh = gdn.run_with(numpy_ref, cell, {**other, "state": other["state"].copy()})
+    assert gdn.check(cell, "exact", other, fresh, memo).status == "pass"
+    assert gdn.check(cell, "exact", x, fresh, memo).status == "fail"

@@ -1,7 +1,6 @@
 """The plain-torch chunked GDN: torch-tensor contract and agreement with its rounding model."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -9,6 +8,7 @@ torch = pytest.importorskip("torch")
 from conformance import registry  # noqa: E402
 from conformance.cells import make_cell  # noqa: E402
 from conformance.families import gdn  # noqa: E402
+from conformance.inprocess import inputs_copy  # noqa: E402
 from optimized.torch.gdn_chunked import chunked  # noqa: E402
 
 
@@ -33,11 +33,11 @@ def test_updates_a_bf16_pool_in_place_and_returns_float32():
 ], ids=lambda c: c.id)
 def test_torch_eager_passes_its_bf16_gemm_check(cell):
     backend = registry.get("torch-eager")
-    assert backend.rounding_model == "bf16-gemm"
+    assert backend.rounding_model("gdn") == "bf16-gemm"
     inputs = gdn.make_inputs(cell)
-    outputs = backend.run(cell, registry.inputs_copy(inputs))
-    result = gdn.check(cell, backend, inputs, outputs)
+    outputs = backend.run(cell, inputs_copy(inputs))
+    result = gdn.check(cell, "bf16-gemm", inputs, outputs)
     assert result.status == "pass", result.reason
     # and it is not the exact computation: the exact check is tighter than its bf16 GEMMs
-    exact = gdn.check(cell, registry.get("numpy-ref"), inputs, outputs)
+    exact = gdn.check(cell, "exact", inputs, outputs)
     assert exact.status == "fail"

@@ -30,12 +30,21 @@ def test_without_a_gpu_the_portable_kernels_are_chosen(case):
 
 
 def test_auto_decode_matches_the_chosen_kernel(case):
-    from optimized.triton.tq_decode_lut import decode_grouped
+    from optimized.triton.tq_decode_grouped import decode_grouped
 
     kw = dict(preset=P, layout="soa", rotation=case["rot"])
     args = (case["q"], case["cache"], case["bt"], case["lens"])
-    got = tq_dispatch.decode(*args, **kw)
-    np.testing.assert_array_equal(got.numpy(), decode_grouped(*args, **kw).numpy())
+    want = decode_grouped(*args, **kw).numpy()
+    np.testing.assert_array_equal(tq_dispatch.decode(*args, **kw).numpy(), want)
+    as_lists = (case["q"], case["cache"], case["bt"].tolist(), case["lens"].tolist())
+    np.testing.assert_array_equal(tq_dispatch.decode(*as_lists, **kw).numpy(), want)
+
+
+def test_dispatch_names_a_query_or_cache_that_is_not_a_tensor(case):
+    with pytest.raises(TypeError, match="query must be a torch tensor"):
+        tq_dispatch.choose(case["q"].tolist(), case["cache"], preset=P, layout="soa")
+    with pytest.raises(TypeError, match="kv_cache must have dtype"):
+        tq_dispatch.choose(case["q"], case["cache"].float(), preset=P, layout="soa")
 
 
 @pytest.mark.parametrize("kernel,match", [("triton-sm90", "Gluon kernels do not run|NVIDIA GPU"),
@@ -56,6 +65,10 @@ def test_sm90_launcher_refuses_what_it_cannot_read(case):
         decode_sm90(*args, preset=P, layout="aos", rotation=case["rot"])
     with pytest.raises(ValueError, match="kv_cache: Gluon kernels do not run|kv_cache: the sm_90 decode needs an NVIDIA"):
         decode_sm90(*args, **kw)
+    with pytest.raises(ValueError, match="kv_cache: Gluon kernels do not run|kv_cache: the sm_90 decode needs an NVIDIA"):
+        decode_sm90(case["q"], case["cache"], case["bt"].tolist(), case["lens"].tolist(), **kw)
+    with pytest.raises(ValueError, match="block_table must have shape"):
+        decode_sm90(case["q"], case["cache"], case["bt"][:1], case["lens"], **kw)
     assert shape_problem(P, "soa", 128, 16) is None
     assert "head sizes" in shape_problem(P, "soa", 96, 16)
     assert "block size" in shape_problem(P, "soa", 128, 4)

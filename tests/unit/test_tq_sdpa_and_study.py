@@ -6,6 +6,11 @@ import numpy as np
 import pytest
 
 from conformance.families import turboquant as fam
+from conformance.families.turboquant.matrix import decode_cell
+from conformance.families.turboquant.oracle import attention64, unquantized
+from conformance.families.turboquant.tolerances import attention_agreement
+from conformance.numerics import U64
+from conformance.testing import assert_close
 from conformance.studies import tq_distortion
 
 
@@ -13,14 +18,15 @@ def test_torch_sdpa_matches_float64_attention_with_sinks_and_gqa():
     torch = pytest.importorskip("torch")
     from optimized.torch.tq_sdpa import paged_sdpa_decode
 
-    cell = fam._decode_cell("decode", "turboquant_4bit_nc", "aos", (4, 6), 16, (33, 1, 20), "hadamard", True)
+    cell = decode_cell("decode", "turboquant_4bit_nc", "aos", (4, 6), 16, (33, 1, 20), "hadamard", True)
     x = fam.make_inputs(cell)
     t = {k: torch.from_numpy(np.asarray(x[k])) for k in ("query", "key_cache", "value_cache", "block_table", "seq_lens", "sinks")}
     out = paged_sdpa_decode(t["query"].double(), t["key_cache"].double(), t["value_cache"].double(),
                             t["block_table"], t["seq_lens"], x["scale"], t["sinks"].double())
-    keys, values = fam._unquantized(x)
-    ref = fam._attention64(x["query"].astype(np.float64), keys, values, 6, x["scale"], x["sinks"].astype(np.float64))
-    assert np.abs(out.numpy() - ref).max() < 1e-10
+    keys, values = unquantized(x)
+    ref = attention64(x["query"].astype(np.float64), keys, values, 6, x["scale"], x["sinks"].astype(np.float64))
+    q = x["query"].astype(np.float64)
+    assert_close("out", out.numpy(), ref, attention_agreement(q, keys, values, 6, x["scale"], unit=U64))
     with pytest.raises(ValueError, match="block_table"):
         paged_sdpa_decode(t["query"], t["key_cache"], t["value_cache"], t["block_table"] + 1000, t["seq_lens"])
 

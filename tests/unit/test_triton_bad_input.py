@@ -9,7 +9,7 @@ from tests.unit.tq_triton_helpers import DEVICE, R, make_case, t  # noqa: E402  
 import torch  # noqa: E402
 
 from optimized.triton.tq_decode_launch import DecodeWorkspace  # noqa: E402
-from optimized.triton.tq_decode_lut import decode_grouped  # noqa: E402
+from optimized.triton.tq_decode_grouped import decode_grouped  # noqa: E402
 from optimized.triton.tq_decode_split import decode_split  # noqa: E402
 from optimized.triton.tq_store import store  # noqa: E402
 from optimized.triton.tq_unified import unified_attention  # noqa: E402
@@ -160,3 +160,80 @@ def test_store_rejects_bad_input(what, match):
         cache = cache.to(torch.int16)
     with pytest.raises((ValueError, TypeError), match=match):
         store(cache, key, value, slots, preset=P, layout="aos", rotation=rot)
+
+
+def _expanded_out(B, Hq, D, guard=256):
+    """An ``out [B, Hq, D]`` whose last dimension is a broadcast (stride 0) of a ``[B, Hq]`` region at
+    the start of a buffer of sentinels, and that buffer: a kernel that assumes stride 1 writes
+    ``D - 1`` elements past the region."""
+    buf = torch.full((B * Hq + guard,), 7.0, device=DEVICE)
+    return buf[: B * Hq].view(B, Hq, 1).expand(B, Hq, D), buf
+
+
+@pytest.mark.parametrize("launcher", ["split", "grouped", "unified"])
+def test_an_output_that_overlaps_itself_is_refused_and_nothing_is_written(case, launcher):
+    """Before the output checks, unified attention wrote 63 elements past an out of strides
+    (Hq, 1, 0) (its kernel assumed a last stride of 1); every decode now refuses it, naming out."""
+    B, Hq, D = case["q"].shape
+    out, buf = _expanded_out(B, Hq, D)
+    kw = dict(preset=P, layout="soa", rotation=case["rot"], out=out)
+    with pytest.raises(ValueError, match="^out "):
+        if launcher == "unified":
+            qsl = torch.arange(B + 1, dtype=torch.int32, device=DEVICE)
+            unified_attention(case["q"], case["cache"], case["bt"], qsl, case["lens"], 1, **kw)
+        else:
+            (decode_split if launcher == "split" else decode_grouped)(
+                case["q"], case["cache"], case["bt"], case["lens"], **kw)
+    assert bool((buf == 7.0).all())
+
+
+@pytest.mark.parametrize("strides,match", [
+    (lambda B, Hq, D: (Hq * D, 0, 1), "overlaps itself"),          # every head writes one row
+    (lambda B, Hq, D: (D, D, 1), "overlaps itself"),               # sequence b + 1 starts at head 1 of b
+    (lambda B, Hq, D: (Hq * 2 * D, 2 * D, 2), "rows must be contiguous"),
+])
+def test_outputs_with_bad_strides_are_refused(case, strides, match):
+    B, Hq, D = case["q"].shape
+    buf = torch.zeros(4 * B * Hq * D, device=DEVICE)
+    out = buf.as_strided((B, Hq, D), strides(B, Hq, D))
+    with pytest.raises(ValueError, match=f"^out .*{match}"):
+        _decode(case, out=out)
+
+
+@pytest.mark.parametrize("args,name", [
+    ((0, 4, 64), "max_batch"), ((2, 0, 64), "num_q_heads"), ((2, 4, 64.0), "head_size"),
+    ((2, 4, 64, 65), "max_splits"), ((2, 4, 64, 0), "max_splits"),
+])
+def test_workspace_sizes_outside_their_range_name_themselves(args, name):
+    with pytest.raises(ValueError, match=f"^{name} must be"):
+        DecodeWorkspace(*args, device=DEVICE)
+
+
+@pytest.mark.parametrize("splits", [0, 65, 1.5, True])
+def test_split_counts_outside_their_range_name_themselves(case, splits):
+    with pytest.raises(ValueError, match="^num_kv_splits must be"):
+        _decode(case, num_kv_splits=splits)
+
+
+def test_a_strided_slot_mapping_is_refused_and_nothing_is_written_past_the_cache():
+    """Before the contiguity check, the store validated slot_mapping through its strides but its
+    kernel read ``ptr + n``: a view [0, 1] of [0, past, 1, past] wrote 69 bytes past the cache."""
+    cache, key, value, _, rot = _store_args(N=2, nb=2)
+    n = cache.numel()
+    buf = torch.full((n + 4096,), 0xA5, dtype=torch.uint8, device=DEVICE)
+    view = buf[:n].view(cache.shape)
+    past = cache.shape[0] * cache.shape[1] + 3
+    slots = torch.tensor([0, past, 1, past], dtype=torch.int64, device=DEVICE)[::2]
+    with pytest.raises(ValueError, match="^slot_mapping must be contiguous"):
+        store(view, key[:2], value[:2], slots, preset=P, layout="aos", rotation=rot)
+    assert bool((buf == 0xA5).all())
+
+
+@pytest.mark.parametrize("name", ["seq_lens", "rotation", "sinks"])
+def test_tensors_read_as_flat_memory_must_be_contiguous(case, name):
+    q = case["q"]
+    values = {"seq_lens": case["lens"], "rotation": case["rot"], "sinks": torch.zeros(q.shape[1], device=DEVICE)}
+    x = values[name]
+    strided = torch.stack([x, x], dim=-1).select(-1, 0)  # same values, last stride 2
+    with pytest.raises(ValueError, match=f"^{name} must be contiguous"):
+        _decode(case, **{name: strided})

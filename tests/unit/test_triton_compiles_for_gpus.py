@@ -1,5 +1,5 @@
 """Every Triton kernel compiles for CUDA (sm_90) and for ROCm (gfx942, gfx950) on this GPU-less
-machine: issue 6's "no CUDA-only intrinsics, the same source must compile for ROCm", checked with
+machine (no CUDA-only intrinsics: the same source must compile for ROCm), checked with
 Triton's ahead-of-time compiler (``optimized.triton.compile_check``). It runs in a subprocess
 without ``TRITON_INTERPRET``, which the other Triton tests set and which replaces the kernels."""
 import json

@@ -35,7 +35,7 @@ def _case(B=4, Hk=2, G=4, D=128, L=300, bs=16):
 @pytest.mark.parametrize("kernel", ["split", "grouped", "grouped-pair", "sm90"])
 def test_decode_allocates_nothing_and_replays_in_a_cuda_graph(kernel):
     from optimized.triton.tq_decode_launch import DecodeWorkspace
-    from optimized.triton.tq_decode_lut import decode_grouped
+    from optimized.triton.tq_decode_grouped import decode_grouped
     from optimized.triton.tq_decode_sm90 import decode_sm90, device_problem
     from optimized.triton.tq_decode_split import decode_split
 

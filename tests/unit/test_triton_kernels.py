@@ -9,12 +9,18 @@ from tests.unit.tq_triton_helpers import DEVICE, R, make_case, t  # noqa: E402  
 
 import torch  # noqa: E402
 
-from optimized.triton.tq_decode_lut import decode_grouped  # noqa: E402
+from conformance.families.turboquant.tolerances import decode_agreement  # noqa: E402
+from conformance.testing import assert_close  # noqa: E402
+from optimized.triton.tq_decode_grouped import decode_grouped  # noqa: E402
 from optimized.triton.tq_decode_split import decode_split  # noqa: E402
 from optimized.triton.tq_store import store  # noqa: E402
 from optimized.triton.tq_unified import unified_attention  # noqa: E402
 
-ATOL = 2e-5  # fp32 attention with O(1) values: summation-order differences of a few ulps
+
+
+def _agree(got, want, q, cache, bt, lens, preset, layout, rot):
+    """The kernel's decode equals the reference's within the fp32 attention bound, doubled."""
+    assert_close("out", got.cpu().numpy(), want, decode_agreement(q, cache, bt, lens, preset, layout, rot))
 
 
 @pytest.mark.parametrize("layout", ["aos", "soa"])
@@ -45,7 +51,7 @@ def test_split_decode_equals_reference(preset, layout, splits):
     want = R.decode(q, cache, bt, lens, preset, layout, rot, sinks=sk)
     got = decode_split(t(q), t(cache), t(bt), t(lens), preset=preset, layout=layout, rotation=t(rot),
                        sinks=t(sk), num_kv_splits=splits)
-    np.testing.assert_allclose(got.cpu().numpy(), want, atol=ATOL, rtol=0)
+    _agree(got, want, q, cache, bt, lens, preset, layout, rot)
 
 
 @pytest.mark.parametrize("keys", ["gather", "pair"])
@@ -56,7 +62,7 @@ def test_grouped_decode_equals_reference(G, splits, keys):
     got = decode_grouped(t(q), t(cache), t(bt), t(lens), preset="turboquant_4bit_nc", layout="soa",
                           rotation=t(rot), sinks=t(sk), num_kv_splits=splits, keys=keys, block_n=16,
                           precision="exact")
-    np.testing.assert_allclose(got.cpu().numpy(), want, atol=ATOL, rtol=0)
+    _agree(got, want, q, cache, bt, lens, "turboquant_4bit_nc", "soa", rot)
 
 
 @pytest.mark.parametrize("bs,block_n", [(32, 16), (16, 32), (48, 64)])
@@ -68,7 +74,7 @@ def test_grouped_decode_tiles_nest_in_cache_blocks(bs, block_n):
     want = R.decode(q, cache, bt, lens, "turboquant_4bit_nc", "soa", rot)
     got = decode_grouped(t(q), t(cache), t(bt), t(lens), preset="turboquant_4bit_nc", layout="soa",
                           rotation=t(rot), num_kv_splits=3, block_n=block_n, precision="exact")
-    np.testing.assert_allclose(got.cpu().numpy(), want, atol=ATOL, rtol=0)
+    _agree(got, want, q, cache, bt, lens, "turboquant_4bit_nc", "soa", rot)
 
 
 @pytest.mark.parametrize("preset", list(R.PRESETS))
@@ -78,7 +84,7 @@ def test_unified_decode_equals_reference(preset):
     qsl = torch.arange(len(lens) + 1, dtype=torch.int32, device=DEVICE)
     got = unified_attention(t(q), t(cache), t(bt), qsl, t(lens), 1, preset=preset, rotation=t(rot), sinks=t(sk),
                             precision="exact")
-    np.testing.assert_allclose(got.cpu().numpy(), want, atol=ATOL, rtol=0)
+    _agree(got, want, q, cache, bt, lens, preset, "soa", rot)
 
 
 def test_unified_prefill_is_causal_per_token_decode():
@@ -97,7 +103,10 @@ def test_unified_prefill_is_causal_per_token_decode():
     qsl = torch.tensor([0, q_lens[0], sum(q_lens)], dtype=torch.int32, device=DEVICE)
     got = unified_attention(t(Q), t(cache), t(bt), qsl, t(lens), max(q_lens), preset=preset, rotation=t(rot),
                             precision="exact")
-    np.testing.assert_allclose(got.cpu().numpy(), np.stack(want), atol=ATOL, rtol=0)
+    bound = decode_agreement(Q, cache, np.repeat(bt, q_lens, axis=0),
+                             np.concatenate([np.arange(L - ql + 1, L + 1) for L, ql in zip(lens, q_lens)]),
+                             preset, "soa", rot)
+    assert_close("out", got.cpu().numpy(), np.stack(want), bound)
 
 
 @pytest.mark.parametrize("bf16", [False, True])

@@ -1,0 +1,113 @@
+"""Saved runs per machine fingerprint, the regression gates against them, and their A/A noise.
+
+``reports/baselines/<key>/perf.json``: a saved run (the perf JSON of ``bench.run``) of the machine
+whose fingerprint key is ``<key>`` (``bench.machine``). ``noise.json`` beside it: per record id the
+ratios of A/A pairs (the same code measured twice in a row, at least 20 pairs), the regression
+threshold derived from them (the largest A/A slowdown plus 5%, at least 1.05) and the false-alarm
+rate at that threshold. A regression gate compares a record's time with the saved run of the same
+key only: ``current / saved <= threshold``.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from bench.gates import point_time
+from bench.measure import Record
+
+BASELINES = Path(__file__).resolve().parent.parent / "reports" / "baselines"
+MIN_PAIRS = 20
+GATED_ROLES = ("ours", "baseline", "peer")
+
+
+def folder(key: str) -> Path:
+    return BASELINES / key
+
+
+def saved(key: str) -> dict[str, dict]:
+    """{record id: extra_info} of the saved run of ``key``; {} when there is none."""
+    path = folder(key) / "perf.json"
+    if not path.exists():
+        return {}
+    data = json.loads(path.read_text())
+    return {b["name"]: b["extra_info"] for b in data["benchmarks"]}
+
+
+def noise(key: str) -> dict[str, dict]:
+    path = folder(key) / "noise.json"
+    return json.loads(path.read_text())["records"] if path.exists() else {}
+
+
+def _saved_point(info: dict) -> float:
+    t = info["time_s"]
+    return t["min"] if info["timing"] == "cpu-interleaved" else t["median"]
+
+
+def regression(rec: Record, remeasure=None) -> dict | None:
+    """The regression gate of one record against the saved run of its machine (None for
+    ceilings and skipped records). Verdicts and remeasurement as in ``bench.gates``."""
+    info = rec.extra_info
+    if rec.skip is not None or info["role"] not in GATED_ROLES:
+        return None
+    key = info["fingerprint"]["key"]
+    base = {"gate": f"regress:{rec.rid}", "numerator": rec.rid, "denominator": f"saved:{key}",
+            "ratio": None, "threshold": None, "direction": "<=", "verdict": "skip", "spread": None,
+            "remeasured": False, "false_alarm_rate": "not measured", "reason": ""}
+    old = saved(key).get(rec.rid)
+    if old is None:
+        return {**base, "reason": f"no saved run of {rec.rid} under reports/baselines/{key}/"}
+    n = noise(key).get(rec.rid)
+    if n is None:
+        return {**base, "reason": f"no A/A noise for {rec.rid} in reports/baselines/{key}/noise.json"}
+    base.update(threshold=n["threshold"], false_alarm_rate=n["false_alarm_rate"])
+
+    def measured(r: Record):
+        """(point time over the saved one, [that ratio, median time over the saved point]); a
+        single GPU point gives a zero-width spread."""
+        value = point_time(r) / _saved_point(old)
+        return value, [value, float(np.median(r.samples)) / _saved_point(old)]
+
+    value, spread = measured(rec)
+    if not spread[0] < n["threshold"] < spread[1]:
+        return {**base, "ratio": value, "spread": spread, "verdict": "pass" if value <= n["threshold"] else "fail"}
+    if remeasure is None:
+        return {**base, "ratio": value, "spread": spread, "verdict": "ambiguous",
+                "reason": f"close: spread straddles {n['threshold']}"}
+    value2, spread2 = measured(remeasure(rec.rid))
+    return {**base, "ratio": value2, "spread": spread2, "remeasured": True,
+            "verdict": "pass" if value2 <= n["threshold"] else "fail",
+            "reason": f"close: first ratio {value:.3f}, spread straddled; decided on the second measurement"}
+
+
+def aa_noise(pairs: list[tuple[list[Record], list[Record]]], load: str) -> dict:
+    """noise.json content from A/A pairs of runs: per record id the ratios B/A of the point
+    times, the threshold (largest slowdown + 5%, at least 1.05) and the false-alarm rate there."""
+    if len(pairs) < MIN_PAIRS:
+        raise ValueError(f"pairs: expected at least {MIN_PAIRS} A/A pairs, got {len(pairs)}")
+    ratios: dict[str, list[float]] = {}
+    for a_run, b_run in pairs:
+        a = {r.rid: r for r in a_run if r.skip is None}
+        for r in b_run:
+            if r.skip is None and r.rid in a and r.extra_info["role"] in GATED_ROLES:
+                ratios.setdefault(r.rid, []).append(point_time(r) / point_time(a[r.rid]))
+    out = {}
+    for rid, rs in ratios.items():
+        threshold = max(1.05, math.ceil(max(rs) * 1.05 * 100) / 100)
+        fails = sum(x > threshold for x in rs)
+        out[rid] = {"pairs": len(rs), "ratios": [round(x, 4) for x in rs], "threshold": threshold,
+                    "false_alarm_rate": f"{fails}/{len(rs)}"}
+    return {"date": datetime.date.today().isoformat(), "load": load, "records": out}
+
+
+def save(key: str, perf_json: dict, noise_json: dict | None = None) -> Path:
+    """Write the saved run (and the A/A noise) of ``key``."""
+    d = folder(key)
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "perf.json").write_text(json.dumps(perf_json, indent=1) + "\n")
+    if noise_json is not None:
+        (d / "noise.json").write_text(json.dumps(noise_json, indent=1) + "\n")
+    return d

@@ -1,0 +1,127 @@
+"""`kernel-lab bench` (also `python -m bench`): run the benchmark registry, print the gates table,
+write the perf JSON.
+
+    python -m bench --device cpu --out reports/out/perf.json
+    python -m bench --device gpu --out $OUT/perf.json
+    python -m bench --bench gdn/decode --aa 20 --load "..."   # A/A noise + saved run of this machine
+
+Exit status: 1 when a gate fails, 2 for a bad request, else 0.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--bench", action="append", help="bench name(s), e.g. gdn/decode (default: all of --device)")
+    p.add_argument("--device", choices=("cpu", "gpu", "all"), default="all", help="benches of this device")
+    p.add_argument("--out", default="reports/out/perf.json", help="perf JSON (gates.json is written beside it)")
+    p.add_argument("--gates", default=None, help="gates TOML (default tests/perf/gates.toml)")
+    p.add_argument("--no-remeasure", action="store_true", help="leave straddling gates ambiguous")
+    p.add_argument("--aa", type=int, metavar="PAIRS",
+                   help="measure PAIRS A/A pairs (>= 20): write reports/baselines/<key>/noise.json and the "
+                        "saved run perf.json, and print each gate's false-alarm count")
+    p.add_argument("--load", default="", help="with --aa: the machine load to record (free text)")
+
+
+def register(subparsers) -> None:
+    """Add the ``bench`` command to kernel-lab's subparsers."""
+    p = subparsers.add_parser("bench", help="benchmarks, ceilings and perf gates (the registry of bench/)")
+    add_arguments(p)
+    p.set_defaults(func=run_command)
+
+
+def _usage(message: str):
+    sys.stderr.write(f"kernel-lab bench: error: {message}\n")
+    raise SystemExit(2)
+
+
+def _selected(args) -> list[str]:
+    from bench import registry
+
+    benches = registry.benches()
+    names = [n.strip() for item in (args.bench or []) for n in item.split(",") if n.strip()]
+    for n in names:
+        if n not in benches:
+            _usage(f"--bench {n}: no such bench (known: {', '.join(sorted(benches))})")
+    if not names:
+        names = [n for n, b in benches.items() if args.device in ("all", b.device)]
+    return names
+
+
+def run_command(args) -> int:
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")   # before torch starts its OpenMP threads
+    from bench import gates, run
+
+    names = _selected(args)
+    path = Path(args.gates) if args.gates else gates.GATES_TOML
+    if not path.is_file():
+        _usage(f"--gates {path}: no such file")
+    gate_list = gates.load(path)
+    if args.aa is not None:
+        return _aa(names, gate_list, args)
+    records = run.measure_all(names, tick=run.Progress(run.planned_calls(names)))
+    results = run.judge_all(records, gate_list, remeasure=not args.no_remeasure)
+    run.write(Path(args.out), run.perf_json(records, results))
+    print(gates.table(results))
+    print(f"perf JSON: {args.out}")
+    return 1 if any(r["verdict"] == "fail" for r in results) else 0
+
+
+def _aa(names: list[str], gate_list, args) -> int:
+    """A/A: ``args.aa`` pairs of runs of unchanged code. Each run's gates are judged as deployed
+    (a straddling gate measured again), and a fail counts as a false alarm; the pairs give each
+    record's regression noise (``bench.baselines.aa_noise``)."""
+    from bench import baselines, gates, machine, registry, run
+
+    if args.aa < baselines.MIN_PAIRS:
+        _usage(f"--aa {args.aa}: at least {baselines.MIN_PAIRS} pairs")
+    progress = run.Progress(2 * args.aa * run.planned_calls(names))
+    mine = [g for g in gate_list if g.benches <= set(names)]
+    pairs, verdicts = [], {g.name: [] for g in mine}
+    for _ in range(args.aa):
+        pair = []
+        for _ in range(2):
+            records = run.measure_all(names, tick=progress)
+            for g in mine:
+                r = gates.judge(g, records, run.remeasurer(dict(records)))
+                verdicts[g.name].append((r["verdict"], r["ratio"], r["reason"]))
+            pair.append(list(records.values()))
+        pairs.append(tuple(pair))
+    gate_noise = {}
+    for name, vs in verdicts.items():
+        judged = [(v, x) for v, x, _ in vs if v != "skip"]
+        gate_noise[name] = ({"false_alarm_rate": f"{sum(v == 'fail' for v, _ in judged)}/{len(judged)}",
+                             "remeasured": sum("close" in why for _, _, why in vs),
+                             "ratios": [round(x, 4) for _, x in judged]}
+                            if judged else {"skipped": vs[0][2]})
+    benches = registry.benches()
+    for device in {benches[n].device for n in names}:
+        def on(recs, device=device):
+            return [r for r in recs if benches[r.extra_info["bench"]].device == device]
+        key = machine.fingerprint(device)["key"]
+        noise = baselines.aa_noise([(on(a), on(b)) for a, b in pairs], args.load)
+        noise["gates"] = {g.name: gate_noise[g.name] for g in mine
+                          if all(benches[b].device == device for b in g.benches)}
+        last = {r.rid: r for r in on(pairs[-1][1])}
+        print(f"saved run and noise: {baselines.save(key, run.perf_json(last, []), noise)}")
+        for rid, n in noise["records"].items():
+            print(f"  {rid:50} threshold {n['threshold']:.2f}  false alarms {n['false_alarm_rate']}  "
+                  f"A/A ratios {min(n['ratios']):.3f}-{max(n['ratios']):.3f}")
+    print("in-run gates on unchanged code (as deployed, a straddling gate measured again):")
+    for name, n in gate_noise.items():
+        if "skipped" in n:
+            print(f"  {name:44} skipped: {n['skipped']}")
+        else:
+            print(f"  {name:44} false alarms {n['false_alarm_rate']}, remeasured {n['remeasured']}, "
+                  f"ratios {min(n['ratios']):.3f}-{max(n['ratios']):.3f}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    add_arguments(p)
+    return run_command(p.parse_args(argv))

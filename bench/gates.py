@@ -1,0 +1,148 @@
+"""Gates as data (``tests/perf/gates.toml``) and their verdicts.
+
+A gate is ``ratio = value(numerator) / value(denominator)`` of one run, two record ids
+``bench/shape/impl`` (an implementation or a ceiling), ``quantity`` "time" (seconds) or "gbps" /
+"tflops", compared with ``threshold`` in ``direction`` ("<=" or ">="). Repetitions pair up by
+index (the same pass of the interleaved CPU timing, the same sample of GPU timing); the ratio is
+the median of the paired ratios (a load that slows both of a pair cancels) and the spread their
+interquartile range. Verdicts: ``pass`` / ``fail``;
+``ambiguous`` when the spread straddles the threshold, and then the gate is measured once more
+and decided on the second measurement, its reason saying it was close; ``skip`` with the reason
+when a capability or an implementation is missing.
+"""
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from bench import machine
+from bench.measure import Record
+
+GATES_TOML = Path(__file__).resolve().parent.parent / "tests" / "perf" / "gates.toml"
+QUANTITIES = ("time", "gbps", "tflops")
+
+
+@dataclass(frozen=True)
+class Gate:
+    name: str
+    numerator: str
+    denominator: str
+    quantity: str
+    direction: str
+    threshold: float
+    requires: tuple = ()
+    false_alarm_rate: str = "not measured"
+    description: str = ""
+
+    def __post_init__(self):
+        if self.quantity not in QUANTITIES:
+            raise ValueError(f"{self.name}: quantity: expected one of {QUANTITIES}, got {self.quantity!r}")
+        if self.direction not in ("<=", ">="):
+            raise ValueError(f"{self.name}: direction: expected '<=' or '>=', got {self.direction!r}")
+
+    @property
+    def benches(self) -> set[str]:
+        return {ref.rsplit("/", 2)[0] for ref in (self.numerator, self.denominator)}
+
+    def quiet(self, min_pairs: int = 20) -> bool:
+        """Measured false-alarm rate zero over at least ``min_pairs`` A/A runs."""
+        parts = self.false_alarm_rate.split("/")
+        return len(parts) == 2 and parts[0] == "0" and parts[1].isdigit() and int(parts[1]) >= min_pairs
+
+
+def load(path: Path = GATES_TOML) -> list[Gate]:
+    with open(path, "rb") as f:
+        data = tomllib.load(f)
+    return [Gate(**{**g, "requires": tuple(g.get("requires", ()))}) for g in data["gate"]]
+
+
+def missing_capability(req: str) -> str | None:
+    """None when this machine has ``req`` (a CPU flag such as avx512_bf16 or amx_bf16, "gpu",
+    "sm_90", "gfx950"); else why not."""
+    if req in ("gpu", "sm_90", "gfx950"):
+        ok, why = machine.gpu_capability()
+        if not ok:
+            return why
+        if req == "gpu":
+            return None
+        gpu = machine.fingerprint("gpu")["gpu"]
+        have = gpu.get("arch") if req == "gfx950" else f"sm_{(gpu.get('compute_capability') or '').replace('.', '')}"
+        return None if have and have.startswith(req) else f"needs {req}, this GPU is {have}"
+    return None if machine.has_cpu_flag(req) else f"this CPU lacks {req}"
+
+
+def _value(rec: Record, quantity: str):
+    """The record's per-repetition seconds, or GB/s or TFLOP/s over them."""
+    if quantity == "time":
+        return rec.samples
+    info = rec.extra_info
+    amount = info["bytes"] if quantity == "gbps" else info["flops"]
+    return amount / rec.samples / (1e9 if quantity == "gbps" else 1e12)
+
+
+def point_time(rec: Record) -> float:
+    t = rec.extra_info["time_s"]
+    return t["min"] if rec.extra_info["timing"] == "cpu-interleaved" else t["median"]
+
+
+def ratio(gate: Gate, num: Record, den: Record) -> tuple[float, list[float]]:
+    """(median, [q25, q75]) of the paired per-repetition ratios."""
+    n = min(len(num.samples), len(den.samples))
+    paired = _value(num, gate.quantity)[:n] / _value(den, gate.quantity)[:n]
+    q25, q50, q75 = np.quantile(paired, [0.25, 0.5, 0.75])
+    return float(q50), [float(q25), float(q75)]
+
+
+def _passes(gate: Gate, value: float) -> bool:
+    return value <= gate.threshold if gate.direction == "<=" else value >= gate.threshold
+
+
+def _result(gate: Gate, **kw) -> dict:
+    return {"gate": gate.name, "numerator": gate.numerator, "denominator": gate.denominator,
+            "ratio": None, "threshold": gate.threshold, "direction": gate.direction, "verdict": "skip",
+            "spread": None, "remeasured": False, "false_alarm_rate": gate.false_alarm_rate, "reason": "", **kw}
+
+
+def judge(gate: Gate, records: dict[str, Record], remeasure=None) -> dict:
+    """The gate's result dict (the perf-JSON ``kernel_lab_gates`` entry). ``remeasure(gate)``
+    returns fresh records for the gate's two ids; without it a straddling spread stays
+    ``ambiguous``."""
+    for req in gate.requires:
+        why = missing_capability(req)
+        if why:
+            return _result(gate, reason=why)
+    for ref in (gate.numerator, gate.denominator):
+        rec = records.get(ref)
+        if rec is None:
+            return _result(gate, reason=f"{ref}: no implementation of that name is registered "
+                                         "(peers register in bench/peers/ when their package is installed)")
+        if rec.skip is not None:
+            return _result(gate, reason=f"{ref}: {rec.skip}")
+    value, spread = ratio(gate, records[gate.numerator], records[gate.denominator])
+    straddles = spread[0] < gate.threshold < spread[1]
+    if not straddles:
+        return _result(gate, ratio=value, spread=spread, verdict="pass" if _passes(gate, value) else "fail")
+    if remeasure is None:
+        return _result(gate, ratio=value, spread=spread, verdict="ambiguous",
+                       reason=f"close: spread {spread[0]:.3f}-{spread[1]:.3f} straddles {gate.threshold}")
+    fresh = remeasure(gate)
+    value2, spread2 = ratio(gate, fresh[gate.numerator], fresh[gate.denominator])
+    verdict = "pass" if _passes(gate, value2) else "fail"
+    return _result(gate, ratio=value2, spread=spread2, verdict=verdict, remeasured=True,
+                   reason=f"close: first spread {spread[0]:.3f}-{spread[1]:.3f} (ratio {value:.3f}) straddled "
+                          f"{gate.threshold}; decided on the second measurement")
+
+
+def table(results: list[dict]) -> str:
+    """One line per gate: gate, ratio, threshold, verdict, spread (and the reason when any)."""
+    lines = [f"{'gate':44} {'ratio':>7} {'threshold':>11} {'verdict':>9} {'spread':>15}  reason"]
+    for r in results:
+        ratio_s = f"{r['ratio']:.3f}" if r["ratio"] is not None else "-"
+        spread = f"{r['spread'][0]:.3f}-{r['spread'][1]:.3f}" if r["spread"] else "-"
+        threshold = f"{r['direction']} {r['threshold']:g}" if r["threshold"] is not None else "-"
+        lines.append(f"{r['gate']:44} {ratio_s:>7} {threshold:>11} "
+                     f"{r['verdict']:>9} {spread:>15}  {r['reason']}")
+    return "\n".join(lines)

@@ -1,0 +1,99 @@
+"""A perf run: measure the selected benches, judge the gates of ``tests/perf/gates.toml`` and the
+regression gates against this machine's saved run, and write the perf JSON (pytest-benchmark's
+layout: ``benchmarks`` with ``extra_info``, plus ``kernel_lab_gates``; the gates also alone in
+``gates.json`` beside it).
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import sys
+from pathlib import Path
+
+from bench import baselines, gates, machine, registry
+from bench.measure import Record, measure
+
+
+class Progress:
+    """A one-line progress bar on stderr: ``[#####.....] 12/45 label``."""
+
+    def __init__(self, total: int, stream=sys.stderr, width: int = 30):
+        self.total, self.done, self.stream, self.width = max(total, 1), 0, stream, width
+
+    def __call__(self, label: str) -> None:
+        self.done += 1
+        filled = self.width * min(self.done, self.total) // self.total
+        self.stream.write(f"\r[{'#' * filled}{'.' * (self.width - filled)}] {self.done}/{self.total} {label[:60]:60}")
+        if self.done >= self.total:
+            self.stream.write("\n")
+        self.stream.flush()
+
+
+def planned_calls(bench_names: list[str]) -> int:
+    """Progress ticks the run will make: per enabled implementation and shape, each CPU call
+    (warm-up included), or one per GPU timing."""
+    b = registry.benches()
+    return sum(b[n].reps + 1 if b[n].device == "cpu" else 1 for n in bench_names for shape in b[n].shapes.values()
+               for impl in registry.impls(n).values() if registry.capability(impl, shape) is None)
+
+
+def measure_all(bench_names: list[str], tick=None) -> dict[str, Record]:
+    out = {}
+    for name in bench_names:
+        out.update({r.rid: r for r in measure(name, tick=tick)})
+    return out
+
+
+def remeasurer(records: dict[str, Record]):
+    """``remeasure(gate_or_rid)`` for ``gates.judge`` / ``baselines.regression``: measures the
+    benches involved once more, whole (every shape, implementation and ceiling, so that records
+    compared across shapes still come from one interleaved run); the fresh records replace the
+    old ones."""
+    def again(refs: list[str]) -> dict[str, Record]:
+        fresh = {}
+        for bench in sorted({ref.rsplit("/", 2)[0] for ref in refs}):
+            fresh.update({r.rid: r for r in measure(bench)})
+        records.update(fresh)
+        return fresh
+
+    def remeasure(what):
+        if isinstance(what, gates.Gate):
+            return again([what.numerator, what.denominator])
+        return again([what])[what]
+    return remeasure
+
+
+def judge_all(records: dict[str, Record], gate_list: list[gates.Gate], remeasure=True) -> list[dict]:
+    """Gate results for ``gate_list`` (gates whose benches were not measured are left out) and
+    the regression gates of every measured record."""
+    again = remeasurer(records) if remeasure else None
+    measured_benches = {rid.rsplit("/", 2)[0] for rid in records}
+    results = [gates.judge(g, records, again) for g in gate_list if g.benches <= measured_benches]
+    for rec in list(records.values()):
+        r = baselines.regression(rec, again)
+        if r is not None:
+            results.append(r)
+    return results
+
+
+def perf_json(records: dict[str, Record], results: list[dict]) -> dict:
+    benchmarks, skipped = [], []
+    for rid, r in records.items():
+        if r.skip is not None:
+            skipped.append({"name": rid, "reason": r.skip})
+            continue
+        t = r.extra_info["time_s"]
+        benchmarks.append({"name": rid, "fullname": rid, "group": r.extra_info["bench"],
+                           "params": r.extra_info["shape"], "extra_info": r.extra_info,
+                           "stats": {"min": t["min"], "max": t["max"], "median": t["median"],
+                                     "mean": float(r.samples.mean()), "rounds": t["n"]}})
+    return {"machine_info": {"cpu": machine.fingerprint("cpu")}, "datetime": datetime.datetime.now(
+        datetime.timezone.utc).isoformat(), "benchmarks": benchmarks, "skipped": skipped,
+        "kernel_lab_gates": results}
+
+
+def write(out: Path, data: dict) -> None:
+    """``out`` (the perf JSON) and ``gates.json`` beside it."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(data, indent=1) + "\n")
+    (out.parent / "gates.json").write_text(json.dumps(data["kernel_lab_gates"], indent=1) + "\n")

@@ -1,0 +1,79 @@
+"""GDN check: a backend's outputs against the oracle of its rounding model.
+
+gating: g and beta under ``GATING``. Other ops: ``o`` on the rows of real sequences, ``state`` on
+the slots the op writes, and the other slots bit-identical. Quality: the error against the same
+run with a float32 state pool (float64 recurrent).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from conformance.cells import Cell
+from conformance.compare import Comparison, Verdict, compare, verdict
+from conformance.families.gdn.driver import as_f32
+from conformance.families.gdn.oracle import oracle, oracle_kind, oracle_name
+from conformance.families.gdn.tolerances import GATING_TOL, UNTOUCHED_TOL, o_and_state
+from conformance.memo import Memo
+from conformance.numerics import rel_l2
+
+
+def real_sequences(cell: Cell, inputs: dict) -> np.ndarray:
+    """Indices of the non-padding sequences (decode: of the tokens)."""
+    if cell.op == "spec_decode":
+        spec, acc = inputs["spec_state_indices"], inputs["num_accepted_tokens"]
+        return np.flatnonzero(spec[np.arange(len(acc)), np.maximum(acc - 1, 0)] >= 0)
+    return np.flatnonzero(inputs["state_indices"] >= 0)
+
+
+def real_rows(cell: Cell, inputs: dict) -> np.ndarray:
+    """Token rows of ``o`` that belong to non-padding sequences."""
+    real = real_sequences(cell, inputs)
+    if cell.op == "decode":
+        return real
+    cu = inputs["cu_seqlens"]
+    return np.concatenate([np.arange(cu[n], cu[n + 1]) for n in real])
+
+
+def written_slots(cell: Cell, inputs: dict) -> np.ndarray:
+    """Pool slots the op stores into (sorted)."""
+    if cell.op == "spec_decode":
+        cu, spec = inputs["cu_seqlens"], inputs["spec_state_indices"]
+        slots = np.concatenate([spec[n, : cu[n + 1] - cu[n]] for n in real_sequences(cell, inputs)])
+        return np.sort(slots).astype(np.int64)
+    idx = inputs["state_indices"]
+    return np.sort(idx[idx >= 0]).astype(np.int64)
+
+
+def check(cell: Cell, rounding_model: str, inputs: dict, outputs: dict, memo: Memo | None = None) -> Verdict:
+    """Compare ``outputs`` with the oracle of ``rounding_model`` (one of ``ROUNDING_MODELS``).
+
+    ``inputs`` are the pristine inputs; ``memo`` keeps oracles across calls (None: a fresh one).
+    """
+    memo = Memo() if memo is None else memo
+    kind = oracle_kind(cell, rounding_model)
+    expected = oracle(cell, inputs, kind, memo)
+    source = f"{oracle_name(cell, kind)}; backend rounding model {rounding_model}"
+    if cell.op == "gating":
+        comps = [compare(n, outputs[n], expected[n], GATING_TOL) for n in ("g", "beta")]
+        return verdict(comps, {"oracle": source})
+    missing = {"o", "state"} - set(outputs)
+    if missing:
+        raise ValueError(f"outputs: missing {sorted(missing)} for gdn/{cell.op}")
+    o_tol, s_tol = o_and_state(cell, inputs, expected, rounding_model)
+    rows = real_rows(cell, inputs)
+    written = written_slots(cell, inputs)
+    untouched = np.setdiff1d(np.arange(inputs["state"].shape[0]), written)
+    pool_in = as_f32(inputs["state"])
+    comps: list[Comparison] = [
+        compare("o", outputs["o"][rows], expected["o"][rows], o_tol),
+        compare("state", outputs["state"][written], expected["state"][written], s_tol),
+        compare("untouched_slots", outputs["state"][untouched], pool_in[untouched], UNTOUCHED_TOL),
+    ]
+    same = inputs["state_dtype"] == "float32" and kind == "exact"
+    fp32 = expected if same else oracle(cell, inputs, "exact", memo, fp32_state=True)
+    quality = {
+        "oracle": source,
+        "o_rel_l2_vs_fp32_state": rel_l2(outputs["o"][rows], fp32["o"][rows]),
+        "state_rel_l2_vs_fp32_state": rel_l2(outputs["state"][written], fp32["state"][written]),
+    }
+    return verdict(comps, quality)

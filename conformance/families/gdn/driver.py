@@ -1,0 +1,72 @@
+"""GDN driver: run a cell's op through an implementation with the reference's function names.
+
+``impl`` has ``gating``, ``recurrent``, ``chunked``, ``decode`` and ``spec_decode`` with the
+signatures of ``reference.gdn.numpy_ref``, in one of two forms: NumPy (mutates the state pool in
+place, returns ``o``) or JAX (returns ``(o, new_pool)``); a tuple result means the JAX form.
+
+Outputs: gating {"g", "beta"} float32 [T,HV]; the others {"o": float32 [T,HV,V], "state": the
+whole pool as float32}. Rows of ``o`` that belong to padding sequences are unspecified.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from conformance.cells import Cell
+from conformance.families.gdn.matrix import OPS
+
+def as_f32(x) -> np.ndarray:
+    """``x`` (NumPy, JAX or ml_dtypes array) as a float32 NumPy array."""
+    return np.asarray(x).astype(np.float32)
+
+
+def _invoke(fn, args: tuple, kwargs: dict, state):
+    """Call an op in NumPy form (mutates the pool, returns o) or JAX form (returns (o, pool))."""
+    result = fn(*args, **kwargs)
+    if isinstance(result, tuple):
+        return result
+    return result, state
+
+
+def _varlen_calls(fn, inputs: dict, kwargs: dict):
+    """One call, or two calls split at ``inputs['split']`` tokens of every sequence."""
+    q, k, v, g, beta = (inputs[n] for n in ("q", "k", "v", "g", "beta"))
+    cu, idx, state, split = inputs["cu_seqlens"], inputs["state_indices"], inputs["state"], inputs.get("split")
+    if split is None:
+        return _invoke(fn, (q, k, v, g, beta, cu, state, idx), kwargs, state)
+    o = np.zeros((q.shape[0],) + tuple(v.shape[1:]), np.float32)
+    starts, ends = cu[:-1].astype(np.int64), cu[1:].astype(np.int64)
+    parts = [(starts, np.minimum(starts + split, ends), np.ones(len(starts), bool)),
+             (starts + split, ends, ends - starts > split)]
+    for lo, hi, keep in parts:
+        tokens = np.concatenate([np.arange(a, b) for a, b, kept in zip(lo, hi, keep) if kept])
+        sub_cu = np.concatenate([[0], np.cumsum((hi - lo)[keep])]).astype(np.int32)
+        part_o, state = _invoke(fn, (q[tokens], k[tokens], v[tokens], g[tokens], beta[tokens], sub_cu,
+                                     state, idx[keep]), kwargs, state)
+        o[tokens] = as_f32(part_o)
+    return o, state
+
+
+def run_with(impl, cell: Cell, inputs: dict) -> dict:
+    """Run the cell's op through ``impl`` (a module/object with the reference's function names,
+    NumPy in-place or JAX functional semantics); returns the outputs dict."""
+    if cell.op == "gating":
+        g, beta = impl.gating(inputs["A_log"], inputs["a"], inputs["b"], inputs["dt_bias"])
+        return {"g": as_f32(g), "beta": as_f32(beta)}
+    opts = {n: inputs[n] for n in ("scale", "use_qk_l2norm", "l2norm_eps", "state_dtype")}
+    state = inputs["state"]
+    if cell.op == "recurrent":
+        o, state = _varlen_calls(impl.recurrent, inputs,
+                                 {**opts, "state_write_interval": inputs["state_write_interval"]})
+    elif cell.op == "chunked":
+        o, state = _varlen_calls(impl.chunked, inputs, {**opts, "chunk_size": inputs["chunk_size"]})
+    elif cell.op == "decode":
+        args = tuple(inputs[n] for n in ("q", "k", "v", "A_log", "a", "b", "dt_bias"))
+        o, state = _invoke(impl.decode, args + (state, inputs["state_indices"]), opts, state)
+    elif cell.op == "spec_decode":
+        args = tuple(inputs[n] for n in ("q", "k", "v", "A_log", "a", "b", "dt_bias"))
+        o, state = _invoke(impl.spec_decode, args + (state, inputs["spec_state_indices"],
+                                                     inputs["num_accepted_tokens"], inputs["cu_seqlens"]),
+                           opts, state)
+    else:
+        raise ValueError(f"cell.op: expected one of {OPS}, got {cell.op!r}")
+    return {"o": as_f32(o), "state": as_f32(state)}

@@ -1,0 +1,152 @@
+"""GDN inputs: the input dict of a cell, drawn from ``cell.rng()``.
+
+Every float array is float32 holding bf16-representable values (kernels that take bf16 see the
+same numbers), except ``g`` (fp32 log decay) and the state pool:
+
+    gating:       A_log [HV], a [T,HV], b [T,HV], dt_bias [HV]
+    recurrent:    q [T,H,K], k [T,H,K], v [T,HV,V], g [T,HV], beta [T,HV], cu_seqlens int32 [N+1],
+                  state [S,HV,K,V] (pool in the cell's state dtype: float32, ml_dtypes.bfloat16, float16),
+                  state_indices int32 [N] (shuffled, -1 = padding sequence), state_write_interval
+    chunked:      as recurrent, with chunk_size and split (None, or the per-sequence token count
+                  of the first of two calls; the second is seeded by the first's state)
+    decode:       q [N,H,K], k [N,H,K], v [N,HV,V], A_log, a [N,HV], b [N,HV], dt_bias,
+                  state, state_indices [N]
+    spec_decode:  q, k, v, A_log, a [T,HV], b [T,HV], dt_bias, state, spec_state_indices int32 [N,S],
+                  num_accepted_tokens int32 [N], cu_seqlens
+    all but gating also: scale (None = 1/sqrt(K)), use_qk_l2norm, l2norm_eps, state_dtype (name)
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from conformance.cells import Cell
+from conformance.families.gdn.matrix import CHUNK, OPS
+from conformance.numerics import bf16_round
+from reference.gdn.arguments import STATE_DTYPES
+
+
+def head_magnitudes(n: int) -> np.ndarray:
+    """Distinct per-head magnitudes 0.5 .. 2, so a wrong head mapping changes the numbers."""
+    return np.float32(2.0) ** np.linspace(-1.0, 1.0, n, dtype=np.float32)
+
+
+def log_decay(rng, decay: str, T: int, HV: int) -> np.ndarray:
+    """g [T,HV]: strong ~ -0.5..-8 with 3% of tokens at -50; weak ~ -1e-3..-3e-2; zero = 0."""
+    if decay == "strong":
+        g = -np.exp(rng.uniform(math.log(0.5), math.log(8.0), (T, HV)))
+        g[rng.random((T, HV)) < 0.03] = -50.0
+        return g.astype(np.float32)
+    if decay == "weak":
+        return -rng.uniform(1e-3, 3e-2, (T, HV)).astype(np.float32)
+    if decay == "zero":
+        return np.zeros((T, HV), np.float32)
+    raise ValueError(f"decay: expected strong, weak or zero, got {decay!r}")
+
+
+def gate_inputs(rng, decay: str, T: int, HV: int) -> dict:
+    """A_log, a, b, dt_bias whose gating gives the decay regime (zero: softplus(-60) ~ 1e-26)."""
+    if decay == "strong":
+        A_log, a = np.log(rng.uniform(0.5, 4.0, HV)), rng.normal(1.0, 1.5, (T, HV))
+    elif decay == "weak":
+        A_log, a = np.log(rng.uniform(1e-3, 1e-2, HV)), rng.normal(0.0, 1.0, (T, HV))
+    elif decay == "zero":
+        A_log, a = np.log(rng.uniform(0.5, 4.0, HV)), np.full((T, HV), -60.0)
+    else:
+        raise ValueError(f"decay: expected strong, weak or zero, got {decay!r}")
+    return {"A_log": bf16_round(A_log), "a": bf16_round(a),
+            "b": bf16_round(rng.normal(0.0, 1.5, (T, HV))),
+            "dt_bias": bf16_round(rng.normal(0.0, 0.5, HV))}
+
+
+def qkv(rng, T: int, H: int, HV: int, K: int, V: int) -> dict:
+    """Independent q, k, v (never the same tensor), per-head magnitudes."""
+    q = rng.normal(size=(T, H, K)) * head_magnitudes(H)[None, :, None]
+    k = rng.normal(size=(T, H, K)) * head_magnitudes(H)[::-1][None, :, None]
+    v = rng.normal(size=(T, HV, V)) * head_magnitudes(HV)[None, :, None]
+    return {"q": bf16_round(q), "k": bf16_round(k), "v": bf16_round(v)}
+
+
+def state_pool(rng, state: str, slots: int, HV: int, K: int, V: int) -> np.ndarray:
+    """A pool [slots, HV, K, V] in the state dtype ``state``, per-head magnitudes."""
+    S = rng.normal(0.0, 0.5, (slots, HV, K, V)) * head_magnitudes(HV)[None, :, None, None]
+    return S.astype(np.float32).astype(STATE_DTYPES[state])
+
+
+def _options(cell: Cell) -> dict:
+    return {"scale": None, "use_qk_l2norm": True, "l2norm_eps": 1e-6, "state_dtype": cell["state"]}
+
+
+def _with_padding(lens: tuple, padded: bool) -> tuple[list[int], int | None]:
+    """Sequence lengths with a padding sequence (5 tokens) inserted at position 1 when padded."""
+    lens = list(lens)
+    if not padded:
+        return lens, None
+    pos = min(1, len(lens))
+    lens.insert(pos, 5)
+    return lens, pos
+
+
+def make_inputs(cell: Cell) -> dict:
+    """The input dict of a cell (keys in the module docstring), drawn from ``cell.rng()``."""
+    rng = cell.rng()
+    if cell.op == "gating":
+        T, HV = cell["T"], cell["HV"]
+        a = rng.normal(0.0, 8.0, (T, HV))
+        a.flat[:: 7] = 25.0                     # above the softplus threshold
+        a.flat[3:: 11] = -25.0                  # far below it
+        return {"A_log": bf16_round(np.log(rng.uniform(0.5, 16.0, HV))), "a": bf16_round(a),
+                "b": bf16_round(rng.normal(0.0, 4.0, (T, HV))),
+                "dt_bias": bf16_round(rng.normal(0.0, 1.0, HV))}
+    H, HV, K = cell["H"], cell["HV"], cell["K"]
+    V = cell.get("V", K)
+    padded = cell["slots"] == "padded"
+    if cell.op in ("recurrent", "chunked"):
+        lens, pad_at = _with_padding(cell["lens"], padded)
+        T, N = sum(lens), len(lens)
+        inputs = {**qkv(rng, T, H, HV, K, V), "g": log_decay(rng, cell["decay"], T, HV),
+                  "beta": bf16_round(1.0 / (1.0 + np.exp(-rng.normal(0.0, 1.5, (T, HV))))),
+                  "cu_seqlens": np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)}
+        real = N - (pad_at is not None)
+        pool_size = real + 2
+        idx = rng.permutation(pool_size)[:real].astype(np.int32)
+        if pad_at is not None:
+            idx = np.insert(idx, pad_at, -1).astype(np.int32)
+        inputs.update(state=state_pool(rng, cell["state"], pool_size, HV, K, V), state_indices=idx,
+                      **_options(cell))
+        if cell.op == "recurrent":
+            inputs["state_write_interval"] = cell["interval"]
+        else:
+            inputs.update(chunk_size=CHUNK, split=cell["split"])
+        return inputs
+    if cell.op == "decode":
+        N = cell["N"] + padded
+        inputs = {**qkv(rng, N, H, HV, K, V), **gate_inputs(rng, cell["decay"], N, HV)}
+        pool_size = cell["N"] + 2
+        idx = rng.permutation(pool_size)[:cell["N"]].astype(np.int32)
+        if padded:
+            idx = np.insert(idx, min(1, cell["N"]), -1).astype(np.int32)
+        inputs.update(state=state_pool(rng, cell["state"], pool_size, HV, K, V), state_indices=idx,
+                      **_options(cell))
+        return inputs
+    if cell.op == "spec_decode":
+        lens, pad_at = _with_padding(cell["drafts"], padded)
+        if pad_at is not None:
+            lens[pad_at] = 2
+        N, S = len(lens), max(max(lens), 4)
+        T = sum(lens)
+        inputs = {**qkv(rng, T, H, HV, K, V), **gate_inputs(rng, cell["decay"], T, HV)}
+        pool_size = N * S + 2
+        spec = rng.permutation(pool_size)[: N * S].reshape(N, S).astype(np.int32)
+        mode = cell["accepted"]
+        modes = [mode] * N if mode != "mix" else [("0", "1", "S")[n % 3] for n in range(N)]
+        accepted = np.array([{"0": 0, "1": 1, "S": S}[m] for m in modes], np.int32)
+        if pad_at is not None:
+            spec[pad_at] = -1
+        inputs.update(state=state_pool(rng, cell["state"], pool_size, HV, K, V), spec_state_indices=spec,
+                      num_accepted_tokens=accepted,
+                      cu_seqlens=np.concatenate([[0], np.cumsum(lens)]).astype(np.int32),
+                      **_options(cell))
+        return inputs
+    raise ValueError(f"cell.op: expected one of {OPS}, got {cell.op!r}")

@@ -1,0 +1,117 @@
+"""GDN tolerances: each one as data (name, bound, rounding argument, the planted bugs it catches),
+then the function that evaluates them for a cell.
+
+Symbols: L the longest sequence, K the key head size, C the chunk (64 for chunked, else 0),
+R the state roundings of the longest sequence, u the unit roundoff of the state dtype,
+u32 / u_bf16 of float32 / bfloat16 (``conformance.numerics``), max|x| over the oracle's output.
+The o and state tolerances add up the terms that apply to a cell: FP32 always, STATE_16BIT for a
+bfloat16/float16 pool, and one of BF16_OPERANDS / BF16_GEMM for a backend of that rounding model.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from conformance.cells import Cell
+from conformance.compare import Tolerance, ToleranceSpec
+from conformance.families.gdn.matrix import CHUNK
+from conformance.numerics import U32, UBF16, UNIT
+
+FP32 = ToleranceSpec(
+    "gdn.fp32", "atol 16 sqrt(L (K + C)) u32 max|x|, rtol 16 K u32",
+    "each token's dot products of length K (chunked: K + C) carry ~sqrt(K) u32 relative error; the state "
+    "map S -> exp(g)(I - beta k k^T) S is non-expansive, so the errors of L tokens add like a random walk",
+    ("gdn.head-mapping-tiled", "gdn.state-read-transposed", "gdn.chunk-update-skipped"))
+
+STATE_16BIT = ToleranceSpec(
+    "gdn.state-16bit", "+ atol 4u max|S| (o: / sqrt(K)); state rel_l2 <= 4 sqrt(R sqrt(K + C) u32 u)",
+    "fp32 and the fp64 oracle land on different sides of a rounding tie with probability p ~ sqrt(K+C) "
+    "u32 / u per element and rounding; a flip moves a stored element by one ulp (2u), flips of R roundings "
+    "add like a random walk: rel_l2 <= 2 * 2u sqrt(R p). A biased rounding (truncation) costs ~u on every "
+    "element at every rounding, well above that",
+    ("gdn.truncating-store",))
+
+BF16_OPERANDS = ToleranceSpec(
+    "gdn.bf16-operands", "+ atol 8 u_bf16 max|x|; rel_l2 o <= u_bf16/4, state <= u_bf16/2, x sqrt(chunks)",
+    "a flip of one bf16 operand rounding moves a product by 2 u_bf16 of one term; the state also takes the "
+    "16-bit storage flips those differences cause; each chunk makes new flips and the carried state keeps "
+    "the old ones (zero decay forgets nothing): a random walk over the chunks",
+    ("gdn.head-mapping-tiled", "gdn.chunk-update-skipped", "gdn.truncating-store"))
+
+BF16_GEMM = ToleranceSpec(
+    "gdn.bf16-gemm", "+ atol 32 u_bf16 max|x|; rel_l2 <= 3 u_bf16",
+    "bf16 GEMM results round every product sum once more, three in a row on the way to o and to the state "
+    "increment (W@S, then v_new, then the readout / k^T v_new). Wider than a truncating store's error",
+    ("gdn.head-mapping-tiled", "gdn.chunk-update-skipped"))
+
+GATING = ToleranceSpec(
+    "gdn.gating", "rtol 16 u32",
+    "fp32 gating: exp, log1p, sigmoid each <= 2 ulp, products <= 1 ulp",
+    ("gdn.gates-rounded-to-bf16",))
+
+UNTOUCHED = ToleranceSpec(
+    "gdn.untouched-slots", "bit-identical",
+    "pool slots no sequence writes must keep their bytes",
+    ("gdn.padding-slot-written",))
+
+SPECS = (FP32, STATE_16BIT, BF16_OPERANDS, BF16_GEMM, GATING, UNTOUCHED)
+
+GATING_TOL = Tolerance(0.0, 16 * U32, f"{GATING.name}: {GATING.argument}: 16 u32 relative")
+UNTOUCHED_TOL = Tolerance(0.0, 0.0, f"{UNTOUCHED.name}: {UNTOUCHED.argument}")
+
+
+def longest(cell: Cell, inputs: dict) -> int:
+    """Tokens of the longest sequence (decode: 1)."""
+    if cell.op == "decode":
+        return 1
+    return int(np.max(np.diff(inputs["cu_seqlens"])))
+
+
+def interval(cell: Cell, inputs: dict) -> int:
+    """Tokens between state roundings (decode and spec_decode: every token)."""
+    if cell.op == "recurrent":
+        return inputs["state_write_interval"]
+    return CHUNK if cell.op == "chunked" else 1
+
+
+def roundings(L: int, every: int, split: int | None) -> int:
+    """State roundings of an L-token sequence (a two-call split adds one at the split)."""
+    if split is None or L <= split:
+        return math.ceil(L / every)
+    return math.ceil(split / every) + math.ceil((L - split) / every)
+
+
+def o_and_state(cell: Cell, inputs: dict, expected: dict, model: str,
+                compute: str = "float32") -> tuple[Tolerance, Tolerance]:
+    """(o tolerance, state tolerance) of a backend of ``model`` against its oracle ``expected``;
+    ``compute`` the dtype its arithmetic runs in (the FP32 term with that dtype's unit roundoff)."""
+    sname = inputs["state_dtype"]
+    L, K = longest(cell, inputs), cell["K"]
+    C = CHUNK if cell.op == "chunked" else 0
+    o_max = float(np.max(np.abs(expected["o"]))) or 1.0
+    s_max = float(np.max(np.abs(expected["state"]))) or 1.0
+    uc = UNIT[compute]
+    fp32 = 16 * math.sqrt(L * (K + C)) * uc
+    why = f"{FP32.name} (L={L}, K+C={K + C}{'' if compute == 'float32' else ', ' + compute})"
+    o_atol, s_atol, o_l2, s_l2 = fp32 * o_max, fp32 * s_max, None, None
+    if sname != "float32":
+        u = UNIT[sname]
+        R = roundings(L, interval(cell, inputs), inputs.get("split"))
+        o_atol += 4 * u * s_max / math.sqrt(K)
+        s_atol += 4 * u * s_max
+        s_l2 = 4 * math.sqrt(R * math.sqrt(K + C) * U32 * u)
+        why += f"; {STATE_16BIT.name} ({sname}, R={R})"
+    if model == "bf16-operands":
+        walk = math.sqrt(roundings(L, CHUNK, inputs.get("split"))) if cell.op == "chunked" else 1.0
+        o_atol += 8 * UBF16 * o_max
+        s_atol += 8 * UBF16 * s_max
+        o_l2, s_l2 = walk * UBF16 / 4, max(s_l2 or 0.0, walk * UBF16 / 2)
+        why += f"; {BF16_OPERANDS.name} (sqrt(chunks)={walk:.3g})"
+    elif model == "bf16-gemm":
+        o_atol += 32 * UBF16 * o_max
+        s_atol += 32 * UBF16 * s_max
+        o_l2, s_l2 = 3 * UBF16, max(s_l2 or 0.0, 3 * UBF16)
+        why += f"; {BF16_GEMM.name}"
+    return (Tolerance(o_atol, 16 * uc * K, why, rel_l2=o_l2),
+            Tolerance(s_atol, 16 * uc * K, why, rel_l2=s_l2))

@@ -1,0 +1,109 @@
+"""TurboQuant inputs: the input dict of a cell, drawn from ``cell.rng()``.
+
+Every float array is float32 holding bf16-representable values:
+    preset          str, e.g. "turboquant_4bit_nc"
+    layout          "aos" or "soa"
+    rotation        float32 [D, D], R of reference.turboquant.rotation (y = x_hat @ R, q_rot = q @ R);
+                    None for FP8 keys (turboquant_k8v4)
+    kv_cache        uint8 [num_blocks, block_size, Hk, slot_size]. store: 0x5A everywhere (bytes the
+                    op does not own must stay so). decode: random bytes, then the reference store of
+                    every token. store_decode: as decode, minus each sequence's last token
+    store, store_decode:
+    key, value      [N, Hk, D]; slot_mapping int64 [N] (flat slot block * block_size + offset,
+                    distinct, some -1 = skip)
+    decode, store_decode:
+    query           [B, Hq, D]; block_table int32 [B, M] (non-identity physical blocks, at least
+                    two more columns than needed, filled with other valid block ids);
+                    seq_lens int32 [B] (unequal, not multiples of the block size); scale float
+                    (1/sqrt(D)); sinks None or float32 [Hq] (raw logits)
+    key_cache, value_cache   the same tokens unquantized, float32 [num_blocks, block_size, Hk, D],
+                    NaN where no token lives (for torch-sdpa and the quantization-error oracle)
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from conformance.cells import Cell
+from conformance.numerics import bf16_round
+from conformance.poison import INT_SENTINEL
+from reference.turboquant import numpy_ref, rotation
+from reference.turboquant.presets import preset as lookup
+
+
+def token_slots(block_table: np.ndarray, seq_lens, bs: int) -> list[np.ndarray]:
+    """Flat cache slots (block * bs + offset) of every token, one array per sequence."""
+    return [block_table[b, np.arange(L) // bs] * bs + np.arange(L) % bs for b, L in enumerate(seq_lens)]
+
+
+def rotation_of(cell: Cell):
+    """R [D, D] float32 of the cell (None for FP8 keys)."""
+    if cell["rotation"] == "none":
+        return None
+    if cell["rotation"] == "hadamard":
+        return rotation.hadamard(cell["D"])
+    return rotation.random_rotation(cell["D"], seed=1000 + cell.seed)
+
+
+def key_value(rng, n: int, Hk: int, D: int) -> tuple[np.ndarray, np.ndarray]:
+    """Keys with per-(token, head) norms spread over a decade, values with offsets and spreads."""
+    key = rng.standard_normal((n, Hk, D)) * np.exp(rng.uniform(-1.0, 1.0, (n, Hk, 1)))
+    value = rng.standard_normal((n, Hk, D)) * rng.uniform(0.5, 2.0, (n, Hk, 1)) + rng.uniform(-1, 1, (n, Hk, 1))
+    return bf16_round(key), bf16_round(value)
+
+
+def store_inputs(cell: Cell, rng) -> dict:
+    """A store cell's inputs: the cache filled with the poison byte, about 1 in 8 tokens skipped."""
+    p, D, Hk, bs, N = lookup(cell["preset"]), cell["D"], cell["Hk"], cell["bs"], cell["ntok"]
+    num_blocks = -(-(3 * N) // (2 * bs)) + 2
+    slots = rng.permutation(num_blocks * bs)[:N].astype(np.int64)
+    slots[rng.permutation(N)[: N // 8]] = -1  # about one in eight tokens is padding
+    key, value = key_value(rng, N, Hk, D)
+    cache = np.full((num_blocks, bs, Hk, p.slot_size(D)), INT_SENTINEL, dtype=np.uint8)
+    return {"preset": p.name, "layout": cell["layout"], "rotation": rotation_of(cell), "kv_cache": cache,
+            "key": key, "value": value, "slot_mapping": slots}
+
+
+def decode_inputs(cell: Cell, rng) -> dict:
+    """A decode or store_decode cell's inputs (the history stored by the reference store)."""
+    p, D, Hk, G, bs = lookup(cell["preset"]), cell["D"], cell["Hk"], cell["G"], cell["bs"]
+    lens = np.array(cell["lens"], dtype=np.int32)
+    B, Hq = len(lens), Hk * G
+    need = [-(-int(L) // bs) for L in lens]
+    num_blocks = sum(need) + 3
+    physical = rng.permutation(num_blocks)
+    table = rng.integers(0, num_blocks, (B, max(need) + 2)).astype(np.int32)
+    start = 0
+    for b, n in enumerate(need):
+        table[b, :n] = physical[start:start + n]
+        start += n
+    slots = np.concatenate(token_slots(table, lens, bs))
+    key, value = key_value(rng, len(slots), Hk, D)
+    key_cache = np.full((num_blocks * bs, Hk, D), np.nan, dtype=np.float32)
+    value_cache = key_cache.copy()
+    key_cache[slots], value_cache[slots] = key, value
+    R = rotation_of(cell)
+    cache = rng.integers(0, 256, (num_blocks, bs, Hk, p.slot_size(D)), dtype=np.uint8)
+    inputs = {"preset": p.name, "layout": cell["layout"], "rotation": R,
+              "query": bf16_round(rng.standard_normal((B, Hq, D))), "block_table": table, "seq_lens": lens,
+              "scale": float(1.0 / np.sqrt(D)),
+              "sinks": rng.uniform(-2.0, 4.0, Hq).astype(np.float32) if cell["sinks"] else None,
+              "key_cache": key_cache.reshape(num_blocks, bs, Hk, D),
+              "value_cache": value_cache.reshape(num_blocks, bs, Hk, D)}
+    if cell.op == "store_decode":  # the last token of each sequence is this step's, stored by the op
+        last = np.cumsum(lens) - 1
+        history = np.setdiff1d(np.arange(len(slots)), last)
+        numpy_ref.store(cache, key[history], value[history], slots[history], p.name, cell["layout"], R)
+        pad_key, pad_value = key_value(rng, 2, Hk, D)
+        inputs.update(key=np.concatenate([pad_key[:1], key[last], pad_key[1:]]),
+                      value=np.concatenate([pad_value[:1], value[last], pad_value[1:]]),
+                      slot_mapping=np.concatenate([[-1], slots[last], [-1]]).astype(np.int64))
+    else:
+        numpy_ref.store(cache, key, value, slots, p.name, cell["layout"], R)
+    inputs["kv_cache"] = cache
+    return inputs
+
+
+def make_inputs(cell: Cell) -> dict:
+    """The cell's inputs (keys in the module docstring), drawn from ``cell.rng()``."""
+    rng = cell.rng()
+    return store_inputs(cell, rng) if cell.op == "store" else decode_inputs(cell, rng)

@@ -1,0 +1,122 @@
+"""TurboQuant matrix: the axes of store and decode cells, validity, the named corners and the tiers.
+
+A store cell's params: preset, layout, Hk, bs (block size), ntok, rotation, D, seed. A decode or
+store_decode cell's: preset, layout, Hk, G (query heads per kv head), bs, lens (per sequence),
+rotation ("hadamard", "random", "none" for FP8 keys), sinks, D, seed.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+from conformance.cells import Cell, make_cell
+from conformance.covering import pairwise
+
+FAMILY = "turboquant"
+OPS = ("store", "decode", "store_decode")
+
+PRESET_NAMES = ("turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc", "turboquant_k8v4")
+HEAD_GROUPS = ((8, 8), (8, 16), (4, 6), (2, 4), (8, 1))  # (Hk, G)
+
+
+def seq_lens_for(num_seqs: int, max_len: int, mix: str) -> tuple[int, ...]:
+    """Deterministic lengths: all ``max_len`` ("equal"), or a cycle of max_len, about half,
+    1 and about three quarters ("unequal")."""
+    if mix == "equal" or num_seqs == 1:
+        return (max_len,) * num_seqs
+    pattern = (max_len, max(1, max_len // 2 - 3), 1, max(1, (3 * max_len) // 4 + 1))
+    return tuple(pattern[i % 4] for i in range(num_seqs))
+
+
+def decode_cell(op, preset, layout, hk_g, bs, lens, rotation, sinks, D=128, seed=0) -> Cell:
+    """A decode or store_decode cell; ``hk_g`` = (Hk, G); FP8-key presets get rotation "none"."""
+    if preset == "turboquant_k8v4":
+        rotation = "none"
+    Hk, G = hk_g
+    return make_cell(FAMILY, op, preset=preset, layout=layout, Hk=Hk, G=G, bs=bs, lens=tuple(lens),
+                     rotation=rotation, sinks=sinks, D=D, seed=seed)
+
+
+def store_cell(preset, layout, Hk, bs, ntok, rotation, D=128, seed=0) -> Cell:
+    """A store cell of ``ntok`` tokens; FP8-key presets get rotation "none"."""
+    if preset == "turboquant_k8v4":
+        rotation = "none"
+    return make_cell(FAMILY, "store", preset=preset, layout=layout, Hk=Hk, bs=bs, ntok=ntok,
+                     rotation=rotation, D=D, seed=seed)
+
+
+def axes(tier: str) -> tuple[dict, dict]:
+    """(store axes, decode axes) of a tier, in cell-id order."""
+    common = {"preset": list(PRESET_NAMES), "layout": ["aos", "soa"]}
+    if tier == "full":
+        lens, seqs, ntok = [1, 17, 256, 1024, 4096], [1, 4, 16], [1, 17, 256, 1024, 4096]
+    else:
+        lens, seqs, ntok = [1, 17, 48], [1, 4], [1, 17, 64]
+    store = {**common, "Hk": [8, 4, 2], "bs": [16, 32, 64], "ntok": ntok, "rotation": ["hadamard", "random"]}
+    decode = {**common, "hk_g": list(HEAD_GROUPS), "bs": [16, 32, 64], "num_seqs": seqs, "max_len": lens,
+              "mix": ["equal", "unequal"], "rotation": ["hadamard", "random"], "sinks": [False, True]}
+    return store, decode
+
+
+def valid_decode(combo: dict) -> bool:
+    """False for one sequence with "unequal" lengths (nothing to be unequal to)."""
+    return not (combo.get("num_seqs") == 1 and combo.get("mix") == "unequal")
+
+
+def corners(tier: str) -> list[Cell]:
+    """Named corners: the FlyDSL shapes (GQA-6 MiniMax, GQA-8/16 Qwen), block edges, D=64, and in
+    the full tier the upstream FlyDSL test matrix (54 cells)."""
+    out = [
+        decode_cell("decode", "turboquant_4bit_nc", "soa", (4, 6), 16, (33, 16, 1, 32), "hadamard", False),
+        decode_cell("decode", "turboquant_4bit_nc", "soa", (8, 8), 32, (31, 32, 33), "random", False),
+        decode_cell("decode", "turboquant_4bit_nc", "aos", (8, 16), 16, (15, 16, 17), "random", True),
+        decode_cell("store_decode", "turboquant_3bit_nc", "soa", (4, 6), 64, (63, 64, 65), "random", True),
+        decode_cell("decode", "turboquant_k3v4_nc", "aos", (2, 4), 16, (40, 9), "random", False, D=64),
+        store_cell("turboquant_4bit_nc", "soa", 4, 16, 40, "random", D=64),
+    ]
+    if tier == "ci":
+        out.append(decode_cell("decode", "turboquant_4bit_nc", "soa", (8, 8), 16, (256,), "hadamard", False))
+        # FlyDSL-kernel shapes past one 64-token partition: G=16 with block 32, G=6 with block 32
+        out.append(decode_cell("decode", "turboquant_4bit_nc", "soa", (2, 16), 32, (130, 64), "hadamard", False))
+        out.append(decode_cell("decode", "turboquant_4bit_nc", "soa", (4, 6), 32, (100, 7), "random", False))
+    if tier == "full":
+        for n in (1, 4, 16):
+            for L in (256, 1024, 4096):
+                for hk_g in ((8, 8), (8, 16), (4, 6)):
+                    for bs in (16, 32):
+                        out.append(decode_cell("decode", "turboquant_4bit_nc", "soa", hk_g, bs, (L,) * n,
+                                               "hadamard", False))
+    return out
+
+
+def smoke() -> list[Cell]:
+    """The smoke tier: two stores, two decodes, two store_decodes."""
+    return [
+        store_cell("turboquant_4bit_nc", "aos", 4, 16, 17, "hadamard"),
+        store_cell("turboquant_3bit_nc", "soa", 2, 32, 17, "random"),
+        decode_cell("decode", "turboquant_4bit_nc", "aos", (8, 8), 16, (17, 5), "hadamard", False),
+        decode_cell("decode", "turboquant_k3v4_nc", "soa", (4, 6), 16, (20, 1, 33), "random", True),
+        decode_cell("store_decode", "turboquant_k8v4", "aos", (2, 4), 32, (9, 40), "none", False),
+        decode_cell("store_decode", "turboquant_4bit_nc", "soa", (8, 1), 16, (16, 17), "random", True),
+    ]
+
+
+@lru_cache(maxsize=None)
+def _cells(tier: str) -> tuple[Cell, ...]:
+    if tier == "smoke":
+        return tuple(smoke())
+    if tier not in ("ci", "full"):
+        raise ValueError(f"tier must be smoke, ci or full, got {tier!r}")
+    store_axes, decode_axes = axes(tier)
+    out = [store_cell(**row) for row in pairwise(store_axes)]
+    for op in ("decode", "store_decode"):
+        for row in pairwise(decode_axes, valid_decode):
+            lens = seq_lens_for(row.pop("num_seqs"), row.pop("max_len"), row.pop("mix"))
+            out.append(decode_cell(op, lens=lens, **row))
+    out += corners(tier)
+    unique = dict.fromkeys(out)  # k8v4 rows collapse onto rotation=none; keep the first
+    return tuple(unique)
+
+
+def cells(tier: str) -> list[Cell]:
+    """The cells of ``tier`` in a deterministic order (store, decode, store_decode, corners)."""
+    return list(_cells(tier))

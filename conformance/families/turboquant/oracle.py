@@ -1,0 +1,105 @@
+"""TurboQuant oracles, one per rounding model; every decode oracle is float64 attention.
+
+"exact" and "bf16-mma" attend over the dequantized cache (``numpy_ref.dequantize``, rotated space,
+``q_rot = q @ R``); "bf16-sdpa" over the UNQUANTIZED ``key_cache``/``value_cache`` (torch-sdpa never
+reads the quantized cache). The store oracle is ``numpy_ref.store`` on a copy of the input cache.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from conformance.families.turboquant.inputs import token_slots
+from conformance.families.turboquant.tolerances import attention_atol, decode_tolerance
+from conformance.compare import Tolerance
+from conformance.numerics import bf16_round
+from reference.turboquant import numpy_ref
+from reference.turboquant.presets import preset as lookup
+
+ROUNDING_MODELS = {
+    "exact": "fp32 math on the dequantized cache (the references, fp32 kernels, the Triton interpreter)",
+    "bf16-mma": "bf16 MMA operands (q_rot, dequantized K and V, P) with fp32 accumulation (GPU kernels)",
+    "bf16-sdpa": "bf16 SDPA over the unquantized cache (torch-sdpa: it never reads the quantized cache)",
+}
+
+
+def expected_cache(inputs: dict) -> np.ndarray:
+    """The cache after ``numpy_ref.store`` of the inputs' tokens (on a copy)."""
+    cache = inputs["kv_cache"].copy()
+    numpy_ref.store(cache, inputs["key"], inputs["value"], inputs["slot_mapping"], inputs["preset"],
+                    inputs["layout"], inputs["rotation"])
+    return cache
+
+
+def folded_norm(inputs: dict, key_codes: np.ndarray, p) -> np.ndarray:
+    """fp16 ``||k|| / sqrt(sum_j c[idx_j]^2 + 1e-16)`` (float64) of the stored keys for the given
+    codes ``[n, Hk, D]``: what an SoA norm-corrected store writes for those codes."""
+    k = inputs["key"][inputs["slot_mapping"] >= 0].astype(np.float64)
+    c = numpy_ref.centroids(p.key_bits, k.shape[-1]).astype(np.float64)[key_codes]
+    return (np.linalg.norm(k, axis=-1) / np.sqrt(np.sum(c * c, axis=-1) + 1e-16)).astype(np.float16)
+
+
+def attention64(q, keys, values, G: int, scale: float, sinks) -> np.ndarray:
+    """float64 softmax attention: q [B, Hq, D]; keys/values lists of [L_b, Hk, D]; sinks [Hq] or None."""
+    out = np.empty(q.shape, dtype=np.float64)
+    for b, (k, v) in enumerate(zip(keys, values)):
+        k = np.repeat(np.asarray(k, np.float64), G, axis=1)
+        v = np.repeat(np.asarray(v, np.float64), G, axis=1)
+        x = scale * np.einsum("hd,thd->ht", q[b], k)
+        m = x.max(axis=1)
+        if sinks is not None:
+            m = np.maximum(m, sinks)
+        e = np.exp(x - m[:, None])
+        denom = e.sum(axis=1) + (np.exp(sinks - m) if sinks is not None else 0.0)
+        out[b] = np.einsum("ht,thd->hd", e, v) / denom[:, None]
+    return out
+
+
+def dequantized(inputs: dict, cache) -> tuple[list, list]:
+    """Rotated-space keys and values per sequence, float32, from ``cache``."""
+    return numpy_ref.dequantize(cache, inputs["block_table"], inputs["seq_lens"], inputs["preset"],
+                                inputs["layout"], inputs["rotation"], rotated=True)
+
+
+def unquantized(inputs: dict) -> tuple[list, list]:
+    """The unquantized keys and values per sequence (float32 [L_b, Hk, D])."""
+    _, bs, Hk, D = inputs["key_cache"].shape
+    kc, vc = inputs["key_cache"].reshape(-1, Hk, D), inputs["value_cache"].reshape(-1, Hk, D)
+    slots = token_slots(inputs["block_table"], inputs["seq_lens"], bs)
+    return [kc[s] for s in slots], [vc[s] for s in slots]
+
+
+def rotated_query(inputs: dict, dtype=np.float64) -> np.ndarray:
+    """``q @ R`` computed in ``dtype`` (FP8-key presets: q itself, unrotated)."""
+    q = inputs["query"].astype(dtype)
+    return q if lookup(inputs["preset"]).key_fp8 else q @ np.asarray(inputs["rotation"], dtype)
+
+
+def _sinks64(inputs: dict):
+    return None if inputs["sinks"] is None else np.asarray(inputs["sinks"], np.float64)
+
+
+def decode_oracle(model: str, inputs: dict, cache, G: int) -> tuple[np.ndarray, Tolerance]:
+    """(expected output float64 [B, Hq, D], Tolerance) of a decode over ``cache`` for ``model``."""
+    scale, sinks = inputs["scale"], _sinks64(inputs)
+    L_max = int(np.max(inputs["seq_lens"]))
+    if model == "bf16-sdpa":
+        q = inputs["query"].astype(np.float64)
+        keys, values = unquantized(inputs)
+        tol = decode_tolerance(model, *attention_atol(q, keys, values, G, scale, L_max))
+        return attention64(q, keys, values, G, scale, sinks), tol
+    keys, values = dequantized(inputs, cache)
+    q_rot = rotated_query(inputs)
+    tol = decode_tolerance(model, *attention_atol(q_rot, keys, values, G, scale, L_max))
+    if model == "bf16-mma":
+        q_rot = bf16_round(rotated_query(inputs, np.float32)).astype(np.float64)
+        keys, values = [bf16_round(k) for k in keys], [bf16_round(v) for v in values]
+    return attention64(q_rot, keys, values, G, scale, sinks), tol
+
+
+def dequantized_vs_unquantized(inputs: dict, cache, G: int) -> tuple[np.ndarray, np.ndarray]:
+    """(float64 attention over the dequantized cache, over the unquantized one): the preset's error."""
+    sinks = _sinks64(inputs)
+    keys, values = dequantized(inputs, cache)
+    deq = attention64(rotated_query(inputs), keys, values, G, inputs["scale"], sinks)
+    uk, uv = unquantized(inputs)
+    return deq, attention64(inputs["query"].astype(np.float64), uk, uv, G, inputs["scale"], sinks)

@@ -1,0 +1,145 @@
+"""TurboQuant tolerances: each one as data (name, bound, rounding argument, the planted bugs it
+catches), then the functions that evaluate them.
+
+Symbols: D head size, L the longest sequence, u32 / u_bf16 (``conformance.numerics``), lambda = 8
+(the probabilistic rounding-error bound of Higham and Mary 2019: a length-n fp32 sum of products is
+off by at most lambda sqrt(n) u32 sum|terms| with overwhelming probability).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from conformance.compare import Tolerance, ToleranceSpec
+from conformance.numerics import U32, UBF16
+from reference.turboquant import numpy_ref
+from reference.turboquant.presets import preset as lookup
+
+STORE_CODES_SPEC = ToleranceSpec(
+    "turboquant.store-codes", "bit-exact, except adjacent-bucket moves of ties",
+    "a kernel's rotation GEMM or division rounds differently from the reference's, which can move a value "
+    "across a decision boundary: keys |y - midpoint| <= (2D + 8) u32 sum_i |x_hat_i R_ij|; values "
+    "|t - (k + 1/2)| <= 8 u32 (t + 1), t = (v - vmin) / scale",
+    ("turboquant.nibbles-swapped",))
+
+STORE_FP16_SPEC = ToleranceSpec(
+    "turboquant.store-fp16", "within 1 fp16 ulp (ordinal distance)",
+    "the fp32 norm or scale an fp16 scalar rounds may differ in its last bit, moving the fp16 rounding by "
+    "one step",
+    ("turboquant.norm-not-corrected",))
+
+DECODE_EXACT = ToleranceSpec(
+    "turboquant.decode-exact", "atol max|V| (2 e_x + lambda sqrt(L + D) u32), "
+    "e_x = lambda sqrt(2 (D + 1)) u32 scale max sum|q_rot k|",
+    "each logit is off by e_x (the q rotation, then the dot), which moves the softmax weights by 2 e_x "
+    "relative; the softmax sums and PV add lambda sqrt(L + D) u32 relative",
+    ("turboquant.norm-correction-twice", "turboquant.query-rotated-by-transpose", "turboquant.wrong-kv-head",
+     "turboquant.soa-read-as-aos", "turboquant.last-token-skipped"))
+
+DECODE_BF16_MMA = ToleranceSpec(
+    "turboquant.decode-bf16-mma", "exact + atol u_bf16 max|V|, rtol 2 u_bf16",
+    "the oracle rounds q_rot, dequantized K and V to bf16 as the MMA operands are; the kernel's bf16 P "
+    "adds u_bf16 max|V|, a bf16 output and its normaliser 2 u_bf16 relative",
+    ("turboquant.norm-correction-twice", "turboquant.query-rotated-by-transpose", "turboquant.wrong-kv-head",
+     "turboquant.soa-read-as-aos", "turboquant.last-token-skipped"))
+
+DECODE_BF16_SDPA = ToleranceSpec(
+    "turboquant.decode-bf16-sdpa", "exact + atol max|V| u_bf16 (1 + 2 max|x|), rtol 2 u_bf16",
+    "float64 attention over the unquantized bf16 cache: logits rounded to bf16 (weights off by 2 u_bf16 "
+    "max|x| relative), P rounded to bf16 (u_bf16 max|V|), output and its normaliser 2 u_bf16 relative",
+    ())
+
+QUANT_ERROR = ToleranceSpec(
+    "turboquant.quant-error", "rel_l2 <= 3 sqrt(key distortion + value distortion) (reported, not gated)",
+    "first-order estimate sqrt(Dk var(score) + Dv) with var(score) = 1 for N(0,1) q and k at scale "
+    "1/sqrt(D); key distortion: Lloyd-Max per unit vector (research/turboquant.md 1.4), FP8 E4M3 u^2/3; "
+    "b-bit uniform values over ~5.2 sigma: (5.2 / (2^b - 1))^2 / 12",
+    ())
+
+SPECS = (STORE_CODES_SPEC, STORE_FP16_SPEC, DECODE_EXACT, DECODE_BF16_MMA, DECODE_BF16_SDPA, QUANT_ERROR)
+
+STORE_CODES = Tolerance(0.0, 0.0, f"{STORE_CODES_SPEC.name}: codes {STORE_CODES_SPEC.bound}: "
+                        f"{STORE_CODES_SPEC.argument}")
+# atol is an ordinal distance here: the check compares fp16 bit patterns in value order
+STORE_FP16 = Tolerance(1.0, 0.0, f"{STORE_FP16_SPEC.name}: fp16 scalars {STORE_FP16_SPEC.bound}: "
+                       f"{STORE_FP16_SPEC.argument}")
+
+KEY_DISTORTION = {"turboquant_4bit_nc": 0.0095, "turboquant_k3v4_nc": 0.0345,
+                  "turboquant_3bit_nc": 0.0345, "turboquant_k8v4": 2.0**-8 / 3}
+VALUE_DISTORTION = {4: (5.2 / 15) ** 2 / 12, 3: (5.2 / 7) ** 2 / 12}
+
+
+def quant_bound(preset: str) -> float:
+    """``QUANT_ERROR``: bound on rel_l2(dequantized attention - unquantized attention)."""
+    vb = lookup(preset).value_bits
+    return 3.0 * float(np.sqrt(KEY_DISTORTION[preset] + VALUE_DISTORTION[vb]))
+
+
+def ties(inputs: dict, p) -> dict[str, np.ndarray]:
+    """Masks ``[n, Hk, D]`` of the stored (slot >= 0) elements whose quantizer input is within its
+    fp32 rounding-error bound of a decision boundary (``STORE_CODES``), computed in float64."""
+    keep = inputs["slot_mapping"] >= 0
+    k = inputs["key"][keep].astype(np.float64)
+    v = inputs["value"][keep].astype(np.float64)
+    D = k.shape[-1]
+    if p.key_fp8:
+        key_ties = np.zeros(k.shape, dtype=bool)
+    else:
+        R = np.asarray(inputs["rotation"], np.float64)
+        x = k / (np.linalg.norm(k, axis=-1, keepdims=True) + 1e-8)
+        y = x @ R
+        mids = numpy_ref.midpoints(numpy_ref.centroids(p.key_bits, D)).astype(np.float64)
+        dist = np.min(np.abs(y[..., None] - mids), axis=-1)
+        key_ties = dist <= (2 * D + 8) * U32 * (np.abs(x) @ np.abs(R))
+    top = 2**p.value_bits - 1
+    vmin = np.clip(v.min(axis=-1, keepdims=True), -65504, 65504).astype(np.float32).astype(np.float64)
+    vmax = np.clip(v.max(axis=-1, keepdims=True), -65504, 65504).astype(np.float32).astype(np.float64)
+    scale = np.maximum(np.float32((vmax - vmin) / top), np.float32(1e-8)).astype(np.float64)
+    t = (v - vmin) / scale
+    value_ties = np.abs(t - (np.floor(t) + 0.5)) <= 8 * U32 * (t + 1)
+    return {"key_codes": key_ties, "value_codes": value_ties}
+
+
+def attention_atol(q_rot, keys, values, G: int, scale: float, L_max: int,
+                   unit: float = U32) -> tuple[float, float, float]:
+    """``DECODE_EXACT``: (atol, max|V|, max|x|) of attention computed with unit roundoff ``unit``
+    (fp32 by default) against float64 (lambda = 8)."""
+    lam, D = 8.0, q_rot.shape[-1]
+    xmax = vmax = 0.0
+    for b, (k, v) in enumerate(zip(keys, values)):
+        k = np.repeat(np.abs(np.asarray(k, np.float64)), G, axis=1)
+        xmax = max(xmax, float((scale * np.einsum("hd,thd->ht", np.abs(q_rot[b]), k)).max()))
+        vmax = max(vmax, float(np.abs(v).max()))
+    ex = lam * np.sqrt(2 * (D + 1)) * unit * xmax
+    return vmax * (2 * ex + lam * np.sqrt(L_max + D) * unit), vmax, xmax
+
+
+def attention_agreement(q_rot, keys, values, G: int, scale: float, unit: float = U32) -> Tolerance:
+    """``DECODE_EXACT`` between two attentions of the same operands, each computed with unit roundoff
+    ``unit``: twice the bound of each against float64. q_rot [B, Hq, D]; keys, values per sequence."""
+    L_max = max(len(k) for k in keys)
+    atol, _, _ = attention_atol(q_rot, keys, values, G, scale, L_max, unit)
+    return Tolerance(atol, 0.0, f"{DECODE_EXACT.name} (u={unit:g}): {DECODE_EXACT.bound}").between_two()
+
+
+def decode_agreement(query, kv_cache, block_table, seq_lens, preset, layout, rotation, scale=None) -> Tolerance:
+    """``attention_agreement`` of two fp32 decodes of the same TurboQuant cache (NumPy arguments as
+    ``numpy_ref.decode`` takes them)."""
+    keys, values = numpy_ref.dequantize(kv_cache, block_table, seq_lens, preset, layout, rotation, rotated=True)
+    q = np.asarray(query, np.float64)
+    q_rot = q if lookup(preset).key_fp8 else q @ np.asarray(rotation, np.float64)
+    scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
+    return attention_agreement(q_rot, keys, values, q.shape[1] // kv_cache.shape[2], scale)
+
+
+def decode_tolerance(model: str, atol: float, vmax: float, xmax: float) -> Tolerance:
+    """The decode tolerance of a rounding model from ``attention_atol``'s figures."""
+    if model == "exact":
+        return Tolerance(atol, 0.0, f"{DECODE_EXACT.name}: fp32 attention vs float64 on the same dequantized "
+                         f"cache: {DECODE_EXACT.bound}")
+    if model == "bf16-mma":
+        return Tolerance(atol + vmax * UBF16, 2 * UBF16, f"{DECODE_BF16_MMA.name}: {DECODE_BF16_MMA.argument}, "
+                         "plus the fp32 accumulation bound")
+    if model == "bf16-sdpa":
+        return Tolerance(atol + vmax * UBF16 * (1 + 2 * xmax), 2 * UBF16,
+                         f"{DECODE_BF16_SDPA.name}: {DECODE_BF16_SDPA.argument}, plus the fp32 accumulation bound")
+    raise ValueError(f"rounding_model: expected exact, bf16-mma or bf16-sdpa, got {model!r}")

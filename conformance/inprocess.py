@@ -1,0 +1,72 @@
+"""Run one (cell, backend) pair in this process and build its record.
+
+Used by the runner's worker processes and, directly, by the pytest matrix. This module owns the
+process's one memo (``MEMO``): a cell's inputs are drawn once, and the family's oracles are kept
+under the cell and a digest of the inputs, so every backend checked on the cell shares them. The
+backend runs on a private copy of the inputs, and the family's check decides.
+"""
+from __future__ import annotations
+
+import copy
+import time
+import traceback
+from typing import Any, Mapping
+
+from conformance import families, registry
+from conformance.cells import Cell
+from conformance.memo import Memo
+
+MEMO = Memo(size=16)
+
+
+def inputs_copy(inputs: Mapping[str, Any]) -> dict:
+    """A private deep copy of a family's inputs (arrays copied, scalars shared)."""
+    return copy.deepcopy(dict(inputs))
+
+
+def cell_inputs(cell: Cell, memo: Memo = MEMO) -> dict:
+    """The family's inputs of ``cell`` (drawn once per cell while the memo keeps them; do not mutate)."""
+    return memo.get(cell, None, "inputs", lambda: families.get(cell.family).make_inputs(cell))
+
+
+def base_record(cell: Cell, backend: registry.Backend) -> dict:
+    """The fields every record of the pair has, whatever its status."""
+    return {"id": cell.id, "family": cell.family, "op": cell.op, "params": cell.as_dict(),
+            "seed": cell.seed, "backend": backend.name, "rounding_model": backend.rounding_model(cell.family)}
+
+
+def static_record(cell: Cell, backend: registry.Backend, status: str, reason: str) -> dict:
+    """A record decided without running the kernel (skip) or without a record from the worker (crash)."""
+    return {**base_record(cell, backend), "status": status, "reason": reason, "duration_s": 0.0}
+
+
+def run_one(cell: Cell, backend_name: str, memo: Memo = MEMO) -> dict:
+    """Run the backend on the cell and check it; exceptions become ``error`` records."""
+    backend = registry.get(backend_name)
+    record = base_record(cell, backend)
+    reason = backend.skip_reason(cell)
+    if reason is not None:
+        return {**record, "status": "skip", "reason": reason, "duration_s": 0.0}
+    family = families.get(cell.family)
+    start = time.perf_counter()
+    try:
+        inputs = cell_inputs(cell, memo)
+        outputs = backend.run(cell, inputs_copy(inputs))
+        duration = time.perf_counter() - start
+        result = family.check(cell, backend.rounding_model(cell.family), inputs, outputs, memo)
+    except Exception as exc:
+        tb = traceback.format_exc(limit=-3)
+        return {**record, "status": "error", "reason": f"{type(exc).__name__}: {exc}",
+                "traceback": tb, "duration_s": time.perf_counter() - start}
+    status, reason = result.status, result.reason
+    xfail = backend.xfail(cell)
+    if xfail is not None:
+        status, reason = ("xfail", f"{xfail} ({reason})") if status == "fail" else ("xpass", f"expected to fail: {xfail}")
+    worst = result.worst()
+    record.update(
+        status=status, reason=reason,
+        metrics=worst.metrics if worst else {},
+        outputs={c.name: {**c.metrics, "passed": c.passed} for c in result.comparisons},
+        tolerance=worst.tolerance.as_dict() if worst else None,
+        quality=result.quality, duration_s=duration)
+    return record

@@ -1,0 +1,51 @@
+"""CPU ceilings timed with the extension's own kernels on its own thread pool (no torch, whose
+OpenMP threads spin after a parallel region and would steal cycles from the pool).
+
+Each returns a no-argument callable performing one pass, for interleaved timing beside the op:
+``rmw_stream`` (in place, ``nbytes`` read and written), ``copy`` (``nbytes`` read, ``nbytes``
+written elsewhere) and ``amx_tile_peak`` (register-resident tdpbf16ps, ``flops`` per call).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from optimized.cpu import _gdn, extension_status, isa_status
+
+
+def _ext():
+    """The package's compiled module (ImportError naming the build step when it is not built)."""
+    built, why = extension_status()
+    if not built:
+        raise ImportError(why)
+    return _gdn
+
+AMX_PEAK_ITERS = 20_000
+AMX_FLOPS_PER_ITER = 4 * 2 * 16 * 16 * 32   # four 16x16x32 tile products
+
+
+def rmw_stream(nbytes: int, num_threads: int):
+    """One in-place pass ``x += 1`` over ``nbytes`` (rounded up to 8-byte words) of uint64 words."""
+    if nbytes < 8:
+        raise ValueError(f"nbytes: expected >= 8, got {nbytes}")
+    buf = np.zeros(-(-nbytes // 8), np.uint64)
+    ext = _ext()
+    return lambda: ext.rmw_stream(buf, 1, int(num_threads))
+
+
+def copy(nbytes: int, num_threads: int):
+    """One ``memcpy`` of ``nbytes`` split over ``num_threads`` threads."""
+    if nbytes < 1:
+        raise ValueError(f"nbytes: expected >= 1, got {nbytes}")
+    src, dst = np.ones(nbytes, np.uint8), np.zeros(nbytes, np.uint8)
+    ext = _ext()
+    return lambda: ext.copy_bytes(dst, src, int(num_threads))
+
+
+def amx_tile_peak(num_threads: int):
+    """``AMX_PEAK_ITERS`` rounds of four tile products per thread; FLOPs per call:
+    ``AMX_PEAK_ITERS * AMX_FLOPS_PER_ITER * num_threads``."""
+    ok, why = isa_status()["amx"]
+    if not ok:
+        raise ValueError(f"amx: {why}")
+    ext = _ext()
+    return lambda: ext.amx_tile_peak_seconds(AMX_PEAK_ITERS, int(num_threads))

@@ -1,0 +1,43 @@
+"""What the probes share: the decode shape of the registry's ``turboquant/decode`` bench at one
+length, its inputs, CUDA-graph medians in ms, and an ``--out DIR`` argument."""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+
+def shape(L: int = 8192) -> dict:
+    from bench import registry
+
+    return registry.benches()["turboquant/decode"].shapes[f"L={L}"]
+
+
+def graph_ms(fn) -> float:
+    """Median ms of CUDA-graph replays of ``fn`` (bench.timing)."""
+    from bench import timing
+
+    return float(np.median(timing.cuda_graph(fn, 1))) * 1e3
+
+
+def impl_ms(name: str, s: dict, inputs) -> float:
+    """Median ms of the registry implementation (or ceiling) ``name`` at shape ``s``."""
+    from bench import registry
+
+    return graph_ms(registry.impls("turboquant/decode")[name].prepare(s, inputs))
+
+
+def out_dir(description: str, argv=None) -> Path:
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--out", default=".", help="folder for the JSON file")
+    out = Path(ap.parse_args(argv).out)
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def write_json(path: Path, data: dict) -> None:
+    with open(path, "w") as f:
+        json.dump(data, f, indent=1)
+    print(f"wrote {path}")

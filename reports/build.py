@@ -1,0 +1,53 @@
+"""`kernel-lab report`: index.html, junit.xml and summary.md of one or more run folders."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from reports import diff, html, junit, load, markdown, perf, studies
+
+
+@dataclass
+class Written:
+    index: Path
+    junit: Path
+    summary: Path
+    records: int
+    problems: list[str]
+
+
+def write(run_dirs: list[str], out: str | None = None, perf_paths: list[str] | None = None,
+          baseline: str | None = None, study_paths: list[str] | None = None) -> Written:
+    """Read the runs (tolerantly), write the three files into ``out`` (default: the first run
+    folder). ValueError names the bad argument (RUN_DIR, --perf, --baseline, --out)."""
+    if not run_dirs:
+        raise ValueError("RUN_DIR: give at least one run folder")
+    runs = [load.load(d) for d in run_dirs]
+    perfs = [perf.load(p) for p in perf_paths or []]
+    base = None
+    if baseline is not None:
+        if not Path(baseline).is_dir():
+            raise ValueError(f"--baseline {baseline}: not a run folder")
+        base = load.load(baseline)
+    found = studies.find([r.path for r in runs], study_paths)
+    study_items, study_problems = studies.render(found)
+    changes = None
+    if base is not None:
+        base_perf = Path(baseline) / "perf.json"
+        perf_rows = [b for p in perfs for b in p.benchmarks]
+        changes = {"records": diff.records_diff([r for run in runs for r in run.records], base.records),
+                   "perf": diff.perf_diff(perf_rows, perf.load(base_perf).benchmarks)
+                   if perfs and base_perf.exists() else None}
+    out_dir = Path(out) if out else runs[0].path
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"--out {out_dir}: cannot create ({exc.strerror or exc})") from None
+    index = out_dir / "index.html"
+    index.write_text(html.render(runs, perfs, study_items, study_problems, changes, base), encoding="utf-8")
+    junit_path = out_dir / "junit.xml"
+    junit.write(runs, junit_path)
+    summary = out_dir / "summary.md"
+    summary.write_text("\n\n".join(markdown.render(r) for r in runs) + "\n", encoding="utf-8")
+    return Written(index, junit_path, summary, sum(len(r.records) for r in runs),
+                   [f"{r.name}: {p}" for r in runs for p in r.problems])

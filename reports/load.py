@@ -1,0 +1,100 @@
+"""Read run folders for the report, tolerating what a crash or a kill leaves behind.
+
+A run folder holds ``run.json`` (fingerprint, selection, backends, counts; written at the start and
+again at the end) and ``cells.jsonl`` (one record per line). What a killed or unfinished run
+leaves (no run.json, no finish time, a half-written last line, no records) is listed in
+``Run.problems`` and the report still renders; a corrupt file (not JSON, not UTF-8, a folder)
+is refused with ``conformance.records.RecordsError`` naming it, as every command does.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from conformance import records
+
+UNAVAILABLE_PREFIX = "backend unavailable: "
+
+
+@dataclass
+class Run:
+    """One run folder: ``info`` is run.json ({} when absent), ``records`` the readable records."""
+
+    path: Path
+    info: dict
+    records: list[dict]
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.path.name or str(self.path)
+
+    @property
+    def tier(self) -> str | None:
+        return (self.info.get("selection") or {}).get("tier") or self.info.get("tier")
+
+    def unavailable(self) -> dict[str, str]:
+        """Backend -> reason, for backends unavailable on the run's machine.
+
+        From run.json's probe results; without run.json, a backend whose every record is a skip
+        saying "backend unavailable: ..." counts as unavailable with that reason."""
+        if "backends" in self.info:
+            return {n: b.get("reason", "(no reason recorded)")
+                    for n, b in self.info["backends"].items() if not b.get("available", True)}
+        reasons: dict[str, set] = {}
+        for r in self.records:
+            reason = r.get("reason") or ""
+            ok = r["status"] == "skip" and reason.startswith(UNAVAILABLE_PREFIX)
+            reasons.setdefault(r["backend"], set()).add(reason[len(UNAVAILABLE_PREFIX):] if ok else None)
+        return {b: next(iter(rs)) for b, rs in reasons.items() if len(rs) == 1 and None not in rs}
+
+
+def _normalise(rec: dict) -> dict:
+    """Family, op and params from the id when a record lacks them (``family/op/k=v/.../seed=s``)."""
+    parts = rec["id"].split("/")
+    rec.setdefault("family", parts[0])
+    rec.setdefault("op", parts[1] if len(parts) > 1 else "?")
+    if "params" not in rec:
+        rec["params"] = dict(p.split("=", 1) for p in parts[2:] if "=" in p and not p.startswith("seed="))
+    return rec
+
+
+def read_records(path: Path) -> tuple[list[dict], list[str]]:
+    """The records of a cells.jsonl (the later of two for one pair) and what was left out and why."""
+    if not path.exists():
+        return [], [f"no {path.name}: the run wrote no record"]
+    recs, partial = records.read_partial(path)
+    problems = [partial] if partial else []
+    out: dict[tuple, dict] = {}
+    for rec in recs:
+        k = records.key(rec)
+        if k in out:
+            problems.append(f"{rec['id']} on {rec['backend']} recorded twice; the later kept")
+        out[k] = _normalise(rec)
+    return list(out.values()), problems
+
+
+def load(run_dir: str | Path) -> Run:
+    """A run folder; ValueError when ``run_dir`` is not a folder."""
+    path = Path(run_dir)
+    if not path.is_dir():
+        raise ValueError(f"RUN_DIR {run_dir}: not a folder")
+    problems: list[str] = []
+    info: dict = {}
+    run_json = path / "run.json"
+    if run_json.exists():
+        info = records.read_json(run_json)
+    else:
+        problems.append("no run.json: machine fingerprint, versions, command and backend availability unknown")
+    recs, rec_problems = read_records(path / "cells.jsonl")
+    problems += rec_problems
+    if "stopped" in info:
+        problems.append(f"the run stopped: {info['stopped']}")
+    elif info and "finished" not in info and "merged_from" not in info:
+        problems.append(f"run.json has no finish time: the run was killed or is still running "
+                        f"({len(recs)} records written)")
+    if not recs and (path / "cells.jsonl").exists():
+        problems.append("cells.jsonl holds no record")
+    elif recs and all(r["status"] == "skip" for r in recs):
+        problems.append("every record is a skip: nothing was run")
+    return Run(path, info, recs, problems)

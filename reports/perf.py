@@ -1,0 +1,62 @@
+"""Read perf JSON: pytest-benchmark's ``--benchmark-json`` whose benchmarks carry kernel-lab's
+``extra_info`` (bench, impl, role, shape, bytes, flops, time_s, gbps, tflops, ceilings,
+fraction_of) and a top-level ``kernel_lab_gates`` list, or ``gates.json`` (the gate list alone).
+
+Benchmarks without that ``extra_info`` (written before it existed) are kept apart with their
+pytest-benchmark median, so the page can say what each lacks instead of guessing.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REQUIRED = ("bench", "impl", "role", "time_s")
+
+
+@dataclass
+class Perf:
+    path: Path
+    benchmarks: list[dict] = field(default_factory=list)   # kernel-lab rows
+    other: list[dict] = field(default_factory=list)        # {name, median_s, missing}
+    gates: list[dict] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    def ceilings(self) -> dict[str, dict]:
+        """Ceiling name -> {"gbps": f} or {"tflops": f}, the first value met; a ceiling measured
+        with other values in other benchmarks is noted in ``problems``."""
+        out: dict[str, dict] = {}
+        for b in self.benchmarks:
+            for name, c in (b.get("ceilings") or {}).items():
+                if name in out and out[name] != c:
+                    self.problems.append(f"ceiling {name} differs between benchmarks ({out[name]} vs {c}); "
+                                         "the roofline draws the first")
+                out.setdefault(name, c)
+        return out
+
+
+def load(path: str | Path) -> Perf:
+    """One perf JSON; ValueError naming ``--perf`` when the file is missing or not JSON."""
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text())
+    except OSError as exc:
+        raise ValueError(f"--perf {path}: cannot read ({exc.strerror or exc})") from None
+    except ValueError as exc:
+        raise ValueError(f"--perf {path}: not JSON ({exc})") from None
+    perf = Perf(p)
+    if isinstance(data, list):  # gates.json
+        perf.gates = data
+        return perf
+    if not isinstance(data, dict):
+        raise ValueError(f"--perf {path}: expected pytest-benchmark JSON or a gate list")
+    perf.gates = list(data.get("kernel_lab_gates") or [])
+    for b in data.get("benchmarks") or []:
+        extra = b.get("extra_info") or {}
+        missing = [k for k in REQUIRED if k not in extra]
+        if missing:
+            perf.other.append({"name": b.get("name", "?"), "median_s": (b.get("stats") or {}).get("median"),
+                               "missing": missing, "extra_info": extra})
+        else:
+            perf.benchmarks.append({**extra, "name": b.get("name", "?")})
+    return perf

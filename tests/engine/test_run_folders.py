@@ -1,0 +1,364 @@
+"""Run folders that cannot lie, and workers pinned to GPUs: the CLI in this process on the toy family."""
+import errno
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conformance import cli, records, runner
+from conformance.cells import make_cell
+from conformance.errors import UsageError
+from conformance.registry import Backend
+
+ROOT = Path(__file__).resolve().parents[2]
+SMOKE = ["conform", "--family", "toy", "--tier", "smoke"]
+
+
+@pytest.fixture(autouse=True)
+def toy_lab(monkeypatch):
+    """The toy family and backends, in this process and in the workers it spawns."""
+    monkeypatch.setenv("KERNEL_LAB_FAMILY_MODULES", "tests.engine.toy_family")
+    monkeypatch.setenv("KERNEL_LAB_BACKEND_MODULES", "tests.engine.toy_backends")
+    monkeypatch.delenv("KERNEL_LAB_FAKE_DEVICES", raising=False)
+    import tests.engine.toy_backends  # noqa: F401  (registers the toy backends here)
+
+
+def main(capsys, *args):
+    """``kernel-lab ARGS`` in this process: (exit status, stdout, stderr)."""
+    rc = cli.main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def one_error_line(err: str) -> str:
+    lines = [ln for ln in err.strip().splitlines() if ln.startswith("kernel-lab: error:")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def recs(folder):
+    return records.read(Path(folder) / "cells.jsonl")
+
+
+# ---------------------------------------------------------------- one run per folder
+
+def test_a_folder_in_use_is_refused_and_the_lock_of_a_killed_run_is_taken_over(tmp_path, capsys):
+    lock = tmp_path / runner.LOCK_NAME
+    first = subprocess.Popen(
+        [sys.executable, "-m", "conformance", *SMOKE, "--backend", "toy-hang", "--timeout", "60", "--out",
+         str(tmp_path)], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, start_new_session=True,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not (lock.exists() and lock.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        rc, _, err = main(capsys, *SMOKE, "--backend", "toy-good", "--out", tmp_path)
+        assert rc == 2 and f"in use by pid {first.pid}" in one_error_line(err)
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)   # the run and its worker, as a power cut would
+        first.wait()
+    rc, _, err = main(capsys, *SMOKE, "--backend", "toy-hang", "--out", tmp_path, "--filter", "n=99/")
+    assert rc == 2 and "matches no cell" in err   # a bad request does not touch the lock
+    assert json.loads(lock.read_text())["pid"] == first.pid
+    rc, _, err = main(capsys, *SMOKE, "--backend", "toy-hang", "--timeout", "1", "--out", tmp_path, "--resume")
+    assert f"stale lock of pid {first.pid}" in err and not lock.exists()
+    assert rc == 1 and len(recs(tmp_path)) == 3
+
+
+def test_a_lock_from_another_host_is_not_taken_over(tmp_path, capsys):
+    (tmp_path / runner.LOCK_NAME).write_text(json.dumps({"pid": 1, "host": "elsewhere.example"}))
+    rc, _, err = main(capsys, *SMOKE, "--backend", "toy-good", "--out", tmp_path)
+    assert rc == 2 and "on host elsewhere.example" in one_error_line(err)
+
+
+# ---------------------------------------------------------------- resume
+
+@pytest.mark.parametrize("change, words", [
+    (["--tier", "ci"], "tier was 'smoke', now 'ci'"),
+    (["--backend", "toy-good"], "backends was ['toy-wrong'], now ['toy-good']"),
+    (["--filter", "n=8/"], "filter was None, now 'n=8/'"),
+    (["--shard", "1/2"], "shard was None, now '1/2'"),
+    (["--op", "scale"], "op was None, now 'scale'"),
+])
+def test_resume_continues_only_the_same_selection(tmp_path, capsys, change, words):
+    (tmp_path / "cells.jsonl").write_text("")
+    records.dump_json(tmp_path / "run.json", {"selection": runner.Selection(
+        "smoke", "toy", backends=("toy-wrong",)).as_dict()})
+    base = {"--tier": "smoke", "--backend": "toy-wrong"}
+    base.update(dict(zip(change[::2], change[1::2])))
+    args = ["conform", "--family", "toy", *[x for kv in base.items() for x in kv], "--out", tmp_path, "--resume"]
+    rc, _, err = main(capsys, *args)
+    assert rc == 2 and words in one_error_line(err) and "same selection" in err
+
+
+def test_resume_exit_status_and_counts_cover_every_record_in_the_folder(tmp_path, capsys):
+    args = [*SMOKE, "--backend", "toy-wrong", "--out", tmp_path]
+    assert main(capsys, *args)[0] == 1
+    rc, out, err = main(capsys, *args, "--resume")  # nothing left to run: the failures still count
+    assert rc == 1 and "0 to run" in err and "3 already recorded" in err
+    assert json.loads((tmp_path / "run.json").read_text())["counts"] == {"toy-wrong": {"fail": 3}}
+    assert "toy-wrong     0     3" in out
+    rc, _, err = main(capsys, *args)  # a second run into the same folder would double every count
+    assert rc == 2 and "--resume" in one_error_line(err) and len(recs(tmp_path)) == 3
+
+
+# ---------------------------------------------------------------- disk full
+
+class _DiskFullAfter:
+    """A binary file whose ``n``-th write puts half its bytes on disk, then raises ENOSPC."""
+
+    def __init__(self, fh, n):
+        self._fh, self._left = fh, n
+
+    def write(self, data):
+        self._left -= 1
+        if self._left == 0:
+            self._fh.write(data[: len(data) // 2])
+            self._fh.flush()
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return self._fh.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self._fh, name)
+
+
+def test_out_of_disk_ends_with_one_line_and_the_records_so_far_stay_valid(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(records, "open", lambda *a, **k: _DiskFullAfter(open(*a, **k), 3), raising=False)
+    rc, _, err = main(capsys, *SMOKE, "--backend", "toy-good", "--out", tmp_path)
+    line = one_error_line(err)
+    assert rc == 3 and "No space left on device" in line and "2 records before it are valid" in line
+    assert len(recs(tmp_path)) == 2  # the half line was cut off: the file reads cleanly
+    assert "No space left" in json.loads((tmp_path / "run.json").read_text())["stopped"]
+    monkeypatch.delattr(records, "open")
+    assert main(capsys, *SMOKE, "--backend", "toy-good", "--out", tmp_path, "--resume")[0] == 0
+    assert len(recs(tmp_path)) == 3
+
+
+# ---------------------------------------------------------------- merge
+
+def test_merge_checks_selection_finished_shards_all_there_no_overlap_and_leaves_no_empty_folder(tmp_path, capsys):
+    base = [*SMOKE, "--backend", "toy-good"]
+    for k in (1, 2, 3):
+        assert main(capsys, *base, "--shard", f"{k}/3", "--out", tmp_path / f"s{k}")[0] == 0
+    assert main(capsys, "conform", "--family", "toy", "--tier", "ci", "--backend", "toy-good", "--filter",
+                "n=1[01]/", "--shard", "1/3", "--out", tmp_path / "ci1")[0] == 0
+    out = tmp_path / "merged"
+    for inputs, words in [
+        (["s1", "s2"], "shard 3/3 missing"),
+        (["s1", "s1", "s2", "s3"], "shard 1/3 given more than once"),
+        (["ci1", "s2", "s3"], "tier was 'ci', now 'smoke'"),
+        (["s1", "s2", "nowhere"], "nowhere is not a run folder"),
+    ]:
+        rc, _, err = main(capsys, "merge", "--out", out, *[tmp_path / i for i in inputs])
+        assert rc == 2 and words in one_error_line(err) and not out.exists()
+    info = json.loads((tmp_path / "s3" / "run.json").read_text())
+    records.dump_json(tmp_path / "s3" / "run.json", {k: v for k, v in info.items() if k != "finished"})
+    rc, _, err = main(capsys, "merge", "--out", out, *[tmp_path / f"s{k}" for k in (1, 2, 3)])
+    assert rc == 2 and "s3 did not finish" in one_error_line(err) and not out.exists()
+    records.dump_json(tmp_path / "s3" / "run.json", info)
+    dup = recs(tmp_path / "s1")[0]
+    with open(tmp_path / "s2" / "cells.jsonl", "a") as fh:
+        fh.write(json.dumps(dup) + "\n")
+    rc, _, err = main(capsys, "merge", "--out", out, *[tmp_path / f"s{k}" for k in (1, 2, 3)])
+    assert rc == 2 and "is in both" in one_error_line(err) and not out.exists()
+    (tmp_path / "s2" / "cells.jsonl").write_text("".join(
+        ln + "\n" for ln in (tmp_path / "s2" / "cells.jsonl").read_text().splitlines()[:-1]))
+    shards = [tmp_path / f"s{k}" for k in (1, 2, 3)]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(records, "open", lambda *a, **k: _DiskFullAfter(open(*a, **k), 2), raising=False)
+        rc, _, err = main(capsys, "merge", "--out", out, *shards)
+    assert rc == 3 and "nothing was left there" in one_error_line(err) and not out.exists()
+    assert main(capsys, "merge", "--out", out, *shards)[0] == 0
+    assert len(recs(out)) == 3
+    assert json.loads((out / "run.json").read_text())["selection"]["shard"] is None
+
+
+# ---------------------------------------------------------------- empty selections, bad input
+
+@pytest.mark.parametrize("args, words", [
+    (["--filter", "n=99/"], "the selection matches no cell"),
+    (["--shard", "3/3", "--filter", "n=8/"], "the selection matches no cell"),
+    (["--backend", ""], "the list of backends is empty"),
+    (["--backend", ","], "the list of backends is empty"),
+    (["--backend", "numpy-ref"], "none of the backends numpy-ref implements"),
+    (["--jobs", "0"], "--jobs 0"),
+    (["--timeout", "0"], "--timeout 0"),
+])
+def test_a_selection_without_cells_or_backends_exits_2(tmp_path, capsys, args, words):
+    rc, _, err = main(capsys, *SMOKE, *args, "--out", tmp_path / "o")
+    assert rc == 2 and words in one_error_line(err) and not (tmp_path / "o").exists()
+
+
+CORRUPT = {
+    "run.json: not JSON": ("run.json", b"{not json"),
+    "run.json: not UTF-8": ("run.json", b'{"selection": "\xff\xfe"}'),
+    "run.json: a folder": ("run.json", None),
+    "cells.jsonl: not JSON": ("cells.jsonl", b'{"id": 1\n'),
+    "cells.jsonl: not UTF-8": ("cells.jsonl", b'{"id": "\xc3\x28"}\n'),
+    "cells.jsonl: a folder": ("cells.jsonl", None),
+}
+
+
+@pytest.mark.parametrize("command", ["conform", "report", "merge"])
+@pytest.mark.parametrize("case", list(CORRUPT))
+def test_corrupt_or_unreadable_inputs_give_one_line_naming_the_file(tmp_path, capsys, command, case):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "cells.jsonl").write_text("")
+    records.dump_json(run / "run.json", {"selection": runner.Selection(
+        "smoke", "toy", backends=("toy-good",), shard="1/1").as_dict()})
+    name, data = CORRUPT[case]
+    (run / name).unlink()
+    if data is None:
+        (run / name).mkdir()
+    else:
+        (run / name).write_bytes(data)
+    argv = {"conform": [*SMOKE, "--backend", "toy-good", "--shard", "1/1", "--out", run, "--resume"],
+            "report": ["report", run],
+            "merge": ["merge", "--out", tmp_path / "merged", run]}[command]
+    rc, _, err = main(capsys, *argv)
+    assert rc == 2 and str(run / name) in one_error_line(err)
+
+
+@pytest.mark.parametrize("name", ["run.json", "cells.jsonl", runner.LOCK_NAME])
+def test_a_folder_where_a_run_folders_file_should_be_is_named_in_one_line(tmp_path, capsys, name):
+    (tmp_path / name).mkdir()
+    rc, _, err = main(capsys, *SMOKE, "--backend", "toy-good", "--out", tmp_path)
+    assert rc == 2 and str(tmp_path / name) in one_error_line(err) and "is a folder" in err
+
+
+def test_only_usage_errors_exit_2_an_internal_key_error_is_a_bug(capsys, monkeypatch):
+    from conformance import families, registry
+
+    with pytest.raises(UsageError, match="unknown backend 'nope'"):
+        registry.get("nope")
+    with pytest.raises(UsageError, match="unknown family 'nope'"):
+        families.get("nope")
+
+    def broken(*args, **kwargs):
+        return {}["a key the code forgot"]
+
+    monkeypatch.setattr(runner, "select_cells", broken)
+    with pytest.raises(KeyError):
+        cli.main(["list-cells", "--tier", "smoke"])
+
+
+# ---------------------------------------------------------------- timeouts, durations, messages
+
+def test_timeout_from_the_cli_and_crash_records_carry_their_real_duration(tmp_path, capsys):
+    rc, _, _ = main(capsys, *SMOKE, "--backend", "toy-hang,toy-abort", "--filter", "n=(8|9)/",
+                    "--timeout", "1", "--out", tmp_path)
+    by = {(r["backend"], r["params"]["n"]): r for r in recs(tmp_path)}
+    assert rc == 1
+    hang = by["toy-hang", 8]
+    assert hang["status"] == "crash" and hang["reason"] == "timeout: no result after 1 s"
+    assert 1.0 <= hang["duration_s"] < 3.0  # the backend's own timeout is 3 s
+    abort = by["toy-abort", 9]
+    assert abort["status"] == "crash" and "SIGABRT" in abort["reason"] and abort["duration_s"] > 0
+
+
+def test_exception_messages_stored_in_records_are_cut_to_a_sane_length(tmp_path, capsys):
+    main(capsys, *SMOKE, "--backend", "toy-raise", "--filter", "n=8/", "--out", tmp_path)
+    (rec,) = recs(tmp_path)
+    assert rec["status"] == "error" and rec["reason"].startswith("ValueError: bad input xxx")
+    assert len(rec["reason"]) < records.MAX_TEXT + 60 and "more characters cut]" in rec["reason"]
+    assert len(rec["traceback"]) < records.MAX_TEXT + 60
+    assert records.clip(rec["reason"]) == rec["reason"]   # written again by a merge: cut once
+
+
+# ---------------------------------------------------------------- ETA, work budget, warnings
+
+def test_the_estimate_comes_from_each_backends_own_cost_and_is_refined_by_records():
+    cheap = Backend("c", {"toy": ("scale",)}, lambda: (True, ""), lambda c, i: {},
+                    seconds_per_cell=0.5, seconds_per_work=0.0)
+    slow = Backend("s", {"toy": ("scale",)}, lambda: (True, ""), lambda c, i: {},
+                   seconds_per_cell=0.0, seconds_per_work=1.0)
+    cells = [make_cell("toy", "scale", n=n, factor=1.0) for n in (10, 20, 30)]
+    other = make_cell("toy", "other", n=40, factor=1.0)
+    assert runner.cell_work(cells[1]) == 20
+    est = runner.Estimator([(c, b) for c in cells for b in (cheap, slow)] + [(other, slow)], jobs=2)
+    assert est.per_backend() == {"c": 1.5, "s": 100.0} and est.remaining() == pytest.approx(101.5 / 2)
+    # the slow backend takes half its estimate on its first cell: its remaining cells of that op are
+    # scaled by 0.5, those of another op are not
+    est.done({"id": cells[0].id, "backend": "s", "op": "scale", "status": "pass", "duration_s": 5.0})
+    assert est.per_backend()["s"] == pytest.approx(25.0 + 40.0) and est.per_backend()["c"] == 1.5
+
+
+def test_conform_says_how_long_it_expects_before_it_starts(tmp_path, capsys):
+    rc, _, err = main(capsys, *SMOKE, "--backend", "toy-good,toy-interpreted", "--filter", "n=8/",
+                      "--out", tmp_path)
+    first = err.splitlines()[0]
+    assert rc == 0 and "2 to run" in first and "expect about 13m" in first   # 8 units * 100 s
+    assert "toy-interpreted 13m20s" in first
+
+
+def test_interpreter_backends_skip_cells_over_the_work_budget_unless_asked(tmp_path, capsys):
+    main(capsys, *SMOKE, "--backend", "toy-interpreted", "--out", tmp_path / "a", "--timeout", "30")
+    by = {r["params"]["n"]: r for r in recs(tmp_path / "a")}
+    assert by[8]["status"] == "pass" and by[9]["status"] == "pass"   # work 8, 9 <= budget 9
+    assert by[10]["status"] == "skip"
+    assert by[10]["reason"].startswith("over the interpreter work budget (10 > 9 tokens*heads*dims)")
+    assert "--no-budget" in by[10]["reason"]
+    main(capsys, *SMOKE, "--backend", "toy-interpreted", "--no-budget", "--out", tmp_path / "b")
+    assert {r["status"] for r in recs(tmp_path / "b")} == {"pass"}
+    main(capsys, *SMOKE, "--backend", "toy-interpreted", "--filter", "n=10/", "--out", tmp_path / "c")
+    assert [r["status"] for r in recs(tmp_path / "c")] == ["pass"]
+
+
+def test_warnings_from_workers_go_into_the_record_not_the_console(tmp_path, capfd):
+    rc = cli.main([*SMOKE, "--backend", "toy-warn", "--filter", "n=8/", "--out", str(tmp_path)])
+    _, err = capfd.readouterr()   # the worker's own stderr included
+    (rec,) = recs(tmp_path)
+    assert rc == 0 and rec["warnings"][0].startswith("RuntimeWarning: overflow encountered in the toy kernel")
+    assert "overflow" not in err
+
+
+# ---------------------------------------------------------------- several GPUs
+
+def test_gpu_workers_are_pinned_one_per_device_and_a_faulting_device_is_retired(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("KERNEL_LAB_FAKE_DEVICES", "0,1,2")
+    rc, _, err = main(capsys, "conform", "--family", "toy", "--tier", "ci", "--backend",
+                      "toy-gpu-fault-1,toy-good", "--out", tmp_path)
+    run = json.loads((tmp_path / "run.json").read_text())
+    rs = recs(tmp_path)
+    gpu = [r for r in rs if r["backend"] == "toy-gpu-fault-1"]
+    assert rc == 0 and run["jobs"] == 3 and run["devices"] == ["cuda:0", "cuda:1", "cuda:2"]
+    assert {r["status"] for r in rs} == {"pass"} and len(rs) == 24
+    assert {r["device"] for r in gpu} == {"cuda:0", "cuda:2"}
+    assert {r["device"] for r in rs if r["backend"] == "toy-good"} == {"cpu"}
+    (retried,) = [r for r in gpu if "retried_from" in r]
+    assert retried["retried_from"] == "cuda:1" and retried["device"] in ("cuda:0", "cuda:2")
+    assert list(run["retired_devices"]) == ["1"] and "SIGABRT" in run["retired_devices"]["1"]
+    assert "device cuda:1 retired" in err
+
+
+def test_a_pair_that_crashes_on_two_devices_is_a_crash_and_the_first_device_comes_back(tmp_path, capsys,
+                                                                                      monkeypatch):
+    monkeypatch.setenv("KERNEL_LAB_FAKE_DEVICES", "0,1")
+    rc, _, _ = main(capsys, *SMOKE, "--backend", "toy-gpu-fault-all,toy-gpu", "--filter", "n=8/",
+                    "--out", tmp_path)
+    by = {r["backend"]: r for r in recs(tmp_path)}
+    crash = by["toy-gpu-fault-all"]
+    assert rc == 1 and crash["status"] == "crash" and "SIGABRT" in crash["reason"]
+    assert {crash["retried_from"], crash["device"]} == {"cuda:0", "cuda:1"}
+    assert by["toy-gpu"]["status"] == "pass"
+    assert json.loads((tmp_path / "run.json").read_text())["retired_devices"] == {}
+
+
+def test_the_interpreter_budget_admits_every_ci_cell_and_skips_the_largest_full_ones(monkeypatch):
+    monkeypatch.delenv("KERNEL_LAB_FAMILY_MODULES")
+    from conformance import registry
+
+    interp = [b for b in registry.backends().values() if b.env.get("TRITON_INTERPRET") == "1"]
+    assert interp and all(b.work_budget is not None for b in interp)
+
+    def over(tier):
+        return [(c.id, b.name) for b in interp for c in runner.select_cells(tier)
+                if b.skip_reason(c) is None and runner.cell_work(c) > runner.work_budget(c, b)]
+
+    assert over("ci") == [] and len(over("full")) > 100

@@ -1,0 +1,138 @@
+"""The report's files and logic without a browser: junit.xml through a JUnit reader, the tolerant
+loader, agreement bounds, the baseline diff, perf JSON and the studies' figures."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from junitparser import Error, Failure, JUnitXml, Skipped
+
+from conformance import cli
+from conformance.records import RecordsError
+from reports import agreement, build, diff, load, perf, studies
+from tests.report import synthetic
+from tests.report.conftest import kernel_lab
+
+
+def test_junit_one_testcase_per_record(tmp_path):
+    recs = synthetic.make_run(tmp_path / "run", 400)
+    w = build.write([str(tmp_path / "run")], str(tmp_path / "out"))
+    xml = JUnitXml.fromfile(str(w.junit))
+    cases = [case for suite in xml for case in suite]
+    assert len(cases) == len(recs) == xml.tests
+    by_key = {(r["family"] + "." + r["op"] + "." + r["backend"], r["id"]): r["status"] for r in recs}
+    kinds = {"fail": Failure, "xpass": Failure, "error": Error, "crash": Error, "skip": Skipped, "xfail": Skipped}
+    for case in cases:
+        status = by_key[(case.classname, case.name)]
+        results = case.result
+        if status == "pass":
+            assert results == []
+        else:
+            assert len(results) == 1 and isinstance(results[0], kinds[status]) and results[0].type == status
+    assert xml.failures == sum(r["status"] in ("fail", "xpass") for r in recs)
+    assert xml.errors == sum(r["status"] in ("error", "crash") for r in recs)
+
+
+def test_loader_keeps_readable_records_and_says_what_is_missing(tmp_path):
+    run = tmp_path / "run"
+    recs = synthetic.make_run(run, 30, finished=False)
+    lines = (run / "cells.jsonl").read_text().splitlines()
+    lines.append(json.dumps(recs[0]))  # recorded twice
+    (run / "cells.jsonl").write_text("\n".join(lines) + "\n" + lines[1][:20])  # killed mid-line
+    got = load.load(run)
+    text = "\n".join(got.problems)
+    assert "recorded twice" in text and "cut short" in text and "no finish time" in text
+    assert len(got.records) == len(recs)
+    assert got.unavailable() == {"flydsl-gfx950": "no ROCm GPU visible to torch"}
+    (run / "run.json").unlink()  # without run.json, unavailability comes from the skip reasons
+    assert load.load(run).unavailable() == {"flydsl-gfx950": "no ROCm GPU visible to torch"}
+    with pytest.raises(ValueError, match="RUN_DIR"):
+        load.load(tmp_path / "absent")
+    # corruption (not a kill) is refused, naming the file and line
+    lines[3] = "{not json"
+    (run / "cells.jsonl").write_text("\n".join(lines) + "\n")
+    with pytest.raises(RecordsError, match=r"cells.jsonl:4: not valid JSON"):
+        load.load(run)
+
+
+def test_cli_names_bad_arguments(tmp_path, capsys):
+    assert cli.main(["report", str(tmp_path / "absent")]) == 2
+    assert "RUN_DIR" in capsys.readouterr().err
+    (tmp_path / "run").mkdir()
+    assert cli.main(["report", str(tmp_path / "run"), "--perf", str(tmp_path / "none.json")]) == 2
+    assert "--perf" in capsys.readouterr().err
+    assert cli.main(["report", str(tmp_path / "run"), "--baseline", str(tmp_path / "absent")]) == 2
+    assert "--baseline" in capsys.readouterr().err
+
+
+def _rec(backend, margins, status="pass", model="bf16"):
+    return {"id": "c", "backend": backend, "status": status, "rounding_model": model,
+            "outputs": {k: {"margin": m} for k, m in margins.items()}}
+
+
+def test_agreement_bounds():
+    res = agreement.agreement([_rec("a", {"o": 0.2, "s": 0.1}), _rec("b", {"o": 0.3, "s": 0.6})])
+    assert res["pairs"][0]["ruled_out"] == 1 and res["listed"] == []
+    res = agreement.agreement([_rec("a", {"o": 0.9}), _rec("b", {"o": 0.8})])
+    assert res["pairs"][0]["undecided"] == 1
+    assert res["listed"][0]["lower"] == pytest.approx(0.1) and res["listed"][0]["upper"] == pytest.approx(1.7)
+    # a tolerance that allows mismatching elements lets a passing margin exceed 1
+    res = agreement.agreement([_rec("a", {"o": 2.5}), _rec("b", {"o": 0.5})])
+    assert res["pairs"][0]["proven"] == 1
+    res = agreement.agreement([_rec("a", {"o": 0.1}), _rec("b", {"o": 0.1}, model="exact")])
+    assert res["pairs"][0]["other_oracle"] == 1 and res["pairs"][0]["comparable"] == 0
+    res = agreement.agreement([_rec("a", {"o": 0.1}), _rec("b", {"o": 0.1}, status="fail")])
+    assert res["pairs"] == []
+
+
+def test_records_diff():
+    def r(i, status, margin=0.1):
+        return {"id": f"c{i}", "backend": "b", "status": status, "metrics": {"margin": margin}}
+    base = [r(0, "pass"), r(1, "fail"), r(2, "pass", 0.01), r(3, "pass", 0.2), r(4, "pass"), r(5, "skip"), r(6, "pass", 0.0)]
+    cur = [r(0, "crash"), r(1, "pass"), r(2, "pass", 0.5), r(3, "pass", 0.3), r(7, "pass"), r(5, "pass"), r(6, "pass", 5e-4)]
+    d = diff.records_diff(cur, base)
+    ids = {k: [x["id"] for x in v["rows"]] for k, v in d.items()}
+    assert ids == {"new_failures": ["c0"], "fixed": ["c1"], "margin_moved": ["c2"], "status_changed": ["c5"],
+                   "new": ["c7"], "vanished": ["c4"]}
+    assert d["margin_moved"]["rows"][0]["ratio"] == pytest.approx(50)
+
+
+def test_perf_json_and_perf_diff(tmp_path):
+    synthetic.make_perf(tmp_path / "perf.json")
+    synthetic.make_perf(tmp_path / "old.json", slowdown=0.8)
+    p = perf.load(tmp_path / "perf.json")
+    assert len(p.benchmarks) == 4 and [o["name"] for o in p.other] == ["test_old_style_benchmark"]
+    assert [g["verdict"] for g in p.gates] == ["pass", "ambiguous"]
+    assert set(p.ceilings()) == {"cpu-rmw-stream", "amx-bf16"}
+    moved = diff.perf_diff(p.benchmarks, perf.load(tmp_path / "old.json").benchmarks)
+    assert [(m["bench"], m["impl"], m["verdict"]) for m in moved] == [("gdn/decode", "cpu-avx512", "slower")]
+    (tmp_path / "bad.json").write_text("{")
+    with pytest.raises(ValueError, match="--perf"):
+        perf.load(tmp_path / "bad.json")
+
+
+def test_perf_section_in_html(tmp_path):
+    synthetic.make_run(tmp_path / "run", 50)
+    synthetic.make_perf(tmp_path / "perf.json")
+    w = build.write([str(tmp_path / "run")], str(tmp_path / "out"), [str(tmp_path / "perf.json")])
+    html = w.index.read_text()
+    perf_part = html[html.index('<section id="perf">'):html.index('<section id="diff">')]
+    assert perf_part.count("<svg") == 1 and "arithmetic intensity" in perf_part  # the roofline
+    assert "gdn/decode peer-vllm" in perf_part and "1.3x" in perf_part  # peer's time over ours
+    assert "spread straddles the threshold" in perf_part and "[0.95, 1.04]" in perf_part
+    assert "test_old_style_benchmark" in perf_part
+    empty = build.write([str(tmp_path / "run")], str(tmp_path / "out2")).index.read_text()
+    assert "No performance data" in empty
+
+
+def test_tq_distortion_study_beside_the_paper(tmp_path):
+    out = tmp_path / "study-tq-distortion.json"
+    done = kernel_lab("study", "tq-distortion", "--vectors", "500", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    items, problems = studies.render(studies.find([tmp_path / "run"], None))
+    assert problems == [] and [i["name"] for i in items] == ["tq-distortion"]
+    svg = items[0]["svg"]
+    assert svg.startswith("<svg") and "paper (TurboQuant)" in svg and "measured D_mse" in svg
+    (tmp_path / "study-x.json").write_text(json.dumps({"study": "other"}))
+    _, problems = studies.render([tmp_path / "study-x.json"])
+    assert "not a known study" in problems[0]
