@@ -63,6 +63,21 @@ def test_capability_says_why_an_impl_is_disabled():
     assert "off" not in registry.impls("gdn/decode")
 
 
+def test_the_sm90_decode_is_enabled_only_on_compute_capability_9_0(monkeypatch):
+    import torch
+
+    from bench import turboquant_gpu
+
+    monkeypatch.setattr(turboquant_gpu, "gpu_capability", lambda: (True, "a test GPU"))
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(torch.version, "hip", None)
+    impl = registry.impls("turboquant/decode")["triton-sm90"]
+    for cc, why in (((9, 0), None), ((8, 0), "compute capability 9.0"), ((10, 0), "got 10.0")):
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None, cc=cc: cc)
+        got = registry.capability(impl, {})
+        assert got is None if why is None else why in got, (cc, got)
+
+
 def _record(rid: str, seconds) -> measure.Record:
     seconds = np.asarray(seconds, float)
     return measure.Record(rid, {"time_s": {"min": float(seconds.min()), "median": float(np.median(seconds)),
