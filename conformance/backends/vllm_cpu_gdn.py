@@ -133,6 +133,13 @@ def _supports(cell) -> str | None:
     return None
 
 
+def _xfail(cell) -> str | None:
+    if cell.op == "chunked" and cell["state"] == "bfloat16" and cell["HV"] == 32:
+        return ("bf16 pool, 32 value heads: state rel_l2 0.00266 against the bf16-operands bound 0.00195 "
+                "(o passes; the same kernel passes the other bf16-pool cells); cause not found yet")
+    return None
+
+
 def _run(cell, inputs):
     from conformance.families import gdn
 
@@ -141,5 +148,5 @@ def _run(cell, inputs):
 
 VLLM_CPU_GDN = register(Backend(
     name="vllm-cpu-gdn", ops={"gdn": ("gating", "chunked", "decode", "spec_decode")},
-    available=_available, run=_run, supports=_supports, rounding_model="vllm-cpu",
+    available=_available, run=_run, supports=_supports, xfail=_xfail, rounding_model="vllm-cpu",
     description="peer: vLLM's CPU GDN ops (vllm-cpu 0.32.0, torch.ops._C)"))
