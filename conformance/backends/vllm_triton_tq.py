@@ -225,3 +225,31 @@ for _interp in (False, True):
     _make("vllm-triton-tq" + _sfx, "aos", _interp)
     _make("vllm-triton-tq-soa" + _sfx, "soa", _interp)
     _make("vllm-triton-tq-unified" + _sfx, "unified", _interp)
+
+
+def carry(dest: str) -> list[str]:
+    """Copy the .py files of every ``vllm`` module the kernel modules import (about 50, from the
+    installed wheel) into ``dest``, keeping their package paths: put ``dest`` on PYTHONPATH on a GPU
+    box without a package index (it also needs regex and psutil, which vLLM's platform code imports)."""
+    import shutil
+
+    kernel_modules()
+    import vllm
+
+    root = os.path.dirname(os.path.dirname(vllm.__file__))
+    copied = []
+    for name, module in sorted(sys.modules.items()):
+        path = getattr(module, "__file__", None)
+        if not (name == "vllm" or name.startswith("vllm.")) or not path or not path.endswith(".py"):
+            continue
+        rel = os.path.relpath(path, root)
+        os.makedirs(os.path.join(dest, os.path.dirname(rel)), exist_ok=True)
+        shutil.copyfile(path, os.path.join(dest, rel))
+        copied.append(rel)
+    return copied
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3 or sys.argv[1] != "carry":
+        raise SystemExit("usage: python -m conformance.backends.vllm_triton_tq carry DEST")
+    print(f"{len(carry(sys.argv[2]))} files -> {sys.argv[2]}")
