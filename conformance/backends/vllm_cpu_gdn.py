@@ -133,6 +133,38 @@ def _supports(cell) -> str | None:
     return None
 
 
+# ---- benchmark callables (the perf registry's ``prepare(shape, inputs) -> timed call``; inputs as
+# bench.gdn_cpu.decode_inputs / chunked_inputs: {"args": {...NumPy...}, "state": pool}); converted
+# once here, the pool shared with the NumPy array, so each call updates it in place as ours does.
+
+def bench_decode(shape: dict, inputs: dict):
+    """vLLM's CPU decode op on the bench's arguments (A_log cast to bf16: the op refuses fp32)."""
+    import torch
+
+    from vllm import _custom_ops as ops
+
+    torch.set_num_threads(shape["threads"])
+    bf, a = torch.bfloat16, inputs["args"]
+    A_log, dt_bias, q, k, v, ga, gb = (_t(a[n], bf) for n in ("A_log", "dt_bias", "q", "k", "v", "a", "b"))
+    q, k, v = q[None], k[None], v[None]
+    pool, idx = _t(inputs["state"]), _t(a["state_indices"])
+    cu = torch.arange(q.shape[1] + 1, dtype=torch.int32)
+    return lambda: ops.fused_sigmoid_gating_delta_rule_update_cpu(A_log, dt_bias, q, k, v, ga, gb, pool, idx, cu, True)
+
+
+def bench_chunked(shape: dict, inputs: dict):
+    """vLLM's CPU chunked-prefill op on the bench's arguments."""
+    import torch
+
+    from vllm import _custom_ops as ops
+
+    torch.set_num_threads(shape["threads"])
+    bf, a = torch.bfloat16, inputs["args"]
+    q, k, v, beta = (_t(a[n], bf)[None] for n in ("q", "k", "v", "beta"))
+    g, cu, idx, pool = _t(a["g"])[None], _t(a["cu_seqlens"]), _t(a["state_indices"]), _t(inputs["state"])
+    return lambda: ops.chunk_gated_delta_rule_cpu(q, k, v, g, beta, pool, True, cu, False, True, idx, 1e-5)
+
+
 def _xfail(cell) -> str | None:
     if cell.op == "chunked" and cell["state"] == "bfloat16" and cell["HV"] == 32:
         return ("bf16 pool, 32 value heads: state rel_l2 0.00266 against the bf16-operands bound 0.00195 "

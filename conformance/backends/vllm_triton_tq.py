@@ -187,6 +187,32 @@ INTERPRETER_FP8 = ("the Triton interpreter's float32 -> float8e4nv cast is not r
                    "ours in ~6% of codes; on a GPU the same kernel casts correctly")
 
 
+def bench_decode(shape: dict, inputs: dict):
+    """The perf registry's ``prepare`` for turboquant/decode (inputs as bench.turboquant_gpu.decode_inputs:
+    an SoA cache written by our store, which vLLM's SoA layout matches): vLLM's SoA decode with its
+    buffers allocated here, so the timed call (CUDA-graph replays) allocates nothing."""
+    import torch
+
+    from reference.turboquant import numpy_ref
+    from reference.turboquant.presets import preset as lookup
+
+    if shape["layout"] != "soa":
+        raise ValueError(f"layout: vLLM's SoA decode reads 'soa', got {shape['layout']!r}")
+    decode = kernel_modules()["soa_decode"].triton_turboquant_decode_attention
+    p, D = lookup(shape["preset"]), shape["D"]
+    B, Hq = shape["B"], shape["Hk"] * shape["G"]
+    R = inputs["rotation"].float()
+    c = torch.from_numpy(numpy_ref.centroids(p.key_bits, D)).float().cuda()
+    splits = 32
+    bufs = dict(mid_o_buf=torch.empty(B, Hq, splits, D + 1, dtype=torch.float32, device="cuda"),
+                output_buf=torch.empty(B, Hq, D, dtype=torch.float32, device="cuda"),
+                lse_buf=torch.empty(B, Hq, dtype=torch.float32, device="cuda"))
+    args = dict(Pi=R.T.contiguous(), centroids=c, scale=D ** -0.5, mse_bits=p.key_bits,
+                key_packed_size=p.key_packed_size(D), value_quant_bits=p.value_bits, key_fp8=p.key_fp8,
+                norm_correction=p.norm_correction, PiT=R.contiguous(), max_num_kv_splits=splits, **bufs)
+    return lambda: decode(inputs["query"], inputs["cache"], inputs["block_table"], inputs["seq_lens"], **args)
+
+
 def _supports(kernel: str, interpret: bool):
     def supports(cell) -> str | None:
         if interpret and cell.op != "decode" and cell["preset"] == "turboquant_k8v4":
