@@ -27,7 +27,7 @@ def _config(model: str | None, path: str | None) -> dict:
 
 
 def _gdn(fields: Mapping, dims) -> list[Cell]:
-    from conformance.families import gdn
+    from conformance.families.gdn import matrix as gdn
 
     H, HV, K, V = dims.num_k_heads, dims.num_v_heads, dims.head_k_dim, dims.head_v_dim
     out = [make_cell("gdn", "gating", HV=HV, T=65)]
@@ -35,17 +35,17 @@ def _gdn(fields: Mapping, dims) -> list[Cell]:
         heads, tail = dict(state=state, heads=(H, HV)), dict(decay="weak", slots=slots)
         if V == K:  # the varlen ops take V = K; decode covers V != K
             out += [
-                gdn._cell("recurrent", dict(**heads, K=K, lens=(63, 64, 65), **tail, interval=64)),
-                gdn._cell("chunked", dict(**heads, K=K, lens=(127, 128, 129), **tail, split=None)),
-                gdn._cell("chunked", dict(**heads, K=K, lens=(273,), **tail, split=100)),
-                gdn._cell("spec_decode", dict(**heads, K=K, drafts=(4, 2), accepted="mix", **tail)),
+                gdn.cell_of("recurrent", dict(**heads, K=K, lens=(63, 64, 65), **tail, interval=64)),
+                gdn.cell_of("chunked", dict(**heads, K=K, lens=(127, 128, 129), **tail, split=None)),
+                gdn.cell_of("chunked", dict(**heads, K=K, lens=(273,), **tail, split=100)),
+                gdn.cell_of("spec_decode", dict(**heads, K=K, drafts=(4, 2), accepted="mix", **tail)),
             ]
-        out.append(gdn._cell("decode", dict(**heads, KV=(K, V), N=4, **tail)))
+        out.append(gdn.cell_of("decode", dict(**heads, KV=(K, V), N=4, **tail)))
     return out
 
 
 def _turboquant(fields: Mapping, Hk: int, D: int) -> list[Cell]:
-    from conformance.families import turboquant as tq
+    from conformance.families.turboquant import matrix as tq
 
     Hq = fields.get("num_attention_heads")
     if not isinstance(Hq, int) or Hq <= 0 or Hq % Hk:
@@ -56,9 +56,9 @@ def _turboquant(fields: Mapping, Hk: int, D: int) -> list[Cell]:
     for preset in tq.PRESET_NAMES:
         for layout in ("aos", "soa"):
             rotation = "none" if preset == "turboquant_k8v4" else "hadamard"
-            out.append(tq._store_cell(preset, layout, Hk, 16, 33, rotation, D=D))
-            out.append(tq._decode_cell("decode", preset, layout, (Hk, G), 16, (65, 17, 1), rotation, False, D=D))
-            out.append(tq._decode_cell("store_decode", preset, layout, (Hk, G), 32, (40, 9), rotation, True, D=D))
+            out.append(tq.store_cell(preset, layout, Hk, 16, 33, rotation, D=D))
+            out.append(tq.decode_cell("decode", preset, layout, (Hk, G), 16, (65, 17, 1), rotation, False, D=D))
+            out.append(tq.decode_cell("store_decode", preset, layout, (Hk, G), 32, (40, 9), rotation, True, D=D))
     return out
 
 

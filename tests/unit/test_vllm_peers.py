@@ -6,7 +6,7 @@ import pytest
 from tests.unit.tq_triton_helpers import DEVICE  # noqa: F401  (sets TRITON_INTERPRET)
 
 from conformance import registry  # noqa: E402
-from conformance.execute import run_one  # noqa: E402
+from conformance.inprocess import run_one  # noqa: E402
 from conformance.families import turboquant as F  # noqa: E402
 
 pytestmark = pytest.mark.skipif(DEVICE != "cpu", reason="the interpreter backends run on machines without a GPU")
