@@ -6,11 +6,12 @@
   rounding model ``bf16-operands``. (``fused_recurrent_gated_delta_rule`` keeps the state in
   registers for the whole call, which no recurrent cell's write interval describes: not wired.)
 - ``fla-naive``: FLA's torch reference ``naive_chunk_gated_delta_rule`` on the CPU in float32, one
-  sequence at a time; it takes neither GVA nor the l2 norm, so the adapter repeats each key head over its value heads and normalises q and
-  k (float32, x / sqrt(sum x^2 + eps)) before the call; ``exact``.
+  sequence at a time; it takes neither GVA nor the l2 norm, so the adapter repeats each key head over
+  its value heads and normalises q and k (float32, x / sqrt(sum x^2 + eps)) before the call; ``exact``.
 
-FLA's l2 norm epsilon is 1e-6, as ours (``fla/modules/norm/l2norm.py``, ``l2norm_fwd``). Both keep the state in float32 inside a call; the adapter
-stores it into the pool's dtype (round to nearest) after each call.
+FLA's l2 norm epsilon is 1e-6, as ours (``fla/modules/norm/l2norm.py``, ``l2norm_fwd``). Both keep
+the state in float32 inside a call; the adapter stores it into the pool's dtype (round to nearest)
+after each call.
 """
 from __future__ import annotations
 
@@ -43,7 +44,8 @@ def _available(gpu: bool):
             if os.environ.get("TRITON_INTERPRET") == "1":
                 return False, "TRITON_INTERPRET=1 is set (FLA's autotuned kernels do not run in the interpreter)"
             if not torch.cuda.is_available():
-                return False, "no CUDA/ROCm GPU visible to torch (FLA's GDN kernels are Triton for GPUs; fla-naive runs its torch references on the CPU)"
+                return False, ("no CUDA/ROCm GPU visible to torch (FLA's GDN kernels are Triton for GPUs; "
+                               "fla-naive runs its torch reference on the CPU)")
             return True, f"fla-core {version} Triton kernels on {torch.cuda.get_device_name()}"
         return True, f"fla-core {version} naive torch references (fla.ops.gated_delta_rule.naive), float32 on the CPU"
 
@@ -76,7 +78,8 @@ class FlaImpl:
         if len(real) == 0:
             return o, pool
         tokens = np.concatenate([np.arange(cu[n], cu[n + 1]) for n in real])
-        qt, kt, vt, gt, bt = (torch.from_numpy(np.ascontiguousarray(x[tokens])).to(dev, f32) for x in (q, k, v, g, beta))
+        qt, kt, vt, gt, bt = (torch.from_numpy(np.ascontiguousarray(x[tokens])).to(dev, f32)
+                              for x in (q, k, v, g, beta))
         h0 = torch.from_numpy(pool[idx[real]].astype(np.float32)).to(dev)
         lens = (cu[real + 1] - cu[real])
         sub_cu = np.concatenate([[0], np.cumsum(lens)])
@@ -84,9 +87,10 @@ class FlaImpl:
             from fla.ops.gated_delta_rule import chunk_gated_delta_rule
 
             dt = torch.bfloat16
-            out, hN = chunk_gated_delta_rule(qt[None].to(dt), kt[None].to(dt), vt[None].to(dt), gt[None], bt[None].to(dt), scale=scale,
-                         initial_state=h0, output_final_state=True, use_qk_l2norm_in_kernel=use_qk_l2norm,
-                         cu_seqlens=torch.from_numpy(sub_cu).to(dev))
+            out, hN = chunk_gated_delta_rule(qt[None].to(dt), kt[None].to(dt), vt[None].to(dt), gt[None],
+                                             bt[None].to(dt), scale=scale, initial_state=h0,
+                                             output_final_state=True, use_qk_l2norm_in_kernel=use_qk_l2norm,
+                                             cu_seqlens=torch.from_numpy(sub_cu).to(dev))
             out = out[0].float()
         else:
             from fla.ops.gated_delta_rule.naive import naive_chunk_gated_delta_rule

