@@ -1,13 +1,14 @@
 """FLA's gated delta rule (``fla-core`` 0.6.0) as peers of the gdn family.
 
-- ``fla``: ``fla.ops.gated_delta_rule.chunk_gated_delta_rule`` (the chunked op) in Triton on a GPU:
+- ``fla``: ``chunk_gated_delta_rule`` (the chunked op) and ``fused_recurrent_gated_delta_rule``
+  (the recurrent op, fp32 inputs) from ``fla.ops.gated_delta_rule``, in Triton on a GPU:
   varlen through ``cu_seqlens``, GVA (HV > H), q/k l2 norm in the kernel (``use_qk_l2norm_in_kernel``),
   state ``[N, HV, K, V]`` gathered from and scattered back to the pool by the adapter. bf16 operands:
-  rounding model ``bf16-operands``. (``fused_recurrent_gated_delta_rule`` keeps the state in
-  registers for the whole call, which no recurrent cell's write interval describes: not wired.)
-- ``fla-naive``: FLA's torch reference ``naive_chunk_gated_delta_rule`` on the CPU in float32, one
-  sequence at a time; it takes neither GVA nor the l2 norm, so the adapter repeats each key head over
-  its value heads and normalises q and k (float32, x / sqrt(sum x^2 + eps)) before the call; ``exact``.
+  rounding model ``bf16-operands`` (the chunked op's bf16 inputs; the recurrent op is held to exact).
+- ``fla-naive``: FLA's torch references ``naive_chunk_gated_delta_rule`` and
+  ``naive_recurrent_gated_delta_rule`` on the CPU in float32, one sequence at a time; they take
+  neither GVA nor the l2 norm, so the adapter repeats each key head over its value heads and
+  normalises q and k (float32, x / sqrt(sum x^2 + eps)) before the call; ``exact``.
 
 FLA's l2 norm epsilon is 1e-6, as ours (``fla/modules/norm/l2norm.py``, ``l2norm_fwd``). Both keep
 the state in float32 inside a call; the adapter stores it into the pool's dtype (round to nearest)
@@ -57,14 +58,15 @@ def _l2norm(x, eps: float):
 
 
 class FlaImpl:
-    """The reference's ``chunked`` over FLA (functional form: (o, new_pool))."""
+    """The reference's ``recurrent`` and ``chunked`` over FLA (functional form: (o, new_pool)); the
+    recurrent op's write interval is the whole call (see ``_supports``)."""
 
     def __init__(self, gpu: bool):
         self.gpu = gpu
         self.device = "cuda" if gpu else "cpu"
 
     def _run(self, q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale, use_qk_l2norm, l2norm_eps,
-             state_dtype):
+             state_dtype, chunked: bool):
         import torch
 
         dev, f32 = self.device, torch.float32
@@ -84,16 +86,16 @@ class FlaImpl:
         lens = (cu[real + 1] - cu[real])
         sub_cu = np.concatenate([[0], np.cumsum(lens)])
         if self.gpu:
-            from fla.ops.gated_delta_rule import chunk_gated_delta_rule
+            from fla.ops.gated_delta_rule import chunk_gated_delta_rule, fused_recurrent_gated_delta_rule
 
-            dt = torch.bfloat16
-            out, hN = chunk_gated_delta_rule(qt[None].to(dt), kt[None].to(dt), vt[None].to(dt), gt[None],
-                                             bt[None].to(dt), scale=scale, initial_state=h0,
-                                             output_final_state=True, use_qk_l2norm_in_kernel=use_qk_l2norm,
-                                             cu_seqlens=torch.from_numpy(sub_cu).to(dev))
+            fn, dt = ((chunk_gated_delta_rule, torch.bfloat16) if chunked
+                      else (fused_recurrent_gated_delta_rule, f32))
+            out, hN = fn(qt[None].to(dt), kt[None].to(dt), vt[None].to(dt), g=gt[None], beta=bt[None].to(dt),
+                         scale=scale, initial_state=h0, output_final_state=True,
+                         use_qk_l2norm_in_kernel=use_qk_l2norm, cu_seqlens=torch.from_numpy(sub_cu).to(dev))
             out = out[0].float()
         else:
-            from fla.ops.gated_delta_rule.naive import naive_chunk_gated_delta_rule
+            from fla.ops.gated_delta_rule.naive import naive_chunk_gated_delta_rule, naive_recurrent_gated_delta_rule
 
             if use_qk_l2norm:
                 qt, kt = _l2norm(qt, l2norm_eps), _l2norm(kt, l2norm_eps)
@@ -101,9 +103,13 @@ class FlaImpl:
             outs, finals = [], []
             for n in range(len(real)):
                 s = slice(int(sub_cu[n]), int(sub_cu[n + 1]))
-                on, hn = naive_chunk_gated_delta_rule(qt[s][None], kt[s][None], vt[s][None], gt[s][None],
-                                                      bt[s][None], scale=scale, initial_state=h0[n:n + 1],
-                                                      output_final_state=True)
+                qkv, init = (qt[s][None], kt[s][None], vt[s][None]), h0[n:n + 1]
+                if chunked:
+                    on, hn = naive_chunk_gated_delta_rule(*qkv, gt[s][None], bt[s][None], scale=scale,
+                                                          initial_state=init, output_final_state=True)
+                else:
+                    on, hn = naive_recurrent_gated_delta_rule(*qkv, bt[s][None], gt[s][None], scale=scale,
+                                                              initial_state=init, output_final_state=True)
                 outs.append(on[0, : s.stop - s.start])
                 finals.append(hn)
             out, hN = torch.cat(outs), torch.cat(finals)
@@ -111,18 +117,22 @@ class FlaImpl:
         pool[idx[real]] = hN.float().cpu().numpy().astype(pool.dtype)
         return o, pool
 
+    def recurrent(self, *args, state_write_interval, **kw):
+        return self._run(*args, **kw, chunked=False)
+
     def chunked(self, *args, chunk_size=64, **kw):
         if chunk_size != 64:
             raise ValueError(f"chunk_size: FLA's chunk kernel uses 64, got {chunk_size}")
-        return self._run(*args, **kw)
+        return self._run(*args, **kw, chunked=True)
 
 
 def _supports(cell) -> str | None:
-    split = cell["split"]
+    split = cell.get("split")
     longest = max(max(L - split, min(L, split)) if split else L for L in cell["lens"])
-    if cell["state"] != "float32" and longest > 64:
-        return ("FLA keeps the state in float32 across the chunks of a call and rounds it into the "
-                f"{cell['state']} pool once at the end; this cell's oracle rounds it every 64 tokens")
+    every = cell["interval"] if cell.op == "recurrent" else 64
+    if cell["state"] != "float32" and longest > every:
+        return ("FLA keeps the state in float32 for a whole call and rounds it into the "
+                f"{cell['state']} pool once at the end; this cell's oracle rounds it every {every} tokens")
     return None
 
 
@@ -133,7 +143,7 @@ def _make(name: str, gpu: bool) -> Backend:
         return gdn.run_with(FlaImpl(gpu), cell, inputs)
 
     return register(Backend(
-        name=name, ops={"gdn": ("chunked",)}, available=_available(gpu), run=run, supports=_supports,
+        name=name, ops={"gdn": ("recurrent", "chunked")}, available=_available(gpu), run=run, supports=_supports,
         rounding_models={"gdn": "bf16-operands" if gpu else "exact"}))
 
 
