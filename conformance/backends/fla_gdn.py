@@ -144,7 +144,7 @@ def _make(name: str, gpu: bool) -> Backend:
 
     return register(Backend(
         name=name, ops={"gdn": ("recurrent", "chunked")}, available=_available(gpu), run=run, supports=_supports,
-        rounding_models={"gdn": "bf16-operands" if gpu else "exact"}))
+        rounding_models={"gdn": "bf16-operands" if gpu else "exact"}, uses_gpu=gpu))
 
 
 _make("fla", gpu=True)

@@ -31,6 +31,11 @@ import types
 from conformance.registry import Backend, register
 
 INTERPRET_ENV = {"TRITON_INTERPRET": "1"}
+# In the interpreter (2 shared CPU cores, 2026-12-01): the SoA decode with 4 KV splits took 30 to
+# 180 s a cell (~5e-5 s per unit of tokens*heads*dims), the stores 1 to 14 s (~2e-4 s per unit),
+# unified attention under 2 s. The budgets are the ones our Triton backends use: every ci cell fits.
+INTERPRET_COST = {"seconds_per_cell": 2.0, "seconds_per_work": 5e-5,
+                  "work_budget": {"store": 65_536, "decode": 2_097_152, "store_decode": 2_097_152}}
 SOURCE = "https://github.com/vllm-project/vllm/blob/v0.32.0/vllm/v1/attention/ops"
 KERNEL_MODULES = {
     "aos_store": "vllm.v1.attention.ops.triton_turboquant_store",
@@ -241,7 +246,8 @@ def _make(name: str, kernel: str, interpret: bool) -> Backend:
     return register(Backend(
         name=name, ops={"turboquant": ops}, available=lambda: _probe(interpret), run=run,
         supports=_supports(kernel, interpret), rounding_models={"turboquant": model},
-        env=INTERPRET_ENV if interpret else {}, timeout_s=1800.0 if interpret else 600.0))
+        env=INTERPRET_ENV if interpret else {}, timeout_s=1800.0 if interpret else 600.0, uses_gpu=not interpret,
+        **(INTERPRET_COST if interpret else {})))
 
 
 for _interp in (False, True):
