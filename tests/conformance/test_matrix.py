@@ -30,7 +30,10 @@ def pytest_generate_tests(metafunc):
                 continue
             for name, backend in registry.backends().items():
                 if cell.family in backend.ops:
-                    params.append((cell, name))
+                    # vLLM's TurboQuant kernels take minutes a cell in the interpreter: the default run
+                    # has a named subset (tests/unit/test_vllm_peers.py), `make conform` all of them
+                    slow = name.startswith("vllm-triton-tq") and "TRITON_INTERPRET" in backend.env
+                    params.append(pytest.param(cell, name, marks=[pytest.mark.slow] if slow else []))
                     ids.append(f"{cell.id}@{name}")
     metafunc.parametrize("cell,backend_name", params, ids=ids)
 

@@ -12,7 +12,7 @@ from conformance.cells import Cell
 from conformance.compare import Comparison, Verdict, compare, verdict
 from conformance.families.gdn.driver import as_f32
 from conformance.families.gdn.oracle import oracle, oracle_kind, oracle_name
-from conformance.families.gdn.tolerances import GATING_TOL, UNTOUCHED_TOL, o_and_state
+from conformance.families.gdn.tolerances import UNTOUCHED_TOL, gating, o_and_state
 from conformance.memo import Memo
 from conformance.numerics import rel_l2
 
@@ -54,7 +54,9 @@ def check(cell: Cell, rounding_model: str, inputs: dict, outputs: dict, memo: Me
     expected = oracle(cell, inputs, kind, memo)
     source = f"{oracle_name(cell, kind)}; backend rounding model {rounding_model}"
     if cell.op == "gating":
-        comps = [compare(n, outputs[n], expected[n], GATING_TOL) for n in ("g", "beta")]
+        g_tol, beta_tol = gating(inputs, rounding_model)
+        comps = [compare("g", outputs["g"], expected["g"], g_tol),
+                 compare("beta", outputs["beta"], expected["beta"], beta_tol)]
         return verdict(comps, {"oracle": source})
     missing = {"o", "state"} - set(outputs)
     if missing:

@@ -3,10 +3,13 @@
 "exact" -> ``numpy_ref`` in float64 (the chunked op against the *recurrent* form rounded every
 chunk_size tokens, so the chunk algebra is checked too); "bf16-operands" and "bf16-gemm" (chunked
 only) -> ``numpy_ref.chunked(operand_dtype="bfloat16")`` in float64; on every other op a backend of
-those models is held to the exact oracle (its decode kernels compute in fp32).
+those models is held to the exact oracle (its decode kernels compute in fp32). "vllm-cpu" (vLLM's CPU
+ops) -> the oracle of their conventions: q/k l2 norm epsilon 1e-5; the decode op's beta =
+bf16(1 / bf16(1 + bf16(exp(-b)))) (``vllm_decode_beta``); the chunked op's bf16 operands.
 """
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 from conformance.cells import Cell
@@ -19,7 +22,19 @@ ROUNDING_MODELS = {
     "bf16-operands": "chunked: GEMM operands rounded to bf16, fp32 accumulation (the C++ chunk kernel); "
                      "other ops as exact",
     "bf16-gemm": "chunked: bf16 GEMM operands and bf16-rounded GEMM results (torch eager); other ops as exact",
+    "vllm-cpu": "vLLM's CPU ops: l2 norm epsilon 1e-5, decode's beta in bf16 arithmetic, chunked with bf16 "
+                "operands, outputs rounded to bf16, gating's vectorised softplus log(1 + exp(x))",
 }
+VLLM_L2NORM_EPS = 1e-5
+
+
+def vllm_decode_beta(b: np.ndarray) -> np.ndarray:
+    """float64 beta of vLLM's CPU decode op: ``1 / (1 + std::exp(-b))`` on a bf16 ``b`` evaluates in
+    c10::BFloat16 arithmetic, rounding exp(-b), the sum and the quotient to bf16."""
+    def bf16(x):
+        return np.asarray(x, np.float64).astype(ml_dtypes.bfloat16).astype(np.float64)
+
+    return bf16(1.0 / bf16(1.0 + bf16(np.exp(-np.asarray(b, np.float64)))))
 
 
 class Float64Oracle:
@@ -27,44 +42,74 @@ class Float64Oracle:
 
     chunked runs the recurrent form rounded every ``state_write_interval`` (default chunk_size)
     tokens, unless ``operand_dtype="bfloat16"``: then numpy_ref.chunked with the kernel's bf16 operands.
+    ``l2norm_eps`` overrides the inputs' epsilon; ``decode_beta`` maps b to beta in the decode op
+    (None: sigmoid in float64).
     """
 
-    def __init__(self, operand_dtype: str = "float32"):
+    def __init__(self, operand_dtype: str = "float32", l2norm_eps: float | None = None, decode_beta=None):
         from reference.gdn import numpy_ref
         self._ref = numpy_ref
         self.operand_dtype = operand_dtype
+        self.l2norm_eps = l2norm_eps
+        self.decode_beta = decode_beta
+
+    def _eps(self, kw: dict) -> dict:
+        return kw if self.l2norm_eps is None else {**kw, "l2norm_eps": self.l2norm_eps}
 
     def gating(self, *args, **kw):
         return self._ref.gating(*args, **kw, compute_dtype="float64")
 
     def recurrent(self, *args, **kw):
-        return self._ref.recurrent(*args, **kw, compute_dtype="float64")
+        return self._ref.recurrent(*args, **self._eps(kw), compute_dtype="float64")
 
     def chunked(self, *args, chunk_size=CHUNK, state_write_interval=None, **kw):
+        kw = self._eps(kw)
         interval = chunk_size if state_write_interval is None else state_write_interval
         if self.operand_dtype == "float32":
             return self._ref.recurrent(*args, **kw, state_write_interval=interval, compute_dtype="float64")
         return self._ref.chunked(*args, **kw, chunk_size=chunk_size, state_write_interval=interval,
                                  operand_dtype=self.operand_dtype, compute_dtype="float64")
 
-    def decode(self, *args, **kw):
-        return self._ref.decode(*args, **kw, compute_dtype="float64")
+    def decode(self, q, k, v, A_log, a, b, dt_bias, state, state_indices, **kw):
+        kw = self._eps(kw)
+        if self.decode_beta is None:
+            return self._ref.decode(q, k, v, A_log, a, b, dt_bias, state, state_indices, **kw,
+                                    compute_dtype="float64")
+        g, _ = self._ref.gating(A_log, a, b, dt_bias, compute_dtype="float64")
+        cu = np.arange(q.shape[0] + 1, dtype=np.int32)
+        return self._ref.recurrent(q, k, v, g, self.decode_beta(b), cu, state, state_indices, **kw,
+                                   state_write_interval=1, compute_dtype="float64")
 
     def spec_decode(self, *args, **kw):
-        return self._ref.spec_decode(*args, **kw, compute_dtype="float64")
+        return self._ref.spec_decode(*args, **self._eps(kw), compute_dtype="float64")
 
 
 def oracle_kind(cell: Cell, rounding_model: str) -> str:
-    """Which oracle a backend of this rounding model is held to on this cell: "exact" or "bf16-operands"."""
+    """Which oracle a backend of this rounding model is held to on this cell."""
     if rounding_model not in ROUNDING_MODELS:
         raise ValueError(f"rounding_model: expected one of {sorted(ROUNDING_MODELS)}, got {rounding_model!r}")
+    if rounding_model == "vllm-cpu":
+        return "vllm-cpu-bf16-operands" if cell.op == "chunked" else "vllm-cpu"
     if cell.op == "chunked" and rounding_model != "exact":
         return "bf16-operands"
     return "exact"
 
 
+def _impl(kind: str) -> Float64Oracle:
+    if kind == "vllm-cpu":
+        return Float64Oracle("float32", VLLM_L2NORM_EPS, vllm_decode_beta)
+    if kind == "vllm-cpu-bf16-operands":
+        return Float64Oracle("bfloat16", VLLM_L2NORM_EPS)
+    return Float64Oracle("bfloat16" if kind == "bf16-operands" else "float32")
+
+
 def oracle_name(cell: Cell, kind: str) -> str:
     """The oracle in words (recorded with every verdict)."""
+    if kind == "vllm-cpu-bf16-operands":
+        return "oracle: numpy_ref.chunked in float64 with bf16 operands, l2 norm epsilon 1e-5"
+    if kind == "vllm-cpu":
+        beta = ", beta rounded as vLLM's decode op" if cell.op == "decode" else ""
+        return f"oracle: numpy_ref.{cell.op} in float64, l2 norm epsilon 1e-5{beta}"
     if kind == "bf16-operands":
         return "oracle: numpy_ref.chunked in float64 with bf16 operands"
     if cell.op == "chunked":
@@ -83,6 +128,6 @@ def oracle(cell: Cell, inputs: dict, kind: str, memo: Memo, fp32_state: bool = F
             x = {**x, "state": x["state"].astype(np.float32), "state_dtype": "float32"}
         if "state" in x:
             x = {**x, "state": x["state"].copy()}
-        return run_with(Float64Oracle("bfloat16" if kind == "bf16-operands" else "float32"), cell, x)
+        return run_with(_impl(kind), cell, x)
 
     return memo.get(cell, inputs, ("gdn-oracle", kind, fp32_state), compute)

@@ -5,7 +5,8 @@ Symbols: L the longest sequence, K the key head size, C the chunk (64 for chunke
 R the state roundings of the longest sequence, u the unit roundoff of the state dtype,
 u32 / u_bf16 of float32 / bfloat16 (``conformance.numerics``), max|x| over the oracle's output.
 The o and state tolerances add up the terms that apply to a cell: FP32 always, STATE_16BIT for a
-bfloat16/float16 pool, and one of BF16_OPERANDS / BF16_GEMM for a backend of that rounding model.
+bfloat16/float16 pool, and one of BF16_OPERANDS / BF16_GEMM for a backend of that rounding model;
+"vllm-cpu" adds VLLM_OUTPUT (and BF16_OPERANDS on the chunked op), its gating VLLM_GATING.
 """
 from __future__ import annotations
 
@@ -55,10 +56,32 @@ UNTOUCHED = ToleranceSpec(
     "pool slots no sequence writes must keep their bytes",
     ("gdn.padding-slot-written",))
 
-SPECS = (FP32, STATE_16BIT, BF16_OPERANDS, BF16_GEMM, GATING, UNTOUCHED)
+VLLM_OUTPUT = ToleranceSpec(
+    "gdn.vllm-bf16-output", "+ atol u_bf16 max|o|; o rel_l2 + u_bf16 (chunked: with BF16_OPERANDS)",
+    "vLLM's CPU ops return o in bf16, rounded to nearest: <= u_bf16 relative per element",
+    ("gdn.head-mapping-tiled", "gdn.chunk-update-skipped", "gdn.truncating-store"))
+
+VLLM_GATING = ToleranceSpec(
+    "gdn.vllm-gating", "g: rtol 16 u32 + atol 2 u32 max exp(A_log); beta: rtol 3 u_bf16 + 16 u32",
+    "vLLM's vectorised softplus is log(1 + exp(x)) without log1p: 1 + exp(x) rounds with absolute error "
+    "<= u32, so softplus is off by <= 2 u32 absolute (0 for x < -16.6), g by 2 u32 exp(A_log); its beta "
+    "is bf16: either 1 / (1 + exp(-b)) in bf16 arithmetic (three roundings, <= u_bf16 relative each) or an "
+    "fp32 sigmoid stored as bf16",
+    ("gdn.gates-rounded-to-bf16",))
+
+SPECS = (FP32, STATE_16BIT, BF16_OPERANDS, BF16_GEMM, GATING, UNTOUCHED, VLLM_OUTPUT, VLLM_GATING)
 
 GATING_TOL = Tolerance(0.0, 16 * U32, f"{GATING.name}: {GATING.argument}: 16 u32 relative")
 UNTOUCHED_TOL = Tolerance(0.0, 0.0, f"{UNTOUCHED.name}: {UNTOUCHED.argument}")
+
+
+def gating(inputs: dict, model: str) -> tuple[Tolerance, Tolerance]:
+    """(g tolerance, beta tolerance) of a backend of ``model``."""
+    if model != "vllm-cpu":
+        return GATING_TOL, GATING_TOL
+    atol = 2 * U32 * float(np.max(np.exp(np.asarray(inputs["A_log"], np.float64))))
+    return (Tolerance(atol, 16 * U32, f"{VLLM_GATING.name} (g)"),
+            Tolerance(0.0, 3 * UBF16 + 16 * U32, f"{VLLM_GATING.name} (beta)"))
 
 
 def longest(cell: Cell, inputs: dict) -> int:
@@ -102,7 +125,7 @@ def o_and_state(cell: Cell, inputs: dict, expected: dict, model: str,
         s_atol += 4 * u * s_max
         s_l2 = 4 * math.sqrt(R * math.sqrt(K + C) * U32 * u)
         why += f"; {STATE_16BIT.name} ({sname}, R={R})"
-    if model == "bf16-operands":
+    if model == "bf16-operands" or (model == "vllm-cpu" and cell.op == "chunked"):
         walk = math.sqrt(roundings(L, CHUNK, inputs.get("split"))) if cell.op == "chunked" else 1.0
         o_atol += 8 * UBF16 * o_max
         s_atol += 8 * UBF16 * s_max
@@ -113,5 +136,9 @@ def o_and_state(cell: Cell, inputs: dict, expected: dict, model: str,
         s_atol += 32 * UBF16 * s_max
         o_l2, s_l2 = 3 * UBF16, max(s_l2 or 0.0, 3 * UBF16)
         why += f"; {BF16_GEMM.name}"
+    if model == "vllm-cpu":
+        o_atol += UBF16 * o_max
+        o_l2 = (o_l2 or 0.0) + UBF16
+        why += f"; {VLLM_OUTPUT.name}"
     return (Tolerance(o_atol, 16 * uc * K, why, rel_l2=o_l2),
             Tolerance(s_atol, 16 * uc * K, why, rel_l2=s_l2))

@@ -63,7 +63,7 @@ def valid_decode(combo: dict) -> bool:
 
 
 def corners(tier: str) -> list[Cell]:
-    """Named corners: the FlyDSL shapes (GQA-6 MiniMax, GQA-8/16 Qwen), block edges, D=64, and in
+    """Named corners: the FlyDSL shapes (GQA-6 MiniMax, GQA-8/16 Qwen), block edges, D=64, D=256, and in
     the full tier the upstream FlyDSL test matrix (54 cells)."""
     out = [
         decode_cell("decode", "turboquant_4bit_nc", "soa", (4, 6), 16, (33, 16, 1, 32), "hadamard", False),
@@ -72,6 +72,12 @@ def corners(tier: str) -> list[Cell]:
         decode_cell("store_decode", "turboquant_3bit_nc", "soa", (4, 6), 64, (63, 64, 65), "random", True),
         decode_cell("decode", "turboquant_k3v4_nc", "aos", (2, 4), 16, (40, 9), "random", False, D=64),
         store_cell("turboquant_4bit_nc", "soa", 4, 16, 40, "random", D=64),
+        # D=256: Qwen3-Next's full-attention head size (2 KV heads, 16 query heads)
+        store_cell("turboquant_4bit_nc", "soa", 2, 16, 9, "hadamard", D=256),
+        store_cell("turboquant_k3v4_nc", "aos", 2, 32, 5, "random", D=256),
+        decode_cell("decode", "turboquant_4bit_nc", "soa", (2, 8), 16, (33, 17), "hadamard", False, D=256),
+        decode_cell("decode", "turboquant_3bit_nc", "aos", (2, 8), 32, (20, 1), "random", True, D=256),
+        decode_cell("store_decode", "turboquant_k8v4", "soa", (2, 8), 16, (9, 16), "none", True, D=256),
     ]
     if tier == "ci":
         out.append(decode_cell("decode", "turboquant_4bit_nc", "soa", (8, 8), 16, (256,), "hadamard", False))

