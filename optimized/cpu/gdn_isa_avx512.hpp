@@ -169,6 +169,41 @@ struct Avx512Isa {
         else block_update_n<SD, 8>(src, lds, dst, ldd, K, alpha, k, u, q, w, o, next);
     }
 
+    // exp(x) = 2^n exp(r), n = round(x log2 e), r = x - n ln 2 (two-part ln 2), exp(r) by the
+    // degree-7 Cephes polynomial; x clamped to [-104, 88.7] (below: 0 or a denormal, as expf).
+    static __m512 exp16(__m512 x) {
+        x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.7f)), _mm512_set1_ps(-104.0f));
+        const __m512 n = _mm512_maskz_roundscale_ps(0xFFFF, _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+        r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+        __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+        p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+        return _mm512_maskz_scalef_ps(0xFFFF, p, n);
+    }
+
+    static void exp_row(const float* x, float* y, int64_t n) {
+        for (int64_t i = 0; i < n; i += 16) {
+            const __mmask16 m = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1u);
+            _mm512_mask_storeu_ps(y + i, m, exp16(_mm512_maskz_loadu_ps(m, x + i)));
+        }
+    }
+
+    static void round_bf16(float* x, int64_t n) {
+        int64_t i = 0;
+        for (; i + 16 <= n; i += 16) {
+            __m256bh h = _mm512_cvtneps_pbh(_mm512_loadu_ps(x + i));
+            const __m512i w = _mm512_cvtepu16_epi32(reinterpret_cast<__m256i&>(h));
+            _mm512_storeu_ps(x + i, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
+        }
+        for (; i < n; ++i) x[i] = bf16_to_f32(f32_to_bf16(x[i]));
+    }
+
     static void pack_a(const float* src, int64_t lds, int M, int Kd, uint16_t* dst) {
         for (int i = 0; i < M; ++i) store_row(src + i * lds, dst + int64_t(i) * Kd, DType::BF16, Kd);
     }

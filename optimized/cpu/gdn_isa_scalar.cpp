@@ -65,6 +65,14 @@ struct ScalarIsa {
         }
     }
 
+    static void exp_row(const float* x, float* y, int64_t n) {
+        for (int64_t i = 0; i < n; ++i) y[i] = std::exp(x[i]);
+    }
+
+    static void round_bf16(float* x, int64_t n) {
+        for (int64_t i = 0; i < n; ++i) x[i] = bf16_to_f32(f32_to_bf16(x[i]));
+    }
+
     static void pack_a(const float* src, int64_t lds, int M, int Kd, uint16_t* dst) {
         for (int i = 0; i < M; ++i)
             for (int k = 0; k < Kd; ++k) dst[int64_t(i) * Kd + k] = f32_to_bf16(src[i * lds + k]);

@@ -14,6 +14,8 @@
 //   pack_b(src, lds, Kd, N, uint16_t* dst)      fp32 [Kd, N] -> bf16 pair-interleaved [Kd/2][N][2]
 //   gemm(M, N, Kd, A, B, float* C, ldc, acc)    C (+)= A B with bf16 A, B and fp32 accumulation;
 //                                               M, N, Kd multiples of 32
+//   exp_row(x, y, n)                            y = exp(x) in fp32 (y may be x), within 2 ulp
+//   round_bf16(x, n)                            x <- rd(x): rounded to bf16 (nearest even), kept fp32
 //
 // Rounding model. Decode and spec decode compute in fp32 and round the state to SD after
 // every token (the output uses the unrounded fp32 state). Chunked prefill computes in fp32,
@@ -208,17 +210,17 @@ template <class P> void spec_decode(const DecodeArgs& A) { run_decode_like<P, Sp
 
 // Buffers of one (sequence, value head) task; C = kChunk rows, fp32 unless named *_bf.
 struct ChunkBuffers {
-    float *S, *q, *k, *v, *G, *beta, *D, *KK, *QK, *T, *X, *Y, *W, *U, *Vn, *Qg, *O, *KdT;
+    float *S, *q, *k, *v, *G, *eG, *eL, *beta, *x, *KK, *QK, *T, *X, *Y, *W, *U, *Vn, *O;
     uint16_t *Ka_bf, *KbT_bf, *Qa_bf, *Ta_bf, *Xb_bf, *Yb_bf, *Sb_bf, *Wa_bf, *Qga_bf, *Pa_bf,
-        *Vb_bf, *KdT_bf;
+        *Vb_bf, *Kd_bf, *KdT_bf;
 
     static int64_t floats(int64_t K, int64_t V) {
         const int64_t C = kChunk;
-        return K * V + 6 * C * K + 5 * C * V + 4 * C * C + 2 * C;  // S; q k X W Qg KdT; v Y U Vn O; D KK QK T; G beta
+        return K * V + 4 * C * K + 6 * C * V + 3 * C * C + 5 * C;  // S; q k X W; v Y U Vn O x(=C*V); KK QK T; G eG eL beta pad
     }
     static int64_t halves(int64_t K, int64_t V) {
         const int64_t C = kChunk;
-        return 7 * C * K + 2 * C * V + 2 * C * C + K * V;  // Ka KbT Qa Xb Wa Qga KdT; Yb Vb; Ta Pa; Sb
+        return 8 * C * K + 2 * C * V + 2 * C * C + K * V;  // Ka KbT Qa Xb Wa Qga Kd KdT; Yb Vb; Ta Pa; Sb
     }
     static int64_t bytes(int64_t K, int64_t V) { return floats(K, V) * 4 + halves(K, V) * 2; }
 
@@ -227,23 +229,25 @@ struct ChunkBuffers {
         float* f = reinterpret_cast<float*>(base);
         auto take = [&f](int64_t n) { float* p = f; f += n; return p; };
         S = take(K * V); q = take(C * K); k = take(C * K); v = take(C * V);
-        G = take(C); beta = take(C); D = take(C * C); KK = take(C * C); QK = take(C * C);
-        T = take(C * C); X = take(C * K); Y = take(C * V); W = take(C * K); U = take(C * V);
-        Vn = take(C * V); Qg = take(C * K); O = take(C * V); KdT = take(K * C);
+        G = take(C); eG = take(C); eL = take(C); beta = take(C); x = take(C * V + C);
+        KK = take(C * C); QK = take(C * C); T = take(C * C); X = take(C * K); Y = take(C * V);
+        W = take(C * K); U = take(C * V); Vn = take(C * V); O = take(C * V);
         uint16_t* h = reinterpret_cast<uint16_t*>(f);
         auto half = [&h](int64_t n) { uint16_t* p = h; h += n; return p; };
         Ka_bf = half(C * K); KbT_bf = half(K * C); Qa_bf = half(C * K); Ta_bf = half(C * C);
         Xb_bf = half(C * K); Yb_bf = half(C * V); Sb_bf = half(K * V); Wa_bf = half(C * K);
-        Qga_bf = half(C * K); Pa_bf = half(C * C); Vb_bf = half(C * V); KdT_bf = half(K * C);
+        Qga_bf = half(C * K); Pa_bf = half(C * C); Vb_bf = half(C * V); Kd_bf = half(C * K); KdT_bf = half(K * C);
     }
 };
 
-// src: bf16 row-major [R][C2] (pairs along C2) -> pair-interleaved layout of src^T: [C2/2][R][2].
+// Pairs of bf16 as 32-bit words: src [R][P2] words -> dst [P2][R] words (the pair-interleaved
+// layout of the transpose, as the GEMMs' B operand wants it, and back).
 inline void transpose_pairs(const uint16_t* src, int64_t R, int64_t C2, uint16_t* dst) {
     const int64_t P2 = C2 / 2;
-    for (int64_t r = 0; r < R; ++r)
-        for (int64_t p = 0; p < P2; ++p)
-            std::memcpy(dst + (p * R + r) * 2, src + (r * P2 + p) * 2, 4);
+    const uint32_t* s = reinterpret_cast<const uint32_t*>(src);
+    uint32_t* d = reinterpret_cast<uint32_t*>(dst);
+    for (int64_t p = 0; p < P2; ++p)
+        for (int64_t r = 0; r < R; ++r) d[p * R + r] = s[r * P2 + p];
 }
 
 struct ChunkCtx {
@@ -251,13 +255,9 @@ struct ChunkCtx {
     const Scratch* scratch;
 };
 
-// x <- rd(x): fp32 values rounded to bf16 (nearest even), kept as fp32.
-inline void round_bf16(float* x, int64_t n) {
-    for (int64_t i = 0; i < n; ++i) x[i] = bf16_to_f32(f32_to_bf16(x[i]));
-}
-
-// Loads chunk rows [c0, c0 + L) of sequence tokens into B (rows L..C-1 zero), and the
-// chunk-local cumulative decay G (padded rows repeat G[L-1]).
+// Loads chunk rows [c0, c0 + L) of sequence tokens into B (rows L..C-1 zero; q, k normalised and
+// rounded to bf16 values), the chunk-local cumulative decay G (padded rows repeat G[L-1]),
+// eG = exp(G) and eL = exp(G[L-1] - G) (zero on padded rows).
 template <class P>
 void load_chunk(const ChunkArgs& A, ChunkBuffers& B, int64_t c0, int64_t L, int64_t hv) {
     const int64_t C = kChunk, K = A.K, V = A.V, h = hv / (A.HV / A.H);
@@ -278,10 +278,62 @@ void load_chunk(const ChunkArgs& A, ChunkBuffers& B, int64_t c0, int64_t L, int6
         }
         B.G[i] = cum;
     }
-    for (int64_t i = 0; i < C; ++i)
-        for (int64_t j = 0; j < C; ++j) B.D[i * C + j] = j <= i ? std::exp(B.G[i] - B.G[j]) : 0.0f;
-    round_bf16(B.q, C * K);
-    round_bf16(B.k, C * K);
+    P::round_bf16(B.q, C * K);
+    P::round_bf16(B.k, C * K);
+    P::exp_row(B.G, B.eG, C);
+    for (int64_t i = 0; i < C; ++i) B.x[i] = B.G[L - 1] - B.G[i];
+    P::exp_row(B.x, B.eL, C);
+    for (int64_t i = L; i < C; ++i) B.eL[i] = 0.0f;
+}
+
+// Row i of the decay mask times the products: KK[i, j] <- rd(beta_i KK[i, j] D[i, j]) for j < i,
+// QK[i, j] <- QK[i, j] D[i, j] for j <= i, zero above, with D[i, j] = exp(G_i - G_j) (computed
+// directly, never as a ratio of exponentials).
+template <class P>
+void decay_rows(ChunkBuffers& B) {
+    constexpr int C = kChunk;
+    float* d = B.x;
+    for (int i = 0; i < C; ++i) {
+        for (int j = 0; j < C; ++j) d[j] = j <= i ? B.G[i] - B.G[j] : -200.0f;  // exp(-200) == 0 in fp32
+        P::exp_row(d, d, C);
+        float* __restrict kk = B.KK + i * C;
+        float* __restrict qk = B.QK + i * C;
+        const float bi = B.beta[i];
+        for (int j = 0; j < C; ++j) {
+            kk[j] = j < i ? bi * kk[j] * d[j] : 0.0f;
+            qk[j] = j <= i ? qk[j] * d[j] : 0.0f;
+        }
+        P::round_bf16(kk, C);
+    }
+}
+
+// T = (I + M)^-1 by forward substitution in fp32, M = B.KK (strictly lower): row i is
+// e_i - sum_{m<i} M[i, m] T[m, :]; rows of T are zero right of the diagonal, so every row is
+// updated whole (64 wide) and the sum runs on two accumulators.
+inline void solve_unit_lower(const float* M, float* T) {
+    constexpr int C = kChunk;
+    for (int i = 0; i < C; ++i) {
+        float a0[C] = {}, a1[C] = {};
+        const float* __restrict Mi = M + i * C;
+        int m = 0;
+        for (; m + 1 < i; m += 2) {
+            const float x0 = Mi[m], x1 = Mi[m + 1];
+            const float* __restrict T0 = T + m * C;
+            const float* __restrict T1 = T0 + C;
+            for (int j = 0; j < C; ++j) {
+                a0[j] += x0 * T0[j];
+                a1[j] += x1 * T1[j];
+            }
+        }
+        if (m < i) {
+            const float x0 = Mi[m];
+            const float* __restrict T0 = T + m * C;
+            for (int j = 0; j < C; ++j) a0[j] += x0 * T0[j];
+        }
+        float* __restrict Ti = T + i * C;
+        for (int j = 0; j < C; ++j) Ti[j] = -(a0[j] + a1[j]);
+        Ti[i] = 1.0f;
+    }
 }
 
 // One chunk of one (sequence, value head): reads/updates the fp32 state B.S, writes O rows.
@@ -295,19 +347,10 @@ void chunk_step(const ChunkArgs& A, ChunkBuffers& B, int64_t c0, int64_t L, int6
     P::gemm(C, C, K, B.Ka_bf, B.KbT_bf, B.KK, C, false);
     P::pack_a(B.q, K, C, K, B.Qa_bf);
     P::gemm(C, C, K, B.Qa_bf, B.KbT_bf, B.QK, C, false);
-    // T = (I + M)^-1 by forward substitution, row i = e_i - sum_{m<i} M[i,m] T[m,:].
-    std::fill(B.T, B.T + C * C, 0.0f);
+    decay_rows<P>(B);
+    solve_unit_lower(B.KK, B.T);
     for (int i = 0; i < C; ++i) {
-        float* __restrict Ti = B.T + i * C;
-        Ti[i] = 1.0f;
-        for (int m = 0; m < i; ++m) {
-            const float mim = bf16_to_f32(f32_to_bf16(B.beta[i] * B.KK[i * C + m] * B.D[i * C + m]));
-            const float* __restrict Tm = B.T + m * C;
-            for (int j = 0; j <= m; ++j) Ti[j] -= mim * Tm[j];
-        }
-    }
-    for (int i = 0; i < C; ++i) {
-        const float bx = B.beta[i] * std::exp(B.G[i]), by = B.beta[i];
+        const float bx = B.beta[i] * B.eG[i], by = B.beta[i];
         for (int j = 0; j < K; ++j) B.X[i * K + j] = bx * B.k[i * K + j];
         for (int j = 0; j < V; ++j) B.Y[i * V + j] = by * B.v[i * V + j];
     }
@@ -320,14 +363,14 @@ void chunk_step(const ChunkArgs& A, ChunkBuffers& B, int64_t c0, int64_t L, int6
     P::pack_b(B.S, V, K, V, B.Sb_bf);
     P::pack_a(B.W, K, C, K, B.Wa_bf);
     P::gemm(C, V, K, B.Wa_bf, B.Sb_bf, B.Vn, V, false);
-    for (int64_t i = 0; i < int64_t(C) * V; ++i) B.Vn[i] = bf16_to_f32(f32_to_bf16(B.U[i])) - B.Vn[i];
-    // O = rd(qn exp(G)) rd(S) + rd(lower(QK * D)) rd(Vn).
+    P::round_bf16(B.U, int64_t(C) * V);
+    for (int64_t i = 0; i < int64_t(C) * V; ++i) B.Vn[i] = B.U[i] - B.Vn[i];
+    // O = rd(qn exp(G)) rd(S) + rd(lower(qn kn^T D)) rd(Vn).
     for (int i = 0; i < C; ++i) {
-        const float e = std::exp(B.G[i]);
-        for (int j = 0; j < K; ++j) B.Qg[i * K + j] = e * B.q[i * K + j];
-        for (int j = 0; j < C; ++j) B.QK[i * C + j] *= B.D[i * C + j];  // D is zero above the diagonal
+        const float e = B.eG[i];
+        for (int j = 0; j < K; ++j) B.X[i * K + j] = e * B.q[i * K + j];
     }
-    P::pack_a(B.Qg, K, C, K, B.Qga_bf);
+    P::pack_a(B.X, K, C, K, B.Qga_bf);
     P::gemm(C, V, K, B.Qga_bf, B.Sb_bf, B.O, V, false);
     P::pack_a(B.QK, C, C, C, B.Pa_bf);
     P::pack_b(B.Vn, V, C, V, B.Vb_bf);
@@ -336,15 +379,16 @@ void chunk_step(const ChunkArgs& A, ChunkBuffers& B, int64_t c0, int64_t L, int6
     for (int64_t i = 0; i < L; ++i)
         P::store_row(B.O + i * V, static_cast<char*>(A.out) + ((c0 + i) * A.HV + hv) * V * eo,
                      A.out_dt, V);
-    // State: S = exp(G_last) S + rd((kn exp(G_last - G))^T) rd(Vn).
-    const float gl = B.G[L - 1];
+    // State: S = exp(G_last) S + rd((kn exp(G_last - G))^T) rd(Vn); the A operand is the pair
+    // transpose of the pair-interleaved rows kn exp(G_last - G).
     for (int i = 0; i < C; ++i) {
-        const float e = i < L ? std::exp(gl - B.G[i]) : 0.0f;
-        for (int j = 0; j < K; ++j) B.KdT[j * C + i] = e * B.k[i * K + j];
+        const float e = B.eL[i];
+        for (int j = 0; j < K; ++j) B.X[i * K + j] = e * B.k[i * K + j];
     }
-    const float el = std::exp(gl);
+    P::pack_b(B.X, K, C, K, B.Kd_bf);
+    transpose_pairs(B.Kd_bf, C / 2, 2 * K, B.KdT_bf);
+    const float el = B.eG[L - 1];
     for (int64_t i = 0; i < int64_t(K) * V; ++i) B.S[i] *= el;
-    P::pack_a(B.KdT, C, K, C, B.KdT_bf);
     P::gemm(K, V, C, B.KdT_bf, B.Vb_bf, B.S, V, true);
 }
 
