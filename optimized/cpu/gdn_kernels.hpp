@@ -208,30 +208,32 @@ template <class P> void spec_decode(const DecodeArgs& A) { run_decode_like<P, Sp
 // ---------------------------------------------------------------------------------------------
 // Chunked prefill.
 
-// Buffers of one (sequence, value head) task; C = kChunk rows, fp32 unless named *_bf.
+// Buffers of one (sequence, key head) task, whose `group` = HV / H value heads share the key
+// rows; C = kChunk rows, fp32 unless named *_bf. Per key head and chunk: q, k, KK, QK and their
+// bf16 packs; per value head (reused in turn): the rest; S holds the group's fp32 states.
 struct ChunkBuffers {
-    float *S, *q, *k, *v, *G, *eG, *eL, *beta, *x, *KK, *QK, *T, *X, *Y, *W, *U, *Vn, *O;
+    float *q, *k, *KK, *QK, *v, *G, *eG, *eL, *beta, *x, *M, *P, *T, *X, *Y, *W, *U, *Vn, *O, *S;
     uint16_t *Ka_bf, *KbT_bf, *Qa_bf, *Ta_bf, *Xb_bf, *Yb_bf, *Sb_bf, *Wa_bf, *Qga_bf, *Pa_bf,
         *Vb_bf, *Kd_bf, *KdT_bf;
 
-    static int64_t floats(int64_t K, int64_t V) {
+    static int64_t floats(int64_t K, int64_t V, int64_t group) {
         const int64_t C = kChunk;
-        return K * V + 4 * C * K + 6 * C * V + 3 * C * C + 5 * C;  // S; q k X W; v Y U Vn O x(=C*V); KK QK T; G eG eL beta pad
+        return group * K * V + 4 * C * K + 6 * C * V + 5 * C * C + 5 * C;  // S; q k X W; v Y U Vn O x; KK QK M P T; G eG eL beta, x tail
     }
     static int64_t halves(int64_t K, int64_t V) {
         const int64_t C = kChunk;
         return 8 * C * K + 2 * C * V + 2 * C * C + K * V;  // Ka KbT Qa Xb Wa Qga Kd KdT; Yb Vb; Ta Pa; Sb
     }
-    static int64_t bytes(int64_t K, int64_t V) { return floats(K, V) * 4 + halves(K, V) * 2; }
+    static int64_t bytes(int64_t K, int64_t V, int64_t group) { return floats(K, V, group) * 4 + halves(K, V) * 2; }
 
-    ChunkBuffers(char* base, int64_t K, int64_t V) {
+    ChunkBuffers(char* base, int64_t K, int64_t V, int64_t group) {
         const int64_t C = kChunk;
         float* f = reinterpret_cast<float*>(base);
         auto take = [&f](int64_t n) { float* p = f; f += n; return p; };
-        S = take(K * V); q = take(C * K); k = take(C * K); v = take(C * V);
+        q = take(C * K); k = take(C * K); KK = take(C * C); QK = take(C * C); v = take(C * V);
         G = take(C); eG = take(C); eL = take(C); beta = take(C); x = take(C * V + C);
-        KK = take(C * C); QK = take(C * C); T = take(C * C); X = take(C * K); Y = take(C * V);
-        W = take(C * K); U = take(C * V); Vn = take(C * V); O = take(C * V);
+        M = take(C * C); P = take(C * C); T = take(C * C); X = take(C * K); Y = take(C * V);
+        W = take(C * K); U = take(C * V); Vn = take(C * V); O = take(C * V); S = take(group * K * V);
         uint16_t* h = reinterpret_cast<uint16_t*>(f);
         auto half = [&h](int64_t n) { uint16_t* p = h; h += n; return p; };
         Ka_bf = half(C * K); KbT_bf = half(K * C); Qa_bf = half(C * K); Ta_bf = half(C * C);
@@ -255,59 +257,98 @@ struct ChunkCtx {
     const Scratch* scratch;
 };
 
-// Loads chunk rows [c0, c0 + L) of sequence tokens into B (rows L..C-1 zero; q, k normalised and
-// rounded to bf16 values), the chunk-local cumulative decay G (padded rows repeat G[L-1]),
-// eG = exp(G) and eL = exp(G[L-1] - G) (zero on padded rows).
+// Prefetch to L2 of the q, k rows of key head h and the v rows, g and beta entries of its value
+// heads for tokens [t0, t1): consecutive tokens are a page or more apart, which the hardware
+// prefetchers do not follow.
+inline void prefetch_tokens(const ChunkArgs& A, int64_t t0, int64_t t1, int64_t h) {
+    const int64_t group = A.HV / A.H, hv0 = h * group;
+    const int64_t qk_bytes = A.K * dtype_bytes(A.q.dt), v_bytes = group * A.V * dtype_bytes(A.v.dt);
+    for (int64_t t = t0; t < t1; ++t) {
+        const char* q = static_cast<const char*>(elem(A.q, (t * A.H + h) * A.K));
+        const char* k = static_cast<const char*>(elem(A.k, (t * A.H + h) * A.K));
+        const char* v = static_cast<const char*>(elem(A.v, (t * A.HV + hv0) * A.V));
+        for (int64_t b = 0; b < qk_bytes; b += 64) {
+            __builtin_prefetch(q + b, 0, 2);
+            __builtin_prefetch(k + b, 0, 2);
+        }
+        for (int64_t b = 0; b < v_bytes; b += 64) __builtin_prefetch(v + b, 0, 2);
+        __builtin_prefetch(elem(A.g, t * A.HV + hv0), 0, 2);
+        __builtin_prefetch(elem(A.beta, t * A.HV + hv0), 0, 2);
+    }
+}
+
+// Key-head part of chunk rows [c0, c0 + L) (rows L..C-1 zero): q, k normalised and rounded to
+// bf16 values, their packs, KK = kn kn^T and QK = qn kn^T.
 template <class P>
-void load_chunk(const ChunkArgs& A, ChunkBuffers& B, int64_t c0, int64_t L, int64_t hv) {
-    const int64_t C = kChunk, K = A.K, V = A.V, h = hv / (A.HV / A.H);
-    float cum = 0.0f;
+void load_keys(const ChunkArgs& A, ChunkBuffers& B, int64_t c0, int64_t L, int64_t h) {
+    const int C = kChunk, K = int(A.K);
     for (int64_t i = 0; i < C; ++i) {
         if (i < L) {
             const int64_t t = c0 + i;
             load_normalized<P>(A.q, (t * A.H + h) * K, K, A.l2norm, A.eps, A.scale, B.q + i * K);
             load_normalized<P>(A.k, (t * A.H + h) * K, K, A.l2norm, A.eps, 1.0f, B.k + i * K);
+        } else {
+            std::fill(B.q + i * K, B.q + (i + 1) * K, 0.0f);
+            std::fill(B.k + i * K, B.k + (i + 1) * K, 0.0f);
+        }
+    }
+    P::round_bf16(B.q, int64_t(C) * K);
+    P::round_bf16(B.k, int64_t(C) * K);
+    P::pack_a(B.k, K, C, K, B.Ka_bf);
+    transpose_pairs(B.Ka_bf, C, K, B.KbT_bf);
+    P::gemm(C, C, K, B.Ka_bf, B.KbT_bf, B.KK, C, false);
+    P::pack_a(B.q, K, C, K, B.Qa_bf);
+    P::gemm(C, C, K, B.Qa_bf, B.KbT_bf, B.QK, C, false);
+}
+
+// Value-head part: v rows, beta, the chunk-local cumulative decay G (padded rows repeat G[L-1]),
+// eG = exp(G) and eL = exp(G[L-1] - G) (zero on padded rows).
+template <class P>
+void load_values(const ChunkArgs& A, ChunkBuffers& B, int64_t c0, int64_t L, int64_t hv) {
+    const int64_t C = kChunk, V = A.V;
+    float cum = 0.0f;
+    for (int64_t i = 0; i < C; ++i) {
+        if (i < L) {
+            const int64_t t = c0 + i;
             P::load_row(elem(A.v, (t * A.HV + hv) * V), A.v.dt, B.v + i * V, V);
             cum += load_scalar(A.g.p, A.g.dt, t * A.HV + hv);
             B.beta[i] = load_scalar(A.beta.p, A.beta.dt, t * A.HV + hv);
         } else {
-            std::fill(B.q + i * K, B.q + (i + 1) * K, 0.0f);
-            std::fill(B.k + i * K, B.k + (i + 1) * K, 0.0f);
             std::fill(B.v + i * V, B.v + (i + 1) * V, 0.0f);
             B.beta[i] = 0.0f;
         }
         B.G[i] = cum;
     }
-    P::round_bf16(B.q, C * K);
-    P::round_bf16(B.k, C * K);
     P::exp_row(B.G, B.eG, C);
     for (int64_t i = 0; i < C; ++i) B.x[i] = B.G[L - 1] - B.G[i];
     P::exp_row(B.x, B.eL, C);
     for (int64_t i = L; i < C; ++i) B.eL[i] = 0.0f;
 }
 
-// Row i of the decay mask times the products: KK[i, j] <- rd(beta_i KK[i, j] D[i, j]) for j < i,
-// QK[i, j] <- QK[i, j] D[i, j] for j <= i, zero above, with D[i, j] = exp(G_i - G_j) (computed
-// directly, never as a ratio of exponentials).
+// Decay mask rows: M[i, j] = rd(beta_i KK[i, j] D[i, j]) for j < i and P[i, j] = QK[i, j] D[i, j]
+// for j <= i, zero above, with D[i, j] = exp(G_i - G_j) (computed directly, never as a ratio of
+// exponentials).
 template <class P>
 void decay_rows(ChunkBuffers& B) {
     constexpr int C = kChunk;
     float* d = B.x;
     for (int i = 0; i < C; ++i) {
-        for (int j = 0; j < C; ++j) d[j] = j <= i ? B.G[i] - B.G[j] : -200.0f;  // exp(-200) == 0 in fp32
+        for (int j = 0; j < C; ++j) d[j] = j <= i ? B.G[i] - B.G[j] : -200.0f;
         P::exp_row(d, d, C);
-        float* __restrict kk = B.KK + i * C;
-        float* __restrict qk = B.QK + i * C;
+        const float* __restrict kk = B.KK + i * C;
+        const float* __restrict qk = B.QK + i * C;
+        float* __restrict m = B.M + i * C;
+        float* __restrict p = B.P + i * C;
         const float bi = B.beta[i];
         for (int j = 0; j < C; ++j) {
-            kk[j] = j < i ? bi * kk[j] * d[j] : 0.0f;
-            qk[j] = j <= i ? qk[j] * d[j] : 0.0f;
+            m[j] = j < i ? bi * kk[j] * d[j] : 0.0f;
+            p[j] = j <= i ? qk[j] * d[j] : 0.0f;
         }
-        P::round_bf16(kk, C);
+        P::round_bf16(m, C);
     }
 }
 
-// T = (I + M)^-1 by forward substitution in fp32, M = B.KK (strictly lower): row i is
+// T = (I + M)^-1 by forward substitution in fp32, M strictly lower: row i is
 // e_i - sum_{m<i} M[i, m] T[m, :]; rows of T are zero right of the diagonal, so every row is
 // updated whole (64 wide) and the sum runs on two accumulators.
 inline void solve_unit_lower(const float* M, float* T) {
@@ -336,19 +377,14 @@ inline void solve_unit_lower(const float* M, float* T) {
     }
 }
 
-// One chunk of one (sequence, value head): reads/updates the fp32 state B.S, writes O rows.
+// One chunk of value head hv (load_keys done for its key head): reads/updates the fp32 state S,
+// writes O rows.
 template <class P>
-void chunk_step(const ChunkArgs& A, ChunkBuffers& B, int64_t c0, int64_t L, int64_t hv) {
+void chunk_step(const ChunkArgs& A, ChunkBuffers& B, float* S, int64_t c0, int64_t L, int64_t hv) {
     const int C = kChunk, K = int(A.K), V = int(A.V);
-    load_chunk<P>(A, B, c0, L, hv);
-    // Intra-chunk: KK = kn kn^T, QK = qn kn^T (kn, qn are bf16 values already).
-    P::pack_a(B.k, K, C, K, B.Ka_bf);
-    transpose_pairs(B.Ka_bf, C, K, B.KbT_bf);
-    P::gemm(C, C, K, B.Ka_bf, B.KbT_bf, B.KK, C, false);
-    P::pack_a(B.q, K, C, K, B.Qa_bf);
-    P::gemm(C, C, K, B.Qa_bf, B.KbT_bf, B.QK, C, false);
+    load_values<P>(A, B, c0, L, hv);
     decay_rows<P>(B);
-    solve_unit_lower(B.KK, B.T);
+    solve_unit_lower(B.M, B.T);
     for (int i = 0; i < C; ++i) {
         const float bx = B.beta[i] * B.eG[i], by = B.beta[i];
         for (int j = 0; j < K; ++j) B.X[i * K + j] = bx * B.k[i * K + j];
@@ -360,7 +396,7 @@ void chunk_step(const ChunkArgs& A, ChunkBuffers& B, int64_t c0, int64_t L, int6
     P::gemm(C, K, C, B.Ta_bf, B.Xb_bf, B.W, K, false);
     P::gemm(C, V, C, B.Ta_bf, B.Yb_bf, B.U, V, false);
     // Inter-chunk: Vn = U - rd(W) rd(S), with U a bf16 value (Vn is rounded by pack_b below).
-    P::pack_b(B.S, V, K, V, B.Sb_bf);
+    P::pack_b(S, V, K, V, B.Sb_bf);
     P::pack_a(B.W, K, C, K, B.Wa_bf);
     P::gemm(C, V, K, B.Wa_bf, B.Sb_bf, B.Vn, V, false);
     P::round_bf16(B.U, int64_t(C) * V);
@@ -372,7 +408,7 @@ void chunk_step(const ChunkArgs& A, ChunkBuffers& B, int64_t c0, int64_t L, int6
     }
     P::pack_a(B.X, K, C, K, B.Qga_bf);
     P::gemm(C, V, K, B.Qga_bf, B.Sb_bf, B.O, V, false);
-    P::pack_a(B.QK, C, C, C, B.Pa_bf);
+    P::pack_a(B.P, C, C, C, B.Pa_bf);
     P::pack_b(B.Vn, V, C, V, B.Vb_bf);
     P::gemm(C, V, C, B.Pa_bf, B.Vb_bf, B.O, V, true);
     const int eo = dtype_bytes(A.out_dt);
@@ -388,37 +424,46 @@ void chunk_step(const ChunkArgs& A, ChunkBuffers& B, int64_t c0, int64_t L, int6
     P::pack_b(B.X, K, C, K, B.Kd_bf);
     transpose_pairs(B.Kd_bf, C / 2, 2 * K, B.KdT_bf);
     const float el = B.eG[L - 1];
-    for (int64_t i = 0; i < int64_t(K) * V; ++i) B.S[i] *= el;
-    P::gemm(K, V, C, B.KdT_bf, B.Vb_bf, B.S, V, true);
+    for (int64_t i = 0; i < int64_t(K) * V; ++i) S[i] *= el;
+    P::gemm(K, V, C, B.KdT_bf, B.Vb_bf, S, V, true);
 }
 
+// One (sequence, key head): its value heads' states stay in B.S (fp32) across the chunks.
 template <class P, DType SD>
 void chunk_item(void* ctx, int64_t item, int tid) {
     const auto& c = *static_cast<ChunkCtx*>(ctx);
     const ChunkArgs& A = *c.args;
-    const int64_t n = item / A.HV, hv = item % A.HV;
+    const int64_t group = A.HV / A.H, n = item / A.H, h = item % A.H;
     const int64_t slot = A.indices[n];
     const int64_t t0 = A.cu_seqlens[n], t1 = A.cu_seqlens[n + 1];
     if (slot < 0) return;
-    ChunkBuffers B(c.scratch->at(tid), A.K, A.V);
-    void* st = state_row(A.state, slot, hv * A.K * A.V);
+    ChunkBuffers B(c.scratch->at(tid), A.K, A.V, group);
     const int64_t KV = A.K * A.V;
-    P::load_row(st, SD, B.S, KV);
+    auto state = [&](int64_t g) { return state_row(A.state, slot, (h * group + g) * KV); };
+    for (int64_t g = 0; g < group; ++g) P::load_row(state(g), SD, B.S + g * KV, KV);
+    prefetch_tokens(A, t0, std::min<int64_t>(t0 + kChunk, t1), h);
     for (int64_t c0 = t0; c0 < t1; c0 += kChunk) {
-        chunk_step<P>(A, B, c0, std::min<int64_t>(kChunk, t1 - c0), hv);
-        if (SD != DType::F32) {  // write-back point: round the state, carry on from the rounded one
-            P::store_row(B.S, st, SD, KV);
-            P::load_row(st, SD, B.S, KV);
+        const int64_t L = std::min<int64_t>(kChunk, t1 - c0);
+        prefetch_tokens(A, c0 + L, std::min<int64_t>(c0 + L + kChunk, t1), h);  // the next chunk
+        load_keys<P>(A, B, c0, L, h);
+        for (int64_t g = 0; g < group; ++g) {
+            float* S = B.S + g * KV;
+            chunk_step<P>(A, B, S, c0, L, h * group + g);
+            if (SD != DType::F32) {  // write-back point: round the state, carry on from the rounded one
+                P::store_row(S, state(g), SD, KV);
+                P::load_row(state(g), SD, S, KV);
+            }
         }
     }
-    if (SD == DType::F32) std::memcpy(st, B.S, size_t(KV) * 4);
+    if (SD == DType::F32)
+        for (int64_t g = 0; g < group; ++g) std::memcpy(state(g), B.S + g * KV, size_t(KV) * 4);
 }
 
 template <class P>
 void chunk_prefill(const ChunkArgs& A) {
-    Scratch scratch(A.num_threads, ChunkBuffers::bytes(A.K, A.V));
+    Scratch scratch(A.num_threads, ChunkBuffers::bytes(A.K, A.V, A.HV / A.H));
     ChunkCtx ctx{&A, &scratch};
-    const int64_t items = A.N * A.HV;
+    const int64_t items = A.N * A.H;
     switch (A.state.dt) {
         case DType::F32: parallel_for(items, A.num_threads, &ctx, chunk_item<P, DType::F32>); break;
         case DType::BF16: parallel_for(items, A.num_threads, &ctx, chunk_item<P, DType::BF16>); break;
