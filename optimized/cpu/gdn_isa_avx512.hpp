@@ -204,27 +204,53 @@ struct Avx512Isa {
         for (; i < n; ++i) x[i] = bf16_to_f32(f32_to_bf16(x[i]));
     }
 
-    static void pack_a(const float* src, int64_t lds, int M, int Kd, uint16_t* dst) {
-        for (int i = 0; i < M; ++i) store_row(src + i * lds, dst + int64_t(i) * Kd, DType::BF16, Kd);
+    // dst[i][k] = rd(scale[i] src[i][k]) (scale null: 1).
+    static void pack_a(const float* src, int64_t lds, int M, int Kd, uint16_t* dst, const float* scale = nullptr) {
+        for (int i = 0; i < M; ++i) {
+            const float* r = src + i * lds;
+            uint16_t* d = dst + int64_t(i) * Kd;
+            const __m512 sv = _mm512_set1_ps(scale ? scale[i] : 1.0f);
+            int k = 0;
+            for (; k + 32 <= Kd; k += 32) {
+                __m512bh h = _mm512_cvtne2ps_pbh(_mm512_mul_ps(sv, _mm512_loadu_ps(r + k + 16)),
+                                                 _mm512_mul_ps(sv, _mm512_loadu_ps(r + k)));
+                _mm512_storeu_si512(d + k, reinterpret_cast<__m512i&>(h));
+            }
+            for (; k < Kd; ++k) d[k] = f32_to_bf16((scale ? scale[i] : 1.0f) * r[k]);
+        }
     }
 
-    // Rows k, k+1 of src become interleaved pairs: one vcvtne2ps2bf16 and one word permute
-    // per 16 columns. Kd is even.
-    static void pack_b(const float* src, int64_t lds, int Kd, int N, uint16_t* dst) {
+    // Rows k, k+1 of src (times scale[k], scale[k + 1]; null: 1) become interleaved pairs: one
+    // vcvtne2ps2bf16 and one word permute per 16 columns; then, with rescale, src *= rescale
+    // in the same pass. Kd is even.
+    static void pack_b(float* src, int64_t lds, int Kd, int N, uint16_t* dst, const float* scale = nullptr,
+                       const float* rescale = nullptr) {
         const __m512i inter = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
                                                23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+        const __m512 rv = _mm512_set1_ps(rescale ? *rescale : 1.0f);
         for (int k = 0; k < Kd; k += 2) {
-            const float* r0 = src + k * lds;
-            const float* r1 = r0 + lds;
+            float* r0 = src + k * lds;
+            float* r1 = r0 + lds;
+            const float s0 = scale ? scale[k] : 1.0f, s1 = scale ? scale[k + 1] : 1.0f;
+            const __m512 sv0 = _mm512_set1_ps(s0), sv1 = _mm512_set1_ps(s1);
             uint16_t* d = dst + int64_t(k / 2) * N * 2;
             int j = 0;
             for (; j + 16 <= N; j += 16) {
-                __m512bh both = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(r1 + j), _mm512_loadu_ps(r0 + j));
+                const __m512 a = _mm512_loadu_ps(r0 + j), b = _mm512_loadu_ps(r1 + j);
+                __m512bh both = _mm512_cvtne2ps_pbh(_mm512_mul_ps(sv1, b), _mm512_mul_ps(sv0, a));
                 _mm512_storeu_si512(d + j * 2, _mm512_permutexvar_epi16(inter, reinterpret_cast<__m512i&>(both)));
+                if (rescale) {
+                    _mm512_storeu_ps(r0 + j, _mm512_mul_ps(rv, a));
+                    _mm512_storeu_ps(r1 + j, _mm512_mul_ps(rv, b));
+                }
             }
             for (; j < N; ++j) {
-                d[j * 2] = f32_to_bf16(r0[j]);
-                d[j * 2 + 1] = f32_to_bf16(r1[j]);
+                d[j * 2] = f32_to_bf16(s0 * r0[j]);
+                d[j * 2 + 1] = f32_to_bf16(s1 * r1[j]);
+                if (rescale) {
+                    r0[j] *= *rescale;
+                    r1[j] *= *rescale;
+                }
             }
         }
     }

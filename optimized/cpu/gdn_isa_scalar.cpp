@@ -73,15 +73,22 @@ struct ScalarIsa {
         for (int64_t i = 0; i < n; ++i) x[i] = bf16_to_f32(f32_to_bf16(x[i]));
     }
 
-    static void pack_a(const float* src, int64_t lds, int M, int Kd, uint16_t* dst) {
-        for (int i = 0; i < M; ++i)
-            for (int k = 0; k < Kd; ++k) dst[int64_t(i) * Kd + k] = f32_to_bf16(src[i * lds + k]);
+    static void pack_a(const float* src, int64_t lds, int M, int Kd, uint16_t* dst, const float* scale = nullptr) {
+        for (int i = 0; i < M; ++i) {
+            const float si = scale ? scale[i] : 1.0f;
+            for (int k = 0; k < Kd; ++k) dst[int64_t(i) * Kd + k] = f32_to_bf16(si * src[i * lds + k]);
+        }
     }
 
-    static void pack_b(const float* src, int64_t lds, int Kd, int N, uint16_t* dst) {
-        for (int k = 0; k < Kd; ++k)
-            for (int j = 0; j < N; ++j)
-                dst[(int64_t(k / 2) * N + j) * 2 + (k & 1)] = f32_to_bf16(src[k * lds + j]);
+    static void pack_b(float* src, int64_t lds, int Kd, int N, uint16_t* dst, const float* scale = nullptr,
+                       const float* rescale = nullptr) {
+        for (int k = 0; k < Kd; ++k) {
+            const float sk = scale ? scale[k] : 1.0f;
+            for (int j = 0; j < N; ++j) {
+                dst[(int64_t(k / 2) * N + j) * 2 + (k & 1)] = f32_to_bf16(sk * src[k * lds + j]);
+                if (rescale) src[k * lds + j] *= *rescale;
+            }
+        }
     }
 
     static void gemm(int M, int N, int Kd, const uint16_t* A, const uint16_t* B, float* C,

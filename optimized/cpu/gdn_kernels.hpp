@@ -10,8 +10,12 @@
 //                                               n = alpha src[r, j] + k[r] u[j] (fp32); dst <- n
 //                                               rounded to SD (dst may be src); o[j] = sum_r n[r, j] q[r];
 //                                               prefetches the second half of next's rows
-//   pack_a(src, lds, M, Kd, uint16_t* dst)      fp32 [M, Kd] -> bf16 row-major [M][Kd]
-//   pack_b(src, lds, Kd, N, uint16_t* dst)      fp32 [Kd, N] -> bf16 pair-interleaved [Kd/2][N][2]
+//   pack_a(src, lds, M, Kd, uint16_t* dst, scale)
+//                                               fp32 [M, Kd] -> bf16 row-major [M][Kd]; row i times
+//                                               scale[i] first (in fp32) unless scale is null
+//   pack_b(src, lds, Kd, N, uint16_t* dst, scale, rescale)
+//                                               fp32 [Kd, N] -> bf16 pair-interleaved [Kd/2][N][2],
+//                                               row scales as pack_a; then src *= *rescale unless null
 //   gemm(M, N, Kd, A, B, float* C, ldc, acc)    C (+)= A B with bf16 A, B and fp32 accumulation;
 //                                               M, N, Kd multiples of 32
 //   exp_row(x, y, n)                            y = exp(x) in fp32 (y may be x), within 2 ulp
@@ -212,13 +216,13 @@ template <class P> void spec_decode(const DecodeArgs& A) { run_decode_like<P, Sp
 // rows; C = kChunk rows, fp32 unless named *_bf. Per key head and chunk: q, k, KK, QK and their
 // bf16 packs; per value head (reused in turn): the rest; S holds the group's fp32 states.
 struct ChunkBuffers {
-    float *q, *k, *KK, *QK, *v, *G, *eG, *eL, *beta, *x, *M, *P, *T, *X, *Y, *W, *U, *Vn, *O, *S;
+    float *q, *k, *KK, *QK, *v, *G, *eG, *eL, *beta, *x, *M, *P, *T, *W, *U, *Vn, *O, *S;
     uint16_t *Ka_bf, *KbT_bf, *Qa_bf, *Ta_bf, *Xb_bf, *Yb_bf, *Sb_bf, *Wa_bf, *Qga_bf, *Pa_bf,
         *Vb_bf, *Kd_bf, *KdT_bf;
 
     static int64_t floats(int64_t K, int64_t V, int64_t group) {
         const int64_t C = kChunk;
-        return group * K * V + 4 * C * K + 6 * C * V + 5 * C * C + 5 * C;  // S; q k X W; v Y U Vn O x; KK QK M P T; G eG eL beta, x tail
+        return group * K * V + 3 * C * K + 5 * C * V + 5 * C * C + 5 * C;  // S; q k W; v U Vn O x; KK QK M P T; G eG eL beta, x tail
     }
     static int64_t halves(int64_t K, int64_t V) {
         const int64_t C = kChunk;
@@ -232,7 +236,7 @@ struct ChunkBuffers {
         auto take = [&f](int64_t n) { float* p = f; f += n; return p; };
         q = take(C * K); k = take(C * K); KK = take(C * C); QK = take(C * C); v = take(C * V);
         G = take(C); eG = take(C); eL = take(C); beta = take(C); x = take(C * V + C);
-        M = take(C * C); P = take(C * C); T = take(C * C); X = take(C * K); Y = take(C * V);
+        M = take(C * C); P = take(C * C); T = take(C * C);
         W = take(C * K); U = take(C * V); Vn = take(C * V); O = take(C * V); S = take(group * K * V);
         uint16_t* h = reinterpret_cast<uint16_t*>(f);
         auto half = [&h](int64_t n) { uint16_t* p = h; h += n; return p; };
@@ -333,8 +337,10 @@ void decay_rows(ChunkBuffers& B) {
     constexpr int C = kChunk;
     float* d = B.x;
     for (int i = 0; i < C; ++i) {
-        for (int j = 0; j < C; ++j) d[j] = j <= i ? B.G[i] - B.G[j] : -200.0f;
-        P::exp_row(d, d, C);
+        const int n = std::min(C, (i / 16 + 1) * 16);  // columns up to the diagonal, whole vectors
+        for (int j = 0; j < n; ++j) d[j] = j <= i ? B.G[i] - B.G[j] : -200.0f;
+        for (int j = n; j < C; ++j) d[j] = 0.0f;
+        P::exp_row(d, d, n);
         const float* __restrict kk = B.KK + i * C;
         const float* __restrict qk = B.QK + i * C;
         float* __restrict m = B.M + i * C;
@@ -385,28 +391,22 @@ void chunk_step(const ChunkArgs& A, ChunkBuffers& B, float* S, int64_t c0, int64
     load_values<P>(A, B, c0, L, hv);
     decay_rows<P>(B);
     solve_unit_lower(B.M, B.T);
-    for (int i = 0; i < C; ++i) {
-        const float bx = B.beta[i] * B.eG[i], by = B.beta[i];
-        for (int j = 0; j < K; ++j) B.X[i * K + j] = bx * B.k[i * K + j];
-        for (int j = 0; j < V; ++j) B.Y[i * V + j] = by * B.v[i * V + j];
-    }
+    for (int i = 0; i < C; ++i) B.x[i] = B.beta[i] * B.eG[i];
     P::pack_a(B.T, C, C, C, B.Ta_bf);
-    P::pack_b(B.X, K, C, K, B.Xb_bf);
-    P::pack_b(B.Y, V, C, V, B.Yb_bf);
+    P::pack_b(B.k, K, C, K, B.Xb_bf, B.x);       // rd(beta exp(G) kn)
+    P::pack_b(B.v, V, C, V, B.Yb_bf, B.beta);    // rd(beta v)
     P::gemm(C, K, C, B.Ta_bf, B.Xb_bf, B.W, K, false);
     P::gemm(C, V, C, B.Ta_bf, B.Yb_bf, B.U, V, false);
-    // Inter-chunk: Vn = U - rd(W) rd(S), with U a bf16 value (Vn is rounded by pack_b below).
-    P::pack_b(S, V, K, V, B.Sb_bf);
+    // Inter-chunk: Vn = U - rd(W) rd(S), with U a bf16 value (Vn is rounded by pack_b below);
+    // the pass that packs rd(S) also decays S by exp(G_last) for the state update.
+    const float el = B.eG[L - 1];
+    P::pack_b(S, V, K, V, B.Sb_bf, nullptr, &el);
     P::pack_a(B.W, K, C, K, B.Wa_bf);
     P::gemm(C, V, K, B.Wa_bf, B.Sb_bf, B.Vn, V, false);
     P::round_bf16(B.U, int64_t(C) * V);
     for (int64_t i = 0; i < int64_t(C) * V; ++i) B.Vn[i] = B.U[i] - B.Vn[i];
     // O = rd(qn exp(G)) rd(S) + rd(lower(qn kn^T D)) rd(Vn).
-    for (int i = 0; i < C; ++i) {
-        const float e = B.eG[i];
-        for (int j = 0; j < K; ++j) B.X[i * K + j] = e * B.q[i * K + j];
-    }
-    P::pack_a(B.X, K, C, K, B.Qga_bf);
+    P::pack_a(B.q, K, C, K, B.Qga_bf, B.eG);
     P::gemm(C, V, K, B.Qga_bf, B.Sb_bf, B.O, V, false);
     P::pack_a(B.P, C, C, C, B.Pa_bf);
     P::pack_b(B.Vn, V, C, V, B.Vb_bf);
@@ -415,16 +415,10 @@ void chunk_step(const ChunkArgs& A, ChunkBuffers& B, float* S, int64_t c0, int64
     for (int64_t i = 0; i < L; ++i)
         P::store_row(B.O + i * V, static_cast<char*>(A.out) + ((c0 + i) * A.HV + hv) * V * eo,
                      A.out_dt, V);
-    // State: S = exp(G_last) S + rd((kn exp(G_last - G))^T) rd(Vn); the A operand is the pair
-    // transpose of the pair-interleaved rows kn exp(G_last - G).
-    for (int i = 0; i < C; ++i) {
-        const float e = B.eL[i];
-        for (int j = 0; j < K; ++j) B.X[i * K + j] = e * B.k[i * K + j];
-    }
-    P::pack_b(B.X, K, C, K, B.Kd_bf);
+    // State: S = exp(G_last) S + rd((kn exp(G_last - G))^T) rd(Vn) (S decayed above); the A
+    // operand is the pair transpose of the pair-interleaved rows kn exp(G_last - G).
+    P::pack_b(B.k, K, C, K, B.Kd_bf, B.eL);
     transpose_pairs(B.Kd_bf, C / 2, 2 * K, B.KdT_bf);
-    const float el = B.eG[L - 1];
-    for (int64_t i = 0; i < int64_t(K) * V; ++i) S[i] *= el;
     P::gemm(K, V, C, B.KdT_bf, B.Vb_bf, S, V, true);
 }
 
@@ -478,7 +472,7 @@ void gemm_bf16(int M, int N, int Kd, const float* A, const float* Bm, float* C) 
     uint16_t* a = reinterpret_cast<uint16_t*>(s.at(0));
     uint16_t* b = a + int64_t(M) * Kd;
     P::pack_a(A, Kd, M, Kd, a);
-    P::pack_b(Bm, N, Kd, N, b);
+    P::pack_b(const_cast<float*>(Bm), N, Kd, N, b);  // no rescale: Bm is only read
     P::gemm(M, N, Kd, a, b, C, N, false);
 }
 
