@@ -169,6 +169,47 @@ struct Avx512Isa {
         else block_update_n<SD, 8>(src, lds, dst, ldd, K, alpha, k, u, q, w, o, next);
     }
 
+    // 32-bit word transpose in 16 x 16 blocks held in registers (unpack 32, unpack 64, two
+    // 128-bit lane shuffles); R and C2 / 2 multiples of 16, else word by word.
+    static void transpose_pairs(const uint16_t* src, int64_t R, int64_t C2, uint16_t* dst) {
+        const int64_t P2 = C2 / 2;
+        const uint32_t* s = reinterpret_cast<const uint32_t*>(src);
+        uint32_t* d = reinterpret_cast<uint32_t*>(dst);
+        if (R % 16 || P2 % 16) {
+            for (int64_t p = 0; p < P2; ++p)
+                for (int64_t r = 0; r < R; ++r) d[p * R + r] = s[r * P2 + p];
+            return;
+        }
+        for (int64_t r0 = 0; r0 < R; r0 += 16)
+            for (int64_t p0 = 0; p0 < P2; p0 += 16) {
+                __m512i x[16], y[16];
+                for (int i = 0; i < 16; ++i) x[i] = _mm512_loadu_si512(s + (r0 + i) * P2 + p0);
+                for (int i = 0; i < 16; i += 2) {
+                    y[i] = _mm512_unpacklo_epi32(x[i], x[i + 1]);
+                    y[i + 1] = _mm512_unpackhi_epi32(x[i], x[i + 1]);
+                }
+                for (int i = 0; i < 16; i += 4) {
+                    x[i] = _mm512_unpacklo_epi64(y[i], y[i + 2]);
+                    x[i + 1] = _mm512_unpackhi_epi64(y[i], y[i + 2]);
+                    x[i + 2] = _mm512_unpacklo_epi64(y[i + 1], y[i + 3]);
+                    x[i + 3] = _mm512_unpackhi_epi64(y[i + 1], y[i + 3]);
+                }
+                // x[4a + b] holds, in 128-bit lane l, rows 4a .. 4a + 3 of column 4l + b; gather
+                // lane l of x[b], x[4 + b], x[8 + b], x[12 + b] into y[4l + b] = column 4l + b.
+                for (int b = 0; b < 4; ++b) {
+                    const __m512i t0 = _mm512_shuffle_i32x4(x[b], x[4 + b], 0x88);  // lanes 0, 2
+                    const __m512i t1 = _mm512_shuffle_i32x4(x[b], x[4 + b], 0xDD);  // lanes 1, 3
+                    const __m512i t2 = _mm512_shuffle_i32x4(x[8 + b], x[12 + b], 0x88);
+                    const __m512i t3 = _mm512_shuffle_i32x4(x[8 + b], x[12 + b], 0xDD);
+                    y[b] = _mm512_shuffle_i32x4(t0, t2, 0x88);
+                    y[4 + b] = _mm512_shuffle_i32x4(t1, t3, 0x88);
+                    y[8 + b] = _mm512_shuffle_i32x4(t0, t2, 0xDD);
+                    y[12 + b] = _mm512_shuffle_i32x4(t1, t3, 0xDD);
+                }
+                for (int c = 0; c < 16; ++c) _mm512_storeu_si512(d + (p0 + c) * R + r0, y[c]);
+            }
+    }
+
     // exp(x) = 2^n exp(r), n = round(x log2 e), r = x - n ln 2 (two-part ln 2), exp(r) by the
     // degree-7 Cephes polynomial; x clamped to [-104, 88.7] (below: 0 or a denormal, as expf).
     static __m512 exp16(__m512 x) {

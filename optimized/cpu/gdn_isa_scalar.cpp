@@ -65,6 +65,12 @@ struct ScalarIsa {
         }
     }
 
+    static void transpose_pairs(const uint16_t* src, int64_t R, int64_t C2, uint16_t* dst) {
+        const int64_t P2 = C2 / 2;
+        for (int64_t p = 0; p < P2; ++p)
+            for (int64_t r = 0; r < R; ++r) std::memcpy(dst + (p * R + r) * 2, src + (r * P2 + p) * 2, 4);
+    }
+
     static void exp_row(const float* x, float* y, int64_t n) {
         for (int64_t i = 0; i < n; ++i) y[i] = std::exp(x[i]);
     }

@@ -18,6 +18,9 @@
 //                                               row scales as pack_a; then src *= *rescale unless null
 //   gemm(M, N, Kd, A, B, float* C, ldc, acc)    C (+)= A B with bf16 A, B and fp32 accumulation;
 //                                               M, N, Kd multiples of 32
+//   transpose_pairs(src, R, C2, dst)            bf16 pairs as 32-bit words: src [R][C2/2] words ->
+//                                               dst [C2/2][R] words (the pair-interleaved layout
+//                                               of the transpose, as a B operand wants it)
 //   exp_row(x, y, n)                            y = exp(x) in fp32 (y may be x), within 2 ulp
 //   round_bf16(x, n)                            x <- rd(x): rounded to bf16 (nearest even), kept fp32
 //
@@ -246,60 +249,68 @@ struct ChunkBuffers {
     }
 };
 
-// Pairs of bf16 as 32-bit words: src [R][P2] words -> dst [P2][R] words (the pair-interleaved
-// layout of the transpose, as the GEMMs' B operand wants it, and back).
-inline void transpose_pairs(const uint16_t* src, int64_t R, int64_t C2, uint16_t* dst) {
-    const int64_t P2 = C2 / 2;
-    const uint32_t* s = reinterpret_cast<const uint32_t*>(src);
-    uint32_t* d = reinterpret_cast<uint32_t*>(dst);
-    for (int64_t p = 0; p < P2; ++p)
-        for (int64_t r = 0; r < R; ++r) d[p * R + r] = s[r * P2 + p];
-}
-
 struct ChunkCtx {
     const ChunkArgs* args;
     const Scratch* scratch;
 };
 
-// Prefetch to L2 of the q, k rows of key head h and the v rows, g and beta entries of its value
-// heads for tokens [t0, t1): consecutive tokens are a page or more apart, which the hardware
-// prefetchers do not follow.
-inline void prefetch_tokens(const ChunkArgs& A, int64_t t0, int64_t t1, int64_t h) {
+// Prefetch to L2 of token t's q, k rows of key head h and the v rows, g and beta entries of its
+// value heads: consecutive tokens are a page or more apart, which the hardware prefetchers do
+// not follow. Issued one token at a time, a chunk ahead, so that few requests are in flight.
+inline void prefetch_token(const ChunkArgs& A, int64_t t, int64_t h) {
     const int64_t group = A.HV / A.H, hv0 = h * group;
     const int64_t qk_bytes = A.K * dtype_bytes(A.q.dt), v_bytes = group * A.V * dtype_bytes(A.v.dt);
-    for (int64_t t = t0; t < t1; ++t) {
-        const char* q = static_cast<const char*>(elem(A.q, (t * A.H + h) * A.K));
-        const char* k = static_cast<const char*>(elem(A.k, (t * A.H + h) * A.K));
-        const char* v = static_cast<const char*>(elem(A.v, (t * A.HV + hv0) * A.V));
-        for (int64_t b = 0; b < qk_bytes; b += 64) {
-            __builtin_prefetch(q + b, 0, 2);
-            __builtin_prefetch(k + b, 0, 2);
-        }
-        for (int64_t b = 0; b < v_bytes; b += 64) __builtin_prefetch(v + b, 0, 2);
-        __builtin_prefetch(elem(A.g, t * A.HV + hv0), 0, 2);
-        __builtin_prefetch(elem(A.beta, t * A.HV + hv0), 0, 2);
+    const char* q = static_cast<const char*>(elem(A.q, (t * A.H + h) * A.K));
+    const char* k = static_cast<const char*>(elem(A.k, (t * A.H + h) * A.K));
+    const char* v = static_cast<const char*>(elem(A.v, (t * A.HV + hv0) * A.V));
+    for (int64_t b = 0; b < qk_bytes; b += 64) {
+        __builtin_prefetch(q + b, 0, 2);
+        __builtin_prefetch(k + b, 0, 2);
     }
+    for (int64_t b = 0; b < v_bytes; b += 64) __builtin_prefetch(v + b, 0, 2);
+    __builtin_prefetch(elem(A.g, t * A.HV + hv0), 0, 2);
+    __builtin_prefetch(elem(A.beta, t * A.HV + hv0), 0, 2);
+}
+
+// Rows [c0, c0 + L) of x (q or k, key head h) to dst [C][K] in fp32 (rows L..C-1 zero), divided
+// by sqrt(sum x^2 + eps) when l2norm, times mul: all sums first, then all scales, so the rows'
+// reductions overlap. With t1 > 0, prefetches token t + C (t + C < t1) as token t is read.
+template <class P>
+void load_key_rows(const ChunkArgs& A, const Input& x, int64_t c0, int64_t L, int64_t t1, int64_t h, float mul,
+                   float* dst, float* scale) {
+    const int64_t C = kChunk, K = A.K;
+    for (int64_t i = 0; i < L; ++i) {
+        if (c0 + i + C < t1) prefetch_token(A, c0 + i + C, h);
+        P::load_row(elem(x, ((c0 + i) * A.H + h) * K), x.dt, dst + i * K, K);
+    }
+    std::fill(dst + L * K, dst + C * K, 0.0f);
+    for (int64_t i = 0; i < L; ++i) {
+        if (!A.l2norm) { scale[i] = mul; continue; }
+        const float* r = dst + i * K;
+        float part[16] = {};  // 16 partial sums, so the reduction vectorises
+        int64_t j = 0;
+        for (; j + 16 <= K; j += 16)
+            for (int e = 0; e < 16; ++e) part[e] += r[j + e] * r[j + e];
+        for (; j < K; ++j) part[0] += r[j] * r[j];
+        float ss = 0.0f;
+        for (int e = 0; e < 16; ++e) ss += part[e];
+        scale[i] = mul / std::sqrt(ss + A.eps);
+    }
+    for (int64_t i = 0; i < L; ++i)
+        for (int64_t j = 0; j < K; ++j) dst[i * K + j] *= scale[i];
 }
 
 // Key-head part of chunk rows [c0, c0 + L) (rows L..C-1 zero): q, k normalised and rounded to
 // bf16 values, their packs, KK = kn kn^T and QK = qn kn^T.
 template <class P>
-void load_keys(const ChunkArgs& A, ChunkBuffers& B, int64_t c0, int64_t L, int64_t h) {
+void load_keys(const ChunkArgs& A, ChunkBuffers& B, int64_t c0, int64_t L, int64_t t1, int64_t h) {
     const int C = kChunk, K = int(A.K);
-    for (int64_t i = 0; i < C; ++i) {
-        if (i < L) {
-            const int64_t t = c0 + i;
-            load_normalized<P>(A.q, (t * A.H + h) * K, K, A.l2norm, A.eps, A.scale, B.q + i * K);
-            load_normalized<P>(A.k, (t * A.H + h) * K, K, A.l2norm, A.eps, 1.0f, B.k + i * K);
-        } else {
-            std::fill(B.q + i * K, B.q + (i + 1) * K, 0.0f);
-            std::fill(B.k + i * K, B.k + (i + 1) * K, 0.0f);
-        }
-    }
+    load_key_rows<P>(A, A.q, c0, L, t1, h, A.scale, B.q, B.x);
+    load_key_rows<P>(A, A.k, c0, L, 0, h, 1.0f, B.k, B.x);
     P::round_bf16(B.q, int64_t(C) * K);
     P::round_bf16(B.k, int64_t(C) * K);
     P::pack_a(B.k, K, C, K, B.Ka_bf);
-    transpose_pairs(B.Ka_bf, C, K, B.KbT_bf);
+    P::transpose_pairs(B.Ka_bf, C, K, B.KbT_bf);
     P::gemm(C, C, K, B.Ka_bf, B.KbT_bf, B.KK, C, false);
     P::pack_a(B.q, K, C, K, B.Qa_bf);
     P::gemm(C, C, K, B.Qa_bf, B.KbT_bf, B.QK, C, false);
@@ -418,7 +429,7 @@ void chunk_step(const ChunkArgs& A, ChunkBuffers& B, float* S, int64_t c0, int64
     // State: S = exp(G_last) S + rd((kn exp(G_last - G))^T) rd(Vn) (S decayed above); the A
     // operand is the pair transpose of the pair-interleaved rows kn exp(G_last - G).
     P::pack_b(B.k, K, C, K, B.Kd_bf, B.eL);
-    transpose_pairs(B.Kd_bf, C / 2, 2 * K, B.KdT_bf);
+    P::transpose_pairs(B.Kd_bf, C / 2, 2 * K, B.KdT_bf);
     P::gemm(K, V, C, B.KdT_bf, B.Vb_bf, S, V, true);
 }
 
@@ -435,11 +446,10 @@ void chunk_item(void* ctx, int64_t item, int tid) {
     const int64_t KV = A.K * A.V;
     auto state = [&](int64_t g) { return state_row(A.state, slot, (h * group + g) * KV); };
     for (int64_t g = 0; g < group; ++g) P::load_row(state(g), SD, B.S + g * KV, KV);
-    prefetch_tokens(A, t0, std::min<int64_t>(t0 + kChunk, t1), h);
+    for (int64_t t = t0; t < std::min<int64_t>(t0 + kChunk, t1); ++t) prefetch_token(A, t, h);
     for (int64_t c0 = t0; c0 < t1; c0 += kChunk) {
         const int64_t L = std::min<int64_t>(kChunk, t1 - c0);
-        prefetch_tokens(A, c0 + L, std::min<int64_t>(c0 + L + kChunk, t1), h);  // the next chunk
-        load_keys<P>(A, B, c0, L, h);
+        load_keys<P>(A, B, c0, L, t1, h);
         for (int64_t g = 0; g < group; ++g) {
             float* S = B.S + g * KV;
             chunk_step<P>(A, B, S, c0, L, h * group + g);
