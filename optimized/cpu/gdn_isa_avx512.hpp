@@ -211,9 +211,12 @@ struct Avx512Isa {
     }
 
     // exp(x) = 2^n exp(r), n = round(x log2 e), r = x - n ln 2 (two-part ln 2), exp(r) by the
-    // degree-7 Cephes polynomial; x clamped to [-104, 88.7] (below: 0 or a denormal, as expf).
+    // degree-7 Cephes polynomial; x clamped above at 88.7, and results below the normal range
+    // (x < -87.33) are 0: a denormal result costs a microcode assist on Intel cores, and the
+    // decay mask asks for exp(-200) on every entry above the diagonal.
     static __m512 exp16(__m512 x) {
-        x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.7f)), _mm512_set1_ps(-104.0f));
+        const __mmask16 normal = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.33f), _CMP_GE_OQ);
+        x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.7f)), _mm512_set1_ps(-87.33f));
         const __m512 n = _mm512_maskz_roundscale_ps(0xFFFF, _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
                                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
         __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
@@ -225,13 +228,38 @@ struct Avx512Isa {
         p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
         p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
         p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-        return _mm512_maskz_scalef_ps(0xFFFF, p, n);
+        return _mm512_maskz_scalef_ps(normal, p, n);
     }
 
     static void exp_row(const float* x, float* y, int64_t n) {
         for (int64_t i = 0; i < n; i += 16) {
             const __mmask16 m = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1u);
             _mm512_mask_storeu_ps(y + i, m, exp16(_mm512_maskz_loadu_ps(m, x + i)));
+        }
+    }
+
+    // dst <- x rounded to dt (nearest even), x <- the stored values, in one pass.
+    static void round_store(float* x, void* dst, DType dt, int64_t n) {
+        if (dt == DType::F32) { std::memcpy(dst, x, size_t(n) * 4); return; }
+        uint16_t* d = static_cast<uint16_t*>(dst);
+        int64_t i = 0;
+        if (dt == DType::BF16) {
+            for (; i + 16 <= n; i += 16) {
+                __m256bh h = _mm512_cvtneps_pbh(_mm512_loadu_ps(x + i));
+                const __m256i w = reinterpret_cast<__m256i&>(h);
+                _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i), w);
+                _mm512_storeu_ps(x + i, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(w), 16)));
+            }
+        } else {
+            for (; i + 16 <= n; i += 16) {
+                const __m256i w = _mm512_cvtps_ph(_mm512_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+                _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i), w);
+                _mm512_storeu_ps(x + i, _mm512_cvtph_ps(w));
+            }
+        }
+        for (; i < n; ++i) {
+            store_scalar(dst, dt, i, x[i]);
+            x[i] = load_scalar(dst, dt, i);
         }
     }
 
@@ -245,11 +273,12 @@ struct Avx512Isa {
         for (; i < n; ++i) x[i] = bf16_to_f32(f32_to_bf16(x[i]));
     }
 
-    // dst[i][k] = rd(scale[i] src[i][k]) (scale null: 1).
-    static void pack_a(const float* src, int64_t lds, int M, int Kd, uint16_t* dst, const float* scale = nullptr) {
+    // dst[i][k] = rd(scale[i] src[i][k]) (scale null: 1), dst rows ldd apart (0: Kd).
+    static void pack_a(const float* src, int64_t lds, int M, int Kd, uint16_t* dst, const float* scale = nullptr,
+                       int64_t ldd = 0) {
         for (int i = 0; i < M; ++i) {
             const float* r = src + i * lds;
-            uint16_t* d = dst + int64_t(i) * Kd;
+            uint16_t* d = dst + i * (ldd ? ldd : Kd);
             const __m512 sv = _mm512_set1_ps(scale ? scale[i] : 1.0f);
             int k = 0;
             for (; k + 32 <= Kd; k += 32) {

@@ -75,14 +75,20 @@ struct ScalarIsa {
         for (int64_t i = 0; i < n; ++i) y[i] = std::exp(x[i]);
     }
 
+    static void round_store(float* x, void* dst, DType dt, int64_t n) {
+        store_row(x, dst, dt, n);
+        load_row(dst, dt, x, n);
+    }
+
     static void round_bf16(float* x, int64_t n) {
         for (int64_t i = 0; i < n; ++i) x[i] = bf16_to_f32(f32_to_bf16(x[i]));
     }
 
-    static void pack_a(const float* src, int64_t lds, int M, int Kd, uint16_t* dst, const float* scale = nullptr) {
+    static void pack_a(const float* src, int64_t lds, int M, int Kd, uint16_t* dst, const float* scale = nullptr,
+                       int64_t ldd = 0) {
         for (int i = 0; i < M; ++i) {
             const float si = scale ? scale[i] : 1.0f;
-            for (int k = 0; k < Kd; ++k) dst[int64_t(i) * Kd + k] = f32_to_bf16(si * src[i * lds + k]);
+            for (int k = 0; k < Kd; ++k) dst[i * (ldd ? ldd : Kd) + k] = f32_to_bf16(si * src[i * lds + k]);
         }
     }
 

@@ -10,9 +10,10 @@
 //                                               n = alpha src[r, j] + k[r] u[j] (fp32); dst <- n
 //                                               rounded to SD (dst may be src); o[j] = sum_r n[r, j] q[r];
 //                                               prefetches the second half of next's rows
-//   pack_a(src, lds, M, Kd, uint16_t* dst, scale)
-//                                               fp32 [M, Kd] -> bf16 row-major [M][Kd]; row i times
-//                                               scale[i] first (in fp32) unless scale is null
+//   pack_a(src, lds, M, Kd, uint16_t* dst, scale, ldd)
+//                                               fp32 [M, Kd] -> bf16 row-major [M][Kd] (dst rows ldd
+//                                               apart, 0: Kd); row i times scale[i] first (in fp32)
+//                                               unless scale is null
 //   pack_b(src, lds, Kd, N, uint16_t* dst, scale, rescale)
 //                                               fp32 [Kd, N] -> bf16 pair-interleaved [Kd/2][N][2],
 //                                               row scales as pack_a; then src *= *rescale unless null
@@ -21,7 +22,9 @@
 //   transpose_pairs(src, R, C2, dst)            bf16 pairs as 32-bit words: src [R][C2/2] words ->
 //                                               dst [C2/2][R] words (the pair-interleaved layout
 //                                               of the transpose, as a B operand wants it)
-//   exp_row(x, y, n)                            y = exp(x) in fp32 (y may be x), within 2 ulp
+//   exp_row(x, y, n)                            y = exp(x) in fp32 (y may be x), within 2 ulp (may
+//                                               give 0 for results below the normal range)
+//   round_store(x, dst, dt, n)                  dst <- x rounded to dt (RNE), x <- the stored values
 //   round_bf16(x, n)                            x <- rd(x): rounded to bf16 (nearest even), kept fp32
 //
 // Rounding model. Decode and spec decode compute in fp32 and round the state to SD after
@@ -220,8 +223,7 @@ template <class P> void spec_decode(const DecodeArgs& A) { run_decode_like<P, Sp
 // bf16 packs; per value head (reused in turn): the rest; S holds the group's fp32 states.
 struct ChunkBuffers {
     float *q, *k, *KK, *QK, *v, *G, *eG, *eL, *beta, *x, *M, *P, *T, *W, *U, *Vn, *O, *S;
-    uint16_t *Ka_bf, *KbT_bf, *Qa_bf, *Ta_bf, *Xb_bf, *Yb_bf, *Sb_bf, *Wa_bf, *Qga_bf, *Pa_bf,
-        *Vb_bf, *Kd_bf, *KdT_bf;
+    uint16_t *Ka_bf, *KbT_bf, *Qa_bf, *Ta_bf, *Xb_bf, *Yb_bf, *Sb_bf, *Vb_bf, *Wa_bf, *QPa_bf, *Kd_bf, *KdT_bf;
 
     static int64_t floats(int64_t K, int64_t V, int64_t group) {
         const int64_t C = kChunk;
@@ -229,7 +231,7 @@ struct ChunkBuffers {
     }
     static int64_t halves(int64_t K, int64_t V) {
         const int64_t C = kChunk;
-        return 8 * C * K + 2 * C * V + 2 * C * C + K * V;  // Ka KbT Qa Xb Wa Qga Kd KdT; Yb Vb; Ta Pa; Sb
+        return 8 * C * K + 2 * C * V + 2 * C * C + K * V;  // Ka KbT Qa Xb Wa Kd KdT, QPa (C K + C C); Yb Vb; Ta; Sb
     }
     static int64_t bytes(int64_t K, int64_t V, int64_t group) { return floats(K, V, group) * 4 + halves(K, V) * 2; }
 
@@ -244,8 +246,9 @@ struct ChunkBuffers {
         uint16_t* h = reinterpret_cast<uint16_t*>(f);
         auto half = [&h](int64_t n) { uint16_t* p = h; h += n; return p; };
         Ka_bf = half(C * K); KbT_bf = half(K * C); Qa_bf = half(C * K); Ta_bf = half(C * C);
-        Xb_bf = half(C * K); Yb_bf = half(C * V); Sb_bf = half(K * V); Wa_bf = half(C * K);
-        Qga_bf = half(C * K); Pa_bf = half(C * C); Vb_bf = half(C * V); Kd_bf = half(C * K); KdT_bf = half(K * C);
+        Xb_bf = half(C * K); Yb_bf = half(C * V);
+        Sb_bf = half(K * V); Vb_bf = half(C * V);  // adjacent: [rd(S); rd(Vn)] is one B operand
+        Wa_bf = half(C * K); QPa_bf = half(C * (K + C)); Kd_bf = half(C * K); KdT_bf = half(K * C);
     }
 };
 
@@ -417,11 +420,11 @@ void chunk_step(const ChunkArgs& A, ChunkBuffers& B, float* S, int64_t c0, int64
     P::round_bf16(B.U, int64_t(C) * V);
     for (int64_t i = 0; i < int64_t(C) * V; ++i) B.Vn[i] = B.U[i] - B.Vn[i];
     // O = rd(qn exp(G)) rd(S) + rd(lower(qn kn^T D)) rd(Vn).
-    P::pack_a(B.q, K, C, K, B.Qga_bf, B.eG);
-    P::gemm(C, V, K, B.Qga_bf, B.Sb_bf, B.O, V, false);
-    P::pack_a(B.P, C, C, C, B.Pa_bf);
+    // One GEMM over K + C: A = [rd(qn exp(G)) | rd(P)], B = [rd(S); rd(Vn)] (Vb follows Sb).
+    P::pack_a(B.q, K, C, K, B.QPa_bf, B.eG, K + C);
+    P::pack_a(B.P, C, C, C, B.QPa_bf + K, nullptr, K + C);
     P::pack_b(B.Vn, V, C, V, B.Vb_bf);
-    P::gemm(C, V, C, B.Pa_bf, B.Vb_bf, B.O, V, true);
+    P::gemm(C, V, K + C, B.QPa_bf, B.Sb_bf, B.O, V, false);
     const int eo = dtype_bytes(A.out_dt);
     for (int64_t i = 0; i < L; ++i)
         P::store_row(B.O + i * V, static_cast<char*>(A.out) + ((c0 + i) * A.HV + hv) * V * eo,
@@ -453,10 +456,7 @@ void chunk_item(void* ctx, int64_t item, int tid) {
         for (int64_t g = 0; g < group; ++g) {
             float* S = B.S + g * KV;
             chunk_step<P>(A, B, S, c0, L, h * group + g);
-            if (SD != DType::F32) {  // write-back point: round the state, carry on from the rounded one
-                P::store_row(S, state(g), SD, KV);
-                P::load_row(state(g), SD, S, KV);
-            }
+            if (SD != DType::F32) P::round_store(S, state(g), SD, KV);  // write-back: carry on from the rounded state
         }
     }
     if (SD == DType::F32)
