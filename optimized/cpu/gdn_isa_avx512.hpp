@@ -325,6 +325,9 @@ struct Avx512Isa {
         }
     }
 
+    static void tiles_begin() {}
+    static void tiles_end() {}
+
     // C[M,N] (+)= A B; 4 rows x 32 columns of accumulators; M % 4 == 0, N % 32 == 0, Kd even.
     static void gemm(int M, int N, int Kd, const uint16_t* A, const uint16_t* B, float* C,
                      int64_t ldc, bool accumulate) {

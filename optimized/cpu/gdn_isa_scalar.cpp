@@ -103,6 +103,9 @@ struct ScalarIsa {
         }
     }
 
+    static void tiles_begin() {}
+    static void tiles_end() {}
+
     static void gemm(int M, int N, int Kd, const uint16_t* A, const uint16_t* B, float* C,
                      int64_t ldc, bool accumulate) {
         float brow[2 * 256];

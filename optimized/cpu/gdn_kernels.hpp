@@ -18,7 +18,8 @@
 //                                               fp32 [Kd, N] -> bf16 pair-interleaved [Kd/2][N][2],
 //                                               row scales as pack_a; then src *= *rescale unless null
 //   gemm(M, N, Kd, A, B, float* C, ldc, acc)    C (+)= A B with bf16 A, B and fp32 accumulation;
-//                                               M, N, Kd multiples of 32
+//                                               M, N, Kd multiples of 32; only between
+//   tiles_begin(), tiles_end()                  (the AMX tile configuration of one task)
 //   transpose_pairs(src, R, C2, dst)            bf16 pairs as 32-bit words: src [R][C2/2] words ->
 //                                               dst [C2/2][R] words (the pair-interleaved layout
 //                                               of the transpose, as a B operand wants it)
@@ -258,7 +259,7 @@ struct ChunkCtx {
 };
 
 // Prefetch to L2 of token t's q, k rows of key head h and the v rows, g and beta entries of its
-// value heads: consecutive tokens are a page or more apart, which the hardware prefetchers do
+// value heads, and of its output rows for writing: consecutive tokens are a page or more apart, which the hardware prefetchers do
 // not follow. Issued one token at a time, a chunk ahead, so that few requests are in flight.
 inline void prefetch_token(const ChunkArgs& A, int64_t t, int64_t h) {
     const int64_t group = A.HV / A.H, hv0 = h * group;
@@ -270,7 +271,9 @@ inline void prefetch_token(const ChunkArgs& A, int64_t t, int64_t h) {
         __builtin_prefetch(q + b, 0, 2);
         __builtin_prefetch(k + b, 0, 2);
     }
+    char* o = static_cast<char*>(A.out) + (t * A.HV + hv0) * A.V * dtype_bytes(A.out_dt);
     for (int64_t b = 0; b < v_bytes; b += 64) __builtin_prefetch(v + b, 0, 2);
+    for (int64_t b = 0; b < group * A.V * dtype_bytes(A.out_dt); b += 64) __builtin_prefetch(o + b, 1, 2);
     __builtin_prefetch(elem(A.g, t * A.HV + hv0), 0, 2);
     __builtin_prefetch(elem(A.beta, t * A.HV + hv0), 0, 2);
 }
@@ -449,6 +452,7 @@ void chunk_item(void* ctx, int64_t item, int tid) {
     const int64_t KV = A.K * A.V;
     auto state = [&](int64_t g) { return state_row(A.state, slot, (h * group + g) * KV); };
     for (int64_t g = 0; g < group; ++g) P::load_row(state(g), SD, B.S + g * KV, KV);
+    P::tiles_begin();
     for (int64_t t = t0; t < std::min<int64_t>(t0 + kChunk, t1); ++t) prefetch_token(A, t, h);
     for (int64_t c0 = t0; c0 < t1; c0 += kChunk) {
         const int64_t L = std::min<int64_t>(kChunk, t1 - c0);
@@ -459,6 +463,7 @@ void chunk_item(void* ctx, int64_t item, int tid) {
             if (SD != DType::F32) P::round_store(S, state(g), SD, KV);  // write-back: carry on from the rounded state
         }
     }
+    P::tiles_end();
     if (SD == DType::F32)
         for (int64_t g = 0; g < group; ++g) std::memcpy(state(g), B.S + g * KV, size_t(KV) * 4);
 }
@@ -483,7 +488,9 @@ void gemm_bf16(int M, int N, int Kd, const float* A, const float* Bm, float* C) 
     uint16_t* b = a + int64_t(M) * Kd;
     P::pack_a(A, Kd, M, Kd, a);
     P::pack_b(const_cast<float*>(Bm), N, Kd, N, b);  // no rescale: Bm is only read
+    P::tiles_begin();
     P::gemm(M, N, Kd, a, b, C, N, false);
+    P::tiles_end();
 }
 
 }  // namespace
