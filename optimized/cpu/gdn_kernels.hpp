@@ -85,22 +85,24 @@ inline void gates(const DecodeArgs& A, int64_t t, int64_t hv, float* g, float* b
     *beta = 1.0f / (1.0f + std::exp(-b));
 }
 
+// sum x[i]^2 over n elements, on 16 partial sums so the reduction vectorises.
+inline float sum_squares(const float* x, int64_t n) {
+    float part[16] = {};
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int j = 0; j < 16; ++j) part[j] += x[i + j] * x[i + j];
+    for (; i < n; ++i) part[0] += x[i] * x[i];
+    float ss = 0.0f;
+    for (int j = 0; j < 16; ++j) ss += part[j];
+    return ss;
+}
+
 // dst = x[offset : offset + n] in fp32, divided by sqrt(sum x^2 + eps) when l2norm, times mul.
 template <class P>
 void load_normalized(const Input& x, int64_t offset, int64_t n, bool l2norm, float eps, float mul,
                      float* dst) {
     P::load_row(elem(x, offset), x.dt, dst, n);
-    float s = mul;
-    if (l2norm) {  // 16 partial sums, so the reduction vectorises
-        float part[16] = {};
-        int64_t i = 0;
-        for (; i + 16 <= n; i += 16)
-            for (int j = 0; j < 16; ++j) part[j] += dst[i + j] * dst[i + j];
-        for (; i < n; ++i) part[0] += dst[i] * dst[i];
-        float ss = 0.0f;
-        for (int j = 0; j < 16; ++j) ss += part[j];
-        s = mul / std::sqrt(ss + eps);
-    }
+    const float s = l2norm ? mul / std::sqrt(sum_squares(dst, n) + eps) : mul;
     for (int64_t i = 0; i < n; ++i) dst[i] *= s;
 }
 
@@ -290,18 +292,8 @@ void load_key_rows(const ChunkArgs& A, const Input& x, int64_t c0, int64_t L, in
         P::load_row(elem(x, ((c0 + i) * A.H + h) * K), x.dt, dst + i * K, K);
     }
     std::fill(dst + L * K, dst + C * K, 0.0f);
-    for (int64_t i = 0; i < L; ++i) {
-        if (!A.l2norm) { scale[i] = mul; continue; }
-        const float* r = dst + i * K;
-        float part[16] = {};  // 16 partial sums, so the reduction vectorises
-        int64_t j = 0;
-        for (; j + 16 <= K; j += 16)
-            for (int e = 0; e < 16; ++e) part[e] += r[j + e] * r[j + e];
-        for (; j < K; ++j) part[0] += r[j] * r[j];
-        float ss = 0.0f;
-        for (int e = 0; e < 16; ++e) ss += part[e];
-        scale[i] = mul / std::sqrt(ss + A.eps);
-    }
+    for (int64_t i = 0; i < L; ++i) scale[i] = A.l2norm ? sum_squares(dst + i * K, K) + A.eps : 0.0f;
+    for (int64_t i = 0; i < L; ++i) scale[i] = A.l2norm ? mul / std::sqrt(scale[i]) : mul;
     for (int64_t i = 0; i < L; ++i)
         for (int64_t j = 0; j < K; ++j) dst[i * K + j] *= scale[i];
 }
