@@ -1,8 +1,9 @@
 """Chunked-prefill timing of the C++ GDN kernel against vLLM's CPU kernel
 (`python3 -m optimized.cpu.bench_prefill`).
 
-Qwen3-Next shapes (H=16, HV=32, K=V=128), bf16 activations, l2-normalised q and k, fp32 or bf16
-state pool; batches 1 x 8192 and 4 x 2048 tokens. Ours and the peer (vLLM's
+Qwen3-Next shapes (H=16, HV=32, K=V=128), the inputs of the registry's ``gdn/chunked`` bench
+(bf16 activations, l2-normalised q and k), fp32 or bf16 state pool (zero at the start);
+batches 1 x 8192 and 4 x 2048 tokens. Ours and the peer (vLLM's
 ``torch.ops._C.chunk_gated_delta_rule_cpu``, loaded from the ``_C`` library given by ``--vllm-lib``)
 run on the same inputs, called in turn (A B A B ...) so that both see the same machine load; each
 updates its own copy of the state pool in place. Reported: min / median / max ms, the ratio of the
@@ -18,11 +19,13 @@ import sys
 
 import numpy as np
 
-from optimized.cpu.bench import BF16, HV, H, K, V, interleaved_seconds
+from bench.gdn_cpu import BF16, HEADS, chunked_inputs
+from bench.timing import interleaved
 
 C = 64
+H, HV, K, V = (HEADS[n] for n in ("H", "HV", "K", "V"))
 BATCHES = {"1x8192": (1, 8192), "4x2048": (4, 2048)}
-STATE_DTYPES = {"float32": np.dtype(np.float32), "bfloat16": BF16}
+STATE_DTYPES = ("float32", "bfloat16")
 
 
 def prefill_flops(N: int, L: int) -> float:
@@ -31,13 +34,10 @@ def prefill_flops(N: int, L: int) -> float:
     return float(N * -(-L // C) * HV * per_chunk)
 
 
-def prefill_inputs(rng, N: int, L: int) -> dict:
-    """Activations and gates of N sequences of L tokens, packed along T (bf16 except g)."""
-    T = N * L
-    return dict(q=rng.normal(size=(T, H, K)).astype(BF16), k=rng.normal(size=(T, H, K)).astype(BF16),
-                v=rng.normal(size=(T, HV, V)).astype(BF16), g=-rng.uniform(1e-3, 0.1, (T, HV)).astype(np.float32),
-                beta=rng.uniform(0.1, 0.9, (T, HV)).astype(BF16),
-                cu_seqlens=(np.arange(N + 1) * L).astype(np.int32), state_indices=rng.permutation(N).astype(np.int32))
+def prefill_inputs(N: int, L: int, state_dtype: str) -> dict:
+    """The registry's chunked-prefill inputs (bench.gdn_cpu.chunked_inputs): ``args`` and a zero
+    state pool of ``state_dtype``, for N sequences of L tokens."""
+    return chunked_inputs(dict(lens=[L] * N, **HEADS, state_dtype=state_dtype))
 
 
 def ours(args: dict, pool: np.ndarray, threads: int, isa: str = "auto"):
@@ -76,7 +76,7 @@ def main(argv=None) -> int:
     ap.add_argument("--isa", default="auto", help="our code path: auto, amx, avx512, scalar")
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--batches", nargs="+", default=list(BATCHES), choices=list(BATCHES))
-    ap.add_argument("--states", nargs="+", default=list(STATE_DTYPES), choices=list(STATE_DTYPES))
+    ap.add_argument("--states", nargs="+", default=list(STATE_DTYPES), choices=STATE_DTYPES)
     ap.add_argument("--vllm-lib", help="vLLM's _C extension library (leave out: ours alone)")
     ap.add_argument("--scaling", action="store_true", help="also time ours on 1 thread (1 x 8192, bf16 state)")
     ap.add_argument("--out", help="write the rows as JSON here")
@@ -88,19 +88,17 @@ def main(argv=None) -> int:
         torch.ops.load_library(args.vllm_lib)
     amx_ok, amx_why = cpu.isa_status()["amx"]
     peak = cpu.amx_tile_peak_flops(200_000, args.threads) if amx_ok else None
-    rng = np.random.default_rng(0)
     rows = []
     print(f"{'batch':>7} {'state':>9} {'ours min/med/max ms':>22} {'vllm min/med/max ms':>22} "
           f"{'ratio min':>9} {'ratio med':>9} {'TFLOP/s':>8} {'of peak':>8}")
     for batch in args.batches:
         N, L = BATCHES[batch]
-        inputs = prefill_inputs(rng, N, L)
         for sname in args.states:
-            pool0 = rng.normal(0, 0.5, (N, HV, K, V)).astype(np.float32).astype(STATE_DTYPES[sname])
-            fns = {"ours": ours(inputs, pool0.copy(), args.threads, args.isa)}
+            inputs = prefill_inputs(N, L, sname)
+            fns = {"ours": ours(inputs["args"], inputs["state"].copy(), args.threads, args.isa)}
             if args.vllm_lib:
-                fns["vllm"] = vllm_peer(inputs, pool0.copy(), args.threads)
-            times = interleaved_seconds(fns, args.reps)
+                fns["vllm"] = vllm_peer(inputs["args"], inputs["state"].copy(), args.threads)
+            times = interleaved(fns, args.reps)
             row = dict(batch=batch, state=sname, threads=args.threads, isa=args.isa,
                        **{name: summary(t) for name, t in times.items()})
             tflops = prefill_flops(N, L) / (row["ours"]["min"] * 1e-3) / 1e12
@@ -122,10 +120,9 @@ def main(argv=None) -> int:
     else:
         print(f"AMX peak not measured: {amx_why}")
     if args.scaling:
-        inputs = prefill_inputs(rng, 1, 8192)
-        pool = np.zeros((1, HV, K, V), BF16)
-        fns = {n: ours(inputs, pool, n, args.isa) for n in (1, args.threads)}
-        times = interleaved_seconds(fns, max(3, args.reps // 2))
+        inputs = prefill_inputs(1, 8192, "bfloat16")
+        fns = {n: ours(inputs["args"], inputs["state"], n, args.isa) for n in (1, args.threads)}
+        times = interleaved(fns, max(3, args.reps // 2))
         s = {n: summary(t) for n, t in times.items()}
         scaling = s[1]["min"] / s[args.threads]["min"]
         rows.append(dict(scaling_1x8192_bf16={str(n): v for n, v in s.items()}, scaling=scaling))
