@@ -19,12 +19,18 @@ struct alignas(64) TileConfig {
 };
 
 struct AmxIsa : Avx512Isa {
-    // C[M,N] (+)= A B in 32x32 blocks (2x2 C tiles); M, N, Kd multiples of 32. Configures the
-    // tiles on entry and releases them on exit, so no tile state outlives a call.
-    static void gemm(int M, int N, int Kd, const uint16_t* A, const uint16_t* B, float* C,
-                     int64_t ldc, bool accumulate) {
+    // Tile configuration for the GEMMs of one task (a chunk prefill item, a test GEMM): loaded
+    // once before them and released after, so no tile state outlives a task.
+    static void tiles_begin() {
         static const TileConfig config;
         _tile_loadconfig(&config);
+    }
+    static void tiles_end() { _tile_release(); }
+
+    // C[M,N] (+)= A B in 32x32 blocks (2x2 C tiles); M, N, Kd multiples of 32; between
+    // tiles_begin() and tiles_end().
+    static void gemm(int M, int N, int Kd, const uint16_t* A, const uint16_t* B, float* C,
+                     int64_t ldc, bool accumulate) {
         const int64_t sa = int64_t(Kd) * 2, sb = int64_t(N) * 4, sc = ldc * 4;
         for (int i0 = 0; i0 < M; i0 += 32) {
             for (int j0 = 0; j0 < N; j0 += 32) {
@@ -57,7 +63,6 @@ struct AmxIsa : Avx512Isa {
                 _tile_stored(3, c10 + 16, sc);
             }
         }
-        _tile_release();
     }
 };
 

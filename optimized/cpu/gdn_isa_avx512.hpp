@@ -169,30 +169,164 @@ struct Avx512Isa {
         else block_update_n<SD, 8>(src, lds, dst, ldd, K, alpha, k, u, q, w, o, next);
     }
 
-    static void pack_a(const float* src, int64_t lds, int M, int Kd, uint16_t* dst) {
-        for (int i = 0; i < M; ++i) store_row(src + i * lds, dst + int64_t(i) * Kd, DType::BF16, Kd);
+    // 32-bit word transpose in 16 x 16 blocks held in registers (unpack 32, unpack 64, two
+    // 128-bit lane shuffles); R and C2 / 2 multiples of 16, else word by word.
+    static void transpose_pairs(const uint16_t* src, int64_t R, int64_t C2, uint16_t* dst) {
+        const int64_t P2 = C2 / 2;
+        const uint32_t* s = reinterpret_cast<const uint32_t*>(src);
+        uint32_t* d = reinterpret_cast<uint32_t*>(dst);
+        if (R % 16 || P2 % 16) {
+            for (int64_t p = 0; p < P2; ++p)
+                for (int64_t r = 0; r < R; ++r) d[p * R + r] = s[r * P2 + p];
+            return;
+        }
+        for (int64_t r0 = 0; r0 < R; r0 += 16)
+            for (int64_t p0 = 0; p0 < P2; p0 += 16) {
+                __m512i x[16], y[16];
+                for (int i = 0; i < 16; ++i) x[i] = _mm512_loadu_si512(s + (r0 + i) * P2 + p0);
+                for (int i = 0; i < 16; i += 2) {
+                    y[i] = _mm512_unpacklo_epi32(x[i], x[i + 1]);
+                    y[i + 1] = _mm512_unpackhi_epi32(x[i], x[i + 1]);
+                }
+                for (int i = 0; i < 16; i += 4) {
+                    x[i] = _mm512_unpacklo_epi64(y[i], y[i + 2]);
+                    x[i + 1] = _mm512_unpackhi_epi64(y[i], y[i + 2]);
+                    x[i + 2] = _mm512_unpacklo_epi64(y[i + 1], y[i + 3]);
+                    x[i + 3] = _mm512_unpackhi_epi64(y[i + 1], y[i + 3]);
+                }
+                // x[4a + b] holds, in 128-bit lane l, rows 4a .. 4a + 3 of column 4l + b; gather
+                // lane l of x[b], x[4 + b], x[8 + b], x[12 + b] into y[4l + b] = column 4l + b.
+                for (int b = 0; b < 4; ++b) {
+                    const __m512i t0 = _mm512_shuffle_i32x4(x[b], x[4 + b], 0x88);  // lanes 0, 2
+                    const __m512i t1 = _mm512_shuffle_i32x4(x[b], x[4 + b], 0xDD);  // lanes 1, 3
+                    const __m512i t2 = _mm512_shuffle_i32x4(x[8 + b], x[12 + b], 0x88);
+                    const __m512i t3 = _mm512_shuffle_i32x4(x[8 + b], x[12 + b], 0xDD);
+                    y[b] = _mm512_shuffle_i32x4(t0, t2, 0x88);
+                    y[4 + b] = _mm512_shuffle_i32x4(t1, t3, 0x88);
+                    y[8 + b] = _mm512_shuffle_i32x4(t0, t2, 0xDD);
+                    y[12 + b] = _mm512_shuffle_i32x4(t1, t3, 0xDD);
+                }
+                for (int c = 0; c < 16; ++c) _mm512_storeu_si512(d + (p0 + c) * R + r0, y[c]);
+            }
     }
 
-    // Rows k, k+1 of src become interleaved pairs: one vcvtne2ps2bf16 and one word permute
-    // per 16 columns. Kd is even.
-    static void pack_b(const float* src, int64_t lds, int Kd, int N, uint16_t* dst) {
+    // exp(x) = 2^n exp(r), n = round(x log2 e), r = x - n ln 2 (two-part ln 2), exp(r) by the
+    // degree-7 Cephes polynomial; x clamped above at 88.7, and results below the normal range
+    // (x < -87.33) are 0: a denormal result costs a microcode assist on Intel cores, and the
+    // decay mask asks for exp(-200) on every entry above the diagonal.
+    static __m512 exp16(__m512 x) {
+        const __mmask16 normal = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.33f), _CMP_GE_OQ);
+        x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.7f)), _mm512_set1_ps(-87.33f));
+        const __m512 n = _mm512_maskz_roundscale_ps(0xFFFF, _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+        r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+        __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+        p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+        return _mm512_maskz_scalef_ps(normal, p, n);
+    }
+
+    static void exp_row(const float* x, float* y, int64_t n) {
+        for (int64_t i = 0; i < n; i += 16) {
+            const __mmask16 m = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1u);
+            _mm512_mask_storeu_ps(y + i, m, exp16(_mm512_maskz_loadu_ps(m, x + i)));
+        }
+    }
+
+    // dst <- x rounded to dt (nearest even), x <- the stored values, in one pass.
+    static void round_store(float* x, void* dst, DType dt, int64_t n) {
+        if (dt == DType::F32) { std::memcpy(dst, x, size_t(n) * 4); return; }
+        uint16_t* d = static_cast<uint16_t*>(dst);
+        int64_t i = 0;
+        if (dt == DType::BF16) {
+            for (; i + 16 <= n; i += 16) {
+                __m256bh h = _mm512_cvtneps_pbh(_mm512_loadu_ps(x + i));
+                const __m256i w = reinterpret_cast<__m256i&>(h);
+                _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i), w);
+                _mm512_storeu_ps(x + i, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(w), 16)));
+            }
+        } else {
+            for (; i + 16 <= n; i += 16) {
+                const __m256i w = _mm512_cvtps_ph(_mm512_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+                _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i), w);
+                _mm512_storeu_ps(x + i, _mm512_cvtph_ps(w));
+            }
+        }
+        for (; i < n; ++i) {
+            store_scalar(dst, dt, i, x[i]);
+            x[i] = load_scalar(dst, dt, i);
+        }
+    }
+
+    static void round_bf16(float* x, int64_t n) {
+        int64_t i = 0;
+        for (; i + 16 <= n; i += 16) {
+            __m256bh h = _mm512_cvtneps_pbh(_mm512_loadu_ps(x + i));
+            const __m512i w = _mm512_cvtepu16_epi32(reinterpret_cast<__m256i&>(h));
+            _mm512_storeu_ps(x + i, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
+        }
+        for (; i < n; ++i) x[i] = bf16_to_f32(f32_to_bf16(x[i]));
+    }
+
+    // dst[i][k] = rd(scale[i] src[i][k]) (scale null: 1), dst rows ldd apart (0: Kd).
+    static void pack_a(const float* src, int64_t lds, int M, int Kd, uint16_t* dst, const float* scale = nullptr,
+                       int64_t ldd = 0) {
+        for (int i = 0; i < M; ++i) {
+            const float* r = src + i * lds;
+            uint16_t* d = dst + i * (ldd ? ldd : Kd);
+            const __m512 sv = _mm512_set1_ps(scale ? scale[i] : 1.0f);
+            int k = 0;
+            for (; k + 32 <= Kd; k += 32) {
+                __m512bh h = _mm512_cvtne2ps_pbh(_mm512_mul_ps(sv, _mm512_loadu_ps(r + k + 16)),
+                                                 _mm512_mul_ps(sv, _mm512_loadu_ps(r + k)));
+                _mm512_storeu_si512(d + k, reinterpret_cast<__m512i&>(h));
+            }
+            for (; k < Kd; ++k) d[k] = f32_to_bf16((scale ? scale[i] : 1.0f) * r[k]);
+        }
+    }
+
+    // Rows k, k+1 of src (times scale[k], scale[k + 1]; null: 1) become interleaved pairs: one
+    // vcvtne2ps2bf16 and one word permute per 16 columns; then, with rescale, src *= rescale
+    // in the same pass. Kd is even.
+    static void pack_b(float* src, int64_t lds, int Kd, int N, uint16_t* dst, const float* scale = nullptr,
+                       const float* rescale = nullptr) {
         const __m512i inter = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
                                                23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+        const __m512 rv = _mm512_set1_ps(rescale ? *rescale : 1.0f);
         for (int k = 0; k < Kd; k += 2) {
-            const float* r0 = src + k * lds;
-            const float* r1 = r0 + lds;
+            float* r0 = src + k * lds;
+            float* r1 = r0 + lds;
+            const float s0 = scale ? scale[k] : 1.0f, s1 = scale ? scale[k + 1] : 1.0f;
+            const __m512 sv0 = _mm512_set1_ps(s0), sv1 = _mm512_set1_ps(s1);
             uint16_t* d = dst + int64_t(k / 2) * N * 2;
             int j = 0;
             for (; j + 16 <= N; j += 16) {
-                __m512bh both = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(r1 + j), _mm512_loadu_ps(r0 + j));
+                const __m512 a = _mm512_loadu_ps(r0 + j), b = _mm512_loadu_ps(r1 + j);
+                __m512bh both = _mm512_cvtne2ps_pbh(_mm512_mul_ps(sv1, b), _mm512_mul_ps(sv0, a));
                 _mm512_storeu_si512(d + j * 2, _mm512_permutexvar_epi16(inter, reinterpret_cast<__m512i&>(both)));
+                if (rescale) {
+                    _mm512_storeu_ps(r0 + j, _mm512_mul_ps(rv, a));
+                    _mm512_storeu_ps(r1 + j, _mm512_mul_ps(rv, b));
+                }
             }
             for (; j < N; ++j) {
-                d[j * 2] = f32_to_bf16(r0[j]);
-                d[j * 2 + 1] = f32_to_bf16(r1[j]);
+                d[j * 2] = f32_to_bf16(s0 * r0[j]);
+                d[j * 2 + 1] = f32_to_bf16(s1 * r1[j]);
+                if (rescale) {
+                    r0[j] *= *rescale;
+                    r1[j] *= *rescale;
+                }
             }
         }
     }
+
+    static void tiles_begin() {}
+    static void tiles_end() {}
 
     // C[M,N] (+)= A B; 4 rows x 32 columns of accumulators; M % 4 == 0, N % 32 == 0, Kd even.
     static void gemm(int M, int N, int Kd, const uint16_t* A, const uint16_t* B, float* C,

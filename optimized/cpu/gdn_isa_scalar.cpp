@@ -65,16 +65,46 @@ struct ScalarIsa {
         }
     }
 
-    static void pack_a(const float* src, int64_t lds, int M, int Kd, uint16_t* dst) {
-        for (int i = 0; i < M; ++i)
-            for (int k = 0; k < Kd; ++k) dst[int64_t(i) * Kd + k] = f32_to_bf16(src[i * lds + k]);
+    static void transpose_pairs(const uint16_t* src, int64_t R, int64_t C2, uint16_t* dst) {
+        const int64_t P2 = C2 / 2;
+        for (int64_t p = 0; p < P2; ++p)
+            for (int64_t r = 0; r < R; ++r) std::memcpy(dst + (p * R + r) * 2, src + (r * P2 + p) * 2, 4);
     }
 
-    static void pack_b(const float* src, int64_t lds, int Kd, int N, uint16_t* dst) {
-        for (int k = 0; k < Kd; ++k)
-            for (int j = 0; j < N; ++j)
-                dst[(int64_t(k / 2) * N + j) * 2 + (k & 1)] = f32_to_bf16(src[k * lds + j]);
+    static void exp_row(const float* x, float* y, int64_t n) {
+        for (int64_t i = 0; i < n; ++i) y[i] = std::exp(x[i]);
     }
+
+    static void round_store(float* x, void* dst, DType dt, int64_t n) {
+        store_row(x, dst, dt, n);
+        load_row(dst, dt, x, n);
+    }
+
+    static void round_bf16(float* x, int64_t n) {
+        for (int64_t i = 0; i < n; ++i) x[i] = bf16_to_f32(f32_to_bf16(x[i]));
+    }
+
+    static void pack_a(const float* src, int64_t lds, int M, int Kd, uint16_t* dst, const float* scale = nullptr,
+                       int64_t ldd = 0) {
+        for (int i = 0; i < M; ++i) {
+            const float si = scale ? scale[i] : 1.0f;
+            for (int k = 0; k < Kd; ++k) dst[i * (ldd ? ldd : Kd) + k] = f32_to_bf16(si * src[i * lds + k]);
+        }
+    }
+
+    static void pack_b(float* src, int64_t lds, int Kd, int N, uint16_t* dst, const float* scale = nullptr,
+                       const float* rescale = nullptr) {
+        for (int k = 0; k < Kd; ++k) {
+            const float sk = scale ? scale[k] : 1.0f;
+            for (int j = 0; j < N; ++j) {
+                dst[(int64_t(k / 2) * N + j) * 2 + (k & 1)] = f32_to_bf16(sk * src[k * lds + j]);
+                if (rescale) src[k * lds + j] *= *rescale;
+            }
+        }
+    }
+
+    static void tiles_begin() {}
+    static void tiles_end() {}
 
     static void gemm(int M, int N, int Kd, const uint16_t* A, const uint16_t* B, float* C,
                      int64_t ldc, bool accumulate) {

@@ -10,10 +10,23 @@
 //                                               n = alpha src[r, j] + k[r] u[j] (fp32); dst <- n
 //                                               rounded to SD (dst may be src); o[j] = sum_r n[r, j] q[r];
 //                                               prefetches the second half of next's rows
-//   pack_a(src, lds, M, Kd, uint16_t* dst)      fp32 [M, Kd] -> bf16 row-major [M][Kd]
-//   pack_b(src, lds, Kd, N, uint16_t* dst)      fp32 [Kd, N] -> bf16 pair-interleaved [Kd/2][N][2]
+//   pack_a(src, lds, M, Kd, uint16_t* dst, scale, ldd)
+//                                               fp32 [M, Kd] -> bf16 row-major [M][Kd] (dst rows ldd
+//                                               apart, 0: Kd); row i times scale[i] first (in fp32)
+//                                               unless scale is null
+//   pack_b(src, lds, Kd, N, uint16_t* dst, scale, rescale)
+//                                               fp32 [Kd, N] -> bf16 pair-interleaved [Kd/2][N][2],
+//                                               row scales as pack_a; then src *= *rescale unless null
 //   gemm(M, N, Kd, A, B, float* C, ldc, acc)    C (+)= A B with bf16 A, B and fp32 accumulation;
-//                                               M, N, Kd multiples of 32
+//                                               M, N, Kd multiples of 32; only between
+//   tiles_begin(), tiles_end()                  (the AMX tile configuration of one task)
+//   transpose_pairs(src, R, C2, dst)            bf16 pairs as 32-bit words: src [R][C2/2] words ->
+//                                               dst [C2/2][R] words (the pair-interleaved layout
+//                                               of the transpose, as a B operand wants it)
+//   exp_row(x, y, n)                            y = exp(x) in fp32 (y may be x), within 2 ulp (may
+//                                               give 0 for results below the normal range)
+//   round_store(x, dst, dt, n)                  dst <- x rounded to dt (RNE), x <- the stored values
+//   round_bf16(x, n)                            x <- rd(x): rounded to bf16 (nearest even), kept fp32
 //
 // Rounding model. Decode and spec decode compute in fp32 and round the state to SD after
 // every token (the output uses the unrounded fp32 state). Chunked prefill computes in fp32,
@@ -72,22 +85,24 @@ inline void gates(const DecodeArgs& A, int64_t t, int64_t hv, float* g, float* b
     *beta = 1.0f / (1.0f + std::exp(-b));
 }
 
+// sum x[i]^2 over n elements, on 16 partial sums so the reduction vectorises.
+inline float sum_squares(const float* x, int64_t n) {
+    float part[16] = {};
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int j = 0; j < 16; ++j) part[j] += x[i + j] * x[i + j];
+    for (; i < n; ++i) part[0] += x[i] * x[i];
+    float ss = 0.0f;
+    for (int j = 0; j < 16; ++j) ss += part[j];
+    return ss;
+}
+
 // dst = x[offset : offset + n] in fp32, divided by sqrt(sum x^2 + eps) when l2norm, times mul.
 template <class P>
 void load_normalized(const Input& x, int64_t offset, int64_t n, bool l2norm, float eps, float mul,
                      float* dst) {
     P::load_row(elem(x, offset), x.dt, dst, n);
-    float s = mul;
-    if (l2norm) {  // 16 partial sums, so the reduction vectorises
-        float part[16] = {};
-        int64_t i = 0;
-        for (; i + 16 <= n; i += 16)
-            for (int j = 0; j < 16; ++j) part[j] += dst[i + j] * dst[i + j];
-        for (; i < n; ++i) part[0] += dst[i] * dst[i];
-        float ss = 0.0f;
-        for (int j = 0; j < 16; ++j) ss += part[j];
-        s = mul / std::sqrt(ss + eps);
-    }
+    const float s = l2norm ? mul / std::sqrt(sum_squares(dst, n) + eps) : mul;
     for (int64_t i = 0; i < n; ++i) dst[i] *= s;
 }
 
@@ -206,175 +221,250 @@ template <class P> void spec_decode(const DecodeArgs& A) { run_decode_like<P, Sp
 // ---------------------------------------------------------------------------------------------
 // Chunked prefill.
 
-// Buffers of one (sequence, value head) task; C = kChunk rows, fp32 unless named *_bf.
+// Buffers of one (sequence, key head) task, whose `group` = HV / H value heads share the key
+// rows; C = kChunk rows, fp32 unless named *_bf. Per key head and chunk: q, k, KK, QK and their
+// bf16 packs; per value head (reused in turn): the rest; S holds the group's fp32 states.
 struct ChunkBuffers {
-    float *S, *q, *k, *v, *G, *beta, *D, *KK, *QK, *T, *X, *Y, *W, *U, *Vn, *Qg, *O, *KdT;
-    uint16_t *Ka_bf, *KbT_bf, *Qa_bf, *Ta_bf, *Xb_bf, *Yb_bf, *Sb_bf, *Wa_bf, *Qga_bf, *Pa_bf,
-        *Vb_bf, *KdT_bf;
+    float *q, *k, *KK, *QK, *v, *G, *eG, *eL, *beta, *x, *M, *P, *T, *W, *U, *Vn, *O, *S;
+    uint16_t *Ka_bf, *KbT_bf, *Qa_bf, *Ta_bf, *Xb_bf, *Yb_bf, *Sb_bf, *Vb_bf, *Wa_bf, *QPa_bf, *Kd_bf, *KdT_bf;
 
-    static int64_t floats(int64_t K, int64_t V) {
+    static int64_t floats(int64_t K, int64_t V, int64_t group) {
         const int64_t C = kChunk;
-        return K * V + 6 * C * K + 5 * C * V + 4 * C * C + 2 * C;  // S; q k X W Qg KdT; v Y U Vn O; D KK QK T; G beta
+        return group * K * V + 3 * C * K + 5 * C * V + 5 * C * C + 5 * C;  // S; q k W; v U Vn O x; KK QK M P T; G eG eL beta, x tail
     }
     static int64_t halves(int64_t K, int64_t V) {
         const int64_t C = kChunk;
-        return 7 * C * K + 2 * C * V + 2 * C * C + K * V;  // Ka KbT Qa Xb Wa Qga KdT; Yb Vb; Ta Pa; Sb
+        return 8 * C * K + 2 * C * V + 2 * C * C + K * V;  // Ka KbT Qa Xb Wa Kd KdT, QPa (C K + C C); Yb Vb; Ta; Sb
     }
-    static int64_t bytes(int64_t K, int64_t V) { return floats(K, V) * 4 + halves(K, V) * 2; }
+    static int64_t bytes(int64_t K, int64_t V, int64_t group) { return floats(K, V, group) * 4 + halves(K, V) * 2; }
 
-    ChunkBuffers(char* base, int64_t K, int64_t V) {
+    ChunkBuffers(char* base, int64_t K, int64_t V, int64_t group) {
         const int64_t C = kChunk;
         float* f = reinterpret_cast<float*>(base);
         auto take = [&f](int64_t n) { float* p = f; f += n; return p; };
-        S = take(K * V); q = take(C * K); k = take(C * K); v = take(C * V);
-        G = take(C); beta = take(C); D = take(C * C); KK = take(C * C); QK = take(C * C);
-        T = take(C * C); X = take(C * K); Y = take(C * V); W = take(C * K); U = take(C * V);
-        Vn = take(C * V); Qg = take(C * K); O = take(C * V); KdT = take(K * C);
+        q = take(C * K); k = take(C * K); KK = take(C * C); QK = take(C * C); v = take(C * V);
+        G = take(C); eG = take(C); eL = take(C); beta = take(C); x = take(C * V + C);
+        M = take(C * C); P = take(C * C); T = take(C * C);
+        W = take(C * K); U = take(C * V); Vn = take(C * V); O = take(C * V); S = take(group * K * V);
         uint16_t* h = reinterpret_cast<uint16_t*>(f);
         auto half = [&h](int64_t n) { uint16_t* p = h; h += n; return p; };
         Ka_bf = half(C * K); KbT_bf = half(K * C); Qa_bf = half(C * K); Ta_bf = half(C * C);
-        Xb_bf = half(C * K); Yb_bf = half(C * V); Sb_bf = half(K * V); Wa_bf = half(C * K);
-        Qga_bf = half(C * K); Pa_bf = half(C * C); Vb_bf = half(C * V); KdT_bf = half(K * C);
+        Xb_bf = half(C * K); Yb_bf = half(C * V);
+        Sb_bf = half(K * V); Vb_bf = half(C * V);  // adjacent: [rd(S); rd(Vn)] is one B operand
+        Wa_bf = half(C * K); QPa_bf = half(C * (K + C)); Kd_bf = half(C * K); KdT_bf = half(K * C);
     }
 };
-
-// src: bf16 row-major [R][C2] (pairs along C2) -> pair-interleaved layout of src^T: [C2/2][R][2].
-inline void transpose_pairs(const uint16_t* src, int64_t R, int64_t C2, uint16_t* dst) {
-    const int64_t P2 = C2 / 2;
-    for (int64_t r = 0; r < R; ++r)
-        for (int64_t p = 0; p < P2; ++p)
-            std::memcpy(dst + (p * R + r) * 2, src + (r * P2 + p) * 2, 4);
-}
 
 struct ChunkCtx {
     const ChunkArgs* args;
     const Scratch* scratch;
 };
 
-// x <- rd(x): fp32 values rounded to bf16 (nearest even), kept as fp32.
-inline void round_bf16(float* x, int64_t n) {
-    for (int64_t i = 0; i < n; ++i) x[i] = bf16_to_f32(f32_to_bf16(x[i]));
+// Prefetch to L2 of token t's q, k rows of key head h and the v rows, g and beta entries of its
+// value heads, and of its output rows for writing: consecutive tokens are a page or more apart, which the hardware prefetchers do
+// not follow. Issued one token at a time, a chunk ahead, so that few requests are in flight.
+inline void prefetch_token(const ChunkArgs& A, int64_t t, int64_t h) {
+    const int64_t group = A.HV / A.H, hv0 = h * group;
+    const int64_t qk_bytes = A.K * dtype_bytes(A.q.dt), v_bytes = group * A.V * dtype_bytes(A.v.dt);
+    const char* q = static_cast<const char*>(elem(A.q, (t * A.H + h) * A.K));
+    const char* k = static_cast<const char*>(elem(A.k, (t * A.H + h) * A.K));
+    const char* v = static_cast<const char*>(elem(A.v, (t * A.HV + hv0) * A.V));
+    for (int64_t b = 0; b < qk_bytes; b += 64) {
+        __builtin_prefetch(q + b, 0, 2);
+        __builtin_prefetch(k + b, 0, 2);
+    }
+    char* o = static_cast<char*>(A.out) + (t * A.HV + hv0) * A.V * dtype_bytes(A.out_dt);
+    for (int64_t b = 0; b < v_bytes; b += 64) __builtin_prefetch(v + b, 0, 2);
+    for (int64_t b = 0; b < group * A.V * dtype_bytes(A.out_dt); b += 64) __builtin_prefetch(o + b, 1, 2);
+    __builtin_prefetch(elem(A.g, t * A.HV + hv0), 0, 2);
+    __builtin_prefetch(elem(A.beta, t * A.HV + hv0), 0, 2);
 }
 
-// Loads chunk rows [c0, c0 + L) of sequence tokens into B (rows L..C-1 zero), and the
-// chunk-local cumulative decay G (padded rows repeat G[L-1]).
+// Rows [c0, c0 + L) of x (q or k, key head h) to dst [C][K] in fp32 (rows L..C-1 zero), divided
+// by sqrt(sum x^2 + eps) when l2norm, times mul: all sums first, then all scales, so the rows'
+// reductions overlap. With t1 > 0, prefetches token t + C (t + C < t1) as token t is read.
 template <class P>
-void load_chunk(const ChunkArgs& A, ChunkBuffers& B, int64_t c0, int64_t L, int64_t hv) {
-    const int64_t C = kChunk, K = A.K, V = A.V, h = hv / (A.HV / A.H);
+void load_key_rows(const ChunkArgs& A, const Input& x, int64_t c0, int64_t L, int64_t t1, int64_t h, float mul,
+                   float* dst, float* scale) {
+    const int64_t C = kChunk, K = A.K;
+    for (int64_t i = 0; i < L; ++i) {
+        if (c0 + i + C < t1) prefetch_token(A, c0 + i + C, h);
+        P::load_row(elem(x, ((c0 + i) * A.H + h) * K), x.dt, dst + i * K, K);
+    }
+    std::fill(dst + L * K, dst + C * K, 0.0f);
+    for (int64_t i = 0; i < L; ++i) scale[i] = A.l2norm ? sum_squares(dst + i * K, K) + A.eps : 0.0f;
+    for (int64_t i = 0; i < L; ++i) scale[i] = A.l2norm ? mul / std::sqrt(scale[i]) : mul;
+    for (int64_t i = 0; i < L; ++i)
+        for (int64_t j = 0; j < K; ++j) dst[i * K + j] *= scale[i];
+}
+
+// Key-head part of chunk rows [c0, c0 + L) (rows L..C-1 zero): q, k normalised and rounded to
+// bf16 values, their packs, KK = kn kn^T and QK = qn kn^T.
+template <class P>
+void load_keys(const ChunkArgs& A, ChunkBuffers& B, int64_t c0, int64_t L, int64_t t1, int64_t h) {
+    const int C = kChunk, K = int(A.K);
+    load_key_rows<P>(A, A.q, c0, L, t1, h, A.scale, B.q, B.x);
+    load_key_rows<P>(A, A.k, c0, L, 0, h, 1.0f, B.k, B.x);
+    P::round_bf16(B.q, int64_t(C) * K);
+    P::round_bf16(B.k, int64_t(C) * K);
+    P::pack_a(B.k, K, C, K, B.Ka_bf);
+    P::transpose_pairs(B.Ka_bf, C, K, B.KbT_bf);
+    P::gemm(C, C, K, B.Ka_bf, B.KbT_bf, B.KK, C, false);
+    P::pack_a(B.q, K, C, K, B.Qa_bf);
+    P::gemm(C, C, K, B.Qa_bf, B.KbT_bf, B.QK, C, false);
+}
+
+// Value-head part: v rows, beta, the chunk-local cumulative decay G (padded rows repeat G[L-1]),
+// eG = exp(G) and eL = exp(G[L-1] - G) (zero on padded rows).
+template <class P>
+void load_values(const ChunkArgs& A, ChunkBuffers& B, int64_t c0, int64_t L, int64_t hv) {
+    const int64_t C = kChunk, V = A.V;
     float cum = 0.0f;
     for (int64_t i = 0; i < C; ++i) {
         if (i < L) {
             const int64_t t = c0 + i;
-            load_normalized<P>(A.q, (t * A.H + h) * K, K, A.l2norm, A.eps, A.scale, B.q + i * K);
-            load_normalized<P>(A.k, (t * A.H + h) * K, K, A.l2norm, A.eps, 1.0f, B.k + i * K);
             P::load_row(elem(A.v, (t * A.HV + hv) * V), A.v.dt, B.v + i * V, V);
             cum += load_scalar(A.g.p, A.g.dt, t * A.HV + hv);
             B.beta[i] = load_scalar(A.beta.p, A.beta.dt, t * A.HV + hv);
         } else {
-            std::fill(B.q + i * K, B.q + (i + 1) * K, 0.0f);
-            std::fill(B.k + i * K, B.k + (i + 1) * K, 0.0f);
             std::fill(B.v + i * V, B.v + (i + 1) * V, 0.0f);
             B.beta[i] = 0.0f;
         }
         B.G[i] = cum;
     }
-    for (int64_t i = 0; i < C; ++i)
-        for (int64_t j = 0; j < C; ++j) B.D[i * C + j] = j <= i ? std::exp(B.G[i] - B.G[j]) : 0.0f;
-    round_bf16(B.q, C * K);
-    round_bf16(B.k, C * K);
+    P::exp_row(B.G, B.eG, C);
+    for (int64_t i = 0; i < C; ++i) B.x[i] = B.G[L - 1] - B.G[i];
+    P::exp_row(B.x, B.eL, C);
+    for (int64_t i = L; i < C; ++i) B.eL[i] = 0.0f;
 }
 
-// One chunk of one (sequence, value head): reads/updates the fp32 state B.S, writes O rows.
+// Decay mask rows: M[i, j] = rd(beta_i KK[i, j] D[i, j]) for j < i and P[i, j] = QK[i, j] D[i, j]
+// for j <= i, zero above, with D[i, j] = exp(G_i - G_j) (computed directly, never as a ratio of
+// exponentials).
 template <class P>
-void chunk_step(const ChunkArgs& A, ChunkBuffers& B, int64_t c0, int64_t L, int64_t hv) {
-    const int C = kChunk, K = int(A.K), V = int(A.V);
-    load_chunk<P>(A, B, c0, L, hv);
-    // Intra-chunk: KK = kn kn^T, QK = qn kn^T (kn, qn are bf16 values already).
-    P::pack_a(B.k, K, C, K, B.Ka_bf);
-    transpose_pairs(B.Ka_bf, C, K, B.KbT_bf);
-    P::gemm(C, C, K, B.Ka_bf, B.KbT_bf, B.KK, C, false);
-    P::pack_a(B.q, K, C, K, B.Qa_bf);
-    P::gemm(C, C, K, B.Qa_bf, B.KbT_bf, B.QK, C, false);
-    // T = (I + M)^-1 by forward substitution, row i = e_i - sum_{m<i} M[i,m] T[m,:].
-    std::fill(B.T, B.T + C * C, 0.0f);
+void decay_rows(ChunkBuffers& B) {
+    constexpr int C = kChunk;
+    float* d = B.x;
     for (int i = 0; i < C; ++i) {
-        float* __restrict Ti = B.T + i * C;
-        Ti[i] = 1.0f;
-        for (int m = 0; m < i; ++m) {
-            const float mim = bf16_to_f32(f32_to_bf16(B.beta[i] * B.KK[i * C + m] * B.D[i * C + m]));
-            const float* __restrict Tm = B.T + m * C;
-            for (int j = 0; j <= m; ++j) Ti[j] -= mim * Tm[j];
+        const int n = std::min(C, (i / 16 + 1) * 16);  // columns up to the diagonal, whole vectors
+        for (int j = 0; j < n; ++j) d[j] = j <= i ? B.G[i] - B.G[j] : -200.0f;
+        for (int j = n; j < C; ++j) d[j] = 0.0f;
+        P::exp_row(d, d, n);
+        const float* __restrict kk = B.KK + i * C;
+        const float* __restrict qk = B.QK + i * C;
+        float* __restrict m = B.M + i * C;
+        float* __restrict p = B.P + i * C;
+        const float bi = B.beta[i];
+        for (int j = 0; j < C; ++j) {
+            m[j] = j < i ? bi * kk[j] * d[j] : 0.0f;
+            p[j] = j <= i ? qk[j] * d[j] : 0.0f;
         }
+        P::round_bf16(m, C);
     }
+}
+
+// T = (I + M)^-1 by forward substitution in fp32, M strictly lower: row i is
+// e_i - sum_{m<i} M[i, m] T[m, :]; rows of T are zero right of the diagonal, so every row is
+// updated whole (64 wide) and the sum runs on two accumulators.
+inline void solve_unit_lower(const float* M, float* T) {
+    constexpr int C = kChunk;
     for (int i = 0; i < C; ++i) {
-        const float bx = B.beta[i] * std::exp(B.G[i]), by = B.beta[i];
-        for (int j = 0; j < K; ++j) B.X[i * K + j] = bx * B.k[i * K + j];
-        for (int j = 0; j < V; ++j) B.Y[i * V + j] = by * B.v[i * V + j];
+        float a0[C] = {}, a1[C] = {};
+        const float* __restrict Mi = M + i * C;
+        int m = 0;
+        for (; m + 1 < i; m += 2) {
+            const float x0 = Mi[m], x1 = Mi[m + 1];
+            const float* __restrict T0 = T + m * C;
+            const float* __restrict T1 = T0 + C;
+            for (int j = 0; j < C; ++j) {
+                a0[j] += x0 * T0[j];
+                a1[j] += x1 * T1[j];
+            }
+        }
+        if (m < i) {
+            const float x0 = Mi[m];
+            const float* __restrict T0 = T + m * C;
+            for (int j = 0; j < C; ++j) a0[j] += x0 * T0[j];
+        }
+        float* __restrict Ti = T + i * C;
+        for (int j = 0; j < C; ++j) Ti[j] = -(a0[j] + a1[j]);
+        Ti[i] = 1.0f;
     }
+}
+
+// One chunk of value head hv (load_keys done for its key head): reads/updates the fp32 state S,
+// writes O rows.
+template <class P>
+void chunk_step(const ChunkArgs& A, ChunkBuffers& B, float* S, int64_t c0, int64_t L, int64_t hv) {
+    const int C = kChunk, K = int(A.K), V = int(A.V);
+    load_values<P>(A, B, c0, L, hv);
+    decay_rows<P>(B);
+    solve_unit_lower(B.M, B.T);
+    for (int i = 0; i < C; ++i) B.x[i] = B.beta[i] * B.eG[i];
     P::pack_a(B.T, C, C, C, B.Ta_bf);
-    P::pack_b(B.X, K, C, K, B.Xb_bf);
-    P::pack_b(B.Y, V, C, V, B.Yb_bf);
+    P::pack_b(B.k, K, C, K, B.Xb_bf, B.x);       // rd(beta exp(G) kn)
+    P::pack_b(B.v, V, C, V, B.Yb_bf, B.beta);    // rd(beta v)
     P::gemm(C, K, C, B.Ta_bf, B.Xb_bf, B.W, K, false);
     P::gemm(C, V, C, B.Ta_bf, B.Yb_bf, B.U, V, false);
-    // Inter-chunk: Vn = U - rd(W) rd(S), with U a bf16 value (Vn is rounded by pack_b below).
-    P::pack_b(B.S, V, K, V, B.Sb_bf);
+    // Inter-chunk: Vn = U - rd(W) rd(S), with U a bf16 value (Vn is rounded by pack_b below);
+    // the pass that packs rd(S) also decays S by exp(G_last) for the state update.
+    const float el = B.eG[L - 1];
+    P::pack_b(S, V, K, V, B.Sb_bf, nullptr, &el);
     P::pack_a(B.W, K, C, K, B.Wa_bf);
     P::gemm(C, V, K, B.Wa_bf, B.Sb_bf, B.Vn, V, false);
-    for (int64_t i = 0; i < int64_t(C) * V; ++i) B.Vn[i] = bf16_to_f32(f32_to_bf16(B.U[i])) - B.Vn[i];
-    // O = rd(qn exp(G)) rd(S) + rd(lower(QK * D)) rd(Vn).
-    for (int i = 0; i < C; ++i) {
-        const float e = std::exp(B.G[i]);
-        for (int j = 0; j < K; ++j) B.Qg[i * K + j] = e * B.q[i * K + j];
-        for (int j = 0; j < C; ++j) B.QK[i * C + j] *= B.D[i * C + j];  // D is zero above the diagonal
-    }
-    P::pack_a(B.Qg, K, C, K, B.Qga_bf);
-    P::gemm(C, V, K, B.Qga_bf, B.Sb_bf, B.O, V, false);
-    P::pack_a(B.QK, C, C, C, B.Pa_bf);
+    P::round_bf16(B.U, int64_t(C) * V);
+    for (int64_t i = 0; i < int64_t(C) * V; ++i) B.Vn[i] = B.U[i] - B.Vn[i];
+    // O = rd(qn exp(G)) rd(S) + rd(lower(qn kn^T D)) rd(Vn).
+    // One GEMM over K + C: A = [rd(qn exp(G)) | rd(P)], B = [rd(S); rd(Vn)] (Vb follows Sb).
+    P::pack_a(B.q, K, C, K, B.QPa_bf, B.eG, K + C);
+    P::pack_a(B.P, C, C, C, B.QPa_bf + K, nullptr, K + C);
     P::pack_b(B.Vn, V, C, V, B.Vb_bf);
-    P::gemm(C, V, C, B.Pa_bf, B.Vb_bf, B.O, V, true);
+    P::gemm(C, V, K + C, B.QPa_bf, B.Sb_bf, B.O, V, false);
     const int eo = dtype_bytes(A.out_dt);
     for (int64_t i = 0; i < L; ++i)
         P::store_row(B.O + i * V, static_cast<char*>(A.out) + ((c0 + i) * A.HV + hv) * V * eo,
                      A.out_dt, V);
-    // State: S = exp(G_last) S + rd((kn exp(G_last - G))^T) rd(Vn).
-    const float gl = B.G[L - 1];
-    for (int i = 0; i < C; ++i) {
-        const float e = i < L ? std::exp(gl - B.G[i]) : 0.0f;
-        for (int j = 0; j < K; ++j) B.KdT[j * C + i] = e * B.k[i * K + j];
-    }
-    const float el = std::exp(gl);
-    for (int64_t i = 0; i < int64_t(K) * V; ++i) B.S[i] *= el;
-    P::pack_a(B.KdT, C, K, C, B.KdT_bf);
-    P::gemm(K, V, C, B.KdT_bf, B.Vb_bf, B.S, V, true);
+    // State: S = exp(G_last) S + rd((kn exp(G_last - G))^T) rd(Vn) (S decayed above); the A
+    // operand is the pair transpose of the pair-interleaved rows kn exp(G_last - G).
+    P::pack_b(B.k, K, C, K, B.Kd_bf, B.eL);
+    P::transpose_pairs(B.Kd_bf, C / 2, 2 * K, B.KdT_bf);
+    P::gemm(K, V, C, B.KdT_bf, B.Vb_bf, S, V, true);
 }
 
+// One (sequence, key head): its value heads' states stay in B.S (fp32) across the chunks.
 template <class P, DType SD>
 void chunk_item(void* ctx, int64_t item, int tid) {
     const auto& c = *static_cast<ChunkCtx*>(ctx);
     const ChunkArgs& A = *c.args;
-    const int64_t n = item / A.HV, hv = item % A.HV;
+    const int64_t group = A.HV / A.H, n = item / A.H, h = item % A.H;
     const int64_t slot = A.indices[n];
     const int64_t t0 = A.cu_seqlens[n], t1 = A.cu_seqlens[n + 1];
     if (slot < 0) return;
-    ChunkBuffers B(c.scratch->at(tid), A.K, A.V);
-    void* st = state_row(A.state, slot, hv * A.K * A.V);
+    ChunkBuffers B(c.scratch->at(tid), A.K, A.V, group);
     const int64_t KV = A.K * A.V;
-    P::load_row(st, SD, B.S, KV);
+    auto state = [&](int64_t g) { return state_row(A.state, slot, (h * group + g) * KV); };
+    for (int64_t g = 0; g < group; ++g) P::load_row(state(g), SD, B.S + g * KV, KV);
+    P::tiles_begin();
+    for (int64_t t = t0; t < std::min<int64_t>(t0 + kChunk, t1); ++t) prefetch_token(A, t, h);
     for (int64_t c0 = t0; c0 < t1; c0 += kChunk) {
-        chunk_step<P>(A, B, c0, std::min<int64_t>(kChunk, t1 - c0), hv);
-        if (SD != DType::F32) {  // write-back point: round the state, carry on from the rounded one
-            P::store_row(B.S, st, SD, KV);
-            P::load_row(st, SD, B.S, KV);
+        const int64_t L = std::min<int64_t>(kChunk, t1 - c0);
+        load_keys<P>(A, B, c0, L, t1, h);
+        for (int64_t g = 0; g < group; ++g) {
+            float* S = B.S + g * KV;
+            chunk_step<P>(A, B, S, c0, L, h * group + g);
+            if (SD != DType::F32) P::round_store(S, state(g), SD, KV);  // write-back: carry on from the rounded state
         }
     }
-    if (SD == DType::F32) std::memcpy(st, B.S, size_t(KV) * 4);
+    P::tiles_end();
+    if (SD == DType::F32)
+        for (int64_t g = 0; g < group; ++g) std::memcpy(state(g), B.S + g * KV, size_t(KV) * 4);
 }
 
 template <class P>
 void chunk_prefill(const ChunkArgs& A) {
-    Scratch scratch(A.num_threads, ChunkBuffers::bytes(A.K, A.V));
+    Scratch scratch(A.num_threads, ChunkBuffers::bytes(A.K, A.V, A.HV / A.H));
     ChunkCtx ctx{&A, &scratch};
-    const int64_t items = A.N * A.HV;
+    const int64_t items = A.N * A.H;
     switch (A.state.dt) {
         case DType::F32: parallel_for(items, A.num_threads, &ctx, chunk_item<P, DType::F32>); break;
         case DType::BF16: parallel_for(items, A.num_threads, &ctx, chunk_item<P, DType::BF16>); break;
@@ -389,8 +479,10 @@ void gemm_bf16(int M, int N, int Kd, const float* A, const float* Bm, float* C) 
     uint16_t* a = reinterpret_cast<uint16_t*>(s.at(0));
     uint16_t* b = a + int64_t(M) * Kd;
     P::pack_a(A, Kd, M, Kd, a);
-    P::pack_b(Bm, N, Kd, N, b);
+    P::pack_b(const_cast<float*>(Bm), N, Kd, N, b);  // no rescale: Bm is only read
+    P::tiles_begin();
     P::gemm(M, N, Kd, a, b, C, N, false);
+    P::tiles_end();
 }
 
 }  // namespace
