@@ -55,19 +55,21 @@ def unavailable_list(runs: list[Run]) -> list[dict]:
 
 def vs_ours(benchmarks: list[dict]) -> list[dict]:
     """Each benchmark with ``vs_ours``: its median time over ours' median for the same bench and
-    shape (None for ours, or when ours was not measured there)."""
+    shape (None for ours and the ceilings, or when ours was not measured there)."""
     key = lambda b: (b["bench"], json.dumps(b.get("shape") or {}, sort_keys=True))  # noqa: E731
     ours = {key(b): b["time_s"]["median"] for b in benchmarks if b.get("role") == "ours"}
-    return [{**b, "vs_ours": None if b.get("role") == "ours" or key(b) not in ours
+    return [{**b, "vs_ours": None if b.get("role") in ("ours", "ceiling") or key(b) not in ours
              else b["time_s"]["median"] / ours[key(b)]} for b in benchmarks]
 
 
 def perf_section(perfs: list[Perf]) -> list[dict]:
     out = []
     for i, p in enumerate(perfs):
-        ceilings = p.ceilings()
-        out.append({"path": str(p.path), "benchmarks": vs_ours(p.benchmarks), "other": p.other, "gates": p.gates,
-                    "ceilings": ceilings, "problems": p.problems,
+        ceilings, ceiling_notes = p.ceilings()
+        out.append({"path": str(p.path), "benchmarks": vs_ours(p.benchmarks), "other": p.other,
+                    "gates": [g for g in p.gates if g.get("verdict") != "skip"],
+                    "skipped_gates": [g for g in p.gates if g.get("verdict") == "skip"],
+                    "ceilings": ceilings, "ceiling_notes": ceiling_notes, "problems": p.problems,
                     "roofline": figures.roofline(p.benchmarks, ceilings, salt=f"roofline{i}")})
     return out
 

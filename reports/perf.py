@@ -22,17 +22,24 @@ class Perf:
     gates: list[dict] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
-    def ceilings(self) -> dict[str, dict]:
-        """Ceiling name -> {"gbps": f} or {"tflops": f}, the first value met; a ceiling measured
-        with other values in other benchmarks is noted in ``problems``."""
-        out: dict[str, dict] = {}
+    def ceilings(self) -> tuple[dict[str, dict], list[str]]:
+        """Ceiling name -> {"gbps": f} or {"tflops": f}, the highest value measured, and one note
+        per ceiling measured with several values (each benchmark measures its ceilings at its own
+        size, so they differ; each row's fraction uses its own)."""
+        seen: dict[str, list[dict]] = {}
         for b in self.benchmarks:
             for name, c in (b.get("ceilings") or {}).items():
-                if name in out and out[name] != c:
-                    self.problems.append(f"ceiling {name} differs between benchmarks ({out[name]} vs {c}); "
-                                         "the roofline draws the first")
-                out.setdefault(name, c)
-        return out
+                seen.setdefault(name, []).append(c)
+        out, notes = {}, []
+        for name, values in seen.items():
+            unit = "gbps" if "gbps" in values[0] else "tflops"
+            nums = [v[unit] for v in values if unit in v]
+            out[name] = {unit: max(nums)}
+            if min(nums) != max(nums):
+                label = "GB/s" if unit == "gbps" else "TFLOP/s"
+                notes.append(f"{name} was measured at each benchmark's own size: {min(nums):.4g} to "
+                             f"{max(nums):.4g} {label}; the roofline draws the highest")
+        return out, notes
 
 
 def load(path: str | Path) -> Perf:

@@ -103,7 +103,15 @@ def test_perf_json_and_perf_diff(tmp_path):
     p = perf.load(tmp_path / "perf.json")
     assert len(p.benchmarks) == 4 and [o["name"] for o in p.other] == ["test_old_style_benchmark"]
     assert [g["verdict"] for g in p.gates] == ["pass", "ambiguous"]
-    assert set(p.ceilings()) == {"cpu-rmw-stream", "amx-bf16"}
+    ceilings, notes = p.ceilings()
+    assert set(ceilings) == {"cpu-rmw-stream", "amx-bf16"}
+    # the roofline draws the highest value of a ceiling; one note per ceiling measured with several
+    values = {}
+    for b in p.benchmarks:
+        for name, c in (b.get("ceilings") or {}).items():
+            values.setdefault(name, set()).update(c.values())
+    assert {n: max(c.values()) for n, c in ceilings.items()} == {n: max(v) for n, v in values.items()}
+    assert sorted(n.split()[0] for n in notes) == sorted(n for n, v in values.items() if len(v) > 1)
     moved = diff.perf_diff(p.benchmarks, perf.load(tmp_path / "old.json").benchmarks)
     assert [(m["bench"], m["impl"], m["verdict"]) for m in moved] == [("gdn/decode", "cpu-avx512", "slower")]
     (tmp_path / "bad.json").write_text("{")
