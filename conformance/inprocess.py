@@ -26,7 +26,7 @@ def inputs_copy(inputs: Mapping[str, Any]) -> dict:
 
 def cell_inputs(cell: Cell, memo: Memo = MEMO) -> dict:
     """The family's inputs of ``cell`` (drawn once per cell while the memo keeps them; do not mutate)."""
-    return memo.get(cell, None, "inputs", lambda: families.get(cell.family).make_inputs(cell))
+    return memo.inputs(cell, families.get(cell.family).make_inputs)
 
 
 def base_record(cell: Cell, backend: registry.Backend) -> dict:

@@ -46,26 +46,52 @@ def digest(obj: Any) -> str:
 
 
 class Memo:
-    """A bounded LRU of computed values keyed on ``(cell, digest((inputs, what)))``."""
+    """A bounded LRU of computed values keyed on ``(cell, digest(inputs), digest(what))``.
+
+    Inputs drawn through ``inputs`` are the memo's own: their digest is computed once and they must
+    not be mutated (callers run backends on copies); any other inputs are digested on every call."""
 
     def __init__(self, size: int = 16):
         self.size = size
         self._values: OrderedDict = OrderedDict()
+        self._owned: dict[int, tuple[dict, str]] = {}
+
+    def _digest(self, inputs: Any) -> str:
+        owned = self._owned.get(id(inputs))
+        return owned[1] if owned is not None and owned[0] is inputs else digest(inputs)
+
+    def _put(self, key, value) -> None:
+        self._values[key] = value
+        while len(self._values) > self.size:
+            _, old = self._values.popitem(last=False)
+            owned = self._owned.get(id(old))
+            if owned is not None and owned[0] is old:
+                del self._owned[id(old)]
+
+    def inputs(self, cell: Cell, make: Callable[[Cell], dict]) -> dict:
+        """``make(cell)``, drawn once per cell while the memo keeps it."""
+        key = (cell, "inputs")
+        if key in self._values:
+            self._values.move_to_end(key)
+            return self._values[key]
+        value = make(cell)
+        self._owned[id(value)] = (value, digest(value))
+        self._put(key, value)
+        return value
 
     def get(self, cell: Cell, inputs: dict, what: Any, compute: Callable[[], Any]) -> Any:
         """The memoised ``compute()`` for this cell, these inputs and ``what``."""
-        key = (cell, digest((inputs, what)))
+        key = (cell, self._digest(inputs), digest(what))
         if key in self._values:
             self._values.move_to_end(key)
             return self._values[key]
         value = compute()
-        self._values[key] = value
-        while len(self._values) > self.size:
-            self._values.popitem(last=False)
+        self._put(key, value)
         return value
 
     def clear(self) -> None:
         self._values.clear()
+        self._owned.clear()
 
     def __len__(self) -> int:
         return len(self._values)

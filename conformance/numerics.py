@@ -33,25 +33,44 @@ def fp16_ordinal(x) -> np.ndarray:
     return np.where(bits < 0, -(bits & 0x7FFF), bits)
 
 
-def rel_l2(actual, expected) -> float:
-    """``||actual - expected|| / ||expected||`` in float64 (the absolute norm when expected is 0).
-    Non-finite differences are left out of the norm (``compare`` counts them separately)."""
-    a = np.asarray(actual, np.float64)
-    e = np.asarray(expected, np.float64)
-    diff = np.abs(a - e)
-    d_norm = float(np.linalg.norm(np.where(np.isfinite(diff), diff, 0.0)))
+def _finite_norm(x: np.ndarray) -> float:
+    """L2 norm of the finite elements of x (one pass when all are finite)."""
+    norm = float(np.linalg.norm(x.ravel()))
+    return norm if np.isfinite(norm) else float(np.linalg.norm(x[np.isfinite(x)]))
+
+
+def l2_metrics(actual, expected) -> tuple[float, float]:
+    """(rel_l2, cosine) of ``actual`` against ``expected``, in float64, over the finite elements.
+
+    rel_l2 = ||actual - expected|| / ||expected|| (the absolute norm when expected is 0); cosine is 1
+    when both are 0 and 0 when one is. Non-finite values are left out (``compare`` counts them)."""
+    a = np.asarray(actual, np.float64).ravel()
+    e = np.asarray(expected, np.float64).ravel()
     e_norm = float(np.linalg.norm(e))
+    rel = _relative(_finite_norm(a - e), e_norm)
+    a_norm = _finite_norm(a)
+    if e_norm == 0.0:
+        return rel, 1.0 if a_norm == 0.0 else 0.0
+    if a_norm == 0.0:
+        return rel, 0.0
+    dot = float(np.dot(a, e))
+    if not np.isfinite(dot):
+        fin = np.isfinite(a) & np.isfinite(e)
+        dot = float(np.dot(a[fin], e[fin]))
+    return rel, dot / (a_norm * e_norm)
+
+
+def _relative(d_norm: float, e_norm: float) -> float:
     return d_norm / e_norm if e_norm else d_norm
 
 
+def rel_l2(actual, expected) -> float:
+    """``||actual - expected|| / ||expected||`` in float64 (as in ``l2_metrics``, without the cosine)."""
+    a = np.asarray(actual, np.float64).ravel()
+    e = np.asarray(expected, np.float64).ravel()
+    return _relative(_finite_norm(a - e), float(np.linalg.norm(e)))
+
+
 def cosine(actual, expected) -> float:
-    """Cosine similarity over the finite elements, float64; 1 when both are 0, 0 when one is."""
-    a = np.asarray(actual, np.float64)
-    e = np.asarray(expected, np.float64)
-    a_norm = float(np.linalg.norm(np.where(np.isfinite(a), a, 0.0)))
-    e_norm = float(np.linalg.norm(e))
-    if e_norm == 0.0:
-        return 1.0 if a_norm == 0.0 else 0.0
-    fin = np.isfinite(a) & np.isfinite(e)
-    denom = a_norm * e_norm
-    return float(np.sum(a[fin] * e[fin]) / denom) if denom > 0 else 0.0
+    """Cosine similarity (``l2_metrics``)."""
+    return l2_metrics(actual, expected)[1]

@@ -78,3 +78,21 @@ def test_digest_sees_dtype_shape_and_bytes():
     assert digest({"x": x}) != digest({"x": x.astype(np.float64)})
     assert digest({"x": x}) != digest({"x": x.reshape(2, 3)})
     assert digest({"x": x, "s": None}) != digest({"x": x, "s": 0})
+
+
+def test_memo_draws_inputs_once_and_forgets_them_past_its_size(monkeypatch):
+    monkeypatch.setenv("KERNEL_LAB_FAMILY_MODULES", "tests.engine.toy_family")
+    toy = families.get("toy")
+    c0, c1, c2 = toy.cells("smoke")
+    drawn = []
+
+    def make(cell):
+        drawn.append(cell)
+        return toy.make_inputs(cell)
+
+    memo = Memo(size=2)
+    x = memo.inputs(c0, make)
+    assert memo.inputs(c0, make) is x and drawn == [c0]
+    memo.inputs(c1, make)
+    memo.inputs(c2, make)                      # c0's inputs are evicted
+    assert memo.inputs(c0, make) is not x and drawn == [c0, c1, c2, c0] and len(memo) == 2
