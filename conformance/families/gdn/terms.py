@@ -8,11 +8,11 @@ One token of one head, in float64 with q, k as the op prepares them (l2norm, q t
     o:     |S_t|^T |q| <= a |S|^T |q| + beta (|q|.|k|) |u|           ([V], either order of evaluation)
     state: a |S| + beta |k| |u|^T                                    ([K, V])
 
-with S the state the token reads, and a taken as exp(g) (1 + |g|): a kernel's g is off by a few u32
-relative (``GATING``), which moves exp(g) by a few u32 |g| relative. ``magnitudes`` replays the op's recurrence (the sequences, the slots
-and a two-call split as ``driver.run_with`` runs them) and returns the largest of each over every
-token and head. It follows the exact recurrence: a 16-bit pool's roundings and bf16 operands move a
-magnitude by a relative u_bf16 at most, which a bound with a factor of 8 or more above it absorbs.
+with S the state the token reads, and a taken as exp(g) (1 + |g|): a kernel's g is off by a few
+u32 relative (``GATING``), which moves exp(g) by a few u32 |g| relative. ``magnitudes`` replays the
+op's recurrence (sequences, slots and a two-call split as ``driver.run_with`` runs them) and returns
+the largest of each over every token and head. It follows the exact recurrence: a 16-bit pool's
+roundings and bf16 operands change a magnitude by u_bf16 (0.4%) relative at most.
 """
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ class _Replay:
         return o
 
     def recurrent(self, q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None,
-                  use_qk_l2norm=True, l2norm_eps=1e-6, state_dtype="float32", **_):
+                  use_qk_l2norm=True, l2norm_eps=1e-6, **_):
         self.pool = state
         cu, idx = np.asarray(cu_seqlens), np.asarray(state_indices)
         seqs = [(idx[n], [(i, None) for i in range(cu[n], cu[n + 1] - 1)] + [(cu[n + 1] - 1, idx[n])])
@@ -73,7 +73,7 @@ class _Replay:
         return self.recurrent(q, k, v, g, beta, cu, state, state_indices, **kw)
 
     def spec_decode(self, q, k, v, A_log, a, b, dt_bias, state, spec_state_indices, num_accepted_tokens,
-                    cu_seqlens, *, scale=None, use_qk_l2norm=True, l2norm_eps=1e-6, state_dtype="float32"):
+                    cu_seqlens, *, scale=None, use_qk_l2norm=True, l2norm_eps=1e-6, **_):
         self.pool = state
         cu, spec, acc = (np.asarray(x) for x in (cu_seqlens, spec_state_indices, num_accepted_tokens))
         start = spec[np.arange(len(acc)), np.maximum(acc - 1, 0)]
