@@ -1,7 +1,8 @@
 """The GDN family (gated delta rule): ops gating, recurrent, chunked, decode, spec_decode.
 
 matrix (axes, validity, corners, tiers), inputs (``make_inputs``), driver (``run_with``), oracle
-(the float64 oracles and ``ROUNDING_MODELS``), tolerances (each bound as data), check.
+(the float64 oracles and ``ROUNDING_MODELS``), terms (the sum of |terms| behind o and the state),
+tolerances (each bound as data), check.
 """
 from conformance.families.gdn.check import check
 from conformance.families.gdn.driver import run_with
