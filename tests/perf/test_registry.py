@@ -67,6 +67,9 @@ def test_the_sm90_decode_is_enabled_only_on_compute_capability_9_0(monkeypatch):
     import torch
 
     from bench import turboquant_gpu
+    # Imported before TRITON_INTERPRET goes: Gluon's import asserts that Triton's standard library
+    # matches the interpreter setting Triton saw when it was first imported in this process.
+    import optimized.triton.tq_decode_sm90  # noqa: F401
 
     monkeypatch.setattr(turboquant_gpu, "gpu_capability", lambda: (True, "a test GPU"))
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
@@ -173,7 +176,9 @@ def test_regression_gate_against_the_saved_run_of_the_same_machine(tmp_path, mon
     rid = "gdn/decode/state=float32/cpu"
     pairs = [([_timed(rid, [1.0, 1.1])], [_timed(rid, [1.0 + 0.01 * i, 1.2])]) for i in range(20)]
     noise = baselines.aa_noise(pairs, load="test")
-    assert noise["records"][rid]["threshold"] == 1.25 and noise["records"][rid]["false_alarm_rate"] == "0/20"
+    # ratios 1.00 .. 1.19: the first ten set 1.15 (1.09 x 1.05), four of the held-out ten exceed it
+    assert noise["records"][rid]["threshold"] == 1.15 and noise["records"][rid]["false_alarm_rate"] == "4/10"
+    assert baselines.held_out_threshold([1.0, 1.02] * 10)["false_alarm_rate"] == "0/10"
     with pytest.raises(ValueError, match="at least 20"):
         baselines.aa_noise(pairs[:19], load="test")
     assert "no saved run" in baselines.regression(_timed(rid, [1.0]))["reason"]
