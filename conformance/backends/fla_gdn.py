@@ -44,8 +44,8 @@ CHUNK_ROUNDING = (
     "#L288), where the model rounds k*exp(g_last - g) and v_new. The chunk-start state h "
     f"(#L185, #L214), A = (I + M)^-1 ({FLA_SOURCE}/ops/gated_delta_rule/chunk_fwd.py#L385), w and u "
     f"({FLA_SOURCE}/ops/gated_delta_rule/wy_fast.py#L88-L106) are bf16 in both. A NumPy emulation of "
-    "these placements (float64 otherwise) reproduced every verdict of the H200 run of 2026-12-01: o "
-    "rel_l2 0.0016-0.0044 against the observed 0.0016-0.0045")
+    "these placements (float64 otherwise; `kernel-lab study fla-chunk-rounding`) reproduced every verdict "
+    "of the H200 run of 2026-12-01: o rel_l2 0.0016-0.0044 against the observed 0.0016-0.0045")
 
 
 def _version() -> str | None:
@@ -154,10 +154,11 @@ class FlaImpl:
 def _chunk_verdict(cell) -> tuple[str, str] | None:
     """("xfail" | "skip", why) for FLA's chunked op where ``CHUNK_ROUNDING`` decides the verdict.
 
-    In the emulation, (2) and (3) alone exceed the o bound 0.00098 sqrt(chunks) at K=128, and at weak or
-    zero decay past a few tokens (up to 2.8x); with K=64 (scale 1/8, exact) and strong decay from 3 chunks on they stay
-    below 0.22 of it, and the bf16 output (~0.0017) decides: above the bound up to 2 chunks, on it at 3
-    (0.00169: 0.987-1.004 of it on the H200), below it from 4."""
+    In the emulation (``kernel-lab study fla-chunk-rounding``), (2) and (3) alone exceed the o bound
+    0.00098 sqrt(chunks) at K=128, and at weak or zero decay past a few tokens (up to 2.8x); with K=64
+    (scale 1/8, exact) and strong decay from 3 chunks on they stay below 0.22 of it, and the bf16 output
+    (~0.0017) decides: above the bound up to 2 chunks, on it at 3 (0.00169: 0.987-1.004 of it on the
+    H200), below it from 4."""
     if cell.op != "chunked":
         return None
     chunks = roundings(max(cell["lens"]), CHUNK, cell.get("split"))
