@@ -187,6 +187,28 @@ class VllmTqImpl:
         return out.float().cpu().numpy()
 
 
+# Shared memory per block on sm_90 (H100/H200), as Triton reported it on the H200 (2026-12-01).
+SM90_SHARED_BYTES = 232448
+
+
+def unified_prologue_bytes(D: int, G: int) -> int:
+    """Shared memory of the unified decode's fused query rotation: ``_tq_fuse_q_rotation`` loads PiT as one
+    [D, D] fp32 tile and takes ``tl.dot(Q.to(float32), PiT)`` on a [BLOCK_M, D] fp32 query tile, BLOCK_M =
+    16 for a decode with G <= 16 query heads per kv head, else next_power_of_2(G)."""
+    block_m = 16 if G <= 16 else 1 << (G - 1).bit_length()
+    return 4 * D * D + 4 * block_m * D
+
+
+UNIFIED_SHARED_MEMORY = (
+    "vLLM's unified decode does not compile at D={D}: its fused query rotation "
+    f"(_tq_fuse_q_rotation, {SOURCE}/turboquant_soa/triton_turboquant_unified_attention.py#L88-L113, "
+    "taken for every MSE-key preset since fuse_q_rot defaults to True, #L901, #L962) holds the [D, D] fp32 "
+    "rotation and the [BLOCK_M, D] fp32 query (BLOCK_M 16, #L1043) in shared memory: {need} bytes "
+    "(4 D^2 + 4 BLOCK_M D), above the {limit} of sm_90; the H200 run of 2026-12-01 failed with "
+    "\"OutOfResources: shared memory, Required: 278528, Hardware limit: 232448\". Its comment at #L78-L79 "
+    "sizes PiT at D=64 and 128 only. Worth reporting upstream (fuse_q_rot=False, the launcher's rotation, "
+    "or a K-tiled prologue would fit); FP8-key presets take no rotation and run")
+
 INTERPRETER_FP8 = ("the Triton interpreter's float32 -> float8e4nv cast is not round-to-nearest-even (ties go "
                    "up, and a mantissa carry is lost: 0.496 -> 0.25), so FP8 key stores differ from torch's and "
                    "ours in ~6% of codes; on a GPU the same kernel casts correctly")
@@ -219,12 +241,18 @@ def bench_decode(shape: dict, inputs: dict):
 
 
 def _supports(kernel: str, interpret: bool):
+    from reference.turboquant.presets import preset as lookup
+
     def supports(cell) -> str | None:
         if interpret and cell.op != "decode" and cell["preset"] == "turboquant_k8v4":
             return INTERPRETER_FP8
         layout = "aos" if kernel == "aos" else "soa"
         if cell["layout"] != layout:
             return f"this vLLM kernel pair reads and writes the {layout.upper()} layout only"
+        if (kernel == "unified" and not interpret and not lookup(cell["preset"]).key_fp8
+                and unified_prologue_bytes(cell["D"], cell["G"]) > SM90_SHARED_BYTES):
+            need = unified_prologue_bytes(cell["D"], cell["G"])
+            return UNIFIED_SHARED_MEMORY.format(D=cell["D"], need=need, limit=SM90_SHARED_BYTES)
         if kernel == "aos" and cell.op != "store" and cell["sinks"]:
             return (f"vLLM's AoS decode (triton_turboquant_decode_attention) takes no sinks "
                     f"({SOURCE}/triton_turboquant_decode.py)")
