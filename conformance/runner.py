@@ -1,7 +1,8 @@
 """The conformance runner: cells x backends, executed in worker processes, into one run folder.
 
 A run folder (``--out``) holds ``cells.jsonl`` (one record per pair, appended and fsynced as it
-arrives), ``run.json`` (fingerprint, selection, counts) and, while a run owns it, a lock file
+arrives), ``run.json`` (fingerprint, selection, counts, each
+backend's availability and rounding model per family) and, while a run owns it, a lock file
 naming the owner's pid and host. ``--resume`` continues only the selection recorded in run.json.
 
 A worker process runs one cell's backends in turn (so the cell's inputs and oracle are computed
@@ -654,6 +655,7 @@ def _run_locked(selection, cells, backends, out_dir, *, jobs, resume, timeout_s,
     probes = {b.name: registry.probe(b) for b in backends}
     info["backends"] = {b.name: {"available": probes[b.name][0], "reason": probes[b.name][1],
                                  "ops": {family: list(ops) for family, ops in b.ops.items()}} for b in backends}
+    info["rounding_models"] = {b.name: {family: b.rounding_model(family) for family in b.ops} for b in backends}
     write_run_json(run_path, info)
 
     todo: list[tuple[Cell, list[registry.Backend]]] = []

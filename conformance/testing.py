@@ -420,6 +420,32 @@ class Bf16MmaReference:
         return out.astype(np.float32)
 
 
+class Bf16SdpaReference:
+    """``reference.turboquant.numpy_ref`` whose decode is float64 attention over the UNQUANTIZED
+    cache (``reads_unquantized``: ``run_with`` passes it as ``kv_cache``, float32 ``[num_blocks,
+    block_size, Hk, 2 D]``, K then V; preset, layout and rotation unused), as torch-sdpa computes:
+    the base implementation of the "bf16-sdpa" model."""
+
+    reads_unquantized = True
+
+    def __getattr__(self, name):
+        from reference.turboquant import numpy_ref
+        return getattr(numpy_ref, name)
+
+    @staticmethod
+    def decode(query, kv_cache, block_table, seq_lens, preset, layout, rotation, scale=None, sinks=None):
+        from conformance.families.turboquant.oracle import attention64, unquantized
+
+        q = np.asarray(query, np.float64)
+        D = q.shape[-1]
+        keys, values = unquantized({"key_cache": kv_cache[..., :D], "value_cache": kv_cache[..., D:],
+                                    "block_table": np.asarray(block_table), "seq_lens": np.asarray(seq_lens)})
+        scale = 1.0 / np.sqrt(D) if scale is None else scale
+        out = attention64(q, keys, values, q.shape[1] // kv_cache.shape[2], scale,
+                          None if sinks is None else np.asarray(sinks, np.float64))
+        return out.astype(np.float32)
+
+
 PLANTED: dict[str, PlantedBug] = {bug.name: bug for bug in _GDN + _TURBOQUANT}
 
 
@@ -440,6 +466,8 @@ def reference_impl(family: str, rounding_model: str):
         from reference.turboquant import numpy_ref
         if rounding_model == "bf16-mma":
             return Bf16MmaReference()
+        if rounding_model == "bf16-sdpa":
+            return Bf16SdpaReference()
         if rounding_model == "exact":
             return numpy_ref
     raise ValueError(f"no reference implementation of {family} for the {rounding_model!r} model")

@@ -41,7 +41,16 @@ def run_header(run: Run) -> dict:
             "elapsed_s": info.get("elapsed_s"), "counts": [(s, counts.get(s, 0)) for s in STATUSES],
             "n_records": len(run.records), "problems": run.problems,
             "merged_from": len(info["merged_from"]) if isinstance(info.get("merged_from"), (list, dict)) else None,
-            "devices": info.get("devices"), "retired": info.get("retired_devices") or {}}
+            "devices": info.get("devices"), "retired": info.get("retired_devices") or {},
+            "rounding_models": rounding_models(info)}
+
+
+def rounding_models(info: dict) -> dict[str, dict[str, str]]:
+    """run.json's ``{backend: {family: model}}``; a merged run's, from its shards' run.json."""
+    shards = info.get("merged_from")
+    if isinstance(shards, dict):
+        return {b: fams for shard in shards.values() for b, fams in rounding_models(shard or {}).items()}
+    return info.get("rounding_models") or {}
 
 
 def unavailable_list(runs: list[Run]) -> list[dict]:

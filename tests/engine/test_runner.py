@@ -40,6 +40,16 @@ def test_failing_cell_gives_exit_1_and_every_pair_has_a_record(tmp_path):
     assert "toy-good" in res.stdout and "pass" in res.stdout  # the summary table
 
 
+def test_run_json_records_each_backends_rounding_model_and_the_cells_are_judged_by_it(tmp_path):
+    kl("conform", "--family", "toy", "--tier", "smoke", "--backend", "toy-good,toy-bf16-x",
+       "--out", str(tmp_path), check_rc=0)
+    run = json.loads((tmp_path / "run.json").read_text())
+    assert run["rounding_models"] == {"toy-good": {"toy": "exact"}, "toy-bf16-x": {"toy": "bf16-x"}}
+    recs = records.read(tmp_path / "cells.jsonl")
+    assert {(r["backend"], r["rounding_model"], r["status"]) for r in recs} == {
+        ("toy-good", "exact", "pass"), ("toy-bf16-x", "bf16-x", "pass")}
+
+
 def test_abort_in_some_cells_is_a_crash_and_the_rest_are_kept_then_resume_completes(tmp_path):
     kl("conform", "--family", "toy", "--tier", "ci", "--backend", "toy-abort", "--out", str(tmp_path),
        "--jobs", "2", check_rc=1)

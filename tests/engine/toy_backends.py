@@ -12,6 +12,13 @@ class _Good:
         return (x * np.float32(factor)).astype(np.float32)
 
 
+class _Bf16X:
+    @staticmethod
+    def scale(x, factor):
+        from conformance.numerics import bf16_round
+        return (bf16_round(x) * np.float32(factor)).astype(np.float32)
+
+
 class _Wrong:
     @staticmethod
     def scale(x, factor):
@@ -38,6 +45,8 @@ def _hanging(cell, inputs):
 
 register(Backend("toy-good", {"toy": ("scale",)}, lambda: (True, "always"), _run(_Good)))
 register(Backend("toy-wrong", {"toy": ("scale",)}, lambda: (True, "always"), _run(_Wrong)))
+register(Backend("toy-bf16-x", {"toy": ("scale",)}, lambda: (True, "always"), _run(_Bf16X),
+                 rounding_models={"toy": "bf16-x"}))
 register(Backend("toy-abort", {"toy": ("scale",)}, lambda: (True, "always"), _aborting))
 register(Backend("toy-hang", {"toy": ("scale",)}, lambda: (True, "always"), _hanging, timeout_s=3.0))
 register(Backend("toy-wrong-known", {"toy": ("scale",)}, lambda: (True, "always"), _run(_Wrong),

@@ -5,11 +5,12 @@ import numpy as np
 
 from conformance.cells import make_cell
 from conformance.compare import Tolerance, ToleranceSpec, compare, verdict
-from conformance.numerics import U32
+from conformance.numerics import U32, bf16_round
 
 FAMILY = "toy"
 OPS = ("scale",)
-ROUNDING_MODELS = {"exact": "one fp32 rounding of the product"}
+ROUNDING_MODELS = {"exact": "one fp32 rounding of the product",
+                   "bf16-x": "x rounded to bf16 first, then one fp32 rounding of the product"}
 
 PRODUCT = ToleranceSpec("toy.product", "rtol 2 u32", "x * factor rounded once to fp32: at most u32 relative; "
                         "2 u32 leaves room for a fused multiply; the toy-wrong backend (adds 1e-3) fails it", ())
@@ -33,12 +34,13 @@ def run_with(impl, cell, inputs):
 
 
 def check(cell, rounding_model, inputs, outputs, memo=None):
-    """y against the float64 product (memoised when a memo is given)."""
+    """y against the float64 product of x ("exact") or of bf16(x) ("bf16-x"), memoised when a memo is given."""
     if rounding_model not in ROUNDING_MODELS:
         raise ValueError(f"rounding_model: expected one of {sorted(ROUNDING_MODELS)}, got {rounding_model!r}")
 
     def oracle():
-        return inputs["x"].astype(np.float64) * inputs["factor"]
+        x = bf16_round(inputs["x"]) if rounding_model == "bf16-x" else inputs["x"]
+        return x.astype(np.float64) * inputs["factor"]
 
-    expected = oracle() if memo is None else memo.get(cell, inputs, "toy-product", oracle)
+    expected = oracle() if memo is None else memo.get(cell, inputs, ("toy-product", rounding_model), oracle)
     return verdict([compare("y", outputs["y"], expected, PRODUCT_TOL)])

@@ -37,6 +37,10 @@ def test_smoke_report_in_chromium(smoke_run, open_page, tmp_path):
     assert collapsed == sum(r["op"] not in ops[r["backend"]].get(r["family"], ()) for r in expected) > 0
     assert "triton" in page.inner_text("#unavailable")
     assert "tier\tsmoke" in page.inner_text("#runs")
+    models = json.loads((smoke_run / "run.json").read_text())["rounding_models"]
+    row = next(line for line in page.inner_text("#runs").splitlines() if line.startswith("rounding models"))
+    assert row == "rounding models\t" + "; ".join(
+        f"{b}: " + ", ".join(f"{f} {m}" for f, m in fams.items()) for b, fams in models.items())
 
     # filtering by a status hides the others
     for status in ("pass", "skip"):
