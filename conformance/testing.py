@@ -263,6 +263,20 @@ class Bf16OperandReference:
         return numpy_ref.chunked(*args, **kw, operand_dtype="bfloat16")
 
 
+class FlaChunkReference:
+    """``reference.gdn.numpy_ref`` whose chunked op rounds to bf16 where FLA's chunk kernels do
+    (``rounding_points="fla"``): the base implementation of the "fla-chunk" model."""
+
+    def __getattr__(self, name):
+        from reference.gdn import numpy_ref
+        return getattr(numpy_ref, name)
+
+    @staticmethod
+    def chunked(*args, **kw):
+        from reference.gdn import numpy_ref
+        return numpy_ref.chunked(*args, **kw, operand_dtype="bfloat16", rounding_points="fla")
+
+
 class VllmCpuReference:
     """The "vllm-cpu" model's conventions in float64 (l2 norm epsilon 1e-5, the decode op's bf16
     beta, bf16 chunk operands): the base implementation of that model."""
@@ -461,6 +475,8 @@ def reference_impl(family: str, rounding_model: str):
         from reference.gdn import numpy_ref
         if rounding_model == "vllm-cpu":
             return VllmCpuReference()
+        if rounding_model == "fla-chunk":
+            return FlaChunkReference()
         return numpy_ref if rounding_model == "exact" else Bf16OperandReference()
     if family == "turboquant":
         from reference.turboquant import numpy_ref

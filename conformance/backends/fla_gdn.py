@@ -3,8 +3,9 @@
 - ``fla``: ``chunk_gated_delta_rule`` (the chunked op) and ``fused_recurrent_gated_delta_rule``
   (the recurrent op, fp32 inputs) from ``fla.ops.gated_delta_rule``, in Triton on a GPU:
   varlen through ``cu_seqlens``, GVA (HV > H), q/k l2 norm in the kernel (``use_qk_l2norm_in_kernel``),
-  state ``[N, HV, K, V]`` gathered from and scattered back to the pool by the adapter. bf16 operands:
-  rounding model ``bf16-operands`` (the chunked op's bf16 inputs; the recurrent op is held to exact).
+  state ``[N, HV, K, V]`` gathered from and scattered back to the pool by the adapter. Rounding model
+  ``fla-chunk``: its chunked op (bf16 inputs) is held to an oracle that rounds where FLA's chunk kernels
+  do; its recurrent op (fp32 inputs) is held to exact, as that model prescribes for every other op.
 - ``fla-naive``: FLA's torch references ``naive_chunk_gated_delta_rule`` and
   ``naive_recurrent_gated_delta_rule`` on the CPU in float32, one sequence at a time; they take
   neither GVA nor the l2 norm, so the adapter repeats each key head over its value heads and
@@ -14,38 +15,25 @@ FLA's l2 norm epsilon is 1e-6, as ours (``fla/modules/norm/l2norm.py``, ``l2norm
 the state in float32 inside a call; the adapter stores it into the pool's dtype (round to nearest)
 after each call.
 
-Known difference (``fla``, chunked op): FLA's chunk kernels round in places the ``bf16-operands``
-model does not (``CHUNK_ROUNDING``); the cells where that exceeds the model's bound are xfail, the
-cells where it lands on the bound are skipped (``_chunk_verdict``).
+FLA's chunk form (fla-core 0.6.0, https://github.com/fla-org/flash-linear-attention/blob/v0.6.0/fla,
+line numbers of the wheel's files) rounds to bf16 where the ``fla-chunk`` oracle
+(``numpy_ref.chunked(rounding_points="fla")``) does: o is stored in the input dtype
+(ops/common/chunk_o.py#L565, store at #L155); q and k leave the l2 norm in bf16
+(ops/gated_delta_rule/chunk.py#L283) and q's scale and exp(g) multiply the fp32 dot products
+(ops/common/chunk_o.py#L138-L154); the state increment is k^T bf16(v_new exp(g_last - g)) from the
+unrounded v_new (ops/common/chunk_delta_h.py#L250, #L288); the chunk-start state h (#L185, #L214),
+A = (I + M)^-1 (ops/gated_delta_rule/chunk_fwd.py#L385), w and u (ops/gated_delta_rule/wy_fast.py#L88-L106).
+Against the ``bf16-operands`` oracle those placements failed 27 of the 42 chunked cells of the H200 run
+of 2026-12-01 (o rel_l2 0.0016-0.0045); the oracle's emulation of them reproduced every verdict
+(``kernel-lab study fla-chunk-rounding``).
 """
 from __future__ import annotations
 
-import math
 import os
 
 import numpy as np
 
-from conformance.families.gdn.matrix import CHUNK
-from conformance.families.gdn.tolerances import roundings
-from conformance.numerics import UBF16
 from conformance.registry import Backend, register
-
-FLA_SOURCE = "https://github.com/fla-org/flash-linear-attention/blob/v0.6.0/fla"
-# Line numbers of the fla-core 0.6.0 wheel's files.
-CHUNK_ROUNDING = (
-    "FLA's chunk form rounds where the bf16-operands model does not: (1) o is stored in bf16, the "
-    f"input dtype ({FLA_SOURCE}/ops/common/chunk_o.py#L565, store at #L155), one more bf16 rounding of "
-    "every output: rel_l2 ~0.44 u_bf16 = 0.0017 on its own, against the model's o bound u_bf16/4 "
-    "sqrt(chunks) = 0.00098 sqrt(chunks); (2) q and k leave the l2 norm in bf16 "
-    f"({FLA_SOURCE}/ops/gated_delta_rule/chunk.py#L283) and q's scale and exp(g) multiply the fp32 dot "
-    f"products ({FLA_SOURCE}/ops/common/chunk_o.py#L138-L154), where the model rounds "
-    "scale*exp(G)*q (K=128: 1/sqrt(K) is not a power of two); (3) the state increment is "
-    f"k^T bf16(v_new*exp(g_last - g)) from the unrounded v_new ({FLA_SOURCE}/ops/common/chunk_delta_h.py#L250, "
-    "#L288), where the model rounds k*exp(g_last - g) and v_new. The chunk-start state h "
-    f"(#L185, #L214), A = (I + M)^-1 ({FLA_SOURCE}/ops/gated_delta_rule/chunk_fwd.py#L385), w and u "
-    f"({FLA_SOURCE}/ops/gated_delta_rule/wy_fast.py#L88-L106) are bf16 in both. A NumPy emulation of "
-    "these placements (float64 otherwise; `kernel-lab study fla-chunk-rounding`) reproduced every verdict "
-    "of the H200 run of 2026-12-01: o rel_l2 0.0016-0.0044 against the observed 0.0016-0.0045")
 
 
 def _version() -> str | None:
@@ -151,30 +139,7 @@ class FlaImpl:
         return self._run(*args, **kw, chunked=True)
 
 
-def _chunk_verdict(cell) -> tuple[str, str] | None:
-    """("xfail" | "skip", why) for FLA's chunked op where ``CHUNK_ROUNDING`` decides the verdict.
-
-    In the emulation (``kernel-lab study fla-chunk-rounding``), (2) and (3) alone exceed the o bound
-    0.00098 sqrt(chunks) at K=128, and at weak or zero decay past a few tokens (up to 2.8x); with K=64
-    (scale 1/8, exact) and strong decay from 3 chunks on they stay below 0.22 of it, and the bf16 output
-    (~0.0017) decides: above the bound up to 2 chunks, on it at 3 (0.00169: 0.987-1.004 of it on the
-    H200), below it from 4."""
-    if cell.op != "chunked":
-        return None
-    chunks = roundings(max(cell["lens"]), CHUNK, cell.get("split"))
-    bound = math.sqrt(chunks) * UBF16 / 4
-    if cell["K"] != 64 or cell["decay"] != "strong" or chunks <= 2:
-        return "xfail", f"{CHUNK_ROUNDING}; this cell's o bound {bound:.3g}"
-    if chunks == 3:
-        return "skip", (f"FLA's bf16 output alone (rel_l2 ~0.0017) lands on this cell's o bound {bound:.3g}: "
-                        f"the verdict is a coin flip, not a finding ({CHUNK_ROUNDING})")
-    return None
-
-
-def _supports(cell, gpu: bool) -> str | None:
-    known = _chunk_verdict(cell) if gpu else None
-    if known and known[0] == "skip":
-        return known[1]
+def _supports(cell) -> str | None:
     split = cell.get("split")
     longest = max(max(L - split, min(L, split)) if split else L for L in cell["lens"])
     every = cell["interval"] if cell.op == "recurrent" else 64
@@ -182,11 +147,6 @@ def _supports(cell, gpu: bool) -> str | None:
         return ("FLA keeps the state in float32 for a whole call and rounds it into the "
                 f"{cell['state']} pool once at the end; this cell's oracle rounds it every {every} tokens")
     return None
-
-
-def _xfail(cell) -> str | None:
-    known = _chunk_verdict(cell)
-    return known[1] if known and known[0] == "xfail" else None
 
 
 def _make(name: str, gpu: bool) -> Backend:
@@ -197,8 +157,8 @@ def _make(name: str, gpu: bool) -> Backend:
 
     return register(Backend(
         name=name, ops={"gdn": ("recurrent", "chunked")}, available=_available(gpu), run=run,
-        supports=lambda cell: _supports(cell, gpu), xfail=_xfail if gpu else lambda cell: None,
-        rounding_models={"gdn": "bf16-operands" if gpu else "exact"}, uses_gpu=gpu))
+        supports=_supports, xfail=lambda cell: None,
+        rounding_models={"gdn": "fla-chunk" if gpu else "exact"}, uses_gpu=gpu))
 
 
 _make("fla", gpu=True)

@@ -17,6 +17,7 @@ STATE_DTYPES = {"float32": np.dtype(np.float32), "bfloat16": np.dtype(ml_dtypes.
                 "float16": np.dtype(np.float16)}
 COMPUTE_DTYPES = {"float32": np.dtype(np.float32), "float64": np.dtype(np.float64)}
 OPERAND_DTYPES = ("float32", "bfloat16")
+ROUNDING_POINTS = ("cpu", "fla")
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,14 @@ def compute_dtype(name: str) -> np.dtype:
 def operand_dtype(name: str) -> str:
     if name not in OPERAND_DTYPES:
         raise ValueError(f"operand_dtype: expected one of {list(OPERAND_DTYPES)}, got {name!r}")
+    return name
+
+
+def rounding_points(name: str, operand_dtype_name: str) -> str:
+    if name not in ROUNDING_POINTS:
+        raise ValueError(f"rounding_points: expected one of {list(ROUNDING_POINTS)}, got {name!r}")
+    if name != "cpu" and operand_dtype_name == "float32":
+        raise ValueError(f"rounding_points: {name!r} places bf16 roundings; it needs operand_dtype='bfloat16'")
     return name
 
 

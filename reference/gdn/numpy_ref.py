@@ -93,11 +93,15 @@ def _unit_lower_inverse(A: np.ndarray) -> np.ndarray:
     return X + np.eye(A.shape[-1], dtype=A.dtype)
 
 
-def _chunk_forward(S, q, k, v, g, beta, rnd):
+def _chunk_forward(S, q, k, v, g, beta, rnd, fla_scale=None):
     """One chunk of one sequence, UT/WY form, all heads at once.
 
     S [HV,K,V] (state at chunk start); q, k [C,HV,K]; v [C,HV,V]; g, beta [C,HV].
     ``rnd`` rounds GEMM operands (identity for the exact form). Returns (o [C,HV,V], S_next).
+    ``fla_scale`` (None: the CPU kernel's rounding points) selects the rounding points of FLA's chunk
+    kernels with q unscaled: the -beta*D*kk^T matrix is inverted unrounded; q's scale and exp(G) multiply
+    the readout's products; v_new is rounded only for the readout; the state increment is
+    k^T rnd(v_new * exp(G_last - G)); o is rounded.
     """
     q, k, v = (x.transpose(1, 0, 2) for x in (q, k, v))
     g, beta = g.T, beta.T
@@ -106,16 +110,23 @@ def _chunk_forward(S, q, k, v, g, beta, rnd):
     lower = np.tril(np.ones((C, C), dtype=bool))
     D = np.exp(np.where(lower, G[:, :, None] - G[:, None, :], -np.inf))   # exp(G_i - G_j), j <= i
     strict = np.tril(np.ones((C, C), dtype=bool), -1)
-    A = rnd(np.where(strict, -beta[:, :, None] * (k @ k.transpose(0, 2, 1)) * D, 0.0))
-    Tm = rnd(_unit_lower_inverse(A))                            # (I + M)^-1
+    A = np.where(strict, -beta[:, :, None] * (k @ k.transpose(0, 2, 1)) * D, 0.0)
+    Tm = rnd(_unit_lower_inverse(A if fla_scale is not None else rnd(A)))   # (I + M)^-1
     eG = np.exp(G)[:, :, None]
     W = rnd(Tm @ rnd(beta[:, :, None] * eG * k))
     U = rnd(Tm @ rnd(beta[:, :, None] * v))
     S_op = rnd(S)
-    v_new = rnd(U - W @ S_op)
-    o = rnd(q * eG) @ S_op + rnd(np.where(lower, (q @ k.transpose(0, 2, 1)) * D, 0.0)) @ v_new
-    to_end = rnd(k * np.exp(G[:, -1:] - G)[:, :, None])        # K * exp(G_last - G)
-    S_next = np.exp(G[:, -1])[:, None, None] * S + to_end.transpose(0, 2, 1) @ v_new
+    v_new = U - W @ S_op
+    decay = np.exp(G[:, -1])[:, None, None]
+    qkD = rnd(np.where(lower, (q @ k.transpose(0, 2, 1)) * D, 0.0))
+    if fla_scale is None:
+        v_new = rnd(v_new)
+        o = rnd(q * eG) @ S_op + qkD @ v_new
+        to_end = rnd(k * np.exp(G[:, -1:] - G)[:, :, None])    # K * exp(G_last - G)
+        S_next = decay * S + to_end.transpose(0, 2, 1) @ v_new
+    else:
+        o = rnd(fla_scale * (q @ S_op) * eG + fla_scale * (qkD @ rnd(v_new)))
+        S_next = decay * S + k.transpose(0, 2, 1) @ rnd(v_new * np.exp(G[:, -1:] - G)[:, :, None])
     return o.transpose(1, 0, 2), S_next
 
 
@@ -159,7 +170,7 @@ def recurrent(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None,
 
 def chunked(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, use_qk_l2norm=True,
             l2norm_eps=1e-6, state_dtype="float32", state_write_interval=None, chunk_size=64,
-            operand_dtype="float32", compute_dtype="float32"):
+            operand_dtype="float32", rounding_points="cpu", compute_dtype="float32"):
     """Chunked (UT/WY) gated delta rule; same contract as ``recurrent``.
 
     ``state_write_interval`` defaults to ``chunk_size`` and must be a multiple of it.
@@ -167,6 +178,10 @@ def chunked(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, u
     after l2norm/scale, the -beta*D*kk^T matrix, its inverse T, W, U, the chunk-start state copy
     used for W@S and the readout, v_new = U - W@S, and the other GEMM operands are rounded to bf16;
     products accumulate in the compute dtype; the carried state stays in the compute dtype.
+    ``rounding_points="fla"`` (with bf16 operands) rounds where fla-core 0.6.0's chunk_gated_delta_rule
+    does instead: q and k straight after the l2 norm (the scale applied to the readout's products),
+    the inverse T but not the matrix inverted, W, U, the chunk-start state copy, v_new for the readout,
+    v_new * exp(G_last - G) for the state increment, and the output o.
     """
     dims, cu, idx = arguments.varlen(q, k, v, g, beta, cu_seqlens, state, state_indices,
                                      state_dtype, scale, l2norm_eps)
@@ -174,7 +189,9 @@ def chunked(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, u
     interval = arguments.interval(C if state_write_interval is None else state_write_interval, C)
     cdt, sdt = arguments.compute_dtype(compute_dtype), arguments.state_dtype(state_dtype)
     rnd = _operand_rounding(arguments.operand_dtype(operand_dtype))
-    qs, ks = _prepare_qk(q, k, dims.HV, scale, use_qk_l2norm, l2norm_eps, cdt)
+    fla = arguments.rounding_points(rounding_points, operand_dtype) == "fla"
+    fla_scale = cdt.type(1.0 / np.sqrt(dims.K) if scale is None else scale) if fla else None
+    qs, ks = _prepare_qk(q, k, dims.HV, 1.0 if fla else scale, use_qk_l2norm, l2norm_eps, cdt)
     qs, ks = rnd(qs), rnd(ks)
     v, g, beta = (np.asarray(x, cdt) for x in (v, g, beta))
     o = np.zeros((dims.T, dims.HV, dims.V), np.float32)
@@ -183,7 +200,8 @@ def chunked(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, u
         S = _load_state(state, idx[n], cdt)
         for c0 in range(s0, s1, C):
             c1 = min(c0 + C, s1)
-            o[c0:c1], S = _chunk_forward(S, qs[c0:c1], ks[c0:c1], v[c0:c1], g[c0:c1], beta[c0:c1], rnd)
+            o[c0:c1], S = _chunk_forward(S, qs[c0:c1], ks[c0:c1], v[c0:c1], g[c0:c1], beta[c0:c1], rnd,
+                                              fla_scale)
             if sdt != np.float32 and _write_back(c1 - s0, s1 - s0, interval):
                 S = _stored(S, sdt)
         state[idx[n]] = _to_state(S, sdt)

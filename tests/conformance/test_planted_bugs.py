@@ -14,7 +14,8 @@ from conformance.testing import PLANTED, first_failing_cell, reference_impl, ver
 
 # The models a planted bug runs under, per family, and the ops where a model differs from "exact"
 # (elsewhere its oracle and tolerance are the exact ones, which the "exact" runs cover).
-MODELS = {"gdn": {"exact": None, "bf16-operands": ("chunked",), "bf16-gemm": ("chunked",), "vllm-cpu": None},
+MODELS = {"gdn": {"exact": None, "bf16-operands": ("chunked",), "bf16-gemm": ("chunked",), "fla-chunk": ("chunked",),
+                 "vllm-cpu": None},
           "turboquant": {"exact": None, "bf16-mma": ("decode", "store_decode"), "bf16-sdpa": ("decode",)}}
 # bf16-sdpa (torch-sdpa) attends over the unquantized cache: bugs in reading the quantized cache or
 # rotating the query have nothing to act on there

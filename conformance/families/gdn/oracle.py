@@ -3,7 +3,9 @@
 "exact" -> ``numpy_ref`` in float64 (the chunked op against the *recurrent* form rounded every
 chunk_size tokens, so the chunk algebra is checked too); "bf16-operands" and "bf16-gemm" (chunked
 only) -> ``numpy_ref.chunked(operand_dtype="bfloat16")`` in float64; on every other op a backend of
-those models is held to the exact oracle (its decode kernels compute in fp32). "vllm-cpu" (vLLM's CPU
+those models is held to the exact oracle (its decode kernels compute in fp32). "fla-chunk" (FLA's
+chunk kernels) -> ``numpy_ref.chunked(operand_dtype="bfloat16", rounding_points="fla")`` in float64 on
+the chunked op, exact on every other op (FLA's recurrent kernel runs on fp32 inputs). "vllm-cpu" (vLLM's CPU
 ops) -> the oracle of their conventions: q/k l2 norm epsilon 1e-5; the decode op's beta =
 bf16(1 / bf16(1 + bf16(exp(-b)))) (``vllm_decode_beta``); the chunked op's bf16 operands.
 """
@@ -22,6 +24,9 @@ ROUNDING_MODELS = {
     "bf16-operands": "chunked: GEMM operands rounded to bf16, fp32 accumulation (the C++ chunk kernel); "
                      "other ops as exact",
     "bf16-gemm": "chunked: bf16 GEMM operands and bf16-rounded GEMM results (torch eager); other ops as exact",
+    "fla-chunk": "chunked: FLA's chunk kernels (fla-core 0.6.0): bf16 q/k after the l2 norm with the scale on "
+                 "fp32 products, bf16 T, W, U, chunk-start state, readout v_new and state increment, bf16 "
+                 "output; other ops as exact",
     "vllm-cpu": "vLLM's CPU ops: l2 norm epsilon 1e-5, decode's beta in bf16 arithmetic, chunked with bf16 "
                 "operands, outputs rounded to bf16, gating's vectorised softplus log(1 + exp(x))",
 }
@@ -42,14 +47,17 @@ class Float64Oracle:
 
     chunked runs the recurrent form rounded every ``state_write_interval`` (default chunk_size)
     tokens, unless ``operand_dtype="bfloat16"``: then numpy_ref.chunked with the kernel's bf16 operands.
+    ``rounding_points`` places those bf16 roundings (numpy_ref.chunked's argument: "cpu" or "fla").
     ``l2norm_eps`` overrides the inputs' epsilon; ``decode_beta`` maps b to beta in the decode op
     (None: sigmoid in float64).
     """
 
-    def __init__(self, operand_dtype: str = "float32", l2norm_eps: float | None = None, decode_beta=None):
+    def __init__(self, operand_dtype: str = "float32", l2norm_eps: float | None = None, decode_beta=None,
+                 rounding_points: str = "cpu"):
         from reference.gdn import numpy_ref
         self._ref = numpy_ref
         self.operand_dtype = operand_dtype
+        self.rounding_points = rounding_points
         self.l2norm_eps = l2norm_eps
         self.decode_beta = decode_beta
 
@@ -68,7 +76,8 @@ class Float64Oracle:
         if self.operand_dtype == "float32":
             return self._ref.recurrent(*args, **kw, state_write_interval=interval, compute_dtype="float64")
         return self._ref.chunked(*args, **kw, chunk_size=chunk_size, state_write_interval=interval,
-                                 operand_dtype=self.operand_dtype, compute_dtype="float64")
+                                 operand_dtype=self.operand_dtype, rounding_points=self.rounding_points,
+                                 compute_dtype="float64")
 
     def decode(self, q, k, v, A_log, a, b, dt_bias, state, state_indices, **kw):
         kw = self._eps(kw)
@@ -90,6 +99,8 @@ def oracle_kind(cell: Cell, rounding_model: str) -> str:
         raise ValueError(f"rounding_model: expected one of {sorted(ROUNDING_MODELS)}, got {rounding_model!r}")
     if rounding_model == "vllm-cpu":
         return "vllm-cpu-bf16-operands" if cell.op == "chunked" else "vllm-cpu"
+    if cell.op == "chunked" and rounding_model == "fla-chunk":
+        return "fla-chunk"
     if cell.op == "chunked" and rounding_model != "exact":
         return "bf16-operands"
     return "exact"
@@ -100,6 +111,8 @@ def _impl(kind: str) -> Float64Oracle:
         return Float64Oracle("float32", VLLM_L2NORM_EPS, vllm_decode_beta)
     if kind == "vllm-cpu-bf16-operands":
         return Float64Oracle("bfloat16", VLLM_L2NORM_EPS)
+    if kind == "fla-chunk":
+        return Float64Oracle("bfloat16", rounding_points="fla")
     return Float64Oracle("bfloat16" if kind == "bf16-operands" else "float32")
 
 
@@ -112,6 +125,8 @@ def oracle_name(cell: Cell, kind: str) -> str:
         return f"oracle: numpy_ref.{cell.op} in float64, l2 norm epsilon 1e-5{beta}"
     if kind == "bf16-operands":
         return "oracle: numpy_ref.chunked in float64 with bf16 operands"
+    if kind == "fla-chunk":
+        return "oracle: numpy_ref.chunked in float64 with bf16 operands at FLA's rounding points"
     if cell.op == "chunked":
         return "oracle: numpy_ref.recurrent in float64, state rounded every chunk"
     return f"oracle: numpy_ref.{cell.op} in float64"
