@@ -10,7 +10,7 @@ import reference.gdn.numpy_ref as numpy_ref
 from conformance.cells import make_cell
 from conformance.families import gdn
 from conformance.families.gdn.tolerances import GATING_TOL, o_and_state
-from conformance.numerics import UBF16, rel_l2
+from conformance.numerics import UBF16, bf16_round, rel_l2
 from conformance.testing import assert_close
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -177,6 +177,20 @@ def test_bf16_operand_model_changes_chunked_by_about_bf16_epsilon():
     o = numpy_ref.chunked(*args, pool, inputs["state_indices"], operand_dtype="bfloat16")
     err = rel_l2(o, exact["o"])
     assert UBF16 / 32 < err < 4 * UBF16                     # about u_bf16, far from u32
+
+
+def test_fla_rounding_points_round_o_and_reject_bad_arguments():
+    cell = _cell("chunked")
+    inputs = gdn.make_inputs(cell)
+    args = [inputs[n] for n in ("q", "k", "v", "g", "beta", "cu_seqlens")]
+    o = numpy_ref.chunked(*args, inputs["state"].copy(), inputs["state_indices"], operand_dtype="bfloat16",
+                          rounding_points="fla")
+    assert np.array_equal(o, bf16_round(o)) and np.any(o != 0)
+    with pytest.raises(ValueError, match="rounding_points"):
+        numpy_ref.chunked(*args, inputs["state"].copy(), inputs["state_indices"], rounding_points="fla")
+    with pytest.raises(ValueError, match="rounding_points"):
+        numpy_ref.chunked(*args, inputs["state"].copy(), inputs["state_indices"], operand_dtype="bfloat16",
+                          rounding_points="tf32")
 
 
 def test_numpy_and_jax_agree_on_the_bf16_operand_model():
