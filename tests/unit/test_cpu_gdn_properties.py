@@ -36,16 +36,22 @@ LEAD, TAIL = 3, 5  # guard elements before and after each output view
 PROPERTY = settings(max_examples=20, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 
 
-def _family_tolerances(case, expected: dict, model: str, written):
-    """(o, state) tolerances of the gdn family for the case's call (state: the ``written`` slots),
-    before it runs (the pool as given)."""
+def _written(case) -> np.ndarray:
+    """The pool slots the case's call writes (sorted)."""
+    owned = np.asarray(case["owned"])
+    return np.unique(owned[owned >= 0])
+
+
+def _family_tolerances(case, expected: dict, model: str):
+    """(o, state: on the written slots) tolerances of the gdn family for the case's call, before it
+    runs (the pool as given)."""
     op, dims = case["op"], case["dims"]
     family_op = "chunked" if op == "chunk_prefill" else op
     cell = make_cell("gdn", family_op, state=case["state"], H=dims["H"], HV=dims["HV"], K=dims["K"], V=dims["V"])
     inputs = {**case["args"], "state": np.array(case["args"]["state"]), "cu_seqlens": case["cu"],
               "scale": None, "use_qk_l2norm": True, "l2norm_eps": 1e-6,
               "state_dtype": case["state"], "chunk_size": 64}
-    return o_and_state(cell, inputs, expected, model, written=written)
+    return o_and_state(cell, inputs, expected, model, written=_written(case))
 
 
 # ---------------------------------------------------------------- buffers with guard bytes
@@ -170,11 +176,11 @@ def test_valid_arguments_match_the_reference_and_stay_inside_the_outputs(op, dat
     case = data.draw(decode_cases(op))
     o_ref, pool_ref = _reference(case)
     model = "bf16-operands" if op == "chunk_prefill" else "exact"
-    written = np.unique(np.asarray(case["owned"])[np.asarray(case["owned"]) >= 0])
-    o_tol, s_tol = _family_tolerances(case, {"o": o_ref, "state": pool_ref}, model, written)
+    o_tol, s_tol = _family_tolerances(case, {"o": o_ref, "state": pool_ref}, model)
     before, out_before = case["buf"].copy(), case["out_buf"].copy()
     o = _launch(case)
     assert o is case["out"]
+    written = _written(case)
     assert_close("o", o, o_ref, o_tol)
     assert_close("state", case["args"]["state"][written], pool_ref[written], s_tol)
     _assert_guards(before, case["buf"], _owned(case["buf"], case["args"]["state"], written))
