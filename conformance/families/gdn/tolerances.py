@@ -132,7 +132,7 @@ def state_rel_l2(state: np.ndarray, R: int, p: float, u: float) -> float:
     """``STATE_16BIT``'s rel_l2 bound on the compared ``state`` (the oracle's) after R roundings each."""
     x2 = np.square(np.asarray(state, np.float64)).ravel()
     total = float(np.sum(x2))
-    if total == 0.0:
+    if total == 0.0 or R == 0:                     # nothing to flip, or no rounding
         return 0.0
     m = flips(x2.size * R, p)
     whole, part = divmod(m, R)                     # an element takes up to R of the m flips
@@ -167,7 +167,7 @@ def o_and_state(cell: Cell, inputs: dict, expected: dict, model: str, compute: s
         s_l2 = state_rel_l2(compared, R, math.sqrt(K + C) * U32 / u, u)
         why += f"; {STATE_16BIT.name} ({sname}, R={R})"
     if model in ("bf16-operands", "vllm-cpu") and cell.op == "chunked":  # other ops: the exact oracle
-        walk = math.sqrt(roundings(L, CHUNK, inputs.get("split"))) if cell.op == "chunked" else 1.0
+        walk = math.sqrt(roundings(L, CHUNK, inputs.get("split")))
         o_atol += 8 * UBF16 * o_max
         s_atol += 8 * UBF16 * s_max
         o_l2, s_l2 = walk * UBF16 / 4, max(s_l2 or 0.0, walk * UBF16 / 2)
