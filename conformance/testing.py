@@ -219,6 +219,18 @@ def _padding_written(impl):
     return _wrap_pool_ops(impl, ("recurrent", "chunked", "decode"), around)
 
 
+def _decode_state_through_bf16(impl):
+    """decode stores the slots it writes rounded to bf16 (a float32 pool keeps float32 bytes)."""
+    def around(name, fn, pos, args, kw):
+        pool, idx = args[pos], args[pos + 1]
+        o, state = _result(fn(*args, **kw), pool)
+        slots = idx[idx >= 0]
+        state = np.array(state, copy=True)
+        state[slots] = bf16_round(state[slots])
+        return _written(pool, state, np.asarray(o, np.float32))
+    return _wrap_pool_ops(impl, ("decode",), around)
+
+
 def _gates_in_bf16(impl):
     def gating(*args, **kw):
         g, beta = impl.gating(*args, **kw)
@@ -245,6 +257,8 @@ _GDN = [
          _POOL_OPS, _transposed_read, lambda c: c.get("V", c["K"]) == c["K"]),
     _gdn("padding-slot-written", "a padding sequence's state is written to the pool's last slot",
          ("recurrent", "chunked", "decode"), _padding_written, lambda c: c["slots"] == "padded"),
+    _gdn("decode-state-through-bf16", "decode rounds the state it stores in a float32 pool to bf16",
+         ("decode",), _decode_state_through_bf16, lambda c: c["state"] == "float32"),
     _gdn("gates-rounded-to-bf16", "g and beta are returned rounded to bf16", ("gating",), _gates_in_bf16),
 ]
 

@@ -33,22 +33,25 @@ STATE_DTYPES = {"float32": np.dtype(np.float32), "bfloat16": np.dtype(ml_dtypes.
                 "float16": np.dtype(np.float16)}
 GUARD = 0xA5  # every guard byte; as float32 / bf16 / fp16 a finite number nobody computes
 LEAD, TAIL = 3, 5  # guard elements before and after each output view
-# Derandomized: gdn.state-16bit's rel_l2 bound is a random-walk estimate over many tie flips, which a
-# small random 16-bit cell can exceed (decode, bf16 pool, K=26: rel_l2 2.6e-4 against 1.4e-4); with
-# float32 pools only, 3000 random examples per test pass (2026-12-01).
-PROPERTY = settings(max_examples=20, deadline=None, database=None, derandomize=True,
-                    suppress_health_check=list(HealthCheck))
+PROPERTY = settings(max_examples=20, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+
+
+def _written(case) -> np.ndarray:
+    """The pool slots the case's call writes (sorted)."""
+    owned = np.asarray(case["owned"])
+    return np.unique(owned[owned >= 0])
 
 
 def _family_tolerances(case, expected: dict, model: str):
-    """(o, state) tolerances of the gdn family for the case's call, before it runs (the pool as given)."""
+    """(o, state: on the written slots) tolerances of the gdn family for the case's call, before it
+    runs (the pool as given)."""
     op, dims = case["op"], case["dims"]
     family_op = "chunked" if op == "chunk_prefill" else op
     cell = make_cell("gdn", family_op, state=case["state"], H=dims["H"], HV=dims["HV"], K=dims["K"], V=dims["V"])
     inputs = {**case["args"], "state": np.array(case["args"]["state"]), "cu_seqlens": case["cu"],
               "scale": None, "use_qk_l2norm": True, "l2norm_eps": 1e-6,
               "state_dtype": case["state"], "chunk_size": 64}
-    return o_and_state(cell, inputs, expected, model)
+    return o_and_state(cell, inputs, expected, model, written=_written(case))
 
 
 # ---------------------------------------------------------------- buffers with guard bytes
@@ -177,7 +180,7 @@ def test_valid_arguments_match_the_reference_and_stay_inside_the_outputs(op, dat
     before, out_before = case["buf"].copy(), case["out_buf"].copy()
     o = _launch(case)
     assert o is case["out"]
-    written = np.unique(np.asarray(case["owned"])[np.asarray(case["owned"]) >= 0])
+    written = _written(case)
     assert_close("o", o, o_ref, o_tol)
     assert_close("state", case["args"]["state"][written], pool_ref[written], s_tol)
     _assert_guards(before, case["buf"], _owned(case["buf"], case["args"]["state"], written))

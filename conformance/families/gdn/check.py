@@ -61,9 +61,9 @@ def check(cell: Cell, rounding_model: str, inputs: dict, outputs: dict, memo: Me
     missing = {"o", "state"} - set(outputs)
     if missing:
         raise ValueError(f"outputs: missing {sorted(missing)} for gdn/{cell.op}")
-    o_tol, s_tol = o_and_state(cell, inputs, expected, rounding_model)
     rows = real_rows(cell, inputs)
     written = written_slots(cell, inputs)
+    o_tol, s_tol = o_and_state(cell, inputs, expected, rounding_model, written=written)
     untouched = np.setdiff1d(np.arange(inputs["state"].shape[0]), written)
     pool_in = as_f32(inputs["state"])
     comps: list[Comparison] = [
