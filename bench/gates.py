@@ -7,8 +7,9 @@ index (the same pass of the interleaved CPU timing, the same sample of GPU timin
 the median of the paired ratios (a load that slows both of a pair cancels) and the spread their
 interquartile range. Verdicts: ``pass`` / ``fail``;
 ``ambiguous`` when the spread straddles the threshold, and then the gate is measured once more
-and decided on the second measurement, its reason saying it was close; ``skip`` with the reason
-when a capability or an implementation is missing.
+and decided on the second measurement, its reason saying it was close; when the second spread
+straddles too, the machine was too noisy to decide and the verdict stays ``ambiguous``; ``skip``
+with the reason when a capability or an implementation is missing.
 """
 from __future__ import annotations
 
@@ -130,10 +131,14 @@ def judge(gate: Gate, records: dict[str, Record], remeasure=None) -> dict:
                        reason=f"close: spread {spread[0]:.3f}-{spread[1]:.3f} straddles {gate.threshold}")
     fresh = remeasure(gate)
     value2, spread2 = ratio(gate, fresh[gate.numerator], fresh[gate.denominator])
+    first = f"first spread {spread[0]:.3f}-{spread[1]:.3f} (ratio {value:.3f}) straddled {gate.threshold}"
+    if spread2[0] < gate.threshold < spread2[1]:
+        return _result(gate, ratio=value2, spread=spread2, verdict="ambiguous", remeasured=True,
+                       reason=f"too noisy to decide: {first}, and so did the second "
+                              f"({spread2[0]:.3f}-{spread2[1]:.3f}, ratio {value2:.3f})")
     verdict = "pass" if _passes(gate, value2) else "fail"
     return _result(gate, ratio=value2, spread=spread2, verdict=verdict, remeasured=True,
-                   reason=f"close: first spread {spread[0]:.3f}-{spread[1]:.3f} (ratio {value:.3f}) straddled "
-                          f"{gate.threshold}; decided on the second measurement")
+                   reason=f"close: {first}; decided on the second measurement")
 
 
 def table(results: list[dict]) -> str:

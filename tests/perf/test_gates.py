@@ -1,6 +1,7 @@
 """The gates of tests/perf/gates.toml, each judged on the session's measurement (bench.gates):
-a ``fail`` verdict fails the test, ``skip`` skips it with the reason, ``ambiguous`` cannot occur
-here (a straddling gate is measured again and decided). Only CPU gates whose measured A/A
+a ``fail`` verdict fails the test; ``skip`` skips it with the reason, and so does ``ambiguous``
+(the spread straddled the threshold in the measurement and in the one repeat: the machine was too
+noisy to decide either way, which a shared CI machine can be). Only CPU gates whose measured A/A
 false-alarm rate is zero over at least 20 runs run by default; the others are ``slow``
 (`make perf`). The regression gates compare each implementation with this machine's saved run."""
 from __future__ import annotations
@@ -27,7 +28,7 @@ def _param(g: gates.Gate):
 
 def _decide(result: dict) -> None:
     GATE_RESULTS.append(result)
-    if result["verdict"] == "skip":
+    if result["verdict"] in ("skip", "ambiguous"):
         pytest.skip(result["reason"])
     assert result["verdict"] != "fail", (
         f"{result['gate']}: ratio {result['ratio']:.3f}, gate {result['direction']} {result['threshold']} "

@@ -112,6 +112,9 @@ def test_a_straddling_spread_is_measured_again_and_called_close():
         return {"b/s/slow": _record("b/s/slow", [1.3, 1.35, 1.4]), "b/s/fast": _record("b/s/fast", [1.0] * 3)}
     r = gates.judge(GATE, recs, remeasure)
     assert calls == ["t"] and r["remeasured"] and r["verdict"] == "fail" and r["reason"].startswith("close")
+    # a repeat that straddles again cannot decide: it stays ambiguous and says why
+    again = gates.judge(GATE, recs, lambda g: recs)
+    assert again["verdict"] == "ambiguous" and again["reason"].startswith("too noisy to decide")
 
 
 def _decode_four_times(shape, inputs):
