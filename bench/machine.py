@@ -35,13 +35,5 @@ def has_cpu_flag(flag: str) -> bool:
 
 
 def gpu_capability() -> tuple[bool, str]:
-    """(a CUDA or ROCm GPU usable by torch, reason)."""
-    if os.environ.get("TRITON_INTERPRET") == "1":
-        return False, "TRITON_INTERPRET=1: the Triton interpreter times nothing meaningful"
-    try:
-        import torch
-    except ImportError as exc:
-        return False, f"torch is not importable ({exc})"
-    if not torch.cuda.is_available():
-        return False, "no CUDA or ROCm GPU visible to torch"
-    return True, torch.cuda.get_device_name()
+    """(a CUDA or ROCm GPU usable by torch and Triton, reason)."""
+    return fp.triton_gpu()

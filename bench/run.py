@@ -12,21 +12,18 @@ from pathlib import Path
 
 from bench import baselines, gates, machine, registry
 from bench.measure import Record, measure
+from conformance.progress import ProgressLine
 
 
 class Progress:
-    """A one-line progress bar on stderr: ``[#####.....] 12/45 label``."""
+    """``tick(label)`` for the measurements: the progress line on stderr, with the call's label."""
 
-    def __init__(self, total: int, stream=sys.stderr, width: int = 30):
-        self.total, self.done, self.stream, self.width = max(total, 1), 0, stream, width
+    def __init__(self, total: int, stream=sys.stderr):
+        self.done, self.line = 0, ProgressLine(total, stream)
 
     def __call__(self, label: str) -> None:
         self.done += 1
-        filled = self.width * min(self.done, self.total) // self.total
-        self.stream.write(f"\r[{'#' * filled}{'.' * (self.width - filled)}] {self.done}/{self.total} {label[:60]:60}")
-        if self.done >= self.total:
-            self.stream.write("\n")
-        self.stream.flush()
+        self.line.show(self.done, label[:60])
 
 
 def planned_calls(bench_names: list[str]) -> int:

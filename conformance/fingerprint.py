@@ -44,6 +44,20 @@ def cpu() -> dict:
     return info
 
 
+def triton_gpu() -> tuple[bool, str]:
+    """Can Triton kernels run on a GPU in this process: ``(False, why)`` under TRITON_INTERPRET=1,
+    without torch or with no CUDA/ROCm GPU visible to torch; else ``(True, the device's name)``."""
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return False, "TRITON_INTERPRET=1 is set in this process"
+    try:
+        import torch
+    except ImportError as exc:
+        return False, f"torch is not importable ({exc})"
+    if not torch.cuda.is_available():
+        return False, "no CUDA/ROCm GPU visible to torch"
+    return True, torch.cuda.get_device_name()
+
+
 def gpus() -> list[dict]:
     """GPUs torch can see (name, compute capability or gfx arch, driver); [] without torch or GPU."""
     try:

@@ -32,6 +32,7 @@ from conformance import families, fingerprint, model_cells, records, registry
 from conformance.cells import Cell
 from conformance.errors import UsageError
 from conformance.inprocess import run_one, static_record
+from conformance.progress import ProgressLine
 
 LOCK_NAME = ".kernel-lab.lock"
 SELECTION_KEYS = ("tier", "family", "op", "backends", "filter", "shard", "model", "config")
@@ -205,34 +206,22 @@ class Estimator:
 
 
 class Progress:
-    """A one-line progress bar with ETA on stderr (a line every 5% when stderr is not a terminal)."""
+    """The run's progress line on stderr, with its ETA and status tally."""
 
     def __init__(self, total: int, estimator: Estimator, stream):
-        self.total, self.done, self.stream, self.estimator = total, 0, stream, estimator
+        self.done, self.estimator = 0, estimator
         self.counts: Counter = Counter()
-        self.tty = stream.isatty()
-        self._last_pct = -1
+        self.line = ProgressLine(total, stream)
 
     def update(self, record: dict) -> None:
         self.done += 1
         self.counts[record["status"]] += 1
         self.estimator.done(record)
-        pct = int(100 * self.done / max(self.total, 1))
-        bar = "#" * (pct // 5) + "." * (20 - pct // 5)
         tally = " ".join(f"{k}={v}" for k, v in sorted(self.counts.items()))
-        line = f"[{bar}] {self.done}/{self.total} {pct:3d}% ETA {hms(self.estimator.remaining())} {tally}"
-        if self.tty:
-            self.stream.write("\r" + line.ljust(100))
-            if self.done == self.total:
-                self.stream.write("\n")
-        elif pct // 5 != self._last_pct // 5 or self.done == self.total:
-            self.stream.write(line + "\n")
-        self._last_pct = pct
-        self.stream.flush()
+        self.line.show(self.done, f"ETA {hms(self.estimator.remaining())} {tally}")
 
     def close(self) -> None:
-        if self.tty and self.done != self.total:
-            self.stream.write("\n")
+        self.line.close()
 
 
 def hms(seconds: float) -> str:

@@ -29,10 +29,9 @@ of 2026-12-01 (o rel_l2 0.0016-0.0045); the oracle's emulation of them reproduce
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
+from conformance import fingerprint
 from conformance.registry import Backend, register
 
 
@@ -55,12 +54,10 @@ def _available(gpu: bool):
         except ImportError as exc:
             return False, f"torch is not importable ({exc})"
         if gpu:
-            if os.environ.get("TRITON_INTERPRET") == "1":
-                return False, "TRITON_INTERPRET=1 is set (FLA's autotuned kernels do not run in the interpreter)"
-            if not torch.cuda.is_available():
-                return False, ("no CUDA/ROCm GPU visible to torch (FLA's GDN kernels are Triton for GPUs; "
-                               "fla-naive runs its torch reference on the CPU)")
-            return True, f"fla-core {version} Triton kernels on {torch.cuda.get_device_name()}"
+            ok, where = fingerprint.triton_gpu()
+            if not ok:
+                return False, f"{where} (FLA's GDN kernels are Triton for GPUs; fla-naive runs its torch reference on the CPU)"
+            return True, f"fla-core {version} Triton kernels on {where}"
         return True, f"fla-core {version} naive torch references (fla.ops.gated_delta_rule.naive), float32 on the CPU"
 
     return probe
@@ -157,7 +154,7 @@ def _make(name: str, gpu: bool) -> Backend:
 
     return register(Backend(
         name=name, ops={"gdn": ("recurrent", "chunked")}, available=_available(gpu), run=run,
-        supports=_supports, xfail=lambda cell: None,
+        supports=_supports,
         rounding_models={"gdn": "fla-chunk" if gpu else "exact"}, uses_gpu=gpu))
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 
-from conformance import families
+from conformance import families, fingerprint
 from conformance.registry import Backend, register
 
 INTERPRET_ENV = {"TRITON_INTERPRET": "1"}
@@ -84,16 +84,13 @@ class TritonImpl:
 
 def _gpu_available() -> tuple[bool, str]:
     try:
-        import torch
         import triton
     except ImportError as exc:
-        return False, f"torch/triton not importable ({exc})"
-    if os.environ.get("TRITON_INTERPRET") == "1":
-        return False, "TRITON_INTERPRET=1 is set in this process (the *-interpret backends run the CPU path)"
-    if not torch.cuda.is_available():
-        return False, ("no CUDA/ROCm GPU visible to torch, and Triton compiles only for GPUs: on this "
-                       "machine Triton runs only through its interpreter (the *-interpret backends)")
-    return True, f"triton {triton.__version__} on {torch.cuda.get_device_name()}"
+        return False, f"triton is not importable ({exc})"
+    ok, where = fingerprint.triton_gpu()
+    if not ok:
+        return False, f"{where}: Triton compiles only for GPUs, so here it runs only through its interpreter (the *-interpret backends)"
+    return True, f"triton {triton.__version__} on {where}"
 
 
 def _sm90_available() -> tuple[bool, str]:

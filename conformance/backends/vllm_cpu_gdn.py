@@ -168,10 +168,11 @@ def bench_chunked(shape: dict, inputs: dict):
 def _xfail(cell) -> str | None:
     if cell.op == "chunked" and cell["state"] == "bfloat16" and cell["HV"] == 32:
         return ("bf16 pool, 32 value heads: state rel_l2 0.00266 against the bf16-operands bound 0.00195 "
-                "(o passes, as every other bf16-pool cell). vLLM's chunk kernel rounds more than GEMM "
-                "operands: it solves (I + L)^-1 row by row, storing each finished row in bf16 and reusing it "
-                "(solve_tril_kernel), and takes decays with _mm512_fexp_u20_ps; the bf16-operands model "
-                f"rounds operands only ({SOURCE})")
+                "(o passes, as every other bf16-pool cell). Probable cause, read from the source and not "
+                "confirmed by a measurement: vLLM's chunk kernel rounds more than GEMM operands: it solves "
+                "(I + L)^-1 row by row, storing each finished row in bf16 and reusing it (solve_tril_kernel), "
+                "and takes decays with _mm512_fexp_u20_ps; the bf16-operands model rounds operands only "
+                f"({SOURCE})")
     return None
 
 

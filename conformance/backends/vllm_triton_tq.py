@@ -28,6 +28,7 @@ import os
 import sys
 import types
 
+from conformance import fingerprint
 from conformance.registry import Backend, register
 
 INTERPRET_ENV = {"TRITON_INTERPRET": "1"}
@@ -105,10 +106,9 @@ def _probe(interpret: bool) -> tuple[bool, str]:
     except ImportError as exc:
         return False, f"torch/triton not importable ({exc})"
     if not interpret:
-        if os.environ.get("TRITON_INTERPRET") == "1":
-            return False, "TRITON_INTERPRET=1 is set in this process (the *-interpret backends run the CPU path)"
-        if not torch.cuda.is_available():
-            return False, "no CUDA/ROCm GPU visible to torch (the *-interpret backends run these kernels on the CPU)"
+        ok, why = fingerprint.triton_gpu()
+        if not ok:
+            return False, f"{why} (the *-interpret backends run these kernels on the CPU)"
     try:
         kernel_modules()
     except Exception as exc:

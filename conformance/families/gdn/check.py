@@ -63,7 +63,7 @@ def check(cell: Cell, rounding_model: str, inputs: dict, outputs: dict, memo: Me
         raise ValueError(f"outputs: missing {sorted(missing)} for gdn/{cell.op}")
     rows = real_rows(cell, inputs)
     written = written_slots(cell, inputs)
-    o_tol, s_tol = o_and_state(cell, inputs, expected, rounding_model, written=written)
+    o_tol, s_tol = o_and_state(cell, inputs, expected, rounding_model, written=written, memo=memo)
     untouched = np.setdiff1d(np.arange(inputs["state"].shape[0]), written)
     pool_in = as_f32(inputs["state"])
     comps: list[Comparison] = [

@@ -21,6 +21,7 @@ from conformance.cells import Cell
 from conformance.compare import Tolerance, ToleranceSpec
 from conformance.families.gdn.matrix import CHUNK
 from conformance.families.gdn.terms import magnitudes
+from conformance.memo import Memo
 from conformance.numerics import U32, UBF16, UNIT
 
 FP32_LAMBDA = 8
@@ -155,16 +156,18 @@ def state_rel_l2(state: np.ndarray, R: int, p: float, u: float) -> float:
 
 
 def o_and_state(cell: Cell, inputs: dict, expected: dict, model: str, compute: str = "float32",
-                written: np.ndarray | None = None) -> tuple[Tolerance, Tolerance]:
+                written: np.ndarray | None = None, memo: Memo | None = None) -> tuple[Tolerance, Tolerance]:
     """(o tolerance, state tolerance) of a backend of ``model`` against its oracle ``expected``;
     ``compute`` the dtype its arithmetic runs in (the FP32 term with that dtype's unit roundoff);
-    ``written`` the pool slots the state comparison covers (None: the whole pool)."""
+    ``written`` the pool slots the state comparison covers (None: the whole pool); ``memo`` keeps
+    the term magnitudes (a float64 replay of the op) across the backends of one cell."""
     sname = inputs["state_dtype"]
     L, K = longest(cell, inputs), cell["K"]
     C = CHUNK if cell.op == "chunked" else 0
     o_max = float(np.max(np.abs(expected["o"]))) or 1.0
     s_max = float(np.max(np.abs(expected["state"]))) or 1.0
-    o_terms, s_terms = magnitudes(cell, inputs)
+    memo = Memo() if memo is None else memo
+    o_terms, s_terms = memo.get(cell, inputs, "gdn-term-magnitudes", lambda: magnitudes(cell, inputs))
     uc = UNIT[compute]
     fp32 = FP32_LAMBDA * math.sqrt(L * (K + C)) * uc
     why = (f"{FP32.name} (L={L}, K+C={K + C}{'' if compute == 'float32' else ', ' + compute}, "
