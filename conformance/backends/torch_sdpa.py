@@ -21,22 +21,36 @@ def _available() -> tuple[bool, str]:
     return True, f"torch {torch.__version__} on {_device()}"
 
 
+class TorchSdpaImpl:
+    """The decode signature over the unquantized cache (``reads_unquantized``: the family's driver
+    passes K and V concatenated on the last axis as ``kv_cache``), computed in bf16 by torch SDPA."""
+
+    reads_unquantized = True
+
+    @staticmethod
+    def decode(query, kv_cache, block_table, seq_lens, preset, layout, rotation, scale=None, sinks=None):
+        import numpy as np
+        import torch
+
+        from optimized.torch.tq_sdpa import paged_sdpa_decode
+
+        dev = _device()
+
+        def bf16(x):
+            return torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)).to(dev, torch.bfloat16)
+
+        D = query.shape[-1]
+        out = paged_sdpa_decode(bf16(query), bf16(kv_cache[..., :D]), bf16(kv_cache[..., D:]),
+                                torch.from_numpy(np.asarray(block_table)).to(dev),
+                                torch.from_numpy(np.asarray(seq_lens)).to(dev), scale,
+                                None if sinks is None else torch.from_numpy(np.asarray(sinks)).to(dev))
+        return out.float().cpu().numpy()
+
+
 def _run(cell, inputs: dict) -> dict:
-    import numpy as np
-    import torch
+    from conformance.families import turboquant
 
-    from optimized.torch.tq_sdpa import paged_sdpa_decode
-
-    dev = _device()
-
-    def bf16(name):
-        return torch.from_numpy(np.ascontiguousarray(inputs[name], dtype=np.float32)).to(dev, torch.bfloat16)
-
-    sinks = None if inputs["sinks"] is None else torch.from_numpy(inputs["sinks"]).to(dev)
-    out = paged_sdpa_decode(bf16("query"), bf16("key_cache"), bf16("value_cache"),
-                            torch.from_numpy(inputs["block_table"]).to(dev),
-                            torch.from_numpy(inputs["seq_lens"]).to(dev), inputs["scale"], sinks)
-    return {"out": out.float().cpu().numpy()}
+    return turboquant.run_with(TorchSdpaImpl(), cell, inputs)
 
 
 TORCH_SDPA = register(Backend(

@@ -3,7 +3,7 @@
 ``impl`` has ``store(kv_cache, key, value, slot_mapping, preset, layout, rotation)`` and
 ``decode(query, kv_cache, block_table, seq_lens, preset, layout, rotation, scale=, sinks=)`` as in
 ``reference.turboquant.numpy_ref``. An implementation of the "bf16-sdpa" model (``reads_unquantized``
-true) never reads the quantized cache: its decode gets the unquantized one in that argument, K and V
+true: torch-sdpa and its planted-bug reference) never reads the quantized cache: its decode gets the unquantized one in that argument, K and V
 concatenated on the last axis, float32 ``[num_blocks, block_size, Hk, 2 D]``. ``store`` either writes the cache in place and returns None
 (NumPy form) or returns the new cache (JAX form, or a copy back from a device).
 
