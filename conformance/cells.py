@@ -65,3 +65,9 @@ def make_cell(family: str, op: str, *, seed: int = 0, **params: Any) -> Cell:
     """Build a cell; keyword order is id order. Lists become tuples (cells are hashable)."""
     frozen = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in params.items())
     return Cell(family, op, frozen, seed)
+
+
+def activation(cell: Cell) -> str:
+    """The dtype of the cell's activations (its ``act`` parameter); cells recorded before that axis
+    existed have none and mean bfloat16."""
+    return cell.get("act", "bfloat16")

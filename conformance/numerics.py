@@ -2,8 +2,9 @@
 
 Unit roundoffs (half an ulp at 1, round to nearest): ``U32`` (float32), ``UBF16`` (bfloat16),
 ``UFP16`` (float16), ``U64`` (float64), and ``UNIT`` by dtype name. Round trips return float32 arrays that hold the
-nearest (round-to-nearest-even) value of the narrow type. Metrics take any real arrays and work
-in float64.
+nearest (round-to-nearest-even) value of the narrow type. ``ACTIVATIONS`` names the dtypes a cell's
+activations come in (its ``act`` axis) and ``to_activation`` rounds to one of them. Metrics take any real
+arrays and work in float64.
 """
 from __future__ import annotations
 
@@ -15,6 +16,19 @@ U32 = 2.0 ** -24
 UBF16 = 2.0 ** -8
 UFP16 = 2.0 ** -11
 UNIT = {"float64": U64, "float32": U32, "bfloat16": UBF16, "float16": UFP16}
+ACTIVATIONS = {"bfloat16": np.dtype(ml_dtypes.bfloat16), "float16": np.dtype(np.float16),
+               "float32": np.dtype(np.float32)}
+
+
+def to_activation(x, name: str) -> np.ndarray:
+    """``x`` rounded to nearest even into the activation dtype ``name`` (an array of that dtype:
+    ml_dtypes.bfloat16, float16 or float32); float16 overflow is refused, never turned into Inf."""
+    if name not in ACTIVATIONS:
+        raise ValueError(f"act: expected one of {', '.join(ACTIVATIONS)}, got {name!r}")
+    out = np.asarray(x, np.float32).astype(ACTIVATIONS[name])
+    if not np.all(np.isfinite(out.astype(np.float32))):
+        raise ValueError(f"act: values beyond the {name} range (max |x| {float(np.max(np.abs(x))):.3g})")
+    return out
 
 
 def bf16_round(x) -> np.ndarray:
