@@ -21,7 +21,7 @@ from conformance.cells import Cell
 from conformance.compare import Comparison, Tolerance, Verdict, compare
 from conformance.inprocess import inputs_copy
 from conformance.memo import Memo
-from conformance.numerics import bf16_round
+from conformance.numerics import ACTIVATIONS, bf16_round
 
 
 @dataclass(frozen=True)
@@ -386,6 +386,31 @@ def _last_token_skipped(decode, query, kv_cache, block_table, seq_lens, preset, 
     return decode(query, kv_cache, block_table, lens, preset, layout, rotation, scale=scale, sinks=sinks)
 
 
+def _as_bf16(x):
+    """A float16 array silently converted to bfloat16 (other dtypes unchanged)."""
+    x = np.asarray(x)
+    return x.astype(ACTIVATIONS["bfloat16"]) if x.dtype == np.float16 else x
+
+
+def _fp16_read_as_bf16(impl):
+    """float16 query, key and value are converted to bfloat16 before the kernel sees them; an unquantized
+    float32 cache (``reads_unquantized``) of a float16 decode is rounded to bfloat16 values."""
+    def store(kv_cache, key, value, slot_mapping, preset, layout, rotation):
+        return impl.store(kv_cache, _as_bf16(key), _as_bf16(value), slot_mapping, preset, layout, rotation)
+
+    def decode(query, kv_cache, block_table, seq_lens, preset, layout, rotation, scale=None, sinks=None):
+        if np.asarray(query).dtype == np.float16 and np.asarray(kv_cache).dtype.kind == "f":
+            kv_cache = bf16_round(kv_cache)
+        return impl.decode(_as_bf16(query), kv_cache, block_table, seq_lens, preset, layout, rotation,
+                           scale=scale, sinks=sinks)
+    return _Wrapped(impl, store=store, decode=decode)
+
+
+def _output_in_bf16(decode, query, kv_cache, block_table, seq_lens, preset, layout, rotation, scale, sinks):
+    out = decode(query, kv_cache, block_table, seq_lens, preset, layout, rotation, scale=scale, sinks=sinks)
+    return np.asarray(out, np.float32).astype(ACTIVATIONS["bfloat16"])
+
+
 def _preset(c: Cell):
     from reference.turboquant.presets import preset as lookup
     return lookup(c["preset"])
@@ -420,12 +445,17 @@ _TURBOQUANT = [
         lambda impl: _decode_with(impl, _soa_as_aos)),
     _tq("last-token-skipped", "each sequence's last token is left out of the attention",
         _reads, lambda impl: _decode_with(impl, _last_token_skipped)),
+    _tq("fp16-read-as-bf16", "float16 query, key and value are silently converted to bfloat16",
+        lambda c: c["act"] == "float16", _fp16_read_as_bf16),
+    _tq("output-in-bf16", "the decode output is returned in bfloat16 whatever the activation dtype",
+        lambda c: _reads(c) and c["act"] != "bfloat16", lambda impl: _decode_with(impl, _output_in_bf16)),
 ]
 
 
-class Bf16MmaReference:
-    """``reference.turboquant.numpy_ref`` whose decode rounds q_rot, the dequantized K and V to bf16
-    (float64 attention over them): the base implementation of the "bf16-mma" model."""
+class ActMmaReference:
+    """``reference.turboquant.numpy_ref`` whose decode rounds q_rot, the dequantized K and V to the query's
+    dtype (float64 attention over them; a float32 query rounds nothing): the base implementation of the
+    "act-mma" model."""
 
     def __getattr__(self, name):
         from reference.turboquant import numpy_ref
@@ -437,22 +467,26 @@ class Bf16MmaReference:
         from reference.turboquant import numpy_ref
         from reference.turboquant.presets import preset as lookup
 
+        act = np.asarray(query).dtype
+
+        def rounded(x):
+            return np.asarray(x, np.float32).astype(act).astype(np.float64)
+
         keys, values = numpy_ref.dequantize(kv_cache, block_table, seq_lens, preset, layout, rotation, rotated=True)
         q = np.asarray(query, np.float32)
         q_rot = q if lookup(preset).key_fp8 else q @ np.asarray(rotation, np.float32)
         scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
         G = q.shape[1] // kv_cache.shape[2]
-        out = attention64(bf16_round(q_rot).astype(np.float64), [bf16_round(k) for k in keys],
-                          [bf16_round(v) for v in values], G, scale,
+        out = attention64(rounded(q_rot), [rounded(k) for k in keys], [rounded(v) for v in values], G, scale,
                           None if sinks is None else np.asarray(sinks, np.float64))
         return out.astype(np.float32)
 
 
-class Bf16SdpaReference:
+class ActSdpaReference:
     """``reference.turboquant.numpy_ref`` whose decode is float64 attention over the UNQUANTIZED
     cache (``reads_unquantized``: ``run_with`` passes it as ``kv_cache``, float32 ``[num_blocks,
     block_size, Hk, 2 D]``, K then V; preset, layout and rotation unused), as torch-sdpa computes:
-    the base implementation of the "bf16-sdpa" model."""
+    the base implementation of the "act-sdpa" model."""
 
     reads_unquantized = True
 
@@ -494,10 +528,10 @@ def reference_impl(family: str, rounding_model: str):
         return numpy_ref if rounding_model == "exact" else Bf16OperandReference()
     if family == "turboquant":
         from reference.turboquant import numpy_ref
-        if rounding_model == "bf16-mma":
-            return Bf16MmaReference()
-        if rounding_model == "bf16-sdpa":
-            return Bf16SdpaReference()
+        if rounding_model == "act-mma":
+            return ActMmaReference()
+        if rounding_model == "act-sdpa":
+            return ActSdpaReference()
         if rounding_model == "exact":
             return numpy_ref
     raise ValueError(f"no reference implementation of {family} for the {rounding_model!r} model")

@@ -70,7 +70,7 @@ register(Backend(
     available=lambda: (True, "NumPy emulation of the FlyDSL gfx950 kernel's arithmetic"),
     run=_run_emulated,
     supports=_supports,
-    rounding_models={"turboquant": "bf16-mma"},
+    rounding_models={"turboquant": "act-mma"},
 ))
 
 register(Backend(
@@ -80,5 +80,5 @@ register(Backend(
     run=_run_gfx950,
     supports=_supports,
     uses_gpu=True,
-    rounding_models={"turboquant": "bf16-mma"},
+    rounding_models={"turboquant": "act-mma"},
 ))

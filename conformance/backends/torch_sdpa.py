@@ -55,4 +55,4 @@ def _run(cell, inputs: dict) -> dict:
 
 TORCH_SDPA = register(Backend(
     name="torch-sdpa", ops={"turboquant": ("decode",)}, available=_available, run=_run,
-    rounding_models={"turboquant": "bf16-sdpa"}, uses_gpu=True))
+    rounding_models={"turboquant": "act-sdpa"}, uses_gpu=True))

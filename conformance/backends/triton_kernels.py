@@ -146,7 +146,7 @@ def _make(name: str, kernel: str, interpret: bool, ops: tuple[str, ...]) -> Back
     available = _interpret_available if interpret else _sm90_available if kernel == "sm90" else _gpu_available
     return register(Backend(
         name=name, ops={"turboquant": ops}, available=available, run=run, supports=_supports(kernel),
-        rounding_models={"turboquant": "exact" if precision == "exact" else "bf16-mma"},
+        rounding_models={"turboquant": "exact" if precision == "exact" else "act-mma"},
         env=INTERPRET_ENV if interpret else {}, timeout_s=1800.0 if interpret else 600.0, uses_gpu=not interpret,
         **(INTERPRET_COST if interpret else {})))
 

@@ -270,7 +270,7 @@ def _make(name: str, kernel: str, interpret: bool) -> Backend:
         return families.get(cell.family).run_with(VllmTqImpl(kernel, "cpu" if interpret else "cuda"), cell, inputs)
 
     ops = ("store", "decode", "store_decode") if kernel != "unified" else ("decode", "store_decode")
-    model = "bf16-mma" if kernel == "unified" and not interpret else "exact"
+    model = "act-mma" if kernel == "unified" and not interpret else "exact"
     return register(Backend(
         name=name, ops={"turboquant": ops}, available=lambda: _probe(interpret), run=run,
         supports=_supports(kernel, interpret), rounding_models={"turboquant": model},

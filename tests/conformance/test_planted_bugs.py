@@ -16,10 +16,10 @@ from conformance.testing import PLANTED, first_failing_cell, reference_impl, ver
 # (elsewhere its oracle and tolerance are the exact ones, which the "exact" runs cover).
 MODELS = {"gdn": {"exact": None, "bf16-operands": ("chunked",), "bf16-gemm": ("chunked",), "fla-chunk": ("chunked",),
                  "vllm-cpu": None},
-          "turboquant": {"exact": None, "bf16-mma": ("decode", "store_decode"), "bf16-sdpa": ("decode",)}}
-# bf16-sdpa (torch-sdpa) attends over the unquantized cache: bugs in reading the quantized cache or
+          "turboquant": {"exact": None, "act-mma": ("decode", "store_decode"), "act-sdpa": ("decode",)}}
+# act-sdpa (torch-sdpa) attends over the unquantized cache: bugs in reading the quantized cache or
 # rotating the query have nothing to act on there
-UNREAD = {"bf16-sdpa": {"turboquant.norm-correction-twice", "turboquant.query-rotated-by-transpose",
+UNREAD = {"act-sdpa": {"turboquant.norm-correction-twice", "turboquant.query-rotated-by-transpose",
                         "turboquant.soa-read-as-aos"}}
 # torch-eager's bf16 GEMM results carry ~u_bf16 noise, the size of a truncating store's error
 UNDETECTABLE = {("gdn.truncating-store", "bf16-gemm")}

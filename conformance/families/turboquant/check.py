@@ -2,8 +2,9 @@
 no written (slot, head) owns untouched; codes under ``STORE_CODES``; fp16 scalars under
 ``STORE_FP16``; where a forgiven key-code flip happened in an SoA norm-corrected slot, the expected
 k_norm is the one folded with the stored codes). Decode ops: the output against the oracle of the
-rounding model; quality reports the preset's quantization error (not for "bf16-sdpa", which never
-reads the quantized cache). store_decode decodes the backend's own stored cache.
+rounding model; the output may be float32 or the activation dtype (any other dtype fails, naming it), a
+16-bit one judged with ``OUTPUT_ROUNDING`` added; quality reports the preset's quantization error (not for
+"act-sdpa", which never reads the quantized cache). store_decode decodes the backend's own stored cache.
 """
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ import numpy as np
 
 from conformance.cells import Cell
 from conformance.compare import EXACT, Comparison, Tolerance, Verdict, compare, verdict
-from conformance.families.turboquant.oracle import (ROUNDING_MODELS, decode_oracle, dequantized_vs_unquantized,
-                                                    expected_cache, folded_norm)
-from conformance.families.turboquant.tolerances import QUANT_ERROR, STORE_CODES, STORE_FP16, quant_bound, ties
+from conformance.families.turboquant.oracle import (ROUNDING_MODELS, act_of, decode_oracle,
+                                                    dequantized_vs_unquantized, expected_cache, folded_norm)
+from conformance.families.turboquant.tolerances import (OUTPUT_ROUNDING, QUANT_ERROR, STORE_CODES, STORE_FP16,
+                                                        output_rounding, quant_bound, ties)
 from conformance.memo import Memo
 from conformance.numerics import fp16_ordinal
 from reference.turboquant import layout as tq_layout
@@ -54,6 +56,19 @@ def check_store(cell: Cell, inputs: dict, actual, memo: Memo) -> list[Comparison
     return out
 
 
+def check_out(inputs: dict, actual, expected, tol: Tolerance) -> Comparison:
+    """The decode output against the oracle: float32, or the activation dtype (16-bit: ``tol`` widened by
+    ``OUTPUT_ROUNDING``); any other dtype fails, naming it."""
+    act = act_of(inputs)
+    dtype = np.asarray(actual).dtype.name
+    if dtype not in ("float32", act):
+        return Comparison("out", False, f"out: dtype {dtype}, expected float32 or the activation dtype {act} "
+                          f"[{OUTPUT_ROUNDING.name}]", {"max_abs": float("inf")}, tol)
+    if dtype != "float32":
+        tol = output_rounding(tol, expected, act)
+    return compare("out", actual, expected, tol)
+
+
 def quality(inputs: dict, cache, G: int) -> dict:
     """Dequantized vs unquantized float64 attention (``QUANT_ERROR``), reported, not gated."""
     deq, ref = dequantized_vs_unquantized(inputs, cache, G)
@@ -82,7 +97,7 @@ def check(cell: Cell, rounding_model: str, inputs: dict, outputs: dict, memo: Me
         depends = None if cell.op == "decode" else cache
         expected, tol = memo.get(cell, inputs, ("turboquant-decode", rounding_model, depends),
                                  lambda: decode_oracle(rounding_model, inputs, cache, G))
-        comparisons.append(compare("out", outputs["out"], expected, tol))
-        if rounding_model != "bf16-sdpa":
+        comparisons.append(check_out(inputs, outputs["out"], expected, tol))
+        if rounding_model != "act-sdpa":
             report = memo.get(cell, inputs, ("turboquant-quality", depends), lambda: quality(inputs, cache, G))
     return verdict(comparisons, report)

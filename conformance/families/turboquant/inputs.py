@@ -1,6 +1,8 @@
 """TurboQuant inputs: the input dict of a cell, drawn from ``cell.rng()``.
 
-Every float array is float32 holding bf16-representable values:
+query, key and value are arrays OF the cell's activation dtype (``cells.activation``: ml_dtypes.bfloat16,
+float16 or float32, drawn in float64 then rounded by ``numerics.to_activation``); every other float
+array is float32:
     preset          str, e.g. "turboquant_4bit_nc"
     layout          "aos" or "soa"
     rotation        float32 [D, D], R of reference.turboquant.rotation (y = x_hat @ R, q_rot = q @ R);
@@ -9,22 +11,29 @@ Every float array is float32 holding bf16-representable values:
                     op does not own must stay so). decode: random bytes, then the reference store of
                     every token. store_decode: as decode, minus each sequence's last token
     store, store_decode:
-    key, value      [N, Hk, D]; slot_mapping int64 [N] (flat slot block * block_size + offset,
+    key, value      act [N, Hk, D]; slot_mapping int64 [N] (flat slot block * block_size + offset,
                     distinct, some -1 = skip)
     decode, store_decode:
-    query           [B, Hq, D]; block_table int32 [B, M] (non-identity physical blocks, at least
+    query           act [B, Hq, D]; block_table int32 [B, M] (non-identity physical blocks, at least
                     two more columns than needed, filled with other valid block ids);
                     seq_lens int32 [B] (unequal, not multiples of the block size); scale float
                     (1/sqrt(D)); sinks None or float32 [Hq] (raw logits)
-    key_cache, value_cache   the same tokens unquantized, float32 [num_blocks, block_size, Hk, D],
-                    NaN where no token lives (for torch-sdpa and the quantization-error oracle)
+    key_cache, value_cache   the same tokens unquantized, float32 [num_blocks, block_size, Hk, D] holding
+                    the act values, NaN where no token lives (for torch-sdpa and the quantization-error oracle)
+
+Magnitudes (the cell's ``range``, ``RANGES``): "unit" keys N(0, 1) with per-(token, head) norms spread
+over a decade, values N(0, 1) scaled by 0.5 to 2 plus an offset in [-1, 1], queries N(0, 1); "wide" the
+keys times 200 (entries in the hundreds: ||k||^2 overflows float16), the values times 3000 (v_zero near
+-2^15, v_scale near 2^12) and the queries over 2000 (about 1e-3, the smallest float16 subnormals),
+so the logits are a tenth of the "unit" ones; "small-q" the queries times 0.01: nearly flat softmax weights (logits within
+about 0.2), so the output shows the rounding of V itself.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from conformance.cells import Cell
-from conformance.numerics import bf16_round
+from conformance.cells import Cell, activation
+from conformance.numerics import to_activation
 from conformance.poison import INT_SENTINEL
 from reference.turboquant import numpy_ref, rotation
 from reference.turboquant.presets import preset as lookup
@@ -44,11 +53,17 @@ def rotation_of(cell: Cell):
     return rotation.random_rotation(cell["D"], seed=1000 + cell.seed)
 
 
-def key_value(rng, n: int, Hk: int, D: int) -> tuple[np.ndarray, np.ndarray]:
-    """Keys with per-(token, head) norms spread over a decade, values with offsets and spreads."""
+# range -> (key, value, query) multipliers
+RANGES = {"unit": (1.0, 1.0, 1.0), "wide": (200.0, 3000.0, 1.0 / 2000.0), "small-q": (1.0, 1.0, 0.01)}
+
+
+def key_value(rng, n: int, Hk: int, D: int, cell: Cell) -> tuple[np.ndarray, np.ndarray]:
+    """Keys with per-(token, head) norms spread over a decade, values with offsets and spreads, scaled
+    by the cell's range, in its activation dtype."""
+    ks, vs, _ = RANGES[cell["range"]]
     key = rng.standard_normal((n, Hk, D)) * np.exp(rng.uniform(-1.0, 1.0, (n, Hk, 1)))
     value = rng.standard_normal((n, Hk, D)) * rng.uniform(0.5, 2.0, (n, Hk, 1)) + rng.uniform(-1, 1, (n, Hk, 1))
-    return bf16_round(key), bf16_round(value)
+    return to_activation(ks * key, activation(cell)), to_activation(vs * value, activation(cell))
 
 
 def store_inputs(cell: Cell, rng) -> dict:
@@ -57,7 +72,7 @@ def store_inputs(cell: Cell, rng) -> dict:
     num_blocks = -(-(3 * N) // (2 * bs)) + 2
     slots = rng.permutation(num_blocks * bs)[:N].astype(np.int64)
     slots[rng.permutation(N)[: N // 8]] = -1  # about one in eight tokens is padding
-    key, value = key_value(rng, N, Hk, D)
+    key, value = key_value(rng, N, Hk, D, cell)
     cache = np.full((num_blocks, bs, Hk, p.slot_size(D)), INT_SENTINEL, dtype=np.uint8)
     return {"preset": p.name, "layout": cell["layout"], "rotation": rotation_of(cell), "kv_cache": cache,
             "key": key, "value": value, "slot_mapping": slots}
@@ -77,14 +92,14 @@ def decode_inputs(cell: Cell, rng) -> dict:
         table[b, :n] = physical[start:start + n]
         start += n
     slots = np.concatenate(token_slots(table, lens, bs))
-    key, value = key_value(rng, len(slots), Hk, D)
+    key, value = key_value(rng, len(slots), Hk, D, cell)
     key_cache = np.full((num_blocks * bs, Hk, D), np.nan, dtype=np.float32)
     value_cache = key_cache.copy()
     key_cache[slots], value_cache[slots] = key, value
     R = rotation_of(cell)
     cache = rng.integers(0, 256, (num_blocks, bs, Hk, p.slot_size(D)), dtype=np.uint8)
     inputs = {"preset": p.name, "layout": cell["layout"], "rotation": R,
-              "query": bf16_round(rng.standard_normal((B, Hq, D))), "block_table": table, "seq_lens": lens,
+              "query": to_activation(RANGES[cell["range"]][2] * rng.standard_normal((B, Hq, D)), activation(cell)), "block_table": table, "seq_lens": lens,
               "scale": float(1.0 / np.sqrt(D)),
               "sinks": rng.uniform(-2.0, 4.0, Hq).astype(np.float32) if cell["sinks"] else None,
               "key_cache": key_cache.reshape(num_blocks, bs, Hk, D),
@@ -93,7 +108,7 @@ def decode_inputs(cell: Cell, rng) -> dict:
         last = np.cumsum(lens) - 1
         history = np.setdiff1d(np.arange(len(slots)), last)
         numpy_ref.store(cache, key[history], value[history], slots[history], p.name, cell["layout"], R)
-        pad_key, pad_value = key_value(rng, 2, Hk, D)
+        pad_key, pad_value = key_value(rng, 2, Hk, D, cell)
         inputs.update(key=np.concatenate([pad_key[:1], key[last], pad_key[1:]]),
                       value=np.concatenate([pad_value[:1], value[last], pad_value[1:]]),
                       slot_mapping=np.concatenate([[-1], slots[last], [-1]]).astype(np.int64))

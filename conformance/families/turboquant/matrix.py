@@ -1,8 +1,13 @@
 """TurboQuant matrix: the axes of store and decode cells, validity, the named corners and the tiers.
 
-A store cell's params: preset, layout, Hk, bs (block size), ntok, rotation, D, seed. A decode or
-store_decode cell's: preset, layout, Hk, G (query heads per kv head), bs, lens (per sequence),
-rotation ("hadamard", "random", "none" for FP8 keys), sinks, D, seed.
+A store cell's params: preset, layout, Hk, bs (block size), ntok, rotation, D, range, act, seed. A
+decode or store_decode cell's: preset, layout, Hk, G (query heads per kv head), bs, lens (per sequence),
+rotation ("hadamard", "random", "none" for FP8 keys), sinks, D, range, act, seed.
+
+``range`` is the magnitude of the activations (``inputs.RANGES``): "unit", "wide" (keys in the
+hundreds, so ||k||^2 overflows float16; values whose v_zero and v_scale reach 2^15 and 2^12; queries
+about 1e-3, partly float16 subnormals) or "small-q" (queries times 0.01: flat softmax weights). ``act`` is the activation dtype (``numerics.ACTIVATIONS``) of
+query, key and value. Both are pairwise axes; the named corners add the float16 range cases.
 """
 from __future__ import annotations
 
@@ -10,12 +15,15 @@ from functools import lru_cache
 
 from conformance.cells import Cell, make_cell
 from conformance.covering import pairwise
+from conformance.families.turboquant.inputs import RANGES
+from conformance.numerics import ACTIVATIONS
 
 FAMILY = "turboquant"
 OPS = ("store", "decode", "store_decode")
 
 PRESET_NAMES = ("turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc", "turboquant_k8v4")
 HEAD_GROUPS = ((8, 8), (8, 16), (4, 6), (2, 4), (8, 1))  # (Hk, G)
+ACTS = tuple(ACTIVATIONS)
 
 
 def seq_lens_for(num_seqs: int, max_len: int, mix: str) -> tuple[int, ...]:
@@ -27,21 +35,22 @@ def seq_lens_for(num_seqs: int, max_len: int, mix: str) -> tuple[int, ...]:
     return tuple(pattern[i % 4] for i in range(num_seqs))
 
 
-def decode_cell(op, preset, layout, hk_g, bs, lens, rotation, sinks, D=128, seed=0) -> Cell:
+def decode_cell(op, preset, layout, hk_g, bs, lens, rotation, sinks, D=128, range="unit", act="bfloat16",
+                seed=0) -> Cell:
     """A decode or store_decode cell; ``hk_g`` = (Hk, G); FP8-key presets get rotation "none"."""
     if preset == "turboquant_k8v4":
         rotation = "none"
     Hk, G = hk_g
     return make_cell(FAMILY, op, preset=preset, layout=layout, Hk=Hk, G=G, bs=bs, lens=tuple(lens),
-                     rotation=rotation, sinks=sinks, D=D, seed=seed)
+                     rotation=rotation, sinks=sinks, D=D, range=range, act=act, seed=seed)
 
 
-def store_cell(preset, layout, Hk, bs, ntok, rotation, D=128, seed=0) -> Cell:
+def store_cell(preset, layout, Hk, bs, ntok, rotation, D=128, range="unit", act="bfloat16", seed=0) -> Cell:
     """A store cell of ``ntok`` tokens; FP8-key presets get rotation "none"."""
     if preset == "turboquant_k8v4":
         rotation = "none"
     return make_cell(FAMILY, "store", preset=preset, layout=layout, Hk=Hk, bs=bs, ntok=ntok,
-                     rotation=rotation, D=D, seed=seed)
+                     rotation=rotation, D=D, range=range, act=act, seed=seed)
 
 
 def axes(tier: str) -> tuple[dict, dict]:
@@ -51,9 +60,11 @@ def axes(tier: str) -> tuple[dict, dict]:
         lens, seqs, ntok = [1, 17, 256, 1024, 4096], [1, 4, 16], [1, 17, 256, 1024, 4096]
     else:
         lens, seqs, ntok = [1, 17, 48], [1, 4], [1, 17, 64]
-    store = {**common, "Hk": [8, 4, 2], "bs": [16, 32, 64], "ntok": ntok, "rotation": ["hadamard", "random"]}
+    store = {**common, "Hk": [8, 4, 2], "bs": [16, 32, 64], "ntok": ntok, "rotation": ["hadamard", "random"],
+             "range": list(RANGES), "act": list(ACTS)}
     decode = {**common, "hk_g": list(HEAD_GROUPS), "bs": [16, 32, 64], "num_seqs": seqs, "max_len": lens,
-              "mix": ["equal", "unequal"], "rotation": ["hadamard", "random"], "sinks": [False, True]}
+              "mix": ["equal", "unequal"], "rotation": ["hadamard", "random"], "sinks": [False, True],
+              "range": list(RANGES), "act": list(ACTS)}
     return store, decode
 
 
@@ -63,8 +74,9 @@ def valid_decode(combo: dict) -> bool:
 
 
 def corners(tier: str) -> list[Cell]:
-    """Named corners: the FlyDSL shapes (GQA-6 MiniMax, GQA-8/16 Qwen), block edges, D=64, D=256, and in
-    the full tier the upstream FlyDSL test matrix (54 cells)."""
+    """Named corners: the FlyDSL shapes (GQA-6 MiniMax, GQA-8/16 Qwen), block edges, D=64, D=256, the float16
+    range (wide activations in float16), and in the full tier long float16 sequences and the upstream FlyDSL
+    test matrix (54 cells, bfloat16 as upstream)."""
     out = [
         decode_cell("decode", "turboquant_4bit_nc", "soa", (4, 6), 16, (33, 16, 1, 32), "hadamard", False),
         decode_cell("decode", "turboquant_4bit_nc", "soa", (8, 8), 32, (31, 32, 33), "random", False),
@@ -78,6 +90,15 @@ def corners(tier: str) -> list[Cell]:
         decode_cell("decode", "turboquant_4bit_nc", "soa", (2, 8), 16, (33, 17), "hadamard", False, D=256),
         decode_cell("decode", "turboquant_3bit_nc", "aos", (2, 8), 32, (20, 1), "random", True, D=256),
         decode_cell("store_decode", "turboquant_k8v4", "soa", (2, 8), 16, (9, 16), "none", True, D=256),
+        # float16 range: ||k||^2 and the unnormalised P V sums overflow float16, queries reach its subnormals
+        store_cell("turboquant_4bit_nc", "aos", 8, 16, 33, "hadamard", range="wide", act="float16"),
+        decode_cell("decode", "turboquant_4bit_nc", "soa", (8, 8), 16, (200, 33), "hadamard", False, range="wide",
+                    act="float16"),
+        decode_cell("store_decode", "turboquant_4bit_nc", "soa", (4, 6), 32, (100, 7), "random", True,
+                    range="wide", act="float16"),
+        # a one-token sequence without sinks under flat weights: its output is V, rounded as the kernel reads it
+        decode_cell("decode", "turboquant_k3v4_nc", "aos", (4, 2), 16, (1, 17), "random", False, range="small-q",
+                    act="float16"),
     ]
     if tier == "ci":
         out.append(decode_cell("decode", "turboquant_4bit_nc", "soa", (8, 8), 16, (256,), "hadamard", False))
@@ -85,6 +106,13 @@ def corners(tier: str) -> list[Cell]:
         out.append(decode_cell("decode", "turboquant_4bit_nc", "soa", (2, 16), 32, (130, 64), "hadamard", False))
         out.append(decode_cell("decode", "turboquant_4bit_nc", "soa", (4, 6), 32, (100, 7), "random", False))
     if tier == "full":
+        # long float16 sequences: rounding of P and V accumulates over thousands of tokens
+        out.append(decode_cell("decode", "turboquant_4bit_nc", "soa", (8, 8), 16, (4096, 1000), "hadamard", False,
+                               range="wide", act="float16"))
+        out.append(decode_cell("decode", "turboquant_k3v4_nc", "aos", (4, 6), 32, (4096,), "random", True,
+                               act="float16"))
+        out.append(decode_cell("store_decode", "turboquant_3bit_nc", "soa", (2, 8), 16, (2048, 2049), "random",
+                               False, range="wide", act="float16"))
         for n in (1, 4, 16):
             for L in (256, 1024, 4096):
                 for hk_g in ((8, 8), (8, 16), (4, 6)):
@@ -95,13 +123,13 @@ def corners(tier: str) -> list[Cell]:
 
 
 def smoke() -> list[Cell]:
-    """The smoke tier: two stores, two decodes, two store_decodes."""
+    """The smoke tier: two stores, two decodes, two store_decodes (bfloat16, float16 and float32)."""
     return [
         store_cell("turboquant_4bit_nc", "aos", 4, 16, 17, "hadamard"),
-        store_cell("turboquant_3bit_nc", "soa", 2, 32, 17, "random"),
+        store_cell("turboquant_3bit_nc", "soa", 2, 32, 17, "random", range="wide", act="float16"),
         decode_cell("decode", "turboquant_4bit_nc", "aos", (8, 8), 16, (17, 5), "hadamard", False),
-        decode_cell("decode", "turboquant_k3v4_nc", "soa", (4, 6), 16, (20, 1, 33), "random", True),
-        decode_cell("store_decode", "turboquant_k8v4", "aos", (2, 4), 32, (9, 40), "none", False),
+        decode_cell("decode", "turboquant_k3v4_nc", "soa", (4, 6), 16, (20, 1, 33), "random", True, act="float16"),
+        decode_cell("store_decode", "turboquant_k8v4", "aos", (2, 4), 32, (9, 40), "none", False, act="float32"),
         decode_cell("store_decode", "turboquant_4bit_nc", "soa", (8, 1), 16, (16, 17), "random", True),
     ]
 

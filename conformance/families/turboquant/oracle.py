@@ -1,8 +1,14 @@
 """TurboQuant oracles, one per rounding model; every decode oracle is float64 attention.
 
-"exact" and "bf16-mma" attend over the dequantized cache (``numpy_ref.dequantize``, rotated space,
-``q_rot = q @ R``); "bf16-sdpa" over the UNQUANTIZED ``key_cache``/``value_cache`` (torch-sdpa never
+"exact" and "act-mma" attend over the dequantized cache (``numpy_ref.dequantize``, rotated space,
+``q_rot = q @ R``); "act-sdpa" over the UNQUANTIZED ``key_cache``/``value_cache`` (torch-sdpa never
 reads the quantized cache). The store oracle is ``numpy_ref.store`` on a copy of the input cache.
+
+The activation dtype ``act`` is the query's (``act_of``); "act-mma" and "act-sdpa" round where their
+kernels do to that dtype and take its unit roundoff ``numerics.UNIT[act]``. For float32 activations
+that is float32: "act-mma" means fp32 MMA operands (its oracle is the exact one, its tolerance the exact
+one plus u32 terms), "act-sdpa" float32 SDPA. A kernel whose MMA takes only 16-bit operands skips
+float32 cells (its backend's ``supports`` says so) rather than rounding them to 16 bits.
 """
 from __future__ import annotations
 
@@ -11,15 +17,25 @@ import numpy as np
 from conformance.families.turboquant.inputs import token_slots
 from conformance.families.turboquant.tolerances import attention_atol, decode_tolerance
 from conformance.compare import Tolerance
-from conformance.numerics import bf16_round
+from conformance.numerics import ACTIVATIONS, UNIT, to_activation
 from reference.turboquant import numpy_ref
 from reference.turboquant.presets import preset as lookup
 
 ROUNDING_MODELS = {
     "exact": "fp32 math on the dequantized cache (the references, fp32 kernels, the Triton interpreter)",
-    "bf16-mma": "bf16 MMA operands (q_rot, dequantized K and V, P) with fp32 accumulation (GPU kernels)",
-    "bf16-sdpa": "bf16 SDPA over the unquantized cache (torch-sdpa: it never reads the quantized cache)",
+    "act-mma": "MMA operands (q_rot, dequantized K and V, P) in the activation dtype with fp32 accumulation "
+               "(GPU kernels; float32 activations: fp32 operands)",
+    "act-sdpa": "SDPA in the activation dtype over the unquantized cache (torch-sdpa: it never reads the "
+                "quantized cache)",
 }
+
+
+def act_of(inputs: dict) -> str:
+    """The activation dtype of a decode's inputs: the query's (a name of ``numerics.ACTIVATIONS``)."""
+    name = np.asarray(inputs["query"]).dtype.name
+    if name not in ACTIVATIONS:
+        raise ValueError(f"query: dtype {name} is not an activation dtype ({', '.join(ACTIVATIONS)})")
+    return name
 
 
 def expected_cache(inputs: dict) -> np.ndarray:
@@ -82,17 +98,18 @@ def decode_oracle(model: str, inputs: dict, cache, G: int) -> tuple[np.ndarray, 
     """(expected output float64 [B, Hq, D], Tolerance) of a decode over ``cache`` for ``model``."""
     scale, sinks = inputs["scale"], _sinks64(inputs)
     L_max = int(np.max(inputs["seq_lens"]))
-    if model == "bf16-sdpa":
+    act = act_of(inputs)
+    if model == "act-sdpa":
         q = inputs["query"].astype(np.float64)
         keys, values = unquantized(inputs)
-        tol = decode_tolerance(model, *attention_atol(q, keys, values, G, scale, L_max))
+        tol = decode_tolerance(model, *attention_atol(q, keys, values, G, scale, L_max), UNIT[act])
         return attention64(q, keys, values, G, scale, sinks), tol
     keys, values = dequantized(inputs, cache)
     q_rot = rotated_query(inputs)
-    tol = decode_tolerance(model, *attention_atol(q_rot, keys, values, G, scale, L_max))
-    if model == "bf16-mma":
-        q_rot = bf16_round(rotated_query(inputs, np.float32)).astype(np.float64)
-        keys, values = [bf16_round(k) for k in keys], [bf16_round(v) for v in values]
+    tol = decode_tolerance(model, *attention_atol(q_rot, keys, values, G, scale, L_max), UNIT[act])
+    if model == "act-mma":
+        q_rot = to_activation(rotated_query(inputs, np.float32), act).astype(np.float64)
+        keys, values = [to_activation(k, act) for k in keys], [to_activation(v, act) for v in values]
     return attention64(q_rot, keys, values, G, scale, sinks), tol
 
 

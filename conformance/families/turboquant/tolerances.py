@@ -1,7 +1,8 @@
 """TurboQuant tolerances: each one as data (name, bound, rounding argument, the planted bugs it
 catches), then the functions that evaluate them.
 
-Symbols: D head size, L the longest sequence, u32 / u_bf16 (``conformance.numerics``), lambda = 8
+Symbols: D head size, L the longest sequence, u32 (``conformance.numerics``), u_act the unit roundoff
+of the cell's activation dtype (``numerics.UNIT[act]``: 2^-8 bfloat16, 2^-11 float16, 2^-24 float32), lambda = 8
 (the probabilistic rounding-error bound of Higham and Mary 2019: a length-n fp32 sum of products is
 off by at most lambda sqrt(n) u32 sum|terms| with overwhelming probability).
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from conformance.compare import Tolerance, ToleranceSpec
-from conformance.numerics import U32, UBF16
+from conformance.numerics import U32, UNIT
 from reference.turboquant import numpy_ref
 from reference.turboquant.presets import preset as lookup
 
@@ -25,7 +26,7 @@ STORE_FP16_SPEC = ToleranceSpec(
     "turboquant.store-fp16", "within 1 fp16 ulp (ordinal distance)",
     "the fp32 norm or scale an fp16 scalar rounds may differ in its last bit, moving the fp16 rounding by "
     "one step",
-    ("turboquant.norm-not-corrected",))
+    ("turboquant.norm-not-corrected", "turboquant.fp16-read-as-bf16"))
 
 DECODE_EXACT = ToleranceSpec(
     "turboquant.decode-exact", "atol max|V| (2 e_x + lambda sqrt(L + D) u32), "
@@ -35,18 +36,26 @@ DECODE_EXACT = ToleranceSpec(
     ("turboquant.norm-correction-twice", "turboquant.query-rotated-by-transpose", "turboquant.wrong-kv-head",
      "turboquant.soa-read-as-aos", "turboquant.last-token-skipped"))
 
-DECODE_BF16_MMA = ToleranceSpec(
-    "turboquant.decode-bf16-mma", "exact + atol u_bf16 max|V|, rtol 2 u_bf16",
-    "the oracle rounds q_rot, dequantized K and V to bf16 as the MMA operands are; the kernel's bf16 P "
-    "adds u_bf16 max|V|, a bf16 output and its normaliser 2 u_bf16 relative",
+DECODE_ACT_MMA = ToleranceSpec(
+    "turboquant.decode-act-mma", "exact + atol u_act max|V|, rtol 2 u_act",
+    "the oracle rounds q_rot, dequantized K and V to the activation dtype as the MMA operands are; the kernel's "
+    "P in that dtype adds u_act max|V|, its normaliser and a 16-bit result 2 u_act relative (float32 "
+    "activations: u_act = u32, fp32 operands)",
     ("turboquant.norm-correction-twice", "turboquant.query-rotated-by-transpose", "turboquant.wrong-kv-head",
-     "turboquant.soa-read-as-aos", "turboquant.last-token-skipped"))
+     "turboquant.soa-read-as-aos", "turboquant.last-token-skipped", "turboquant.fp16-read-as-bf16"))
 
-DECODE_BF16_SDPA = ToleranceSpec(
-    "turboquant.decode-bf16-sdpa", "exact + atol max|V| u_bf16 (1 + 2 max|x|), rtol 2 u_bf16",
-    "float64 attention over the unquantized bf16 cache: logits rounded to bf16 (weights off by 2 u_bf16 "
-    "max|x| relative), P rounded to bf16 (u_bf16 max|V|), output and its normaliser 2 u_bf16 relative",
-    ("turboquant.wrong-kv-head", "turboquant.last-token-skipped"))
+DECODE_ACT_SDPA = ToleranceSpec(
+    "turboquant.decode-act-sdpa", "exact + atol max|V| u_act (1 + 2 max|x|), rtol 2 u_act",
+    "float64 attention over the unquantized cache in the activation dtype: logits rounded to it (weights off "
+    "by 2 u_act max|x| relative), P rounded to it (u_act max|V|), output and its normaliser 2 u_act relative",
+    ("turboquant.wrong-kv-head", "turboquant.last-token-skipped", "turboquant.fp16-read-as-bf16"))
+
+OUTPUT_ROUNDING = ToleranceSpec(
+    "turboquant.output-rounding", "a 16-bit output: + atol u_act max|out|, rel_l2 + u_act; an output dtype other "
+    "than float32 or the activation dtype fails",
+    "an output rounded once to the activation dtype moves each element by at most u_act |out| (round to "
+    "nearest), so its L2 error by at most u_act relative",
+    ("turboquant.output-in-bf16",))
 
 QUANT_ERROR = ToleranceSpec(
     "turboquant.quant-error", "rel_l2 <= 3 sqrt(key distortion + value distortion) (reported, not gated)",
@@ -55,7 +64,8 @@ QUANT_ERROR = ToleranceSpec(
     "b-bit uniform values over ~5.2 sigma: (5.2 / (2^b - 1))^2 / 12",
     ())
 
-SPECS = (STORE_CODES_SPEC, STORE_FP16_SPEC, DECODE_EXACT, DECODE_BF16_MMA, DECODE_BF16_SDPA, QUANT_ERROR)
+SPECS = (STORE_CODES_SPEC, STORE_FP16_SPEC, DECODE_EXACT, DECODE_ACT_MMA, DECODE_ACT_SDPA, OUTPUT_ROUNDING,
+         QUANT_ERROR)
 
 STORE_CODES = Tolerance(0.0, 0.0, f"{STORE_CODES_SPEC.name}: codes {STORE_CODES_SPEC.bound}: "
                         f"{STORE_CODES_SPEC.argument}")
@@ -137,15 +147,23 @@ def decode_agreement(query, kv_cache, block_table, seq_lens, preset, layout, rot
     return attention_agreement(q_rot, keys, values, q.shape[1] // kv_cache.shape[2], scale)
 
 
-def decode_tolerance(model: str, atol: float, vmax: float, xmax: float) -> Tolerance:
-    """The decode tolerance of a rounding model from ``attention_atol``'s figures."""
+def decode_tolerance(model: str, atol: float, vmax: float, xmax: float, unit: float = U32) -> Tolerance:
+    """The decode tolerance of a rounding model from ``attention_atol``'s figures; ``unit`` is u_act."""
     if model == "exact":
         return Tolerance(atol, 0.0, f"{DECODE_EXACT.name}: fp32 attention vs float64 on the same dequantized "
                          f"cache: {DECODE_EXACT.bound}")
-    if model == "bf16-mma":
-        return Tolerance(atol + vmax * UBF16, 2 * UBF16, f"{DECODE_BF16_MMA.name}: {DECODE_BF16_MMA.argument}, "
-                         "plus the fp32 accumulation bound")
-    if model == "bf16-sdpa":
-        return Tolerance(atol + vmax * UBF16 * (1 + 2 * xmax), 2 * UBF16,
-                         f"{DECODE_BF16_SDPA.name}: {DECODE_BF16_SDPA.argument}, plus the fp32 accumulation bound")
-    raise ValueError(f"rounding_model: expected exact, bf16-mma or bf16-sdpa, got {model!r}")
+    if model == "act-mma":
+        return Tolerance(atol + vmax * unit, 2 * unit, f"{DECODE_ACT_MMA.name} (u_act={unit:g}): "
+                         f"{DECODE_ACT_MMA.argument}, plus the fp32 accumulation bound")
+    if model == "act-sdpa":
+        return Tolerance(atol + vmax * unit * (1 + 2 * xmax), 2 * unit, f"{DECODE_ACT_SDPA.name} (u_act={unit:g}): "
+                         f"{DECODE_ACT_SDPA.argument}, plus the fp32 accumulation bound")
+    raise ValueError(f"rounding_model: expected exact, act-mma or act-sdpa, got {model!r}")
+
+
+def output_rounding(tol: Tolerance, expected, act: str) -> Tolerance:
+    """``OUTPUT_ROUNDING``: ``tol`` widened for an output stored in the 16-bit activation dtype ``act``."""
+    u = UNIT[act]
+    top = float(np.max(np.abs(expected))) if np.size(expected) else 0.0
+    return Tolerance(tol.atol + u * top, tol.rtol, f"{tol.source}; {OUTPUT_ROUNDING.name} ({act}): "
+                     f"{OUTPUT_ROUNDING.bound}", tol.max_mismatch, None if tol.rel_l2 is None else tol.rel_l2 + u)
