@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from conformance import families
-from conformance.cells import Cell
+from conformance.cells import Cell, activation
 from conformance.compare import Comparison, Tolerance, Verdict, compare
 from conformance.inprocess import inputs_copy
 from conformance.memo import Memo
@@ -446,9 +446,9 @@ _TURBOQUANT = [
     _tq("last-token-skipped", "each sequence's last token is left out of the attention",
         _reads, lambda impl: _decode_with(impl, _last_token_skipped)),
     _tq("fp16-read-as-bf16", "float16 query, key and value are silently converted to bfloat16",
-        lambda c: c["act"] == "float16", _fp16_read_as_bf16),
+        lambda c: activation(c) == "float16", _fp16_read_as_bf16),
     _tq("output-in-bf16", "the decode output is returned in bfloat16 whatever the activation dtype",
-        lambda c: _reads(c) and c["act"] != "bfloat16", lambda impl: _decode_with(impl, _output_in_bf16)),
+        lambda c: _reads(c) and activation(c) != "bfloat16", lambda impl: _decode_with(impl, _output_in_bf16)),
 ]
 
 

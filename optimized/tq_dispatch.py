@@ -1,8 +1,9 @@
 """The TurboQuant decode to run for a device and a request: the fastest conformant kernel that serves it.
 
 Preference, fastest first (H200 measurements in reports/baselines/h200/README.md):
-``triton-sm90`` (Gluon, operands in registers; NVIDIA compute capability 9.0, SoA turboquant_4bit_nc),
-``flydsl-gfx950`` (AMD gfx950, SoA turboquant_4bit_nc, D=128, block 16/32, G in {6, 8, 16}, no sinks),
+``triton-sm90`` (Gluon, operands in registers; NVIDIA compute capability 9.0, SoA turboquant_4bit_nc, bfloat16
+queries), ``flydsl-gfx950`` (AMD gfx950, SoA turboquant_4bit_nc, D=128, block 16/32, G in {6, 8, 16}, no sinks,
+bfloat16 queries),
 ``triton-grouped`` (portable grouped decode, SoA turboquant_4bit_nc), ``triton-split`` (portable, every
 preset and layout). ``decode(..., kernel="auto")`` runs the first that serves the request; naming a kernel
 runs that one or raises ValueError saying why it cannot serve the request.
@@ -24,15 +25,15 @@ def problem(kernel: str, query, kv_cache, *, preset: str, layout: str, sinks=Non
     D, BS, Hk = query.shape[-1], kv_cache.shape[1], kv_cache.shape[2]
     name = lookup(preset).name
     if kernel == "triton-sm90":
-        from optimized.triton.tq_decode_sm90 import device_problem, shape_problem
+        from optimized.triton.tq_decode_sm90 import device_problem, dtype_problem, shape_problem
 
-        return shape_problem(name, layout, D, BS) or device_problem(kv_cache.device)
+        return shape_problem(name, layout, D, BS) or dtype_problem(query.dtype) or device_problem(kv_cache.device)
     if kernel == "flydsl-gfx950":
         from optimized.flydsl import plan
         from optimized.flydsl.launcher import on_gfx950
 
         why = plan.unsupported(preset=name, layout=layout, D=D, block_size=BS, G=query.shape[1] // max(Hk, 1),
-                               sinks=sinks is not None)
+                               sinks=sinks is not None, act=str(query.dtype).removeprefix("torch."))
         ok, device = on_gfx950()
         return why or (None if ok else device)
     if kernel in ("triton-grouped", "triton-split"):

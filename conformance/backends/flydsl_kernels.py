@@ -5,12 +5,12 @@
 - ``flydsl-gfx950``: the real kernel; available only with FlyDSL importable and a gfx950 GPU.
 
 Both run the ``decode`` op on the cells the kernel supports (``optimized.flydsl.plan``:
-turboquant_4bit_nc, SoA, D = 128, block 16/32, G in {6, 8, 16}, no sinks); other cells are skips
-with the reason. Rounding model: the family's ``bf16-mma``.
+turboquant_4bit_nc, SoA, D = 128, block 16/32, G in {6, 8, 16}, no sinks, bfloat16 queries: its MFMA
+operands are bf16); other cells are skips with the reason. Rounding model: the family's ``act-mma``.
 """
 from __future__ import annotations
 
-from conformance.cells import Cell
+from conformance.cells import Cell, activation
 from conformance.registry import Backend, register
 
 
@@ -18,7 +18,7 @@ def _supports(cell: Cell) -> str | None:
     from optimized.flydsl import plan
 
     return plan.unsupported(preset=cell["preset"], layout=cell["layout"], D=cell["D"], block_size=cell["bs"],
-                            G=cell["G"], sinks=bool(cell["sinks"]))
+                            G=cell["G"], sinks=bool(cell["sinks"]), act=activation(cell))
 
 
 class _DecodeOnly:
@@ -42,12 +42,12 @@ def _run_emulated(cell: Cell, inputs: dict) -> dict:
 def _decode_on_gpu(query, kv_cache, block_table, seq_lens, preset, layout, rotation, scale=None, sinks=None):
     import torch
 
+    from conformance.torch_arrays import to_torch
     from optimized.flydsl import launcher
 
     dev = torch.device("cuda")
-    out = launcher.decode(torch.from_numpy(query).to(dev), torch.from_numpy(kv_cache).to(dev),
-                          torch.from_numpy(block_table).to(dev), torch.from_numpy(seq_lens).to(dev),
-                          preset, layout, torch.from_numpy(rotation), scale=scale, sinks=sinks)
+    out = launcher.decode(to_torch(query, dev), to_torch(kv_cache, dev), to_torch(block_table, dev),
+                          to_torch(seq_lens, dev), preset, layout, to_torch(rotation), scale=scale, sinks=sinks)
     torch.cuda.synchronize()
     return out
 

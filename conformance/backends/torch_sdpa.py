@@ -1,7 +1,9 @@
-"""Backend ``torch-sdpa``: TurboQuant-family decode over the UNQUANTIZED bf16 paged cache
-(``inputs["key_cache"]``/``["value_cache"]``) with torch SDPA (``optimized.torch.tq_sdpa``), on
-CUDA when present, else CPU. It never reads the quantized cache: the family judges it with the
-``bf16-sdpa`` rounding model (float64 attention over the unquantized cache, bf16 tolerance)."""
+"""Backend ``torch-sdpa``: TurboQuant-family decode over the UNQUANTIZED paged cache
+(``inputs["key_cache"]``/``["value_cache"]``) with torch SDPA (``optimized.torch.tq_sdpa``) in the activation
+dtype (the query's: bfloat16, float16 or float32; the cache is converted to it, holding the same values),
+on CUDA when present, else CPU; the output is in that dtype. It never reads the quantized cache: the family
+judges it with the ``act-sdpa`` rounding model (float64 attention over the unquantized cache, the activation
+dtype's tolerance)."""
 from __future__ import annotations
 
 from conformance.registry import Backend, register
@@ -23,28 +25,23 @@ def _available() -> tuple[bool, str]:
 
 class TorchSdpaImpl:
     """The decode signature over the unquantized cache (``reads_unquantized``: the family's driver
-    passes K and V concatenated on the last axis as ``kv_cache``), computed in bf16 by torch SDPA."""
+    passes K and V concatenated on the last axis as ``kv_cache``, float32), computed by torch SDPA in
+    the query's dtype."""
 
     reads_unquantized = True
 
     @staticmethod
     def decode(query, kv_cache, block_table, seq_lens, preset, layout, rotation, scale=None, sinks=None):
-        import numpy as np
-        import torch
-
+        from conformance.torch_arrays import to_numpy, to_torch
         from optimized.torch.tq_sdpa import paged_sdpa_decode
 
         dev = _device()
-
-        def bf16(x):
-            return torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)).to(dev, torch.bfloat16)
-
+        q = to_torch(query, dev)
         D = query.shape[-1]
-        out = paged_sdpa_decode(bf16(query), bf16(kv_cache[..., :D]), bf16(kv_cache[..., D:]),
-                                torch.from_numpy(np.asarray(block_table)).to(dev),
-                                torch.from_numpy(np.asarray(seq_lens)).to(dev), scale,
-                                None if sinks is None else torch.from_numpy(np.asarray(sinks)).to(dev))
-        return out.float().cpu().numpy()
+        k, v = (to_torch(x, dev).to(q.dtype) for x in (kv_cache[..., :D], kv_cache[..., D:]))
+        out = paged_sdpa_decode(q, k, v, to_torch(block_table, dev), to_torch(seq_lens, dev), scale,
+                                to_torch(sinks, dev))
+        return to_numpy(out)
 
 
 def _run(cell, inputs: dict) -> dict:

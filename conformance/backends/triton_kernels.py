@@ -6,24 +6,29 @@ Five decode kernels, each held to the matrix on a GPU and (all but the sm_90 dec
 - ``triton`` / ``triton-interpret``: store kernel + split-KV decode (AoS and SoA, every preset);
   fp32 elementwise math, rounding model ``exact``.
 - ``triton-grouped`` / ``triton-grouped-interpret``: store kernel + grouped-query decode (SoA,
-  ``turboquant_4bit_nc`` only; keys through the 16-entry centroid table); bf16 MMA operands on the
-  GPU (``bf16-mma``), fp32 in the interpreter.
+  ``turboquant_4bit_nc`` only; keys through the 16-entry centroid table); MMA operands in the
+  activation dtype on the GPU (``act-mma``: bf16, fp16, or fp32 for float32 activations), fp32 in the
+  interpreter.
 - ``triton-lut`` / ``triton-lut-interpret``: the same decode with the pair lookup table (one lookup
   per key byte yields both dequantized codes: the FLUTE idea).
 - ``triton-unified`` / ``triton-unified-interpret``: store kernel + unified attention run as a
-  decode (one query token per sequence; SoA, every preset); ``bf16-mma`` on the GPU, ``exact`` in
+  decode (one query token per sequence; SoA, every preset); ``act-mma`` on the GPU, ``exact`` in
   the interpreter.
 - ``triton-sm90``: store kernel + the Gluon decode for sm_90 (``tq_decode_sm90``: operands built in
-  registers; SoA ``turboquant_4bit_nc``), ``bf16-mma``; available only on an NVIDIA GPU of compute
-  capability 9.0 (Gluon has no interpreter, so no ``-interpret`` twin).
-The decode output is written into a poisoned fp32 buffer (an element never written is NaN).
+  registers; SoA ``turboquant_4bit_nc``), ``act-mma`` for bfloat16 activations only (its operand tricks
+  are bf16 bit patterns: float16 and float32 cells are skips with that reason); available only on an
+  NVIDIA GPU of compute capability 9.0 (Gluon has no interpreter, so no ``-interpret`` twin).
+Query, key and value reach the kernels in the cell's activation dtype; the decode output is written
+into a poisoned buffer of that dtype (an element never written is NaN).
 """
 from __future__ import annotations
 
 import os
 
 from conformance import families, fingerprint
+from conformance.cells import activation
 from conformance.registry import Backend, register
+from conformance.torch_arrays import to_numpy, to_torch
 
 INTERPRET_ENV = {"TRITON_INTERPRET": "1"}
 # The interpreter runs every program instance in Python. On 2 CPU cores (2026-12-01) a store cell
@@ -39,16 +44,14 @@ class TritonImpl:
     """The reference's ``store``/``decode`` signatures (NumPy in, NumPy out) over the launchers.
 
     kernel: "split", "grouped", "lut", "unified" or "sm90"; device: "cpu" (the interpreter) or "cuda";
-    precision: "exact" (fp32) or "bf16" (bf16 MMA operands)."""
+    precision: "exact" (fp32) or "act" (MMA operands in the query's dtype)."""
 
     def __init__(self, kernel: str, device: str, precision: str):
         self.kernel, self.device, self.precision = kernel, device, precision
         self.keys = {"grouped": "gather", "lut": "pair"}.get(kernel)
 
     def _t(self, x):
-        import torch
-
-        return None if x is None else torch.from_numpy(x).to(self.device)
+        return to_torch(x, self.device)
 
     def store(self, kv_cache, key, value, slot_mapping, preset, layout, rotation):
         from optimized.triton.tq_store import store
@@ -56,7 +59,7 @@ class TritonImpl:
         cache = self._t(kv_cache)
         store(cache, self._t(key), self._t(value), self._t(slot_mapping), preset=preset, layout=layout,
               rotation=self._t(rotation))
-        return cache.cpu().numpy()
+        return to_numpy(cache)
 
     def decode(self, query, kv_cache, block_table, seq_lens, preset, layout, rotation, scale=None, sinks=None):
         import torch
@@ -69,7 +72,7 @@ class TritonImpl:
 
         q, cache, bt, lens = self._t(query), self._t(kv_cache), self._t(block_table), self._t(seq_lens)
         kw = dict(preset=preset, layout=layout, rotation=self._t(rotation), scale=scale, sinks=self._t(sinks),
-                  out=self._t(poisoned(query.shape, "float32")))
+                  out=self._t(poisoned(query.shape, query.dtype)))
         if self.kernel == "split":
             out = decode_split(q, cache, bt, lens, **kw)
         elif self.kernel == "sm90":
@@ -79,7 +82,7 @@ class TritonImpl:
         else:
             qsl = torch.arange(q.shape[0] + 1, dtype=torch.int32, device=self.device)
             out = unified_attention(q, cache, bt, qsl, lens, 1, precision=self.precision, **kw)
-        return out.cpu().numpy()
+        return to_numpy(out)
 
 
 def _gpu_available() -> tuple[bool, str]:
@@ -126,16 +129,16 @@ def _supports(kernel: str):
         if kernel == "unified" and cell["layout"] != "soa":
             return "unified attention reads the SoA layout only"
         if kernel == "sm90":
-            from optimized.triton.tq_decode_sm90 import shape_problem
+            from optimized.triton.tq_decode_sm90 import dtype_problem, shape_problem
 
-            return shape_problem(cell["preset"], cell["layout"], cell["D"], cell["bs"])
+            return shape_problem(cell["preset"], cell["layout"], cell["D"], cell["bs"]) or dtype_problem(activation(cell))
         return None
 
     return supports
 
 
 def _make(name: str, kernel: str, interpret: bool, ops: tuple[str, ...]) -> Backend:
-    precision = "exact" if interpret or kernel == "split" else "bf16"
+    precision = "exact" if interpret or kernel == "split" else "act"
 
     def run(cell, inputs):
         if interpret and os.environ.get("TRITON_INTERPRET") != "1":

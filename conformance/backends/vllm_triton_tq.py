@@ -15,11 +15,14 @@ LOG2E, LOGE2, and ``use_tensor_descriptor`` from vLLM's own ``vllm.triton_utils.
 vLLM's, unedited. On a GPU box without a package index the modules import from a carried folder of
 the wheel's .py files (``make peers-carry``; put the folder on PYTHONPATH).
 
-Inputs: the cell's float32 keys, values and query (bf16-representable) are fed as float32, which
-every launcher accepts, so the interpreter never meets bf16 arithmetic; centroids and midpoints are
-ours (``reference.turboquant``); rotation R is passed as ``PiT = R`` (store: y = x_hat @ PiT) and
-``Pi = R.T`` (decode: q_rot = q @ Pi.T). Rounding model ``exact`` in the interpreter and for the
-split-KV decodes on a GPU (fp32 elementwise); ``bf16-mma`` for unified attention on a GPU.
+Inputs: keys, values and query in the cell's activation dtype, bfloat16 or float16: the dtypes vLLM's
+TurboQuant attention backend declares (``supported_dtypes`` of ``TurboQuantAttentionBackend``,
+``vllm/v1/attention/backends/turboquant_attn.py``); float32 cells are skips with that reason. The decodes
+return the query's dtype. Centroids and midpoints are ours (``reference.turboquant``); rotation R is passed
+as ``PiT = R`` (store: y = x_hat @ PiT) and ``Pi = R.T`` (decode: q_rot = q @ Pi.T). Rounding model
+``exact`` for the split-KV decodes (fp32 elementwise after the loads) and in the interpreter (its 16-bit
+``tl.dot`` operands are computed in fp32); ``act-mma`` for unified attention on a GPU (K, V and P cast to
+the query's dtype for ``tl.dot``).
 """
 from __future__ import annotations
 
@@ -29,7 +32,9 @@ import sys
 import types
 
 from conformance import fingerprint
+from conformance.cells import activation
 from conformance.registry import Backend, register
+from conformance.torch_arrays import to_numpy
 
 INTERPRET_ENV = {"TRITON_INTERPRET": "1"}
 # In the interpreter (2 shared CPU cores, 2026-12-01): the SoA decode with 4 KV splits took 30 to
@@ -38,6 +43,8 @@ INTERPRET_ENV = {"TRITON_INTERPRET": "1"}
 INTERPRET_COST = {"seconds_per_cell": 2.0, "seconds_per_work": 5e-5,
                   "work_budget": {"store": 65_536, "decode": 2_097_152, "store_decode": 2_097_152}}
 SOURCE = "https://github.com/vllm-project/vllm/blob/v0.32.0/vllm/v1/attention/ops"
+BACKEND_SOURCE = "https://github.com/vllm-project/vllm/blob/v0.32.0/vllm/v1/attention/backends/turboquant_attn.py"
+SUPPORTED_ACTS = ("bfloat16", "float16")
 KERNEL_MODULES = {
     "aos_store": "vllm.v1.attention.ops.triton_turboquant_store",
     "aos_decode": "vllm.v1.attention.ops.triton_turboquant_decode",
@@ -125,9 +132,9 @@ class VllmTqImpl:
         self.kernel, self.device = kernel, device
 
     def _t(self, x, dtype=None):
-        import torch
+        from conformance.torch_arrays import to_torch
 
-        t = None if x is None else torch.from_numpy(x).to(self.device)
+        t = to_torch(x, self.device)
         return t if t is None or dtype is None else t.to(dtype)
 
     def _tables(self, preset: str, D: int):
@@ -158,7 +165,7 @@ class VllmTqImpl:
         else:
             mods["soa_store"].triton_turboquant_store(*args, centroids=centroids,
                                                       norm_correction=p.norm_correction)
-        return cache.cpu().numpy()
+        return to_numpy(cache)
 
     def decode(self, query, kv_cache, block_table, seq_lens, preset, layout, rotation, scale=None, sinks=None):
         import torch
@@ -184,7 +191,7 @@ class VllmTqImpl:
             out = mods["unified"].triton_turboquant_unified_attention(
                 q, cache, bt, lens, qsl, **common, value_packed_size=p.value_packed_size(D),
                 max_query_len=1, max_seq_len=int(seq_lens.max()), sinks=self._t(sinks))
-        return out.float().cpu().numpy()
+        return to_numpy(out)
 
 
 # Shared memory per block on sm_90 (H100/H200), as Triton reported it on the H200 (2026-12-01).
@@ -244,6 +251,9 @@ def _supports(kernel: str, interpret: bool):
     from reference.turboquant.presets import preset as lookup
 
     def supports(cell) -> str | None:
+        if activation(cell) not in SUPPORTED_ACTS:
+            return (f"vLLM's TurboQuant attention backend takes {' and '.join(SUPPORTED_ACTS)} activations "
+                    f"(supported_dtypes, {BACKEND_SOURCE}), not {activation(cell)}")
         if interpret and cell.op != "decode" and cell["preset"] == "turboquant_k8v4":
             return INTERPRETER_FP8
         layout = "aos" if kernel == "aos" else "soa"

@@ -101,17 +101,18 @@ def reduce_partitions(o, m, l) -> np.ndarray:
 
 def decode(query, kv_cache, block_table, seq_lens, preset, layout, rotation, scale=None, sinks=None,
            num_kv_splits: int = 1):
-    """The reference ``decode`` signature, computed the way the kernel computes it.
+    """The reference ``decode`` signature, computed the way the kernel computes it; ``query`` bfloat16
+    (ml_dtypes), as the kernel takes it (any other dtype: ValueError naming it).
     ``num_kv_splits`` is accepted and ignored: the kernel's partitions come from the block table."""
     q = np.asarray(query)
     kv_cache = np.asarray(kv_cache)
-    if q.ndim != 3 or q.dtype.kind != "f":
-        raise ValueError(f"query must be a float [B, Hq, D] array, got dtype {q.dtype} shape {list(q.shape)}")
+    if q.ndim != 3:
+        raise ValueError(f"query must be a bfloat16 [B, Hq, D] array, got dtype {q.dtype} shape {list(q.shape)}")
     if kv_cache.ndim != 4 or kv_cache.dtype != np.uint8:
         raise ValueError(f"kv_cache must be uint8 [num_blocks, block_size, Hk, slot], got {kv_cache.dtype} "
                          f"{list(kv_cache.shape)}")
     B, Hq, Hk, BS = plan.check_request(q.shape, kv_cache.shape, preset=preset, layout=layout,
-                                       sinks=sinks is not None)
+                                       sinks=sinks is not None, act=q.dtype.name)
     D = q.shape[2]
     tq_layout.check_cache(kv_cache, get_preset(preset), D, Hk)
     bt = np.asarray(block_table)

@@ -31,7 +31,7 @@ def module(*, G: int, block_size: int, Hk: int, max_blocks: int, scale: float):
 
 
 def decode(query, kv_cache, block_table, seq_lens, preset, layout, rotation, scale=None, sinks=None):
-    """Run the kernel. ``query [B, Hq, 128]`` float, ``kv_cache`` uint8 ``[nb, BS, Hk, 134]`` (SoA),
+    """Run the kernel. ``query [B, Hq, 128]`` bfloat16 (its MFMA operands are bf16), ``kv_cache`` uint8 ``[nb, BS, Hk, 134]`` (SoA),
     ``block_table`` int ``[B, M]``, ``seq_lens`` int ``[B]`` (>= 1; both may be Python lists),
     ``rotation [128, 128]`` finite; torch tensors on one device. Every argument is checked before
     the kernel runs, with the references' messages (``reference.turboquant.validate``): finite
@@ -44,7 +44,7 @@ def decode(query, kv_cache, block_table, seq_lens, preset, layout, rotation, sca
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"{name}: expected a torch tensor, got {type(x).__name__}")
     B, Hq, Hk, BS = plan.check_request(tuple(query.shape), tuple(kv_cache.shape), preset=preset, layout=layout,
-                                       sinks=sinks is not None)
+                                       sinks=sinks is not None, act=str(query.dtype).removeprefix("torch."))
     slot = kv_cache.shape[3]
     if kv_cache.dtype != torch.uint8 or slot != SLOT_BYTES:
         raise ValueError(f"kv_cache must be uint8 with {SLOT_BYTES}-byte slots, got {kv_cache.dtype}, {slot}")

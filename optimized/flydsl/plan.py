@@ -1,8 +1,9 @@
 """What the FlyDSL TurboQuant decode kernel supports, and how it splits a sequence.
 
 Supported: preset ``turboquant_4bit_nc``, SoA layout, D = 128, block size 16 or 32,
-G = Hq / Hk in {6, 8, 16}, no sinks. Every other case is refused with the reason
-(the other backends cover it).
+G = Hq / Hk in {6, 8, 16}, no sinks, bfloat16 queries (its MFMA operands are bf16:
+``mfma_f32_16x16x32_bf16``; a float16 query would be rounded to bf16). Every other case is refused
+with the reason (the other backends cover it).
 
 Partitioning (shared by the kernel, its launcher and the NumPy emulation): tiles of 32 tokens,
 ``TILES_PER_PART`` tiles per partition, and ``num_parts = ceil(M * block_size / PART_TOKENS)``
@@ -21,8 +22,11 @@ TILES_PER_PART = 2
 PART_TOKENS = TILES_PER_PART * TILE_TOKENS
 
 
-def unsupported(*, preset: str, layout: str, D: int, block_size: int, G: int, sinks: bool) -> str | None:
-    """``None`` when the kernel runs this shape, else the reason in words."""
+ACT = "bfloat16"
+
+
+def unsupported(*, preset: str, layout: str, D: int, block_size: int, G: int, sinks: bool, act: str) -> str | None:
+    """``None`` when the kernel runs this shape and query dtype ``act`` (a dtype name), else the reason in words."""
     name = getattr(preset, "name", preset)
     if name != PRESET:
         return f"flydsl kernel supports only {PRESET} (4-bit keys and values), not {name}"
@@ -36,6 +40,9 @@ def unsupported(*, preset: str, layout: str, D: int, block_size: int, G: int, si
         return f"flydsl kernel supports GQA groups G = Hq/Hk in {GROUPS}, not {G}"
     if sinks:
         return "flydsl kernel does not implement attention sinks"
+    if act != ACT:
+        return (f"flydsl kernel's MFMA operands are bf16 (mfma_f32_16x16x32_bf16), so it takes {ACT} queries "
+                f"only, not {act}")
     return None
 
 
@@ -46,9 +53,10 @@ def num_parts(max_blocks: int, block_size: int) -> int:
     return -(-(max_blocks * block_size) // PART_TOKENS)
 
 
-def check_request(query_shape, cache_shape, *, preset: str, layout: str, sinks: bool) -> tuple[int, int, int, int]:
-    """``(B, Hq, Hk, block_size)`` of a decode request ``query [B, Hq, D]``, ``kv_cache [nb, BS, Hk,
-    slot]`` that the kernel supports; ValueError naming what is wrong otherwise."""
+def check_request(query_shape, cache_shape, *, preset: str, layout: str, sinks: bool,
+                  act: str) -> tuple[int, int, int, int]:
+    """``(B, Hq, Hk, block_size)`` of a decode request ``query [B, Hq, D]`` of dtype ``act``, ``kv_cache [nb,
+    BS, Hk, slot]`` that the kernel supports; ValueError naming what is wrong otherwise."""
     if len(query_shape) != 3 or len(cache_shape) != 4:
         raise ValueError(f"query must be [B, Hq, D] and kv_cache [nb, BS, Hk, slot]; got {list(query_shape)} "
                          f"and {list(cache_shape)}")
@@ -56,7 +64,7 @@ def check_request(query_shape, cache_shape, *, preset: str, layout: str, sinks: 
     _, BS, Hk, _ = cache_shape
     if Hq % Hk:
         raise ValueError(f"query heads Hq={Hq} must be a multiple of the cache's kv heads Hk={Hk}")
-    reason = unsupported(preset=preset, layout=layout, D=D, block_size=BS, G=Hq // Hk, sinks=sinks)
+    reason = unsupported(preset=preset, layout=layout, D=D, block_size=BS, G=Hq // Hk, sinks=sinks, act=act)
     if reason:
         raise ValueError(reason)
     return B, Hq, Hk, BS

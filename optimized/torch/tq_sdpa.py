@@ -1,4 +1,4 @@
-"""Decode attention over an UNQUANTIZED bf16 paged KV cache with
+"""Decode attention over an UNQUANTIZED paged KV cache (bf16, fp16 or fp32) with
 ``torch.nn.functional.scaled_dot_product_attention``: what a user runs without TurboQuant, and
 the speed baseline for the TurboQuant GPU kernels. Runs on CPU and CUDA (whatever device the
 tensors are on).
@@ -6,7 +6,7 @@ tensors are on).
 Shapes: query ``[B, Hq, D]``; key_cache/value_cache ``[num_blocks, block_size, Hk, D]``;
 block_table int ``[B, M]`` (extra columns ignored); seq_lens int ``[B]``; sinks None or
 ``[Hq]`` raw logits (added once to each softmax denominator). Query head ``hq`` reads kv head
-``hq // (Hq // Hk)``. Rounding: SDPA's own, in the cache dtype (bf16 logits/probabilities
+``hq // (Hq // Hk)``. Rounding: SDPA's own, in the query dtype (the cache is converted to it; 16-bit logits/probabilities
 depending on the SDPA backend); output in the query dtype.
 """
 from __future__ import annotations

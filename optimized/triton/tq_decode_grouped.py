@@ -15,13 +15,13 @@ wgmma, the small query/probability tile the shared-memory B operand):
   of the byte (``tq_decode_launch.pair_table``); ``"gather"`` looks up each nibble in the
   16-entry centroid table (warp shuffles on sm_90, see ``_lookup``). Either way the two values of
   a byte are the adjacent dimensions ``2j, 2j+1`` of the operand (one 32-bit register of two
-  bf16), so no query permutation is needed.
+  16-bit values), so no query permutation is needed.
 - values are uniform codes: ``P @ (code * s + z) = (P * s) @ code + (P @ z)``: the value operand
   is the raw codes (bf16 ``128 + code``, two per ``(word & 0x000F000F) | 0x43004300``, in a
   dimension order undone once after the loop; the ``128 * sum(P * s)`` this adds is subtracted at
-  the end) and
-  ``P @ z`` and ``sum(P * s)`` are running sums. ``P * s`` enters the MMA as bf16 ``hi`` in columns ``< GP`` and its
-  remainder ``lo`` in columns ``>= GP`` (the duplicated query columns), so the split costs no extra
+  the end; fp16: the codes converted, no offset) and
+  ``P @ z`` and ``sum(P * s)`` are running sums. ``P * s`` enters the MMA as 16-bit ``hi`` in columns ``< GP``
+  and its remainder ``lo`` in columns ``>= GP`` (the duplicated query columns), so the split costs no extra
   MMA; the two halves of the output columns are added at the end.
 - splits start on a tile boundary (``split_range`` with ``ALIGN = BLOCK_N``) and a tile never
   straddles a cache block unless it covers whole blocks (``BLOCK_N % BS == 0`` or
@@ -31,10 +31,12 @@ Softmax in base 2 (``log2 e`` folded into the per-token factor); the statistics 
 ``sum p z`` and ``sum p s`` are kept per (token row, column) and reduced once after the loop. Sinks: split 0
 starts at ``m = sink``. Partials: ``[D + 1]`` fp32 as in ``tq_decode_launch``.
 
-Rounding models: ``exact`` (fp32 operands, ``input_precision="ieee"``, ``P * s`` whole in the
-first GP columns; the interpreter's path) and ``bf16`` (bf16 centroids and rotated queries,
-``P * s`` as hi + lo, exact codes; fp32 accumulation; the ``128 * sum(P * s)`` removed is the fp32
-sum, which differs from the MMA's ``hi + lo`` by ~2^-17 relative) -- the family's ``bf16-mma`` model.
+MMA operands (``MMA``, from the launcher's ``precision`` and the query dtype, ``tq_decode_launch.mma_operands``):
+``"ieee"`` (fp32 operands, ``input_precision="ieee"``, ``P * s`` whole in the first GP columns; the
+interpreter's path, precision "exact" or a float32 query) or the query's 16-bit dtype, ``"bf16"`` or
+``"fp16"`` (centroids and rotated queries in that dtype, ``P * s`` as hi + lo, exact codes; fp32
+accumulation; bf16: the ``128 * sum(P * s)`` removed is the fp32 sum, which differs from the MMA's
+``hi + lo`` by ~2^-17 relative) -- the family's ``act-mma`` model.
 """
 from __future__ import annotations
 
@@ -42,22 +44,35 @@ import triton
 import triton.language as tl
 
 from optimized.triton.tq_common import kv_pointers, split_range
-from optimized.triton.tq_decode_launch import (begin_split_decode, centroid_table, interpreting, pair_table,
+from optimized.triton.tq_decode_launch import (begin_split_decode, centroid_table, mma_operands, pair_table,
                                                reduce_partials)
 
 PRESETS = ("turboquant_4bit_nc",)
-PRECISIONS = ("exact", "bf16")
 KEY_METHODS = ("gather", "pair")
 LOG2E = tl.constexpr(1.4426950408889634)
 LN2 = tl.constexpr(0.6931471805599453)
 
 
 @triton.jit
-def _halves(x, BF16: tl.constexpr):
-    """Packed pairs ``x [...]`` as ``[..., 2]`` (low half first): int32 of two bf16 bit patterns ->
-    bf16, or int64 of two fp32 bit patterns -> fp32."""
-    if BF16:
+def _to_mma(x, MMA: tl.constexpr):
+    """``x`` rounded to the MMA operand dtype (``"bf16"``, ``"fp16"``; ``"ieee"``: unchanged fp32)."""
+    if MMA == "bf16":
+        y = x.to(tl.bfloat16)
+    elif MMA == "fp16":
+        y = x.to(tl.float16)
+    else:
+        y = x
+    return y
+
+
+@triton.jit
+def _halves(x, MMA: tl.constexpr):
+    """Packed pairs ``x [...]`` as ``[..., 2]`` (low half first): int32 of two bf16 (or fp16) bit
+    patterns -> bf16 (fp16), or (``"ieee"``) int64 of two fp32 bit patterns -> fp32."""
+    if MMA == "bf16":
         h = tl.join(x.to(tl.int16), (x >> 16).to(tl.int16)).to(tl.bfloat16, bitcast=True)
+    elif MMA == "fp16":
+        h = tl.join(x.to(tl.int16), (x >> 16).to(tl.int16)).to(tl.float16, bitcast=True)
     else:
         h = tl.join(x.to(tl.int32), (x >> 32).to(tl.int32)).to(tl.float32, bitcast=True)
     return h
@@ -84,49 +99,52 @@ def _lookup(table, index, BLOCK_N: tl.constexpr, KW: tl.constexpr):
 
 
 @triton.jit
-def _byte_pair(kw, b: tl.constexpr, table, KEYS: tl.constexpr, BF16: tl.constexpr, BLOCK_N: tl.constexpr,
+def _byte_pair(kw, b: tl.constexpr, table, KEYS: tl.constexpr, MMA: tl.constexpr, BLOCK_N: tl.constexpr,
                KW: tl.constexpr):
     """The dequantized codes of byte ``b`` of each key word ``kw [BLOCK_N, KW]`` (int32), packed
-    (low nibble's value in the low half): int32 of two bf16 or, exact, int64 of two fp32. ``table``:
-    the pair table (``KEYS="pair"``, already packed) or the 16 centroids (bf16 bits in int32, or fp32)."""
+    (low nibble's value in the low half): int32 of two 16-bit values or, ``"ieee"``, int64 of two fp32.
+    ``table``: the pair table (``KEYS="pair"``, already packed) or the 16 centroids (16-bit bits in
+    int32, or fp32)."""
     byte = (kw >> (8 * b)) & 255
     if KEYS == "pair":
         e = _lookup(table, byte, BLOCK_N, KW)
     else:
         lo = _lookup(table, byte & 15, BLOCK_N, KW)
         hi = _lookup(table, byte >> 4, BLOCK_N, KW)
-        if BF16:
-            e = lo | (hi << 16)
-        else:
+        if MMA == "ieee":
             e = _f32_bits(lo) | (_f32_bits(hi) << 32)
+        else:
+            e = lo | (hi << 16)
     return e
 
 
 @triton.jit
-def _key_operand(kw, table, KEYS: tl.constexpr, BF16: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr):
+def _key_operand(kw, table, KEYS: tl.constexpr, MMA: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr):
     """Dequantized keys ``[BLOCK_N, D]`` in dimension order from key words ``kw [BLOCK_N, D/8]``:
-    byte ``b`` of word ``w`` holds dimensions ``8w + 2b`` (low nibble) and ``8w + 2b + 1``. bf16
-    or fp32 (exact)."""
+    byte ``b`` of word ``w`` holds dimensions ``8w + 2b`` (low nibble) and ``8w + 2b + 1``. In the
+    MMA operand dtype (bf16, fp16, or fp32 for ``"ieee"``)."""
     KW: tl.constexpr = D // 8
-    e0 = _byte_pair(kw, 0, table, KEYS, BF16, BLOCK_N, KW)
-    e1 = _byte_pair(kw, 1, table, KEYS, BF16, BLOCK_N, KW)
-    e2 = _byte_pair(kw, 2, table, KEYS, BF16, BLOCK_N, KW)
-    e3 = _byte_pair(kw, 3, table, KEYS, BF16, BLOCK_N, KW)
+    e0 = _byte_pair(kw, 0, table, KEYS, MMA, BLOCK_N, KW)
+    e1 = _byte_pair(kw, 1, table, KEYS, MMA, BLOCK_N, KW)
+    e2 = _byte_pair(kw, 2, table, KEYS, MMA, BLOCK_N, KW)
+    e3 = _byte_pair(kw, 3, table, KEYS, MMA, BLOCK_N, KW)
     e = tl.join(tl.join(e0, e2), tl.join(e1, e3))  # [BLOCK_N, KW, 2, 2]: (w, i, o) holds byte 2i + o
-    return tl.reshape(_halves(e, BF16), (BLOCK_N, D))
+    return tl.reshape(_halves(e, MMA), (BLOCK_N, D))
 
 
 @triton.jit
-def _value_operand(vw, BF16: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr):
+def _value_operand(vw, MMA: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr):
     """Value codes ``[BLOCK_N, D]`` from value words ``vw [BLOCK_N, D/8]`` (int32), four masks per
     word, each yielding two codes: ``(vw >> 4s) & 0x000F000F`` holds dimensions ``8w + s`` and
     ``8w + 4 + s``. Position ``8w + 4i + 2o + h`` holds dimension ``8w + 4h + 2o + i`` (undone by
-    ``_dimension_rows``). bf16 ``128 + code`` built from bits (no int-to-float conversion), or fp32
-    ``code`` on the exact path."""
+    ``_dimension_rows``). bf16 ``128 + code`` built from bits (no int-to-float conversion); fp16 or
+    (``"ieee"``) fp32 ``code`` converted."""
     r = tl.join(tl.join(vw & 0x000F000F, (vw >> 4) & 0x000F000F),
                 tl.join((vw >> 8) & 0x000F000F, (vw >> 12) & 0x000F000F))  # (w, i, o) holds s = i + 2o
-    if BF16:
-        v = _halves(r | 0x43004300, True)
+    if MMA == "bf16":
+        v = _halves(r | 0x43004300, MMA)
+    elif MMA == "fp16":
+        v = tl.join((r & 0xFFFF).to(tl.float16), (r >> 16).to(tl.float16))
     else:
         v = tl.join((r & 0xFFFF).to(tl.float32), (r >> 16).to(tl.float32))
     return tl.reshape(v, (BLOCK_N, D))
@@ -151,14 +169,14 @@ def _grouped_kernel(q_ptr, cache_ptr, bt_ptr, seq_lens_ptr, table_ptr, sinks_ptr
                     D: tl.constexpr, HK: tl.constexpr, BS: tl.constexpr, KEY_BYTES: tl.constexpr,
                     VAL_BYTES: tl.constexpr, HQ: tl.constexpr, G: tl.constexpr, S: tl.constexpr,
                     MAXS: tl.constexpr, HAS_SINKS: tl.constexpr, GP: tl.constexpr, BLOCK_N: tl.constexpr,
-                    KEYS: tl.constexpr, TABLE: tl.constexpr, BF16: tl.constexpr):
+                    KEYS: tl.constexpr, TABLE: tl.constexpr, MMA: tl.constexpr):
     b = tl.program_id(0)
     h = tl.program_id(1)
     s = tl.program_id(2)
     start, end = split_range(seq_lens_ptr, b, s, S, BLOCK_N)
     if start < end:
         BM: tl.constexpr = 2 * GP
-        OFFSET: tl.constexpr = 128.0 if BF16 else 0.0  # the value operand holds offset + code
+        OFFSET: tl.constexpr = 128.0 if MMA == "bf16" else 0.0  # the value operand holds offset + code
         NB: tl.constexpr = BLOCK_N // BS if BLOCK_N > BS else 1  # cache blocks per tile
         RB: tl.constexpr = BLOCK_N // NB  # tile rows per cache block
         c = tl.arange(0, BM)
@@ -166,9 +184,8 @@ def _grouped_kernel(q_ptr, cache_ptr, bt_ptr, seq_lens_ptr, table_ptr, sinks_ptr
         hq = h * G + c % GP
         d = tl.arange(0, D)
         w = tl.arange(0, D // 8)
-        qt = tl.load(q_ptr + (b.to(tl.int64) * HQ + hq)[None, :] * D + d[:, None], mask=gm[None, :], other=0.0)
-        if BF16:
-            qt = qt.to(tl.bfloat16)
+        qt = _to_mma(tl.load(q_ptr + (b.to(tl.int64) * HQ + hq)[None, :] * D + d[:, None], mask=gm[None, :],
+                             other=0.0), MMA)
         table = tl.load(table_ptr + tl.arange(0, TABLE))
         qk_scale = scale * LOG2E
         m = tl.full((BM,), float("-inf"), tl.float32)
@@ -208,11 +225,11 @@ def _grouped_kernel(q_ptr, cache_ptr, bt_ptr, seq_lens_ptr, table_ptr, sinks_ptr
             vs, _ = tl.split(vx)
             vs = tl.where(live, vs, 0.0)  # rows past the end read the block's other tokens: never NaN
             vz = tl.where(live, vz, 0.0)
-            k = _key_operand(kw, table, KEYS, BF16, BLOCK_N, D)
-            if BF16:
-                x = tl.dot(k, qt)
-            else:
+            k = _key_operand(kw, table, KEYS, MMA, BLOCK_N, D)
+            if MMA == "ieee":
                 x = tl.dot(k, qt, input_precision="ieee")
+            else:
+                x = tl.dot(k, qt)
             x = tl.where(live[:, None], x * (kn * qk_scale)[:, None], float("-inf"))
             m_new = tl.maximum(m, tl.max(x, axis=0))
             alpha = tl.exp2(m - m_new)
@@ -222,14 +239,14 @@ def _grouped_kernel(q_ptr, cache_ptr, bt_ptr, seq_lens_ptr, table_ptr, sinks_ptr
             l_t = l_t * alpha[None, :] + p
             z_t = z_t * alpha[None, :] + p * vz[:, None]
             s_t = s_t * alpha[None, :] + ps
-            vt = tl.trans(_value_operand(vw, BF16, BLOCK_N, D))
-            if BF16:
-                ps_hi = ps.to(tl.bfloat16)
-                p2 = tl.where((c < GP)[None, :], ps_hi, (ps - ps_hi.to(tl.float32)).to(tl.bfloat16))
-                acc = tl.dot(vt, p2, acc * alpha[None, :])
-            else:
+            vt = tl.trans(_value_operand(vw, MMA, BLOCK_N, D))
+            if MMA == "ieee":
                 p2 = tl.where((c < GP)[None, :], ps, 0.0)
                 acc = tl.dot(vt, p2, acc * alpha[None, :], input_precision="ieee")
+            else:
+                ps_hi = _to_mma(ps, MMA)
+                p2 = tl.where((c < GP)[None, :], ps_hi, _to_mma(ps - ps_hi.to(tl.float32), MMA))
+                acc = tl.dot(vt, p2, acc * alpha[None, :])
             m = m_new
         # columns c and c + GP hold the same query: fold the lo half of P * s onto the hi half
         out = tl.sum(tl.reshape(_dimension_rows(acc, D, BM), (D, 2, GP)), axis=1)
@@ -260,22 +277,23 @@ def tile_for(block_size: int, block_n: int) -> int:
     return min(tile, block_n)
 
 
-def grouped_stage1(a, S: int, ws, kv_cache, block_table, seq_lens, *, bf16: bool, keys: str, block_n: int,
+def grouped_stage1(a, S: int, ws, kv_cache, block_table, seq_lens, *, mma: str, keys: str, block_n: int,
                    num_warps: int = 4, num_stages: int = 3) -> None:
     """The grouped kernel alone (split-KV stage 1): partials of ``S`` splits into ``ws.partials`` from
     the rotated queries in ``ws.q_rot``, for arguments already checked (``a`` from
-    ``check_decode_args``, ``block_n`` a tile ``tile_for`` accepts). ``decode_grouped`` is the checked
+    ``check_decode_args``, ``block_n`` a tile ``tile_for`` accepts, ``mma`` one of ``MMA_OPERANDS``).
+    ``decode_grouped`` is the checked
     entry point; this is the launch it shares with measurement scripts that time the kernel alone."""
     spec = a.spec
     D = spec.head_size
-    table = (pair_table(spec.preset, D, kv_cache.device, bf16=bf16) if keys == "pair"
-             else centroid_table(spec.preset, D, kv_cache.device, bf16_bits=bf16))
+    table = (pair_table(spec.preset, D, kv_cache.device, mma) if keys == "pair"
+             else centroid_table(spec.preset, D, kv_cache.device, mma))
     _grouped_kernel[(a.B, spec.num_kv_heads, S)](
         ws.q_rot, kv_cache, block_table, seq_lens, table, a.sinks if a.sinks is not None else ws.q_rot,
         ws.partials, kv_cache.stride(0), block_table.stride(0), a.scale,
         D=D, HK=spec.num_kv_heads, BS=spec.block_size, KEY_BYTES=spec.key_bytes, VAL_BYTES=spec.value_bytes,
         HQ=a.Hq, G=a.G, S=S, MAXS=ws.max_splits, HAS_SINKS=a.sinks is not None,
-        GP=max(8, triton.next_power_of_2(a.G)), BLOCK_N=block_n, KEYS=keys, TABLE=table.numel(), BF16=bf16,
+        GP=max(8, triton.next_power_of_2(a.G)), BLOCK_N=block_n, KEYS=keys, TABLE=table.numel(), MMA=mma,
         num_warps=num_warps, num_stages=num_stages)
 
 
@@ -283,19 +301,16 @@ def decode_grouped(query, kv_cache, block_table, seq_lens, *, preset, layout, ro
                    sinks=None, num_kv_splits=None, workspace=None, out=None, precision=None, keys="gather",
                    block_n=None, num_warps=4, num_stages=3):
     """Like ``tq_decode_split.decode_split`` (same arguments and result) for SoA
-    ``turboquant_4bit_nc`` caches; ``precision`` "exact" or "bf16" (default: bf16 on a GPU, exact
-    in the interpreter, whose bf16 arithmetic is broken); ``keys`` one of ``KEY_METHODS`` (the
+    ``turboquant_4bit_nc`` caches; ``precision`` one of ``PRECISIONS``, "exact" (fp32 operands) or "act"
+    (MMA operands in the query's dtype: bf16, fp16, or fp32 for a float32 query; default: "act" on a GPU,
+    "exact" in the interpreter, whose 16-bit arithmetic is broken); ``keys`` one of ``KEY_METHODS`` (the
     tables are built on the first call per head size and format, then reused); ``block_n`` a power
     of two >= 16 (default 128)."""
     from reference.turboquant.presets import preset as lookup
 
     if lookup(preset).name not in PRESETS or layout != "soa":
         raise ValueError(f"preset/layout must be one of {PRESETS} with layout 'soa', got {preset!r}/{layout!r}")
-    precision = precision or ("exact" if interpreting() else "bf16")
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
-    if precision == "bf16" and interpreting():
-        raise ValueError("precision 'bf16' is not available under TRITON_INTERPRET=1 (broken bf16 arithmetic)")
+    mma = mma_operands(precision, query)
     if keys not in KEY_METHODS:
         raise ValueError(f"keys must be one of {KEY_METHODS}, got {keys!r}")
     block_n = 128 if block_n is None else block_n
@@ -314,7 +329,7 @@ def decode_grouped(query, kv_cache, block_table, seq_lens, *, preset, layout, ro
     a, S, ws, out = begin_split_decode(query, kv_cache, block_table, seq_lens, preset=preset, layout=layout,
                                        rotation=rotation, scale=scale, sinks=sinks, num_kv_splits=num_kv_splits,
                                        workspace=workspace, out=out, block_n=block_n)
-    grouped_stage1(a, S, ws, kv_cache, a.block_table, a.seq_lens, bf16=precision == "bf16", keys=keys,
+    grouped_stage1(a, S, ws, kv_cache, a.block_table, a.seq_lens, mma=mma, keys=keys,
                    block_n=block_n, num_warps=num_warps, num_stages=num_stages)
     reduce_partials(ws, a.seq_lens, out, S, align=block_n)
     return out

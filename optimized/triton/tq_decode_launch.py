@@ -23,11 +23,31 @@ from optimized.triton.tq_common import split_range
 from reference.turboquant.validate import softmax_scale, split_count
 
 MAX_SPLITS = 64
+# precision of the MMA decodes: "exact" (fp32 operands, IEEE products) or "act" (operands in the query's dtype)
+PRECISIONS = ("exact", "act")
+# MMA operand formats by query dtype under "act" ("ieee": fp32 operands, IEEE products)
+MMA_OPERANDS = {"bfloat16": "bf16", "float16": "fp16", "float32": "ieee"}
 ROTATE_ROWS, ROTATE_CHUNK = 16, 32  # query rows per rotation program, and the slice of R per tl.dot
 
 
 def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def mma_operands(precision, query) -> str:
+    """The MMA operand format of a decode (a value of ``MMA_OPERANDS``): ``"ieee"`` for precision
+    "exact", else the query's dtype (a float16 query never runs as bf16). ``precision`` None: "exact"
+    under TRITON_INTERPRET=1 (its 16-bit arithmetic is broken), else "act". TypeError/ValueError
+    naming ``query`` or ``precision``."""
+    check_tensor("query", query, (None, None, None), FLOAT_DTYPES)
+    precision = precision or ("exact" if interpreting() else "act")
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    mma = "ieee" if precision == "exact" else MMA_OPERANDS[str(query.dtype).removeprefix("torch.")]
+    if mma != "ieee" and interpreting():
+        raise ValueError(f"precision 'act' with a {query.dtype} query is not available under TRITON_INTERPRET=1 "
+                         "(broken 16-bit arithmetic); use precision 'exact'")
+    return mma
 
 
 class DecodeWorkspace:
@@ -240,41 +260,46 @@ def _reduce_kernel(part_ptr, seq_lens_ptr, out_ptr, so_b, so_h, HQ: tl.constexpr
 _TABLES: dict = {}
 
 
-def centroid_table(p, D: int, device, bf16_bits: bool = False):
-    """Device Lloyd-Max centroids ``[2^bits]`` of preset ``p``: fp32, or with ``bf16_bits`` the bf16
-    bit patterns (round to nearest even) in int32 (FP8 keys: a 1-element dummy). Built once per
-    (bits, D, format, device), keyed by value, so launches allocate nothing."""
+def _half(mma: str):
+    """The torch dtype of a 16-bit MMA operand format ("bf16", "fp16")."""
+    import torch
+
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}[mma]
+
+
+def centroid_table(p, D: int, device, mma: str = "ieee"):
+    """Device Lloyd-Max centroids ``[2^bits]`` of preset ``p``: fp32 (``mma`` "ieee"), or the bit patterns
+    of ``mma``'s 16-bit dtype ("bf16", "fp16"; round to nearest even) in int32 (FP8 keys: a 1-element
+    dummy). Built once per (bits, D, format, device), keyed by value, so launches allocate nothing."""
     import torch
 
     from reference.turboquant.lloyd_max import centroids
 
-    key = (p.key_fp8, p.key_bits, D, str(device), bf16_bits)
+    key = (p.key_fp8, p.key_bits, D, str(device), mma)
     if key not in _TABLES:
         table = torch.zeros(1) if p.key_fp8 else torch.from_numpy(centroids(p.key_bits, D)).to(torch.float32)
-        if bf16_bits:
-            table = table.to(torch.bfloat16).view(torch.int16).to(torch.int32) & 0xFFFF
-        else:
-            table = table.to(torch.float32)
+        if mma != "ieee":
+            table = table.to(_half(mma)).view(torch.int16).to(torch.int32) & 0xFFFF
         _TABLES[key] = table.contiguous().to(device)
     return _TABLES[key]
 
 
-def pair_table(p, D: int, device, bf16: bool):
+def pair_table(p, D: int, device, mma: str = "ieee"):
     """The 4-bit pair table ``[256]`` of preset ``p``: entry ``byte`` packs the two dequantized
     codes of one key byte, ``c[byte & 15]`` in the low half and ``c[byte >> 4]`` in the high half:
-    int64 of two fp32 bit patterns, or with ``bf16`` int32 of two bf16 bit patterns (round to
-    nearest even). Built on the host from ``centroid_table`` once per (D, format, device), keyed by
-    value like ``centroid_table``, so launches allocate and copy nothing."""
+    int64 of two fp32 bit patterns (``mma`` "ieee"), or int32 of two bit patterns of ``mma``'s 16-bit
+    dtype ("bf16", "fp16"; round to nearest even). Built on the host from ``centroid_table`` once per (D,
+    format, device), keyed by value like ``centroid_table``, so launches allocate and copy nothing."""
     import torch
 
     if p.key_fp8 or p.key_bits != 4:
         raise ValueError(f"a pair table needs 4-bit MSE keys, got preset {p.name}")
-    key = ("pairs", D, str(device), bf16)
+    key = ("pairs", D, str(device), mma)
     if key not in _TABLES:
         byte = torch.arange(256)
         c = centroid_table(p, D, "cpu")
         pairs = torch.stack([c[byte & 15], c[byte >> 4]], dim=1)  # [256, 2]: little-endian, low half first
-        packed = pairs.to(torch.bfloat16).view(torch.int32) if bf16 else pairs.view(torch.int64)
+        packed = pairs.view(torch.int64) if mma == "ieee" else pairs.to(_half(mma)).view(torch.int32)
         _TABLES[key] = packed.reshape(256).contiguous().to(device)
     return _TABLES[key]
 

@@ -26,8 +26,10 @@ accumulators are rescaled), statistics per (query, token) in registers, reduced 
 starts at ``m = sink, l = 1``. Partials ``[D + 1]`` fp32 as in ``tq_decode_launch``; the split-KV
 reduce merges them.
 
-Rounding model ``bf16-mma``: bf16 rotated queries and centroids, exact codes, ``P * s`` rounded to bf16
-(the model's bf16 P), fp32 accumulation.
+Rounding model ``act-mma`` for bfloat16 activations only: bf16 rotated queries and centroids, exact codes,
+``P * s`` rounded to bf16 (the model's bf16 P), fp32 accumulation. The operand tricks are bf16 bit patterns
+(``0x43`` high bytes for ``128 + code``, the bf16 centroid ``prmt`` tables), so a float16 or float32 query
+is refused (``dtype_problem``) rather than rounded to bf16; ``decode_grouped`` serves those.
 """
 from __future__ import annotations
 
@@ -363,7 +365,7 @@ def key_table(D: int, device):
 
     key = (D, str(device))
     if key not in _TABLES:
-        bits = centroid_table(lookup(PRESET), D, "cpu", bf16_bits=True).tolist()
+        bits = centroid_table(lookup(PRESET), D, "cpu", "bf16").tolist()
         _TABLES[key] = torch.tensor(key_table_words(bits), dtype=torch.int32, device=device)
     return _TABLES[key]
 
@@ -382,6 +384,16 @@ def device_problem(device) -> str | None:
     cc = torch.cuda.get_device_capability(device)
     if cc != (9, 0):
         return f"the sm_90 decode needs compute capability 9.0 (Hopper), got {cc[0]}.{cc[1]}"
+    return None
+
+
+def dtype_problem(dtype) -> str | None:
+    """Why the kernel cannot take a query of ``dtype`` (a torch dtype or its name), or None: its MMA
+    operands are bf16 bit patterns, so only a bfloat16 query runs as the act-mma model says."""
+    name = str(dtype).removeprefix("torch.")
+    if name != "bfloat16":
+        return (f"the sm_90 decode's MMA operands are bf16 (bf16 bit tricks for keys and values), so it takes "
+                f"bfloat16 queries only, got {name} (decode_grouped runs float16 and float32)")
     return None
 
 
@@ -417,7 +429,7 @@ def decode_sm90(query, kv_cache, block_table, seq_lens, *, preset, layout, rotat
     caches on sm_90; ``block_n`` in ``BLOCK_NS`` (tokens per loop step; 16 keeps the program within
     the register file); by default about ``programs_per_sm`` one-warp programs per multiprocessor.
     ValueError naming the argument for what the kernel cannot serve: another preset or layout, head
-    size, block size, device, a cache not aligned to 4 bytes."""
+    size, block size, device, a cache not aligned to 4 bytes, a query that is not bfloat16."""
     if block_n not in BLOCK_NS:
         raise ValueError(f"block_n must be one of {BLOCK_NS}, got {block_n}")
     a = check_decode_args(query, kv_cache, block_table, seq_lens, preset=preset, layout=layout, rotation=rotation,
@@ -426,6 +438,9 @@ def decode_sm90(query, kv_cache, block_table, seq_lens, *, preset, layout, rotat
     why = shape_problem(preset, layout, spec.head_size, spec.block_size) or device_problem(kv_cache.device)
     if why:
         raise ValueError(f"kv_cache: {why}")
+    why = dtype_problem(query.dtype)
+    if why:
+        raise ValueError(f"query: {why}")
     if kv_cache.data_ptr() % 4 or kv_cache.stride(0) % 4:
         raise ValueError("kv_cache: the sm_90 decode loads the codes as 32-bit words, so the cache start and block "
                          f"stride must be multiples of 4 bytes, got start % 4 = {kv_cache.data_ptr() % 4} and "

@@ -8,8 +8,9 @@ visible to query row i of the sequence iff ``j <= seq_len - q_len + i``. One pro
 (sequence, block of BLOCK_Q query tokens, kv head); its ``BLOCK_M`` rows are the BLOCK_Q tokens x
 G query heads of the kv head, so QK^T and PV run on the matrix units. No split over the keys.
 
-Rounding models as ``tq_decode_grouped``: ``exact`` (fp32 operands, IEEE dot) or ``bf16`` (q_rot,
-dequantized K and V and P rounded to bf16, fp32 accumulation); output in ``out``'s dtype.
+MMA operands as ``tq_decode_grouped`` (``tq_decode_launch.mma_operands``): ``"ieee"`` (fp32 operands, IEEE
+dot; precision "exact" or a float32 query) or the query's 16-bit dtype (q_rot, dequantized K and V and P
+rounded to bf16 or fp16, fp32 accumulation); output in ``out``'s dtype.
 """
 from __future__ import annotations
 
@@ -19,18 +20,18 @@ import triton.language as tl
 from optimized.triton.checks import (FLOAT_DTYPES, capturing, check_finite, check_output, check_positive,
                                      check_tensor, index_tensor)
 from optimized.triton.tq_common import kv_pointers, load_key_tile, load_value_tile
-from optimized.triton.tq_decode_launch import (centroid_table, check_decode_args, interpreting, rotate_queries,
-                                               validate_values)
-from optimized.triton.tq_decode_grouped import PRECISIONS
+from optimized.triton.tq_decode_grouped import _to_mma
+from optimized.triton.tq_decode_launch import (centroid_table, check_decode_args, interpreting, mma_operands,
+                                               rotate_queries, validate_values)
 
 
 @triton.jit
-def _mma(a, b, BF16: tl.constexpr):
-    """``a @ b`` with fp32 accumulation: bf16 operands, or fp32 operands in IEEE precision."""
-    if BF16:
-        r = tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16))
-    else:
+def _mma(a, b, MMA: tl.constexpr):
+    """``a @ b`` with fp32 accumulation: operands in ``MMA``'s 16-bit dtype, or fp32 in IEEE precision."""
+    if MMA == "ieee":
         r = tl.dot(a, b, input_precision="ieee")
+    else:
+        r = tl.dot(_to_mma(a, MMA), _to_mma(b, MMA))
     return r
 
 
@@ -41,7 +42,7 @@ def _unified_kernel(q_ptr, cache_ptr, bt_ptr, qsl_ptr, seq_lens_ptr, cent_ptr, s
                     D: tl.constexpr, HK: tl.constexpr, BS: tl.constexpr,
                     KEY_BYTES: tl.constexpr, VAL_BYTES: tl.constexpr,
                     HQ: tl.constexpr, G: tl.constexpr, HAS_SINKS: tl.constexpr, BLOCK_M: tl.constexpr,
-                    BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr, BF16: tl.constexpr):
+                    BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr, MMA: tl.constexpr):
     b = tl.program_id(0)
     qb = tl.program_id(1)
     h = tl.program_id(2)
@@ -71,7 +72,7 @@ def _unified_kernel(q_ptr, cache_ptr, bt_ptr, qsl_ptr, seq_lens_ptr, cent_ptr, s
             key, val, knorm, vscale, vzero = kv_pointers(cache_ptr, blk, t % BS, h, stride_blk, 0, 0,
                                                          SOA, KEY_FP8, HK, BS, KEY_BYTES, VAL_BYTES)
             k = load_key_tile(key, knorm, cent_ptr, d, live, KEY_FP8, KEY_BITS, KEY_BYTES, False)
-            x = _mma(q, tl.trans(k), BF16) * scale
+            x = _mma(q, tl.trans(k), MMA) * scale
             visible = live[None, :] & (t[None, :] <= (ctx + qi)[:, None])
             x = tl.where(visible, x, float("-inf"))
             m_new = tl.maximum(m, tl.max(x, axis=1))
@@ -79,7 +80,7 @@ def _unified_kernel(q_ptr, cache_ptr, bt_ptr, qsl_ptr, seq_lens_ptr, cent_ptr, s
             p = tl.exp(x - m_new[:, None])
             l = l * alpha + tl.sum(p, axis=1)
             v = load_value_tile(val, vscale, vzero, d, live, VAL_BITS, VAL_BYTES)
-            acc = acc * alpha[:, None] + _mma(p, v, BF16)
+            acc = acc * alpha[:, None] + _mma(p, v, MMA)
             m = m_new
         o = acc / l[:, None]
         tl.store(out_ptr + tok[:, None] * so_t + hq[:, None] * so_h + d[None, :],
@@ -92,14 +93,13 @@ def unified_attention(query, kv_cache, block_table, query_start_loc, seq_lens, m
     ``[T, Hq, D]`` (default: a new tensor of the query dtype). ``query_start_loc [B + 1]`` int32
     (0, nondecreasing, last = T), ``seq_lens [B]`` int32 with ``q_len_b <= seq_lens[b]``,
     ``max_query_len`` >= every q_len_b (sizes the grid without reading device memory). ``out`` is
-    checked as strictly as the inputs (``checks.check_output``: rows contiguous, no self-overlap)."""
+    checked as strictly as the inputs (``checks.check_output``: rows contiguous, no self-overlap).
+    ``precision`` as ``decode_grouped``'s ("exact", or "act": MMA operands in the query's dtype)."""
     import torch
 
     if layout != "soa":
         raise ValueError(f"layout must be 'soa' for unified attention, got {layout!r}")
-    precision = precision or ("exact" if interpreting() else "bf16")
-    if precision not in PRECISIONS or (precision == "bf16" and interpreting()):
-        raise ValueError(f"precision must be one of {PRECISIONS} ('bf16' not under TRITON_INTERPRET=1), got {precision!r}")
+    mma = mma_operands(precision, query)
     query_start_loc = index_tensor("query_start_loc", query_start_loc, getattr(kv_cache, "device", None))
     check_tensor("query_start_loc", query_start_loc, (None,), ("int32",))
     B = query_start_loc.shape[0] - 1
@@ -134,5 +134,5 @@ def unified_attention(query, kv_cache, block_table, query_start_loc, seq_lens, m
         sinks if sinks is not None else q_rot, out, kv_cache.stride(0), block_table.stride(0),
         out.stride(0), out.stride(1), a.scale,
         HQ=Hq, G=a.G, HAS_SINKS=sinks is not None, BLOCK_M=block_m, BLOCK_Q=block_q,
-        BLOCK_N=64 if interpreting() else 32, BF16=precision == "bf16", num_warps=4, **spec.constexprs())
+        BLOCK_N=64 if interpreting() else 32, MMA=mma, num_warps=4, **spec.constexprs())
     return out

@@ -21,7 +21,7 @@ array is float32:
     key_cache, value_cache   the same tokens unquantized, float32 [num_blocks, block_size, Hk, D] holding
                     the act values, NaN where no token lives (for torch-sdpa and the quantization-error oracle)
 
-Magnitudes (the cell's ``range``, ``RANGES``): "unit" keys N(0, 1) with per-(token, head) norms spread
+Magnitudes (the cell's ``range``, ``RANGES``; cells without one mean "unit"): "unit" keys N(0, 1) with per-(token, head) norms spread
 over a decade, values N(0, 1) scaled by 0.5 to 2 plus an offset in [-1, 1], queries N(0, 1); "wide" the
 keys times 200 (entries in the hundreds: ||k||^2 overflows float16), the values times 3000 (v_zero near
 -2^15, v_scale near 2^12) and the queries over 2000 (about 1e-3, the smallest float16 subnormals),
@@ -60,7 +60,7 @@ RANGES = {"unit": (1.0, 1.0, 1.0), "wide": (200.0, 3000.0, 1.0 / 2000.0), "small
 def key_value(rng, n: int, Hk: int, D: int, cell: Cell) -> tuple[np.ndarray, np.ndarray]:
     """Keys with per-(token, head) norms spread over a decade, values with offsets and spreads, scaled
     by the cell's range, in its activation dtype."""
-    ks, vs, _ = RANGES[cell["range"]]
+    ks, vs, _ = RANGES[cell.get("range", "unit")]
     key = rng.standard_normal((n, Hk, D)) * np.exp(rng.uniform(-1.0, 1.0, (n, Hk, 1)))
     value = rng.standard_normal((n, Hk, D)) * rng.uniform(0.5, 2.0, (n, Hk, 1)) + rng.uniform(-1, 1, (n, Hk, 1))
     return to_activation(ks * key, activation(cell)), to_activation(vs * value, activation(cell))
@@ -99,7 +99,9 @@ def decode_inputs(cell: Cell, rng) -> dict:
     R = rotation_of(cell)
     cache = rng.integers(0, 256, (num_blocks, bs, Hk, p.slot_size(D)), dtype=np.uint8)
     inputs = {"preset": p.name, "layout": cell["layout"], "rotation": R,
-              "query": to_activation(RANGES[cell["range"]][2] * rng.standard_normal((B, Hq, D)), activation(cell)), "block_table": table, "seq_lens": lens,
+              "query": to_activation(RANGES[cell.get("range", "unit")][2] * rng.standard_normal((B, Hq, D)),
+                                     activation(cell)),
+              "block_table": table, "seq_lens": lens,
               "scale": float(1.0 / np.sqrt(D)),
               "sinks": rng.uniform(-2.0, 4.0, Hq).astype(np.float32) if cell["sinks"] else None,
               "key_cache": key_cache.reshape(num_blocks, bs, Hk, D),
