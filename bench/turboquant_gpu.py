@@ -1,10 +1,13 @@
 """TurboQuant decode on a GPU: B=32, Hk=8, G=8, D=128, turboquant_4bit_nc, SoA cache, block size
-16, every sequence L tokens long (L = 8192, 32768), block table a random permutation of blocks.
+16, every sequence L tokens long (L = 8192, 32768), block table a random permutation of blocks;
+activations (query, output, the stored keys and values) in bfloat16 (shapes ``L=<L>``) and float16
+(shapes ``L=<L>,act=float16``).
 
 Implementations: ``triton-grouped`` (ours, the portable Triton grouped decode with its default
-configuration), ``triton-sm90`` (ours, the Gluon decode for sm_90, its default configuration; only on
-compute capability 9.0), ``torch-sdpa`` (baseline: SDPA decode on a contiguous bf16 cache of the same
-shape, cost model ``attention_decode_bf16``). Ceilings: ``gpu-copy`` (a device-to-device copy of
+configuration: MMA operands in the query's dtype), ``triton-sm90`` (ours, the Gluon decode for sm_90, its
+default configuration; only on compute capability 9.0 and bfloat16 queries: its float16 rows are skips
+with the reason), ``torch-sdpa`` (baseline: SDPA decode on a contiguous cache of the same shape in the
+activation dtype, cost model ``attention_decode_bf16``). Ceilings: ``gpu-copy`` (a device-to-device copy of
 the compressed cache's size) and ``gpu-matmul-bf16`` (an 8192^3 bf16 matmul). Peers (vLLM's
 TurboQuant Triton decode) register themselves through ``bench.registry.register_impl``.
 Timing: medians of CUDA-graph replays. The caches are gigabytes, far beyond L2.
@@ -20,9 +23,16 @@ PRESET = "turboquant_4bit_nc"
 MATMUL_N = 8192
 
 
+def act_dtype(shape: dict):
+    """The torch dtype of the shape's activations."""
+    from conformance.torch_arrays import torch_dtype
+
+    return torch_dtype(shape["act"])
+
+
 def decode_inputs(shape: dict) -> dict:
-    """A full SoA cache of B sequences of L tokens written by the Triton store kernel, a random
-    block table, bf16 queries and the Hadamard rotation."""
+    """A full SoA cache of B sequences of L tokens written by the Triton store kernel from keys and values
+    in the activation dtype, a random block table, queries in that dtype and the Hadamard rotation."""
     import torch
 
     from optimized.triton.tq_store import store
@@ -38,18 +48,18 @@ def decode_inputs(shape: dict) -> dict:
     chunk = 1 << 19
     for s0 in range(0, nblocks * bs, chunk):
         n = min(chunk, nblocks * bs - s0)
-        k = torch.randn(n, Hk, D, generator=gen, device="cuda", dtype=torch.bfloat16)
-        v = torch.randn(n, Hk, D, generator=gen, device="cuda", dtype=torch.bfloat16)
+        k = torch.randn(n, Hk, D, generator=gen, device="cuda", dtype=act_dtype(shape))
+        v = torch.randn(n, Hk, D, generator=gen, device="cuda", dtype=act_dtype(shape))
         store(cache, k, v, slots[s0:s0 + n], preset=shape["preset"], layout=shape["layout"], rotation=rot)
     perm = torch.randperm(nblocks, generator=gen, device="cuda").to(torch.int32)
     return dict(cache=cache, block_table=perm.view(B, L // bs).contiguous(),
                 seq_lens=torch.full((B,), L, dtype=torch.int32, device="cuda"),
-                query=torch.randn(B, Hk * G, D, generator=gen, device="cuda", dtype=torch.bfloat16), rotation=rot)
+                query=torch.randn(B, Hk * G, D, generator=gen, device="cuda", dtype=act_dtype(shape)), rotation=rot)
 
 
 def launcher(load, **kw):
     """``Impl.prepare`` of a Triton decode launcher (``load()`` imports and returns it) with a
-    preallocated workspace and bf16 output; ``kw`` its configuration."""
+    preallocated workspace and an output in the activation dtype; ``kw`` its configuration."""
     def prepare(shape, inputs):
         import torch
 
@@ -57,7 +67,7 @@ def launcher(load, **kw):
 
         B, Hq, D = shape["B"], shape["Hk"] * shape["G"], shape["D"]
         ws = DecodeWorkspace(B, Hq, D, max_splits=32)
-        out = torch.empty(B, Hq, D, dtype=torch.bfloat16, device="cuda")
+        out = torch.empty(B, Hq, D, dtype=act_dtype(shape), device="cuda")
         fn = load()
         return lambda: fn(inputs["query"], inputs["cache"], inputs["block_table"], inputs["seq_lens"],
                           preset=shape["preset"], layout=shape["layout"], rotation=inputs["rotation"],
@@ -90,14 +100,22 @@ def sm90_available() -> tuple[bool, str]:
     return problem is None, problem or why
 
 
+def sm90_supports(shape: dict) -> str | None:
+    """The sm_90 decode takes bfloat16 queries only (``tq_decode_sm90.dtype_problem``)."""
+    from optimized.triton.tq_decode_sm90 import dtype_problem
+
+    return dtype_problem(shape["act"])
+
+
 def _torch_sdpa(shape, inputs):
     import torch
     import torch.nn.functional as F
 
     B, Hk, G, D, L = (shape[k] for k in ("B", "Hk", "G", "D", "L"))
-    q = torch.randn(B, Hk * G, 1, D, device="cuda", dtype=torch.bfloat16)
-    k = torch.randn(B, Hk, L, D, device="cuda", dtype=torch.bfloat16)
-    v = torch.randn(B, Hk, L, D, device="cuda", dtype=torch.bfloat16)
+    dt = act_dtype(shape)
+    q = torch.randn(B, Hk * G, 1, D, device="cuda", dtype=dt)
+    k = torch.randn(B, Hk, L, D, device="cuda", dtype=dt)
+    v = torch.randn(B, Hk, L, D, device="cuda", dtype=dt)
     return lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
 
 
@@ -129,12 +147,13 @@ def _gpu_matmul(shape, inputs):
 
 register_bench(Bench(
     name="turboquant/decode", device="gpu", cost=cost.decode, inputs=decode_inputs, reps=5,
-    shapes={f"L={L}": dict(B=32, Hk=8, G=8, D=128, L=L, preset=PRESET, layout="soa", block_size=16)
-            for L in (8192, 32768)}))
+    shapes={f"L={L}" + ("" if act == "bfloat16" else f",act={act}"):
+            dict(B=32, Hk=8, G=8, D=128, L=L, preset=PRESET, layout="soa", block_size=16, act=act)
+            for act in ("bfloat16", "float16") for L in (8192, 32768)}))
 register_impl(Impl(bench="turboquant/decode", name="triton-grouped", role="ours", prepare=launcher(grouped),
                    available=gpu_capability))
 register_impl(Impl(bench="turboquant/decode", name="triton-sm90", role="ours", prepare=launcher(sm90),
-                   available=sm90_available))
+                   available=sm90_available, supports=sm90_supports))
 register_impl(Impl(bench="turboquant/decode", name="torch-sdpa", role="baseline", prepare=_torch_sdpa,
                    available=gpu_capability, cost=cost.attention_decode_bf16))
 register_impl(Impl(bench="turboquant/decode", name="gpu-copy", role="ceiling", prepare=_gpu_copy,

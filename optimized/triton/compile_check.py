@@ -6,8 +6,9 @@ intrinsics, the same source must compile for ROCm", and a first step on a new ar
     python -m optimized.triton.compile_check --target hip:gfx950 --json
 
 Each kernel is compiled with the argument types and constants its launcher passes on a GPU
-(bf16 rounding model, bf16 queries and outputs) for representative caches: D=128, Hk=8, block
-size 16, the presets and layouts each kernel serves. The NVIDIA-only Gluon decode
+(MMA operands in the query's dtype: bf16 queries and outputs, and the fp16 MMA variants of the grouped
+decode and unified attention) for representative caches: D=128, Hk=8, block size 16, the presets and
+layouts each kernel serves. The NVIDIA-only Gluon decode
 (``tq_decode_sm90``: inline PTX, ``mma.sync``) is compiled for the CUDA target only, with Gluon's
 ahead-of-time source (``GluonASTSource``). Needs a process without
 ``TRITON_INTERPRET=1`` (the interpreter replaces the kernels). Triton bundles ``ptxas`` and links
@@ -57,17 +58,18 @@ def kernels() -> list[tuple[str, object, dict, dict]]:
             dict(HQ=HQ, G=G, S=4, MAXS=32, NORM_AT_DECODE=(not spec.soa) and spec.preset.norm_correction,
                  HAS_SINKS=True, BLOCK_N=32, **spec.constexprs())))
     spec = _spec("turboquant_4bit_nc", "soa")
-    for keys in tq_decode_grouped.KEY_METHODS:
-        out.append((f"grouped decode keys={keys}", tq_decode_grouped._grouped_kernel, dict(
+    for keys, mma in (("gather", "bf16"), ("pair", "bf16"), ("gather", "fp16")):
+        out.append((f"grouped decode keys={keys} mma={mma}", tq_decode_grouped._grouped_kernel, dict(
             q_ptr="*fp32", cache_ptr="*u8", bt_ptr="*i32", seq_lens_ptr="*i32", table_ptr="*i32",
             sinks_ptr="*fp32", part_ptr="*fp32", stride_blk="i32", stride_bt="i32", scale="fp32"),
             dict(D=D, HK=HK, BS=BS, KEY_BYTES=spec.key_bytes, VAL_BYTES=spec.value_bytes, HQ=HQ, G=G, S=4, MAXS=32,
-                 HAS_SINKS=True, GP=G, BLOCK_N=128, KEYS=keys, TABLE=256 if keys == "pair" else 16, BF16=True)))
-    out.append(("unified attention", tq_unified._unified_kernel, dict(
-        q_ptr="*fp32", cache_ptr="*u8", bt_ptr="*i32", qsl_ptr="*i32", seq_lens_ptr="*i32", cent_ptr="*fp32",
-        sinks_ptr="*fp32", out_ptr="*bf16", stride_blk="i32", stride_bt="i32", so_t="i32", so_h="i32",
-        scale="fp32"),
-        dict(HQ=HQ, G=G, HAS_SINKS=True, BLOCK_M=64, BLOCK_Q=64 // G, BLOCK_N=32, BF16=True, **spec.constexprs())))
+                 HAS_SINKS=True, GP=G, BLOCK_N=128, KEYS=keys, TABLE=256 if keys == "pair" else 16, MMA=mma)))
+    for mma, out_type in (("bf16", "*bf16"), ("fp16", "*fp16")):
+        out.append((f"unified attention mma={mma}", tq_unified._unified_kernel, dict(
+            q_ptr="*fp32", cache_ptr="*u8", bt_ptr="*i32", qsl_ptr="*i32", seq_lens_ptr="*i32", cent_ptr="*fp32",
+            sinks_ptr="*fp32", out_ptr=out_type, stride_blk="i32", stride_bt="i32", so_t="i32", so_h="i32",
+            scale="fp32"),
+            dict(HQ=HQ, G=G, HAS_SINKS=True, BLOCK_M=64, BLOCK_Q=64 // G, BLOCK_N=32, MMA=mma, **spec.constexprs())))
     out.append(("validate", tq_decode_launch._validate_kernel, dict(
         q_ptr="*bf16", bt_ptr="*i32", seq_lens_ptr="*i32", sinks_ptr="*fp32", flags_ptr="*i32", stride_bt="i32",
         num_blocks="i32"), dict(ROWS_PER_SEQ=1, M=512, BS=BS, HQD=HQ * D, HQ=HQ, HAS_SINKS=True, CHUNK=256)))

@@ -1,7 +1,8 @@
 """The NumPy emulation of the FlyDSL decode kernel (backend ``flydsl-emulated``) against the
-turboquant family's ``bf16-mma`` oracle, on the kernel's shapes, and planted bugs it must catch."""
+turboquant family's ``act-mma`` oracle, on the kernel's shapes, and planted bugs it must catch."""
 from types import SimpleNamespace
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -32,7 +33,7 @@ def _verdict(cell):
 
 
 @pytest.mark.parametrize("cell", CELLS, ids=lambda c: c.id)
-def test_emulation_passes_bf16_mma_oracle(cell):
+def test_emulation_passes_act_mma_oracle(cell):
     assert BACKEND.skip_reason(cell) is None
     v = _verdict(cell)
     assert v.status == "pass", v.reason
@@ -45,16 +46,25 @@ def test_unsupported_cells_are_skips_with_reason():
     aos = make_cell("turboquant", "decode", preset="turboquant_4bit_nc", layout="aos", Hk=2, G=8, bs=16,
                     lens=(5,), rotation="random", sinks=False, D=128, seed=0)
     assert "SoA" in BACKEND.skip_reason(aos)
-    assert "G = Hq/Hk" in plan.unsupported(preset=plan.PRESET, layout="soa", D=128, block_size=16, G=4, sinks=False)
-    assert "block sizes" in plan.unsupported(preset=plan.PRESET, layout="soa", D=128, block_size=64, G=8, sinks=False)
+    ok = dict(preset=plan.PRESET, layout="soa", D=128, sinks=False, act="bfloat16")
+    assert "G = Hq/Hk" in plan.unsupported(**ok, block_size=16, G=4)
+    assert "block sizes" in plan.unsupported(**ok, block_size=64, G=8)
+    assert "bfloat16 queries only" in plan.unsupported(**{**ok, "act": "float16"}, block_size=16, G=8)
+    fp16 = make_cell("turboquant", "decode", preset="turboquant_4bit_nc", layout="soa", Hk=2, G=8, bs=16,
+                     lens=(5,), rotation="random", sinks=False, D=128, act="float16", seed=0)
+    assert "bf16" in BACKEND.skip_reason(fp16)
 
 
 def test_decode_rejects_bad_input():
     with pytest.raises(ValueError, match="query"):
         emulation.decode(np.zeros((2, 8), np.float32), np.zeros((1, 16, 1, 134), np.uint8), np.zeros((2, 1), np.int32),
                          np.ones(2, np.int32), plan.PRESET, "soa", np.eye(128, dtype=np.float32))
+    with pytest.raises(ValueError, match="bfloat16 queries only"):
+        emulation.decode(np.zeros((1, 8, 128), np.float16), np.zeros((1, 16, 1, 134), np.uint8),
+                         np.zeros((1, 1), np.int32), np.array([1], np.int32), plan.PRESET, "soa",
+                         np.eye(128, dtype=np.float32))
     with pytest.raises(ValueError, match="seq_lens"):
-        emulation.decode(np.zeros((1, 8, 128), np.float32), np.zeros((1, 16, 1, 134), np.uint8),
+        emulation.decode(np.zeros((1, 8, 128), ml_dtypes.bfloat16), np.zeros((1, 16, 1, 134), np.uint8),
                          np.zeros((1, 1), np.int32), np.array([17], np.int32), plan.PRESET, "soa",
                          np.eye(128, dtype=np.float32))
 

@@ -109,21 +109,22 @@ def test_unified_prefill_is_causal_per_token_decode():
     assert_close("out", got.cpu().numpy(), np.stack(want), bound)
 
 
-@pytest.mark.parametrize("bf16", [False, True])
-def test_pair_table_entry_packs_both_centroids_of_a_byte(bf16):
+@pytest.mark.parametrize("mma", ["ieee", "bf16", "fp16"])
+def test_pair_table_entry_packs_both_centroids_of_a_byte(mma):
     """Entry b of the pair table holds c[b & 15] in its low half and c[b >> 4] in its high half
-    (fp32 pairs in int64; bf16 pairs in int32, the bf16 path the interpreter cannot run)."""
+    (fp32 pairs in int64; bf16 or fp16 pairs in int32, the 16-bit paths the interpreter cannot run)."""
+    import ml_dtypes
+
     from optimized.triton.tq_decode_launch import pair_table
     from reference.turboquant.lloyd_max import centroids
 
-    table = pair_table(R.preset("turboquant_4bit_nc"), 128, torch.device("cpu"), bf16=bf16).numpy()
+    table = pair_table(R.preset("turboquant_4bit_nc"), 128, torch.device("cpu"), mma).numpy()
     c, b = centroids(4, 128), np.arange(256)
-    if bf16:
-        import ml_dtypes
-
-        halves = table.view(np.uint16).reshape(256, 2).view(ml_dtypes.bfloat16).astype(np.float32)
-        c = c.astype(ml_dtypes.bfloat16).astype(np.float32)
+    half = {"bf16": ml_dtypes.bfloat16, "fp16": np.float16}.get(mma)
+    if half is not None:
+        halves = table.view(np.uint16).reshape(256, 2).view(half).astype(np.float32)
+        c = c.astype(half).astype(np.float32)
     else:
         halves = table.view(np.float32).reshape(256, 2)
-    assert table.dtype == (np.int32 if bf16 else np.int64)
+    assert table.dtype == (np.int64 if half is None else np.int32)
     np.testing.assert_array_equal(halves, np.stack([c[b & 15], c[b >> 4]], axis=1))

@@ -1,6 +1,6 @@
 """Cost models of TurboQuant decode attention (``conformance.cost.Cost``). A shape is a dict of
 B (queries), Hk (kv heads), G (query heads per kv head), D, L (cached tokens per sequence) and
-``preset``; queries and outputs are bf16."""
+``preset``; queries and outputs are 16-bit (bfloat16 or float16)."""
 from __future__ import annotations
 
 from conformance.cost import Cost
@@ -19,8 +19,8 @@ def decode(shape: dict) -> Cost:
 
 
 def attention_decode_bf16(shape: dict) -> Cost:
-    """The same decode on an uncompressed bf16 cache (what SDPA reads): K and V, 2 D bytes per
-    token and kv head each."""
+    """The same decode on an uncompressed 16-bit cache (what SDPA reads; bfloat16 or float16): K and V,
+    2 D bytes per token and kv head each."""
     B, Hk, G, D, L = (shape[k] for k in ("B", "Hk", "G", "D", "L"))
     return Cost(bytes=2 * ACT_BYTES * B * L * Hk * D + 2 * ACT_BYTES * B * Hk * G * D,
                 flops=4 * B * Hk * G * L * D)

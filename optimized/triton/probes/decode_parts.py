@@ -32,7 +32,7 @@ def main(argv=None) -> int:
     res["reduce"] = graph_ms(lambda: reduce_partials(ws, lens, out, splits, align=128))
     args = check_decode_args(q, cache, bt, lens, preset=s["preset"], layout=s["layout"], rotation=rot,
                              scale=None, sinks=None)
-    res["main kernel"] = graph_ms(lambda: grouped_stage1(args, splits, ws, cache, bt, lens, bf16=True,
+    res["main kernel"] = graph_ms(lambda: grouped_stage1(args, splits, ws, cache, bt, lens, mma="bf16",
                                                          keys="gather", block_n=128))
     qf = torch.empty(B * Hk * G, D, device="cuda")
     res["torch matmul rotate"] = graph_ms(lambda: torch.matmul(q.view(-1, D).float(), rot, out=qf))
