@@ -27,7 +27,7 @@ def problem(kernel: str, query, kv_cache, *, preset: str, layout: str, sinks=Non
     if kernel == "triton-sm90":
         from optimized.triton.tq_decode_sm90 import device_problem, dtype_problem, shape_problem
 
-        return shape_problem(name, layout, D, BS) or dtype_problem(query.dtype) or device_problem(kv_cache.device)
+        return shape_problem(name, layout, D, BS) or device_problem(kv_cache.device) or dtype_problem(query.dtype)
     if kernel == "flydsl-gfx950":
         from optimized.flydsl import plan
         from optimized.flydsl.launcher import on_gfx950

@@ -63,7 +63,7 @@ def test_capability_says_why_an_impl_is_disabled():
     assert "off" not in registry.impls("gdn/decode")
 
 
-def test_the_sm90_decode_is_enabled_only_on_compute_capability_9_0(monkeypatch):
+def test_the_sm90_decode_is_enabled_only_on_compute_capability_9_0_and_bfloat16(monkeypatch):
     import torch
 
     from bench import turboquant_gpu
@@ -75,10 +75,13 @@ def test_the_sm90_decode_is_enabled_only_on_compute_capability_9_0(monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     monkeypatch.setattr(torch.version, "hip", None)
     impl = registry.impls("turboquant/decode")["triton-sm90"]
+    shapes = registry.benches()["turboquant/decode"].shapes
     for cc, why in (((9, 0), None), ((8, 0), "compute capability 9.0"), ((10, 0), "got 10.0")):
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None, cc=cc: cc)
-        got = registry.capability(impl, {})
+        got = registry.capability(impl, shapes["L=8192"])
         assert got is None if why is None else why in got, (cc, got)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    assert "bfloat16 queries only" in registry.capability(impl, shapes["L=8192,act=float16"])
 
 
 def _record(rid: str, seconds) -> measure.Record:

@@ -6,8 +6,8 @@ import torch
 from optimized.flydsl import launcher
 
 
-def _args(G=8, bs=16, Hk=2, slot=134, B=1, M=2):
-    return (torch.zeros(B, Hk * G, 128), torch.zeros(4, bs, Hk, slot, dtype=torch.uint8),
+def _args(G=8, bs=16, Hk=2, slot=134, B=1, M=2, dtype=torch.bfloat16):
+    return (torch.zeros(B, Hk * G, 128, dtype=dtype), torch.zeros(4, bs, Hk, slot, dtype=torch.uint8),
             torch.zeros(B, M, dtype=torch.int32), torch.ones(B, dtype=torch.int32))
 
 
@@ -18,6 +18,7 @@ def _args(G=8, bs=16, Hk=2, slot=134, B=1, M=2):
     ({"layout": "aos"}, {}, "SoA"),
     ({"preset": "turboquant_k3v4_nc"}, {}, "turboquant_4bit_nc"),
     ({}, {"slot": 118}, "134-byte slots"),
+    ({}, {"dtype": torch.float16}, "bfloat16 queries only"),
 ])
 def test_unsupported_shapes_are_refused_with_the_reason(kwargs, args, match):
     call = {"preset": "turboquant_4bit_nc", "layout": "soa", "rotation": torch.eye(128), **kwargs}

@@ -9,7 +9,7 @@ from tests.unit.tq_triton_helpers import DEVICE, make_case, t  # noqa: E402  (se
 import torch  # noqa: E402
 
 from optimized import tq_dispatch  # noqa: E402
-from optimized.triton.tq_decode_sm90 import decode_sm90, device_problem, shape_problem  # noqa: E402
+from optimized.triton.tq_decode_sm90 import decode_sm90, device_problem, dtype_problem, shape_problem  # noqa: E402
 
 P = "turboquant_4bit_nc"
 pytestmark = pytest.mark.skipif(DEVICE != "cpu", reason="checks what a machine without a GPU chooses")
@@ -54,6 +54,12 @@ def test_an_explicit_kernel_that_cannot_serve_fails_naming_why(case, kernel, mat
     with pytest.raises(ValueError, match=match):
         tq_dispatch.decode(case["q"], case["cache"], case["bt"], case["lens"], preset=P, layout="soa",
                            rotation=case["rot"], kernel=kernel)
+
+
+def test_sm90_decode_takes_bfloat16_queries_only():
+    assert dtype_problem(torch.bfloat16) is None
+    for dtype in (torch.float16, torch.float32):
+        assert "bfloat16 queries only" in dtype_problem(dtype)
 
 
 def test_sm90_launcher_refuses_what_it_cannot_read(case):

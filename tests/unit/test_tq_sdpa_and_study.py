@@ -11,6 +11,7 @@ from conformance.families.turboquant.oracle import attention64, unquantized
 from conformance.families.turboquant.tolerances import attention_agreement
 from conformance.numerics import U64
 from conformance.testing import assert_close
+from conformance.torch_arrays import to_torch
 from conformance.studies import tq_distortion
 
 
@@ -20,7 +21,7 @@ def test_torch_sdpa_matches_float64_attention_with_sinks_and_gqa():
 
     cell = decode_cell("decode", "turboquant_4bit_nc", "aos", (4, 6), 16, (33, 1, 20), "hadamard", True)
     x = fam.make_inputs(cell)
-    t = {k: torch.from_numpy(np.asarray(x[k])) for k in ("query", "key_cache", "value_cache", "block_table", "seq_lens", "sinks")}
+    t = {k: to_torch(x[k]) for k in ("query", "key_cache", "value_cache", "block_table", "seq_lens", "sinks")}
     out = paged_sdpa_decode(t["query"].double(), t["key_cache"].double(), t["value_cache"].double(),
                             t["block_table"], t["seq_lens"], x["scale"], t["sinks"].double())
     keys, values = unquantized(x)

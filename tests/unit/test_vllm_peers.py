@@ -13,12 +13,14 @@ pytestmark = pytest.mark.skipif(DEVICE != "cpu", reason="the interpreter backend
 
 SUBSET = {
     "vllm-triton-tq-interpret": [
-        "turboquant/store/preset=turboquant_k3v4_nc/layout=aos/Hk=4/bs=64/ntok=64/rotation=hadamard/D=128/seed=0",
+        "turboquant/store/preset=turboquant_4bit_nc/layout=aos/Hk=2/bs=64/ntok=17/rotation=hadamard/D=128/"
+        "range=small-q/act=float16/seed=0",
     ],
     "vllm-triton-tq-soa-interpret": [
-        "turboquant/store/preset=turboquant_4bit_nc/layout=soa/Hk=4/bs=32/ntok=17/rotation=random/D=128/seed=0",
+        "turboquant/store/preset=turboquant_4bit_nc/layout=soa/Hk=4/bs=32/ntok=17/rotation=random/D=128/"
+        "range=wide/act=float16/seed=0",
         "turboquant/decode/preset=turboquant_3bit_nc/layout=soa/Hk=2/G=4/bs=64/lens=1+1+1+1/rotation=random/"
-        "sinks=off/D=128/seed=0",
+        "sinks=off/D=128/range=unit/act=bfloat16/seed=0",
     ],
 }
 
