@@ -6,8 +6,8 @@ tensors are on).
 Shapes: query ``[B, Hq, D]``; key_cache/value_cache ``[num_blocks, block_size, Hk, D]``;
 block_table int ``[B, M]`` (extra columns ignored); seq_lens int ``[B]``; sinks None or
 ``[Hq]`` raw logits (added once to each softmax denominator). Query head ``hq`` reads kv head
-``hq // (Hq // Hk)``. Rounding: SDPA's own, in the query dtype (the cache is converted to it; 16-bit logits/probabilities
-depending on the SDPA backend); output in the query dtype.
+``hq // (Hq // Hk)``. Rounding: SDPA's own, in the query dtype (the cache is converted to it;
+16-bit logits/probabilities depending on the SDPA backend); output in the query dtype.
 """
 from __future__ import annotations
 

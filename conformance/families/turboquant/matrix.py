@@ -96,6 +96,8 @@ def corners(tier: str) -> list[Cell]:
                     act="float16"),
         decode_cell("store_decode", "turboquant_4bit_nc", "soa", (4, 6), 32, (100, 7), "random", True,
                     range="wide", act="float16"),
+        # float32 activations on the grouped decode's cache (its fp32 MMA operands on a GPU)
+        decode_cell("decode", "turboquant_4bit_nc", "soa", (2, 8), 16, (40, 9), "random", True, act="float32"),
         # a one-token sequence without sinks under flat weights: its output is V, rounded as the kernel reads it
         decode_cell("decode", "turboquant_k3v4_nc", "aos", (4, 2), 16, (1, 17), "random", False, range="small-q",
                     act="float16"),
