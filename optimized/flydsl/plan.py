@@ -40,6 +40,11 @@ def unsupported(*, preset: str, layout: str, D: int, block_size: int, G: int, si
         return f"flydsl kernel supports GQA groups G = Hq/Hk in {GROUPS}, not {G}"
     if sinks:
         return "flydsl kernel does not implement attention sinks"
+    return act_problem(act)
+
+
+def act_problem(act: str) -> str | None:
+    """``None`` for a query dtype (name) the kernel takes, else the reason in words."""
     if act != ACT:
         return (f"flydsl kernel's MFMA operands are bf16 (mfma_f32_16x16x32_bf16), so it takes {ACT} queries "
                 f"only, not {act}")
@@ -60,6 +65,8 @@ def check_request(query_shape, cache_shape, *, preset: str, layout: str, sinks: 
     if len(query_shape) != 3 or len(cache_shape) != 4:
         raise ValueError(f"query must be [B, Hq, D] and kv_cache [nb, BS, Hk, slot]; got {list(query_shape)} "
                          f"and {list(cache_shape)}")
+    if act_problem(act):
+        raise ValueError(f"query: {act_problem(act)}")
     B, Hq, D = query_shape
     _, BS, Hk, _ = cache_shape
     if Hq % Hk:

@@ -13,12 +13,13 @@ torch = pytest.importorskip("torch")
 
 from conformance.cells import make_cell  # noqa: E402
 from conformance.families import turboquant as family  # noqa: E402
+from conformance.torch_arrays import to_torch  # noqa: E402
 from optimized.flydsl import launcher, plan  # noqa: E402
 from reference.turboquant import numpy_ref  # noqa: E402
 
 MUTATIONS = {
     "query NaN": ("query", lambda x: np.where(np.arange(x["query"].size).reshape(x["query"].shape) == 0, np.nan,
-                                              x["query"]).astype(np.float32)),
+                                              x["query"]).astype(x["query"].dtype)),
     "query as a list": ("query", lambda x: x["query"].tolist()),
     "scale NaN": ("scale", lambda x: float("nan")),
     "scale a string": ("scale", lambda x: "0.1"),
@@ -30,7 +31,7 @@ MUTATIONS = {
 
 
 def _tensor(v):
-    return torch.from_numpy(np.ascontiguousarray(v)) if isinstance(v, np.ndarray) else v
+    return to_torch(v) if isinstance(v, np.ndarray) else v
 
 
 @settings(max_examples=6, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
