@@ -6,8 +6,9 @@ rotation ("hadamard", "random", "none" for FP8 keys), sinks, D, range, act, seed
 
 ``range`` is the magnitude of the activations (``inputs.RANGES``): "unit", "wide" (keys in the
 hundreds, so ||k||^2 overflows float16; values whose v_zero and v_scale reach 2^15 and 2^12; queries
-about 1e-3, partly float16 subnormals) or "small-q" (queries times 0.01: flat softmax weights). ``act`` is the activation dtype (``numerics.ACTIVATIONS``) of
-query, key and value. Both are pairwise axes; the named corners add the float16 range cases.
+about 1e-3, partly float16 subnormals) or "small-q" (queries times 0.01: flat softmax weights). ``act``
+is the activation dtype (``numerics.ACTIVATIONS``) of query, key and value. Both are pairwise axes; the
+named corners add the float16 range cases.
 """
 from __future__ import annotations
 

@@ -2,7 +2,8 @@
 catches), then the functions that evaluate them.
 
 Symbols: D head size, L the longest sequence, u32 (``conformance.numerics``), u_act the unit roundoff
-of the cell's activation dtype (``numerics.UNIT[act]``: 2^-8 bfloat16, 2^-11 float16, 2^-24 float32), lambda = 8
+of the cell's activation dtype (``numerics.UNIT[act]``: 2^-8 bfloat16, 2^-11 float16, 2^-24 float32),
+lambda = 8
 (the probabilistic rounding-error bound of Higham and Mary 2019: a length-n fp32 sum of products is
 off by at most lambda sqrt(n) u32 sum|terms| with overwhelming probability).
 """
@@ -20,7 +21,7 @@ STORE_CODES_SPEC = ToleranceSpec(
     "a kernel's rotation GEMM or division rounds differently from the reference's, which can move a value "
     "across a decision boundary: keys |y - midpoint| <= (2D + 8) u32 sum_i |x_hat_i R_ij|; values "
     "|t - (k + 1/2)| <= 8 u32 (t + 1), t = (v - vmin) / scale",
-    ("turboquant.nibbles-swapped",))
+    ("turboquant.nibbles-swapped", "turboquant.fp16-read-as-bf16"))
 
 STORE_FP16_SPEC = ToleranceSpec(
     "turboquant.store-fp16", "within 1 fp16 ulp (ordinal distance)",
@@ -34,7 +35,7 @@ DECODE_EXACT = ToleranceSpec(
     "each logit is off by e_x (the q rotation, then the dot), which moves the softmax weights by 2 e_x "
     "relative; the softmax sums and PV add lambda sqrt(L + D) u32 relative",
     ("turboquant.norm-correction-twice", "turboquant.query-rotated-by-transpose", "turboquant.wrong-kv-head",
-     "turboquant.soa-read-as-aos", "turboquant.last-token-skipped"))
+     "turboquant.soa-read-as-aos", "turboquant.last-token-skipped", "turboquant.fp16-read-as-bf16"))
 
 DECODE_ACT_MMA = ToleranceSpec(
     "turboquant.decode-act-mma", "exact + atol u_act max|V|, rtol 2 u_act",
