@@ -3,9 +3,8 @@ catches), then the functions that evaluate them.
 
 Symbols: D head size, L the longest sequence, u32 (``conformance.numerics``), u_act the unit roundoff
 of the cell's activation dtype (``numerics.UNIT[act]``: 2^-8 bfloat16, 2^-11 float16, 2^-24 float32),
-lambda = 8
-(the probabilistic rounding-error bound of Higham and Mary 2019: a length-n fp32 sum of products is
-off by at most lambda sqrt(n) u32 sum|terms| with overwhelming probability).
+lambda = 8 (the probabilistic rounding-error bound of Higham and Mary 2019: a length-n fp32 sum of
+products is off by at most lambda sqrt(n) u32 sum|terms| with overwhelming probability).
 """
 from __future__ import annotations
 
