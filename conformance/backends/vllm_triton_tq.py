@@ -18,13 +18,13 @@ the wheel's .py files (``make peers-carry``; put the folder on PYTHONPATH).
 Inputs: keys, values and query in the cell's activation dtype, bfloat16 or float16: the dtypes vLLM's
 TurboQuant attention backend declares (``supported_dtypes`` of ``TurboQuantAttentionBackend``,
 ``vllm/v1/attention/backends/turboquant_attn.py``); float32 cells are skips with that reason. The decodes
-return the query's dtype. In the interpreter, bfloat16 activations go in as float32 holding the same
-values (``triton_kernels.INTERPRETER_BF16``: its fp32 -> bf16 conversions truncate, which vLLM's kernels would meet when
-they write a bf16 output), and the decodes return float32. Centroids and midpoints are ours (``reference.turboquant``); rotation R is passed
-as ``PiT = R`` (store: y = x_hat @ PiT) and ``Pi = R.T`` (decode: q_rot = q @ Pi.T). Rounding model
-``exact`` for the split-KV decodes (fp32 elementwise after the loads) and in the interpreter (its 16-bit
-``tl.dot`` operands are computed in fp32); ``act-mma`` for unified attention on a GPU (K, V and P cast to
-the query's dtype for ``tl.dot``).
+return the query's dtype. In the interpreter, 16-bit activations go in as float32 holding the same values
+and the decodes return float32, so every step is fp32 as the ``exact`` model says: unified attention
+would round its MMA operands to the query's dtype, and the interpreter converts fp32 to bf16 by truncation
+(``triton_kernels.INTERPRETER_BF16``). Centroids and midpoints are ours (``reference.turboquant``); rotation
+R is passed as ``PiT = R`` (store: y = x_hat @ PiT) and ``Pi = R.T`` (decode: q_rot = q @ Pi.T). Rounding
+model ``exact`` for the split-KV decodes (fp32 elementwise after the loads) and in the interpreter;
+``act-mma`` for unified attention on a GPU (K, V and P cast to the query's dtype for ``tl.dot``).
 """
 from __future__ import annotations
 
@@ -134,13 +134,13 @@ class VllmTqImpl:
         self.kernel, self.device = kernel, device
 
     def _t(self, x, dtype=None):
-        """``x`` on the device; in the interpreter a bfloat16 array as float32 (module docstring)."""
+        """``x`` on the device; in the interpreter a 16-bit float array as float32 (module docstring)."""
         import torch
 
         from conformance.torch_arrays import to_torch
 
         t = to_torch(x, self.device)
-        if t is not None and dtype is None and self.device == "cpu" and t.dtype == torch.bfloat16:
+        if t is not None and dtype is None and self.device == "cpu" and t.dtype in (torch.bfloat16, torch.float16):
             dtype = torch.float32
         return t if t is None or dtype is None else t.to(dtype)
 
