@@ -102,6 +102,20 @@ def test_grouped_decode_refuses_bad_options(case, change, match):
                         rotation=case["rot"], **change)
 
 
+@pytest.mark.skipif(DEVICE != "cpu", reason="the interpreter refuses 16-bit MMA operands")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_16_bit_mma_operands_are_refused_in_the_interpreter_naming_precision(case, dtype):
+    """precision "act" (MMA operands in the query's dtype) cannot run under TRITON_INTERPRET=1, whose
+    16-bit arithmetic is broken: refused for 16-bit queries, never run as fp32 or bf16 instead."""
+    q = case["q"].to(dtype)
+    with pytest.raises(ValueError, match=r"^precision 'act' with a torch\.(bfloat16|float16) query"):
+        decode_grouped(q, case["cache"], case["bt"], case["lens"], preset=P, layout="soa", rotation=case["rot"],
+                       precision="act")
+    with pytest.raises(ValueError, match=r"^precision 'act'"):
+        unified_attention(q, case["cache"], case["bt"], torch.arange(q.shape[0] + 1, dtype=torch.int32, device=DEVICE),
+                          case["lens"], 1, preset=P, rotation=case["rot"], precision="act")
+
+
 def test_grouped_decode_refuses_block_sizes_its_tiles_cannot_nest_in():
     """A tile must lie inside one cache block or cover whole blocks: block size 24 (neither a
     power of two nor a multiple of 16) is refused, naming kv_cache."""
