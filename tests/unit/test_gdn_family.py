@@ -58,19 +58,36 @@ def test_ci_has_the_named_corners():
     assert any("accepted=S" in i for i in ids) and any("accepted=0" in i for i in ids)
 
 
-def test_inputs_are_independent_bf16_values_with_distinct_head_magnitudes():
+@pytest.mark.parametrize("act", ["bfloat16", "float16", "float32"])
+def test_inputs_are_independent_activations_with_distinct_head_magnitudes(act):
     cell = make_cell("gdn", "chunked", state="bfloat16", H=2, HV=6, K=32, lens=(40, 9), decay="weak",
-                     slots="padded", split=None)
+                     slots="padded", qk="unit", split=None, act=act)
     x = gdn.make_inputs(cell)
     assert not np.array_equal(x["q"], x["k"])
     for name in ("q", "k", "v", "beta"):
-        assert x[name].dtype == np.float32
-        np.testing.assert_array_equal(x[name], x[name].astype(ml_dtypes.bfloat16).astype(np.float32))
-    head_rms = np.sqrt((x["v"] ** 2).mean(axis=(0, 2)))
+        assert x[name].dtype.name == act, name
+    assert x["g"].dtype == np.float32
+    head_rms = np.sqrt((x["v"].astype(np.float64) ** 2).mean(axis=(0, 2)))
     assert np.all(np.diff(head_rms) > 0)                     # 0.5 .. 2, increasing per value head
     assert x["state"].dtype == np.dtype(ml_dtypes.bfloat16)
     idx = x["state_indices"]
     assert -1 in idx and not np.array_equal(idx[idx >= 0], np.arange((idx >= 0).sum()))
+
+
+def test_large_qk_overflows_a_float16_sum_of_squares_but_not_an_element():
+    cell = next(c for c in gdn.cells("ci") if c.get("qk") == "large" and c["act"] == "float16" and c.op == "decode")
+    k = gdn.make_inputs(cell)["k"]
+    assert np.all(np.isfinite(k)) and np.max(np.abs(k)) < 65504
+    assert np.max(np.sum(k.astype(np.float64) ** 2, axis=-1)) > 65504
+
+
+def test_check_refuses_an_output_neither_float32_nor_the_activation_dtype():
+    cell = next(c for c in gdn.cells("ci") if c.op == "decode" and c["act"] == "float16")
+    x = gdn.make_inputs(cell)
+    out = gdn.run_with(numpy_ref, cell, {**x, "state": x["state"].copy()})
+    assert gdn.check(cell, "exact", x, {**out, "o": out["o"].astype(np.float16)}).status == "pass"
+    result = gdn.check(cell, "exact", x, {**out, "o": out["o"].astype(ml_dtypes.bfloat16)})
+    assert result.status == "fail" and "o: dtype bfloat16, expected float32 or float16" in result.reason
 
 
 def test_check_passes_the_reference_and_names_its_oracle():
