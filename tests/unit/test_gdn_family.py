@@ -14,7 +14,7 @@ from conformance.families.gdn.oracle import oracle, oracle_kind
 from conformance.families.gdn.terms import magnitudes
 from conformance.families.gdn.tolerances import o_and_state
 from conformance.memo import Memo
-from conformance.numerics import U32, UBF16, rel_l2
+from conformance.numerics import U32, UBF16, rel_l2, to_activation
 from conformance.testing import assert_close
 
 
@@ -218,3 +218,33 @@ def test_one_tie_flip_on_a_small_16bit_state_stays_inside_the_state_bound(seed, 
     assert rel_l2(actual, want) > 4 * np.sqrt(np.sqrt(K) * U32 * UBF16)   # above the old estimate
     _, s_tol = o_and_state(cell, x, {"o": expected_o, "state": expected_pool}, "exact", written=written)
     assert_close("state", actual, want, s_tol)
+
+
+class _OutputIn:
+    """numpy_ref whose ops return o in ``act``, as deployed kernels do (gating unchanged)."""
+
+    def __init__(self, act):
+        self.act = act
+
+    def __getattr__(self, name):
+        fn = getattr(numpy_ref, name)
+        if name == "gating":
+            return fn
+        return lambda *args, **kw: to_activation(fn(*args, **kw), self.act)
+
+
+def test_output_rounding_passes_a_16bit_o_and_still_catches_the_bugs_it_names():
+    from conformance.cells import activation
+    from conformance.families.gdn.tolerances import OUTPUT_ROUNDING
+    from conformance.testing import PLANTED, verdict_of
+
+    cells = [c for c in gdn.cells("ci") if c.op != "gating" and activation(c) != "float32"]
+    for cell in cells[::4]:
+        found = verdict_of(_OutputIn(activation(cell)), cell, "exact")
+        assert found.status == "pass", f"{cell.id}: {found.reason}"
+        assert "gdn.output-rounding" in found.comparisons[0].tolerance.source
+    for name in OUTPUT_ROUNDING.caught:
+        bug = PLANTED[name]
+        verdicts = (verdict_of(bug.plant(_OutputIn(activation(c))), c, "exact") for c in cells if bug.applies(c))
+        failed = next((v for v in verdicts if v.status == "fail"), None)
+        assert failed is not None and "dtype" not in failed.reason, name
