@@ -125,6 +125,13 @@ class VllmCpuImpl:
         return to_numpy(o.reshape(v.shape)), to_numpy(pool)
 
 
+def bench_supports(shape: dict) -> str | None:
+    """The bench shapes vLLM's CPU ops take (the chunk op: bf16 activations only)."""
+    if shape["act"] == "float32" or ("lens" in shape and shape["act"] != "bfloat16"):
+        return f"vLLM's CPU GDN ops do not take {shape['act']} activations here"
+    return None
+
+
 def _supports(cell) -> str | None:
     act = activation(cell)
     if act == "float32":
@@ -142,14 +149,15 @@ def _supports(cell) -> str | None:
 # once here, the pool shared with the NumPy array, so each call updates it in place as ours does.
 
 def bench_decode(shape: dict, inputs: dict):
-    """vLLM's CPU decode op on the bench's arguments (A_log cast to bf16: the op refuses fp32)."""
+    """vLLM's CPU decode op on the bench's arguments (A_log cast to the activation dtype: the op refuses fp32)."""
     import torch
 
     from vllm import _custom_ops as ops
 
     torch.set_num_threads(shape["threads"])
-    bf, a = torch.bfloat16, inputs["args"]
-    A_log, dt_bias, q, k, v, ga, gb = (_t(a[n], bf) for n in ("A_log", "dt_bias", "q", "k", "v", "a", "b"))
+    a = inputs["args"]
+    bf = _act(a["q"])
+    A_log, dt_bias, q, k, v, ga, gb = (to_torch(a[n]).to(bf) for n in ("A_log", "dt_bias", "q", "k", "v", "a", "b"))
     q, k, v = q[None], k[None], v[None]
     pool, idx = _t(inputs["state"]), _t(a["state_indices"])
     cu = torch.arange(q.shape[1] + 1, dtype=torch.int32)
@@ -163,8 +171,8 @@ def bench_chunked(shape: dict, inputs: dict):
     from vllm import _custom_ops as ops
 
     torch.set_num_threads(shape["threads"])
-    bf, a = torch.bfloat16, inputs["args"]
-    q, k, v, beta = (_t(a[n], bf)[None] for n in ("q", "k", "v", "beta"))
+    a = inputs["args"]
+    q, k, v, beta = (_t(a[n])[None] for n in ("q", "k", "v", "beta"))
     g, cu, idx, pool = _t(a["g"])[None], _t(a["cu_seqlens"]), _t(a["state_indices"]), _t(inputs["state"])
     return lambda: ops.chunk_gated_delta_rule_cpu(q, k, v, g, beta, pool, True, cu, False, True, idx, 1e-5)
 
