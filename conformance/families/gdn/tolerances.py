@@ -67,13 +67,18 @@ BF16_GEMM = ToleranceSpec(
 
 FLA_CHUNK = ToleranceSpec(
     "gdn.fla-chunk", "chunked: BF16_OPERANDS (u_act) with o's + atol 10 u_act max|o|, rel_l2 o <= e + sqrt(2 u_act e), "
-    "e = u_act/4 sqrt(chunks)",
+    "e = t u_act/4 sqrt(chunks); state rel_l2 <= hypot(STATE_16BIT's, t u_act/2 sqrt(chunks)); t = sqrt(2) for "
+    "float16 activations, else 1",
     "the oracle rounds where FLA's chunk kernels do, so what differs are flips: before the output, flips of the "
     "bf16 points (T, W, U, h, v_new, q k^T D, the state increment) bound the difference d by BF16_OPERANDS' "
     "e; both sides then round o to bf16, which turns an element's d_i into 0 or one ulp_i <= 2 u_bf16 |o_i|, "
     "a flip with probability |d_i| / ulp_i: E |diff|^2 <= sum |d_i| ulp_i <= 2 u_bf16 |d| |o| (Cauchy-Schwarz), "
     "rel_l2 <= sqrt(2 u_bf16 e), plus e where |d_i| exceeds an ulp; one ulp of max|o| more per element. "
-    "The state is not rounded on the way out: BF16_OPERANDS' state bound",
+    "The state is not rounded on the way out: BF16_OPERANDS' state bound, whose flips and a 16-bit pool's are "
+    "independent and add in quadrature. FLA's solve_tril multiplies at TF32 input precision, u = 2^-11 "
+    "(chunk_fwd.py: SOLVE_TRIL_DOT_PRECISION = 'tf32'), which the oracle does not emulate: for bf16 activations "
+    "those flips are 8 times smaller than the operands', for float16 ones as large, doubling the flips (t). "
+    "Measured on the H200, 2026-12-01: float16 cells reached 1.01-1.46 of the bound without t, 0.87 with it",
     ("gdn.head-mapping-tiled", "gdn.chunk-update-skipped", "gdn.truncating-store"))
 
 GATING = ToleranceSpec(
@@ -206,7 +211,11 @@ def o_and_state(cell: Cell, inputs: dict, expected: dict, model: str, compute: s
         u_op = UNIT[activation(cell)] if fla else UBF16
         o_atol += 8 * u_op * o_max
         s_atol += 8 * u_op * s_max
-        o_l2, s_l2 = walk * u_op / 4, max(s_l2 or 0.0, walk * u_op / 2)
+        if fla:  # FLA_CHUNK: the TF32 solve's flips (t), a 16-bit pool's flips in quadrature
+            t = math.sqrt(2) if activation(cell) == "float16" else 1.0
+            o_l2, s_l2 = t * walk * u_op / 4, math.hypot(s_l2 or 0.0, t * walk * u_op / 2)
+        else:
+            o_l2, s_l2 = walk * u_op / 4, max(s_l2 or 0.0, walk * u_op / 2)
         why += f"; {BF16_OPERANDS.name} (sqrt(chunks)={walk:.3g}, u={u_op:g})"
     if model == "vllm-cpu" and cell.op == "chunked":
         o_l2, s_l2 = o_l2 * math.sqrt(2), max(s_l2, walk * u_op / 2 * math.sqrt(2))
