@@ -1,8 +1,10 @@
 """GDN on the CPU, Qwen3-Next linear-attention heads (H=16, HV=32, K=V=128), 2 threads:
 
 - ``gdn/decode``: one step of a batch of 128 sequences, state slots in a random order, one shape
-  per state dtype (fp32, bf16, fp16); bf16 activations, fused gating, q/k l2norm.
-- ``gdn/chunked``: chunked prefill, 8192 tokens in one sequence and 4 x 2048 varlen, bf16 state.
+  per state dtype (fp32, bf16, fp16) with bf16 activations, and the bf16 state with fp16
+  activations (``act=float16``); fused gating, q/k l2norm.
+- ``gdn/chunked``: chunked prefill, 8192 tokens in one sequence (bf16 and fp16 activations) and
+  4 x 2048 varlen (bf16), bf16 state.
 
 Implementations: ``cpu`` (ours, the C++ kernels, best ISA), ``torch-eager`` (the plain-torch
 chunked baseline). Ceilings, on the extension's own thread pool (never torch's): ``cpu-rmw-stream``
@@ -11,15 +13,14 @@ chunked baseline). Ceilings, on the extension's own thread pool (never torch's):
 """
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 
 from bench.registry import Bench, Impl, register_bench, register_impl
 from conformance.cost import Cost
 from conformance.families.gdn import cost
+from conformance.numerics import ACTIVATIONS
+from conformance.torch_arrays import to_torch
 from reference.gdn.arguments import STATE_DTYPES
-
-BF16 = np.dtype(ml_dtypes.bfloat16)
 HEADS = dict(H=16, HV=32, K=128, V=128)
 THREADS = 2
 DECODE_BATCH = 128
@@ -48,13 +49,14 @@ def _torch() -> tuple[bool, str]:
 # ---------------------------------------------------------------- decode
 
 def decode_inputs(shape: dict) -> dict:
-    """Decode arguments (bf16 activations) and a seeded state pool of the shape's dtype."""
+    """Decode arguments (activations in ``shape["act"]``) and a seeded state pool of the shape's dtype."""
     rng = np.random.default_rng(0)
     N, H, HV, K, V = (shape[k] for k in ("N", "H", "HV", "K", "V"))
-    args = dict(q=rng.normal(size=(N, H, K)).astype(BF16), k=rng.normal(size=(N, H, K)).astype(BF16),
-                v=rng.normal(size=(N, HV, V)).astype(BF16), A_log=rng.normal(size=HV).astype(np.float32),
-                a=rng.normal(size=(N, HV)).astype(BF16), b=rng.normal(size=(N, HV)).astype(BF16),
-                dt_bias=rng.normal(size=HV).astype(BF16), state_indices=rng.permutation(N).astype(np.int32))
+    act = ACTIVATIONS[shape["act"]]
+    args = dict(q=rng.normal(size=(N, H, K)).astype(act), k=rng.normal(size=(N, H, K)).astype(act),
+                v=rng.normal(size=(N, HV, V)).astype(act), A_log=rng.normal(size=HV).astype(np.float32),
+                a=rng.normal(size=(N, HV)).astype(act), b=rng.normal(size=(N, HV)).astype(act),
+                dt_bias=rng.normal(size=HV).astype(act), state_indices=rng.permutation(N).astype(np.int32))
     pool = (0.5 * rng.standard_normal((N, HV, K, V), np.float32)).astype(STATE_DTYPES[shape["state_dtype"]])
     return dict(args=args, state=pool)
 
@@ -67,22 +69,25 @@ def _decode_cpu(shape, inputs):
 
 register_bench(Bench(
     name="gdn/decode", device="cpu", cost=cost.decode, inputs=decode_inputs, reps=15,
-    shapes={f"state={d}": dict(N=DECODE_BATCH, **HEADS, state_dtype=d, threads=THREADS) for d in STATE_DTYPES}))
+    shapes={**{f"state={d}": dict(N=DECODE_BATCH, **HEADS, state_dtype=d, act="bfloat16", threads=THREADS)
+               for d in STATE_DTYPES},
+            "state=bfloat16/act=float16": dict(N=DECODE_BATCH, **HEADS, state_dtype="bfloat16", act="float16",
+                                               threads=THREADS)}))
 register_impl(Impl(bench="gdn/decode", name="cpu", role="ours", prepare=_decode_cpu, available=_extension))
 
 
 # ---------------------------------------------------------------- chunked prefill
 
 def chunked_inputs(shape: dict) -> dict:
-    """Prefill arguments for sequences of ``shape["lens"]`` (bf16 q, k, v, beta; fp32 g) and a
-    zero state pool, one slot per sequence."""
+    """Prefill arguments for sequences of ``shape["lens"]`` (q, k, v, beta in ``shape["act"]``; fp32 g)
+    and a zero state pool, one slot per sequence."""
     rng = np.random.default_rng(1)
     H, HV, K, V = (shape[k] for k in ("H", "HV", "K", "V"))
-    lens = shape["lens"]
+    lens, act = shape["lens"], ACTIVATIONS[shape["act"]]
     T = sum(lens)
-    args = dict(q=rng.normal(size=(T, H, K)).astype(BF16), k=rng.normal(size=(T, H, K)).astype(BF16),
-                v=rng.normal(size=(T, HV, V)).astype(BF16), g=-rng.uniform(1e-3, 0.1, (T, HV)).astype(np.float32),
-                beta=rng.uniform(0.1, 0.9, (T, HV)).astype(BF16),
+    args = dict(q=rng.normal(size=(T, H, K)).astype(act), k=rng.normal(size=(T, H, K)).astype(act),
+                v=rng.normal(size=(T, HV, V)).astype(act), g=-rng.uniform(1e-3, 0.1, (T, HV)).astype(np.float32),
+                beta=rng.uniform(0.1, 0.9, (T, HV)).astype(act),
                 cu_seqlens=np.concatenate([[0], np.cumsum(lens)]).astype(np.int32),
                 state_indices=np.arange(len(lens), dtype=np.int32))
     return dict(args=args, state=np.zeros((len(lens), HV, K, V), STATE_DTYPES[shape["state_dtype"]]))
@@ -99,12 +104,9 @@ def _chunked_torch_eager(shape, inputs):
 
     from optimized.torch import gdn_chunked
 
-    def tensor(x):
-        return torch.from_numpy(x.view(np.uint16)).view(torch.bfloat16) if x.dtype == BF16 else torch.from_numpy(x)
-
-    targs = {n: tensor(x) for n, x in inputs["args"].items()}
+    targs = {n: to_torch(x) for n, x in inputs["args"].items()}
     targs["beta"] = targs["beta"].float()
-    pool = tensor(inputs["state"].copy())
+    pool = to_torch(inputs["state"].copy())
 
     def run():
         previous = torch.get_num_threads()
@@ -118,8 +120,10 @@ def _chunked_torch_eager(shape, inputs):
 
 register_bench(Bench(
     name="gdn/chunked", device="cpu", cost=cost.chunked, inputs=chunked_inputs, reps=3,
-    shapes={"T=8192": dict(lens=[8192], **HEADS, state_dtype="bfloat16", threads=THREADS),
-            "varlen=4x2048": dict(lens=[2048] * 4, **HEADS, state_dtype="bfloat16", threads=THREADS)}))
+    shapes={"T=8192": dict(lens=[8192], **HEADS, state_dtype="bfloat16", act="bfloat16", threads=THREADS),
+            "T=8192/act=float16": dict(lens=[8192], **HEADS, state_dtype="bfloat16", act="float16", threads=THREADS),
+            "varlen=4x2048": dict(lens=[2048] * 4, **HEADS, state_dtype="bfloat16", act="bfloat16",
+                                  threads=THREADS)}))
 register_impl(Impl(bench="gdn/chunked", name="cpu", role="ours", prepare=_chunked_cpu, available=_extension))
 register_impl(Impl(bench="gdn/chunked", name="torch-eager", role="baseline", prepare=_chunked_torch_eager,
                    available=_torch))

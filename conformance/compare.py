@@ -64,6 +64,15 @@ class Comparison:
     tolerance: Tolerance
 
 
+def dtype_refused(name: str, actual: Any, allowed: tuple[str, ...]) -> Comparison | None:
+    """A failing comparison naming ``actual``'s dtype unless it is one of ``allowed`` (None then)."""
+    got = np.asarray(actual).dtype.name
+    if got in allowed:
+        return None
+    return Comparison(name, False, f"{name}: dtype {got}, expected {' or '.join(allowed)}",
+                      {"max_abs": float("inf")}, EXACT)
+
+
 def compare(name: str, actual: Any, expected: Any, tol: Tolerance) -> Comparison:
     """Compare one output against its oracle under ``tol``."""
     a = np.asarray(actual).astype(np.float64)

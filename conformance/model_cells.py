@@ -8,8 +8,9 @@ A model's ``config.json`` (parsed by ``planner.model_configs``, plus ``num_atten
 - turboquant: its full-attention layers' KV heads Hk, query heads per KV head G and head size D:
   store, decode (with and without sinks) and store+decode cells of every preset and both layouts.
 
-A model without linear-attention layers (Nemotron-H: Mamba2) adds no gdn cells. The same shapes
-in every tier (the tier's own cells carry the size sweeps); one seed.
+Every cell's activations come in the model's ``torch_dtype`` (``dtype`` in newer configs; bfloat16
+when it names none). A model without linear-attention layers (Nemotron-H: Mamba2) adds no gdn
+cells. The same shapes in every tier (the tier's own cells carry the size sweeps); one seed.
 """
 from __future__ import annotations
 
@@ -26,21 +27,32 @@ def _config(model: str | None, path: str | None) -> dict:
     return model_configs.shipped_config(model) if model else model_configs.read_config(path)
 
 
-def _gdn(fields: Mapping, dims) -> list[Cell]:
+def activation_of(config: Mapping) -> str:
+    """The activation dtype a config names (``torch_dtype`` or ``dtype``, top level or its text_config)."""
+    from conformance.numerics import ACTIVATIONS
+
+    for fields in (config.get("text_config", {}), config):
+        for key in ("torch_dtype", "dtype"):
+            if fields.get(key) in ACTIVATIONS:
+                return fields[key]
+    return "bfloat16"
+
+
+def _gdn(dims, act: str) -> list[Cell]:
     from conformance.families.gdn import matrix as gdn
 
     H, HV, K, V = dims.num_k_heads, dims.num_v_heads, dims.head_k_dim, dims.head_v_dim
-    out = [make_cell("gdn", "gating", HV=HV, T=65)]
+    out = [make_cell("gdn", "gating", HV=HV, T=65, act=act)]
     for state, slots in (("bfloat16", "padded"), ("float32", "shuffled")):
-        heads, tail = dict(state=state, heads=(H, HV)), dict(decay="weak", slots=slots)
+        heads, tail = dict(state=state, heads=(H, HV)), dict(decay="weak", slots=slots, qk="unit")
         if V == K:  # the varlen ops take V = K; decode covers V != K
             out += [
-                gdn.cell_of("recurrent", dict(**heads, K=K, lens=(63, 64, 65), **tail, interval=64)),
-                gdn.cell_of("chunked", dict(**heads, K=K, lens=(127, 128, 129), **tail, split=None)),
-                gdn.cell_of("chunked", dict(**heads, K=K, lens=(273,), **tail, split=100)),
-                gdn.cell_of("spec_decode", dict(**heads, K=K, drafts=(4, 2), accepted="mix", **tail)),
+                gdn.cell_of("recurrent", dict(**heads, K=K, lens=(63, 64, 65), **tail, interval=64, act=act)),
+                gdn.cell_of("chunked", dict(**heads, K=K, lens=(127, 128, 129), **tail, split=None, act=act)),
+                gdn.cell_of("chunked", dict(**heads, K=K, lens=(273,), **tail, split=100, act=act)),
+                gdn.cell_of("spec_decode", dict(**heads, K=K, drafts=(4, 2), accepted="mix", **tail, act=act)),
             ]
-        out.append(gdn.cell_of("decode", dict(**heads, KV=(K, V), N=4, **tail)))
+        out.append(gdn.cell_of("decode", dict(**heads, KV=(K, V), N=4, **tail, act=act)))
     return out
 
 
@@ -71,7 +83,7 @@ def for_model(model: str | None = None, path: str | None = None) -> list[Cell]:
     fields = config.get("text_config", config)
     out = []
     if parsed.recurrent_kind == "linear_attention":
-        out += _gdn(fields, parsed.recurrent)
+        out += _gdn(parsed.recurrent, activation_of(config))
     out += _turboquant(fields, parsed.num_kv_heads, parsed.head_dim)
     return list(dict.fromkeys(out))
 

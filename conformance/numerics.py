@@ -1,7 +1,8 @@
 """Floating-point facts the lab's tolerances are built from, one definition each.
 
 Unit roundoffs (half an ulp at 1, round to nearest): ``U32`` (float32), ``UBF16`` (bfloat16),
-``UFP16`` (float16), ``U64`` (float64), and ``UNIT`` by dtype name. Round trips return float32 arrays that hold the
+``UFP16`` (float16), ``U64`` (float64), and ``UNIT`` by dtype name; ``UNDERFLOW`` the absolute error
+of rounding in a dtype's subnormal range. Round trips return float32 arrays that hold the
 nearest (round-to-nearest-even) value of the narrow type. ``ACTIVATIONS`` names the dtypes a cell's
 activations come in (its ``act`` axis) and ``to_activation`` rounds to one of them. Metrics take any real
 arrays and work in float64.
@@ -16,6 +17,8 @@ U32 = 2.0 ** -24
 UBF16 = 2.0 ** -8
 UFP16 = 2.0 ** -11
 UNIT = {"float64": U64, "float32": U32, "bfloat16": UBF16, "float16": UFP16}
+# Half the smallest subnormal: the absolute rounding error of a value in the subnormal range.
+UNDERFLOW = {"float64": 2.0 ** -1075, "float32": 2.0 ** -150, "bfloat16": 2.0 ** -134, "float16": 2.0 ** -25}
 ACTIVATIONS = {"bfloat16": np.dtype(ml_dtypes.bfloat16), "float16": np.dtype(np.float16),
                "float32": np.dtype(np.float32)}
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
+import ml_dtypes
 import numpy as np
 
 from conformance import families
@@ -238,6 +239,58 @@ def _gates_in_bf16(impl):
     return _Wrapped(impl, gating=gating)
 
 
+def _fp16_as_bf16(x):
+    """A float16 array silently converted to bf16; anything else unchanged."""
+    if isinstance(x, np.ndarray) and x.dtype == np.float16:
+        return x.astype(np.float32).astype(ml_dtypes.bfloat16)
+    return x
+
+
+def _reads_fp16_as_bf16(impl):
+    """Every op converts its float16 activations (not the state pool) to bf16 before computing."""
+    def around(name, fn, pos, args, kw):
+        return fn(*(x if i == pos else _fp16_as_bf16(x) for i, x in enumerate(args)), **kw)
+
+    def gating(*args):
+        return impl.gating(*map(_fp16_as_bf16, args))
+    return _Wrapped(_wrap_pool_ops(impl, _POOL_OPS, around), gating=gating)
+
+
+def _qk_norm_in_input_dtype(impl):
+    """q and k are l2-normalised in their own dtype (a float16 sum of squares overflows past 65504),
+    then passed on with the in-kernel norm off."""
+    def norm(x, eps):
+        x = np.asarray(x)
+        with np.errstate(over="ignore"):
+            squares = np.sum(x * x, axis=-1, keepdims=True, dtype=x.dtype)
+        return (x / np.sqrt(squares + x.dtype.type(eps))).astype(x.dtype)
+
+    def around(name, fn, pos, args, kw):
+        if not kw.get("use_qk_l2norm", True):
+            return fn(*args, **kw)
+        eps = kw.get("l2norm_eps", 1e-6)
+        args = (norm(args[0], eps), norm(args[1], eps)) + tuple(args[2:])
+        return fn(*args, **{**kw, "use_qk_l2norm": False})
+    return _wrap_pool_ops(impl, _POOL_OPS, around)
+
+
+def _gating_in_input_dtype(impl):
+    """gating computes softplus and the sigmoid in the activations' dtype (float16: exp overflows past 11.1)."""
+    def gating(A_log, a, b, dt_bias):
+        dt = np.asarray(a).dtype
+        x = (np.asarray(a) + np.asarray(dt_bias).astype(dt)).astype(dt)
+        with np.errstate(over="ignore"):
+            softplus = np.where(x > dt.type(20), x, np.log1p(np.exp(x)).astype(dt))
+            beta = (dt.type(1) / (dt.type(1) + np.exp(-np.asarray(b)).astype(dt))).astype(dt)
+        g = -np.exp(np.asarray(A_log, np.float32)) * softplus.astype(np.float32)
+        return g.astype(np.float32), beta.astype(np.float32)
+    return _Wrapped(impl, gating=gating)
+
+
+def _act(*names):
+    return lambda c: activation(c) in names
+
+
 def _gdn(name, doc, ops, plant, extra=lambda c: True):
     return PlantedBug(f"gdn.{name}", "gdn", doc, lambda c: c.op in ops and extra(c), plant)
 
@@ -260,6 +313,12 @@ _GDN = [
     _gdn("decode-state-through-bf16", "decode rounds the state it stores in a float32 pool to bf16",
          ("decode",), _decode_state_through_bf16, lambda c: c["state"] == "float32"),
     _gdn("gates-rounded-to-bf16", "g and beta are returned rounded to bf16", ("gating",), _gates_in_bf16),
+    _gdn("fp16-read-as-bf16", "float16 activations are silently converted to bf16 before the op",
+         ("gating",) + _POOL_OPS, _reads_fp16_as_bf16, _act("float16")),
+    _gdn("qk-norm-in-input-dtype", "the q/k l2 norm sums squares in the activations' 16-bit dtype",
+         _POOL_OPS, _qk_norm_in_input_dtype, _act("float16", "bfloat16")),
+    _gdn("gating-in-input-dtype", "gating's softplus and sigmoid are computed in the activations' 16-bit dtype",
+         ("gating",), _gating_in_input_dtype, _act("float16", "bfloat16")),
 ]
 
 
@@ -278,17 +337,17 @@ class Bf16OperandReference:
 
 
 class FlaChunkReference:
-    """``reference.gdn.numpy_ref`` whose chunked op rounds to bf16 where FLA's chunk kernels do
-    (``rounding_points="fla"``): the base implementation of the "fla-chunk" model."""
+    """``reference.gdn.numpy_ref`` whose chunked op rounds to q's dtype (bf16 or fp16) where FLA's
+    chunk kernels do (``rounding_points="fla"``): the base implementation of the "fla-chunk" model."""
 
     def __getattr__(self, name):
         from reference.gdn import numpy_ref
         return getattr(numpy_ref, name)
 
     @staticmethod
-    def chunked(*args, **kw):
+    def chunked(q, *args, **kw):
         from reference.gdn import numpy_ref
-        return numpy_ref.chunked(*args, **kw, operand_dtype="bfloat16", rounding_points="fla")
+        return numpy_ref.chunked(q, *args, **kw, operand_dtype=np.asarray(q).dtype.name, rounding_points="fla")
 
 
 class VllmCpuReference:

@@ -1,25 +1,28 @@
-"""NumPy <-> torch for the backends, keeping the dtype: an ml_dtypes bfloat16 array becomes a torch
-bfloat16 tensor (same bits) and back; every other dtype goes through ``torch.from_numpy``. Nothing
-is converted to another dtype here: a backend that needs one says so where it converts."""
+"""NumPy <-> torch without dtype changes: ml_dtypes bfloat16 arrays travel as torch.bfloat16 (the same
+bits), every other dtype as itself. A backend that needs another dtype says so where it converts."""
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 
 
 def to_torch(x, device=None):
-    """``x`` (a NumPy array, or None) as a torch tensor of the same dtype on ``device`` (None: the CPU)."""
+    """``x`` (NumPy, ml_dtypes bf16 included; or None, returned as is) as a torch tensor of the same dtype
+    (C-contiguous; on the CPU it shares memory when ``x`` already is), moved to ``device`` when given."""
     import torch
 
     if x is None:
         return None
     a = np.ascontiguousarray(x)
-    t = torch.from_numpy(a.view(np.int16)).view(torch.bfloat16) if a.dtype.name == "bfloat16" else torch.from_numpy(a)
+    if a.dtype.name == "bfloat16":
+        t = torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    else:
+        t = torch.from_numpy(a)
     return t if device is None else t.to(device)
 
 
 def to_numpy(t) -> np.ndarray:
-    """A torch tensor as a NumPy array of the same dtype (torch bfloat16 -> ml_dtypes bfloat16), on the host."""
+    """A torch tensor (any device) as a NumPy array of the same dtype (torch.bfloat16 as ml_dtypes bf16)."""
+    import ml_dtypes
     import torch
 
     t = t.detach().cpu()

@@ -21,6 +21,31 @@ def _fmt(x) -> str:
     return "" if x is None else str(x)
 
 
+def _activation_section(recs: list[dict], implemented: dict) -> list[str]:
+    """Per backend and activation dtype (a record without ``act`` means bfloat16): cells run / cells
+    of the ops it implements, and why it skipped every cell of a dtype it never ran."""
+    ran: dict[tuple, Counter] = defaultdict(Counter)
+    why: dict[tuple, str] = {}
+    for r in recs:
+        ops = implemented.get(r["backend"])
+        if ops is not None and r["op"] not in ops.get(r["family"], ()):
+            continue
+        key = (r["backend"], (r.get("params") or {}).get("act", "bfloat16"))
+        ran[key]["ran" if r["status"] != "skip" else "skip"] += 1
+        if r["status"] == "skip":
+            why.setdefault(key, r.get("reason", ""))
+    acts = sorted({a for _, a in ran})
+    if len(acts) < 2:
+        return []
+    backends = sorted({b for b, _ in ran})
+    rows = [[b, *(f"{ran[b, a]['ran']}/{sum(ran[b, a].values())}" if (b, a) in ran else "" for a in acts)]
+            for b in backends]
+    never = [f"- **{b}**, {a}: {why[b, a]}" for b in backends for a in acts
+             if (b, a) in ran and ran[b, a]["ran"] == 0 and (b, a) in why]
+    return (["## Per activation dtype and backend (cells run / cells of the ops it implements)", "",
+             _table(["backend", *acts], rows), ""] + (never + [""] if never else []))
+
+
 def render(run: Run) -> str:
     recs, info = run.records, run.info
     out = [f"# kernel-lab conformance: {run.path}", ""]
@@ -51,6 +76,7 @@ def render(run: Run) -> str:
     out += ["## Per family, op and backend (backends that implement the op)", "",
             _table(["family", "op", "backend", *cols],
                    [[f, o, b, *(str(c.get(s, 0)) for s in cols)] for (f, o, b), c in sorted(by_op.items())]), ""]
+    out += _activation_section(recs, implemented)
     unavailable = run.unavailable()
     if unavailable:
         out += ["## Unavailable backends", ""] + [f"- **{n}**: {why}" for n, why in sorted(unavailable.items())] + [""]

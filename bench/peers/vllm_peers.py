@@ -13,8 +13,8 @@ def _triton_available() -> tuple[bool, str]:
 
 
 register_impl(Impl(bench="gdn/decode", name="vllm-cpu", role="peer", prepare=vllm_cpu_gdn.bench_decode,
-                   available=vllm_cpu_gdn._available))
+                   available=vllm_cpu_gdn._available, supports=vllm_cpu_gdn.bench_supports))
 register_impl(Impl(bench="gdn/chunked", name="vllm-cpu", role="peer", prepare=vllm_cpu_gdn.bench_chunked,
-                   available=vllm_cpu_gdn._available))
+                   available=vllm_cpu_gdn._available, supports=vllm_cpu_gdn.bench_supports))
 register_impl(Impl(bench="turboquant/decode", name="vllm-triton", role="peer", prepare=vllm_triton_tq.bench_decode,
                    available=_triton_available))

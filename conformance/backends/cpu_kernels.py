@@ -2,7 +2,8 @@
 ``cpu-amx``, ``cpu-avx512`` and ``cpu-scalar``.
 
 Each wraps the kernels in the reference's function names and NumPy semantics and lets the gdn
-family's ``run_with`` drive the cell (two-call splits included). ``recurrent`` (any write
+family's ``run_with`` drive the cell (two-call splits included); every activation dtype runs (the
+kernels load bf16, fp16 and fp32 and write o in the activations' dtype). ``recurrent`` (any write
 interval) is not implemented: those cells are skips. Rounding model (gdn) ``bf16-operands``: the chunk
 kernel rounds its GEMM operands to bf16 exactly as ``numpy_ref.chunked(operand_dtype="bfloat16")``;
 the family holds decode and spec decode to the exact oracle whatever the model (they compute in
@@ -16,7 +17,8 @@ OPS = {"gdn": ("gating", "chunked", "decode", "spec_decode")}
 
 
 class KernelImpl:
-    """The reference's function names over one ISA of ``optimized.cpu`` (float32 outputs)."""
+    """The reference's function names over one ISA of ``optimized.cpu``: activations go in as they come
+    (bf16, fp16 or fp32) and o comes back in their dtype, as the kernels return it by default."""
 
     def __init__(self, isa: str):
         import optimized.cpu as cpu
@@ -35,14 +37,13 @@ class KernelImpl:
     def decode(self, q, k, v, A_log, a, b, dt_bias, state, state_indices, *, state_dtype, **kw):
         self._check_state(state, state_dtype)
         return self._cpu.gdn_decode(q, k, v, A_log, a, b, dt_bias, state, state_indices, **kw,
-                                    out_dtype="float32", isa=self.isa)
+                                    isa=self.isa)
 
     def spec_decode(self, q, k, v, A_log, a, b, dt_bias, state, spec_state_indices, num_accepted_tokens,
                     cu_seqlens, *, state_dtype, **kw):
         self._check_state(state, state_dtype)
         return self._cpu.gdn_spec_decode(q, k, v, A_log, a, b, dt_bias, state, spec_state_indices,
-                                         num_accepted_tokens, cu_seqlens, **kw, out_dtype="float32",
-                                         isa=self.isa)
+                                         num_accepted_tokens, cu_seqlens, **kw, isa=self.isa)
 
     def chunked(self, q, k, v, g, beta, cu_seqlens, state, state_indices, *, state_dtype, chunk_size=64,
                 **kw):
@@ -50,7 +51,7 @@ class KernelImpl:
         if chunk_size != 64:
             raise ValueError(f"chunk_size: the C++ chunk kernel uses 64, got {chunk_size}")
         return self._cpu.gdn_chunk_prefill(q, k, v, g, beta, cu_seqlens, state, state_indices, **kw,
-                                           out_dtype="float32", isa=self.isa)
+                                           isa=self.isa)
 
 
 def _supports(cell) -> str | None:

@@ -1,13 +1,16 @@
 """FLA's gated delta rule (``fla-core`` 0.6.0) as peers of the gdn family.
 
 - ``fla``: ``chunk_gated_delta_rule`` (the chunked op) and ``fused_recurrent_gated_delta_rule``
-  (the recurrent op, fp32 inputs) from ``fla.ops.gated_delta_rule``, in Triton on a GPU:
-  varlen through ``cu_seqlens``, GVA (HV > H), q/k l2 norm in the kernel (``use_qk_l2norm_in_kernel``),
-  state ``[N, HV, K, V]`` gathered from and scattered back to the pool by the adapter. Rounding model
-  ``fla-chunk``: its chunked op (bf16 inputs) is held to an oracle that rounds where FLA's chunk kernels
-  do; its recurrent op (fp32 inputs) is held to exact, as that model prescribes for every other op.
+  (the recurrent op) from ``fla.ops.gated_delta_rule``, in Triton on a GPU, on the cell's activations
+  in their own dtype (g in float32): varlen through ``cu_seqlens``, GVA (HV > H), q/k l2 norm in the
+  kernel (``use_qk_l2norm_in_kernel``), state ``[N, HV, K, V]`` gathered from and scattered back to the
+  pool by the adapter; o comes back in the activation dtype. Rounding model ``fla-chunk``: its chunked
+  op is held to an oracle that rounds to the activation dtype where FLA's chunk kernels do (bf16 and
+  fp16; fp32 activations are skips: FLA's fp32 path runs TF32 dots, which the model does not emulate);
+  its recurrent op (fp32 arithmetic inside) is held to exact, as that model prescribes for every other op.
 - ``fla-naive``: FLA's torch references ``naive_chunk_gated_delta_rule`` and
-  ``naive_recurrent_gated_delta_rule`` on the CPU in float32, one sequence at a time; they take
+  ``naive_recurrent_gated_delta_rule`` on the CPU in float32 (the activations converted exactly), one
+  sequence at a time; they take
   neither GVA nor the l2 norm, so the adapter repeats each key head over its value heads and
   normalises q and k (float32, x / sqrt(sum x^2 + eps)) before the call; ``exact``.
 
@@ -32,7 +35,10 @@ from __future__ import annotations
 import numpy as np
 
 from conformance import fingerprint
+from conformance.cells import activation
+from conformance.families.gdn.oracle import defined_for
 from conformance.registry import Backend, register
+from conformance.torch_arrays import to_numpy, to_torch
 
 
 def _version() -> str | None:
@@ -80,30 +86,31 @@ class FlaImpl:
         import torch
 
         dev, f32 = self.device, torch.float32
+        act = to_torch(q).dtype
         pool = np.array(state)
         idx = np.asarray(state_indices)
         cu = np.asarray(cu_seqlens).astype(np.int64)
         real = np.flatnonzero(idx >= 0)
         T, H, K = q.shape
         HV = v.shape[1]
-        o = np.zeros(v.shape, np.float32)
+        o = np.zeros(v.shape, q.dtype if self.gpu else np.float32)
         if len(real) == 0:
             return o, pool
         tokens = np.concatenate([np.arange(cu[n], cu[n + 1]) for n in real])
-        qt, kt, vt, gt, bt = (torch.from_numpy(np.ascontiguousarray(x[tokens])).to(dev, f32)
-                              for x in (q, k, v, g, beta))
+        dt = act if self.gpu else f32           # the naive references compute in float32
+        qt, kt, vt, bt = (to_torch(x[tokens]).to(dev, dt) for x in (q, k, v, beta))
+        gt = to_torch(g[tokens]).to(dev, f32)
         h0 = torch.from_numpy(pool[idx[real]].astype(np.float32)).to(dev)
         lens = (cu[real + 1] - cu[real])
         sub_cu = np.concatenate([[0], np.cumsum(lens)])
         if self.gpu:
             from fla.ops.gated_delta_rule import chunk_gated_delta_rule, fused_recurrent_gated_delta_rule
 
-            fn, dt = ((chunk_gated_delta_rule, torch.bfloat16) if chunked
-                      else (fused_recurrent_gated_delta_rule, f32))
-            out, hN = fn(qt[None].to(dt), kt[None].to(dt), vt[None].to(dt), g=gt[None], beta=bt[None].to(dt),
-                         scale=scale, initial_state=h0, output_final_state=True,
-                         use_qk_l2norm_in_kernel=use_qk_l2norm, cu_seqlens=torch.from_numpy(sub_cu).to(dev))
-            out = out[0].float()
+            fn = chunk_gated_delta_rule if chunked else fused_recurrent_gated_delta_rule
+            out, hN = fn(qt[None], kt[None], vt[None], g=gt[None], beta=bt[None], scale=scale, initial_state=h0,
+                         output_final_state=True, use_qk_l2norm_in_kernel=use_qk_l2norm,
+                         cu_seqlens=torch.from_numpy(sub_cu).to(dev))
+            out = out[0]
         else:
             from fla.ops.gated_delta_rule.naive import naive_chunk_gated_delta_rule, naive_recurrent_gated_delta_rule
 
@@ -123,7 +130,7 @@ class FlaImpl:
                 outs.append(on[0, : s.stop - s.start])
                 finals.append(hn)
             out, hN = torch.cat(outs), torch.cat(finals)
-        o[tokens] = out.cpu().numpy()
+        o[tokens] = to_numpy(out)
         pool[idx[real]] = hN.float().cpu().numpy().astype(pool.dtype)
         return o, pool
 
@@ -137,6 +144,14 @@ class FlaImpl:
 
 
 def _supports(cell) -> str | None:
+    if cell.op == "chunked" and not defined_for(cell, "fla-chunk"):
+        return (f"{activation(cell)} activations: FLA's chunk kernels run TF32 dots on fp32 inputs "
+                "(fla/ops/gated_delta_rule/chunk_fwd.py: SOLVE_TRIL_DOT_PRECISION = 'tf32', and tl.dot's "
+                "default), which the fla-chunk model does not emulate")
+    return _whole_call(cell)
+
+
+def _whole_call(cell) -> str | None:
     split = cell.get("split")
     longest = max(max(L - split, min(L, split)) if split else L for L in cell["lens"])
     every = cell["interval"] if cell.op == "recurrent" else 64
@@ -154,7 +169,7 @@ def _make(name: str, gpu: bool) -> Backend:
 
     return register(Backend(
         name=name, ops={"gdn": ("recurrent", "chunked")}, available=_available(gpu), run=run,
-        supports=_supports,
+        supports=_supports if gpu else _whole_call,
         rounding_models={"gdn": "fla-chunk" if gpu else "exact"}, uses_gpu=gpu))
 
 

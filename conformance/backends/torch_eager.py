@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from conformance.registry import Backend, register
+from conformance.torch_arrays import to_numpy, to_torch
 
 
 def _available() -> tuple[bool, str]:
@@ -18,23 +19,6 @@ def _available() -> tuple[bool, str]:
     return True, f"torch {torch.__version__}, {torch.get_num_threads()} threads"
 
 
-def _to_torch(x):
-    import torch
-
-    a = np.ascontiguousarray(x)
-    if a.dtype.name == "bfloat16":       # ml_dtypes bf16: same bits, reinterpreted
-        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
-    return torch.from_numpy(a)
-
-
-def _to_numpy(t, like: np.dtype) -> np.ndarray:
-    import torch
-
-    if t.dtype == torch.bfloat16:
-        return t.view(torch.int16).numpy().view(like)
-    return t.numpy()
-
-
 class _NumpyAdapter:
     """The reference's ``chunked`` signature on NumPy arrays, functional form (o, new_state)."""
 
@@ -42,10 +26,10 @@ class _NumpyAdapter:
     def chunked(q, k, v, g, beta, cu_seqlens, state, state_indices, **kw):
         from optimized.torch.gdn_chunked import chunked
 
-        pool = _to_torch(np.array(state))
-        o = chunked(*(_to_torch(x) for x in (q, k, v, g, beta, cu_seqlens)), pool,
-                    _to_torch(state_indices), **kw)
-        return o.numpy(), _to_numpy(pool, np.asarray(state).dtype)
+        pool = to_torch(np.array(state))
+        o = chunked(*(to_torch(x) for x in (q, k, v, g, beta, cu_seqlens)), pool,
+                    to_torch(state_indices), **kw)
+        return o.numpy(), to_numpy(pool)
 
 
 def _run(cell, inputs):

@@ -16,7 +16,7 @@ from reference.arguments import array, indices
 STATE_DTYPES = {"float32": np.dtype(np.float32), "bfloat16": np.dtype(ml_dtypes.bfloat16),
                 "float16": np.dtype(np.float16)}
 COMPUTE_DTYPES = {"float32": np.dtype(np.float32), "float64": np.dtype(np.float64)}
-OPERAND_DTYPES = ("float32", "bfloat16")
+OPERAND_DTYPES = ("float32", "bfloat16", "float16")
 ROUNDING_POINTS = ("cpu", "fla")
 
 
@@ -53,7 +53,8 @@ def rounding_points(name: str, operand_dtype_name: str) -> str:
     if name not in ROUNDING_POINTS:
         raise ValueError(f"rounding_points: expected one of {list(ROUNDING_POINTS)}, got {name!r}")
     if name != "cpu" and operand_dtype_name == "float32":
-        raise ValueError(f"rounding_points: {name!r} places bf16 roundings; it needs operand_dtype='bfloat16'")
+        raise ValueError(f"rounding_points: {name!r} places 16-bit roundings; it needs operand_dtype "
+                         "'bfloat16' or 'float16'")
     return name
 
 

@@ -234,16 +234,16 @@ def spec_decode(q, k, v, A_log, a, b, dt_bias, state, spec_state_indices, num_ac
             _new_pool(state, slots, np.asarray(states)[t, j]))
 
 
-@partial(jax.jit, static_argnames=("HV", "use_qk_l2norm", "bf16_operands"))
+@partial(jax.jit, static_argnames=("HV", "use_qk_l2norm", "operand_dtype"))
 def _chunk_scan(S0, q, k, v, g, beta, valid_chunk, write, scale, eps, round_code, *, HV, use_qk_l2norm,
-                bf16_operands):
+                operand_dtype):
     """The chunked form for a grid of sequences.
 
     S0 [N,HV,K,V]; q, k [nC,N,C,H,K]; v [nC,N,C,HV,V]; g, beta [nC,N,C,HV]; valid_chunk, write [nC,N].
     Positions past a sequence's end carry g = beta = k = v = 0 (they change nothing).
     Returns (o [nC,N,C,HV,V] float32, final state as float32).
     """
-    rnd = (lambda x: _round_trip(x, "bfloat16")) if bf16_operands else (lambda x: x)
+    rnd = (lambda x: x) if operand_dtype == "float32" else (lambda x: _round_trip(x, operand_dtype))
     qs, ks = _prepare_qk(q, k, HV, scale, use_qk_l2norm, eps)
     heads_first = lambda x: jnp.swapaxes(x, 2, 3)                 # [nC, N, HV, C, ...]
     qs, ks, v = rnd(heads_first(qs)), rnd(heads_first(ks)), heads_first(v)
@@ -288,7 +288,7 @@ def chunked(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, u
                                      state_dtype, scale, l2norm_eps)
     C = arguments.chunk(chunk_size)
     interval = arguments.interval(C if state_write_interval is None else state_write_interval, C)
-    bf16_operands = arguments.operand_dtype(operand_dtype) == "bfloat16"
+    operand_dtype = arguments.operand_dtype(operand_dtype)
     seqs = np.flatnonzero(idx >= 0)
     if seqs.size == 0:
         return jnp.zeros((dims.T, dims.HV, dims.V), jnp.float32), jnp.asarray(state)
@@ -307,6 +307,6 @@ def chunked(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, u
         o, S = _chunk_scan(S0, grid(q), grid(k), grid(v), grid(g), grid(beta), valid_chunk, write,
                            *_scalars(scale, l2norm_eps, cdt),
                            np.int32(_ROUNDING[None if state_dtype == "float32" else state_dtype]),
-                           HV=dims.HV, use_qk_l2norm=use_qk_l2norm, bf16_operands=bf16_operands)
+                           HV=dims.HV, use_qk_l2norm=use_qk_l2norm, operand_dtype=operand_dtype)
     o = _scatter_o(dims.T, dims.HV, dims.V, pos, valid, np.asarray(o))
     return jnp.asarray(o), _new_pool(state, idx[seqs], np.asarray(S)[: seqs.size])

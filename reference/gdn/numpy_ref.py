@@ -70,10 +70,11 @@ def _stored(S: np.ndarray, sdt) -> np.ndarray:
 
 
 def _operand_rounding(operand_dtype: str):
-    """Identity, or a bf16 round trip of a GEMM operand (fp32 first, then round-to-nearest-even)."""
+    """Identity, or a bf16 / fp16 round trip of a GEMM operand (fp32 first, then round-to-nearest-even)."""
     if operand_dtype == "float32":
         return lambda x: x
-    return lambda x: np.asarray(x, np.float32).astype(_BF16).astype(x.dtype)
+    narrow = _BF16 if operand_dtype == "bfloat16" else np.dtype(np.float16)
+    return lambda x: np.asarray(x, np.float32).astype(narrow).astype(x.dtype)
 
 
 def _step(S, q, k, v, g, beta):
@@ -178,7 +179,8 @@ def chunked(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, u
     after l2norm/scale, the -beta*D*kk^T matrix, its inverse T, W, U, the chunk-start state copy
     used for W@S and the readout, v_new = U - W@S, and the other GEMM operands are rounded to bf16;
     products accumulate in the compute dtype; the carried state stays in the compute dtype.
-    ``rounding_points="fla"`` (with bf16 operands) rounds where fla-core 0.6.0's chunk_gated_delta_rule
+    ``operand_dtype="float16"`` rounds the same operands to fp16. ``rounding_points="fla"`` (with
+    16-bit operands: FLA rounds to its inputs' dtype) rounds where fla-core 0.6.0's chunk_gated_delta_rule
     does instead: q and k straight after the l2 norm (the scale applied to the readout's products),
     the inverse T but not the matrix inverted, W, U, the chunk-start state copy, v_new for the readout,
     v_new * exp(G_last - G) for the state increment, and the output o.

@@ -144,3 +144,19 @@ def test_tq_distortion_study_beside_the_paper(tmp_path):
     (tmp_path / "study-x.json").write_text(json.dumps({"study": "other"}))
     _, problems = studies.render([tmp_path / "study-x.json"])
     assert "not a known study" in problems[0]
+
+
+def test_summary_tables_each_backend_by_activation_dtype_and_says_why_one_never_ran():
+    from reports.markdown import _activation_section
+
+    def rec(backend, act, status, reason=""):
+        params = {} if act is None else {"act": act}
+        return {"backend": backend, "family": "gdn", "op": "decode", "params": params, "status": status,
+                "reason": reason}
+
+    recs = [rec("k", None, "pass"), rec("k", "float16", "pass"), rec("k", "float16", "fail"),
+            rec("k", "float32", "skip", "no fp32 here"), rec("old", "bfloat16", "skip", "unavailable")]
+    text = "\n".join(_activation_section(recs, {"k": {"gdn": ["decode"]}}))
+    assert "| k | 1/1 | 2/2 | 0/1 |" in text and "| old | 0/1 |  |  |" in text
+    assert "- **k**, float32: no fp32 here" in text
+    assert _activation_section([rec("k", None, "pass")], {}) == []

@@ -83,13 +83,14 @@ def test_unknown_state_dtype_name_is_named():
 @pytest.mark.parametrize("case", ["k shape", "HV not a multiple of H", "cu_seqlens not increasing",
                                   "slot out of range", "state dtype", "NaN in q", "zero-length"])
 def test_bad_input_to_torch_eager_is_named(case):
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
+    from conformance.torch_arrays import to_torch
     from optimized.torch.gdn_chunked import chunked
 
     args = _args()
     mutate, error, name = BAD[case]
     mutate(args)
-    tensors = [torch.from_numpy(np.ascontiguousarray(a)) for a in args.values()]
+    tensors = [to_torch(a) for a in args.values()]
     with pytest.raises(error, match=name):
         chunked(*tensors)
 

@@ -14,7 +14,7 @@ from conformance.families.gdn.oracle import oracle, oracle_kind
 from conformance.families.gdn.terms import magnitudes
 from conformance.families.gdn.tolerances import o_and_state
 from conformance.memo import Memo
-from conformance.numerics import U32, UBF16, rel_l2
+from conformance.numerics import U32, UBF16, rel_l2, to_activation
 from conformance.testing import assert_close
 
 
@@ -58,19 +58,36 @@ def test_ci_has_the_named_corners():
     assert any("accepted=S" in i for i in ids) and any("accepted=0" in i for i in ids)
 
 
-def test_inputs_are_independent_bf16_values_with_distinct_head_magnitudes():
+@pytest.mark.parametrize("act", ["bfloat16", "float16", "float32"])
+def test_inputs_are_independent_activations_with_distinct_head_magnitudes(act):
     cell = make_cell("gdn", "chunked", state="bfloat16", H=2, HV=6, K=32, lens=(40, 9), decay="weak",
-                     slots="padded", split=None)
+                     slots="padded", qk="unit", split=None, act=act)
     x = gdn.make_inputs(cell)
     assert not np.array_equal(x["q"], x["k"])
     for name in ("q", "k", "v", "beta"):
-        assert x[name].dtype == np.float32
-        np.testing.assert_array_equal(x[name], x[name].astype(ml_dtypes.bfloat16).astype(np.float32))
-    head_rms = np.sqrt((x["v"] ** 2).mean(axis=(0, 2)))
+        assert x[name].dtype.name == act, name
+    assert x["g"].dtype == np.float32
+    head_rms = np.sqrt((x["v"].astype(np.float64) ** 2).mean(axis=(0, 2)))
     assert np.all(np.diff(head_rms) > 0)                     # 0.5 .. 2, increasing per value head
     assert x["state"].dtype == np.dtype(ml_dtypes.bfloat16)
     idx = x["state_indices"]
     assert -1 in idx and not np.array_equal(idx[idx >= 0], np.arange((idx >= 0).sum()))
+
+
+def test_large_qk_overflows_a_float16_sum_of_squares_but_not_an_element():
+    cell = next(c for c in gdn.cells("ci") if c.get("qk") == "large" and c["act"] == "float16" and c.op == "decode")
+    k = gdn.make_inputs(cell)["k"]
+    assert np.all(np.isfinite(k)) and np.max(np.abs(k)) < 65504
+    assert np.max(np.sum(k.astype(np.float64) ** 2, axis=-1)) > 65504
+
+
+def test_check_refuses_an_output_neither_float32_nor_the_activation_dtype():
+    cell = next(c for c in gdn.cells("ci") if c.op == "decode" and c["act"] == "float16")
+    x = gdn.make_inputs(cell)
+    out = gdn.run_with(numpy_ref, cell, {**x, "state": x["state"].copy()})
+    assert gdn.check(cell, "exact", x, {**out, "o": out["o"].astype(np.float16)}).status == "pass"
+    result = gdn.check(cell, "exact", x, {**out, "o": out["o"].astype(ml_dtypes.bfloat16)})
+    assert result.status == "fail" and "o: dtype bfloat16, expected float32 or float16" in result.reason
 
 
 def test_check_passes_the_reference_and_names_its_oracle():
@@ -201,3 +218,33 @@ def test_one_tie_flip_on_a_small_16bit_state_stays_inside_the_state_bound(seed, 
     assert rel_l2(actual, want) > 4 * np.sqrt(np.sqrt(K) * U32 * UBF16)   # above the old estimate
     _, s_tol = o_and_state(cell, x, {"o": expected_o, "state": expected_pool}, "exact", written=written)
     assert_close("state", actual, want, s_tol)
+
+
+class _OutputIn:
+    """numpy_ref whose ops return o in ``act``, as deployed kernels do (gating unchanged)."""
+
+    def __init__(self, act):
+        self.act = act
+
+    def __getattr__(self, name):
+        fn = getattr(numpy_ref, name)
+        if name == "gating":
+            return fn
+        return lambda *args, **kw: to_activation(fn(*args, **kw), self.act)
+
+
+def test_output_rounding_passes_a_16bit_o_and_still_catches_the_bugs_it_names():
+    from conformance.cells import activation
+    from conformance.families.gdn.tolerances import OUTPUT_ROUNDING
+    from conformance.testing import PLANTED, verdict_of
+
+    cells = [c for c in gdn.cells("ci") if c.op != "gating" and activation(c) != "float32"]
+    for cell in cells[::4]:
+        found = verdict_of(_OutputIn(activation(cell)), cell, "exact")
+        assert found.status == "pass", f"{cell.id}: {found.reason}"
+        assert "gdn.output-rounding" in found.comparisons[0].tolerance.source
+    for name in OUTPUT_ROUNDING.caught:
+        bug = PLANTED[name]
+        verdicts = (verdict_of(bug.plant(_OutputIn(activation(c))), c, "exact") for c in cells if bug.applies(c))
+        failed = next((v for v in verdicts if v.status == "fail"), None)
+        assert failed is not None and "dtype" not in failed.reason, name

@@ -1,15 +1,16 @@
 """GDN check: a backend's outputs against the oracle of its rounding model.
 
-gating: g and beta under ``GATING``. Other ops: ``o`` on the rows of real sequences, ``state`` on
-the slots the op writes, and the other slots bit-identical. Quality: the error against the same
+gating: g and beta under ``GATING``. Other ops: ``o`` (float32 or the cell's activation dtype, any
+other dtype fails) on the rows of real sequences, ``state`` on the slots the op writes, and the
+other slots bit-identical. Quality: the error against the same
 run with a float32 state pool (float64 recurrent).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from conformance.cells import Cell
-from conformance.compare import Comparison, Verdict, compare, verdict
+from conformance.cells import Cell, activation
+from conformance.compare import Comparison, Verdict, compare, dtype_refused, verdict
 from conformance.families.gdn.driver import as_f32
 from conformance.families.gdn.oracle import oracle, oracle_kind, oracle_name
 from conformance.families.gdn.tolerances import UNTOUCHED_TOL, gating, o_and_state
@@ -54,16 +55,20 @@ def check(cell: Cell, rounding_model: str, inputs: dict, outputs: dict, memo: Me
     expected = oracle(cell, inputs, kind, memo)
     source = f"{oracle_name(cell, kind)}; backend rounding model {rounding_model}"
     if cell.op == "gating":
-        g_tol, beta_tol = gating(inputs, rounding_model)
+        g_tol, beta_tol = gating(cell, inputs, rounding_model)
         comps = [compare("g", outputs["g"], expected["g"], g_tol),
                  compare("beta", outputs["beta"], expected["beta"], beta_tol)]
         return verdict(comps, {"oracle": source})
     missing = {"o", "state"} - set(outputs)
     if missing:
         raise ValueError(f"outputs: missing {sorted(missing)} for gdn/{cell.op}")
+    refused = dtype_refused("o", outputs["o"], tuple(dict.fromkeys(("float32", activation(cell)))))
+    if refused:
+        return verdict([refused], {"oracle": source})
     rows = real_rows(cell, inputs)
     written = written_slots(cell, inputs)
-    o_tol, s_tol = o_and_state(cell, inputs, expected, rounding_model, written=written, memo=memo)
+    o_tol, s_tol = o_and_state(cell, inputs, expected, rounding_model, written=written, memo=memo,
+                               o_dtype=outputs["o"].dtype.name)
     untouched = np.setdiff1d(np.arange(inputs["state"].shape[0]), written)
     pool_in = as_f32(inputs["state"])
     comps: list[Comparison] = [

@@ -4,7 +4,8 @@
 signatures of ``reference.gdn.numpy_ref``, in one of two forms: NumPy (mutates the state pool in
 place, returns ``o``) or JAX (returns ``(o, new_pool)``); a tuple result means the JAX form.
 
-Outputs: gating {"g", "beta"} float32 [T,HV]; the others {"o": float32 [T,HV,V], "state": the
+Outputs: gating {"g", "beta"} float32 [T,HV]; the others {"o": [T,HV,V] in the dtype the
+implementation returned (the check accepts float32 or the cell's activation dtype), "state": the
 whole pool as float32}. Rows of ``o`` that belong to padding sequences are unspecified.
 """
 from __future__ import annotations
@@ -33,7 +34,7 @@ def _varlen_calls(fn, inputs: dict, kwargs: dict):
     cu, idx, state, split = inputs["cu_seqlens"], inputs["state_indices"], inputs["state"], inputs.get("split")
     if split is None:
         return _invoke(fn, (q, k, v, g, beta, cu, state, idx), kwargs, state)
-    o = np.zeros((q.shape[0],) + tuple(v.shape[1:]), np.float32)
+    o = None
     starts, ends = cu[:-1].astype(np.int64), cu[1:].astype(np.int64)
     parts = [(starts, np.minimum(starts + split, ends), np.ones(len(starts), bool)),
              (starts + split, ends, ends - starts > split)]
@@ -42,7 +43,10 @@ def _varlen_calls(fn, inputs: dict, kwargs: dict):
         sub_cu = np.concatenate([[0], np.cumsum((hi - lo)[keep])]).astype(np.int32)
         part_o, state = _invoke(fn, (q[tokens], k[tokens], v[tokens], g[tokens], beta[tokens], sub_cu,
                                      state, idx[keep]), kwargs, state)
-        o[tokens] = as_f32(part_o)
+        part_o = np.asarray(part_o)
+        if o is None:
+            o = np.zeros((q.shape[0],) + tuple(v.shape[1:]), part_o.dtype)
+        o[tokens] = part_o
     return o, state
 
 
@@ -69,4 +73,4 @@ def run_with(impl, cell: Cell, inputs: dict) -> dict:
                            opts, state)
     else:
         raise ValueError(f"cell.op: expected one of {OPS}, got {cell.op!r}")
-    return {"o": as_f32(o), "state": as_f32(state)}
+    return {"o": np.asarray(o), "state": as_f32(state)}

@@ -1,7 +1,8 @@
 """GDN inputs: the input dict of a cell, drawn from ``cell.rng()``.
 
-Every float array is float32 holding bf16-representable values (kernels that take bf16 see the
-same numbers), except ``g`` (fp32 log decay) and the state pool:
+The activations (q, k, v, beta, a, b, dt_bias) are arrays of the cell's ``act`` dtype (ml_dtypes.bfloat16,
+float16 or float32, rounded to nearest even from the draw); ``A_log`` is float32 holding bf16 values
+(a model parameter), ``g`` float32 (the log decay), the state pool in the cell's state dtype:
 
     gating:       A_log [HV], a [T,HV], b [T,HV], dt_bias [HV]
     recurrent:    q [T,H,K], k [T,H,K], v [T,HV,V], g [T,HV], beta [T,HV], cu_seqlens int32 [N+1],
@@ -21,9 +22,9 @@ import math
 
 import numpy as np
 
-from conformance.cells import Cell
+from conformance.cells import Cell, activation
 from conformance.families.gdn.matrix import CHUNK, OPS
-from conformance.numerics import bf16_round
+from conformance.numerics import bf16_round, to_activation
 from reference.gdn.arguments import STATE_DTYPES
 
 
@@ -45,8 +46,9 @@ def log_decay(rng, decay: str, T: int, HV: int) -> np.ndarray:
     raise ValueError(f"decay: expected strong, weak or zero, got {decay!r}")
 
 
-def gate_inputs(rng, decay: str, T: int, HV: int) -> dict:
-    """A_log, a, b, dt_bias whose gating gives the decay regime (zero: softplus(-60) ~ 1e-26)."""
+def gate_inputs(rng, decay: str, T: int, HV: int, act: str) -> dict:
+    """A_log, a, b, dt_bias (``act`` dtype but A_log) whose gating gives the decay regime (zero:
+    softplus(-60) ~ 1e-26)."""
     if decay == "strong":
         A_log, a = np.log(rng.uniform(0.5, 4.0, HV)), rng.normal(1.0, 1.5, (T, HV))
     elif decay == "weak":
@@ -55,17 +57,21 @@ def gate_inputs(rng, decay: str, T: int, HV: int) -> dict:
         A_log, a = np.log(rng.uniform(0.5, 4.0, HV)), np.full((T, HV), -60.0)
     else:
         raise ValueError(f"decay: expected strong, weak or zero, got {decay!r}")
-    return {"A_log": bf16_round(A_log), "a": bf16_round(a),
-            "b": bf16_round(rng.normal(0.0, 1.5, (T, HV))),
-            "dt_bias": bf16_round(rng.normal(0.0, 0.5, HV))}
+    return {"A_log": bf16_round(A_log), "a": to_activation(a, act),
+            "b": to_activation(rng.normal(0.0, 1.5, (T, HV)), act),
+            "dt_bias": to_activation(rng.normal(0.0, 0.5, HV), act)}
 
 
-def qkv(rng, T: int, H: int, HV: int, K: int, V: int) -> dict:
-    """Independent q, k, v (never the same tensor), per-head magnitudes."""
-    q = rng.normal(size=(T, H, K)) * head_magnitudes(H)[None, :, None]
-    k = rng.normal(size=(T, H, K)) * head_magnitudes(H)[::-1][None, :, None]
+QK_SCALE = {"unit": 1.0, "large": 2.0 ** 8}
+
+
+def qkv(rng, T: int, H: int, HV: int, K: int, V: int, qk: str, act: str) -> dict:
+    """Independent q, k, v (never the same tensor) in ``act``, per-head magnitudes; q and k times
+    ``QK_SCALE[qk]``."""
+    q = rng.normal(size=(T, H, K)) * head_magnitudes(H)[None, :, None] * QK_SCALE[qk]
+    k = rng.normal(size=(T, H, K)) * head_magnitudes(H)[::-1][None, :, None] * QK_SCALE[qk]
     v = rng.normal(size=(T, HV, V)) * head_magnitudes(HV)[None, :, None]
-    return {"q": bf16_round(q), "k": bf16_round(k), "v": bf16_round(v)}
+    return {"q": to_activation(q, act), "k": to_activation(k, act), "v": to_activation(v, act)}
 
 
 def state_pool(rng, state: str, slots: int, HV: int, K: int, V: int) -> np.ndarray:
@@ -90,23 +96,24 @@ def _with_padding(lens: tuple, padded: bool) -> tuple[list[int], int | None]:
 
 def make_inputs(cell: Cell) -> dict:
     """The input dict of a cell (keys in the module docstring), drawn from ``cell.rng()``."""
-    rng = cell.rng()
+    rng, act = cell.rng(), activation(cell)
     if cell.op == "gating":
         T, HV = cell["T"], cell["HV"]
         a = rng.normal(0.0, 8.0, (T, HV))
         a.flat[:: 7] = 25.0                     # above the softplus threshold
         a.flat[3:: 11] = -25.0                  # far below it
-        return {"A_log": bf16_round(np.log(rng.uniform(0.5, 16.0, HV))), "a": bf16_round(a),
-                "b": bf16_round(rng.normal(0.0, 4.0, (T, HV))),
-                "dt_bias": bf16_round(rng.normal(0.0, 1.0, HV))}
+        return {"A_log": bf16_round(np.log(rng.uniform(0.5, 16.0, HV))), "a": to_activation(a, act),
+                "b": to_activation(rng.normal(0.0, 4.0, (T, HV)), act),
+                "dt_bias": to_activation(rng.normal(0.0, 1.0, HV), act)}
     H, HV, K = cell["H"], cell["HV"], cell["K"]
     V = cell.get("V", K)
     padded = cell["slots"] == "padded"
+    qk = cell.get("qk", "unit")
     if cell.op in ("recurrent", "chunked"):
         lens, pad_at = _with_padding(cell["lens"], padded)
         T, N = sum(lens), len(lens)
-        inputs = {**qkv(rng, T, H, HV, K, V), "g": log_decay(rng, cell["decay"], T, HV),
-                  "beta": bf16_round(1.0 / (1.0 + np.exp(-rng.normal(0.0, 1.5, (T, HV))))),
+        inputs = {**qkv(rng, T, H, HV, K, V, qk, act), "g": log_decay(rng, cell["decay"], T, HV),
+                  "beta": to_activation(1.0 / (1.0 + np.exp(-rng.normal(0.0, 1.5, (T, HV)))), act),
                   "cu_seqlens": np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)}
         real = N - (pad_at is not None)
         pool_size = real + 2
@@ -122,7 +129,7 @@ def make_inputs(cell: Cell) -> dict:
         return inputs
     if cell.op == "decode":
         N = cell["N"] + padded
-        inputs = {**qkv(rng, N, H, HV, K, V), **gate_inputs(rng, cell["decay"], N, HV)}
+        inputs = {**qkv(rng, N, H, HV, K, V, qk, act), **gate_inputs(rng, cell["decay"], N, HV, act)}
         pool_size = cell["N"] + 2
         idx = rng.permutation(pool_size)[:cell["N"]].astype(np.int32)
         if padded:
@@ -136,7 +143,7 @@ def make_inputs(cell: Cell) -> dict:
             lens[pad_at] = 2
         N, S = len(lens), max(max(lens), 4)
         T = sum(lens)
-        inputs = {**qkv(rng, T, H, HV, K, V), **gate_inputs(rng, cell["decay"], T, HV)}
+        inputs = {**qkv(rng, T, H, HV, K, V, qk, act), **gate_inputs(rng, cell["decay"], T, HV, act)}
         pool_size = N * S + 2
         spec = rng.permutation(pool_size)[: N * S].reshape(N, S).astype(np.int32)
         mode = cell["accepted"]

@@ -11,10 +11,9 @@ bf16(1 / bf16(1 + bf16(exp(-b)))) (``vllm_decode_beta``); the chunked op's bf16 
 """
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 
-from conformance.cells import Cell
+from conformance.cells import Cell, activation
 from conformance.families.gdn.driver import run_with
 from conformance.families.gdn.matrix import CHUNK
 from conformance.memo import Memo
@@ -24,22 +23,28 @@ ROUNDING_MODELS = {
     "bf16-operands": "chunked: GEMM operands rounded to bf16, fp32 accumulation (the C++ chunk kernel); "
                      "other ops as exact",
     "bf16-gemm": "chunked: bf16 GEMM operands and bf16-rounded GEMM results (torch eager); other ops as exact",
-    "fla-chunk": "chunked: FLA's chunk kernels (fla-core 0.6.0): bf16 q/k after the l2 norm with the scale on "
-                 "fp32 products, bf16 T, W, U, chunk-start state, readout v_new and state increment, bf16 "
-                 "output; other ops as exact",
-    "vllm-cpu": "vLLM's CPU ops: l2 norm epsilon 1e-5, decode's beta in bf16 arithmetic, chunked with bf16 "
-                "operands, outputs rounded to bf16, gating's vectorised softplus log(1 + exp(x))",
+    "fla-chunk": "chunked: FLA's chunk kernels (fla-core 0.6.0), rounding to the activation dtype (bf16 or "
+                 "fp16): q/k after the l2 norm with the scale on fp32 products, T, W, U, chunk-start state, "
+                 "readout v_new and state increment, the output; other ops as exact",
+    "vllm-cpu": "vLLM's CPU ops: l2 norm epsilon 1e-5, decode's beta in the activations' 16-bit arithmetic, "
+                "chunked with bf16 operands, outputs rounded to the activation dtype, gating's vectorised "
+                "softplus log(1 + exp(x))",
 }
+# The activation dtypes a model is defined for (a model left out: every dtype). FLA's float32 path runs
+# TF32 dots (fla/ops/gated_delta_rule/chunk_fwd.py: SOLVE_TRIL_DOT_PRECISION = 'tf32'), not emulated here.
+MODEL_ACTIVATIONS = {"fla-chunk": ("bfloat16", "float16")}
 VLLM_L2NORM_EPS = 1e-5
 
 
 def vllm_decode_beta(b: np.ndarray) -> np.ndarray:
-    """float64 beta of vLLM's CPU decode op: ``1 / (1 + std::exp(-b))`` on a bf16 ``b`` evaluates in
-    c10::BFloat16 arithmetic, rounding exp(-b), the sum and the quotient to bf16."""
-    def bf16(x):
-        return np.asarray(x, np.float64).astype(ml_dtypes.bfloat16).astype(np.float64)
+    """float64 beta of vLLM's CPU decode op: ``1 / (1 + std::exp(-b))`` on a bf16 (fp16) ``b`` evaluates in
+    c10::BFloat16 (c10::Half) arithmetic, rounding exp(-b), the sum and the quotient to b's dtype."""
+    narrow = np.asarray(b).dtype
 
-    return bf16(1.0 / bf16(1.0 + bf16(np.exp(-np.asarray(b, np.float64)))))
+    def rnd(x):
+        return np.asarray(x, np.float64).astype(narrow).astype(np.float64)
+
+    return rnd(1.0 / rnd(1.0 + rnd(np.exp(-np.asarray(b, np.float64)))))
 
 
 class Float64Oracle:
@@ -93,10 +98,18 @@ class Float64Oracle:
         return self._ref.spec_decode(*args, **self._eps(kw), compute_dtype="float64")
 
 
+def defined_for(cell: Cell, rounding_model: str) -> bool:
+    """Whether ``rounding_model`` is defined for the cell's activation dtype (``MODEL_ACTIVATIONS``)."""
+    return activation(cell) in MODEL_ACTIVATIONS.get(rounding_model, (activation(cell),))
+
+
 def oracle_kind(cell: Cell, rounding_model: str) -> str:
     """Which oracle a backend of this rounding model is held to on this cell."""
     if rounding_model not in ROUNDING_MODELS:
         raise ValueError(f"rounding_model: expected one of {sorted(ROUNDING_MODELS)}, got {rounding_model!r}")
+    if cell.op == "chunked" and not defined_for(cell, rounding_model):
+        raise ValueError(f"rounding_model: {rounding_model!r} is defined for activations in "
+                         f"{MODEL_ACTIVATIONS[rounding_model]}, not {activation(cell)} ({cell.id})")
     if rounding_model == "vllm-cpu":
         return "vllm-cpu-bf16-operands" if cell.op == "chunked" else "vllm-cpu"
     if cell.op == "chunked" and rounding_model == "fla-chunk":
@@ -106,13 +119,13 @@ def oracle_kind(cell: Cell, rounding_model: str) -> str:
     return "exact"
 
 
-def _impl(kind: str) -> Float64Oracle:
+def _impl(kind: str, cell: Cell) -> Float64Oracle:
     if kind == "vllm-cpu":
         return Float64Oracle("float32", VLLM_L2NORM_EPS, vllm_decode_beta)
     if kind == "vllm-cpu-bf16-operands":
         return Float64Oracle("bfloat16", VLLM_L2NORM_EPS)
     if kind == "fla-chunk":
-        return Float64Oracle("bfloat16", rounding_points="fla")
+        return Float64Oracle(activation(cell), rounding_points="fla")
     return Float64Oracle("bfloat16" if kind == "bf16-operands" else "float32")
 
 
@@ -126,7 +139,8 @@ def oracle_name(cell: Cell, kind: str) -> str:
     if kind == "bf16-operands":
         return "oracle: numpy_ref.chunked in float64 with bf16 operands"
     if kind == "fla-chunk":
-        return "oracle: numpy_ref.chunked in float64 with bf16 operands at FLA's rounding points"
+        return (f"oracle: numpy_ref.chunked in float64 with {activation(cell)} operands at FLA's rounding "
+                "points")
     if cell.op == "chunked":
         return "oracle: numpy_ref.recurrent in float64, state rounded every chunk"
     return f"oracle: numpy_ref.{cell.op} in float64"
@@ -143,6 +157,6 @@ def oracle(cell: Cell, inputs: dict, kind: str, memo: Memo, fp32_state: bool = F
             x = {**x, "state": x["state"].astype(np.float32), "state_dtype": "float32"}
         if "state" in x:
             x = {**x, "state": x["state"].copy()}
-        return run_with(_impl(kind), cell, x)
+        return run_with(_impl(kind, cell), cell, x)
 
     return memo.get(cell, inputs, ("gdn-oracle", kind, fp32_state), compute)
