@@ -9,7 +9,7 @@ A model's ``config.json`` (parsed by ``planner.model_configs``, plus ``num_atten
   store, decode (with and without sinks) and store+decode cells of every preset and both layouts.
 
 Every cell's activations come in the model's ``torch_dtype`` (``dtype`` in newer configs; bfloat16
-when it names none). A model without linear-attention layers (Nemotron-H: Mamba2) adds no gdn
+when it names no activation dtype, e.g. an fp8 checkpoint). A model without linear-attention layers (Nemotron-H: Mamba2) adds no gdn
 cells. The same shapes in every tier (the tier's own cells carry the size sweeps); one seed.
 """
 from __future__ import annotations
@@ -56,7 +56,7 @@ def _gdn(dims, act: str) -> list[Cell]:
     return out
 
 
-def _turboquant(fields: Mapping, Hk: int, D: int) -> list[Cell]:
+def _turboquant(fields: Mapping, Hk: int, D: int, act: str) -> list[Cell]:
     from conformance.families.turboquant import matrix as tq
 
     Hq = fields.get("num_attention_heads")
@@ -68,9 +68,11 @@ def _turboquant(fields: Mapping, Hk: int, D: int) -> list[Cell]:
     for preset in tq.PRESET_NAMES:
         for layout in ("aos", "soa"):
             rotation = "none" if preset == "turboquant_k8v4" else "hadamard"
-            out.append(tq.store_cell(preset, layout, Hk, 16, 33, rotation, D=D))
-            out.append(tq.decode_cell("decode", preset, layout, (Hk, G), 16, (65, 17, 1), rotation, False, D=D))
-            out.append(tq.decode_cell("store_decode", preset, layout, (Hk, G), 32, (40, 9), rotation, True, D=D))
+            out.append(tq.store_cell(preset, layout, Hk, 16, 33, rotation, D=D, act=act))
+            out.append(tq.decode_cell("decode", preset, layout, (Hk, G), 16, (65, 17, 1), rotation, False, D=D,
+                                      act=act))
+            out.append(tq.decode_cell("store_decode", preset, layout, (Hk, G), 32, (40, 9), rotation, True, D=D,
+                                      act=act))
     return out
 
 
@@ -84,7 +86,7 @@ def for_model(model: str | None = None, path: str | None = None) -> list[Cell]:
     out = []
     if parsed.recurrent_kind == "linear_attention":
         out += _gdn(parsed.recurrent, activation_of(config))
-    out += _turboquant(fields, parsed.num_kv_heads, parsed.head_dim)
+    out += _turboquant(fields, parsed.num_kv_heads, parsed.head_dim, activation_of(config))
     return list(dict.fromkeys(out))
 
 

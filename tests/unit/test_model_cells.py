@@ -20,6 +20,16 @@ def test_qwen3_next_shapes():
         "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc", "turboquant_k8v4") for lay in ("aos", "soa")}
 
 
+def test_cells_take_the_config_dtype_as_their_activation_dtype(tmp_path):
+    config = json.loads((CONFIG_DIR / "qwen3-next-80b-a3b.json").read_text())
+    assert {c["act"] for c in model_cells.for_model("qwen3-next-80b-a3b")} == {"bfloat16"}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**config, "torch_dtype": "float16"}))
+    assert {c["act"] for c in model_cells.for_model(path=str(path))} == {"float16"}
+    assert model_cells.activation_of({"text_config": {"dtype": "float32"}}) == "float32"
+    assert model_cells.activation_of({"torch_dtype": "float8_e4m3fn"}) == "bfloat16"
+
+
 def test_a_model_without_gdn_layers_adds_only_attention_cells():
     cells = model_cells.for_model("nemotron-nano-9b-v2")
     assert cells and {c.family for c in cells} == {"turboquant"}

@@ -11,11 +11,11 @@ from __future__ import annotations
 import numpy as np
 
 from conformance.cells import Cell
-from conformance.compare import EXACT, Comparison, Tolerance, Verdict, compare, verdict
+from conformance.compare import EXACT, Comparison, Tolerance, Verdict, compare, dtype_refused, verdict
 from conformance.families.turboquant.oracle import (ROUNDING_MODELS, act_of, decode_oracle,
                                                     dequantized_vs_unquantized, expected_cache, folded_norm)
-from conformance.families.turboquant.tolerances import (OUTPUT_ROUNDING, QUANT_ERROR, STORE_CODES, STORE_FP16,
-                                                        output_rounding, quant_bound, ties)
+from conformance.families.turboquant.tolerances import (QUANT_ERROR, STORE_CODES, STORE_FP16, output_rounding,
+                                                        quant_bound, ties)
 from conformance.memo import Memo
 from conformance.numerics import fp16_ordinal
 from reference.turboquant import layout as tq_layout
@@ -60,11 +60,10 @@ def check_out(inputs: dict, actual, expected, tol: Tolerance) -> Comparison:
     """The decode output against the oracle: float32, or the activation dtype (16-bit: ``tol`` widened by
     ``OUTPUT_ROUNDING``); any other dtype fails, naming it."""
     act = act_of(inputs)
-    dtype = np.asarray(actual).dtype.name
-    if dtype not in ("float32", act):
-        return Comparison("out", False, f"out: dtype {dtype}, expected float32 or the activation dtype {act} "
-                          f"[{OUTPUT_ROUNDING.name}]", {"max_abs": float("inf")}, tol)
-    if dtype != "float32":
+    refused = dtype_refused("out", actual, tuple(dict.fromkeys(("float32", act))))
+    if refused:
+        return refused
+    if np.asarray(actual).dtype.name != "float32":
         tol = output_rounding(tol, expected, act)
     return compare("out", actual, expected, tol)
 
