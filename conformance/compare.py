@@ -69,7 +69,7 @@ def dtype_refused(name: str, actual: Any, allowed: tuple[str, ...]) -> Compariso
     got = np.asarray(actual).dtype.name
     if got in allowed:
         return None
-    return Comparison(name, False, f"{name}: dtype {got}, expected {' or '.join(allowed)}",
+    return Comparison(name, False, f"{name}: dtype {got}, expected {' or '.join(dict.fromkeys(allowed))}",
                       {"max_abs": float("inf")}, EXACT)
 
 

@@ -81,6 +81,13 @@ def _result(res, state):
     return res if isinstance(res, tuple) else (res, state)
 
 
+def _fp16_as_bf16(x):
+    """A float16 array silently converted to bf16; anything else unchanged."""
+    if getattr(x, "dtype", None) == np.float16:
+        return np.asarray(x).astype(ml_dtypes.bfloat16)
+    return x
+
+
 # ---------------------------------------------------------------------------------------- gdn
 
 _VARLEN = ("recurrent", "chunked")
@@ -237,13 +244,6 @@ def _gates_in_bf16(impl):
         g, beta = impl.gating(*args, **kw)
         return bf16_round(g), bf16_round(beta)
     return _Wrapped(impl, gating=gating)
-
-
-def _fp16_as_bf16(x):
-    """A float16 array silently converted to bf16; anything else unchanged."""
-    if isinstance(x, np.ndarray) and x.dtype == np.float16:
-        return x.astype(np.float32).astype(ml_dtypes.bfloat16)
-    return x
 
 
 def _reads_fp16_as_bf16(impl):
@@ -445,22 +445,16 @@ def _last_token_skipped(decode, query, kv_cache, block_table, seq_lens, preset, 
     return decode(query, kv_cache, block_table, lens, preset, layout, rotation, scale=scale, sinks=sinks)
 
 
-def _as_bf16(x):
-    """A float16 array silently converted to bfloat16 (other dtypes unchanged)."""
-    x = np.asarray(x)
-    return x.astype(ACTIVATIONS["bfloat16"]) if x.dtype == np.float16 else x
-
-
 def _fp16_read_as_bf16(impl):
     """float16 query, key and value are converted to bfloat16 before the kernel sees them; an unquantized
     float32 cache (``reads_unquantized``) of a float16 decode is rounded to bfloat16 values."""
     def store(kv_cache, key, value, slot_mapping, preset, layout, rotation):
-        return impl.store(kv_cache, _as_bf16(key), _as_bf16(value), slot_mapping, preset, layout, rotation)
+        return impl.store(kv_cache, _fp16_as_bf16(key), _fp16_as_bf16(value), slot_mapping, preset, layout, rotation)
 
     def decode(query, kv_cache, block_table, seq_lens, preset, layout, rotation, scale=None, sinks=None):
         if np.asarray(query).dtype == np.float16 and np.asarray(kv_cache).dtype.kind == "f":
             kv_cache = bf16_round(kv_cache)
-        return impl.decode(_as_bf16(query), kv_cache, block_table, seq_lens, preset, layout, rotation,
+        return impl.decode(_fp16_as_bf16(query), kv_cache, block_table, seq_lens, preset, layout, rotation,
                            scale=scale, sinks=sinks)
     return _Wrapped(impl, store=store, decode=decode)
 

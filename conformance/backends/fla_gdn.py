@@ -38,7 +38,7 @@ from conformance import fingerprint
 from conformance.cells import activation
 from conformance.families.gdn.oracle import defined_for
 from conformance.registry import Backend, register
-from conformance.torch_arrays import to_numpy, to_torch
+from conformance.torch_arrays import to_numpy, to_torch, torch_dtype
 
 
 def _version() -> str | None:
@@ -86,7 +86,7 @@ class FlaImpl:
         import torch
 
         dev, f32 = self.device, torch.float32
-        act = to_torch(q).dtype
+        act = torch_dtype(np.asarray(q).dtype.name)
         pool = np.array(state)
         idx = np.asarray(state_indices)
         cu = np.asarray(cu_seqlens).astype(np.int64)

@@ -24,7 +24,7 @@ import numpy as np
 
 from conformance.cells import activation
 from conformance.registry import Backend, register
-from conformance.torch_arrays import to_numpy, to_torch
+from conformance.torch_arrays import to_numpy, to_torch, torch_dtype
 
 SOURCE = "https://github.com/vllm-project/vllm/blob/v0.32.0/csrc/cpu/sgl-kernels/fla.cpp"
 
@@ -61,7 +61,7 @@ def _t(x, dtype=None):
 
 def _act(q):
     """The torch dtype of the activations (q's)."""
-    return _t(q).dtype
+    return torch_dtype(np.asarray(q).dtype.name)
 
 
 def _pool(state):

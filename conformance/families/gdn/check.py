@@ -62,7 +62,7 @@ def check(cell: Cell, rounding_model: str, inputs: dict, outputs: dict, memo: Me
     missing = {"o", "state"} - set(outputs)
     if missing:
         raise ValueError(f"outputs: missing {sorted(missing)} for gdn/{cell.op}")
-    refused = dtype_refused("o", outputs["o"], tuple(dict.fromkeys(("float32", activation(cell)))))
+    refused = dtype_refused("o", outputs["o"], ("float32", activation(cell)))
     if refused:
         return verdict([refused], {"oracle": source})
     rows = real_rows(cell, inputs)

@@ -60,7 +60,7 @@ def check_out(inputs: dict, actual, expected, tol: Tolerance) -> Comparison:
     """The decode output against the oracle: float32, or the activation dtype (16-bit: ``tol`` widened by
     ``OUTPUT_ROUNDING``); any other dtype fails, naming it."""
     act = act_of(inputs)
-    refused = dtype_refused("out", actual, tuple(dict.fromkeys(("float32", act))))
+    refused = dtype_refused("out", actual, ("float32", act))
     if refused:
         return refused
     if np.asarray(actual).dtype.name != "float32":
