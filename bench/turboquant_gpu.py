@@ -5,8 +5,7 @@ activations (query, output, the stored keys and values) in bfloat16 (shapes ``L=
 
 Implementations: ``triton-grouped`` (ours, the portable Triton grouped decode with its default
 configuration: MMA operands in the query's dtype), ``triton-sm90`` (ours, the Gluon decode for sm_90, its
-default configuration; only on compute capability 9.0 and bfloat16 queries: its float16 rows are skips
-with the reason), ``torch-sdpa`` (baseline: SDPA decode on a contiguous cache of the same shape in the
+default configuration; only on compute capability 9.0), ``torch-sdpa`` (baseline: SDPA decode on a contiguous cache of the same shape in the
 activation dtype, cost model ``attention_decode_bf16``). Ceilings (``bench.gpu_ceilings``): ``gpu-copy`` (a
 Triton copy kernel of the op's bytes: the compressed cache, queries and outputs), ``gpu-copy-eager`` (torch
 ``copy_`` of the same size, launched eagerly: the independent check of ``gpu-copy``) and ``gpu-matmul-bf16``
@@ -103,7 +102,7 @@ def sm90_available() -> tuple[bool, str]:
 
 
 def sm90_supports(shape: dict) -> str | None:
-    """The sm_90 decode takes bfloat16 queries only (``tq_decode_sm90.dtype_problem``)."""
+    """The sm_90 decode takes bfloat16 and float16 queries (``tq_decode_sm90.dtype_problem``)."""
     from optimized.triton.tq_decode_sm90 import dtype_problem
 
     return dtype_problem(shape["act"])

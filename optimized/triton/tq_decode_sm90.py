@@ -39,6 +39,10 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
 
 from optimized.triton.tq_decode_grouped import tile_for
+
+# The Gluon names differ between Triton versions: 3.6 (the H200's) and 3.8 (the CPU machines' compile check).
+_async_copy = getattr(async_copy, "async_copy_global_to_shared", None) or async_copy.async_load
+_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
 from optimized.triton.tq_decode_launch import check_decode_args, reduce_partials, split_decode_prologue
 
 PRESET = "turboquant_4bit_nc"
@@ -335,8 +339,8 @@ def _copy_rows(kbuf, vbuf, cache_ptr, row, t0, end, h, stride_blk, HK: gl.conste
     words = gl.expand_dims(gl.arange(0, W, layout=gl.SliceLayout(0, CP)), 0)
     kp = gl.expand_dims((base + (tok % BS) * (HK * REC)).to(gl.pointer_type(gl.int32)), 1) + words
     vp = gl.expand_dims((base + (vtok % BS) * (HK * REC) + KEY_BYTES).to(gl.pointer_type(gl.int32)), 1) + words
-    async_copy.async_copy_global_to_shared(kbuf, kp, gl.expand_dims(tok < end, 1))
-    async_copy.async_copy_global_to_shared(vbuf, vp, gl.expand_dims(vtok < end, 1))
+    _async_copy(kbuf, kp, gl.expand_dims(tok < end, 1))
+    _async_copy(vbuf, vp, gl.expand_dims(vtok < end, 1))
 
 
 @gluon.jit
@@ -360,7 +364,7 @@ def _issue_tile(kbuf, vbuf, mbuf, stage, cache_ptr, row, t0, end, h, stride_blk,
     meta = gl.expand_dims(meta + (first % BS) // 2, 1) + gl.expand_dims(pp, 0)
     mlive = gl.expand_dims(first, 1) + 2 * gl.expand_dims(pp, 0) < end
     for f in gl.static_range(3):
-        async_copy.async_copy_global_to_shared(mbuf.index(3 * stage + f), meta + f * (BS // 2), mlive)
+        _async_copy(mbuf.index(3 * stage + f), meta + f * (BS // 2), mlive)
     async_copy.commit_group()
 
 
@@ -464,7 +468,7 @@ def _sm90_kernel(q_ptr, cache_ptr, bt_ptr, seq_lens_ptr, table_ptr, sinks_ptr, p
                 it = (t0 - start) // BLOCK_N
                 stage = it % STAGES
                 async_copy.wait_group(STAGES - 2)
-                gl.thread_barrier()  # every lane's copies of this tile landed; the stage refilled next is read
+                _barrier()  # every lane's copies of this tile landed; the stage refilled next is read
                 _issue_tile(kbuf, vbuf, mbuf, (it + STAGES - 1) % STAGES, cache_ptr, row, t0 + (STAGES - 1) * BLOCK_N,
                             end, h, stride_blk, HK, BS, REC, KEY_BYTES, D, BLOCK_N, NB, RB)
                 kw = kbuf.index(stage).load(KW2)
