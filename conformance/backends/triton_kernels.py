@@ -50,10 +50,12 @@ class TritonImpl:
     """The reference's ``store``/``decode`` signatures (NumPy in, NumPy out) over the launchers.
 
     kernel: "split", "grouped", "lut", "unified" or "sm90"; device: "cpu" (the interpreter) or "cuda";
-    precision: "exact" (fp32) or "act" (MMA operands in the query's dtype)."""
+    precision: "exact" (fp32) or "act" (MMA operands in the query's dtype); options: more keyword
+    arguments of the decode launcher (a configuration: stages, block_n, ...)."""
 
-    def __init__(self, kernel: str, device: str, precision: str):
+    def __init__(self, kernel: str, device: str, precision: str, options: dict | None = None):
         self.kernel, self.device, self.precision = kernel, device, precision
+        self.options = dict(options or {})
         self.keys = {"grouped": "gather", "lut": "pair"}.get(kernel)
 
     def _t(self, x):
@@ -78,7 +80,7 @@ class TritonImpl:
 
         q, cache, bt, lens = self._t(query), self._t(kv_cache), self._t(block_table), self._t(seq_lens)
         kw = dict(preset=preset, layout=layout, rotation=self._t(rotation), scale=scale, sinks=self._t(sinks),
-                  out=self._t(poisoned(query.shape, "float32" if self.device == "cpu" else query.dtype)))
+                  out=self._t(poisoned(query.shape, "float32" if self.device == "cpu" else query.dtype)), **self.options)
         if self.kernel == "split":
             out = decode_split(q, cache, bt, lens, **kw)
         elif self.kernel == "sm90":

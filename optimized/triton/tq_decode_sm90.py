@@ -290,9 +290,10 @@ def _load_tile(cache_ptr, row, t0, end, h, stride_blk, HK: gl.constexpr, BS: gl.
 
 @gluon.constexpr_function
 def _copy_layout(W):
-    """``[N, W]`` words copied 16 bytes per lane, a row's lanes adjacent."""
-    cols = min(32, W // 4)
-    return gl.BlockedLayout([1, 4], [32 // cols, cols], [1, 1], [1, 0])
+    """``[N, W]`` words copied 32 bytes (two 16-byte cp.async) per lane, a row's lanes adjacent: few rows
+    per lane, so few block-table loads and record addresses."""
+    cols = min(32, max(1, W // 8))
+    return gl.BlockedLayout([1, W // cols], [32 // cols, cols], [1, 1], [1, 0])
 
 
 @gluon.constexpr_function
@@ -610,7 +611,7 @@ def sm90_stage1(a, S: int, ws, kv_cache, block_table, seq_lens, block_n: int, mm
 
 
 def decode_sm90(query, kv_cache, block_table, seq_lens, *, preset, layout, rotation=None, scale=None, sinks=None,
-                num_kv_splits=None, workspace=None, out=None, block_n=16, programs_per_sm=16, stages=1,
+                num_kv_splits=None, workspace=None, out=None, block_n=16, programs_per_sm=16, stages=4,
                 fp16_values="subnormal"):
     """Like ``tq_decode_split.decode_split`` (same arguments and result) for SoA ``turboquant_4bit_nc``
     caches on sm_90, MMA operands in the query's dtype (bfloat16 or float16); ``block_n`` in ``BLOCK_NS``
