@@ -19,14 +19,20 @@ from conformance.cost import Cost
 COPY_ALIGN = 1 << 16       # buffer sizes: a multiple of the copy kernel's block
 COPY_BLOCK = 1 << 15       # bytes per program: 128 per thread of 8 warps, eight 16-byte accesses in flight
 COPY_WARPS = 8
+COPY_STREAMING = False
 MATMUL_N = 8192
 
 
 @triton.jit
-def _copy_kernel(src, dst, BLOCK: tl.constexpr):
-    """``dst[i] = src[i]`` over ``BLOCK`` bytes per program (the buffers are a whole number of blocks)."""
+def _copy_kernel(src, dst, BLOCK: tl.constexpr, STREAMING: tl.constexpr):
+    """``dst[i] = src[i]`` over ``BLOCK`` bytes per program (the buffers are a whole number of blocks);
+    ``STREAMING``: loads past L1 (.cg), stores marked streaming (.cs)."""
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    tl.store(dst + offs, tl.load(src + offs))
+    if STREAMING:
+        tl.store(dst + offs, tl.load(src + offs, cache_modifier=".cg"),
+                 cache_modifier=".cs")
+    else:
+        tl.store(dst + offs, tl.load(src + offs))
 
 
 def copy_bytes(nbytes: int) -> int:
@@ -49,11 +55,14 @@ def _buffers(nbytes: int):
     return a, torch.empty_like(a)
 
 
-def triton_copy(nbytes: int):
-    """The timed call of the copy ceiling: ``_copy_kernel`` over fresh random buffers of ``copy_bytes(nbytes)``."""
+def triton_copy(nbytes: int, block: int = COPY_BLOCK, warps: int = COPY_WARPS, streaming: bool = COPY_STREAMING):
+    """The timed call of the copy ceiling: ``_copy_kernel`` over fresh random buffers of ``copy_bytes(nbytes)``,
+    ``block`` bytes per program (a divisor of ``COPY_ALIGN``), ``warps`` warps."""
+    if COPY_ALIGN % block:
+        raise ValueError(f"block must divide {COPY_ALIGN}, got {block}")
     a, b = _buffers(nbytes)
-    grid = (a.numel() // COPY_BLOCK,)
-    return lambda: _copy_kernel[grid](a, b, BLOCK=COPY_BLOCK, num_warps=COPY_WARPS)
+    grid = (a.numel() // block,)
+    return lambda: _copy_kernel[grid](a, b, BLOCK=block, STREAMING=streaming, num_warps=warps)
 
 
 def torch_copy(nbytes: int):

@@ -335,7 +335,7 @@ def _copy_rows(kbuf, vbuf, cache_ptr, row, t0, end, h, stride_blk, HK: gl.conste
     n = gl.arange(0, N, layout=gl.SliceLayout(1, CP))
     tok = t0 + n
     vtok = t0 + _swap01(n)
-    blk = gl.load(row + tok // BS, mask=tok < end, other=0)
+    blk = gl.load(row + tok // BS, mask=(tok < end) | (vtok < end), other=0)  # the block of both tokens
     base = cache_ptr + blk.to(gl.int64) * stride_blk + h * REC
     words = gl.expand_dims(gl.arange(0, W, layout=gl.SliceLayout(0, CP)), 0)
     kp = gl.expand_dims((base + (tok % BS) * (HK * REC)).to(gl.pointer_type(gl.int32)), 1) + words
