@@ -17,8 +17,8 @@ import triton.language as tl
 from conformance.cost import Cost
 
 COPY_ALIGN = 1 << 16       # buffer sizes: a multiple of the copy kernel's block
-COPY_BLOCK = 1 << 15       # bytes per program: 128 per thread of 8 warps, eight 16-byte accesses in flight
-COPY_WARPS = 8
+COPY_BLOCK = 1 << 16       # bytes per program: 128 per thread of 16 warps, eight 16-byte accesses in flight
+COPY_WARPS = 16
 COPY_STREAMING = False
 MATMUL_N = 8192
 

@@ -15,9 +15,9 @@ Five decode kernels, each held to the matrix on a GPU and (all but the sm_90 dec
   decode (one query token per sequence; SoA, every preset); ``act-mma`` on the GPU, ``exact`` in
   the interpreter.
 - ``triton-sm90``: store kernel + the Gluon decode for sm_90 (``tq_decode_sm90``: operands built in
-  registers; SoA ``turboquant_4bit_nc``), ``act-mma`` for bfloat16 activations only (its operand tricks
-  are bf16 bit patterns: float16 and float32 cells are skips with that reason); available only on an
-  NVIDIA GPU of compute capability 9.0 (Gluon has no interpreter, so no ``-interpret`` twin).
+  registers; SoA ``turboquant_4bit_nc``), ``act-mma`` for bfloat16 and float16 activations (MMA operands in
+  that dtype; float32 cells are skips with the reason: its ``mma.sync`` takes 16-bit operands); available
+  only on an NVIDIA GPU of compute capability 9.0 (Gluon has no interpreter, so no ``-interpret`` twin).
 Query, key and value reach the kernels in the cell's activation dtype; the decode output is written
 into a poisoned buffer (an element never written is NaN) of that dtype on a GPU, and of float32 in the
 interpreter, whose fp32 -> bf16 conversion truncates instead of rounding to nearest even

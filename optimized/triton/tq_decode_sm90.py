@@ -1,35 +1,39 @@
 """TurboQuant decode for NVIDIA sm_90 whose dequantized key and value operands are built in registers,
 in the register layouts of the ``mma.sync.m16n8k16`` operands: no shared-memory round trip for them.
 SoA ``turboquant_4bit_nc`` caches, head size ``D`` in (64, 128, 256), any ``G`` (programs of up to 8
-query heads each), cache block size 8 or a multiple of 16.
+query heads each), cache block size 8 or a multiple of 16; bfloat16 or float16 queries, MMA operands in
+the query's dtype.
 
 Written in Gluon (``triton.experimental.gluon``: explicit layouts), NVIDIA-only by design (inline PTX).
 One warp per program; a program is one (sequence, kv head, group of <= 8 query heads, split) and walks
-its tokens in tiles of ``BLOCK_N``, loading the next tile's code words while it computes the current one.
+its tokens in tiles of ``BLOCK_N``. The code words and fp16 fields stream through a shared-memory ring of
+``STAGES`` tiles filled by cp.async ``STAGES - 1`` tiles ahead (raw bytes; each lane then loads the words
+its operand fragments need), or, with ``STAGES = 1``, the next tile is loaded into registers while the
+current one is computed.
 
 - scores ``S [16, BLOCK_N] = Q [16, D] @ K^T [D, BLOCK_N]`` (rows >= 8 of ``Q`` are 0). The key operand's
   contraction index is a permutation of the head dimensions (the queries are loaded in the same order):
   lane ``4g + t`` owns token ``g`` (mod 8) and key words ``[D/32 t, D/32 (t + 1))``, one vector load; a
-  byte's two nibbles are the operand's adjacent pair. The 16-entry centroid lookup is PTX ``prmt`` on the
-  bf16 low and high bytes of the table (``KEY_ASM``, 21 instructions per word of 8 codes), the table
-  held in registers.
+  byte's two nibbles are the operand's adjacent pair. The 16-entry centroid lookup uses the table's
+  symmetry ``c[15 - i] = -c[i]``: PTX ``prmt`` on the low and high bytes of entries 0..7 and a sign flip
+  (``KEY_ASM``, 18 instructions per word of 8 codes), the 4 table words held in registers.
 - values: ``P @ (code * s + z) = (P * s) @ code + (P @ z)``, computed transposed, ``O^T [D, 8] = V^T [D, N]
-  @ (P s)^T [N, 8]``: the 8 queries fill the MMA's n = 8. ``V^T`` is the raw codes as bf16 ``128 + code``
-  (``VALUE_ASM``: a register holds one dimension of two adjacent tokens, the operand's k pair); its rows
-  are a permutation of the dimensions (undone by the store): lane ``4g + t`` owns tokens ``2t, 2t + 1``
-  (mod 8) and value words ``[D/64 g, D/64 (g + 1))``. ``(P s)^T`` is the score accumulator's first 8 rows
-  as they lie in registers (its ownership equals the B operand's). ``P * s`` is rounded once to bf16;
-  the ``128 * sum(bf16(P s))`` the code offset adds is removed with the sum of the same bf16 values, so
-  it cancels exactly; ``sum(P z)`` and ``sum(P)`` are fp32 sums.
-Softmax in base 2; the running max moves only when a score exceeds it by more than 2^8 (then the
-accumulators are rescaled), statistics per (query, token) in registers, reduced once. Sinks: split 0
-starts at ``m = sink, l = 1``. Partials ``[D + 1]`` fp32 as in ``tq_decode_launch``; the split-KV
+  @ (P s)^T [N, 8]``: the 8 queries fill the MMA's n = 8. ``V^T`` is the raw codes (``VALUE_CODES``:
+  bf16 ``128 + code``, or exact fp16 codes; a register holds one dimension of two adjacent tokens, the
+  operand's k pair); its rows are a permutation of the dimensions (undone by the store): lane ``4g + t``
+  owns tokens ``2t, 2t + 1`` (mod 8) and value words ``[D/64 g, D/64 (g + 1))``. ``(P s)^T`` is the score
+  accumulator's first 8 rows as they lie in registers (its ownership equals the B operand's). ``P * s`` is
+  rounded once to the operand dtype; bf16: the ``128 * sum(bf16(P s))`` the code offset adds is removed
+  with the sum of the same bf16 values, so it cancels exactly; ``sum(P z)`` and ``sum(P)`` are fp32 sums.
+Softmax in base 2; the running max moves only when a score exceeds it by more than 2^TAU (then the
+accumulators are rescaled; bf16 TAU = 8; fp16 TAU = 2 and ``P * s / 4`` is the operand, so it stays within
+fp16's range for any finite fp16 ``s``), statistics per (query, token) in registers, reduced once. Sinks:
+split 0 starts at ``m = sink, l = 1``. Partials ``[D + 1]`` fp32 as in ``tq_decode_launch``; the split-KV
 reduce merges them.
 
-Rounding model ``act-mma`` for bfloat16 activations only: bf16 rotated queries and centroids, exact codes,
-``P * s`` rounded to bf16 (the model's bf16 P), fp32 accumulation. The operand tricks are bf16 bit patterns
-(``0x43`` high bytes for ``128 + code``, the bf16 centroid ``prmt`` tables), so a float16 or float32 query
-is refused (``dtype_problem``) rather than rounded to bf16; ``decode_grouped`` serves those.
+Rounding model ``act-mma``: rotated queries and centroids in the query's dtype (bf16 or fp16), exact codes,
+``P * s`` rounded to that dtype (the model's rounded P), fp32 accumulation. A float32 query is refused
+(``dtype_problem``) rather than rounded to 16 bits; ``decode_grouped`` serves it.
 """
 from __future__ import annotations
 
@@ -39,11 +43,11 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
 
 from optimized.triton.tq_decode_grouped import tile_for
+from optimized.triton.tq_decode_launch import check_decode_args, reduce_partials, split_decode_prologue
 
 # The Gluon names differ between Triton versions: 3.6 (the H200's) and 3.8 (the CPU machines' compile check).
 _async_copy = getattr(async_copy, "async_copy_global_to_shared", None) or async_copy.async_load
 _barrier = getattr(gl, "thread_barrier", None) or gl.barrier
-from optimized.triton.tq_decode_launch import check_decode_args, reduce_partials, split_decode_prologue
 
 PRESET = "turboquant_4bit_nc"
 HEAD_SIZES = (64, 128, 256)
@@ -371,7 +375,7 @@ def _issue_tile(kbuf, vbuf, mbuf, stage, cache_ptr, row, t0, end, h, stride_blk,
 
 @gluon.jit
 def _ring_values(vbuf, stage, N: gl.constexpr, W: gl.constexpr, LAYOUT: gl.constexpr):
-    """Value words ``[N, W]`` of ring stage ``stage`` in token order (``LAYOUT``: ``_words_2d_layouts``' with
+    """Value words ``[N, W]`` of ring stage ``stage`` in token order (``LAYOUT``: ``_ring_value_layout``, with
     token bits 0 and 1 exchanged, so that exchanging the index bits back is a relabelling of registers)."""
     v = vbuf.index(stage).load(LAYOUT)  # row r holds token _swap01(r)
     v = gl.permute(gl.reshape(v, [N // 4, 2, 2, W]), [0, 2, 1, 3])
@@ -611,12 +615,13 @@ def sm90_stage1(a, S: int, ws, kv_cache, block_table, seq_lens, block_n: int, mm
 
 
 def decode_sm90(query, kv_cache, block_table, seq_lens, *, preset, layout, rotation=None, scale=None, sinks=None,
-                num_kv_splits=None, workspace=None, out=None, block_n=16, programs_per_sm=16, stages=4,
+                num_kv_splits=None, workspace=None, out=None, block_n=32, programs_per_sm=8, stages=4,
                 fp16_values="subnormal"):
     """Like ``tq_decode_split.decode_split`` (same arguments and result) for SoA ``turboquant_4bit_nc``
     caches on sm_90, MMA operands in the query's dtype (bfloat16 or float16); ``block_n`` in ``BLOCK_NS``
-    (tokens per loop step; 16 keeps the program within the register file); by default about
-    ``programs_per_sm`` one-warp programs per multiprocessor; ``stages`` 1 prefetches the next tile into
+    (tokens per loop step); by default about ``programs_per_sm`` one-warp programs per multiprocessor (the
+    defaults are the fastest configuration measured on the H200, reports/baselines/h200/README.md); ``stages``
+    1 prefetches the next tile into
     registers, 2 to ``MAX_STAGES`` stream tiles through a shared-memory ring (cp.async) ``stages - 1``
     ahead; ``fp16_values`` the float16 value operands (``FP16_VALUES``: exact codes as fp16 subnormals,
     or as integers made by subtracting 1024). ValueError naming the argument for what the kernel cannot
