@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from conformance import cli, records, runner
+from conformance import records, runner
+from kernel_lab import cli
 from conformance.cells import make_cell
 from conformance.errors import UsageError
 from conformance.registry import Backend
@@ -50,7 +51,7 @@ def recs(folder):
 def test_a_folder_in_use_is_refused_and_the_lock_of_a_killed_run_is_taken_over(tmp_path, capsys):
     lock = tmp_path / runner.LOCK_NAME
     first = subprocess.Popen(
-        [sys.executable, "-m", "conformance", *SMOKE, "--backend", "toy-hang", "--timeout", "60", "--out",
+        [sys.executable, "-m", "kernel_lab", *SMOKE, "--backend", "toy-hang", "--timeout", "60", "--out",
          str(tmp_path)], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, start_new_session=True,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

@@ -1,5 +1,6 @@
-"""`kernel-lab` (also `python -m conformance`): doctor, conform, merge, list-cells, report, study,
-plus commands registered by other packages (`plan-blocks`, `flydsl`, `bench`).
+"""`kernel-lab` (also `python -m kernel_lab`): doctor, conform, merge, list-cells, report, study,
+plus the commands of other packages (`plan-blocks`, `flydsl`, `bench`), each registered by its
+package's ``cli.register(subparsers)``.
 
 Exit status: 0 every record in the run folder passed (or skipped, or failed as expected); 1 some
 record fails, errors, crashes or passes unexpectedly; 2 a bad request (unknown name, malformed
@@ -9,17 +10,18 @@ argument, a run folder in use, holding another selection, or unreadable), told i
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
 import sys
 import time
 from collections import Counter
 from pathlib import Path
 
-from conformance import families, fingerprint, records, registry, runner
+from bench import cli as bench_cli
+from conformance import families, fingerprint, records, registry, runner, studies
 from conformance.errors import UsageError
+from optimized.flydsl import cli as flydsl_cli
+from planner import cli as planner_cli
 
-PLUGIN_MODULES = ("planner.cli", "optimized.flydsl.cli", "bench.cli")
+SUBCOMMAND_MODULES = (planner_cli, flydsl_cli, bench_cli)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -169,7 +171,7 @@ def cmd_merge(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from reports import build
+    from reports import build   # Jinja2 and matplotlib: needed by this command only
 
     try:
         w = build.write(args.run_dirs, args.out, args.perf, args.baseline, args.study)
@@ -243,17 +245,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("study", help="numerical studies (JSON for the report)")
     ss = s.add_subparsers(dest="study", required=True, parser_class=_Parser)
-    from conformance import studies
-
     for name, mod in studies.studies().items():
         sp = ss.add_parser(name, help=mod.DESCRIPTION)
         sp.add_argument("--out", help="JSON output (default reports/out/study-NAME.json)")
         mod.add_arguments(sp)
         sp.set_defaults(func=cmd_study, study_module=mod)
 
-    for modname in PLUGIN_MODULES:
-        if importlib.util.find_spec(modname.rsplit(".", 1)[0]) and importlib.util.find_spec(modname):
-            importlib.import_module(modname).register(sub)
+    for module in SUBCOMMAND_MODULES:
+        module.register(sub)
     return p
 
 
