@@ -147,18 +147,18 @@ def decode_agreement(query, kv_cache, block_table, seq_lens, preset, layout, rot
     return attention_agreement(q_rot, keys, values, q.shape[1] // kv_cache.shape[2], scale)
 
 
-def decode_tolerance(model: str, atol: float, vmax: float, xmax: float, unit: float = U32) -> Tolerance:
-    """The decode tolerance of a rounding model from ``attention_atol``'s figures; ``unit`` is u_act."""
-    if model == "exact":
-        return Tolerance(atol, 0.0, f"{DECODE_EXACT.name}: fp32 attention vs float64 on the same dequantized "
-                         f"cache: {DECODE_EXACT.bound}")
-    if model == "act-mma":
+def decode_tolerance(terms: tuple[ToleranceSpec, ...], atol: float, vmax: float, xmax: float,
+                     unit: float = U32) -> Tolerance:
+    """The decode tolerance of a rounding model that adds ``terms`` (``DECODE_ACT_MMA``,
+    ``DECODE_ACT_SDPA`` or none: ``DECODE_EXACT``) from ``attention_atol``'s figures; ``unit`` is u_act."""
+    if DECODE_ACT_MMA in terms:
         return Tolerance(atol + vmax * unit, 2 * unit, f"{DECODE_ACT_MMA.name} (u_act={unit:g}): "
                          f"{DECODE_ACT_MMA.argument}, plus the fp32 accumulation bound")
-    if model == "act-sdpa":
+    if DECODE_ACT_SDPA in terms:
         return Tolerance(atol + vmax * unit * (1 + 2 * xmax), 2 * unit, f"{DECODE_ACT_SDPA.name} (u_act={unit:g}): "
                          f"{DECODE_ACT_SDPA.argument}, plus the fp32 accumulation bound")
-    raise ValueError(f"rounding_model: expected exact, act-mma or act-sdpa, got {model!r}")
+    return Tolerance(atol, 0.0, f"{DECODE_EXACT.name}: fp32 attention vs float64 on the same dequantized "
+                     f"cache: {DECODE_EXACT.bound}")
 
 
 def output_rounding(tol: Tolerance, expected, act: str) -> Tolerance:
