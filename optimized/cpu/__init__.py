@@ -43,7 +43,7 @@ ISAS = ("amx", "avx512", "scalar")
 _DTYPE_NAMES = ("float32", "bfloat16", "float16")
 
 __all__ = ["gdn_gating", "gdn_decode", "gdn_spec_decode", "gdn_chunk_prefill", "isa_status", "default_threads",
-           "extension_status", "amx_tile_peak_flops", "copy_bandwidth", "gemm_bf16", "ISAS"]
+           "extension_status", "head_limits", "problem", "amx_tile_peak_flops", "copy_bandwidth", "gemm_bf16", "ISAS"]
 
 
 def extension_status() -> tuple[bool, str]:
@@ -55,6 +55,35 @@ def _ext():
     if _gdn is None:
         raise ImportError(BUILD_ERROR)
     return _gdn
+
+
+def head_limits() -> dict[str, int]:
+    """The head sizes the kernels take, as the extension states them: ``decode_max_head`` (decode and
+    spec decode: K, V up to it), ``chunk_head_step`` and ``chunk_max_head`` (chunk prefill: K, V
+    multiples of the step up to the maximum)."""
+    ext = _ext()
+    return {"decode_max_head": ext.DECODE_MAX_HEAD, "chunk_head_step": ext.CHUNK_HEAD_STEP,
+            "chunk_max_head": ext.CHUNK_MAX_HEAD}
+
+
+def problem(op: str, K: int, V: int) -> str | None:
+    """Why the kernels cannot serve an ``op`` ("decode", "spec_decode", "chunk_prefill" or "gating") of
+    head sizes ``K``, ``V``, or None; the limits are ``head_limits()``, and an unbuilt extension is
+    the reason itself."""
+    if _gdn is None:
+        return BUILD_ERROR
+    limits = head_limits()
+    if op == "chunk_prefill":
+        step, top = limits["chunk_head_step"], limits["chunk_max_head"]
+        if K % step or V % step or K > top or V > top:
+            return f"the chunk kernel needs K, V multiples of {step} up to {top} (K={K}, V={V})"
+    elif op in ("decode", "spec_decode"):
+        top = limits["decode_max_head"]
+        if K > top or V > top:
+            return f"decode kernels take K, V up to {top} (K={K}, V={V})"
+    elif op != "gating":
+        raise ValueError(f"op: expected decode, spec_decode, chunk_prefill or gating, got {op!r}")
+    return None
 
 
 def isa_status() -> dict[str, tuple[bool, str]]:

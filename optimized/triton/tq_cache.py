@@ -51,6 +51,13 @@ class CacheSpec:
                     KEY_BYTES=self.key_bytes, VAL_BYTES=self.value_bytes)
 
 
+def head_size_problem(D: int) -> str | None:
+    """Why the Triton kernels cannot take head size ``D``, or None."""
+    if D not in HEAD_SIZES:
+        return f"the Triton kernels support head sizes {HEAD_SIZES} (powers of two), got {D}"
+    return None
+
+
 def cache_spec(kv_cache, preset, head_size: int, num_kv_heads: int, layout: str) -> CacheSpec:
     """Check ``kv_cache`` (torch uint8 ``[num_blocks, block_size, Hk, slot_size]``) against the
     preset, head size and layout, and that no two slots share bytes (the store writes through

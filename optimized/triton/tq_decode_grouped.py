@@ -43,9 +43,11 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from optimized.triton.tq_cache import head_size_problem
 from optimized.triton.tq_common import kv_pointers, split_range
 from optimized.triton.tq_decode_launch import (begin_split_decode, centroid_table, mma_operands, pair_table,
                                                reduce_partials)
+from reference.turboquant.presets import preset as lookup
 
 PRESETS = ("turboquant_4bit_nc",)
 KEY_METHODS = ("gather", "pair")
@@ -306,8 +308,6 @@ def decode_grouped(query, kv_cache, block_table, seq_lens, *, preset, layout, ro
     "exact" in the interpreter, whose 16-bit arithmetic is broken); ``keys`` one of ``KEY_METHODS`` (the
     tables are built on the first call per head size and format, then reused); ``block_n`` a power
     of two >= 16 (default 128)."""
-    from reference.turboquant.presets import preset as lookup
-
     if lookup(preset).name not in PRESETS or layout != "soa":
         raise ValueError(f"preset/layout must be one of {PRESETS} with layout 'soa', got {preset!r}/{layout!r}")
     mma = mma_operands(precision, query)
@@ -333,3 +333,14 @@ def decode_grouped(query, kv_cache, block_table, seq_lens, *, preset, layout, ro
                    block_n=block_n, num_warps=num_warps, num_stages=num_stages)
     reduce_partials(ws, a.seq_lens, out, S, align=block_n)
     return out
+
+
+def problem(*, preset: str, layout: str, D: int, block_size: int | None = None, G: int | None = None,
+            sinks: bool = False, act: str | None = None, device=None) -> str | None:
+    """Why this kernel cannot serve a request (None if it can): the cache's preset, layout, head size
+    ``D`` and block size, query heads per kv head ``G``, whether there are sinks, the activation
+    dtype ``act`` (a name) and, when given, the torch ``device`` it would run on."""
+    why = head_size_problem(D)
+    if why is None and (lookup(preset).name not in PRESETS or layout != "soa"):
+        why = f"the grouped decode reads {'/'.join(PRESETS)} caches in the SoA layout, got {preset}/{layout}"
+    return why

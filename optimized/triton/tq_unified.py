@@ -19,6 +19,7 @@ import triton.language as tl
 
 from optimized.triton.checks import (FLOAT_DTYPES, capturing, check_finite, check_output, check_positive,
                                      check_tensor, index_tensor)
+from optimized.triton.tq_cache import head_size_problem
 from optimized.triton.tq_common import kv_pointers, load_key_tile, load_value_tile
 from optimized.triton.tq_decode_grouped import _to_mma
 from optimized.triton.tq_decode_launch import (centroid_table, check_decode_args, interpreting, mma_operands,
@@ -136,3 +137,12 @@ def unified_attention(query, kv_cache, block_table, query_start_loc, seq_lens, m
         HQ=Hq, G=a.G, HAS_SINKS=sinks is not None, BLOCK_M=block_m, BLOCK_Q=block_q,
         BLOCK_N=64 if interpreting() else 32, MMA=mma, num_warps=4, **spec.constexprs())
     return out
+
+
+def problem(*, preset: str, layout: str, D: int, block_size: int | None = None, G: int | None = None,
+            sinks: bool = False, act: str | None = None, device=None) -> str | None:
+    """Why this kernel cannot serve a request (None if it can); the arguments as ``tq_decode_split.problem``."""
+    why = head_size_problem(D)
+    if why is None and layout != "soa":
+        why = f"unified attention reads the SoA layout only, got {layout}"
+    return why
