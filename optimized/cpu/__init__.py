@@ -1,6 +1,6 @@
 """C++ GDN kernels for the CPU (AMX / AVX-512 / portable scalar), from the nanobind module ``_gdn``.
 
-Conventions are shared/DESIGN.md's: q, k ``[T, H, K]``, v ``[T, HV, V]``, state pool
+Conventions are ``reference.gdn``'s: q, k ``[T, H, K]``, v ``[T, HV, V]``, state pool
 ``[S, HV, K, V]`` updated in place (each slot contiguous, any slot stride), ``state_indices`` int32
 with -1 for padding sequences (their output rows are zero, their slots untouched).
 Inputs may be NumPy arrays (bf16 as ``ml_dtypes.bfloat16`` or as a uint16 view of the bits), torch
@@ -43,7 +43,7 @@ ISAS = ("amx", "avx512", "scalar")
 _DTYPE_NAMES = ("float32", "bfloat16", "float16")
 
 __all__ = ["gdn_gating", "gdn_decode", "gdn_spec_decode", "gdn_chunk_prefill", "isa_status", "default_threads",
-           "extension_status", "head_limits", "problem", "amx_tile_peak_flops", "copy_bandwidth", "gemm_bf16", "ISAS"]
+           "extension_status", "head_limits", "problem", "amx_tile_peak_flops", "gemm_bf16", "ISAS"]
 
 
 def extension_status() -> tuple[bool, str]:
@@ -278,19 +278,6 @@ def amx_tile_peak_flops(iters: int = 200_000, num_threads: int = 1) -> float:
     """FLOP/s of tdpbf16ps on register-resident tiles (16x16x32 per instruction) on num_threads."""
     seconds = _ext().amx_tile_peak_seconds(int(iters), int(num_threads))
     return iters * 4 * (2 * 16 * 16 * 32) * num_threads / seconds
-
-
-def copy_bandwidth(nbytes: int = 1 << 28, num_threads: int = 1, repeats: int = 5) -> float:
-    """Bytes/s moved (read + write) by the best of ``repeats`` copies of ``nbytes`` on num_threads."""
-    import time
-    src = np.ones(nbytes, np.uint8)
-    dst = np.zeros(nbytes, np.uint8)
-    best = math.inf
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        _ext().copy_bytes(dst, src, int(num_threads))
-        best = min(best, time.perf_counter() - t0)
-    return 2 * nbytes / best
 
 
 def gemm_bf16(a: np.ndarray, b: np.ndarray, isa: str = "auto") -> np.ndarray:

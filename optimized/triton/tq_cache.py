@@ -2,7 +2,7 @@
 block size and layout, turned into the compile-time constants of the kernels.
 
 Sizes and offsets come from ``reference.turboquant.presets`` / ``layout`` (the one definition of the
-byte format, research/turboquant.md 2.1 to 2.5); this module only checks a torch cache tensor
+byte format); this module only checks a torch cache tensor
 against them and names the constants. The cache is a uint8 tensor of logical shape
 ``[num_blocks, block_size, Hk, slot_size]``. AoS kernels address it through its strides
 (block-major or head-major physical order both work; the slot bytes must be contiguous); SoA

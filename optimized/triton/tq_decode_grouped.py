@@ -1,5 +1,5 @@
 """Grouped-query TurboQuant decode for the SoA layout and 4-bit MSE keys and values
-(``turboquant_4bit_nc``): the fast decode of research/turboquant.md 3.4.
+(``turboquant_4bit_nc``): every query head of a kv head in one program, MMA on the dequantized tiles.
 
 One program per (sequence, kv head, split) walks its tokens in tiles of ``BLOCK_N`` and holds all
 G query heads of the kv head as the columns of the matrix-unit products, in the transposed
@@ -44,7 +44,7 @@ import triton
 import triton.language as tl
 
 from optimized.triton.tq_cache import head_size_problem
-from optimized.triton.tq_common import kv_pointers, split_range
+from optimized.triton.tq_common import kv_pointers, split_range, to_mma
 from optimized.triton.tq_decode_launch import (begin_split_decode, centroid_table, mma_operands, pair_table,
                                                reduce_partials)
 from reference.turboquant.presets import preset as lookup
@@ -53,18 +53,6 @@ PRESETS = ("turboquant_4bit_nc",)
 KEY_METHODS = ("gather", "pair")
 LOG2E = tl.constexpr(1.4426950408889634)
 LN2 = tl.constexpr(0.6931471805599453)
-
-
-@triton.jit
-def _to_mma(x, MMA: tl.constexpr):
-    """``x`` rounded to the MMA operand dtype (``"bf16"``, ``"fp16"``; ``"ieee"``: unchanged fp32)."""
-    if MMA == "bf16":
-        y = x.to(tl.bfloat16)
-    elif MMA == "fp16":
-        y = x.to(tl.float16)
-    else:
-        y = x
-    return y
 
 
 @triton.jit
@@ -186,7 +174,7 @@ def _grouped_kernel(q_ptr, cache_ptr, bt_ptr, seq_lens_ptr, table_ptr, sinks_ptr
         hq = h * G + c % GP
         d = tl.arange(0, D)
         w = tl.arange(0, D // 8)
-        qt = _to_mma(tl.load(q_ptr + (b.to(tl.int64) * HQ + hq)[None, :] * D + d[:, None], mask=gm[None, :],
+        qt = to_mma(tl.load(q_ptr + (b.to(tl.int64) * HQ + hq)[None, :] * D + d[:, None], mask=gm[None, :],
                              other=0.0), MMA)
         table = tl.load(table_ptr + tl.arange(0, TABLE))
         qk_scale = scale * LOG2E
@@ -246,8 +234,8 @@ def _grouped_kernel(q_ptr, cache_ptr, bt_ptr, seq_lens_ptr, table_ptr, sinks_ptr
                 p2 = tl.where((c < GP)[None, :], ps, 0.0)
                 acc = tl.dot(vt, p2, acc * alpha[None, :], input_precision="ieee")
             else:
-                ps_hi = _to_mma(ps, MMA)
-                p2 = tl.where((c < GP)[None, :], ps_hi, _to_mma(ps - ps_hi.to(tl.float32), MMA))
+                ps_hi = to_mma(ps, MMA)
+                p2 = tl.where((c < GP)[None, :], ps_hi, to_mma(ps - ps_hi.to(tl.float32), MMA))
                 acc = tl.dot(vt, p2, acc * alpha[None, :])
             m = m_new
         # columns c and c + GP hold the same query: fold the lo half of P * s onto the hi half

@@ -1,5 +1,5 @@
-"""Split-KV TurboQuant decode, one program per (sequence, query head, split) (research/turboquant.md
-3.2, 3.3): AoS and SoA, every preset, sinks, any integer G = Hq / Hk.
+"""Split-KV TurboQuant decode, one program per (sequence, query head, split), then a reduce over
+the splits: AoS and SoA, every preset, sinks, any integer G = Hq / Hk.
 
 Rounding model "exact": fp32 throughout (keys dequantized as in ``tq_common.load_key_tile``,
 scores ``scale * <q_rot, k>``, online softmax with ``exp``), products summed elementwise (no MMA),

@@ -1,4 +1,4 @@
-"""TurboQuant cache store (research/turboquant.md 1.5, 1.6, 3.1) for the AoS and SoA layouts.
+"""TurboQuant cache store (quantization as ``reference.turboquant.numpy_ref.store``) for the AoS and SoA layouts.
 
 ``store(kv_cache, key, value, slot_mapping, preset=, layout=, rotation=)`` writes N tokens:
 key/value ``[N, Hk, D]`` (fp16/bf16/fp32), ``slot_mapping [N]`` int32/int64 (negative = skip).

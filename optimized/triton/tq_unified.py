@@ -1,4 +1,4 @@
-"""Unified TurboQuant attention on the SoA layout (research/turboquant.md 3.5): prefill chunks and
+"""Unified TurboQuant attention on the SoA layout: prefill chunks and
 decode tokens of many sequences in one launch, causal, paged, GQA, optional sinks, every preset.
 
 Queries are packed tokens ``query [T, Hq, D]``; sequence b owns rows
@@ -20,8 +20,7 @@ import triton.language as tl
 from optimized.triton.checks import (FLOAT_DTYPES, capturing, check_finite, check_output, check_positive,
                                      check_tensor, index_tensor)
 from optimized.triton.tq_cache import head_size_problem
-from optimized.triton.tq_common import kv_pointers, load_key_tile, load_value_tile
-from optimized.triton.tq_decode_grouped import _to_mma
+from optimized.triton.tq_common import kv_pointers, load_key_tile, load_value_tile, to_mma
 from optimized.triton.tq_decode_launch import (centroid_table, check_decode_args, interpreting, mma_operands,
                                                rotate_queries, validate_values)
 
@@ -32,7 +31,7 @@ def _mma(a, b, MMA: tl.constexpr):
     if MMA == "ieee":
         r = tl.dot(a, b, input_precision="ieee")
     else:
-        r = tl.dot(_to_mma(a, MMA), _to_mma(b, MMA))
+        r = tl.dot(to_mma(a, MMA), to_mma(b, MMA))
     return r
 
 

@@ -60,7 +60,7 @@ OUTPUT_ROUNDING = ToleranceSpec(
 QUANT_ERROR = ToleranceSpec(
     "turboquant.quant-error", "rel_l2 <= 3 sqrt(key distortion + value distortion) (reported, not gated)",
     "first-order estimate sqrt(Dk var(score) + Dv) with var(score) = 1 for N(0,1) q and k at scale "
-    "1/sqrt(D); key distortion: Lloyd-Max per unit vector (research/turboquant.md 1.4), FP8 E4M3 u^2/3; "
+    "1/sqrt(D); key distortion: Lloyd-Max per unit vector (reference.turboquant.lloyd_max), FP8 E4M3 u^2/3; "
     "b-bit uniform values over ~5.2 sigma: (5.2 / (2^b - 1))^2 / 12",
     ())
 
