@@ -44,10 +44,13 @@ def write(run_dirs: list[str], out: str | None = None, perf_paths: list[str] | N
     except OSError as exc:
         raise ValueError(f"--out {out_dir}: cannot create ({exc.strerror or exc})") from None
     index = out_dir / "index.html"
-    index.write_text(html.render(runs, perfs, study_items, study_problems, changes, base), encoding="utf-8")
+    # a lone surrogate (valid in JSON, not in UTF-8) is written as a visible \udXXX escape
+    index.write_text(html.render(runs, perfs, study_items, study_problems, changes, base),
+                     encoding="utf-8", errors="backslashreplace")
     junit_path = out_dir / "junit.xml"
     junit.write(runs, junit_path)
     summary = out_dir / "summary.md"
-    summary.write_text("\n\n".join(markdown.render(r) for r in runs) + "\n", encoding="utf-8")
+    summary.write_text("\n\n".join(markdown.render(r) for r in runs) + "\n", encoding="utf-8",
+                       errors="backslashreplace")
     return Written(index, junit_path, summary, sum(len(r.records) for r in runs),
                    [f"{r.name}: {p}" for r in runs for p in r.problems])
