@@ -13,12 +13,14 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 from pathlib import Path
 from typing import Any, Iterable
 
+from conformance import schema
 from conformance.errors import UsageError
+from conformance.schema import STATUSES
 
-STATUSES = ("pass", "fail", "skip", "xfail", "xpass", "error", "crash")
 BAD_STATUSES = ("fail", "xpass", "error", "crash")
 MAX_TEXT = 2000
 _CLIPPED = ("reason", "traceback")
@@ -58,12 +60,25 @@ def key(record: dict) -> tuple[str, str]:
 
 
 def _read_bytes(path: Path) -> bytes:
+    """The file's bytes; a folder, FIFO, socket or device is refused before it is opened (reading a
+    FIFO would wait for a writer forever)."""
     try:
+        mode = path.stat().st_mode
+        if stat.S_ISDIR(mode):
+            raise RecordsError(f"{path}: is a folder, expected a file")
+        if not stat.S_ISREG(mode):
+            raise RecordsError(f"{path}: is not a regular file (a FIFO, socket or device), expected a file")
         return path.read_bytes()
-    except IsADirectoryError:
-        raise RecordsError(f"{path}: is a folder, expected a file") from None
     except OSError as exc:
         raise RecordsError(f"{path}: cannot read ({exc.strerror or exc})") from None
+
+
+def _loads(text: str):
+    """json.loads; RecursionError (JSON nested thousands deep) becomes a JSONDecodeError."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise json.JSONDecodeError("nested too deeply", text, 0) from None
 
 
 def _read_text(path: Path) -> str:
@@ -99,13 +114,14 @@ def read_partial(path: str | os.PathLike) -> tuple[list[dict], str | None]:
         if not line.strip():
             continue
         try:
-            rec = json.loads(line)
+            rec = _loads(line)
         except json.JSONDecodeError as exc:
             raise RecordsError(f"{p}:{n}: not valid JSON ({exc.msg})") from None
-        if not isinstance(rec, dict) or "id" not in rec or "backend" not in rec or "status" not in rec:
-            raise RecordsError(f"{p}:{n}: not a cell record (needs id, backend, status)")
-        if rec["status"] not in STATUSES:
-            raise RecordsError(f"{p}:{n}: unknown status {rec['status']!r}")
+        if not isinstance(rec, dict):
+            raise RecordsError(f"{p}:{n}: not a cell record (a JSON object with id, backend, status)")
+        wrong = schema.problem(rec, schema.RECORD)
+        if wrong:
+            raise RecordsError(f"{p}:{n}: not a valid cell record ({wrong})")
         out.append(rec)
     return out, partial
 
@@ -132,16 +148,20 @@ def drop_partial_line(path: str | os.PathLike) -> str | None:
 
 
 def read_json(path: str | os.PathLike) -> dict:
-    """A run.json as a dict; RecordsError names the file when it is unreadable or not an object."""
+    """A run.json as a dict, checked against ``schema.RUN_INFO``; RecordsError names the file (and
+    the line or field) when it is unreadable, not an object or holds a field of the wrong type."""
     p = Path(path)
     if not p.exists():
         raise RecordsError(f"{p}: missing")
     try:
-        data = json.loads(_read_text(p))
+        data = _loads(_read_text(p))
     except json.JSONDecodeError as exc:
         raise RecordsError(f"{p}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
     if not isinstance(data, dict):
         raise RecordsError(f"{p}: not a JSON object")
+    wrong = schema.problem(data, schema.RUN_INFO)
+    if wrong:
+        raise RecordsError(f"{p}: not a valid run.json ({wrong})")
     return data
 
 

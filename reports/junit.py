@@ -55,5 +55,6 @@ def build(runs: list[Run]) -> ET.ElementTree:
     return ET.ElementTree(root)
 
 
-def write(runs: list[Run], path) -> None:
-    build(runs).write(path, encoding="utf-8", xml_declaration=True)
+def text(runs: list[Run]) -> str:
+    """The junit.xml document of ``runs``."""
+    return "<?xml version='1.0' encoding='utf-8'?>\n" + ET.tostring(build(runs).getroot(), encoding="unicode") + "\n"
