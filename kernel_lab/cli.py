@@ -115,12 +115,33 @@ def cmd_report(args) -> int:
     return 0
 
 
+def output_file(option: str, text: str) -> Path:
+    """``text`` as a file to write (its folder created), checked before any work: UsageError naming
+    ``option`` for an empty path, a folder, a FIFO or device, or a folder that cannot be made."""
+    if not text.strip():
+        raise UsageError(f"{option}: empty; expected a file path")
+    path = Path(text)
+    if path.exists() and not path.is_file():
+        raise UsageError(f"{option} {text}: exists and is not a regular file")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"{option} {text}: cannot create its folder ({exc.strerror or exc})") from None
+    return path
+
+
 def cmd_study(args) -> int:
     study = args.study_module
+    out = output_file("--out", args.out if args.out is not None else f"reports/out/study-{study.NAME}.json")
+    try:
+        study.check(args)
+    except ValueError as exc:
+        raise UsageError(f"study {study.NAME}: {exc}") from None
     result = study.run(args)
-    out = Path(args.out) if args.out else Path("reports/out") / f"study-{study.NAME}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    records.dump_json(out, result)
+    try:
+        records.dump_json(out, result)
+    except OSError as exc:
+        raise UsageError(f"--out {out}: cannot write ({exc.strerror or exc})") from None
     print(study.summarize(result))
     print(f"json: {out}")
     return 0
