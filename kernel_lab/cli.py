@@ -50,8 +50,9 @@ def cmd_doctor(args) -> int:
     print("versions " + ", ".join(f"{k} {v}" for k, v in fp["versions"].items() if v))
     print(f"commit   {fp['git']['commit']}{' (dirty)' if fp['git']['dirty'] else ''}")
     print("backends")
+    probes = registry.probe_all(list(registry.backends().values()))
     for name, b in registry.backends().items():
-        ok, why = registry.probe(b)
+        ok, why = probes[name]
         fams = ", ".join(f"{f}: {' '.join(ops)}" for f, ops in b.ops.items())
         print(f"  {'yes' if ok else 'no ':3} {name:24} {why}")
         print(f"      {fams}")
