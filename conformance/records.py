@@ -10,6 +10,7 @@ running the pair). ``reason`` and ``traceback`` are cut to ``MAX_TEXT`` characte
 """
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -166,23 +167,25 @@ def read_json(path: str | os.PathLike) -> dict:
 
 
 class Writer:
-    """Appends records to cells.jsonl, flushing and fsyncing each one.
+    """Appends records to cells.jsonl, each with one unbuffered write, then fsync.
 
-    A failed write (disk full) cuts the file back to its last whole record and raises the OSError,
-    so the file never ends in half a line written by this writer."""
+    A failed or short write (disk full, a file-size limit) cuts the file back to its last whole
+    record and raises the OSError, so the file never ends in half a line written by this writer
+    (nothing is held in a buffer to be written later)."""
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
-        self._fh = open(self.path, "ab")
-        self._good = self._fh.tell()
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._good = os.lseek(self._fd, 0, os.SEEK_END)
 
     def write(self, record: dict) -> None:
         rec = {**record, **{k: clip(str(record[k])) for k in _CLIPPED if record.get(k) is not None}}
         line = (json.dumps(_clean(rec)) + "\n").encode("utf-8")
         try:
-            self._fh.write(line)
-            self._fh.flush()
-            os.fsync(self._fh.fileno())
+            done = os.write(self._fd, line)
+            if done != len(line):
+                raise OSError(errno.ENOSPC, f"short write ({done} of {len(line)} bytes)")
+            os.fsync(self._fd)
         except OSError:
             self._cut_back()
             raise
@@ -190,13 +193,12 @@ class Writer:
 
     def _cut_back(self) -> None:
         try:
-            self._fh.truncate(self._good)
-            self._fh.seek(self._good)
+            os.ftruncate(self._fd, self._good)
         except OSError:
             pass  # the resume drops a partial line
 
     def close(self) -> None:
-        self._fh.close()
+        os.close(self._fd)
 
 
 def write_all(path: str | os.PathLike, records: Iterable[dict]) -> None:
@@ -209,4 +211,15 @@ def write_all(path: str | os.PathLike, records: Iterable[dict]) -> None:
 
 
 def dump_json(path: str | os.PathLike, data: dict) -> None:
-    Path(path).write_text(json.dumps(_clean(data), indent=2) + "\n")
+    """Write ``path`` whole or not at all: a temporary file beside it, fsynced, renamed over it (a
+    full disk leaves the previous file as it was)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(json.dumps(_clean(data), indent=2) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)

@@ -2,7 +2,8 @@
 already there and the selection recorded in run.json) and the writing of run.json.
 
 A folder holds ``cells.jsonl`` (one record per pair), ``run.json`` and, while a run owns it,
-``.kernel-lab.lock`` naming the owner's pid and host.
+``.kernel-lab.lock`` naming the owner's pid and host and ``.kernel-lab.reserve``: space held back
+so that a run stopped by a full disk can still write run.json saying so.
 """
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from conformance.errors import RunStopped, UsageError
 from conformance.selection import selection_differences
 
 LOCK_NAME = ".kernel-lab.lock"
+RESERVE_NAME = ".kernel-lab.reserve"
+RESERVE_BYTES = 64 << 10   # run.json is written whole beside the old one before it replaces it
 
 
 def _pid_alive(pid: int) -> bool:
@@ -125,3 +128,21 @@ def write_run_json(path: Path, info: dict) -> None:
         raise RunStopped(f"{path}: cannot write ({exc.strerror or exc})") from None
 
 
+
+
+def hold_reserve(out_dir: Path) -> None:
+    """Hold ``RESERVE_BYTES`` of the folder's disk in a file (written, not sparse); a disk too
+    full for it is a RunStopped like any other write."""
+    path = out_dir / RESERVE_NAME
+    try:
+        with open(path, "wb") as fh:
+            fh.write(b"\0" * RESERVE_BYTES)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError as exc:
+        path.unlink(missing_ok=True)
+        raise RunStopped(f"{out_dir}: no room for a run ({exc.strerror or exc}): free space first") from None
+
+
+def free_reserve(out_dir: Path) -> None:
+    (out_dir / RESERVE_NAME).unlink(missing_ok=True)

@@ -21,7 +21,8 @@ from conformance.counts import count
 from conformance.errors import RunStopped, UsageError
 from conformance.estimate import Estimator, Progress, cell_work, hms, work_budget
 from conformance.inprocess import static_record
-from conformance.run_folder import acquire_lock, make_out, previous_records, release_lock, write_run_json
+from conformance.run_folder import (acquire_lock, free_reserve, hold_reserve, make_out, previous_records, release_lock,
+                                   write_run_json)
 from conformance.selection import Selection
 from conformance.workers import LocalPool
 
@@ -117,6 +118,7 @@ def _run_locked(selection, cells, backends, out_dir, *, jobs, resume, timeout_s,
                                  "ops": {family: list(ops) for family, ops in b.ops.items()}} for b in backends}
     info["rounding_models"] = {b.name: {family: b.rounding_model(family) for family in b.ops} for b in backends}
     write_run_json(run_path, info)
+    hold_reserve(out_dir)
 
     todo, statics = plan(cells, backends, done, probes, budget)
     pairs = [(c, b) for c, bks in todo for b in bks]
@@ -160,6 +162,7 @@ def _run_locked(selection, cells, backends, out_dir, *, jobs, resume, timeout_s,
     counts = count(all_recs)
     info.update(finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"), elapsed_s=round(elapsed, 2),
                 counts={k: dict(v) for k, v in counts.items()}, retired_devices=retired)
+    free_reserve(out_dir)   # the room run.json needs on a full disk
     if stopped is not None:
         info["stopped"] = str(stopped)
         try:

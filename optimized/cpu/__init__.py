@@ -28,14 +28,35 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 
 import numpy as np
 
 from reference.arguments import array, indices
 from reference.gdn.arguments import decays, gate_product, scalars
 
+# KERNEL_LAB_GDN_MODULE names another build of the module to load instead (`make sanitize`: ASan + UBSan).
+SANITIZED = os.environ.get("KERNEL_LAB_GDN_MODULE")
+
+
+def _load_other_build(path: str):
+    import importlib.machinery
+    import importlib.util
+
+    loader = importlib.machinery.ExtensionFileLoader("optimized.cpu._gdn", path)
+    spec = importlib.util.spec_from_file_location("optimized.cpu._gdn", path, loader=loader)
+    if spec is None:
+        raise ImportError(f"KERNEL_LAB_GDN_MODULE={path}: not a loadable extension module")
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
 try:
-    from optimized.cpu import _gdn
+    if SANITIZED:
+        _gdn = _load_other_build(SANITIZED)
+    else:
+        from optimized.cpu import _gdn
     BUILD_ERROR = ""
 except ImportError as exc:  # not built: every entry point says so
     _gdn = None
