@@ -81,13 +81,14 @@ perf: setup
 	OMP_WAIT_POLICY=PASSIVE $(VPY) -m pytest -q tests/perf --benchmark-quiet --benchmark-json=reports/out/perf.json
 
 # The C++ module built with AddressSanitizer and UBSan (build/sanitize, loaded through
-# KERNEL_LAB_GDN_MODULE; the Python interpreter gets the ASan runtime by LD_PRELOAD), then the gdn ci
+# KERNEL_LAB_GDN_MODULE; the Python interpreter gets the ASan runtime, and libstdc++ for its
+# exception interceptor (torch throws C++ exceptions), by LD_PRELOAD), then the gdn ci
 # tier on every C++ backend this machine has (a sanitizer report aborts the worker: a crash record,
 # exit 1) and the C++ kernels' unit and property tests. Leak checks are off (Python's own allocations).
 SAN_DIR   := build/sanitize
 SAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g
 SAN_ENV    = KERNEL_LAB_GDN_MODULE="$$(ls $(CURDIR)/$(SAN_DIR)/_gdn*.so)" \
-             LD_PRELOAD="$$($(CXX) -print-file-name=libasan.so)" \
+             LD_PRELOAD="$$($(CXX) -print-file-name=libasan.so) $$($(CXX) -print-file-name=libstdc++.so)" \
              ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 sanitize: setup
 	cmake -S . -B $(SAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGDN_COPY_TO_SOURCE=OFF \

@@ -6,7 +6,8 @@ tolerance (atol, rtol, max_mismatch, rel_l2, source), quality (secondary errors,
 float32-state truth or the unquantized attention), duration_s, device (``cpu`` or ``cuda:N`` /
 ``hip:N``, the visible device the worker was pinned to), retried_from (the device whose worker
 died on this pair before it was retried, when it was), warnings (what the worker warned while
-running the pair). ``reason`` and ``traceback`` are cut to ``MAX_TEXT`` characters.
+running the pair), output (what it printed, kept out of the console). ``reason``, ``traceback``
+and ``output`` are cut to ``MAX_TEXT`` characters.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from conformance.schema import STATUSES
 
 BAD_STATUSES = ("fail", "xpass", "error", "crash")
 MAX_TEXT = 2000
-_CLIPPED = ("reason", "traceback")
+_CLIPPED = ("reason", "traceback", "output")
 _MARKER_ROOM = 40  # " [... N more characters cut]"
 
 

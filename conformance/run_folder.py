@@ -78,8 +78,16 @@ def release_lock(path: Path) -> None:
         pass
 
 
+def check_out(out: str | os.PathLike) -> None:
+    """A usage error for an empty ``--out`` (it would mean the current folder)."""
+    if not str(out).strip():
+        raise UsageError("--out: empty; expected a folder path (use . for the current folder)")
+
+
 def make_out(out: str | os.PathLike) -> Path:
-    """``out`` as a writable folder (created if missing); a usage error otherwise."""
+    """``out`` as a writable folder (created if missing); a usage error otherwise (an empty ``out``
+    too: it would mean the current folder)."""
+    check_out(out)
     out_dir = Path(out)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)

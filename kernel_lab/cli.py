@@ -10,6 +10,7 @@ argument, a run folder in use, holding another selection, or unreadable), told i
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -82,9 +83,20 @@ def _selection(args) -> selection.Selection:
                                filter=args.filter, shard=args.shard, model=args.model, config=args.config)
 
 
+JOBS_PER_CORE = 4
+
+
+def max_jobs() -> int:
+    """The most worker processes ``--jobs`` may ask for here: a few per usable core (workers of GPU
+    backends wait on their device), never below the number of visible devices."""
+    return max(JOBS_PER_CORE * len(os.sched_getaffinity(0)), len(fingerprint.devices().ids))
+
+
 def cmd_conform(args) -> int:
-    if args.jobs is not None and args.jobs < 1:
-        raise UsageError(f"--jobs {args.jobs}: expected a positive number of worker processes")
+    most = max_jobs()
+    if args.jobs is not None and not 1 <= args.jobs <= most:
+        raise UsageError(f"--jobs {args.jobs}: expected 1 to {most} worker processes on this machine "
+                         f"({JOBS_PER_CORE} per usable CPU core)")
     if args.timeout is not None and not args.timeout > 0:
         raise UsageError(f"--timeout {args.timeout}: expected a positive number of seconds")
     result = runner.run(_selection(args), args.out, jobs=args.jobs, resume=args.resume,
@@ -99,7 +111,7 @@ def cmd_merge(args) -> int:
     result = merge.merge(args.inputs, args.out)
     print(counts.summary_table(result.counts))
     print(f"merged {result.records} records from {len(args.inputs)} shards into {result.out_dir}")
-    return 0
+    return 1 if any(c[s] for c in result.counts.values() for s in records.BAD_STATUSES) else 0
 
 
 def cmd_report(args) -> int:

@@ -50,7 +50,9 @@ def write(run_dirs: list[str], out: str | None = None, perf_paths: list[str] | N
         changes = {"records": diff.records_diff([r for run in runs for r in run.records], base.records),
                    "perf": diff.perf_diff(perf_rows, perf.load(base_perf).benchmarks)
                    if perfs and base_perf.exists() else None}
-    out_dir = Path(out) if out else runs[0].path
+    if out is not None and not out.strip():
+        raise ValueError("--out: empty; expected a folder path (leave --out out for the first RUN_DIR)")
+    out_dir = Path(out) if out is not None else runs[0].path
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -78,7 +78,7 @@ def store_args(kv_cache, key, value, slot_mapping, preset_name, layout, rotation
         raise ValueError(f"slot_mapping entries must be < num_blocks * block_size = {num_blocks * block_size}")
     rotation_for(p, rotation, D)
     if not p.key_fp8:
-        key_norm(float(np.max(np.linalg.norm(key.astype(np.float64), axis=-1))))
+        key_norm(float(np.max(np.linalg.norm(key.astype(np.float64), axis=-1), initial=0.0)))
     keep = slots >= 0
     if len(np.unique(slots[keep])) != int(keep.sum()):
         raise ValueError("slot_mapping has a repeated non-negative slot")

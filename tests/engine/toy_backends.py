@@ -122,3 +122,14 @@ register(Backend("toy-supports-lies", {"toy": ("scale",)}, lambda: (True, "alway
 register(Backend("toy-xfail-raises", {"toy": ("scale",)}, lambda: (True, "always"), _run(_Good), xfail=_raises))
 register(Backend("toy-stack-broken", {"toy": ("scale",)}, lambda: (True, "imports fine"), _stack_broken,
                  probe_call=True))
+
+
+def _chatty(cell, inputs):
+    import sys
+    print("x" * (2 << 20))
+    sys.stderr.write("e" * (2 << 20) + "\n")
+    os.write(1, b"raw" * (1 << 20))
+    return _run(_Good)(cell, inputs)
+
+
+register(Backend("toy-chatty", {"toy": ("scale",)}, lambda: (True, "always"), _chatty))
