@@ -52,8 +52,6 @@ def shard_runs(inputs: list[str]) -> list[tuple[str, dict, list[dict]]]:
         raise UsageError(f"merge: shard {', '.join(twice)} given more than once")
     if missing:
         raise UsageError(f"merge: shard {', '.join(missing)} missing")
-    for src, info, recs in runs:
-        _agrees_with_run_json(src, info, recs)
     seen: dict[tuple, str] = {}
     for src, _, recs in runs:
         for r in recs:
@@ -61,6 +59,8 @@ def shard_runs(inputs: list[str]) -> list[tuple[str, dict, list[dict]]]:
             if k in seen:
                 raise UsageError(f"merge: {r['id']} on {r['backend']} is in both {seen[k]} and {src}")
             seen[k] = src
+    for src, info, recs in runs:
+        _agrees_with_run_json(src, info, recs)
     return runs
 
 

@@ -101,3 +101,21 @@ w.close()
     n, err = map(int, done.stdout.split())
     assert done.returncode == 0 and err in (27, 28), done.stderr   # EFBIG, or ENOSPC for a short write
     assert len(records.read(tmp_path / "cells.jsonl")) == n > 0
+
+
+def test_a_full_disk_during_merge_leaves_nothing_there(small_disk, tmp_path):
+    disk, how, limit = small_disk
+    print(f"full disk made with {how}")
+    shards = [tmp_path / f"s{k}" for k in (1, 2)]
+    for k, shard in enumerate(shards, 1):
+        done = subprocess.run([sys.executable, "-m", "kernel_lab", *ARGS, "--shard", f"{k}/2", "--out", str(shard)],
+                              cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600)
+        assert done.returncode == 1, done.stderr[-2000:]
+    if limit is None:   # leave 16 KiB of the tmpfs free: less than the merged records need
+        (disk / "filler").write_bytes(b"\0" * (ROOM - (16 << 10)))
+    done = subprocess.run([sys.executable, "-m", "kernel_lab", "merge", "--out", str(disk / "m"), *map(str, shards)],
+                          cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600,
+                          preexec_fn=_limited(None if limit is None else 16 << 10))
+    errors = [ln for ln in done.stderr.splitlines() if ln.startswith("kernel-lab: error:")]
+    assert done.returncode == 3 and len(errors) == 1 and "Traceback" not in done.stderr, (how, done.stderr[-2000:])
+    assert "nothing was left there" in errors[0] and not (disk / "m").exists()
