@@ -41,6 +41,11 @@ def acquire_lock(out_dir: Path, warn) -> Path:
         try:
             fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
+            if path.is_dir():
+                raise UsageError(f"{path}: is a folder, expected kernel-lab's lock file") from None
+            if path.exists() and not path.is_file():   # reading a FIFO would wait forever
+                raise UsageError(f"{path}: is not a regular file (a FIFO, socket or device), expected "
+                                 "kernel-lab's lock file") from None
             try:
                 owner = json.loads(path.read_text())
                 pid, owner_host = int(owner["pid"]), str(owner["host"])

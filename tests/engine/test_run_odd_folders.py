@@ -8,7 +8,7 @@ import signal
 
 import pytest
 
-from conformance import records, runner, schema
+from conformance import records, run_folder, runner, schema
 from tests.engine.test_run_folders import SMOKE, main, one_error_line, toy_lab  # noqa: F401
 
 GOOD = {"id": "toy/scale/n=1/seed=0", "family": "toy", "op": "scale", "params": {"n": 1}, "seed": 0,
@@ -125,3 +125,10 @@ def test_an_odd_report_out_is_one_line(tmp_path, capsys, odd):
         out = tmp_path / "f" / "out"
     rc, _, err = main(capsys, "report", run, "--out", out)
     assert rc == 2 and "--out" in one_error_line(err)
+
+
+def test_a_fifo_where_the_lock_should_be_is_named_not_waited_on(tmp_path, capsys):
+    run = _shard(tmp_path)
+    os.mkfifo(run / run_folder.LOCK_NAME)
+    rc, _, err = main(capsys, *_argv("conform", run, tmp_path))
+    assert rc == 2 and f"{run / run_folder.LOCK_NAME}: is not a regular file" in one_error_line(err)
