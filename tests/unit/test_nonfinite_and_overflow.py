@@ -5,23 +5,22 @@ gate overflows float32 and a positive chunk-prefill gate are refused by name; a 
 cache is named before the NumPy references compute."""
 import numpy as np
 import pytest
+import torch
 
-from tests.unit.tq_triton_helpers import make_case, t  # noqa: E402  (sets TRITON_INTERPRET)
-
-import torch  # noqa: E402
-
-from conformance import families  # noqa: E402
-from conformance.testing import _Wrapped, verdict_of  # noqa: E402
-from optimized import cpu  # noqa: E402
-from optimized.flydsl import launcher as flydsl  # noqa: E402
-from optimized.torch import tq_sdpa  # noqa: E402
-from optimized.triton.tq_decode_grouped import decode_grouped  # noqa: E402
-from optimized.triton.tq_decode_split import decode_split  # noqa: E402
-from optimized.triton.tq_store import store as triton_store  # noqa: E402
-from reference.gdn import jax_ref as gdn_jax  # noqa: E402
-from reference.gdn import numpy_ref as gdn_np  # noqa: E402
-from reference.turboquant import jax_ref as tq_jax  # noqa: E402
-from reference.turboquant import numpy_ref as tq_np  # noqa: E402
+from conformance import families
+from conformance.planting import Wrapped
+from conformance.testing import verdict_of
+from optimized import cpu
+from optimized.flydsl import launcher as flydsl
+from optimized.torch import tq_sdpa
+from optimized.triton.tq_decode_grouped import decode_grouped
+from optimized.triton.tq_decode_split import decode_split
+from optimized.triton.tq_store import store as triton_store
+from reference.gdn import jax_ref as gdn_jax
+from reference.gdn import numpy_ref as gdn_np
+from reference.turboquant import jax_ref as tq_jax
+from reference.turboquant import numpy_ref as tq_np
+from tests.unit.tq_triton_helpers import make_case, t
 
 P = "turboquant_4bit_nc"
 HUGE = 1e39  # a finite Python float, Inf in float32
@@ -38,7 +37,7 @@ def test_nan_in_the_output_rows_of_a_padding_sequence_fails_the_cell():
         return o
 
     assert verdict_of(gdn_np, cell, "exact").status == "pass"
-    got = verdict_of(_Wrapped(gdn_np, decode=decode), cell, "exact")
+    got = verdict_of(Wrapped(gdn_np, decode=decode), cell, "exact")
     assert got.status == "fail" and "o_padding_rows" in got.reason and "NaN/Inf" in got.reason
 
 
