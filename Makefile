@@ -21,7 +21,7 @@ export JAX_COMPILATION_CACHE_DIR ?= $(CURDIR)/build/jax-cache
 STAMP := $(shell date +%Y%m%d-%H%M%S)
 OUT  ?= reports/out/conform-$(STAMP)
 
-.PHONY: setup setup-offline extension conform test perf clean flydsl-toolchain chromium peers peers-carry
+.PHONY: setup setup-offline extension conform test perf sanitize clean flydsl-toolchain chromium peers peers-carry
 
 setup: $(VENV)/.deps $(VENV)/.extension $(VENV)/.report
 
@@ -79,6 +79,25 @@ test: setup flydsl-toolchain chromium peers
 perf: setup
 	mkdir -p reports/out
 	OMP_WAIT_POLICY=PASSIVE $(VPY) -m pytest -q tests/perf --benchmark-quiet --benchmark-json=reports/out/perf.json
+
+# The C++ module built with AddressSanitizer and UBSan (build/sanitize, loaded through
+# KERNEL_LAB_GDN_MODULE; the Python interpreter gets the ASan runtime, and libstdc++ for its
+# exception interceptor (torch throws C++ exceptions), by LD_PRELOAD), then the gdn ci
+# tier on every C++ backend this machine has (a sanitizer report aborts the worker: a crash record,
+# exit 1) and the C++ kernels' unit and property tests. Leak checks are off (Python's own allocations).
+SAN_DIR   := build/sanitize
+SAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g
+SAN_ENV    = KERNEL_LAB_GDN_MODULE="$$(ls $(CURDIR)/$(SAN_DIR)/_gdn*.so)" \
+             LD_PRELOAD="$$($(CXX) -print-file-name=libasan.so) $$($(CXX) -print-file-name=libstdc++.so)" \
+             ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+sanitize: setup
+	cmake -S . -B $(SAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGDN_COPY_TO_SOURCE=OFF \
+	  -DPython_EXECUTABLE=$(CURDIR)/$(VPY) -DCMAKE_CXX_FLAGS="$(SAN_FLAGS)" -DCMAKE_SHARED_LINKER_FLAGS="$(SAN_FLAGS)"
+	cmake --build $(SAN_DIR)
+	$(SAN_ENV) $(VPY) -m kernel_lab conform --tier ci --family gdn --backend cpu-scalar,cpu-avx512,cpu-amx \
+	  --out $(SAN_DIR)/conform-$(STAMP)
+	$(SAN_ENV) $(VPY) -m pytest -q -p no:cacheprovider tests/unit/test_cpu_gdn_kernels.py \
+	  tests/unit/test_cpu_gdn_properties.py tests/unit/test_cpu_gdn_validation.py tests/unit/test_nonfinite_and_overflow.py
 
 # What `kernel-lab flydsl build` needs (optimized/flydsl/build.py): the pinned FlyDSL in the venv
 # (also for venvs made before the pin) and a ROCM_PATH whose llvm/bin/ld.lld is Debian's lld-19,
