@@ -87,53 +87,32 @@ def _log1p(y):
 
 
 @triton.jit
-def _gates(A, dt_bias, a, b):
-    """(g, beta) of one token and value head: g = -A softplus(a + dt_bias) (threshold 20), A = exp(A_log)."""
-    x = a + dt_bias
-    softplus = tl.where(x > 20.0, x, _log1p(tl.exp(tl.minimum(x, 20.0))))
-    return -A * softplus, 1.0 / (1.0 + tl.exp(-b))
-
-
-@triton.jit
-def _qk(q_ptr, k_ptr, i, h, sq_t, sq_h, sk_t, sk_h, kk, km, scale, eps, L2NORM: tl.constexpr):
-    """(scale * l2norm(q), l2norm(k)) of token i, key head h, fp32 [BK] (zero past K)."""
-    q = tl.load(q_ptr + i * sq_t + h * sq_h + kk, mask=km, other=0.0).to(tl.float32)
-    k = tl.load(k_ptr + i * sk_t + h * sk_h + kk, mask=km, other=0.0).to(tl.float32)
-    if L2NORM:
-        q = tl.math.div_rn(q, tl.sqrt_rn(tl.sum(q * q, axis=0) + eps))
-        k = tl.math.div_rn(k, tl.sqrt_rn(tl.sum(k * k, axis=0) + eps))
-    return q * scale, k
-
-
-@triton.jit
-def _step(S, q, k, v, g, beta):
-    """One token: S [BK, BV] fp32 -> (S', o [BV]); decay, delta-rule update, readout of S'."""
-    S = S * tl.exp(g)
-    u = beta * (v - tl.sum(S * k[:, None], axis=0))
-    S = S + k[:, None] * u[None, :]
-    return S, tl.sum(S * q[:, None], axis=0)
-
-
-@triton.jit
-def _gated_kernel(q_ptr, k_ptr, v_ptr, A_log_ptr, a_ptr, b_ptr, dt_bias_ptr, state_ptr, table_ptr, cu_ptr,
-                  acc_ptr, o_ptr, sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, sa_t, sb_t, so_t, so_h, s_slot, s_table,
-                  scale, eps, H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-                  BK: tl.constexpr, BV: tl.constexpr, SPEC: tl.constexpr, L2NORM: tl.constexpr):
-    """decode (SPEC False: token n of sequence n, slot table[n, 0]) and spec_decode (SPEC True: tokens
-    cu[n]..cu[n+1], resumed from table[n, max(acc[n] - 1, 0)], stored into table[n, t])."""
+def _gdn_kernel(q_ptr, k_ptr, v_ptr, x_ptr, y_ptr, A_log_ptr, dt_bias_ptr, state_ptr, table_ptr, cu_ptr, acc_ptr,
+                o_ptr, sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, sx_t, sy_t, so_t, so_h, s_slot, s_table, interval,
+                scale, eps, H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+                BK: tl.constexpr, BV: tl.constexpr, GATED: tl.constexpr, SPEC: tl.constexpr,
+                VARLEN: tl.constexpr, L2NORM: tl.constexpr):
+    """One program per (sequence n, value head hv, V-tile). Tokens: n (not VARLEN) or cu[n]..cu[n+1].
+    GATED: x, y are a and b (g = -exp(A_log) softplus(a + dt_bias), beta = sigmoid(b)), else g and beta.
+    SPEC: resume from slot table[n, max(acc[n] - 1, 0)] and store after token t into table[n, t];
+    else from slot table[n], the carried state rounded after every ``interval``-th token and the last,
+    stored once at the end. The per-token work is written out here rather than in helpers: the
+    interpreter pays milliseconds for every call of a jit function."""
     NV: tl.constexpr = (V + BV - 1) // BV
     pid = tl.program_id(0)
     vt = pid % NV
     n = pid // NV // HV
     hv = pid // NV % HV
     row = table_ptr + n.to(tl.int64) * s_table
-    if SPEC:
+    if VARLEN:
         bos = tl.load(cu_ptr + n).to(tl.int64)
-        eos = tl.load(cu_ptr + n + 1).to(tl.int64)
-        slot = tl.load(row + tl.maximum(tl.load(acc_ptr + n) - 1, 0)).to(tl.int64)
+        length = tl.load(cu_ptr + n + 1).to(tl.int64) - bos
     else:
         bos = n.to(tl.int64)
-        eos = bos + 1
+        length = 1
+    if SPEC:
+        slot = tl.load(row + tl.maximum(tl.load(acc_ptr + n) - 1, 0)).to(tl.int64)
+    else:
         slot = tl.load(row).to(tl.int64)
     if slot >= 0:
         kk = tl.arange(0, BK)
@@ -143,62 +122,41 @@ def _gated_kernel(q_ptr, k_ptr, v_ptr, A_log_ptr, a_ptr, b_ptr, dt_bias_ptr, sta
         m2 = km[:, None] & vm[None, :]
         tile = hv * (K * V) + kk[:, None] * V + vv[None, :]
         S = tl.load(state_ptr + slot * s_slot + tile, mask=m2, other=0.0).to(tl.float32)
-        A = tl.exp(tl.load(A_log_ptr + hv).to(tl.float32))
-        dt_bias = tl.load(dt_bias_ptr + hv).to(tl.float32)
         h = hv // (HV // H)
-        for t in range(0, eos - bos):
-            i = bos + t
-            q, k = _qk(q_ptr, k_ptr, i, h, sq_t, sq_h, sk_t, sk_h, kk, km, scale, eps, L2NORM)
-            v = tl.load(v_ptr + i * sv_t + hv * sv_h + vv, mask=vm, other=0.0).to(tl.float32)
-            g, beta = _gates(A, dt_bias, tl.load(a_ptr + i * sa_t + hv).to(tl.float32),
-                             tl.load(b_ptr + i * sb_t + hv).to(tl.float32))
-            S, o = _step(S, q, k, v, g, beta)
-            tl.store(o_ptr + i * so_t + hv * so_h + vv, _rounded(o, o_ptr), mask=vm)
-            stored = _rounded(S, state_ptr)
-            if SPEC:
-                dst = tl.load(row + t).to(tl.int64)
-            else:
-                dst = slot
-            tl.store(state_ptr + dst * s_slot + tile, stored, mask=m2)
-            S = stored.to(tl.float32)
-
-
-@triton.jit
-def _recurrent_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, cu_ptr, state_ptr, idx_ptr, o_ptr,
-                      sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, sg_t, sbeta_t, so_t, so_h, s_slot, interval,
-                      scale, eps, H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-                      BK: tl.constexpr, BV: tl.constexpr, ROUND: tl.constexpr, L2NORM: tl.constexpr):
-    """recurrent: tokens cu[n]..cu[n+1] from slot idx[n]; the carried state rounded every ``interval``
-    tokens and at the sequence's end (ROUND: a 16-bit pool), stored once at the end."""
-    NV: tl.constexpr = (V + BV - 1) // BV
-    pid = tl.program_id(0)
-    vt = pid % NV
-    n = pid // NV // HV
-    hv = pid // NV % HV
-    slot = tl.load(idx_ptr + n).to(tl.int64)
-    if slot >= 0:
-        bos = tl.load(cu_ptr + n).to(tl.int64)
-        length = tl.load(cu_ptr + n + 1).to(tl.int64) - bos
-        kk = tl.arange(0, BK)
-        vv = vt * BV + tl.arange(0, BV)
-        km = kk < K
-        vm = vv < V
-        m2 = km[:, None] & vm[None, :]
-        p_state = state_ptr + slot * s_slot + hv * (K * V) + kk[:, None] * V + vv[None, :]
-        S = tl.load(p_state, mask=m2, other=0.0).to(tl.float32)
-        h = hv // (HV // H)
+        if GATED:
+            A = tl.exp(tl.load(A_log_ptr + hv).to(tl.float32))
+            dt_bias = tl.load(dt_bias_ptr + hv).to(tl.float32)
         for t in range(0, length):
             i = bos + t
-            q, k = _qk(q_ptr, k_ptr, i, h, sq_t, sq_h, sk_t, sk_h, kk, km, scale, eps, L2NORM)
+            q = tl.load(q_ptr + i * sq_t + h * sq_h + kk, mask=km, other=0.0).to(tl.float32)
+            k = tl.load(k_ptr + i * sk_t + h * sk_h + kk, mask=km, other=0.0).to(tl.float32)
+            if L2NORM:
+                q = tl.math.div_rn(q, tl.sqrt_rn(tl.sum(q * q, axis=0) + eps))
+                k = tl.math.div_rn(k, tl.sqrt_rn(tl.sum(k * k, axis=0) + eps))
+            q = q * scale
             v = tl.load(v_ptr + i * sv_t + hv * sv_h + vv, mask=vm, other=0.0).to(tl.float32)
-            g = tl.load(g_ptr + i * sg_t + hv).to(tl.float32)
-            beta = tl.load(beta_ptr + i * sbeta_t + hv).to(tl.float32)
-            S, o = _step(S, q, k, v, g, beta)
-            tl.store(o_ptr + i * so_t + hv * so_h + vv, _rounded(o, o_ptr), mask=vm)
-            if ROUND:
-                written = ((t + 1) % interval == 0) | (t + 1 == length)
-                S = tl.where(written, _rounded(S, state_ptr).to(tl.float32), S)
-        tl.store(p_state, _rounded(S, state_ptr), mask=m2)
+            x = tl.load(x_ptr + i * sx_t + hv).to(tl.float32)
+            y = tl.load(y_ptr + i * sy_t + hv).to(tl.float32)
+            if GATED:
+                x = x + dt_bias
+                g = -A * tl.where(x > 20.0, x, _log1p(tl.exp(tl.minimum(x, 20.0))))
+                beta = 1.0 / (1.0 + tl.exp(-y))
+            else:
+                g = x
+                beta = y
+            S = S * tl.exp(g)
+            u = beta * (v - tl.sum(S * k[:, None], axis=0))
+            S = S + k[:, None] * u[None, :]
+            tl.store(o_ptr + i * so_t + hv * so_h + vv, _rounded(tl.sum(S * q[:, None], axis=0), o_ptr), mask=vm)
+            if SPEC:
+                stored = _rounded(S, state_ptr)
+                tl.store(state_ptr + tl.load(row + t).to(tl.int64) * s_slot + tile, stored, mask=m2)
+                S = stored.to(tl.float32)
+            elif state_ptr.dtype.element_ty != tl.float32:
+                if ((t + 1) % interval == 0) | (t + 1 == length):
+                    S = _rounded(S, state_ptr).to(tl.float32)
+        if not SPEC:  # S holds stored values: the conversion is exact
+            tl.store(state_ptr + slot * s_slot + tile, S.to(state_ptr.dtype.element_ty), mask=m2)
 
 
 @triton.jit
@@ -366,11 +324,12 @@ def decode(q, k, v, A_log, a, b, dt_bias, state, state_indices, *, scale=None, u
         _finite({n: inputs[n] for n in ("q", "k", "v", "A_log", "a", "b", "dt_bias")}, workspace)
         slot_indices("state_indices", _host(state_indices), (N,), state.shape[0])
     BK, BV, warps = _config(K, V, block_v, num_warps)
-    _gated_kernel[(N * HV * triton.cdiv(V, BV),)](
-        q, k, v, A_log, a, b, dt_bias, state, state_indices, None, None, out,
+    _gdn_kernel[(N * HV * triton.cdiv(V, BV),)](
+        q, k, v, a, b, A_log, dt_bias, state, state_indices, None, None, out,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), a.stride(0), b.stride(0),
-        out.stride(0), out.stride(1), state.stride(0), 1, scale, eps,
-        H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, SPEC=False, L2NORM=bool(use_qk_l2norm), num_warps=warps)
+        out.stride(0), out.stride(1), state.stride(0), 1, 1, scale, eps,
+        H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, GATED=True, SPEC=False, VARLEN=False, L2NORM=bool(use_qk_l2norm),
+        num_warps=warps)
     return out
 
 
@@ -406,11 +365,12 @@ def spec_decode(q, k, v, A_log, a, b, dt_bias, state, spec_state_indices, num_ac
         spec_tables(_host(cu), _host(spec), _host(acc),
                     T, state.shape[0])
     BK, BV, warps = _config(K, V, block_v, num_warps)
-    _gated_kernel[(N * HV * triton.cdiv(V, BV),)](
-        q, k, v, A_log, a, b, dt_bias, state, spec, cu, acc, out,
+    _gdn_kernel[(N * HV * triton.cdiv(V, BV),)](
+        q, k, v, a, b, A_log, dt_bias, state, spec, cu, acc, out,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), a.stride(0), b.stride(0),
-        out.stride(0), out.stride(1), state.stride(0), spec.stride(0), scale, eps,
-        H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, SPEC=True, L2NORM=bool(use_qk_l2norm), num_warps=warps)
+        out.stride(0), out.stride(1), state.stride(0), spec.stride(0), 1, scale, eps,
+        H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, GATED=True, SPEC=True, VARLEN=True, L2NORM=bool(use_qk_l2norm),
+        num_warps=warps)
     return out
 
 
@@ -447,10 +407,10 @@ def recurrent(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None,
         check_cu(_host(cu), T)
         slot_indices("state_indices", _host(idx), (N,), state.shape[0])
     BK, BV, warps = _config(K, V, block_v, num_warps)
-    _recurrent_kernel[(N * HV * triton.cdiv(V, BV),)](
-        q, k, v, g, beta, cu, state, idx, out,
+    _gdn_kernel[(N * HV * triton.cdiv(V, BV),)](
+        q, k, v, g, beta, None, None, state, idx, cu, None, out,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), g.stride(0), beta.stride(0),
-        out.stride(0), out.stride(1), state.stride(0), every, scale, eps,
-        H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, ROUND=state.dtype.itemsize == 2, L2NORM=bool(use_qk_l2norm),
+        out.stride(0), out.stride(1), state.stride(0), 1, every, scale, eps,
+        H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, GATED=False, SPEC=False, VARLEN=True, L2NORM=bool(use_qk_l2norm),
         num_warps=warps)
     return out
