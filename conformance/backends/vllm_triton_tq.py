@@ -343,8 +343,3 @@ def carry(dest: str) -> list[str]:
     copied.append(os.path.join(info, "METADATA"))
     return copied
 
-
-if __name__ == "__main__":
-    if len(sys.argv) != 3 or sys.argv[1] != "carry":
-        raise SystemExit("usage: python -m conformance.backends.vllm_triton_tq carry DEST")
-    print(f"{len(carry(sys.argv[2]))} files -> {sys.argv[2]}")

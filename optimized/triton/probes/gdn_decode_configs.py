@@ -1,7 +1,7 @@
 """Tile configurations of our GDN decode (``optimized.triton.gdn_recurrent.decode``: V-tile BV and
 warps) beside the registry's ``gdn/decode-gpu`` bench (our default, the peers, the copy ceiling), in
 the same run; registered for this run only. Writes ``gdn_decode_configs.json`` (perf-JSON records) and
-prints ms and % of copy: ``python -m optimized.triton.probes.gdn_decode_configs --out DIR`` (on a GPU)."""
+prints ms and % of copy: ``python -m optimized.triton.probes.gdn_decode_configs --out DIR [--shapes LABEL ...]`` (on a GPU)."""
 from __future__ import annotations
 
 import argparse
@@ -22,12 +22,13 @@ def main(argv=None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
+    ap.add_argument("--shapes", nargs="*", help="shape labels of the bench (default all)")
     args = ap.parse_args(argv)
     impls = [Impl(bench=BENCH, name=f"triton-gdn-{n}", role="ours", prepare=functools.partial(ours, **kw),
                   available=gpu_capability) for n, kw in CONFIGS.items()]
     registry.load()
     with registry.registered(*impls):
-        records = {r.rid: r for r in measure(BENCH)}
+        records = {r.rid: r for r in measure(BENCH, shapes=args.shapes)}
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / "gdn_decode_configs.json").write_text(json.dumps(run.perf_json(records, []), indent=1) + "\n")
     for rid, r in records.items():
