@@ -100,7 +100,7 @@ def gdn_kernels() -> list[tuple[str, object, dict, dict]]:
             BK, BV, _ = gdn_recurrent._config(128, 128, None, None)
             out.append((f"gdn {op} state={state}", gdn_recurrent._gdn_kernel, types,
                         dict(H=16, HV=32, K=128, V=128, BK=BK, BV=BV, GATED=gated, SPEC=spec, VARLEN=spec or not gated,
-                             L2NORM=True)))
+                             L2NORM=True, BF16_BITS=False)))
     out.append(("gdn nonfinite flags", gdn_recurrent._nonfinite_kernel, dict(
         x_ptr="*bf16", flags_ptr="*i32", flag="i32", rows="i32", B="i32", s0="i32", s1="i32"),
         dict(C=128, BLOCK_R=64, BLOCK_C=128)))

@@ -14,8 +14,8 @@ One program per (sequence, value head hv, V-tile of BV columns): value head hv r
 hv // (HV // H); the [K, BV] block of the state is loaded once in its storage dtype (float32,
 bfloat16, float16) and kept in fp32 registers; gating, the l2 norm of q and k (eps added to the sum
 of squares), the decay, the delta-rule update and the readout are fp32; each write-back stores every
-element once, rounded to nearest even (bfloat16 through its bits: the interpreter's own fp32 -> bf16
-conversion truncates). o is written in ``out``'s dtype (default: q's), rounded to nearest even once.
+element once, rounded to nearest even (the conversion instruction on a GPU; in the interpreter, whose
+fp32 -> bf16 conversion truncates, bfloat16 through its bits). o is written in ``out``'s dtype (default: q's), rounded to nearest even once.
 Rounding model "exact".
 
 Inputs are checked before launch (``ValueError``/``TypeError`` naming the argument): shapes, dtypes,
@@ -32,11 +32,14 @@ import triton.language as tl
 
 from optimized.triton.checks import (FLOAT_DTYPES, capturing, check_no_overlap, check_output, check_positive,
                                      check_tensor, index_tensor)
+from optimized.triton.tq_decode_launch import interpreting
 
 STATE_DTYPES = ("float32", "bfloat16", "float16")
 MAX_HEAD = 256
 WARPS = (1, 2, 4, 8, 16)
-TILE_ELEMENTS = 4096          # BK * BV of the default tile on a GPU: 16 KiB of fp32 state per program
+# The default tile on a GPU, BK * BV = 4096 elements (16 KiB of fp32 state) in 2 warps: the fastest of BV 16, 32,
+# 64 x 2, 4, 8 warps at K = V = 128 on the H200 for fp32 and bf16 pools (reports/baselines/h200/README.md)
+TILE_ELEMENTS = 4096
 FLAGS = 8                     # NaN/Inf flags of one launch's float inputs
 
 
@@ -69,9 +72,10 @@ class Workspace:
 # ---------------------------------------------------------------- the kernels
 
 @triton.jit
-def _rounded(x, ptr):
-    """fp32 ``x`` in the element type of ``ptr``, rounded to nearest even."""
-    if ptr.dtype.element_ty == tl.bfloat16:
+def _rounded(x, ptr, BF16_BITS: tl.constexpr):
+    """fp32 ``x`` in the element type of ``ptr``, rounded to nearest even: the conversion instruction on a
+    GPU; with BF16_BITS (the interpreter, whose fp32 -> bf16 conversion truncates) bf16 through its bits."""
+    if BF16_BITS and ptr.dtype.element_ty == tl.bfloat16:
         bits = x.to(tl.uint32, bitcast=True)
         bits = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
         return bits.to(tl.uint16).to(tl.bfloat16, bitcast=True)
@@ -91,12 +95,12 @@ def _gdn_kernel(q_ptr, k_ptr, v_ptr, x_ptr, y_ptr, A_log_ptr, dt_bias_ptr, state
                 o_ptr, sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, sx_t, sy_t, so_t, so_h, s_slot, s_table, interval,
                 scale, eps, H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
                 BK: tl.constexpr, BV: tl.constexpr, GATED: tl.constexpr, SPEC: tl.constexpr,
-                VARLEN: tl.constexpr, L2NORM: tl.constexpr):
+                VARLEN: tl.constexpr, L2NORM: tl.constexpr, BF16_BITS: tl.constexpr):
     """One program per (sequence n, value head hv, V-tile). Tokens: n (not VARLEN) or cu[n]..cu[n+1].
     GATED: x, y are a and b (g = -exp(A_log) softplus(a + dt_bias), beta = sigmoid(b)), else g and beta.
     SPEC: resume from slot table[n, max(acc[n] - 1, 0)] and store after token t into table[n, t];
-    else from slot table[n], the carried state rounded after every ``interval``-th token and the last,
-    stored once at the end. The per-token work is written out here rather than in helpers: the
+    else from slot table[n], the carried state rounded after every ``interval``-th token, stored (rounded)
+    once after the last. The per-token work is written out here rather than in helpers: the
     interpreter pays milliseconds for every call of a jit function."""
     NV: tl.constexpr = (V + BV - 1) // BV
     pid = tl.program_id(0)
@@ -147,16 +151,17 @@ def _gdn_kernel(q_ptr, k_ptr, v_ptr, x_ptr, y_ptr, A_log_ptr, dt_bias_ptr, state
             S = S * tl.exp(g)
             u = beta * (v - tl.sum(S * k[:, None], axis=0))
             S = S + k[:, None] * u[None, :]
-            tl.store(o_ptr + i * so_t + hv * so_h + vv, _rounded(tl.sum(S * q[:, None], axis=0), o_ptr), mask=vm)
+            o = tl.sum(S * q[:, None], axis=0)
+            tl.store(o_ptr + i * so_t + hv * so_h + vv, _rounded(o, o_ptr, BF16_BITS), mask=vm)
             if SPEC:
-                stored = _rounded(S, state_ptr)
+                stored = _rounded(S, state_ptr, BF16_BITS)
                 tl.store(state_ptr + tl.load(row + t).to(tl.int64) * s_slot + tile, stored, mask=m2)
                 S = stored.to(tl.float32)
             elif state_ptr.dtype.element_ty != tl.float32:
-                if ((t + 1) % interval == 0) | (t + 1 == length):
-                    S = _rounded(S, state_ptr).to(tl.float32)
-        if not SPEC:  # S holds stored values: the conversion is exact
-            tl.store(state_ptr + slot * s_slot + tile, S.to(state_ptr.dtype.element_ty), mask=m2)
+                if ((t + 1) % interval == 0) & (t + 1 < length):
+                    S = _rounded(S, state_ptr, BF16_BITS).to(tl.float32)
+        if not SPEC:
+            tl.store(state_ptr + slot * s_slot + tile, _rounded(S, state_ptr, BF16_BITS), mask=m2)
 
 
 @triton.jit
@@ -225,16 +230,15 @@ def _out(out, shape: tuple, like, dev):
 
 
 def _config(K: int, V: int, block_v, num_warps) -> tuple[int, int, int]:
-    """(BK, BV, warps): BV a power of two; in the interpreter all of V in one tile (fewest programs)."""
-    from optimized.triton.tq_decode_launch import interpreting
-
+    """(BK, BV, warps): BV a power of two (default ``TILE_ELEMENTS // BK``); in the interpreter all of V
+    in one tile (fewest programs)."""
     BK = triton.next_power_of_2(K)
     if block_v is None:
         block_v = triton.next_power_of_2(V) if interpreting() else min(triton.next_power_of_2(V),
                                                                        max(16, TILE_ELEMENTS // BK))
     if isinstance(block_v, bool) or not isinstance(block_v, int) or block_v < 1 or block_v & (block_v - 1):
         raise ValueError(f"block_v must be a power of two, got {block_v!r}")
-    num_warps = 4 if num_warps is None else num_warps
+    num_warps = 2 if num_warps is None else num_warps
     if num_warps not in WARPS:
         raise ValueError(f"num_warps must be one of {WARPS}, got {num_warps!r}")
     return BK, block_v, num_warps
@@ -329,7 +333,7 @@ def decode(q, k, v, A_log, a, b, dt_bias, state, state_indices, *, scale=None, u
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), a.stride(0), b.stride(0),
         out.stride(0), out.stride(1), state.stride(0), 1, 1, scale, eps,
         H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, GATED=True, SPEC=False, VARLEN=False, L2NORM=bool(use_qk_l2norm),
-        num_warps=warps)
+        BF16_BITS=interpreting(), num_warps=warps)
     return out
 
 
@@ -370,7 +374,7 @@ def spec_decode(q, k, v, A_log, a, b, dt_bias, state, spec_state_indices, num_ac
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), a.stride(0), b.stride(0),
         out.stride(0), out.stride(1), state.stride(0), spec.stride(0), 1, scale, eps,
         H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, GATED=True, SPEC=True, VARLEN=True, L2NORM=bool(use_qk_l2norm),
-        num_warps=warps)
+        BF16_BITS=interpreting(), num_warps=warps)
     return out
 
 
@@ -412,5 +416,5 @@ def recurrent(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), g.stride(0), beta.stride(0),
         out.stride(0), out.stride(1), state.stride(0), 1, every, scale, eps,
         H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, GATED=False, SPEC=False, VARLEN=True, L2NORM=bool(use_qk_l2norm),
-        num_warps=warps)
+        BF16_BITS=interpreting(), num_warps=warps)
     return out
