@@ -6,9 +6,13 @@
   the update and the readout in one kernel; the pool updated in place through ``ssm_state_indices``,
   the state stored after every token into ``ssm_state_indices[n, t]``), what vLLM's GDN attention
   backend calls for decode and speculative tokens.
-- recurrent: ``fused_recurrent_gated_delta_rule`` with g and beta given, ``inplace_final_state=False``
-  (the state after every token in a new ``[T, HV, V, K]`` tensor of the pool's dtype; the adapter
-  stores each sequence's last into its slot).
+- recurrent: ``fused_recurrent_gated_delta_rule`` with g and beta given, the pool and
+  ``ssm_state_indices``, ``inplace_final_state=False`` (the state after every token in a new
+  ``[T, HV, V, K]`` tensor of the pool's dtype; the adapter stores each sequence's last into its slot).
+  Without ``ssm_state_indices`` the kernel reads sequence n's initial state at ``h0[cu_seqlens[n]]``
+  (``p_h0 = h0 + bos * HV * V * K``: the token offset, not n), past the end of an ``[N, HV, V, K]``
+  h0 once a sequence has more than one token: the H200 run of 2026-12-01 that called it so hit an
+  illegal address (and wrong outputs before it); vLLM itself always passes the slot table.
 
 Imported like the TurboQuant peers (``vllm_triton_tq.real_triton_import``: ``vllm.triton_utils``
 bound to the real Triton; on a GPU box without a package index from the .py files ``make peers-carry``
@@ -142,22 +146,14 @@ class VllmGdnImpl:
         fn = kernel_modules()["recurrent"].fused_recurrent_gated_delta_rule
         idx, cu = np.asarray(state_indices), np.asarray(cu_seqlens).astype(np.int64)
         real = np.flatnonzero(idx >= 0)
-        pool = np.array(state)
-        o = np.zeros(v.shape, np.float32 if self.device == "cpu" else v.dtype)
-        if len(real) == 0:
-            return o, pool
-        tokens = np.concatenate([np.arange(cu[n], cu[n + 1]) for n in real])
-        lens = cu[real + 1] - cu[real]
-        sub_cu = np.concatenate([[0], np.cumsum(lens)])
-        h0 = to_torch(np.ascontiguousarray(pool[idx[real]]), self.device).transpose(-1, -2).contiguous()
-        out, per_token = fn(self._t(q[tokens])[None], self._t(k[tokens])[None], self._t(v[tokens])[None],
-                            g=self._t(g[tokens])[None], beta=self._t(beta[tokens])[None], scale=scale,
-                            initial_state=h0, inplace_final_state=False,
-                            cu_seqlens=torch.from_numpy(sub_cu.astype(np.int32)).to(self.device),
+        out, per_token = fn(self._t(q)[None], self._t(k)[None], self._t(v)[None], g=self._t(g)[None],
+                            beta=self._t(beta)[None], scale=scale, initial_state=self._pool(state),
+                            inplace_final_state=False, cu_seqlens=torch.from_numpy(cu.astype(np.int32)).to(self.device),
+                            ssm_state_indices=torch.from_numpy(vllm_slots(idx)).to(self.device),
                             use_qk_l2norm_in_kernel=use_qk_l2norm)
-        o[tokens] = to_numpy(out[0])
-        pool[idx[real]] = to_numpy(per_token[sub_cu[1:] - 1].transpose(-1, -2).contiguous())
-        return o, pool
+        pool = np.array(state)
+        pool[idx[real]] = to_numpy(per_token[cu[real + 1] - 1].transpose(-1, -2).contiguous()).astype(pool.dtype)
+        return to_numpy(out[0]), pool
 
 
 def bench_decode(shape: dict, inputs: dict):
@@ -186,6 +182,9 @@ def _supports(interpret: bool):
     from conformance.backends.triton_kernels import INTERPRETER_BF16
 
     def supports(cell) -> str | None:
+        if interpret and cell.op == "recurrent":
+            return ("vLLM's fused_recurrent kernel calls tl.exp through a module-level alias (ops/op.py: exp = tl.exp), "
+                    "which the Triton interpreter does not replace (InterpreterError: _semantic argument must be provided)")
         if interpret and cell["state"] == "bfloat16":
             return f"{INTERPRETER_BF16} (vLLM's kernels store the state with .to(dtype))"
         if cell["K"] > 256 or cell.get("V", cell["K"]) > 256:
