@@ -8,13 +8,18 @@ from functools import lru_cache
 
 import pytest
 
-from conformance import families, registry
+from conformance import families, registry, runner
 from conformance.inprocess import run_one
 
 
 @lru_cache(maxsize=None)
 def _probe(name):
     return registry.probe(registry.get(name))
+
+
+def _over_budget(cell, backend) -> bool:
+    limit = runner.work_budget(cell, backend)
+    return limit is not None and runner.cell_work(cell) > limit
 
 
 def pytest_generate_tests(metafunc):
@@ -30,9 +35,10 @@ def pytest_generate_tests(metafunc):
                 continue
             for name, backend in registry.backends().items():
                 if cell.family in backend.ops:
-                    # vLLM's TurboQuant kernels take minutes a cell in the interpreter: the default run
-                    # has a named subset (tests/unit/test_vllm_peers.py), `make conform` all of them
-                    slow = name.startswith("vllm-triton-tq") and "TRITON_INTERPRET" in backend.env
+                    # vLLM's kernels take minutes a cell in the interpreter: the default run has a named
+                    # subset (tests/unit/test_vllm_peers.py), `make conform` all of them; cells over an
+                    # interpreter backend's work budget (which `kernel-lab conform` skips) are slow here
+                    slow = (name.startswith("vllm-") and "TRITON_INTERPRET" in backend.env) or _over_budget(cell, backend)
                     params.append(pytest.param(cell, name, marks=[pytest.mark.slow] if slow else []))
                     ids.append(f"{cell.id}@{name}")
     metafunc.parametrize("cell,backend_name", params, ids=ids)
