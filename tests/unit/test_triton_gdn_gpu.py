@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(
     os.environ.get("TRITON_INTERPRET") == "1" or not torch.cuda.is_available(),
-    reason="needs a CUDA/ROCm GPU (not the interpreter)")
+    reason="needs a CUDA/ROCm GPU (not the interpreter)")]
 
 
 @pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16, torch.float16])
