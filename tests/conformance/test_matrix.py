@@ -17,9 +17,7 @@ def _probe(name):
     return registry.probe(registry.get(name))
 
 
-def _over_budget(cell, backend) -> bool:
-    limit = runner.work_budget(cell, backend)
-    return limit is not None and runner.cell_work(cell) > limit
+SLOW_S = 30.0
 
 
 def pytest_generate_tests(metafunc):
@@ -36,9 +34,10 @@ def pytest_generate_tests(metafunc):
             for name, backend in registry.backends().items():
                 if cell.family in backend.ops:
                     # vLLM's kernels take minutes a cell in the interpreter: the default run has a named
-                    # subset (tests/unit/test_vllm_peers.py), `make conform` all of them; cells over an
-                    # interpreter backend's work budget (which `kernel-lab conform` skips) are slow here
-                    slow = (name.startswith("vllm-") and "TRITON_INTERPRET" in backend.env) or _over_budget(cell, backend)
+                    # subset (tests/unit/test_vllm_peers.py), `make conform` all of them; so do the cells an
+                    # interpreter backend expects past SLOW_S (its first estimate: `make conform` runs them)
+                    interp = "TRITON_INTERPRET" in backend.env
+                    slow = interp and (name.startswith("vllm-") or runner.first_estimate(cell, backend) > SLOW_S)
                     params.append(pytest.param(cell, name, marks=[pytest.mark.slow] if slow else []))
                     ids.append(f"{cell.id}@{name}")
     metafunc.parametrize("cell,backend_name", params, ids=ids)
