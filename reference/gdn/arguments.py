@@ -257,9 +257,17 @@ def spec_decode(q, k, v, A_log, a, b, dt_bias, state, spec_state_indices, num_ac
     """Checks of spec_decode; returns (Dims, cu, spec_state_indices, num_accepted, start slots)."""
     T, H, HV, K, V = qkv(q, k, v)
     _gates_match(gating(A_log, a, b, dt_bias), a, T, HV)
+    S = pool(state, state_dtype_name, HV, K, V)
+    cu, spec, acc, start = spec_tables(cu, spec_state_indices, num_accepted_tokens, T, S)
+    scalars(scale, l2norm_eps)
+    return Dims(T, H, HV, K, V, cu.size - 1, S), cu, spec, acc, start
+
+
+def spec_tables(cu, spec_state_indices, num_accepted_tokens, T: int, S: int):
+    """Checks of spec_decode's index tables for T tokens and a pool of S slots; returns (cu_seqlens,
+    spec_state_indices, num_accepted_tokens, start slots), int64."""
     cu = cu_seqlens(cu, T)
     N = cu.size - 1
-    S = pool(state, state_dtype_name, HV, K, V)
     spec = _integer("spec_state_indices", spec_state_indices, 2)
     if spec.shape[0] != N:
         raise ValueError(f"spec_state_indices: expected [N={N}, S], got {spec.shape}")
@@ -278,5 +286,4 @@ def spec_decode(q, k, v, A_log, a, b, dt_bias, state, spec_state_indices, num_ac
         if np.any(spec[n, :lens[n]] < 0):
             raise ValueError(f"spec_state_indices: sequence {n} has a padding slot (-1) among the "
                              f"columns of its {lens[n]} tokens")
-    scalars(scale, l2norm_eps)
-    return Dims(T, H, HV, K, V, N, S), cu, spec, acc, start
+    return cu, spec, acc, start
