@@ -23,7 +23,7 @@ register_impl(Impl(bench="turboquant/decode", name="vllm-triton", role="peer", p
 
 def _gdn_available() -> tuple[bool, str]:
     ok, why = gpu_capability()
-    return vllm_gdn._probe(interpret=False) if ok else (ok, why)
+    return vllm_gdn.probe(interpret=False) if ok else (ok, why)
 
 
 register_impl(Impl(bench="gdn/decode-gpu", name="vllm-gdn", role="peer", prepare=vllm_gdn.bench_decode,

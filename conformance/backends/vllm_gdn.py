@@ -62,7 +62,7 @@ def kernel_modules() -> dict:
     return real_triton_import(KERNEL_MODULES)
 
 
-def _probe(interpret: bool) -> tuple[bool, str]:
+def probe(interpret: bool) -> tuple[bool, str]:
     from conformance.backends.vllm_triton_tq import _version
 
     try:
@@ -205,7 +205,7 @@ def _make(name: str, interpret: bool) -> Backend:
         return gdn.run_with(VllmGdnImpl("cpu" if interpret else "cuda"), cell, inputs)
 
     return register(Backend(
-        name=name, ops={"gdn": ("recurrent", "decode", "spec_decode")}, available=lambda: _probe(interpret), run=run,
+        name=name, ops={"gdn": ("recurrent", "decode", "spec_decode")}, available=lambda: probe(interpret), run=run,
         supports=_supports(interpret), rounding_models={"gdn": "exact"},
         env=INTERPRET_ENV if interpret else {}, timeout_s=1800.0 if interpret else 600.0, uses_gpu=not interpret,
         **(INTERPRET_COST if interpret else {})))
