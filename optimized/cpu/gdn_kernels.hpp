@@ -3,13 +3,10 @@
 // P (defined by each gdn_isa_*.cpp before including this file) provides:
 //   load_row(src, dt, float* dst, n)            n elements of type dt -> fp32
 //   store_row(const float* src, dst, dt, n)     fp32 -> dt, round to nearest even
-//   block_kv<SD>(src, lds, K, k, w, kv, next)    kv[j] = sum_r src[r, j] k[r] for j < w <= 128, src of
-//                                               type SD with row stride lds; prefetches the first half
-//                                               of next's rows (prefetch_half below)
-//   block_update<SD>(src, lds, dst, ldd, K, alpha, k, u, q, w, o, next)
-//                                               n = alpha src[r, j] + k[r] u[j] (fp32); dst <- n
-//                                               rounded to SD (dst may be src); o[j] = sum_r n[r, j] q[r];
-//                                               prefetches the second half of next's rows
+//   stream_rows<SD>(up, red, K, w, next)        one pass over K state rows of w <= 128 columns (type SD):
+//                                               row r of `up` (RowUpdate, may be null) is updated, then
+//                                               row r of `red` (RowReduce, may be null) is reduced; the
+//                                               rows of `next` (null: none) are prefetched to L2
 //   pack_a(src, lds, M, Kd, uint16_t* dst, scale, ldd)
 //                                               fp32 [M, Kd] -> bf16 row-major [M][Kd] (dst rows ldd
 //                                               apart, 0: Kd); row i times scale[i] first (in fp32)
@@ -61,17 +58,32 @@ inline void* state_row(const StatePool& s, int64_t slot, int64_t offset) {
     return static_cast<char*>(s.p) + (slot * s.slot_stride + offset) * dtype_bytes(s.dt);
 }
 
-// Prefetch to L2 of half of the `width` bytes at row r (rows `stride` bytes apart) of the state a
-// thread works on next (null: none): half 0 is the first half of the cache lines, half 1 the rest. The two passes
-// over the current state each prefetch one half, so requests go out during the whole item.
-// Measured against prefetching whole rows in the second pass alone (Xeon host and EPYC, 2
-// threads, batch-128 decode): fp32 state 9-26% faster, bf16 and fp16 unchanged.
-inline void prefetch_half(const void* next, int64_t r, int64_t stride, int64_t width, int half) {
+// Prefetch to L2 of the `width` bytes at row r (rows `stride` bytes apart) of the state a thread
+// works on after the one it streams now (null: none): one row per row streamed, so requests go out
+// evenly during the whole pass.
+inline void prefetch_row(const void* next, int64_t r, int64_t stride, int64_t width) {
     if (!next) return;
-    const int64_t lines = (width + 63) / 64, mid = lines / 2;
     const char* row = static_cast<const char*>(next) + r * stride;
-    for (int64_t l = half ? mid : 0; l < (half ? lines : mid); ++l) __builtin_prefetch(row + 64 * l, 0, 2);
+    for (int64_t l = 0; l < width; l += 64) __builtin_prefetch(row + l, 0, 2);
 }
+
+// The two halves of one pass over state rows (stream_rows): the update of one token's state and
+// the reductions of the next token's, so that a thread streams each state from memory once, in a
+// pass that also writes back the state before it. Pointers are at the block's first column.
+struct RowUpdate {  // dst[r, j] = alpha src[r, j] + k[r] u[j] in fp32, rounded to the state type (dst may be src)
+    const void* src;
+    void* dst;
+    int64_t ld;     // row stride in elements
+    float alpha;
+    const float *k, *u;
+};
+
+struct RowReduce {  // kv[j] = sum_r src[r, j] k[r], sq[j] = sum_r src[r, j] q[r] (fp32, r in order)
+    const void* src;
+    int64_t ld;
+    const float *k, *q;
+    float *kv, *sq;
+};
 
 inline float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 
@@ -107,76 +119,114 @@ void load_normalized(const Input& x, int64_t offset, int64_t n, bool l2norm, flo
 }
 
 // ---------------------------------------------------------------------------------------------
-// Decode and spec decode: one delta-rule step on a [K, V] fp32 working state.
+// Decode and spec decode: one delta-rule step per token and value head on a [K, V] state,
+//   S' = alpha S + k u^T,  u = beta (v - alpha S^T k),  o = S'^T q = alpha S^T q + (k . q) u,
+// in fp32 (o from the unrounded S'); S' is stored rounded to nearest even. S^T k and S^T q are
+// reduced in the pass that reads S; the update is a second pass over rows that are in cache.
 
-struct StepBuffers {
-    float *q, *k, *v, *kv, *o;  // q, k [K]; v, kv, o [V]
-    static int64_t floats(int64_t K, int64_t V) { return 2 * K + 3 * V; }
-    StepBuffers(float* base, int64_t K, int64_t V) : q(base), k(q + K), v(k + K), kv(v + V), o(kv + V) {}
+// One token of one value head: its vectors (q, k [K]; v, kv, sq, o [V], u in kv), gates and state.
+struct Token {
+    float *q, *k, *v, *kv, *sq, *o;
+    float alpha = 0.0f, beta = 0.0f;
+    const void* src = nullptr;  // the state it reads
+    void* dst = nullptr;        // where its updated state goes (decode: src)
+    static int64_t floats(int64_t K, int64_t V) { return 2 * K + 4 * V; }
+    Token(float* base, int64_t K, int64_t V) : q(base), k(q + K), v(k + K), kv(v + V), sq(kv + V), o(sq + V) {}
 };
 
-// One token: S <- alpha S + k (beta (v - alpha S^T k))^T, o = S^T q (unrounded S), reading the
-// state from src and writing it to dst (both of type SD; the same slot for decode), rounded to
-// nearest even. Columns go in blocks of up to 128 (whole rows at V = 128, so the slot streams
-// in order); each block reads src twice (the second time from cache). next: when not null, the
-// state the thread works on next, prefetched half during each pass (prefetch_half).
+template <class P>
+void load_token(const DecodeArgs& A, Token& tk, int64_t t, int64_t hv) {
+    const int64_t h = hv / (A.HV / A.H);
+    load_normalized<P>(A.q, (t * A.H + h) * A.K, A.K, A.l2norm, A.eps, A.scale, tk.q);
+    load_normalized<P>(A.k, (t * A.H + h) * A.K, A.K, A.l2norm, A.eps, 1.0f, tk.k);
+    P::load_row(elem(A.v, (t * A.HV + hv) * A.V), A.v.dt, tk.v, A.V);
+    float g;
+    gates(A, t, hv, &g, &tk.beta);
+    tk.alpha = std::exp(g);
+}
+
+// After the reductions: u = beta (v - alpha kv) (into kv) and o = alpha sq + (k . q) u, stored to
+// output row t, value head hv.
+template <class P>
+void finish_token(const DecodeArgs& A, Token& tk, int64_t t, int64_t hv) {
+    float part[16] = {};
+    int64_t i = 0;
+    for (; i + 16 <= A.K; i += 16)
+        for (int j = 0; j < 16; ++j) part[j] += tk.k[i + j] * tk.q[i + j];
+    for (; i < A.K; ++i) part[0] += tk.k[i] * tk.q[i];
+    float kq = 0.0f;
+    for (int j = 0; j < 16; ++j) kq += part[j];
+    for (int64_t j = 0; j < A.V; ++j) {
+        tk.kv[j] = tk.beta * (tk.v[j] - tk.alpha * tk.kv[j]);
+        tk.o[j] = tk.alpha * tk.sq[j] + kq * tk.kv[j];
+    }
+    P::store_row(tk.o, static_cast<char*>(A.out) + (t * A.HV + hv) * A.V * dtype_bytes(A.out_dt), A.out_dt, A.V);
+}
+
+// One pass over the [K, V] states: `up`'s update (null: none), then `red`'s reductions (null:
+// none), row by row in column blocks of up to 128 (whole rows at V <= 128, so slots stream in
+// order), prefetching the state `next` (null: none). Row r of up is written before row r of red
+// is read, so red may read the state up writes.
 template <class P, DType SD>
-void delta_step(StepBuffers& B, int64_t K, int64_t V, float alpha, float beta, const void* src, void* dst,
-                const void* next) {
+void state_pass(int64_t K, int64_t V, Token* up, Token* red, const void* next) {
     constexpr int64_t kBlock = 128;
     const int eb = dtype_bytes(SD);
+    auto at = [eb](const void* p, int64_t j0) { return static_cast<const char*>(p) + j0 * eb; };
     for (int64_t j0 = 0; j0 < V; j0 += kBlock) {
         const int64_t w = std::min(kBlock, V - j0);
-        const void* s = static_cast<const char*>(src) + j0 * eb;
-        float* __restrict u = B.kv + j0;
-        const void* nx = next ? static_cast<const char*>(next) + j0 * eb : nullptr;
-        P::template block_kv<SD>(s, V, K, B.k, w, u, nx);
-        for (int64_t j = 0; j < w; ++j) u[j] = beta * (B.v[j0 + j] - alpha * u[j]);
-        P::template block_update<SD>(s, V, static_cast<char*>(dst) + j0 * eb, V, K, alpha, B.k, u, B.q, w, B.o + j0,
-                                     nx);
+        RowUpdate U{};
+        RowReduce R{};
+        if (up) U = RowUpdate{at(up->src, j0), static_cast<char*>(up->dst) + j0 * eb, V, up->alpha, up->k, up->kv + j0};
+        if (red) R = RowReduce{at(red->src, j0), V, red->k, red->q, red->kv + j0, red->sq + j0};
+        P::template stream_rows<SD>(up ? &U : nullptr, red ? &R : nullptr, K, w, next ? at(next, j0) : nullptr);
     }
-}
-
-template <class P>
-void load_token(const DecodeArgs& A, StepBuffers& B, int64_t t, int64_t hv) {
-    const int64_t h = hv / (A.HV / A.H);
-    load_normalized<P>(A.q, (t * A.H + h) * A.K, A.K, A.l2norm, A.eps, A.scale, B.q);
-    load_normalized<P>(A.k, (t * A.H + h) * A.K, A.K, A.l2norm, A.eps, 1.0f, B.k);
-    P::load_row(elem(A.v, (t * A.HV + hv) * A.V), A.v.dt, B.v, A.V);
-}
-
-// The state slot of decode item + 1 (null past the end or for a padding sequence).
-inline const void* next_decode_state(const DecodeArgs& A, int64_t item) {
-    const int64_t next = item + 1;
-    if (next >= A.N * A.HV) return nullptr;
-    const int64_t slot = A.indices[next / A.HV];
-    return slot < 0 ? nullptr : state_row(A.state, slot, (next % A.HV) * A.K * A.V);
 }
 
 struct DecodeCtx {
     const DecodeArgs* args;
     const Scratch* scratch;
+    int64_t run;  // decode: items per run
 };
 
+inline int64_t decode_slot(const DecodeArgs& A, int64_t item) { return A.indices[item / A.HV]; }
+
+inline void* decode_state(const DecodeArgs& A, int64_t item) {
+    return state_row(A.state, decode_slot(A, item), (item % A.HV) * A.K * A.V);
+}
+
+// A run of consecutive decode items (sequence, value head) on one thread, software-pipelined: the
+// pass that updates item i's state (read in the pass before, now in cache) reduces item i + 1's
+// (read from memory) and prefetches item i + 2's. Padding sequences are skipped.
 template <class P, DType SD>
-void decode_item(void* ctx, int64_t item, int tid) {
+void decode_run(void* ctx, int64_t run, int tid) {
     const auto& c = *static_cast<DecodeCtx*>(ctx);
     const DecodeArgs& A = *c.args;
-    const int64_t n = item / A.HV, hv = item % A.HV;
-    const int64_t slot = A.indices[n];
-    if (slot < 0) return;
-    StepBuffers B(reinterpret_cast<float*>(c.scratch->at(tid)), A.K, A.V);
-    load_token<P>(A, B, n, hv);
-    float g, beta;
-    gates(A, n, hv, &g, &beta);
-    void* st = state_row(A.state, slot, hv * A.K * A.V);
-    delta_step<P, SD>(B, A.K, A.V, std::exp(g), beta, st, st, next_decode_state(A, item));
-    P::store_row(B.o, static_cast<char*>(A.out) + (n * A.HV + hv) * A.V * dtype_bytes(A.out_dt),
-                 A.out_dt, A.V);
+    const int64_t end = std::min(A.N * A.HV, (run + 1) * c.run);
+    float* base = reinterpret_cast<float*>(c.scratch->at(tid));
+    Token slots[2] = {Token(base, A.K, A.V), Token(base + Token::floats(A.K, A.V), A.K, A.V)};
+    Token* cur = nullptr;
+    int which = 0;
+    auto valid_from = [&](int64_t i) {
+        while (i < end && decode_slot(A, i) < 0) ++i;
+        return i;
+    };
+    for (int64_t item = valid_from(run * c.run); item < end;) {
+        const int64_t after = valid_from(item + 1);
+        Token& nx = slots[which];
+        which ^= 1;
+        load_token<P>(A, nx, item / A.HV, item % A.HV);
+        nx.src = nx.dst = decode_state(A, item);
+        state_pass<P, SD>(A.K, A.V, cur, &nx, after < end ? decode_state(A, after) : nullptr);
+        finish_token<P>(A, nx, item / A.HV, item % A.HV);
+        cur = &nx;
+        item = after;
+    }
+    if (cur) state_pass<P, SD>(A.K, A.V, cur, nullptr, nullptr);
 }
 
 // Spec decode: resume from slot indices[n, max(accepted-1, 0)] (negative: padding sequence),
-// token t's state is stored to indices[n, t] and the next token continues from the stored value.
+// token t's state is stored to indices[n, t] and the next token continues from the stored value:
+// per token, one pass reduces the state it reads and a second stores its update.
 template <class P, DType SD>
 void spec_item(void* ctx, int64_t item, int tid) {
     const auto& c = *static_cast<DecodeCtx*>(ctx);
@@ -186,37 +236,40 @@ void spec_item(void* ctx, int64_t item, int tid) {
     const int64_t src_slot = idx[std::max<int64_t>(A.num_accepted[n] - 1, 0)];
     const int64_t t0 = A.cu_seqlens[n], t1 = A.cu_seqlens[n + 1];
     if (src_slot < 0) return;
-    StepBuffers B(reinterpret_cast<float*>(c.scratch->at(tid)), A.K, A.V);
-    const void* src = state_row(A.state, src_slot, hv * A.K * A.V);
+    Token tk(reinterpret_cast<float*>(c.scratch->at(tid)), A.K, A.V);
+    tk.src = state_row(A.state, src_slot, hv * A.K * A.V);
     for (int64_t t = t0; t < t1; ++t) {
-        load_token<P>(A, B, t, hv);
-        float g, beta;
-        gates(A, t, hv, &g, &beta);
-        void* dst = state_row(A.state, idx[t - t0], hv * A.K * A.V);
-        delta_step<P, SD>(B, A.K, A.V, std::exp(g), beta, src, dst, nullptr);
-        src = dst;
-        P::store_row(B.o, static_cast<char*>(A.out) + (t * A.HV + hv) * A.V * dtype_bytes(A.out_dt),
-                     A.out_dt, A.V);
+        load_token<P>(A, tk, t, hv);
+        tk.dst = state_row(A.state, idx[t - t0], hv * A.K * A.V);
+        state_pass<P, SD>(A.K, A.V, nullptr, &tk, nullptr);
+        finish_token<P>(A, tk, t, hv);
+        state_pass<P, SD>(A.K, A.V, &tk, nullptr, nullptr);
+        tk.src = tk.dst;
     }
 }
 
 template <class P, template <class, DType> class Item>
-void run_decode_like(const DecodeArgs& A) {
-    Scratch scratch(A.num_threads, StepBuffers::floats(A.K, A.V) * 4);
-    DecodeCtx ctx{&A, &scratch};
-    const int64_t items = A.N * A.HV;
+void run_decode_like(const DecodeArgs& A, int64_t n_work, int64_t run) {
+    Scratch scratch(A.num_threads, 2 * Token::floats(A.K, A.V) * 4);
+    DecodeCtx ctx{&A, &scratch, run};
     switch (A.state.dt) {
-        case DType::F32: parallel_for(items, A.num_threads, &ctx, Item<P, DType::F32>::fn); break;
-        case DType::BF16: parallel_for(items, A.num_threads, &ctx, Item<P, DType::BF16>::fn); break;
-        case DType::F16: parallel_for(items, A.num_threads, &ctx, Item<P, DType::F16>::fn); break;
+        case DType::F32: parallel_for(n_work, A.num_threads, &ctx, Item<P, DType::F32>::fn); break;
+        case DType::BF16: parallel_for(n_work, A.num_threads, &ctx, Item<P, DType::BF16>::fn); break;
+        case DType::F16: parallel_for(n_work, A.num_threads, &ctx, Item<P, DType::F16>::fn); break;
     }
 }
 
-template <class P, DType SD> struct DecodeItem { static constexpr ItemFn fn = decode_item<P, SD>; };
+template <class P, DType SD> struct DecodeRun { static constexpr ItemFn fn = decode_run<P, SD>; };
 template <class P, DType SD> struct SpecItem { static constexpr ItemFn fn = spec_item<P, SD>; };
 
-template <class P> void decode(const DecodeArgs& A) { run_decode_like<P, DecodeItem>(A); }
-template <class P> void spec_decode(const DecodeArgs& A) { run_decode_like<P, SpecItem>(A); }
+// Decode items go out in runs of consecutive items, about 8 runs per thread (the dynamic schedule
+// balances them); each run pays one unpipelined pass at either end.
+template <class P> void decode(const DecodeArgs& A) {
+    const int64_t items = A.N * A.HV;
+    const int64_t run = std::max<int64_t>(1, items / (int64_t(std::max(1, A.num_threads)) * 8));
+    run_decode_like<P, DecodeRun>(A, (items + run - 1) / run, run);
+}
+template <class P> void spec_decode(const DecodeArgs& A) { run_decode_like<P, SpecItem>(A, A.N * A.HV, 1); }
 
 // ---------------------------------------------------------------------------------------------
 // Chunked prefill.
