@@ -472,6 +472,17 @@ double amx_tile_peak_seconds(int64_t iters, int num_threads) {
     return amx::tile_peak_seconds(iters, num_threads);
 }
 
+double amx_gemm_seconds(int M, int N, int Kd, int64_t iters, int num_threads) {
+    if (M % 32 || N % 32 || Kd % 32 || M <= 0 || N <= 0 || Kd <= 0 || M > 4096 || N > 4096 || Kd > 4096)
+        throw std::invalid_argument(("M, N, Kd: expected positive multiples of 32 up to 4096, got " + std::to_string(M) +
+                                     ", " + std::to_string(N) + ", " + std::to_string(Kd)).c_str());
+    if (iters < 1) throw std::invalid_argument("iters: expected >= 1");
+    thread_count(num_threads);
+    parse_isa("amx");
+    nb::gil_scoped_release release;
+    return amx::gemm_seconds(M, N, Kd, iters, num_threads);
+}
+
 void copy_bytes(const OutArray& dst, const InArray& src, int num_threads) {
     if (dst.nbytes() != src.nbytes())
         throw std::invalid_argument(("dst/src: sizes differ, " + std::to_string(dst.nbytes()) + " and " +
@@ -518,6 +529,8 @@ NB_MODULE(_gdn, m) {
           "c = bf16(a) @ bf16(b) with fp32 accumulation through one ISA's packing and GEMM (test hook).");
     m.def("amx_tile_peak_seconds", &amx_tile_peak_seconds, "iters"_a, "num_threads"_a,
           "Seconds for iters x 4 tdpbf16ps (16x16x32 each) per thread on register tiles.");
+    m.def("amx_gemm_seconds", &amx_gemm_seconds, "M"_a, "N"_a, "Kd"_a, "iters"_a, "num_threads"_a,
+          "Seconds for iters GEMMs C[M,N] = A[M,Kd] B[Kd,N] per thread through the chunk kernel's AMX GEMM, operands in cache.");
     m.def("copy_bytes", &copy_bytes, "dst"_a.noconvert(), "src"_a, "num_threads"_a,
           "memcpy on num_threads threads (bandwidth ceiling).");
     bind_ceilings(m);
