@@ -289,14 +289,31 @@ struct Avx512Isa {
         }
     }
 
-    // Rows k, k+1 of src (times scale[k], scale[k + 1]; null: 1) become interleaved pairs: one
-    // vcvtne2ps2bf16 and one word permute per 16 columns; then, with rescale, src *= rescale
-    // in the same pass. Kd is even.
-    static void pack_b(float* src, int64_t lds, int Kd, int N, uint16_t* dst, const float* scale = nullptr,
-                       const float* rescale = nullptr) {
+    // x rounded to R (nearest even) and back to fp32; R = F32: x.
+    template <DType R>
+    static __m512 round16(__m512 x) {
+        if constexpr (R == DType::BF16) {
+            __m256bh h = _mm512_cvtneps_pbh(x);
+            return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(reinterpret_cast<__m256i&>(h)), 16));
+        } else if constexpr (R == DType::F16) {
+            return _mm512_cvtph_ps(_mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        } else {
+            return x;
+        }
+    }
+
+    // Rows k, k+1 of src (first rounded to R unless F32, then times scale[k], scale[k + 1]; null: 1)
+    // become interleaved pairs: one vcvtne2ps2bf16 and one word permute per 16 columns; with
+    // rescale, or with R not F32, src <- (rounded) src times rescale (null: 1) in the same pass.
+    // Kd is even.
+    template <DType R>
+    static void pack_b_r(float* src, int64_t lds, int Kd, int N, uint16_t* dst, const float* scale,
+                         const float* rescale) {
         const __m512i inter = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
                                                23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-        const __m512 rv = _mm512_set1_ps(rescale ? *rescale : 1.0f);
+        const bool write_back = rescale || R != DType::F32;
+        const float rs = rescale ? *rescale : 1.0f;
+        const __m512 rv = _mm512_set1_ps(rs);
         for (int k = 0; k < Kd; k += 2) {
             float* r0 = src + k * lds;
             float* r1 = r0 + lds;
@@ -305,22 +322,32 @@ struct Avx512Isa {
             uint16_t* d = dst + int64_t(k / 2) * N * 2;
             int j = 0;
             for (; j + 16 <= N; j += 16) {
-                const __m512 a = _mm512_loadu_ps(r0 + j), b = _mm512_loadu_ps(r1 + j);
+                const __m512 a = round16<R>(_mm512_loadu_ps(r0 + j)), b = round16<R>(_mm512_loadu_ps(r1 + j));
                 __m512bh both = _mm512_cvtne2ps_pbh(_mm512_mul_ps(sv1, b), _mm512_mul_ps(sv0, a));
                 _mm512_storeu_si512(d + j * 2, _mm512_permutexvar_epi16(inter, reinterpret_cast<__m512i&>(both)));
-                if (rescale) {
+                if (write_back) {
                     _mm512_storeu_ps(r0 + j, _mm512_mul_ps(rv, a));
                     _mm512_storeu_ps(r1 + j, _mm512_mul_ps(rv, b));
                 }
             }
             for (; j < N; ++j) {
-                d[j * 2] = f32_to_bf16(s0 * r0[j]);
-                d[j * 2 + 1] = f32_to_bf16(s1 * r1[j]);
-                if (rescale) {
-                    r0[j] *= *rescale;
-                    r1[j] *= *rescale;
+                const float a = round_to(r0[j], R), b = round_to(r1[j], R);
+                d[j * 2] = f32_to_bf16(s0 * a);
+                d[j * 2 + 1] = f32_to_bf16(s1 * b);
+                if (write_back) {
+                    r0[j] = rs * a;
+                    r1[j] = rs * b;
                 }
             }
+        }
+    }
+
+    static void pack_b(float* src, int64_t lds, int Kd, int N, uint16_t* dst, const float* scale = nullptr,
+                       const float* rescale = nullptr, DType round = DType::F32) {
+        switch (round) {
+            case DType::F32: pack_b_r<DType::F32>(src, lds, Kd, N, dst, scale, rescale); break;
+            case DType::BF16: pack_b_r<DType::BF16>(src, lds, Kd, N, dst, scale, rescale); break;
+            case DType::F16: pack_b_r<DType::F16>(src, lds, Kd, N, dst, scale, rescale); break;
         }
     }
 

@@ -84,12 +84,14 @@ struct ScalarIsa {
     }
 
     static void pack_b(float* src, int64_t lds, int Kd, int N, uint16_t* dst, const float* scale = nullptr,
-                       const float* rescale = nullptr) {
+                       const float* rescale = nullptr, DType round = DType::F32) {
+        const bool write_back = rescale || round != DType::F32;
         for (int k = 0; k < Kd; ++k) {
             const float sk = scale ? scale[k] : 1.0f;
             for (int j = 0; j < N; ++j) {
-                dst[(int64_t(k / 2) * N + j) * 2 + (k & 1)] = f32_to_bf16(sk * src[k * lds + j]);
-                if (rescale) src[k * lds + j] *= *rescale;
+                const float x = round_to(src[k * lds + j], round);
+                dst[(int64_t(k / 2) * N + j) * 2 + (k & 1)] = f32_to_bf16(sk * x);
+                if (write_back) src[k * lds + j] = rescale ? x * *rescale : x;
             }
         }
     }

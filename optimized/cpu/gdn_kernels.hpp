@@ -11,9 +11,11 @@
 //                                               fp32 [M, Kd] -> bf16 row-major [M][Kd] (dst rows ldd
 //                                               apart, 0: Kd); row i times scale[i] first (in fp32)
 //                                               unless scale is null
-//   pack_b(src, lds, Kd, N, uint16_t* dst, scale, rescale)
+//   pack_b(src, lds, Kd, N, uint16_t* dst, scale, rescale, round)
 //                                               fp32 [Kd, N] -> bf16 pair-interleaved [Kd/2][N][2],
-//                                               row scales as pack_a; then src *= *rescale unless null
+//                                               src first rounded to `round` (RNE; F32: not), row
+//                                               scales as pack_a; then src <- (rounded) src times
+//                                               *rescale (null: 1) when rescale or round
 //   gemm(M, N, Kd, A, B, float* C, ldc, acc)    C (+)= A B with bf16 A, B and fp32 accumulation;
 //                                               M, N, Kd multiples of 32; only between
 //   tiles_begin(), tiles_end()                  (the AMX tile configuration of one task)
@@ -29,7 +31,8 @@
 // every token (the output uses the unrounded fp32 state). Chunked prefill computes in fp32,
 // rounds every GEMM operand to bf16 (written rd() below) and accumulates in fp32; the state is
 // rounded to SD at every chunk end (chunks of 64 tokens from each sequence start in this call),
-// which is also the sequence end. This is reference.gdn.numpy_ref.chunked(operand_dtype=
+// which is also the sequence end: at the start of the next chunk, in the pass that packs rd(S),
+// and into the pool after the last. This is reference.gdn.numpy_ref.chunked(operand_dtype=
 // "bfloat16"). Per chunk, with kn = rd(l2norm(k)), qn = rd(scale l2norm(q)), G the chunk-local
 // cumulative sum of g and D[i,j] = exp(G_i - G_j) for j <= i:
 //   M  = rd(strict_lower(beta_i (kn kn^T) D)),   T = (I + M)^-1 (fp32 forward substitution)
@@ -278,12 +281,12 @@ template <class P> void spec_decode(const DecodeArgs& A) { run_decode_like<P, Sp
 // rows; C = kChunk rows, fp32 unless named *_bf. Per key head and chunk: q, k, KK, QK and their
 // bf16 packs; per value head (reused in turn): the rest; S holds the group's fp32 states.
 struct ChunkBuffers {
-    float *q, *k, *KK, *QK, *v, *G, *eG, *eL, *beta, *x, *M, *P, *T, *W, *U, *Vn, *O, *S;
+    float *q, *k, *KK, *QK, *v, *G, *eG, *eL, *beta, *x, *M, *P, *T, *W, *U, *O, *S;  // U: then Vn
     uint16_t *Ka_bf, *KbT_bf, *Qa_bf, *Ta_bf, *Xb_bf, *Yb_bf, *Sb_bf, *Vb_bf, *Wa_bf, *QPa_bf, *Kd_bf, *KdT_bf;
 
     static int64_t floats(int64_t K, int64_t V, int64_t group) {
         const int64_t C = kChunk;
-        return group * K * V + 3 * C * K + 5 * C * V + 5 * C * C + 5 * C;  // S; q k W; v U Vn O x; KK QK M P T; G eG eL beta, x tail
+        return group * K * V + 3 * C * K + 4 * C * V + 5 * C * C + 5 * C;  // S; q k W; v U O x; KK QK M P T; G eG eL beta, x tail
     }
     static int64_t halves(int64_t K, int64_t V) {
         const int64_t C = kChunk;
@@ -298,7 +301,7 @@ struct ChunkBuffers {
         q = take(C * K); k = take(C * K); KK = take(C * C); QK = take(C * C); v = take(C * V);
         G = take(C); eG = take(C); eL = take(C); beta = take(C); x = take(C * V + C);
         M = take(C * C); P = take(C * C); T = take(C * C);
-        W = take(C * K); U = take(C * V); Vn = take(C * V); O = take(C * V); S = take(group * K * V);
+        W = take(C * K); U = take(C * V); O = take(C * V); S = take(group * K * V);
         uint16_t* h = reinterpret_cast<uint16_t*>(f);
         auto half = [&h](int64_t n) { uint16_t* p = h; h += n; return p; };
         Ka_bf = half(C * K); KbT_bf = half(K * C); Qa_bf = half(C * K); Ta_bf = half(C * C);
@@ -445,10 +448,10 @@ inline void solve_unit_lower(const float* M, float* T) {
     }
 }
 
-// One chunk of value head hv (load_keys done for its key head): reads/updates the fp32 state S,
-// writes O rows.
+// One chunk of value head hv (load_keys done for its key head): rounds the fp32 state S to `round`
+// (the state type: the previous chunk's write-back), reads and updates it, writes O rows.
 template <class P>
-void chunk_step(const ChunkArgs& A, ChunkBuffers& B, float* S, int64_t c0, int64_t L, int64_t hv) {
+void chunk_step(const ChunkArgs& A, ChunkBuffers& B, float* S, int64_t c0, int64_t L, int64_t hv, DType round) {
     const int C = kChunk, K = int(A.K), V = int(A.V);
     load_values<P>(A, B, c0, L, hv);
     decay_rows<P>(B);
@@ -459,19 +462,21 @@ void chunk_step(const ChunkArgs& A, ChunkBuffers& B, float* S, int64_t c0, int64
     P::pack_b(B.v, V, C, V, B.Yb_bf, B.beta);    // rd(beta v)
     P::gemm(C, K, C, B.Ta_bf, B.Xb_bf, B.W, K, false);
     P::gemm(C, V, C, B.Ta_bf, B.Yb_bf, B.U, V, false);
-    // Inter-chunk: Vn = U - rd(W) rd(S), with U a bf16 value (Vn is rounded by pack_b below);
-    // the pass that packs rd(S) also decays S by exp(G_last) for the state update.
+    // Inter-chunk: Vn = U - rd(W) rd(S), with U a bf16 value (Vn is rounded by pack_b below), as
+    // one GEMM accumulating -rd(W) rd(S) onto U (in place: U holds Vn from here); the pass that
+    // rounds S to its type and packs rd(S) also decays S by exp(G_last) for the state update.
     const float el = B.eG[L - 1];
-    P::pack_b(S, V, K, V, B.Sb_bf, nullptr, &el);
-    P::pack_a(B.W, K, C, K, B.Wa_bf);
-    P::gemm(C, V, K, B.Wa_bf, B.Sb_bf, B.Vn, V, false);
+    P::pack_b(S, V, K, V, B.Sb_bf, nullptr, &el, round);
+    std::fill(B.x, B.x + C, -1.0f);
+    P::pack_a(B.W, K, C, K, B.Wa_bf, B.x);
     P::round_bf16(B.U, int64_t(C) * V);
-    for (int64_t i = 0; i < int64_t(C) * V; ++i) B.Vn[i] = B.U[i] - B.Vn[i];
+    P::gemm(C, V, K, B.Wa_bf, B.Sb_bf, B.U, V, true);
+    float* Vn = B.U;
     // O = rd(qn exp(G)) rd(S) + rd(lower(qn kn^T D)) rd(Vn).
     // One GEMM over K + C: A = [rd(qn exp(G)) | rd(P)], B = [rd(S); rd(Vn)] (Vb follows Sb).
     P::pack_a(B.q, K, C, K, B.QPa_bf, B.eG, K + C);
     P::pack_a(B.P, C, C, C, B.QPa_bf + K, nullptr, K + C);
-    P::pack_b(B.Vn, V, C, V, B.Vb_bf);
+    P::pack_b(Vn, V, C, V, B.Vb_bf);
     P::gemm(C, V, K + C, B.QPa_bf, B.Sb_bf, B.O, V, false);
     const int eo = dtype_bytes(A.out_dt);
     for (int64_t i = 0; i < L; ++i)
@@ -502,15 +507,10 @@ void chunk_item(void* ctx, int64_t item, int tid) {
     for (int64_t c0 = t0; c0 < t1; c0 += kChunk) {
         const int64_t L = std::min<int64_t>(kChunk, t1 - c0);
         load_keys<P>(A, B, c0, L, t1, h);
-        for (int64_t g = 0; g < group; ++g) {
-            float* S = B.S + g * KV;
-            chunk_step<P>(A, B, S, c0, L, h * group + g);
-            if (SD != DType::F32) P::round_store(S, state(g), SD, KV);  // write-back: carry on from the rounded state
-        }
+        for (int64_t g = 0; g < group; ++g) chunk_step<P>(A, B, B.S + g * KV, c0, L, h * group + g, SD);
     }
     P::tiles_end();
-    if (SD == DType::F32)
-        for (int64_t g = 0; g < group; ++g) std::memcpy(state(g), B.S + g * KV, size_t(KV) * 4);
+    for (int64_t g = 0; g < group; ++g) P::round_store(B.S + g * KV, state(g), SD, KV);
 }
 
 template <class P>
