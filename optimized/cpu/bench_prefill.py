@@ -73,18 +73,22 @@ def vllm_peer(args: dict, pool: np.ndarray, threads: int):
 
 
 def amx_ceilings(threads: int) -> dict:
-    """TFLOP/s of the tile peak and of the kernel's GEMM at GEMM_SHAPE, on ``threads`` threads and on
-    one, each the best of 5 calls, and the physical cores this process may use."""
+    """TFLOP/s of the tile peak and of the kernel's GEMM at GEMM_SHAPE, on one thread (one physical
+    core's AMX unit) and on ``threads``, each the best of 5 calls after a warm-up call (an idle AMX
+    unit starts slow); ``amx_units``: the ratio of the two tile peaks, the AMX units the threads
+    really had (a VM may put two vCPUs on one physical core without saying so)."""
     from optimized.cpu import ceilings
 
     out = {"physical_cores": ceilings.physical_cores(), "gemm_shape": list(ceilings.GEMM_SHAPE)}
     for n in sorted({1, threads}):
         peak = ceilings.amx_tile_peak(n)
         gemm = ceilings.amx_gemm(*ceilings.GEMM_SHAPE, n)
+        peak(), gemm()
         out[f"tile_peak_TFLOPs_{n}t"] = max(ceilings.AMX_PEAK_ITERS * ceilings.AMX_FLOPS_PER_ITER * n / peak()
                                             for _ in range(5)) / 1e12
         out[f"gemm_TFLOPs_{n}t"] = max(ceilings.gemm_flops(*ceilings.GEMM_SHAPE, n) / gemm()
                                        for _ in range(5)) / 1e12
+    out["amx_units"] = out[f"tile_peak_TFLOPs_{threads}t"] / out["tile_peak_TFLOPs_1t"]
     return out
 
 
@@ -151,7 +155,8 @@ def main(argv=None) -> int:
             rows.append(row)
             print(line, flush=True)
     if amx:
-        print(f"AMX ceilings, TFLOP/s ({amx['physical_cores']} physical cores for this process): tile peak "
+        print(f"AMX ceilings, TFLOP/s ({amx['physical_cores']} physical cores for this process, "
+              f"{amx['amx_units']:.2f} AMX units' worth on {args.threads} threads): tile peak "
               f"{amx['tile_peak_TFLOPs_1t']:.3f} on 1 thread (per physical core), {peak / 1e12:.3f} on "
               f"{args.threads}; GEMM {'x'.join(map(str, amx['gemm_shape']))} {amx['gemm_TFLOPs_1t']:.3f} on 1 thread, "
               f"{gemm / 1e12:.3f} on {args.threads}")

@@ -7,8 +7,9 @@ written elsewhere), ``amx_tile_peak`` (register-resident tdpbf16ps) and ``amx_ge
 kernel's own AMX GEMM at one shape, operands in cache).
 
 The AMX unit belongs to a physical core: two threads on SMT siblings share one, so an AMX peak is
-that of the physical cores its threads run on (``physical_cores``); per physical core it is the
-one-thread peak.
+that of the physical cores its threads run on (``physical_cores``; a VM may hide siblings, so the
+ratio of the N-thread to the one-thread peak tells how many units N threads really had); per
+physical core it is the one-thread peak.
 """
 from __future__ import annotations
 
@@ -73,7 +74,7 @@ def amx_tile_peak(num_threads: int):
 
 
 GEMM_SHAPE = (64, 128, 128)   # M, N, Kd: the chunk kernel's tile products (C x V x K, chunk C = 64)
-GEMM_ITERS = 2_000
+GEMM_ITERS = 10_000
 
 
 def gemm_flops(M: int, N: int, Kd: int, num_threads: int) -> int:
