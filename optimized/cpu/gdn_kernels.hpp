@@ -49,6 +49,7 @@
 #include <cstring>
 
 #include "gdn_api.hpp"
+#include "gdn_gating.hpp"
 
 namespace gdn {
 namespace {
@@ -87,18 +88,6 @@ struct RowReduce {  // kv[j] = sum_r src[r, j] k[r], sq[j] = sum_r src[r, j] q[r
     const float *k, *q;
     float *kv, *sq;
 };
-
-inline float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
-
-// g = -exp(A_log) * softplus(a + dt_bias), beta = sigmoid(b), for token t and value head hv.
-inline void gates(const DecodeArgs& A, int64_t t, int64_t hv, float* g, float* beta) {
-    const float a = load_scalar(A.a.p, A.a.dt, t * A.HV + hv);
-    const float b = load_scalar(A.b.p, A.b.dt, t * A.HV + hv);
-    const float alog = load_scalar(A.A_log.p, A.A_log.dt, hv);
-    const float bias = load_scalar(A.dt_bias.p, A.dt_bias.dt, hv);
-    *g = -std::exp(alog) * softplus(a + bias);
-    *beta = 1.0f / (1.0f + std::exp(-b));
-}
 
 // sum x[i]^2 over n elements, on 16 partial sums so the reduction vectorises.
 inline float sum_squares(const float* x, int64_t n) {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "gdn_api.hpp"
+#include "gdn_gating.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -435,12 +436,7 @@ void gdn_gating(const InArray& A_log, const InArray& a, const InArray& b, const 
     float* gp = static_cast<float*>(g.data());
     float* bp = static_cast<float*>(beta.data());
     for (int64_t t = 0; t < T; ++t)
-        for (int64_t h = 0; h < HV; ++h) {
-            const float x = load_scalar(A.a.p, A.a.dt, t * HV + h) + load_scalar(A.dt_bias.p, A.dt_bias.dt, h);
-            const float sp = x > 20.0f ? x : std::log1p(std::exp(x));
-            gp[t * HV + h] = -std::exp(load_scalar(A.A_log.p, A.A_log.dt, h)) * sp;
-            bp[t * HV + h] = 1.0f / (1.0f + std::exp(-load_scalar(A.b.p, A.b.dt, t * HV + h)));
-        }
+        for (int64_t h = 0; h < HV; ++h) gates(A, t, h, gp + t * HV + h, bp + t * HV + h);
 }
 
 void gemm_bf16(const std::string& isa, const InArray& a, const InArray& b, const OutArray& c) {
