@@ -35,22 +35,27 @@ struct ScalarIsa {
     static void stream_rows(const RowUpdate* up, const RowReduce* red, int64_t K, int64_t w, const void* next) {
         const int eb = dtype_bytes(SD);
         float buf[128], n[128];
+        float* __restrict kv = red ? red->kv : nullptr;
+        float* __restrict sq = red ? red->sq : nullptr;
+        const float* __restrict u = up ? up->u : nullptr;
         if (red) {
-            std::fill(red->kv, red->kv + w, 0.0f);
-            std::fill(red->sq, red->sq + w, 0.0f);
+            std::fill(kv, kv + w, 0.0f);
+            std::fill(sq, sq + w, 0.0f);
         }
         for (int64_t r = 0; r < K; ++r) {
             prefetch_row(next, r, (up ? up->ld : red->ld) * eb, w * eb);
             if (up) {
-                const float* row = row_f32<SD>(static_cast<const char*>(up->src) + r * up->ld * eb, w, buf);
-                for (int64_t j = 0; j < w; ++j) n[j] = up->alpha * row[j] + up->k[r] * up->u[j];
+                const float* __restrict row = row_f32<SD>(static_cast<const char*>(up->src) + r * up->ld * eb, w, buf);
+                const float alpha = up->alpha, kr = up->k[r];
+                for (int64_t j = 0; j < w; ++j) n[j] = alpha * row[j] + kr * u[j];
                 store_row(n, static_cast<char*>(up->dst) + r * up->ld * eb, SD, w);
             }
             if (red) {
-                const float* row = row_f32<SD>(static_cast<const char*>(red->src) + r * red->ld * eb, w, buf);
+                const float* __restrict row = row_f32<SD>(static_cast<const char*>(red->src) + r * red->ld * eb, w, buf);
+                const float kr = red->k[r], qr = red->q[r];
                 for (int64_t j = 0; j < w; ++j) {
-                    red->kv[j] += row[j] * red->k[r];
-                    red->sq[j] += row[j] * red->q[r];
+                    kv[j] += row[j] * kr;
+                    sq[j] += row[j] * qr;
                 }
             }
         }
