@@ -17,7 +17,7 @@ from conformance.cost import Cost
 
 ROLES = ("ours", "baseline", "peer", "ceiling")
 TIMINGS = ("cuda-graph", "events")
-BENCH_MODULES = ("bench.gdn_cpu", "bench.turboquant_gpu")
+BENCH_MODULES = ("bench.gdn_cpu", "bench.gdn_gpu", "bench.turboquant_gpu")
 
 
 @dataclass(frozen=True)

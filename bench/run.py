@@ -1,4 +1,4 @@
-"""A perf run: measure the selected benches, judge the gates of ``tests/perf/gates.toml`` and the
+"""A perf run: measure the selected benches, judge the gates of ``bench/gates.toml`` and the
 regression gates against this machine's saved run, and write the perf JSON (pytest-benchmark's
 layout: ``benchmarks`` with ``extra_info``, plus ``kernel_lab_gates``; the gates also alone in
 ``gates.json`` beside it).

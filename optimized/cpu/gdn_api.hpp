@@ -1,7 +1,7 @@
 // The C++ interface between the nanobind module, the runtime (threads, CPU probing) and the
 // three ISA builds of the kernels (gdn_isa_scalar.cpp, gdn_isa_avx512.cpp, gdn_isa_amx.cpp).
 //
-// Shapes follow shared/DESIGN.md (varlen, tokens packed along T, state pool [S, HV, K, V],
+// Shapes follow reference.gdn (varlen, tokens packed along T, state pool [S, HV, K, V],
 // "kv" orientation, each slot contiguous with any slot stride). Arguments arrive validated:
 // the kernels do no checking of their own.
 #pragma once
@@ -80,6 +80,9 @@ namespace amx {
 // Peak of the AMX bf16 tile unit: tdpbf16ps on register-resident tiles, `iters` rounds of
 // four 16x16x32 products per thread on `num_threads` threads. Returns seconds elapsed.
 double tile_peak_seconds(int64_t iters, int num_threads);
+// The chunk kernel's AMX GEMM C[M,N] = A[M,Kd] B[Kd,N] (bf16 operands packed as the kernel packs
+// them, fp32 C, all in cache), `iters` times per thread on `num_threads` threads. Returns seconds.
+double gemm_seconds(int M, int N, int Kd, int64_t iters, int num_threads);
 }
 
 // Runtime (gdn_runtime.cpp, compiled without ISA flags).

@@ -1,6 +1,6 @@
 """GDN reference in NumPy: loops over sequences and tokens (or 64-token chunks), batched over heads.
 
-Shapes and conventions: ``reference.gdn`` and shared/DESIGN.md. Every function computes in
+Shapes and conventions: ``reference.gdn``. Every function computes in
 ``compute_dtype`` (float32 by default; float64 makes an independent higher-precision oracle) and
 returns ``o`` as float32 ``[T, HV, V]``; rows of padding sequences (slot -1) are zero.
 The state pool is updated in place.
@@ -17,7 +17,10 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
+from reference.arguments import in_place
 from reference.gdn import arguments
+
+IN_PLACE = "the NumPy reference updates the state pool in place"
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 
@@ -45,7 +48,7 @@ def _l2norm(x: np.ndarray, eps: float) -> np.ndarray:
     return x / np.sqrt(np.sum(x * x, axis=-1, keepdims=True) + eps)
 
 
-def _prepare_qk(q, k, HV, scale, use_qk_l2norm, eps, cdt):
+def prepare_qk(q, k, HV, scale, use_qk_l2norm, eps, cdt):
     """q, k [T, H, K] -> scale * l2norm(q), l2norm(k) as [T, HV, K] in ``cdt``."""
     q, k = np.asarray(q, cdt), np.asarray(k, cdt)
     if use_qk_l2norm:
@@ -77,7 +80,7 @@ def _operand_rounding(operand_dtype: str):
     return lambda x: np.asarray(x, np.float32).astype(narrow).astype(x.dtype)
 
 
-def _step(S, q, k, v, g, beta):
+def token_step(S, q, k, v, g, beta):
     """One token for all heads. S [HV,K,V]; q, k [HV,K]; v [HV,V]; g, beta [HV] -> (S_t, o_t)."""
     S = S * np.exp(g)[:, None, None]
     kv = (k[:, None, :] @ S)[:, 0, :]
@@ -151,18 +154,19 @@ def gating(A_log, a, b, dt_bias, *, compute_dtype="float32"):
 def recurrent(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, use_qk_l2norm=True,
               l2norm_eps=1e-6, state_dtype="float32", state_write_interval=1, compute_dtype="float32"):
     """Token-by-token gated delta rule over packed sequences; updates ``state`` in place; returns o."""
+    in_place("state", state, IN_PLACE)
     dims, cu, idx = arguments.varlen(q, k, v, g, beta, cu_seqlens, state, state_indices,
                                      state_dtype, scale, l2norm_eps)
     interval = arguments.interval(state_write_interval)
     cdt, sdt = arguments.compute_dtype(compute_dtype), arguments.state_dtype(state_dtype)
-    qs, ks = _prepare_qk(q, k, dims.HV, scale, use_qk_l2norm, l2norm_eps, cdt)
+    qs, ks = prepare_qk(q, k, dims.HV, scale, use_qk_l2norm, l2norm_eps, cdt)
     v, g, beta = (np.asarray(x, cdt) for x in (v, g, beta))
     o = np.zeros((dims.T, dims.HV, dims.V), np.float32)
     for n in np.flatnonzero(idx >= 0):
         s0, s1 = cu[n], cu[n + 1]
         S = _load_state(state, idx[n], cdt)
         for i in range(s0, s1):
-            S, o[i] = _step(S, qs[i], ks[i], v[i], g[i], beta[i])
+            S, o[i] = token_step(S, qs[i], ks[i], v[i], g[i], beta[i])
             if sdt != np.float32 and _write_back(i + 1 - s0, s1 - s0, interval):
                 S = _stored(S, sdt)
         state[idx[n]] = _to_state(S, sdt)
@@ -175,7 +179,7 @@ def chunked(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, u
     """Chunked (UT/WY) gated delta rule; same contract as ``recurrent``.
 
     ``state_write_interval`` defaults to ``chunk_size`` and must be a multiple of it.
-    ``operand_dtype="bfloat16"`` models the CPU chunk kernel (research/gdn.md 2.4, 2.6): q and k
+    ``operand_dtype="bfloat16"`` models the CPU chunk kernel (optimized/cpu): q and k
     after l2norm/scale, the -beta*D*kk^T matrix, its inverse T, W, U, the chunk-start state copy
     used for W@S and the readout, v_new = U - W@S, and the other GEMM operands are rounded to bf16;
     products accumulate in the compute dtype; the carried state stays in the compute dtype.
@@ -185,6 +189,7 @@ def chunked(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, u
     the inverse T but not the matrix inverted, W, U, the chunk-start state copy, v_new for the readout,
     v_new * exp(G_last - G) for the state increment, and the output o.
     """
+    in_place("state", state, IN_PLACE)
     dims, cu, idx = arguments.varlen(q, k, v, g, beta, cu_seqlens, state, state_indices,
                                      state_dtype, scale, l2norm_eps)
     C = arguments.chunk(chunk_size)
@@ -193,7 +198,7 @@ def chunked(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, u
     rnd = _operand_rounding(arguments.operand_dtype(operand_dtype))
     fla = arguments.rounding_points(rounding_points, operand_dtype) == "fla"
     fla_scale = cdt.type(1.0 / np.sqrt(dims.K) if scale is None else scale) if fla else None
-    qs, ks = _prepare_qk(q, k, dims.HV, 1.0 if fla else scale, use_qk_l2norm, l2norm_eps, cdt)
+    qs, ks = prepare_qk(q, k, dims.HV, 1.0 if fla else scale, use_qk_l2norm, l2norm_eps, cdt)
     qs, ks = rnd(qs), rnd(ks)
     v, g, beta = (np.asarray(x, cdt) for x in (v, g, beta))
     o = np.zeros((dims.T, dims.HV, dims.V), np.float32)
@@ -216,6 +221,7 @@ def decode(q, k, v, A_log, a, b, dt_bias, state, state_indices, *, scale=None, u
 
     The state is rounded after every token (the sequence's only token); returns o [N, HV, V].
     """
+    in_place("state", state, IN_PLACE)
     dims, idx = arguments.decode(q, k, v, A_log, a, b, dt_bias, state, state_indices,
                                  state_dtype, scale, l2norm_eps)
     g, beta = _gates(A_log, a, b, dt_bias, arguments.compute_dtype(compute_dtype))
@@ -232,18 +238,19 @@ def spec_decode(q, k, v, A_log, a, b, dt_bias, state, spec_state_indices, num_ac
     stores the state after its draft token t into ``spec_state_indices[n, t]`` (rounded); the next
     token reads that stored state. q, k [T,H,K], v [T,HV,V], a, b [T,HV]; returns o [T, HV, V].
     """
+    in_place("state", state, IN_PLACE)
     dims, cu, spec, _, start = arguments.spec_decode(
         q, k, v, A_log, a, b, dt_bias, state, spec_state_indices, num_accepted_tokens, cu_seqlens,
         state_dtype, scale, l2norm_eps)
     cdt, sdt = arguments.compute_dtype(compute_dtype), arguments.state_dtype(state_dtype)
     g, beta = _gates(A_log, a, b, dt_bias, cdt)
-    qs, ks = _prepare_qk(q, k, dims.HV, scale, use_qk_l2norm, l2norm_eps, cdt)
+    qs, ks = prepare_qk(q, k, dims.HV, scale, use_qk_l2norm, l2norm_eps, cdt)
     v = np.asarray(v, cdt)
     o = np.zeros((dims.T, dims.HV, dims.V), np.float32)
     for n in np.flatnonzero(start >= 0):
         S = _load_state(state, start[n], cdt)
         for t, i in enumerate(range(cu[n], cu[n + 1])):
-            S, o[i] = _step(S, qs[i], ks[i], v[i], g[i], beta[i])
+            S, o[i] = token_step(S, qs[i], ks[i], v[i], g[i], beta[i])
             state[spec[n, t]] = _to_state(S, sdt)
             S = _load_state(state, spec[n, t], cdt)
     return o

@@ -1,5 +1,4 @@
 """Run folders that cannot lie, and workers pinned to GPUs: the CLI in this process on the toy family."""
-import errno
 import json
 import os
 import signal
@@ -10,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from conformance import cli, records, runner
+from conformance import estimate, records, run_folder, selection
+from kernel_lab import cli
 from conformance.cells import make_cell
 from conformance.errors import UsageError
 from conformance.registry import Backend
@@ -48,9 +48,9 @@ def recs(folder):
 # ---------------------------------------------------------------- one run per folder
 
 def test_a_folder_in_use_is_refused_and_the_lock_of_a_killed_run_is_taken_over(tmp_path, capsys):
-    lock = tmp_path / runner.LOCK_NAME
+    lock = tmp_path / run_folder.LOCK_NAME
     first = subprocess.Popen(
-        [sys.executable, "-m", "conformance", *SMOKE, "--backend", "toy-hang", "--timeout", "60", "--out",
+        [sys.executable, "-m", "kernel_lab", *SMOKE, "--backend", "toy-hang", "--timeout", "60", "--out",
          str(tmp_path)], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, start_new_session=True,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -71,7 +71,7 @@ def test_a_folder_in_use_is_refused_and_the_lock_of_a_killed_run_is_taken_over(t
 
 
 def test_a_lock_from_another_host_is_not_taken_over(tmp_path, capsys):
-    (tmp_path / runner.LOCK_NAME).write_text(json.dumps({"pid": 1, "host": "elsewhere.example"}))
+    (tmp_path / run_folder.LOCK_NAME).write_text(json.dumps({"pid": 1, "host": "elsewhere.example"}))
     rc, _, err = main(capsys, *SMOKE, "--backend", "toy-good", "--out", tmp_path)
     assert rc == 2 and "on host elsewhere.example" in one_error_line(err)
 
@@ -87,7 +87,7 @@ def test_a_lock_from_another_host_is_not_taken_over(tmp_path, capsys):
 ])
 def test_resume_continues_only_the_same_selection(tmp_path, capsys, change, words):
     (tmp_path / "cells.jsonl").write_text("")
-    records.dump_json(tmp_path / "run.json", {"selection": runner.Selection(
+    records.dump_json(tmp_path / "run.json", {"selection": selection.Selection(
         "smoke", "toy", backends=("toy-wrong",)).as_dict()})
     base = {"--tier": "smoke", "--backend": "toy-wrong"}
     base.update(dict(zip(change[::2], change[1::2])))
@@ -107,36 +107,7 @@ def test_resume_exit_status_and_counts_cover_every_record_in_the_folder(tmp_path
     assert rc == 2 and "--resume" in one_error_line(err) and len(recs(tmp_path)) == 3
 
 
-# ---------------------------------------------------------------- disk full
-
-class _DiskFullAfter:
-    """A binary file whose ``n``-th write puts half its bytes on disk, then raises ENOSPC."""
-
-    def __init__(self, fh, n):
-        self._fh, self._left = fh, n
-
-    def write(self, data):
-        self._left -= 1
-        if self._left == 0:
-            self._fh.write(data[: len(data) // 2])
-            self._fh.flush()
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        return self._fh.write(data)
-
-    def __getattr__(self, name):
-        return getattr(self._fh, name)
-
-
-def test_out_of_disk_ends_with_one_line_and_the_records_so_far_stay_valid(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(records, "open", lambda *a, **k: _DiskFullAfter(open(*a, **k), 3), raising=False)
-    rc, _, err = main(capsys, *SMOKE, "--backend", "toy-good", "--out", tmp_path)
-    line = one_error_line(err)
-    assert rc == 3 and "No space left on device" in line and "2 records before it are valid" in line
-    assert len(recs(tmp_path)) == 2  # the half line was cut off: the file reads cleanly
-    assert "No space left" in json.loads((tmp_path / "run.json").read_text())["stopped"]
-    monkeypatch.delattr(records, "open")
-    assert main(capsys, *SMOKE, "--backend", "toy-good", "--out", tmp_path, "--resume")[0] == 0
-    assert len(recs(tmp_path)) == 3
+# ---------------------------------------------------------------- disk full: tests/engine/test_run_full_disk.py
 
 
 # ---------------------------------------------------------------- merge
@@ -169,10 +140,6 @@ def test_merge_checks_selection_finished_shards_all_there_no_overlap_and_leaves_
     (tmp_path / "s2" / "cells.jsonl").write_text("".join(
         ln + "\n" for ln in (tmp_path / "s2" / "cells.jsonl").read_text().splitlines()[:-1]))
     shards = [tmp_path / f"s{k}" for k in (1, 2, 3)]
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(records, "open", lambda *a, **k: _DiskFullAfter(open(*a, **k), 2), raising=False)
-        rc, _, err = main(capsys, "merge", "--out", out, *shards)
-    assert rc == 3 and "nothing was left there" in one_error_line(err) and not out.exists()
     assert main(capsys, "merge", "--out", out, *shards)[0] == 0
     assert len(recs(out)) == 3
     assert json.loads((out / "run.json").read_text())["selection"]["shard"] is None
@@ -210,7 +177,7 @@ def test_corrupt_or_unreadable_inputs_give_one_line_naming_the_file(tmp_path, ca
     run = tmp_path / "run"
     run.mkdir()
     (run / "cells.jsonl").write_text("")
-    records.dump_json(run / "run.json", {"selection": runner.Selection(
+    records.dump_json(run / "run.json", {"selection": selection.Selection(
         "smoke", "toy", backends=("toy-good",), shard="1/1").as_dict()})
     name, data = CORRUPT[case]
     (run / name).unlink()
@@ -225,7 +192,7 @@ def test_corrupt_or_unreadable_inputs_give_one_line_naming_the_file(tmp_path, ca
     assert rc == 2 and str(run / name) in one_error_line(err)
 
 
-@pytest.mark.parametrize("name", ["run.json", "cells.jsonl", runner.LOCK_NAME])
+@pytest.mark.parametrize("name", ["run.json", "cells.jsonl", run_folder.LOCK_NAME])
 def test_a_folder_where_a_run_folders_file_should_be_is_named_in_one_line(tmp_path, capsys, name):
     (tmp_path / name).mkdir()
     rc, _, err = main(capsys, *SMOKE, "--backend", "toy-good", "--out", tmp_path)
@@ -243,7 +210,7 @@ def test_only_usage_errors_exit_2_an_internal_key_error_is_a_bug(capsys, monkeyp
     def broken(*args, **kwargs):
         return {}["a key the code forgot"]
 
-    monkeypatch.setattr(runner, "select_cells", broken)
+    monkeypatch.setattr(selection, "select_cells", broken)
     with pytest.raises(KeyError):
         cli.main(["list-cells", "--tier", "smoke"])
 
@@ -280,8 +247,8 @@ def test_the_estimate_comes_from_each_backends_own_cost_and_is_refined_by_record
                    seconds_per_cell=0.0, seconds_per_work=1.0)
     cells = [make_cell("toy", "scale", n=n, factor=1.0) for n in (10, 20, 30)]
     other = make_cell("toy", "other", n=40, factor=1.0)
-    assert runner.cell_work(cells[1]) == 20
-    est = runner.Estimator([(c, b) for c in cells for b in (cheap, slow)] + [(other, slow)], jobs=2)
+    assert estimate.cell_work(cells[1]) == 20
+    est = estimate.Estimator([(c, b) for c in cells for b in (cheap, slow)] + [(other, slow)], jobs=2)
     assert est.per_backend() == {"c": 1.5, "s": 100.0} and est.remaining() == pytest.approx(101.5 / 2)
     # the slow backend takes half its estimate on its first cell: its remaining cells of that op are
     # scaled by 0.5, those of another op are not
@@ -358,7 +325,7 @@ def test_the_interpreter_budget_admits_every_ci_cell_and_skips_the_largest_full_
     assert interp and all(b.work_budget is not None for b in interp)
 
     def over(tier):
-        return [(c.id, b.name) for b in interp for c in runner.select_cells(tier)
-                if b.skip_reason(c) is None and runner.cell_work(c) > runner.work_budget(c, b)]
+        return [(c.id, b.name) for b in interp for c in selection.select_cells(tier)
+                if b.skip_reason(c) is None and estimate.cell_work(c) > estimate.work_budget(c, b)]
 
     assert over("ci") == [] and len(over("full")) > 100

@@ -1,8 +1,8 @@
 """GDN check: a backend's outputs against the oracle of its rounding model.
 
 gating: g and beta under ``GATING``. Other ops: ``o`` (float32 or the cell's activation dtype, any
-other dtype fails) on the rows of real sequences, ``state`` on the slots the op writes, and the
-other slots bit-identical. Quality: the error against the same
+other dtype fails) on the rows of real sequences (the rows of padding sequences: any finite
+value), ``state`` on the slots the op writes, and the other slots bit-identical. Quality: the error against the same
 run with a float32 state pool (float64 recurrent).
 """
 from __future__ import annotations
@@ -10,9 +10,10 @@ from __future__ import annotations
 import numpy as np
 
 from conformance.cells import Cell, activation
-from conformance.compare import Comparison, Verdict, compare, dtype_refused, verdict
+from conformance.compare import Comparison, Verdict, compare, dtype_refused, finite, verdict
 from conformance.families.gdn.driver import as_f32
-from conformance.families.gdn.oracle import oracle, oracle_kind, oracle_name
+from conformance.families.gdn.models import model, oracle_kind
+from conformance.families.gdn.oracle import ORACLES, oracle
 from conformance.families.gdn.tolerances import UNTOUCHED_TOL, gating, o_and_state
 from conformance.memo import Memo
 from conformance.numerics import rel_l2
@@ -46,16 +47,16 @@ def written_slots(cell: Cell, inputs: dict) -> np.ndarray:
 
 
 def check(cell: Cell, rounding_model: str, inputs: dict, outputs: dict, memo: Memo | None = None) -> Verdict:
-    """Compare ``outputs`` with the oracle of ``rounding_model`` (one of ``ROUNDING_MODELS``).
+    """Compare ``outputs`` with the oracle of ``rounding_model`` (a name of ``models.MODELS``).
 
     ``inputs`` are the pristine inputs; ``memo`` keeps oracles across calls (None: a fresh one).
     """
     memo = Memo() if memo is None else memo
     kind = oracle_kind(cell, rounding_model)
     expected = oracle(cell, inputs, kind, memo)
-    source = f"{oracle_name(cell, kind)}; backend rounding model {rounding_model}"
+    source = f"{ORACLES[kind].words(cell)}; backend rounding model {rounding_model}"
     if cell.op == "gating":
-        g_tol, beta_tol = gating(cell, inputs, rounding_model)
+        g_tol, beta_tol = gating(cell, inputs, model(rounding_model))
         comps = [compare("g", outputs["g"], expected["g"], g_tol),
                  compare("beta", outputs["beta"], expected["beta"], beta_tol)]
         return verdict(comps, {"oracle": source})
@@ -67,7 +68,7 @@ def check(cell: Cell, rounding_model: str, inputs: dict, outputs: dict, memo: Me
         return verdict([refused], {"oracle": source})
     rows = real_rows(cell, inputs)
     written = written_slots(cell, inputs)
-    o_tol, s_tol = o_and_state(cell, inputs, expected, rounding_model, written=written, memo=memo,
+    o_tol, s_tol = o_and_state(cell, inputs, expected, model(rounding_model), written=written, memo=memo,
                                o_dtype=outputs["o"].dtype.name)
     untouched = np.setdiff1d(np.arange(inputs["state"].shape[0]), written)
     pool_in = as_f32(inputs["state"])
@@ -76,6 +77,9 @@ def check(cell: Cell, rounding_model: str, inputs: dict, outputs: dict, memo: Me
         compare("state", outputs["state"][written], expected["state"][written], s_tol),
         compare("untouched_slots", outputs["state"][untouched], pool_in[untouched], UNTOUCHED_TOL),
     ]
+    padding = np.setdiff1d(np.arange(outputs["o"].shape[0]), rows)
+    if padding.size:
+        comps.append(finite("o_padding_rows", outputs["o"][padding]))
     same = inputs["state_dtype"] == "float32" and kind == "exact"
     fp32 = expected if same else oracle(cell, inputs, "exact", memo, fp32_state=True)
     quality = {

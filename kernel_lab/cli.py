@@ -1,0 +1,260 @@
+"""`kernel-lab` (also `python -m kernel_lab`): doctor, conform, merge, list-cells, report,
+audit-tolerances, study,
+plus the commands of other packages (`plan-blocks`, `flydsl`, `bench`), each registered by its
+package's ``cli.register(subparsers)``.
+
+Exit status: 0 every record in the run folder passed (or skipped, or failed as expected); 1 some
+record fails, errors, crashes or passes unexpectedly; 2 a bad request (unknown name, malformed
+argument, a run folder in use, holding another selection, or unreadable), told in one line;
+3 the run stopped because its records could not be written (disk full): the records before stay valid.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections import Counter
+from pathlib import Path
+
+from bench import cli as bench_cli
+from conformance import audit, counts, families, fingerprint, merge, records, registry, runner, selection, studies
+from conformance.errors import RunStopped, UsageError
+from optimized.flydsl import cli as flydsl_cli
+from planner import cli as planner_cli
+
+SUBCOMMAND_MODULES = (planner_cli, flydsl_cli, bench_cli)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, status 2
+        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        sys.exit(2)
+
+
+def _split(values: list[str] | None) -> list[str] | None:
+    """Repeated, comma-separated names as one list; None when the option is absent."""
+    if values is None:
+        return None
+    return [v.strip() for item in values for v in item.split(",") if v.strip()]
+
+
+def cmd_doctor(args) -> int:
+    fp = fingerprint.fingerprint()
+    cpu = fp["cpu"]
+    print(f"CPU      {cpu['model']}, {cpu['cores']} cores ({cpu.get('usable_cores')} usable), "
+          f"{cpu.get('memory_gib')} GiB")
+    print(f"flags    {' '.join(cpu['flags']) or '(none of interest)'}")
+    for g in fp["gpus"]:
+        arch = g.get("compute_capability") or g.get("arch") or ""
+        print(f"GPU      {g['name']} {arch} {g.get('runtime', '')} driver {g.get('driver', '?')}")
+    if not fp["gpus"]:
+        print("GPU      none visible to torch")
+    print("versions " + ", ".join(f"{k} {v}" for k, v in fp["versions"].items() if v))
+    print(f"commit   {fp['git']['commit']}{' (dirty)' if fp['git']['dirty'] else ''}")
+    print("backends")
+    probes = registry.probe_all(list(registry.backends().values()))
+    for name, b in registry.backends().items():
+        ok, why = probes[name]
+        fams = ", ".join(f"{f}: {' '.join(ops)}" for f, ops in b.ops.items())
+        print(f"  {'yes' if ok else 'no ':3} {name:24} {why}")
+        print(f"      {fams}")
+    return 0
+
+
+def cmd_list_cells(args) -> int:
+    tiers = [args.tier] if args.tier else list(families.TIERS)
+    for tier in tiers:
+        cells = selection.select_cells(tier, args.family, args.op, args.filter)
+        if args.ids:
+            for c in cells:
+                print(c.id)
+            continue
+        per = Counter((c.family, c.op) for c in cells)
+        print(f"{tier}: {len(cells)} cells")
+        for (fam, op), n in sorted(per.items()):
+            print(f"  {fam}/{op}: {n}")
+    return 0
+
+
+def _selection(args) -> selection.Selection:
+    selection.parse_shard(args.shard)
+    names = _split(args.backend)
+    return selection.Selection(tier=args.tier, family=args.family, op=args.op,
+                               backends=tuple(names) if names is not None else None,
+                               filter=args.filter, shard=args.shard, model=args.model, config=args.config)
+
+
+JOBS_PER_CORE = 4
+
+
+def max_jobs() -> int:
+    """The most worker processes ``--jobs`` may ask for here: a few per usable core (workers of GPU
+    backends wait on their device), never below the number of visible devices."""
+    return max(JOBS_PER_CORE * len(os.sched_getaffinity(0)), len(fingerprint.devices().ids))
+
+
+def cmd_conform(args) -> int:
+    most = max_jobs()
+    if args.jobs is not None and not 1 <= args.jobs <= most:
+        raise UsageError(f"--jobs {args.jobs}: expected 1 to {most} worker processes on this machine "
+                         f"({JOBS_PER_CORE} per usable CPU core)")
+    if args.timeout is not None and not args.timeout > 0:
+        raise UsageError(f"--timeout {args.timeout}: expected a positive number of seconds")
+    result = runner.run(_selection(args), args.out, jobs=args.jobs, resume=args.resume,
+                        timeout_s=args.timeout, budget=not args.no_budget)
+    print(counts.summary_table(result.counts))
+    print(f"records: {result.out_dir / 'cells.jsonl'}  run: {result.out_dir / 'run.json'}  "
+          f"({result.elapsed_s:.1f} s)")
+    return result.exit_status
+
+
+def cmd_merge(args) -> int:
+    result = merge.merge(args.inputs, args.out)
+    print(counts.summary_table(result.counts))
+    print(f"merged {result.records} records from {len(args.inputs)} shards into {result.out_dir}")
+    return 1 if any(c[s] for c in result.counts.values() for s in records.BAD_STATUSES) else 0
+
+
+def cmd_report(args) -> int:
+    from reports import build   # Jinja2 and matplotlib: needed by this command only
+
+    try:
+        w = build.write(args.run_dirs, args.out, args.perf, args.baseline, args.study)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    for p in w.problems:
+        print(f"note: {p}", file=sys.stderr)
+    print(f"report: {w.index.resolve()} ({w.index.stat().st_size / 1e6:.2f} MB, {w.records} records)\n"
+          f"junit:  {w.junit}\nsummary: {w.summary}")
+    return 0
+
+
+def output_file(option: str, text: str) -> Path:
+    """``text`` as a file to write (its folder created), checked before any work: UsageError naming
+    ``option`` for an empty path, a folder, a FIFO or device, or a folder that cannot be made."""
+    if not text.strip():
+        raise UsageError(f"{option}: empty; expected a file path")
+    path = Path(text)
+    if path.exists() and not path.is_file():
+        raise UsageError(f"{option} {text}: exists and is not a regular file")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"{option} {text}: cannot create its folder ({exc.strerror or exc})") from None
+    return path
+
+
+def cmd_audit_tolerances(args) -> int:
+    recs, measured_on = audit.read_runs(args.run_dirs)
+    names = [args.family] if args.family else list(families.families())
+    out = Path(args.out) if args.out else None
+    for name in names:
+        result = audit.audit(name, recs, measured_on)
+        path = out / f"{name}.json" if out else audit.path_of(name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        records.dump_json(path, result)
+        print(audit.table(result))
+        print(f"json: {path}")
+    return 0
+
+
+def cmd_study(args) -> int:
+    study = args.study_module
+    out = output_file("--out", args.out if args.out is not None else f"reports/out/study-{study.NAME}.json")
+    try:
+        study.check(args)
+    except ValueError as exc:
+        raise UsageError(f"study {study.NAME}: {exc}") from None
+    result = study.run(args)
+    try:
+        records.dump_json(out, result)
+    except OSError as exc:
+        raise UsageError(f"--out {out}: cannot write ({exc.strerror or exc})") from None
+    print(study.summarize(result))
+    print(f"json: {out}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="kernel-lab", description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    d = sub.add_parser("doctor", help="fingerprint of this machine and every backend: available or why not")
+    d.set_defaults(func=cmd_doctor)
+
+    c = sub.add_parser("conform", help="run the conformance matrix")
+    c.add_argument("--family", help="gdn or turboquant (default: all)")
+    c.add_argument("--op", help="one op of the family (default: all)")
+    c.add_argument("--backend", action="append", help="backend name(s), comma-separated or repeated (default: all)")
+    c.add_argument("--tier", default="ci", help="smoke, ci or full (default ci)")
+    c.add_argument("--filter", help="regular expression searched in cell ids")
+    c.add_argument("--out", default="reports/out/conform", help="run directory (cells.jsonl, run.json)")
+    c.add_argument("--resume", action="store_true",
+                   help="continue the same selection in --out: skip (cell, backend) pairs already recorded")
+    c.add_argument("--shard", help="K/N: run the K-th of N interleaved parts of the matrix")
+    c.add_argument("--jobs", type=int, help="worker processes in parallel (default: one per visible GPU "
+                   "when a GPU backend is selected, else 1)")
+    c.add_argument("--timeout", type=float, help="seconds per (cell, backend) before the worker is killed "
+                   "and the pair is a crash (default: each backend's own)")
+    c.add_argument("--no-budget", action="store_true",
+                   help="run interpreter backends on cells over their work budget too")
+    c.add_argument("--model", help="also cells in this shipped model's shapes (planner/configs/NAME.json)")
+    c.add_argument("--config", help="also cells in the shapes of this config.json")
+    c.set_defaults(func=cmd_conform)
+
+    m = sub.add_parser("merge", help="join the run folders of the shards K/N of one selection into one")
+    m.add_argument("--out", required=True, help="new run folder")
+    m.add_argument("inputs", nargs="+", help="run folders of every shard 1/N .. N/N")
+    m.set_defaults(func=cmd_merge)
+
+    lc = sub.add_parser("list-cells", help="each tier's size, or the cell ids")
+    lc.add_argument("--tier")
+    lc.add_argument("--family")
+    lc.add_argument("--op")
+    lc.add_argument("--filter")
+    lc.add_argument("--ids", action="store_true", help="print cell ids instead of counts")
+    lc.set_defaults(func=cmd_list_cells)
+
+    r = sub.add_parser("report", help="HTML report, junit.xml and summary.md of run folders")
+    r.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    r.add_argument("--perf", action="append", help="perf JSON (pytest-benchmark with kernel-lab extra_info), repeatable")
+    r.add_argument("--baseline", help="run folder to diff against (its perf.json too, if any)")
+    r.add_argument("--study", action="append", help="study JSON (default: study-*.json in and above the run folders)")
+    r.add_argument("--out", help="output folder (default: the first RUN_DIR)")
+    r.set_defaults(func=cmd_report)
+
+    a = sub.add_parser("audit-tolerances", help="per tolerance term, the worst margin the records of run folders "
+                       "reached: written beside each family's tolerances")
+    a.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run folders of one tier (ci for the committed audit)")
+    a.add_argument("--family", help="one family (default: all)")
+    a.add_argument("--out", help="folder for FAMILY.json (default: conformance/families/<family>/tolerance_audit.json)")
+    a.set_defaults(func=cmd_audit_tolerances)
+
+    s = sub.add_parser("study", help="numerical studies (JSON for the report)")
+    ss = s.add_subparsers(dest="study", required=True, parser_class=_Parser)
+    for name, mod in studies.studies().items():
+        sp = ss.add_parser(name, help=mod.DESCRIPTION)
+        sp.add_argument("--out", help="JSON output (default reports/out/study-NAME.json)")
+        mod.add_arguments(sp)
+        sp.set_defaults(func=cmd_study, study_module=mod)
+
+    for module in SUBCOMMAND_MODULES:
+        module.register(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except UsageError as exc:
+        sys.stderr.write(f"kernel-lab: error: {exc}\n")
+        return 2
+    except RunStopped as exc:
+        sys.stderr.write(f"kernel-lab: error: {exc}\n")
+        return 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())
