@@ -9,12 +9,15 @@ tile, a preallocated workspace and output: nothing allocated in the timed call),
 ``use_gate_in_kernel`` and ``use_beta_sigmoid_in_kernel``, the pool as ``initial_state`` and
 ``output_final_state=True``: FLA returns the final state as a new float32 tensor, whatever the pool's
 dtype) and ``vllm-gdn`` (vLLM's ``fused_sigmoid_gating_delta_rule_update``, in place in a pool of its
-``[slots, HV, V, K]`` layout, ``bench/peers/vllm_peers.py``). Ceiling ``gpu-copy``: a device-to-device
-copy of the op's bytes (``conformance.families.gdn.cost.decode``: the state read and written once,
-q, k, v, a, b and o once), i.e. a copy of half of them. Timing: medians of CUDA-graph replays.
+``[slots, HV, V, K]`` layout, ``bench/peers/vllm_peers.py``). Ceiling ``gpu-copy``: the Triton copy kernel
+of ``bench.gpu_ceilings`` (a captured torch ``copy_`` is a graph memcpy node, another path at some sizes), checked
+by ``gpu-copy-eager`` (torch ``copy_`` of the same size, eager, timed with device events), over half
+of the op's bytes (``conformance.families.gdn.cost.decode``: the state read and written once,
+q, k, v, a, b and o once). Timing: medians of CUDA-graph replays.
 """
 from __future__ import annotations
 
+from bench import gpu_ceilings
 from bench.machine import gpu_capability
 from bench.registry import Bench, Impl, register_bench, register_impl
 from conformance.cost import Cost
@@ -61,18 +64,22 @@ def ours(shape, inputs, **config):
                           x["state_indices"], out=out, workspace=ws, **config)
 
 
+def _copy_bytes(shape: dict) -> int:
+    """Half of the op's bytes: a copy of them reads and writes the op's bytes."""
+    return cost.decode(shape).bytes // 2
+
+
 def _copy_cost(shape: dict) -> Cost:
-    """The op's bytes, read and written by a copy of half of them."""
-    return Cost(bytes=cost.decode(shape).bytes, flops=0)
+    """The op's bytes, read and written by a copy of half of them (``gpu_ceilings.copy_cost``)."""
+    return gpu_ceilings.copy_cost(_copy_bytes(shape))
 
 
 def _gpu_copy(shape, inputs):
-    import torch
+    return gpu_ceilings.triton_copy(_copy_bytes(shape))
 
-    n = cost.decode(shape).bytes // 2
-    a = torch.empty(n, dtype=torch.uint8, device="cuda").random_(0, 256)
-    b = torch.empty_like(a)
-    return lambda: b.copy_(a)
+
+def _gpu_copy_eager(shape, inputs):
+    return gpu_ceilings.torch_copy(_copy_bytes(shape))
 
 
 SHAPES = {f"N={N},state={s}": dict(N=N, **HEADS, state_dtype=s, act="bfloat16")
@@ -83,3 +90,5 @@ register_bench(Bench(name=BENCH, device="gpu", cost=cost.decode, inputs=decode_i
 register_impl(Impl(bench=BENCH, name="triton-gdn", role="ours", prepare=ours, available=gpu_capability))
 register_impl(Impl(bench=BENCH, name="gpu-copy", role="ceiling", prepare=_gpu_copy, available=gpu_capability,
                    cost=_copy_cost))
+register_impl(Impl(bench=BENCH, name="gpu-copy-eager", role="ceiling", prepare=_gpu_copy_eager,
+                   available=gpu_capability, cost=_copy_cost, timing="events"))
