@@ -11,9 +11,9 @@ def _available() -> tuple[bool, str]:
     ok, why = gpu_capability()
     if not ok:
         return ok, why
-    from conformance.backends.fla_gdn import _version
+    from conformance.backends.fla_gdn import fla_version
 
-    version = _version()
+    version = fla_version()
     return (True, f"fla-core {version}") if version else (False, "fla-core is not installed")
 
 

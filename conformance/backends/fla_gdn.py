@@ -41,7 +41,7 @@ from conformance.registry import Backend, register
 from conformance.torch_arrays import to_numpy, to_torch, torch_dtype
 
 
-def _version() -> str | None:
+def fla_version() -> str | None:
     try:
         import importlib.metadata as md
 
@@ -52,7 +52,7 @@ def _version() -> str | None:
 
 def _available(gpu: bool):
     def probe() -> tuple[bool, str]:
-        version = _version()
+        version = fla_version()
         if version is None:
             return False, "fla-core is not installed (`make peers` installs fla-core==0.6.0)"
         try:

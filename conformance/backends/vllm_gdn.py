@@ -63,23 +63,9 @@ def kernel_modules() -> dict:
 
 
 def probe(interpret: bool) -> tuple[bool, str]:
-    from conformance.backends.vllm_triton_tq import _version
+    from conformance.backends.vllm_triton_tq import probe_kernels
 
-    try:
-        import torch
-        import triton
-    except ImportError as exc:
-        return False, f"torch/triton not importable ({exc})"
-    if not interpret:
-        ok, why = fingerprint.triton_gpu()
-        if not ok:
-            return False, f"{why} (vllm-gdn-interpret runs these kernels on the CPU)"
-    try:
-        kernel_modules()
-    except Exception as exc:
-        return False, f"vLLM's GDN kernel modules do not import: {type(exc).__name__}: {exc}"
-    where = "interpreter on the CPU" if interpret else f"on {torch.cuda.get_device_name()}"
-    return True, f"{_version()} GDN kernels (third_party/flash_linear_attention), triton {triton.__version__} {where}"
+    return probe_kernels(interpret, kernel_modules, "GDN (third_party/flash_linear_attention)", "vllm-gdn-interpret runs")
 
 
 def vllm_slots(idx) -> np.ndarray:

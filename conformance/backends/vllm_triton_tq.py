@@ -103,7 +103,7 @@ def kernel_modules() -> dict[str, types.ModuleType]:
     return real_triton_import(KERNEL_MODULES)
 
 
-def _version() -> str:
+def vllm_version() -> str:
     try:
         import importlib.metadata as md
 
@@ -114,7 +114,10 @@ def _version() -> str:
         return f"vllm {getattr(vllm, '__version__', '?')} from {os.path.dirname(vllm.__file__)}"
 
 
-def probe(interpret: bool) -> tuple[bool, str]:
+def probe_kernels(interpret: bool, load, what: str, twin: str) -> tuple[bool, str]:
+    """(available, reason) of a vLLM kernel family: torch and Triton import, a GPU unless
+    ``interpret``, and ``load()`` imports the kernel modules; ``what`` names them in the reason and
+    ``twin`` says which interpreter backends run them on a CPU ("X runs")."""
     try:
         import torch
         import triton
@@ -123,14 +126,18 @@ def probe(interpret: bool) -> tuple[bool, str]:
     if not interpret:
         ok, why = fingerprint.triton_gpu()
         if not ok:
-            return False, f"{why} (the *-interpret backends run these kernels on the CPU)"
+            return False, f"{why} ({twin} these kernels on the CPU)"
     try:
-        kernel_modules()
+        load()
     except Exception as exc:
-        return False, f"vLLM's TurboQuant kernel modules do not import: {type(exc).__name__}: {exc}"
+        return False, f"vLLM's {what} kernel modules do not import: {type(exc).__name__}: {exc}"
     where = "interpreter on the CPU" if interpret else f"on {torch.cuda.get_device_name()}"
-    return True, (f"{_version()} TurboQuant kernels, triton {triton.__version__} {where}; vllm.triton_utils "
-                  f"substituted by the real Triton ({', '.join(SUBSTITUTED)})")
+    return True, f"{vllm_version()} {what} kernels, triton {triton.__version__} {where}"
+
+
+def probe(interpret: bool) -> tuple[bool, str]:
+    ok, why = probe_kernels(interpret, kernel_modules, "TurboQuant", "the *-interpret backends run")
+    return (ok, f"{why}; vllm.triton_utils substituted by the real Triton ({', '.join(SUBSTITUTED)})") if ok else (ok, why)
 
 
 class VllmTqImpl:
