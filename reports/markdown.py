@@ -21,6 +21,11 @@ def _fmt(x) -> str:
     return "" if x is None else str(x)
 
 
+def _decided(rec: dict) -> str:
+    d = rec.get("decided_by") or {}
+    return f"{d.get('output') or '?'}: {d['criterion']}" if d.get("criterion") else ""
+
+
 def _activation_section(recs: list[dict], implemented: dict) -> list[str]:
     """Per backend and activation dtype (a record without ``act`` means bfloat16): cells run / cells
     of the ops it implements, and why it skipped every cell of a dtype it never ran."""
@@ -92,9 +97,9 @@ def render(run: Run) -> str:
     if ran:
         closest = sorted((r for r in ran if r["status"] == "pass"),
                          key=lambda r: -float(r["metrics"].get("margin", 0) or 0))[:10]
-        out += ["## Closest to the tolerance (passing cells, largest err/tol margin)", "",
-                _table(["backend", "cell", "margin", "max_abs", "rel_l2", "tolerance source"],
-                       [[r["backend"], f"`{r['id']}`", _fmt(r["metrics"].get("margin")),
+        out += ["## Closest to the tolerance (passing cells, largest margin over every criterion)", "",
+                _table(["backend", "cell", "margin", "decided by", "max_abs", "rel_l2", "tolerance source"],
+                       [[r["backend"], f"`{r['id']}`", _fmt(r["metrics"].get("margin")), _decided(r),
                          _fmt(r["metrics"].get("max_abs")), _fmt(r["metrics"].get("rel_l2")),
                          (r.get("tolerance") or {}).get("source", "")[:120]] for r in closest]), ""]
     return "\n".join(out)

@@ -160,3 +160,36 @@ def test_summary_tables_each_backend_by_activation_dtype_and_says_why_one_never_
     assert "| k | 1/1 | 2/2 | 0/1 |" in text and "| old | 0/1 |  |  |" in text
     assert "- **k**, float32: no fp32 here" in text
     assert _activation_section([rec("k", None, "pass")], {}) == []
+
+
+def test_records_before_margins_covered_every_criterion_are_upgraded(tmp_path):
+    """An FLA record as the H200 wrote it: failed on state's rel_l2 with an elementwise margin of
+    0.087; a pass at 0.89 of its rel_l2 bound with margin 0.237. The report reads them with the
+    margin over every criterion, so colours, the baseline diff and summary.md follow."""
+    tol = {"atol": 0.0, "rtol": 0.01, "max_mismatch": 0.0, "rel_l2": 0.00197456, "source": "s"}
+    fail = {"id": "gdn/chunked/x=1/seed=0", "backend": "fla", "status": "fail",
+            "reason": "state: rel_l2 0.00222 above 0.00197456", "tolerance": tol,
+            "metrics": {"margin": 0.0871, "rel_l2": 0.00222, "mismatch": 0.0},
+            "outputs": {"o": {"margin": 0.05, "passed": True}, "state": {"margin": 0.0871, "passed": False}}}
+    close = {"id": "gdn/chunked/x=2/seed=0", "backend": "fla", "status": "pass", "tolerance": tol,
+             "metrics": {"margin": 0.237, "rel_l2": 0.89 * 0.00197456, "mismatch": 0.0},
+             "outputs": {"o": {"margin": 0.237, "passed": True}}}
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "cells.jsonl").write_text("".join(json.dumps(r) + "\n" for r in (fail, close)))
+    got = {r["id"]: r for r in load.load(run).records}
+    f, c = got[fail["id"]], got[close["id"]]
+    assert f["metrics"]["margin"] == pytest.approx(0.00222 / 0.00197456) and f["metrics"]["margin"] > 1
+    assert f["decided_by"] == {"output": "state", "criterion": "rel_l2"}
+    assert c["metrics"]["margin"] == pytest.approx(0.89) and c["decided_by"] == {"output": "o", "criterion": "rel_l2"}
+    from reports import matrix
+    packed = matrix.pack([load.load(run)])
+    assert sorted(r[3] for r in packed["recs"]) == [pytest.approx(0.89), pytest.approx(1.124, rel=1e-3)]
+    assert "state: rel_l2" in packed["strings"]
+    # the baseline diff sees a pass moving from 0.3 to 0.89 of its rel_l2 bound
+    before = {**close, "metrics": {**close["metrics"], "rel_l2": 0.3 * 0.00197456}}
+    base = tmp_path / "base"
+    base.mkdir()
+    (base / "cells.jsonl").write_text(json.dumps(before) + "\n")
+    moved = diff.records_diff([c], load.load(base).records)["margin_moved"]
+    assert moved["count"] == 1 and moved["rows"][0]["ratio"] == pytest.approx(0.89 / 0.3)
