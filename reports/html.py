@@ -13,7 +13,7 @@ import jinja2
 from markupsafe import Markup
 
 from conformance.records import STATUSES
-from reports import agreement, figures, matrix
+from reports import agreement, figures, matrix, overview
 from reports.load import Run
 from reports.perf import Perf
 
@@ -42,7 +42,7 @@ def run_header(run: Run) -> dict:
             "n_records": len(run.records), "problems": run.problems,
             "merged_from": len(info["merged_from"]) if isinstance(info.get("merged_from"), (list, dict)) else None,
             "devices": info.get("devices"), "retired": info.get("retired_devices") or {},
-            "rounding_models": rounding_models(info)}
+            "rounding_models": rounding_models(info), "machine": overview.machine(info)}
 
 
 def rounding_models(info: dict) -> dict[str, dict[str, str]]:
@@ -88,7 +88,7 @@ def render(runs: list[Run], perfs: list[Perf], studies: list[dict], study_proble
     all_records = [r for run in runs for r in run.records]
     return _env().get_template("report.html.j2").render(
         generated=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        runs=[run_header(r) for r in runs], statuses=STATUSES,
+        runs=[run_header(r) for r in runs], statuses=STATUSES, overview=overview.overview(runs),
         totals=[(s, sum(r["status"] == s for r in all_records)) for s in STATUSES],
         unavailable=unavailable_list(runs), data=matrix.pack(runs),
         agreement=agreement.agreement(all_records), studies=studies, study_problems=study_problems,

@@ -15,6 +15,7 @@ import json
 import math
 
 from conformance.records import STATUSES
+from reports import overview
 from reports.load import Run
 
 KNOWN = {"id", "family", "op", "params", "seed", "backend", "status", "reason", "metrics", "outputs",
@@ -46,8 +47,10 @@ class _Strings:
 
 
 def row_labels(runs: list[Run]) -> dict[tuple[int, str], str]:
-    """(run index, backend) -> heatmap row label: the backend name, plus the run's folder name when
-    two runs hold the same (cell, backend) pair (e.g. one CPU and one GPU run); shards share a row."""
+    """(run index, backend) -> heatmap row label: the backend name, plus the run's machine (or its
+    folder name, when the runs come from one machine) when two runs hold the same (cell, backend)
+    pair (e.g. one CPU and one GPU run); shards share a row."""
+    machine = overview.machines(runs)
     seen: dict[str, dict] = {}
     split: set[str] = set()
     for i, run in enumerate(runs):
@@ -55,7 +58,7 @@ def row_labels(runs: list[Run]) -> dict[tuple[int, str], str]:
             where = seen.setdefault(r["backend"], {})
             if where.setdefault(r["id"], i) != i:
                 split.add(r["backend"])
-    return {(i, r["backend"]): f"{r['backend']} [{run.name}]" if r["backend"] in split else r["backend"]
+    return {(i, r["backend"]): f"{r['backend']} [{machine[i] if machine else run.name}]" if r["backend"] in split else r["backend"]
             for i, run in enumerate(runs) for r in run.records}
 
 
@@ -114,4 +117,5 @@ def pack(runs: list[Run]) -> dict:
                          strings(r.get("quality")), strings(_decided_by(r))])
     return {"statuses": list(STATUSES), "strings": strings.items, "metric_keys": metric_keys,
             "rows": row_info, "cells": cell_list, "recs": recs, "hidden_unavailable": hidden,
-            "runs": [{"name": r.name, "tier": r.tier} for r in runs]}
+            "runs": [{"name": r.name, "tier": r.tier, "model": (r.info.get("selection") or {}).get("model"),
+                      "config": (r.info.get("selection") or {}).get("config")} for r in runs]}

@@ -194,11 +194,15 @@
   }
 
   // ---------------------------------------------------------------- details
+  // as reports/repro.py: the id escaped and anchored for --filter, each argument as shlex.quote quotes it
+  const shq = (a) => (a === "" ? "''" : /[^\w@%+=:,.\/-]/.test(a) ? "'" + a.replace(/'/g, `'"'"'`) + "'" : a);
   function repro(rec) {
     const c = D.cells[rec[R.cell]];
-    const re = "^" + c[0].replace(/[.*+?^${}()|[\]\\]/g, "\\$&") + "$";
-    const tier = c[4] ? ` --tier ${c[4]}` : "";
-    return `kernel-lab conform${tier} --filter '${re}' --backend ${D.rows[rec[R.row]].backend}`;
+    const run = D.runs[D.rows[rec[R.row]].run];
+    const args = ["kernel-lab", "conform"];
+    for (const [flag, v] of [["--tier", run.tier], ["--model", run.model], ["--config", run.config]]) if (v) args.push(flag, v);
+    args.push("--filter", "^" + c[0].replace(/[.*+?^${}()|[\]\\]/g, "\\$&") + "$", "--backend", D.rows[rec[R.row]].backend);
+    return args.map(shq).join(" ");
   }
   function jsonBlock(s) {
     if (s === null) return "–";
