@@ -36,6 +36,7 @@ class Gate:
     threshold: float
     requires: tuple = ()
     false_alarm_rate: str = "not measured"
+    measured_on: str = ""     # the machine key (bench.machine) where false_alarm_rate was measured
     description: str = ""
 
     def __post_init__(self):
@@ -104,7 +105,8 @@ def _passes(gate: Gate, value: float) -> bool:
 def _result(gate: Gate, **kw) -> dict:
     return {"gate": gate.name, "numerator": gate.numerator, "denominator": gate.denominator,
             "ratio": None, "threshold": gate.threshold, "direction": gate.direction, "verdict": "skip",
-            "spread": None, "remeasured": False, "false_alarm_rate": gate.false_alarm_rate, "reason": "", **kw}
+            "spread": None, "remeasured": False, "false_alarm_rate": gate.false_alarm_rate,
+            "measured_on": gate.measured_on, "description": gate.description, "reason": "", **kw}
 
 
 def judge(gate: Gate, records: dict[str, Record], remeasure=None) -> dict:
