@@ -59,20 +59,20 @@ setup-offline:
 	  > "$$($(VPY) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/host-site-packages.pth"
 	touch $(VENV)/.deps
 	-$(VPY) -m pip install -q --no-index --no-build-isolation --no-deps -e . && touch $(VENV)/.extension
-	@$(VPY) -m conformance doctor
+	@$(VPY) -m kernel_lab doctor
 
 # The report (index.html, junit.xml, summary.md) lands in the run folder; its path is printed last.
 conform: setup
-	@$(VPY) -m conformance conform --tier $(TIER) --out $(OUT) --jobs 2; status=$$?; \
-	$(VPY) -m conformance report $(OUT) $(if $(wildcard reports/out/perf.json),--perf reports/out/perf.json) \
+	@$(VPY) -m kernel_lab conform --tier $(TIER) --out $(OUT) --jobs 2; status=$$?; \
+	$(VPY) -m kernel_lab report $(OUT) $(if $(wildcard reports/out/perf.json),--perf reports/out/perf.json) \
 	  || status=2; exit $$status
 
-# The suite without the `slow` tests; of the perf gates (tests/perf/gates.toml) only the CPU gates
+# The suite without the `slow` tests; of the perf gates (bench/gates.toml) only the CPU gates
 # whose measured A/A false-alarm rate is zero run here, the rest with `make perf`.
 test: setup flydsl-toolchain chromium peers
 	$(VPY) -m pytest -q -m "not slow"
 
-# Every perf gate of tests/perf/gates.toml and the regression gates against this machine's saved run
+# Every perf gate of bench/gates.toml and the regression gates against this machine's saved run
 # (reports/baselines/<fingerprint>/): one table (gate, ratio, threshold, verdict, spread), and
 # reports/out/perf.json (pytest-benchmark's JSON plus kernel_lab_gates) and reports/out/gates.json.
 # OMP_WAIT_POLICY=PASSIVE: torch's OpenMP threads sleep after the torch baseline's parallel regions

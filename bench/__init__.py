@@ -8,7 +8,7 @@
 - ``gdn_cpu``, ``turboquant_gpu``: the benches, their implementations and ceilings.
 - ``timing``, ``measure``: interleaved CPU timing and CUDA-graph GPU timing into records whose
   ``extra_info`` is the perf-JSON schema.
-- ``gates``: gates as data (tests/perf/gates.toml) and verdicts; ``baselines``: saved runs per
+- ``gates``: gates as data (bench/gates.toml) and verdicts; ``baselines``: saved runs per
   machine fingerprint, regression gates, A/A noise; ``run``: a whole run and its JSON;
   ``cli``: ``kernel-lab bench`` / ``python -m bench``.
 """

@@ -19,7 +19,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bench", action="append", help="bench name(s), e.g. gdn/decode (default: all of --device)")
     p.add_argument("--device", choices=("cpu", "gpu", "all"), default="all", help="benches of this device")
     p.add_argument("--out", default="reports/out/perf.json", help="perf JSON (gates.json is written beside it)")
-    p.add_argument("--gates", default=None, help="gates TOML (default tests/perf/gates.toml)")
+    p.add_argument("--gates", default=None, help="gates TOML (default bench/gates.toml)")
     p.add_argument("--no-remeasure", action="store_true", help="leave straddling gates ambiguous")
     p.add_argument("--aa", type=int, metavar="PAIRS",
                    help="measure PAIRS A/A pairs (>= 20): write reports/baselines/<key>/noise.json and the "

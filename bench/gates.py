@@ -1,4 +1,4 @@
-"""Gates as data (``tests/perf/gates.toml``) and their verdicts.
+"""Gates as data (``bench/gates.toml``) and their verdicts.
 
 A gate is ``ratio = value(numerator) / value(denominator)`` of one run, two record ids
 ``bench/shape/impl`` (an implementation or a ceiling), ``quantity`` "time" (seconds) or "gbps" /
@@ -22,7 +22,7 @@ import numpy as np
 from bench import machine
 from bench.measure import Record
 
-GATES_TOML = Path(__file__).resolve().parent.parent / "tests" / "perf" / "gates.toml"
+GATES_TOML = Path(__file__).resolve().parent / "gates.toml"
 QUANTITIES = ("time", "gbps", "tflops")
 
 

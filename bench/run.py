@@ -1,4 +1,4 @@
-"""A perf run: measure the selected benches, judge the gates of ``tests/perf/gates.toml`` and the
+"""A perf run: measure the selected benches, judge the gates of ``bench/gates.toml`` and the
 regression gates against this machine's saved run, and write the perf JSON: pytest-benchmark's
 full schema (``machine_info``, ``commit_info``, ``benchmarks`` with every statistic
 pytest-benchmark computes, the samples as ``data``, and kernel-lab's record as ``extra_info``),

@@ -152,6 +152,6 @@ def fingerprint() -> dict:
 
 
 def _program() -> str:
-    """The command as the user typed it: `python -m conformance` runs as conformance/__main__.py."""
+    """The command as the user typed it: `python -m kernel_lab` runs as kernel_lab/__main__.py."""
     name = Path(sys.argv[0]).name
     return "kernel-lab" if name in ("__main__.py", "kernel-lab") else name

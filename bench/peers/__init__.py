@@ -22,6 +22,6 @@ the run; its gates then skip with that reason. Example, in ``bench/peers/mypeer.
     register_impl(Impl(bench="gdn/decode", name="mypeer", role="peer", prepare=_decode,
                        available=_available))
 
-The gates naming a peer (``tests/perf/gates.toml``: ``vllm-cpu`` on gdn/decode, ``vllm-triton`` on
+The gates naming a peer (``bench/gates.toml``: ``vllm-cpu`` on gdn/decode, ``vllm-triton`` on
 turboquant/decode) skip until a module here registers that name.
 """

@@ -25,7 +25,7 @@ def test_readme_backend_example_registers_and_passes_the_smoke_tier(tmp_path):
     env = {**os.environ, "KERNEL_LAB_BACKEND_MODULES": "readme_backend",
            "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
     out = tmp_path / "run"
-    res = subprocess.run([sys.executable, "-m", "conformance", "conform", "--family", "turboquant", "--tier", "smoke",
+    res = subprocess.run([sys.executable, "-m", "kernel_lab", "conform", "--family", "turboquant", "--tier", "smoke",
                           "--backend", "my-backend", "--out", str(out)], cwd=ROOT, env=env, capture_output=True,
                          text=True, timeout=600)
     assert res.returncode == 0, res.stderr + res.stdout

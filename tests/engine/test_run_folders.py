@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from conformance import cli, records, runner
+from conformance import estimate, records, run_folder, selection
+from kernel_lab import cli
 from conformance.cells import make_cell
 from conformance.errors import UsageError
 from conformance.registry import Backend
@@ -48,9 +49,9 @@ def recs(folder):
 # ---------------------------------------------------------------- one run per folder
 
 def test_a_folder_in_use_is_refused_and_the_lock_of_a_killed_run_is_taken_over(tmp_path, capsys):
-    lock = tmp_path / runner.LOCK_NAME
+    lock = tmp_path / run_folder.LOCK_NAME
     first = subprocess.Popen(
-        [sys.executable, "-m", "conformance", *SMOKE, "--backend", "toy-hang", "--timeout", "60", "--out",
+        [sys.executable, "-m", "kernel_lab", *SMOKE, "--backend", "toy-hang", "--timeout", "60", "--out",
          str(tmp_path)], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, start_new_session=True,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -71,7 +72,7 @@ def test_a_folder_in_use_is_refused_and_the_lock_of_a_killed_run_is_taken_over(t
 
 
 def test_a_lock_from_another_host_is_not_taken_over(tmp_path, capsys):
-    (tmp_path / runner.LOCK_NAME).write_text(json.dumps({"pid": 1, "host": "elsewhere.example"}))
+    (tmp_path / run_folder.LOCK_NAME).write_text(json.dumps({"pid": 1, "host": "elsewhere.example"}))
     rc, _, err = main(capsys, *SMOKE, "--backend", "toy-good", "--out", tmp_path)
     assert rc == 2 and "on host elsewhere.example" in one_error_line(err)
 
@@ -87,7 +88,7 @@ def test_a_lock_from_another_host_is_not_taken_over(tmp_path, capsys):
 ])
 def test_resume_continues_only_the_same_selection(tmp_path, capsys, change, words):
     (tmp_path / "cells.jsonl").write_text("")
-    records.dump_json(tmp_path / "run.json", {"selection": runner.Selection(
+    records.dump_json(tmp_path / "run.json", {"selection": selection.Selection(
         "smoke", "toy", backends=("toy-wrong",)).as_dict()})
     base = {"--tier": "smoke", "--backend": "toy-wrong"}
     base.update(dict(zip(change[::2], change[1::2])))
@@ -210,7 +211,7 @@ def test_corrupt_or_unreadable_inputs_give_one_line_naming_the_file(tmp_path, ca
     run = tmp_path / "run"
     run.mkdir()
     (run / "cells.jsonl").write_text("")
-    records.dump_json(run / "run.json", {"selection": runner.Selection(
+    records.dump_json(run / "run.json", {"selection": selection.Selection(
         "smoke", "toy", backends=("toy-good",), shard="1/1").as_dict()})
     name, data = CORRUPT[case]
     (run / name).unlink()
@@ -225,7 +226,7 @@ def test_corrupt_or_unreadable_inputs_give_one_line_naming_the_file(tmp_path, ca
     assert rc == 2 and str(run / name) in one_error_line(err)
 
 
-@pytest.mark.parametrize("name", ["run.json", "cells.jsonl", runner.LOCK_NAME])
+@pytest.mark.parametrize("name", ["run.json", "cells.jsonl", run_folder.LOCK_NAME])
 def test_a_folder_where_a_run_folders_file_should_be_is_named_in_one_line(tmp_path, capsys, name):
     (tmp_path / name).mkdir()
     rc, _, err = main(capsys, *SMOKE, "--backend", "toy-good", "--out", tmp_path)
@@ -243,7 +244,7 @@ def test_only_usage_errors_exit_2_an_internal_key_error_is_a_bug(capsys, monkeyp
     def broken(*args, **kwargs):
         return {}["a key the code forgot"]
 
-    monkeypatch.setattr(runner, "select_cells", broken)
+    monkeypatch.setattr(selection, "select_cells", broken)
     with pytest.raises(KeyError):
         cli.main(["list-cells", "--tier", "smoke"])
 
@@ -280,8 +281,8 @@ def test_the_estimate_comes_from_each_backends_own_cost_and_is_refined_by_record
                    seconds_per_cell=0.0, seconds_per_work=1.0)
     cells = [make_cell("toy", "scale", n=n, factor=1.0) for n in (10, 20, 30)]
     other = make_cell("toy", "other", n=40, factor=1.0)
-    assert runner.cell_work(cells[1]) == 20
-    est = runner.Estimator([(c, b) for c in cells for b in (cheap, slow)] + [(other, slow)], jobs=2)
+    assert estimate.cell_work(cells[1]) == 20
+    est = estimate.Estimator([(c, b) for c in cells for b in (cheap, slow)] + [(other, slow)], jobs=2)
     assert est.per_backend() == {"c": 1.5, "s": 100.0} and est.remaining() == pytest.approx(101.5 / 2)
     # the slow backend takes half its estimate on its first cell: its remaining cells of that op are
     # scaled by 0.5, those of another op are not
@@ -358,7 +359,7 @@ def test_the_interpreter_budget_admits_every_ci_cell_and_skips_the_largest_full_
     assert interp and all(b.work_budget is not None for b in interp)
 
     def over(tier):
-        return [(c.id, b.name) for b in interp for c in runner.select_cells(tier)
-                if b.skip_reason(c) is None and runner.cell_work(c) > runner.work_budget(c, b)]
+        return [(c.id, b.name) for b in interp for c in selection.select_cells(tier)
+                if b.skip_reason(c) is None and estimate.cell_work(c) > estimate.work_budget(c, b)]
 
     assert over("ci") == [] and len(over("full")) > 100

@@ -15,7 +15,7 @@ ENV = {**os.environ, "KERNEL_LAB_FAMILY_MODULES": "tests.engine.toy_family",
 
 
 def kl(*args, check_rc=None):
-    res = subprocess.run([sys.executable, "-m", "conformance", *args], cwd=ROOT, env=ENV,
+    res = subprocess.run([sys.executable, "-m", "kernel_lab", *args], cwd=ROOT, env=ENV,
                          capture_output=True, text=True, timeout=300)
     if check_rc is not None:
         assert res.returncode == check_rc, res.stderr + res.stdout

@@ -1,4 +1,4 @@
-"""The gates of tests/perf/gates.toml, each judged on the session's measurement (bench.gates):
+"""The gates of bench/gates.toml, each judged on the session's measurement (bench.gates):
 a ``fail`` verdict fails the test; ``skip`` skips it with the reason, and so does ``ambiguous``
 (the spread straddled the threshold in the measurement and in the one repeat: the machine was too
 noisy to decide either way, which a shared CI machine can be). Only CPU gates whose measured A/A

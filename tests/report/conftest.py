@@ -19,7 +19,7 @@ ARTIFACTS = Path(__file__).resolve().parents[2] / "reports" / "out"
 
 
 def kernel_lab(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "conformance", *args], capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, "-m", "kernel_lab", *args], capture_output=True, text=True, timeout=300)
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,7 @@ import shutil
 
 from PIL import Image
 
-from conformance import runner
+from conformance import selection
 from tests.report.conftest import ARTIFACTS, kernel_lab, shown_records
 
 DRAWN = """() => [[...document.querySelectorAll('#families .m')].map(e => +e.dataset.i),
@@ -63,7 +63,7 @@ def test_smoke_report_in_chromium(smoke_run, open_page, tmp_path):
     cmd = page.inner_text("#repro-cmd")
     assert cmd.startswith("kernel-lab conform --tier smoke --filter '") and cmd.endswith(f"--backend {rec['backend']}")
     pattern = re.search(r"--filter '([^']*)'", cmd).group(1)
-    assert [c.id for c in runner.select_cells("smoke", pattern=pattern)] == [rec["id"]]
+    assert [c.id for c in selection.select_cells("smoke", pattern=pattern)] == [rec["id"]]
     assert rec["id"] in page.inner_text("#details")
     assert "rounding model" in page.inner_text("#details") and rec["rounding_model"] in page.inner_text("#details")
 

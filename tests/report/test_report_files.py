@@ -7,7 +7,7 @@ import json
 import pytest
 from junitparser import Error, Failure, JUnitXml, Skipped
 
-from conformance import cli
+from kernel_lab import cli
 from conformance.records import RecordsError
 from reports import agreement, build, diff, load, perf, studies
 from tests.report import synthetic

@@ -4,7 +4,7 @@ import json
 import pytest
 
 from conformance import model_cells
-from conformance.cli import main
+from kernel_lab.cli import main
 from planner.model_configs import CONFIG_DIR
 
 

@@ -6,7 +6,7 @@ takes the third launch of each kernel. From the repository root on an sm_90 GPU:
         --section SpeedOfLight --section Occupancy --section LaunchStats \\
         --metrics l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,smsp__inst_executed.sum,\\
     dram__throughput.avg.pct_of_peak_sustained_elapsed,l1tex__data_pipe_lsu_wavefronts.avg.pct_of_peak_sustained_elapsed \\
-        python3 -m optimized.triton.probes.sm90_ncu_target > tq_decode_sm90_ncu.txt
+        python3 -m bench.probes.sm90_ncu_target > tq_decode_sm90_ncu.txt
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def main() -> int:
     import torch
 
     from bench.turboquant_gpu import decode_inputs, grouped, launcher, sm90
-    from optimized.triton.probes.common import shape
+    from bench.probes.common import shape
 
     s = shape(8192)
     case = decode_inputs(s)

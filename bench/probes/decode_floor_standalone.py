@@ -2,7 +2,7 @@
 arithmetic: per-head, one program per (sequence, kv head, split) reads its head's 128-byte
 records (what the grouped decode does); all-heads, one program per (sequence, split) reads every
 head of each token (the whole 16-token block, 16 KiB contiguous). Writes
-``tq_decode_floor_standalone.json``: ``python -m optimized.triton.probes.decode_floor_standalone
+``tq_decode_floor_standalone.json``: ``python -m bench.probes.decode_floor_standalone
 --out DIR`` (on a GPU)."""
 import sys
 
@@ -48,7 +48,7 @@ def _all_heads(cache_ptr, bt_ptr, lens_ptr, out_ptr, stride_blk, stride_bt, HK: 
 def main(argv=None) -> int:
     from conformance.families.turboquant import cost
     from bench.turboquant_gpu import decode_inputs
-    from optimized.triton.probes.common import graph_ms, impl_ms, out_dir, shape, write_json
+    from bench.probes.common import graph_ms, impl_ms, out_dir, shape, write_json
 
     out_path = out_dir(__doc__.splitlines()[0], argv) / "tq_decode_floor_standalone.json"
     s = shape(8192)

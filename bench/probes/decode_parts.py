@@ -2,7 +2,7 @@
 D=128, L=8192: query rotation, the grouped kernel (default configuration: 16-entry table,
 BLOCK_N 128, the default split count), the reduce, and ``torch.matmul`` doing the rotation's
 product; torch SDPA on a bf16 cache beside them. Writes ``tq_decode_parts.json``:
-``python -m optimized.triton.probes.decode_parts --out DIR`` (on a GPU)."""
+``python -m bench.probes.decode_parts --out DIR`` (on a GPU)."""
 from __future__ import annotations
 
 import sys
@@ -12,7 +12,7 @@ def main(argv=None) -> int:
     import torch
 
     from bench.turboquant_gpu import decode_inputs
-    from optimized.triton.probes.common import graph_ms, impl_ms, out_dir, shape, write_json
+    from bench.probes.common import graph_ms, impl_ms, out_dir, shape, write_json
     from optimized.triton.tq_decode_launch import (DecodeWorkspace, check_decode_args, default_num_splits,
                                                    reduce_partials, rotate_queries)
     from optimized.triton.tq_decode_grouped import decode_grouped, grouped_stage1

@@ -1,6 +1,5 @@
-"""Measurements of the Triton TurboQuant decode beyond the benchmark registry (bench/), each a
-module with a ``main()`` that does its work only when run, writing the file committed under
-reports/baselines/<machine>/:
+"""Measurements beyond the benchmark registry (``bench.registry``), each a module with a ``main()``
+that does its work only when run, writing the file committed under reports/baselines/<machine>/:
 
 - ``decode_parts``: the parts of one grouped decode step timed alone -> ``tq_decode_parts.json``;
 - ``decode_floor_standalone``: streaming kernels with no arithmetic over the same cache ->
@@ -10,7 +9,9 @@ reports/baselines/<machine>/:
   at small shapes and the parts of its step -> ``tq_decode_sm90.json``;
 - ``sm90_ncu_target``: the process ncu profiles for ``tq_decode_sm90_ncu.txt`` (command in its docstring);
 - ``operand_path_sm90``: bytes through shared memory per loop iteration, from sm_90 SASS compiled
-  on any machine -> printed (``loop_shared_bytes`` is reusable).
+  on any machine -> printed (``loop_shared_bytes`` is reusable);
+- ``gdn_prefill``: the C++ GDN chunked prefill against vLLM's CPU kernel, fraction of the AMX tile
+  peak, 1 -> 2 thread scaling -> ``gdn_prefill_bench_*.json``.
 
-Run from the repository root, e.g. ``python -m optimized.triton.probes.decode_parts --out DIR``.
+Run from the repository root, e.g. ``python -m bench.probes.decode_parts --out DIR``.
 """

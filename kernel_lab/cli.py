@@ -1,5 +1,6 @@
-"""`kernel-lab` (also `python -m conformance`): doctor, conform, merge, list-cells, report, study,
-plus commands registered by other packages (`plan-blocks`, `flydsl`, `bench`).
+"""`kernel-lab` (also `python -m kernel_lab`): doctor, conform, merge, list-cells, report, study,
+plus the commands of other packages (`plan-blocks`, `flydsl`, `bench`), each registered by its
+package's ``cli.register(subparsers)``.
 
 Exit status: 0 every record in the run folder passed (or skipped, or failed as expected); 1 some
 record fails, errors, crashes or passes unexpectedly; 2 a bad request (unknown name, malformed
@@ -9,17 +10,17 @@ argument, a run folder in use, holding another selection, or unreadable), told i
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
-from conformance import families, fingerprint, records, registry, runner
-from conformance.errors import UsageError
+from bench import cli as bench_cli
+from conformance import counts, families, fingerprint, merge, records, registry, runner, selection, studies
+from conformance.errors import RunStopped, UsageError
+from optimized.flydsl import cli as flydsl_cli
+from planner import cli as planner_cli
 
-PLUGIN_MODULES = ("planner.cli", "optimized.flydsl.cli", "bench.cli")
+SUBCOMMAND_MODULES = (planner_cli, flydsl_cli, bench_cli)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -60,7 +61,7 @@ def cmd_doctor(args) -> int:
 def cmd_list_cells(args) -> int:
     tiers = [args.tier] if args.tier else list(families.TIERS)
     for tier in tiers:
-        cells = runner.select_cells(tier, args.family, args.op, args.filter)
+        cells = selection.select_cells(tier, args.family, args.op, args.filter)
         if args.ids:
             for c in cells:
                 print(c.id)
@@ -72,12 +73,12 @@ def cmd_list_cells(args) -> int:
     return 0
 
 
-def _selection(args) -> runner.Selection:
-    runner.parse_shard(args.shard)
+def _selection(args) -> selection.Selection:
+    selection.parse_shard(args.shard)
     names = _split(args.backend)
-    return runner.Selection(tier=args.tier, family=args.family, op=args.op,
-                            backends=tuple(names) if names is not None else None,
-                            filter=args.filter, shard=args.shard, model=args.model, config=args.config)
+    return selection.Selection(tier=args.tier, family=args.family, op=args.op,
+                               backends=tuple(names) if names is not None else None,
+                               filter=args.filter, shard=args.shard, model=args.model, config=args.config)
 
 
 def cmd_conform(args) -> int:
@@ -87,89 +88,21 @@ def cmd_conform(args) -> int:
         raise UsageError(f"--timeout {args.timeout}: expected a positive number of seconds")
     result = runner.run(_selection(args), args.out, jobs=args.jobs, resume=args.resume,
                         timeout_s=args.timeout, budget=not args.no_budget)
-    print(runner.summary_table(result.counts))
+    print(counts.summary_table(result.counts))
     print(f"records: {result.out_dir / 'cells.jsonl'}  run: {result.out_dir / 'run.json'}  "
           f"({result.elapsed_s:.1f} s)")
     return result.exit_status
 
 
-def _shard_runs(inputs: list[str]) -> list[tuple[str, dict, list[dict]]]:
-    """Each input's run.json and records, checked: finished runs of one tier and selection, shards
-    K/N for every K of one N, no pair twice. Usage errors name the input."""
-    runs = []
-    for src in inputs:
-        folder = Path(src)
-        if not folder.is_dir():
-            raise UsageError(f"merge: {src} is not a run folder")
-        runs.append((src, records.read_json(folder / "run.json"), records.read(folder / "cells.jsonl")))
-    selections = []
-    for src, info, _ in runs:
-        sel = info.get("selection")
-        if not isinstance(sel, dict):
-            raise UsageError(f"merge: {src}/run.json records no selection (an older kernel-lab wrote it)")
-        if "finished" not in info or "stopped" in info:
-            raise UsageError(f"merge: the run in {src} did not finish; complete it with `conform --resume`")
-        selections.append(sel)
-    keys = [k for k in runner.SELECTION_KEYS if k != "shard"]
-    for (src, _, _), sel in zip(runs[1:], selections[1:]):
-        diff = runner.selection_differences(selections[0], sel, keys)
-        if diff:
-            raise UsageError(f"merge: {src} is another selection than {runs[0][0]}: {'; '.join(diff)}")
-    shards = [runner.parse_shard(sel.get("shard")) for sel in selections]
-    if None in shards:
-        src = runs[shards.index(None)][0]
-        raise UsageError(f"merge: {src} is not a shard (run with --shard K/N); merge joins the shards of one run")
-    ns = {n for _, n in shards}
-    if len(ns) != 1:
-        raise UsageError(f"merge: the inputs split the run differently (N = {', '.join(map(str, sorted(ns)))})")
-    (n,) = ns
-    got = Counter(k for k, _ in shards)
-    twice = [f"{k}/{n}" for k, c in got.items() if c > 1]
-    missing = [f"{k}/{n}" for k in range(1, n + 1) if k not in got]
-    if twice:
-        raise UsageError(f"merge: shard {', '.join(twice)} given more than once")
-    if missing:
-        raise UsageError(f"merge: shard {', '.join(missing)} missing")
-    seen: dict[tuple, str] = {}
-    for src, _, recs in runs:
-        for r in recs:
-            k = records.key(r)
-            if k in seen:
-                raise UsageError(f"merge: {r['id']} on {r['backend']} is in both {seen[k]} and {src}")
-            seen[k] = src
-    return runs
-
-
 def cmd_merge(args) -> int:
-    runs = _shard_runs(args.inputs)
-    out_dir = Path(args.out)
-    if (out_dir / "cells.jsonl").exists():
-        raise UsageError(f"--out {out_dir}: already holds cells.jsonl; choose another --out")
-    created = not out_dir.exists()
-    out_dir = runner.make_out(out_dir)
-    merged = [r for _, _, recs in runs for r in recs]
-    counts = runner.count(merged)
-    selection = {**runs[0][1]["selection"], "shard": None}
-    try:
-        records.write_all(out_dir / "cells.jsonl", merged)
-        records.dump_json(out_dir / "run.json", {**fingerprint.fingerprint(), "selection": selection,
-                                                 "merged_from": {src: info for src, info, _ in runs},
-                                                 "counts": {k: dict(v) for k, v in counts.items()},
-                                                 "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
-    except OSError as exc:
-        for name in ("cells.jsonl", "run.json"):
-            (out_dir / name).unlink(missing_ok=True)
-        if created:
-            out_dir.rmdir()
-        raise runner.RunStopped(f"merge: cannot write into {out_dir} ({exc.strerror or exc}); "
-                                "nothing was left there") from None
-    print(runner.summary_table(counts))
-    print(f"merged {len(merged)} records from {len(args.inputs)} shards into {out_dir}")
+    result = merge.merge(args.inputs, args.out)
+    print(counts.summary_table(result.counts))
+    print(f"merged {result.records} records from {len(args.inputs)} shards into {result.out_dir}")
     return 0
 
 
 def cmd_report(args) -> int:
-    from reports import build
+    from reports import build   # Jinja2 and matplotlib: needed by this command only
 
     try:
         w = build.write(args.run_dirs, args.out, args.perf, args.baseline, args.study)
@@ -243,17 +176,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("study", help="numerical studies (JSON for the report)")
     ss = s.add_subparsers(dest="study", required=True, parser_class=_Parser)
-    from conformance import studies
-
     for name, mod in studies.studies().items():
         sp = ss.add_parser(name, help=mod.DESCRIPTION)
         sp.add_argument("--out", help="JSON output (default reports/out/study-NAME.json)")
         mod.add_arguments(sp)
         sp.set_defaults(func=cmd_study, study_module=mod)
 
-    for modname in PLUGIN_MODULES:
-        if importlib.util.find_spec(modname.rsplit(".", 1)[0]) and importlib.util.find_spec(modname):
-            importlib.import_module(modname).register(sub)
+    for module in SUBCOMMAND_MODULES:
+        module.register(sub)
     return p
 
 
@@ -265,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         sys.stderr.write(f"kernel-lab: error: {exc}\n")
         return 2
-    except runner.RunStopped as exc:
+    except RunStopped as exc:
         sys.stderr.write(f"kernel-lab: error: {exc}\n")
         return 3
 

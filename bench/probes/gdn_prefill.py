@@ -1,5 +1,5 @@
 """Chunked-prefill timing of the C++ GDN kernel against vLLM's CPU kernel
-(`python3 -m optimized.cpu.bench_prefill`).
+(`python3 -m bench.probes.gdn_prefill`).
 
 Qwen3-Next shapes (H=16, HV=32, K=V=128), the inputs of the registry's ``gdn/chunked`` bench
 (bf16 activations, l2-normalised q and k), fp32 or bf16 state pool (zero at the start);

@@ -2,7 +2,7 @@
 bench (the default grouped decode, SDPA, the ceilings), in the same run: the grouped decode with
 the pair table, BLOCK_N 64, 8 warps, 2 or 8 splits; the split-KV decode (exact); unified attention
 as decode. Registered for this run only. Writes ``tq_decode_perf.json`` (the perf-JSON records):
-``python -m optimized.triton.probes.decode_variants --out DIR [--quick]`` (on a GPU; ``--quick``:
+``python -m bench.probes.decode_variants --out DIR [--quick]`` (on a GPU; ``--quick``:
 L=8192 and the grouped variants only)."""
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def variants(quick: bool):
 def main(argv=None) -> int:
     from bench import registry, run
     from bench.measure import measure
-    from optimized.triton.probes.common import write_json
+    from bench.probes.common import write_json
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=".", help="folder for tq_decode_perf.json")

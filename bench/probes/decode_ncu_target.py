@@ -9,7 +9,7 @@ kernel. From the repository root on a GPU:
     l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum,\\
     smsp__inst_executed.sum,sm__cycles_elapsed.avg,smsp__cycles_active.avg,\\
     l1tex__data_pipe_lsu_wavefronts.avg.pct_of_peak_sustained_elapsed \\
-        python3 -m optimized.triton.probes.decode_ncu_target > tq_decode_ncu.txt
+        python3 -m bench.probes.decode_ncu_target > tq_decode_ncu.txt
 
 ``tq_decode_ncu_by_opcode.txt`` sums the per-instruction counters by SASS opcode, from
 ``ncu ... --section SourceCounters --section InstructionStats -o src <this target>`` and then
@@ -24,7 +24,7 @@ def main() -> int:
     import torch
 
     from bench.turboquant_gpu import decode_inputs
-    from optimized.triton.probes.common import shape
+    from bench.probes.common import shape
     from optimized.triton.tq_decode_launch import DecodeWorkspace
     from optimized.triton.tq_decode_grouped import decode_grouped
 

@@ -10,7 +10,7 @@ code Triton generates for sm_90 (compiled ahead of time, no GPU needed):
   first into the operand's register layout (a ``local_load`` straight to ``dot_op``) and round-trips
   the second's bf16 tile through shared memory.
 
-Run from the repository root: ``python -m optimized.triton.probes.operand_path_sm90``."""
+Run from the repository root: ``python -m bench.probes.operand_path_sm90``."""
 import os
 import re
 import subprocess

@@ -4,7 +4,7 @@ ceilings), in the same run: BLOCK_N 16 and 32 with 8, 16 and 32 splits, register
 Before timing, the largest error of each against the exact (fp32) grouped decode at small shapes (G 1,
 4, 6, 8, 16; blocks 16, 32, 64; D 64, 128, 256; sinks); after it, the parts of one step timed alone
 (query rotation, kernel, reduce). Writes ``tq_decode_sm90.json`` (the perf-JSON records plus
-``checks`` and ``parts``): ``python -m optimized.triton.probes.sm90_decode --out DIR`` (on an sm_90 GPU).
+``checks`` and ``parts``): ``python -m bench.probes.sm90_decode --out DIR`` (on an sm_90 GPU).
 """
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def parts(L: int) -> dict:
     import torch
 
     from bench.turboquant_gpu import decode_inputs
-    from optimized.triton.probes.common import graph_ms, shape
+    from bench.probes.common import graph_ms, shape
     from optimized.triton.tq_decode_launch import DecodeWorkspace, check_decode_args, reduce_partials, rotate_queries
     from optimized.triton.tq_decode_sm90 import sm90_stage1
 
@@ -72,7 +72,7 @@ def main(argv=None) -> int:
     from bench.measure import measure
     from bench.registry import Impl
     from bench.turboquant_gpu import launcher, sm90, sm90_available
-    from optimized.triton.probes.common import out_dir, write_json
+    from bench.probes.common import out_dir, write_json
 
     out_path = out_dir(__doc__.splitlines()[0], argv) / "tq_decode_sm90.json"
     ok, why = sm90_available()

@@ -1,0 +1,127 @@
+"""The run folder: its lock (one run at a time), its creation, the resume check (the records
+already there and the selection recorded in run.json) and the writing of run.json.
+
+A folder holds ``cells.jsonl`` (one record per pair), ``run.json`` and, while a run owns it,
+``.kernel-lab.lock`` naming the owner's pid and host.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from pathlib import Path
+
+from conformance import records
+from conformance.errors import RunStopped, UsageError
+from conformance.selection import selection_differences
+
+LOCK_NAME = ".kernel-lab.lock"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def acquire_lock(out_dir: Path, warn) -> Path:
+    """Take ``out_dir``'s lock file (pid, host, start time); a lock whose pid is dead on this host
+    is taken over with a warning, a live one is a usage error naming its owner."""
+    path = out_dir / LOCK_NAME
+    host = socket.gethostname()
+    for _ in range(3):
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            try:
+                owner = json.loads(path.read_text())
+                pid, owner_host = int(owner["pid"]), str(owner["host"])
+            except FileNotFoundError:
+                continue
+            except (OSError, ValueError, KeyError, TypeError):
+                if path.is_dir():
+                    raise UsageError(f"{path}: is a folder, expected kernel-lab's lock file") from None
+                if time.time() - path.stat().st_mtime < 10:   # being written by its owner right now
+                    time.sleep(1)
+                    continue
+                warn(f"{path}: unreadable lock file; taking it over")
+                path.unlink(missing_ok=True)
+                continue
+            if owner_host != host:
+                raise UsageError(f"--out {out_dir} is in use by pid {pid} on host {owner_host} (lock {path}); "
+                                 "choose another --out, or remove the lock if that run is gone")
+            if _pid_alive(pid):
+                raise UsageError(f"--out {out_dir} is in use by pid {pid} on this host since "
+                                 f"{owner.get('started', '?')} (lock {path}); wait for it or choose another --out")
+            warn(f"{path}: stale lock of pid {pid} (no longer running); taking it over")
+            path.unlink(missing_ok=True)
+            continue
+        with os.fdopen(fd, "w") as fh:
+            json.dump({"pid": os.getpid(), "host": host, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, fh)
+        return path
+    raise UsageError(f"--out {out_dir}: could not take the lock {path}")
+
+
+def release_lock(path: Path) -> None:
+    try:
+        if json.loads(path.read_text()).get("pid") == os.getpid():
+            path.unlink()
+    except (OSError, ValueError):
+        pass
+
+
+def make_out(out: str | os.PathLike) -> Path:
+    """``out`` as a writable folder (created if missing); a usage error otherwise."""
+    out_dir = Path(out)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        probe = out_dir / f".write-test-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise UsageError(f"--out {out}: not writable ({exc.strerror or exc})") from None
+    return out_dir
+
+
+def previous_records(out_dir: Path, selection: dict, resume: bool, warn) -> tuple[list[dict], dict | None]:
+    """The records already in ``out_dir`` and its run.json (on resume: same selection, or a usage
+    error naming the difference). Without resume, a folder holding records is refused."""
+    cells_path, run_path = out_dir / "cells.jsonl", out_dir / "run.json"
+    if cells_path.is_dir():
+        raise records.RecordsError(f"{cells_path}: is a folder, expected a file")
+    if not resume:
+        if cells_path.exists() and cells_path.stat().st_size > 0:
+            raise UsageError(f"--out {out_dir}: cells.jsonl already holds records; "
+                             "pass --resume to continue the same selection, or choose another --out")
+        return [], None
+    message = records.drop_partial_line(cells_path)
+    if message:
+        warn(message)
+    recs = records.read(cells_path)
+    if not recs and not run_path.exists():
+        return [], None
+    info = records.read_json(run_path)
+    if "selection" not in info:
+        raise UsageError(f"--resume: {run_path} records no selection (written by an older kernel-lab); "
+                         "choose another --out")
+    diff = selection_differences(info["selection"], selection)
+    if diff:
+        raise UsageError(f"--resume continues the same selection only: {'; '.join(diff)} ({run_path})")
+    return recs, info
+
+
+def write_run_json(path: Path, info: dict) -> None:
+    """run.json, or a usage error if it is a folder, or RunStopped if it cannot be written (disk full)."""
+    try:
+        records.dump_json(path, info)
+    except IsADirectoryError:
+        raise records.RecordsError(f"{path}: is a folder, expected a file") from None
+    except OSError as exc:
+        raise RunStopped(f"{path}: cannot write ({exc.strerror or exc})") from None
+
+

@@ -1,0 +1,283 @@
+"""The local pool: (cell, backend) pairs run in worker processes on this machine.
+
+A worker process runs one cell's backends in turn (so the cell's inputs and oracle are computed
+once). If a worker dies (segfault, abort) or runs past the timeout, the pair in flight becomes a
+``crash`` record, a fresh worker is started and the pool goes on. Workers of GPU backends are
+pinned one per visible device; a device whose worker dies is retired and the pair retried once
+elsewhere. ``LocalPool.run(work, emit)`` is what an executor provides: ``emit(record)`` once per
+pair, as each finishes.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import time
+import warnings
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from multiprocessing.connection import wait
+from pathlib import Path
+
+from conformance import fingerprint, records, registry
+from conformance.cells import Cell
+from conformance.inprocess import run_one, static_record
+
+MAX_WARNINGS = 20
+
+
+def _worker_main(conn) -> None:
+    while True:
+        try:
+            msg = conn.recv()
+        except EOFError:
+            return
+        if msg is None:
+            return
+        cell, backend_name = msg
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            record = run_one(cell, backend_name)
+        if caught:
+            seen = Counter(f"{w.category.__name__}: {w.message} ({Path(w.filename).name}:{w.lineno})"
+                           for w in caught)
+            record["warnings"] = [records.clip(f"{text} (x{n})" if n > 1 else text)
+                                  for text, n in list(seen.items())[:MAX_WARNINGS]]
+        conn.send(record)
+
+
+class Worker:
+    """One spawned worker process with ``env`` set, and the pipe to it."""
+
+    def __init__(self, env: dict[str, str]):
+        ctx = mp.get_context("spawn")
+        self.env = env
+        self.conn, child = ctx.Pipe()
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            self.proc = ctx.Process(target=_worker_main, args=(child,), daemon=True)
+            self.proc.start()
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        child.close()
+
+    def death_reason(self) -> str:
+        self.proc.join(timeout=5)
+        code = self.proc.exitcode
+        if code is not None and code < 0:
+            try:
+                return f"worker killed by {signal.Signals(-code).name}"
+            except ValueError:
+                return f"worker killed by signal {-code}"
+        return f"worker exited with status {code}"
+
+    def kill(self) -> None:
+        if self.proc.is_alive():
+            self.proc.kill()
+        self.proc.join(timeout=5)
+        self.conn.close()
+
+    def stop(self) -> None:
+        try:
+            self.conn.send(None)
+        except (OSError, BrokenPipeError):
+            pass
+        self.proc.join(timeout=5)
+        if self.proc.is_alive():
+            self.proc.kill()
+
+
+@dataclass
+class Item:
+    """Backends of one cell that share a worker environment (and a device, for GPU backends)."""
+
+    cell: Cell
+    backends: list[registry.Backend]
+    retried_from: str | None = None
+
+    @property
+    def env(self) -> dict[str, str]:
+        return dict(self.backends[0].env)
+
+    @property
+    def gpu(self) -> bool:
+        return self.backends[0].uses_gpu
+
+
+@dataclass
+class Slot:
+    """One place in the pool: its device, its worker, the item it runs and the pair in flight."""
+
+    device: str | None                       # visible device id its GPU workers are pinned to
+    worker: Worker | None = None
+    item: Item | None = None
+    pending: deque = field(default_factory=deque)   # backends of the item still to run
+    current: registry.Backend | None = None
+    started: float = 0.0
+
+
+def items(work: list[tuple[Cell, list[registry.Backend]]]) -> list[Item]:
+    """Each cell's backends grouped by worker environment, CPU items first."""
+    out = []
+    for cell, bks in work:
+        groups: dict[tuple, list] = {}
+        for b in bks:
+            groups.setdefault((tuple(sorted(b.env.items())), b.uses_gpu), []).append(b)
+        out += [Item(cell, group) for group in groups.values()]
+    return sorted(out, key=lambda it: (it.gpu, sorted(it.env.items())))
+
+
+class LocalPool:
+    """``jobs`` worker slots; slot i's GPU workers see only device ``i mod len(devices)``.
+
+    ``timeout_s`` overrides each backend's own. After ``run``, ``retired`` maps each retired
+    device to why it was retired."""
+
+    def __init__(self, jobs: int, *, devices: fingerprint.Devices | None = None, timeout_s: float | None = None):
+        ids = devices.ids if devices else []
+        self.devices, self.timeout_s = devices, timeout_s
+        self.slots = [Slot(ids[i % len(ids)] if ids else None) for i in range(max(1, jobs))]
+        self.retired: dict[str, str] = {}
+        self.queue: deque[Item] = deque()
+        self.emit = None
+
+    def run(self, work: list[tuple[Cell, list[registry.Backend]]], emit) -> None:
+        """Run each cell's backends; ``emit(record)`` per pair (an exception from it stops the pool)."""
+        self.queue, self.emit = deque(items(work)), emit
+        # JAX would take 75% of a GPU's memory in every worker that touches it: workers share the GPU.
+        os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+        try:
+            while self._step():
+                pass
+            self._no_device_left()
+        finally:
+            for slot in self.slots:
+                if slot.worker is not None:
+                    slot.worker.stop()
+
+    def _step(self) -> bool:
+        """Start what can start, wait for a result, a death or a timeout; False when all is done."""
+        for slot in self.slots:
+            if slot.current is None:
+                self._fill(slot)
+        busy = [s for s in self.slots if s.current is not None]
+        if not busy:
+            return False
+        now = time.monotonic()
+        timeout = min(max(0.0, s.started + self._limit(s.current) - now) for s in busy)
+        handles = {s.worker.conn: s for s in busy}
+        handles.update({s.worker.proc.sentinel: s for s in busy})
+        ready = wait(list(handles), timeout=timeout + 0.05)
+        for slot in {id(handles[h]): handles[h] for h in ready}.values():
+            if slot.current is None:
+                continue
+            try:
+                if not slot.worker.conn.poll():
+                    raise EOFError
+                record = slot.worker.conn.recv()
+            except (EOFError, OSError):
+                self._died(slot, slot.worker.death_reason())
+            else:
+                self._finish(slot, record)
+                self._start_next(slot)
+        now = time.monotonic()
+        for slot in self.slots:
+            if slot.current is not None and now - slot.started > self._limit(slot.current):
+                limit = self._limit(slot.current)
+                self._finish(slot, {**static_record(slot.item.cell, slot.current, "crash",
+                                                    f"timeout: no result after {limit:g} s"),
+                                    "duration_s": now - slot.started})
+                slot.worker.kill()
+                slot.worker = Worker(dict(slot.worker.env))
+                self._start_next(slot)
+        return True
+
+    def _no_device_left(self) -> None:
+        """GPU pairs left in the queue once every device that could take them is retired."""
+        for item in self.queue:
+            for b in item.backends:
+                rec = static_record(item.cell, b, "crash", "no device left to run on: " + ", ".join(
+                    f"{self.devices.label(d)} retired ({why})" for d, why in self.retired.items()))
+                self.emit({**rec, "device": "none", **({"retried_from": self.devices.label(item.retried_from)}
+                                                        if item.retried_from else {})})
+
+    def _limit(self, backend: registry.Backend) -> float:
+        return self.timeout_s if self.timeout_s is not None else backend.timeout_s
+
+    def _label(self, slot: Slot, item: Item) -> str:
+        if not item.gpu:
+            return "cpu"
+        return self.devices.label(slot.device) if slot.device is not None else "gpu"
+
+    def _finish(self, slot: Slot, record: dict) -> None:
+        record["device"] = self._label(slot, slot.item)
+        if slot.item.retried_from is not None:
+            record["retried_from"] = self.devices.label(slot.item.retried_from)
+        self.emit(record)
+
+    def _can_take(self, slot: Slot, item: Item) -> bool:
+        if not item.gpu or slot.device is None:
+            return True
+        return slot.device not in self.retired and slot.device != item.retried_from
+
+    def _worker_env(self, slot: Slot, item: Item) -> dict[str, str]:
+        env = item.env
+        if item.gpu and slot.device is not None:
+            env[self.devices.env_var] = slot.device
+        return env
+
+    def _start_next(self, slot: Slot) -> None:
+        while slot.pending:
+            backend = slot.pending.popleft()
+            slot.current, slot.started = backend, time.monotonic()
+            try:
+                slot.worker.conn.send((slot.item.cell, backend.name))
+                return
+            except (OSError, BrokenPipeError):
+                self._died(slot, slot.worker.death_reason())
+                if slot.current is not None:
+                    return
+        slot.current = None
+
+    def _fill(self, slot: Slot) -> None:
+        while slot.current is None and self.queue:
+            item = next((it for it in self.queue if self._can_take(slot, it)), None)
+            if item is None:
+                return
+            self.queue.remove(item)
+            env = self._worker_env(slot, item)
+            if slot.worker is None or slot.worker.env != env:
+                if slot.worker is not None:
+                    slot.worker.stop()
+                slot.worker = Worker(env)
+            slot.item, slot.pending = item, deque(item.backends)
+            self._start_next(slot)
+
+    def _elsewhere(self, device: str) -> bool:
+        return any(s.device is not None and s.device != device and s.device not in self.retired
+                   for s in self.slots)
+
+    def _died(self, slot: Slot, reason: str) -> None:
+        """The worker of ``slot`` died running ``slot.current``: retire its device and retry the pair
+        once elsewhere, or record a crash (and go on with a fresh worker)."""
+        item, backend = slot.item, slot.current
+        duration = time.monotonic() - slot.started
+        slot.worker.kill()
+        first_fault = item.gpu and slot.device is not None and item.retried_from is None
+        if first_fault and self._elsewhere(slot.device):
+            self.retired[slot.device] = f"{reason} on {item.cell.id} ({backend.name})"
+            if slot.pending:
+                self.queue.appendleft(Item(item.cell, list(slot.pending)))
+            self.queue.appendleft(Item(item.cell, [backend], retried_from=slot.device))
+            slot.worker, slot.pending, slot.current = None, deque(), None
+            return
+        if item.retried_from is not None:   # it died on a second device too: the cell, not the device
+            self.retired.pop(item.retried_from, None)
+        self._finish(slot, {**static_record(item.cell, backend, "crash", reason), "duration_s": duration})
+        slot.worker = Worker(dict(slot.worker.env))
+        self._start_next(slot)
