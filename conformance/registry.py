@@ -1,7 +1,8 @@
 """The backend registry. A backend is one module under ``conformance/backends/`` that calls
 ``register(Backend(...))`` at import; modules are discovered, nothing lists them by hand.
-Extra modules (tests register crashing backends this way) are named, comma-separated, in the
-environment variable ``KERNEL_LAB_BACKEND_MODULES``; worker processes inherit it.
+Other packages' backend modules are named by the entry point group ``kernel_lab.backends`` or,
+for one call (tests register crashing backends this way), comma-separated in the environment
+variable ``KERNEL_LAB_BACKEND_MODULES`` (``conformance.plugins``); worker processes see both.
 
 A backend module must import cheaply: heavy imports (torch, jax, triton, the C++ extension)
 happen inside ``available()`` and ``run()``.
@@ -9,11 +10,11 @@ happen inside ``available()`` and ``run()``.
 from __future__ import annotations
 
 import importlib
-import os
 import pkgutil
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
+from conformance import plugins
 from conformance.cells import Cell
 from conformance.errors import UsageError
 
@@ -114,8 +115,7 @@ def _load_all() -> None:
 
     for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
         importlib.import_module(f"conformance.backends.{info.name}")
-    for name in filter(None, os.environ.get("KERNEL_LAB_BACKEND_MODULES", "").split(",")):
-        importlib.import_module(name.strip())
+    plugins.load("backends")  # other packages' backends register on import
     _LOADED = True
 
 

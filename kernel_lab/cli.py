@@ -16,7 +16,7 @@ from pathlib import Path
 
 from bench import cli as bench_cli
 from conformance import counts, families, fingerprint, merge, records, registry, runner, selection, studies
-from conformance.errors import RunStopped, UsageError
+from conformance.errors import RunStopped, UsageError, needs
 from optimized.flydsl import cli as flydsl_cli
 from planner import cli as planner_cli
 
@@ -102,6 +102,7 @@ def cmd_merge(args) -> int:
 
 
 def cmd_report(args) -> int:
+    needs("kernel-lab report", "report", "jinja2", "matplotlib")
     from reports import build   # Jinja2 and matplotlib: needed by this command only
 
     try:
