@@ -23,3 +23,8 @@ def summary_table(counts: dict[str, Counter]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(v.rjust(w) if i else v.ljust(w) for i, (v, w) in enumerate(zip(r, widths)))
                      for r in rows)
+
+
+def skip_reasons(counts: dict[str, Counter]) -> str:
+    """``backend N skips, ...`` of the backends in ``counts`` (for the line saying nothing ran)."""
+    return ", ".join(f"{b} {c.get('skip', 0)} skips" for b, c in sorted(counts.items()))

@@ -18,6 +18,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterable
 
+from conformance.cells import refuse_control_characters
 from conformance.errors import UsageError
 
 STATUSES = ("pass", "fail", "skip", "xfail", "xpass", "error", "crash")
@@ -159,6 +160,13 @@ class Writer:
         self._good = self._fh.tell()
 
     def write(self, record: dict) -> None:
+        """Append ``record``; RecordsError (nothing written) when its id or backend holds a control
+        character (refused when cells and backends are made; checked again here, the last gate)."""
+        try:
+            for field in ("id", "backend"):
+                refuse_control_characters(f"record {field}", str(record[field]))
+        except ValueError as exc:
+            raise RecordsError(str(exc)) from None
         rec = {**record, **{k: clip(str(record[k])) for k in _CLIPPED if record.get(k) is not None}}
         line = (json.dumps(_clean(rec)) + "\n").encode("utf-8")
         try:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 from conformance import plugins
-from conformance.cells import Cell
+from conformance.cells import Cell, refuse_control_characters
 from conformance.errors import UsageError
 
 
@@ -81,6 +81,7 @@ def validate(backend: Backend) -> None:
     """Refuse a backend whose families or rounding models are unknown (ValueError naming the known ones)."""
     from conformance import families
 
+    refuse_control_characters("backend name", backend.name)
     known = families.families()
     for family in sorted(set(backend.ops) | set(backend.rounding_models)):
         if family not in known:

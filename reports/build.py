@@ -14,6 +14,7 @@ class Written:
     summary: Path
     records: int
     problems: list[str]
+    new_failures: int = 0   # against the baseline (0 without one)
 
 
 def write(run_dirs: list[str], out: str | None = None, perf_paths: list[str] | None = None,
@@ -48,6 +49,10 @@ def write(run_dirs: list[str], out: str | None = None, perf_paths: list[str] | N
     junit_path = out_dir / "junit.xml"
     junit.write(runs, junit_path)
     summary = out_dir / "summary.md"
-    summary.write_text("\n\n".join(markdown.render(r) for r in runs) + "\n", encoding="utf-8")
+    parts = [markdown.render(r) for r in runs]
+    if changes is not None:
+        parts.append(markdown.changes(changes["records"], base))
+    summary.write_text("\n\n".join(parts) + "\n", encoding="utf-8")
     return Written(index, junit_path, summary, sum(len(r.records) for r in runs),
-                   [f"{r.name}: {p}" for r in runs for p in r.problems])
+                   [f"{r.name}: {p}" for r in runs for p in r.problems],
+                   changes["records"]["new_failures"]["count"] if changes is not None else 0)

@@ -103,3 +103,26 @@ def render(run: Run) -> str:
                          _fmt(r["metrics"].get("max_abs")), _fmt(r["metrics"].get("rel_l2")),
                          (r.get("tolerance") or {}).get("source", "")[:120]] for r in closest]), ""]
     return "\n".join(out)
+
+
+CHANGE_TITLES = (("new_failures", "New failures"), ("fixed", "Fixed (failed before, pass now)"),
+                 ("margin_moved", "Margin moved by more than 2x"), ("status_changed", "Other status changes"),
+                 ("new", "New (cell, backend) pairs"), ("vanished", "Vanished (in the baseline only)"))
+
+
+def changes(diff: dict, baseline: Run) -> str:
+    """The records diff against ``baseline`` (``reports.diff.records_diff``): a count per kind,
+    and the new failures, fixed cells and moved margins listed."""
+    out = [f"# Changes against the baseline {baseline.path}", "",
+           _table(["change", "count"], [[title, str(diff[k]["count"])] for k, title in CHANGE_TITLES]), ""]
+    for key, title in CHANGE_TITLES[:3]:
+        rows = diff[key]["rows"]
+        if rows:
+            out += [f"## {title} ({diff[key]['count']})", "",
+                    _table(["backend", "cell", "status before → now", "margin before → now", "reason"],
+                           [[x["backend"], f"`{x['id']}`", f"{x.get('old_status', '')} → {x['status']}",
+                             f"{_fmt(x.get('old_margin'))} → {_fmt(x.get('margin'))}",
+                             x.get("reason", "").replace("|", "/")[:300]] for x in rows]), ""]
+            if diff[key]["count"] > len(rows):
+                out.append(f"... and {diff[key]['count'] - len(rows)} more\n")
+    return "\n".join(out)

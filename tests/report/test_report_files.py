@@ -260,3 +260,25 @@ def test_drift_figure_labels_every_measured_length_and_ticks_inside_decades():
     assert all(f">{t}</text>" in svg for t in (256, 1024, 4096, 8192))
     y_labels = set(re.findall(r">(\d)e-(\d)</text>", svg))
     assert {("1", "4"), ("2", "4"), ("5", "4"), ("1", "3"), ("2", "3")} <= y_labels, y_labels  # 1, 2, 5 of each decade
+
+
+def test_fail_on_new_and_the_diff_in_summary_md(tmp_path):
+    synthetic.make_run(tmp_path / "base", 60)
+    lines = (tmp_path / "base" / "cells.jsonl").read_text().splitlines()
+    recs = [json.loads(x) for x in lines]
+    i = next(i for i, r in enumerate(recs) if r["status"] == "pass")
+    (tmp_path / "now").mkdir()
+    now = [dict(r) for r in recs]
+    now[i] = {**now[i], "status": "fail", "reason": "planted new failure"}
+    (tmp_path / "now" / "cells.jsonl").write_text("".join(json.dumps(r) + "\n" for r in now))
+    done = kernel_lab("report", str(tmp_path / "now"), "--baseline", str(tmp_path / "base"), "--fail-on-new",
+                      "--out", str(tmp_path / "out"))
+    assert done.returncode == 1 and "1 new failure(s)" in done.stderr
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert "# Changes against the baseline" in summary and "| New failures | 1 |" in summary
+    assert f"`{recs[i]['id']}`" in summary.split("## New failures (1)")[1] and "planted new failure" in summary
+    same = kernel_lab("report", str(tmp_path / "base"), "--baseline", str(tmp_path / "base"), "--fail-on-new",
+                      "--out", str(tmp_path / "out2"))
+    assert same.returncode == 0
+    alone = kernel_lab("report", str(tmp_path / "now"), "--fail-on-new", "--out", str(tmp_path / "out3"))
+    assert alone.returncode == 2 and "--fail-on-new: needs --baseline" in alone.stderr
