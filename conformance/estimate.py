@@ -45,7 +45,9 @@ class Estimator:
     autotuned) add only their time above the prediction to the backend's compile time, so one long
     JIT does not rescale every pair left. Pairs left are expected to meet compile time as often
     as the finished pairs after the first did (their compile seconds per pair). Before any steady
-    pair of a backend, its rate is 1 (the cost model). The sum is divided among the workers."""
+    pair of a backend, its rate is that of its first pairs (compile included: on a GPU every pair
+    may compile or autotune, and a cost model of the kernel alone said 0 s for a 9-minute run), and
+    before any pair at all 1 (the cost model). The sum is divided among the workers."""
 
     ALPHA = 0.3     # weight of the newest pair in the smoothed rate
     OUTLIER = 4.0   # a pair this many times its prediction is compile or autotune
@@ -58,6 +60,7 @@ class Estimator:
         self.compile_s: Counter = Counter()       # backend -> compile/autotune seconds seen
         self.compile_later_s: Counter = Counter()  # ... of those, seen after a worker's first pair
         self.steady_n: Counter = Counter()        # backend -> finished pairs after a worker's first
+        self.first_ratio: dict[str, list[float]] = {}   # backend -> wall / estimate of first pairs
         self._first: dict[tuple[str, str], float] = {}
         for cell, b in pending:
             self._first[cell.id, b.name] = est = first_estimate(cell, b)
@@ -67,6 +70,8 @@ class Estimator:
     def _observe(self, backend: str, estimate: float, wall: float, first_in_worker: bool) -> None:
         rate = self.rate.get(backend)
         predicted = (rate if rate is not None else 1.0) * estimate
+        if first_in_worker:
+            self.first_ratio.setdefault(backend, []).append(wall / estimate if estimate > 0 else 1.0)
         if first_in_worker or (rate is not None and wall > self.OUTLIER * predicted):
             extra = max(0.0, wall - predicted)
             self.compile_s[backend] += extra
@@ -106,7 +111,9 @@ class Estimator:
         """Backend -> seconds of its pairs left (one worker's time)."""
         out = {}
         for b, left in self.left.items():
-            secs = max(0.0, left) * self.rate.get(b, 1.0) + max(0, self.n_left[b]) * self.compile_per_pair(b)
+            firsts = self.first_ratio.get(b)
+            rate = self.rate.get(b, sum(firsts) / len(firsts) if firsts else 1.0)
+            secs = max(0.0, left) * rate + max(0, self.n_left[b]) * self.compile_per_pair(b)
             if secs > 0:
                 out[b] = secs
         return out

@@ -284,11 +284,12 @@ def test_the_estimate_comes_from_each_backends_own_cost_and_is_refined_by_record
     assert estimate.cell_work(cells[1]) == 20
     est = estimate.Estimator([(c, b) for c in cells for b in (cheap, slow)] + [(other, slow)], jobs=2)
     assert est.per_backend() == {"c": 1.5, "s": 100.0} and est.remaining() == pytest.approx(101.5 / 2)
-    # a worker's first pair of a backend is compile time, apart: it does not rescale the pairs left
+    # a worker's first pair of a backend (compile included) is all there is to go by, until a steady one
     rec = {"backend": "s", "op": "scale", "status": "pass", "first_in_worker": True}
     est.done({**rec, "id": cells[0].id, "wall_s": 60.0})
-    assert est.per_backend()["s"] == pytest.approx(20 + 30 + 40) and est.compile_remaining() == 0
-    # a steady pair at half its estimate sets the backend's rate (every op of the backend)
+    assert est.per_backend()["s"] == pytest.approx((20 + 30 + 40) * 6) and est.compile_remaining() == 0
+    # then a steady pair at half its estimate sets the backend's rate (every op of the backend): the
+    # first pair's time counts apart, as compile time
     est.done({**rec, "id": cells[1].id, "wall_s": 10.0, "first_in_worker": False})
     assert est.per_backend()["s"] == pytest.approx((30 + 40) * 0.5) and est.per_backend()["c"] == 1.5
     # a pair far over its prediction (a new shape autotuned) adds its excess as compile time that the
@@ -394,3 +395,17 @@ def test_records_carry_the_pairs_wall_time_and_whether_it_was_the_workers_first(
     assert all(r["wall_s"] >= r["duration_s"] > 0 for r in ran)
     firsts = [r["backend"] for r in ran if r["first_in_worker"]]
     assert sorted(firsts) == ["toy-bf16-x", "toy-good"]   # one worker: each backend's first pair only
+
+
+def test_before_a_steady_pair_the_eta_goes_by_the_first_pairs():
+    """The H200 run of four FLA cells on two workers: both first pairs took 27-28 s (JIT and
+    autotune) against a cost model of 0.05 s; the two pairs left are expected at about that, not 0 s."""
+    b = Backend("fla-like", {"toy": ("scale",)}, lambda: (True, ""), lambda c, i: {}, seconds_per_cell=0.05,
+                seconds_per_work=0.0)
+    cells = [make_cell("toy", "scale", n=n, factor=1.0) for n in range(4)]
+    est = estimate.Estimator([(c, b) for c in cells], jobs=2)
+    assert est.remaining() == pytest.approx(0.1)
+    for c, wall in zip(cells, (26.7, 28.4)):
+        est.done({"id": c.id, "backend": "fla-like", "op": "scale", "status": "pass", "wall_s": wall,
+                  "first_in_worker": True})
+    assert est.remaining() == pytest.approx((26.7 + 28.4) / 2, rel=0.01)
