@@ -144,12 +144,14 @@ def judge(gate: Gate, records: dict[str, Record], remeasure=None) -> dict:
 
 
 def table(results: list[dict]) -> str:
-    """One line per gate: gate, ratio, threshold, verdict, spread (and the reason when any)."""
-    lines = [f"{'gate':44} {'ratio':>7} {'threshold':>11} {'verdict':>9} {'spread':>15}  reason"]
+    """One row per gate: gate, ratio, threshold, verdict, spread, reason (a text table whose columns
+    fit the longest gate name)."""
+    from conformance.counts import text_table
+
+    rows = []
     for r in results:
         ratio_s = f"{r['ratio']:.3f}" if r["ratio"] is not None else "-"
         spread = f"{r['spread'][0]:.3f}-{r['spread'][1]:.3f}" if r["spread"] else "-"
         threshold = f"{r['direction']} {r['threshold']:g}" if r["threshold"] is not None else "-"
-        lines.append(f"{r['gate']:44} {ratio_s:>7} {threshold:>11} "
-                     f"{r['verdict']:>9} {spread:>15}  {r['reason']}")
-    return "\n".join(lines)
+        rows.append([r["gate"], ratio_s, threshold, r["verdict"], spread, r["reason"]])
+    return text_table(["gate", "ratio", "threshold", "verdict", "spread", "reason"], rows, right=(1, 2, 4))

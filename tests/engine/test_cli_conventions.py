@@ -122,3 +122,18 @@ def test_control_characters_are_refused_in_cell_ids_backend_names_and_records(ba
         w.write({"id": f"toy/scale/n={bad}", "backend": "b", "status": "pass"})
     w.close()
     assert (tmp_path / "cells.jsonl").read_text() == ""
+
+
+def test_text_tables_fit_their_longest_cell():
+    """The gates table once had a fixed 44-column gate name; regression gates' names overflowed it
+    and shifted every column after them."""
+    from bench import gates
+
+    def res(name, ratio):
+        return {"gate": name, "ratio": ratio, "threshold": 1.3, "direction": "<=", "verdict": "pass",
+                "spread": [ratio, ratio], "reason": ""}
+    text = gates.table([res("regress:gdn/decode/state=bfloat16/act=float16/vllm-cpu-and-more", 1.0234),
+                        res("short", 12.5)])
+    lines = [ln for ln in text.splitlines() if "pass" in ln]
+    ends = {ln.index(" <= 1.3") for ln in lines}
+    assert len(lines) == 2 and len(ends) == 1 and "1.023" in lines[0] and "12.500" in lines[1]
