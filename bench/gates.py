@@ -143,6 +143,16 @@ def judge(gate: Gate, records: dict[str, Record], remeasure=None) -> dict:
                    reason=f"close: {first}; decided on the second measurement")
 
 
+def reading(false_alarm_rate: str) -> str:
+    """How far a gate's verdict can be trusted, from its A/A false-alarm rate ``k/N``: ``quiet``
+    (0/N), ``noisy`` (0 < k < N: a fail may be noise), ``unmet target`` (N/N: it fails on unchanged
+    code every time, a target the code has not met, not a false alarm) or ``not measured``."""
+    k, _, n = str(false_alarm_rate).partition("/")
+    if not (k.isdigit() and n.isdigit() and int(n) > 0):
+        return "not measured"
+    return "quiet" if int(k) == 0 else "unmet target" if int(k) == int(n) else "noisy"
+
+
 def table(results: list[dict]) -> str:
     """One row per gate: gate, ratio, threshold, verdict, spread, reason (a text table whose columns
     fit the longest gate name)."""
@@ -153,5 +163,8 @@ def table(results: list[dict]) -> str:
         ratio_s = f"{r['ratio']:.3f}" if r["ratio"] is not None else "-"
         spread = f"{r['spread'][0]:.3f}-{r['spread'][1]:.3f}" if r["spread"] else "-"
         threshold = f"{r['direction']} {r['threshold']:g}" if r["threshold"] is not None else "-"
-        rows.append([r["gate"], ratio_s, threshold, r["verdict"], spread, r["reason"]])
+        verdict = r["verdict"]
+        if verdict == "fail" and reading(r.get("false_alarm_rate", "")) == "unmet target":
+            verdict = "fail: unmet target"
+        rows.append([r["gate"], ratio_s, threshold, verdict, spread, r["reason"]])
     return text_table(["gate", "ratio", "threshold", "verdict", "spread", "reason"], rows, right=(1, 2, 4))

@@ -57,8 +57,7 @@ class Estimator:
         self.left: Counter = Counter()            # backend -> first estimates of its pairs left
         self.n_left: Counter = Counter()          # backend -> pairs left
         self.rate: dict[str, float] = {}          # backend -> smoothed wall / first estimate
-        self.compile_s: Counter = Counter()       # backend -> compile/autotune seconds seen
-        self.compile_later_s: Counter = Counter()  # ... of those, seen after a worker's first pair
+        self.compile_later_s: Counter = Counter()  # backend -> compile/autotune seconds after a worker's first pair
         self.steady_n: Counter = Counter()        # backend -> finished pairs after a worker's first
         self.first_ratio: dict[str, list[float]] = {}   # backend -> wall / estimate of first pairs
         self._first: dict[tuple[str, str], float] = {}
@@ -72,12 +71,10 @@ class Estimator:
         predicted = (rate if rate is not None else 1.0) * estimate
         if first_in_worker:
             self.first_ratio.setdefault(backend, []).append(wall / estimate if estimate > 0 else 1.0)
-        if first_in_worker or (rate is not None and wall > self.OUTLIER * predicted):
-            extra = max(0.0, wall - predicted)
-            self.compile_s[backend] += extra
-            if not first_in_worker:
-                self.compile_later_s[backend] += extra
-                self.steady_n[backend] += 1
+            return   # its compile time is this worker's, once; later pairs are not expected to meet it
+        if rate is not None and wall > self.OUTLIER * predicted:
+            self.compile_later_s[backend] += wall - predicted
+            self.steady_n[backend] += 1
             return
         self.steady_n[backend] += 1
         ratio = wall / estimate if estimate > 0 else 1.0

@@ -13,6 +13,7 @@ import jinja2
 from markupsafe import Markup
 
 from conformance.records import STATUSES
+from bench import gates
 from reports import agreement, figures, matrix, overview
 from reports.load import Run
 from reports.perf import Perf
@@ -89,20 +90,10 @@ def bench_tables(benchmarks: list[dict]) -> list[dict]:
 
 
 def gate_reading(gate: dict, machine_keys: set[str]) -> dict:
-    """The gate with ``reading``: how far its verdict can be trusted, from its measured A/A
-    false-alarm rate: ``quiet`` (0/N), ``noisy`` (k/N), ``unmet target`` (N/N: it fails on unchanged
-    code every time, a target not yet met, not a false alarm) or ``not measured``; ``elsewhere``
-    names the machine of that rate when it is not the one of these benchmarks."""
-    rate = str(gate.get("false_alarm_rate") or "not measured")
-    k, _, n = rate.partition("/")
-    if not (k.isdigit() and n.isdigit() and int(n) > 0):
-        reading = "not measured"
-    elif int(k) == 0:
-        reading = "quiet"
-    elif int(k) == int(n):
-        reading = "unmet target"
-    else:
-        reading = "noisy"
+    """The gate with ``reading`` (``bench.gates.reading``), ``shown_verdict`` (a fail of an unmet
+    target reads so) and ``elsewhere``: the machine of its A/A rate when it is not the one of these
+    benchmarks."""
+    reading = gates.reading(gate.get("false_alarm_rate") or "not measured")
     where = gate.get("measured_on") or ""
     elsewhere = where if where and machine_keys and where not in machine_keys and reading != "not measured" else None
     shown = "unmet target" if reading == "unmet target" and gate.get("verdict") == "fail" else gate.get("verdict")
@@ -114,11 +105,11 @@ def perf_section(perfs: list[Perf]) -> list[dict]:
     for i, p in enumerate(perfs):
         ceilings, ceiling_notes = p.ceilings()
         keys = {(b.get("fingerprint") or {}).get("key") for b in p.benchmarks} - {None}
-        gates = [gate_reading(g, keys) for g in p.gates]
+        judged = [gate_reading(g, keys) for g in p.gates]
         out.append({"path": str(p.path), "tables": bench_tables(p.benchmarks), "benchmarks": p.benchmarks,
                     "other": p.other, "machines": sorted(keys),
-                    "gates": [g for g in gates if g.get("verdict") != "skip"],
-                    "skipped_gates": [g for g in gates if g.get("verdict") == "skip"],
+                    "gates": [g for g in judged if g.get("verdict") != "skip"],
+                    "skipped_gates": [g for g in judged if g.get("verdict") == "skip"],
                     "ceilings": ceilings, "ceiling_notes": ceiling_notes, "problems": p.problems,
                     "roofline": figures.roofline(p.benchmarks, ceilings, salt=f"roofline{i}")})
     return out

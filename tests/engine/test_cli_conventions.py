@@ -137,3 +137,14 @@ def test_text_tables_fit_their_longest_cell():
     lines = [ln for ln in text.splitlines() if "pass" in ln]
     ends = {ln.index(" <= 1.3") for ln in lines}
     assert len(lines) == 2 and len(ends) == 1 and "1.023" in lines[0] and "12.500" in lines[1]
+
+
+def test_the_gates_table_reads_a_gate_that_fails_every_aa_run_as_an_unmet_target():
+    from bench import gates
+
+    res = {"gate": "g", "ratio": 0.7, "threshold": 0.8, "direction": ">=", "verdict": "fail", "spread": [0.6, 0.7],
+           "reason": ""}
+    assert "fail: unmet target" in gates.table([{**res, "false_alarm_rate": "40/40"}])
+    assert "unmet" not in gates.table([{**res, "false_alarm_rate": "2/40"}])
+    assert [gates.reading(r) for r in ("0/40", "2/40", "40/40", "not measured")] == [
+        "quiet", "noisy", "unmet target", "not measured"]
