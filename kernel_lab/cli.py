@@ -24,7 +24,7 @@ from collections import Counter
 from pathlib import Path
 
 from bench import cli as bench_cli
-from conformance import counts, families, fingerprint, merge, records, registry, runner, selection, studies
+from conformance import audit, counts, families, fingerprint, merge, records, registry, runner, selection, studies
 from conformance.errors import RunStopped, UsageError, needs
 from optimized.flydsl import cli as flydsl_cli
 from planner import cli as planner_cli
@@ -151,6 +151,20 @@ def cmd_report(args) -> int:
     return 0
 
 
+def cmd_audit_tolerances(args) -> int:
+    recs, measured_on = audit.read_runs(args.run_dirs)
+    names = [args.family] if args.family else list(families.families())
+    out = Path(args.out) if args.out else None
+    for name in names:
+        result = audit.audit(name, recs, measured_on)
+        path = out / f"{name}.json" if out else audit.path_of(name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        records.dump_json(path, result)
+        print(audit.table(result))
+        print(f"json: {path}")
+    return 0
+
+
 def cmd_study(args) -> int:
     study = args.study_module
     result = study.run(args)
@@ -217,6 +231,13 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--fail-on-new", action="store_true",
                    help="exit 1 when a record fails that did not fail in --baseline (a new failure)")
     r.set_defaults(func=cmd_report)
+
+    a = sub.add_parser("audit-tolerances", help="per tolerance term, the worst margin the records of run folders "
+                       "reached: written beside each family's tolerances")
+    a.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run folders of one tier (ci for the committed audit)")
+    a.add_argument("--family", help="one family (default: all)")
+    a.add_argument("--out", help="folder for FAMILY.json (default: conformance/families/<family>/tolerance_audit.json)")
+    a.set_defaults(func=cmd_audit_tolerances)
 
     s = sub.add_parser("study", help="numerical studies (JSON for the report)")
     ss = s.add_subparsers(dest="study", required=True, parser_class=_Parser)
