@@ -23,22 +23,24 @@ VARIABLES = {"backends": "KERNEL_LAB_BACKEND_MODULES", "families": "KERNEL_LAB_F
              "studies": "KERNEL_LAB_STUDY_MODULES"}
 
 
-def module_names(kind: str) -> list[tuple[str, str]]:
-    """(module name, where it was named) of ``kind`` (backends, families or studies): the entry
-    points of group ``kernel_lab.<kind>`` by entry name, then the variable's modules; each once."""
+def module_names(kind: str, installed: bool = True) -> list[tuple[str, str]]:
+    """(module name, where it was named) of ``kind`` (backends, families or studies): the
+    variable's modules, then (``installed``) the entry points of group ``kernel_lab.<kind>`` by
+    entry name; each once. Reading the entry points scans every installed package's metadata
+    (a few tenths of a second in a large environment)."""
     out: dict[str, str] = {}
-    for ep in sorted(entry_points(group=f"kernel_lab.{kind}"), key=lambda e: e.name):
-        dist = ep.dist.name if ep.dist is not None else "an installed package"
-        out.setdefault(ep.module, f"entry point {ep.name!r} (group kernel_lab.{kind}) of {dist}")
     for name in filter(None, (n.strip() for n in os.environ.get(VARIABLES[kind], "").split(","))):
         out.setdefault(name, VARIABLES[kind])
+    for ep in sorted(entry_points(group=f"kernel_lab.{kind}") if installed else (), key=lambda e: e.name):
+        dist = ep.dist.name if ep.dist is not None else "an installed package"
+        out.setdefault(ep.module, f"entry point {ep.name!r} (group kernel_lab.{kind}) of {dist}")
     return list(out.items())
 
 
-def load(kind: str) -> list[ModuleType]:
+def load(kind: str, installed: bool = True) -> list[ModuleType]:
     """The modules of ``kind``, imported; an ImportError names the entry point or variable."""
     mods = []
-    for name, where in module_names(kind):
+    for name, where in module_names(kind, installed):
         try:
             mods.append(importlib.import_module(name))
         except ImportError as exc:

@@ -46,11 +46,17 @@ def _load(name: str) -> ModuleType:
 
 
 @lru_cache(maxsize=None)
-def _discover(extra: str) -> dict[str, ModuleType]:
+def _builtin() -> dict[str, ModuleType]:
     out = {}
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
         mod = _load(f"{__name__}.{info.name}")
         out[mod.FAMILY] = mod
+    return out
+
+
+@lru_cache(maxsize=None)
+def _discover(extra: str) -> dict[str, ModuleType]:
+    out = dict(_builtin())
     for name, _ in plugins.module_names("families"):
         mod = _load(name)
         out[mod.FAMILY] = mod
@@ -64,7 +70,11 @@ def families() -> dict[str, ModuleType]:
 
 
 def get(name: str) -> ModuleType:
-    """The family called ``name``; a UsageError naming the known ones otherwise."""
+    """The family called ``name``; a UsageError naming the known ones otherwise. This package's
+    families are found without reading the installed packages' entry points (a worker process
+    starts faster)."""
+    if name in _builtin():
+        return _builtin()[name]
     all_ = families()
     if name not in all_:
         raise UsageError(f"unknown family {name!r}; known: {', '.join(all_)}")

@@ -156,7 +156,7 @@ def test_failures_lead_the_page_with_counts_machines_and_repro(smoke_run, open_p
     assert argv[argv.index("--filter") + 1] == repro.cell_pattern(odd["id"])
     assert re.fullmatch(argv[argv.index("--filter") + 1], odd["id"]) and "--out" not in argv
     pattern = shlex.split(cmds[0])[shlex.split(cmds[0]).index("--filter") + 1]
-    assert [c.id for c in runner.select_cells("smoke", pattern=pattern)] == [recs[i]["id"]]
+    assert [c.id for c in selection.select_cells("smoke", pattern=pattern)] == [recs[i]["id"]]
     counts = page.inner_text("#counts")
     assert "Other CPU 9000, 1x NVIDIA H200" in counts and "machine" in counts
     # the heatmap rows of the two runs name their machines; the panel's repro is the same string
