@@ -16,7 +16,7 @@ from typing import Any, Callable
 from conformance.cost import Cost
 
 ROLES = ("ours", "baseline", "peer", "ceiling")
-BENCH_MODULES = ("bench.gdn_cpu", "bench.turboquant_gpu")
+BENCH_MODULES = ("bench.gdn_cpu", "bench.gdn_gpu", "bench.turboquant_gpu")
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,8 @@ from conformance.counts import count
 from conformance.errors import RunStopped, UsageError
 from conformance.estimate import Estimator, Progress, cell_work, hms, work_budget
 from conformance.inprocess import static_record
-from conformance.run_folder import acquire_lock, make_out, previous_records, release_lock, write_run_json
+from conformance.run_folder import (acquire_lock, free_reserve, hold_reserve, make_out, previous_records, release_lock,
+                                   write_run_json)
 from conformance.selection import Selection
 from conformance.workers import LocalPool
 
@@ -45,9 +46,9 @@ class RunResult:
         return 0 if ran else NOTHING_RAN
 
 
-def default_jobs(backends: list[registry.Backend], devices: fingerprint.Devices) -> int:
+def default_jobs(backends: list[registry.Backend], devices: fingerprint.Devices, probes: dict) -> int:
     """One worker per visible device when a GPU backend is selected and available, else one."""
-    gpu = any(b.uses_gpu and registry.probe(b)[0] for b in backends)
+    gpu = any(b.uses_gpu and probes[b.name][0] for b in backends)
     return max(1, len(devices.ids)) if gpu else 1
 
 
@@ -86,7 +87,11 @@ def plan(cells: list[Cell], backends: list[registry.Backend], done: set, probes:
                 continue
             ok, why = probes[b.name]
             reason = None if ok else f"backend unavailable: {why}"
-            reason = reason or b.skip_reason(cell)
+            try:
+                reason = reason or b.skip_reason(cell)
+            except registry.HookError as exc:
+                statics.append(static_record(cell, b, "error", str(exc)))
+                continue
             work, limit = cell_work(cell), work_budget(cell, b)
             if reason is None and budget and limit is not None and work > limit:
                 reason = (f"over the interpreter work budget ({work:,} > {limit:,.0f} tokens*heads*dims); "
@@ -107,7 +112,8 @@ def _run_locked(selection, cells, backends, out_dir, *, jobs, resume, timeout_s,
     old, old_info = previous_records(out_dir, selection.as_dict(), resume, lambda m: say("warning: " + m))
     done = {records.key(r) for r in old}
     devices = fingerprint.devices()
-    jobs = jobs if jobs is not None else default_jobs(backends, devices)
+    probes = registry.probe_all(backends)
+    jobs = jobs if jobs is not None else default_jobs(backends, devices, probes)
     start = time.monotonic()
     run_path = out_dir / "run.json"
     info = {**fingerprint.fingerprint(), "selection": selection.as_dict(), "jobs": jobs,
@@ -115,11 +121,11 @@ def _run_locked(selection, cells, backends, out_dir, *, jobs, resume, timeout_s,
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     if old_info is not None:
         info["previous_run"] = old_info
-    probes = {b.name: registry.probe(b) for b in backends}
     info["backends"] = {b.name: {"available": probes[b.name][0], "reason": probes[b.name][1],
                                  "ops": {family: list(ops) for family, ops in b.ops.items()}} for b in backends}
     info["rounding_models"] = {b.name: {family: b.rounding_model(family) for family in b.ops} for b in backends}
     write_run_json(run_path, info)
+    hold_reserve(out_dir)
 
     todo, statics = plan(cells, backends, done, probes, budget)
     pairs = [(c, b) for c, bks in todo for b in bks]
@@ -163,6 +169,7 @@ def _run_locked(selection, cells, backends, out_dir, *, jobs, resume, timeout_s,
     counts = count(all_recs)
     info.update(finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"), elapsed_s=round(elapsed, 2),
                 counts={k: dict(v) for k, v in counts.items()}, retired_devices=retired)
+    free_reserve(out_dir)   # the room run.json needs on a full disk
     if stopped is not None:
         info["stopped"] = str(stopped)
         try:

@@ -153,7 +153,7 @@ def _make(name: str, kernel: str, interpret: bool, ops: tuple[str, ...]) -> Back
         name=name, ops={"turboquant": ops}, available=available, run=run, supports=_supports(kernel),
         rounding_models={"turboquant": "exact" if precision == "exact" else "act-mma"},
         env=INTERPRET_ENV if interpret else {}, timeout_s=1800.0 if interpret else 600.0, uses_gpu=not interpret,
-        **(INTERPRET_COST if interpret else {})))
+        probe_call=interpret, **(INTERPRET_COST if interpret else {})))
 
 
 _ALL = ("store", "decode", "store_decode")

@@ -8,7 +8,7 @@ intrinsics, the same source must compile for ROCm", and a first step on a new ar
 Each kernel is compiled with the argument types and constants its launcher passes on a GPU
 (MMA operands in the query's dtype: bf16 queries and outputs, and the fp16 MMA variants of the grouped
 decode and unified attention) for representative caches: D=128, Hk=8, block size 16, the presets and
-layouts each kernel serves. The NVIDIA-only Gluon decode
+layouts each kernel serves; the GDN kernels (``gdn_kernels``) for every op and state dtype. The NVIDIA-only Gluon decode
 (``tq_decode_sm90``: inline PTX, ``mma.sync``) is compiled for the CUDA target only, with Gluon's
 ahead-of-time source (``GluonASTSource``). Needs a process without
 ``TRITON_INTERPRET=1`` (the interpreter replaces the kernels). Triton bundles ``ptxas`` and links
@@ -70,6 +70,7 @@ def kernels() -> list[tuple[str, object, dict, dict]]:
             sinks_ptr="*fp32", out_ptr=out_type, stride_blk="i32", stride_bt="i32", so_t="i32", so_h="i32",
             scale="fp32"),
             dict(HQ=HQ, G=G, HAS_SINKS=True, BLOCK_M=64, BLOCK_Q=64 // G, BLOCK_N=32, MMA=mma, **spec.constexprs())))
+    out += gdn_kernels()
     out.append(("validate", tq_decode_launch._validate_kernel, dict(
         q_ptr="*bf16", bt_ptr="*i32", seq_lens_ptr="*i32", sinks_ptr="*fp32", flags_ptr="*i32", stride_bt="i32",
         num_blocks="i32"), dict(ROWS_PER_SEQ=1, M=512, BS=BS, HQD=HQ * D, HQ=HQ, HAS_SINKS=True, CHUNK=256)))
@@ -79,6 +80,30 @@ def kernels() -> list[tuple[str, object, dict, dict]]:
     out.append(("reduce", tq_decode_launch._reduce_kernel, dict(
         part_ptr="*fp32", seq_lens_ptr="*i32", out_ptr="*bf16", so_b="i32", so_h="i32"),
         dict(HQ=HQ, D=D, S=4, MAXS=32, S_P2=4, ALIGN=128)))
+    return out
+
+
+def gdn_kernels() -> list[tuple[str, object, dict, dict]]:
+    """The GDN kernels at Qwen3-Next's heads (H=16, HV=32, K=V=128) with bf16 activations and o: decode and
+    spec decode (fused gating) and recurrent, for each state dtype, and the NaN/Inf flag kernel."""
+    from optimized.triton import gdn_recurrent
+
+    strides = {n: "i32" for n in ("sq_t", "sq_h", "sk_t", "sk_h", "sv_t", "sv_h", "sx_t", "sy_t", "so_t", "so_h",
+                                  "s_slot", "s_table", "interval")}
+    out = []
+    for op, gated, spec in (("decode", True, False), ("spec_decode", True, True), ("recurrent", False, False)):
+        for state in ("fp32", "bf16", "fp16"):
+            types = dict(q_ptr="*bf16", k_ptr="*bf16", v_ptr="*bf16", x_ptr="*bf16" if gated else "*fp32",
+                         y_ptr="*bf16", A_log_ptr="*fp32", dt_bias_ptr="*bf16", state_ptr=f"*{state}",
+                         table_ptr="*i32", cu_ptr="*i32", acc_ptr="*i32", o_ptr="*bf16", scale="fp32", eps="fp32",
+                         **strides)
+            BK, BV, _ = gdn_recurrent._config(128, 128, None, None)
+            out.append((f"gdn {op} state={state}", gdn_recurrent._gdn_kernel, types,
+                        dict(H=16, HV=32, K=128, V=128, BK=BK, BV=BV, GATED=gated, SPEC=spec, VARLEN=spec or not gated,
+                             L2NORM=True, BF16_BITS=False)))
+    out.append(("gdn nonfinite flags", gdn_recurrent._nonfinite_kernel, dict(
+        x_ptr="*bf16", flags_ptr="*i32", flag="i32", rows="i32", B="i32", s0="i32", s1="i32"),
+        dict(C=128, BLOCK_R=64, BLOCK_C=128)))
     return out
 
 
