@@ -36,6 +36,11 @@ def add_arguments(parser):
     parser.add_argument("--n", type=int, default=3)
 
 
+def check(args):
+    if args.n < 1:
+        raise ValueError(f"--n {args.n}: expected a positive count")
+
+
 def run(args):
     return {"study": NAME, "n": args.n}
 
