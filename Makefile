@@ -5,8 +5,11 @@ VENV   := .venv
 VPY    := $(VENV)/bin/python
 # FlyDSL 0.2.4: the last release with flydsl.expr.buffer_ops/vector (optimized/flydsl/README.md).
 FLYDSL_PIN := flydsl==0.2.4
-# The report: templates, SVG plots, and its browser and JUnit tests (Playwright drives Debian's chromium).
-REPORT_PINS := Jinja2==3.1.6 matplotlib==3.10.8 playwright==1.57.0 junitparser==4.0.2
+# The report: templates, SVG plots, and its browser and JUnit tests (Playwright drives Debian's chromium);
+# pygal draws pytest-benchmark's --histogram (its test reads the perf JSON with pytest-benchmark compare);
+# rich draws the commands' text tables.
+REPORT_PINS := Jinja2==3.1.6 matplotlib==3.10.8 playwright==1.57.0 junitparser==4.0.2 pygal==3.1.3 pygaljs==1.0.2 \
+               rich==15.0.0
 # One pinned pip line. torch==2.13.0 resolves to the CPU wheel on x86-64 Linux CPU machines.
 PINS := torch==2.13.0 triton==3.8.0 jax==0.10.2 jaxlib==0.10.2 numpy==2.4.6 ml_dtypes==0.6.0 \
         scipy==1.17.1 pytest==9.2.0 pytest-benchmark==5.3.1 scikit-build-core==1.1.2 nanobind==3.1.0 \
@@ -43,7 +46,7 @@ $(PY_LAYOUT): | $(VENV)/.deps
 
 # Venvs made before the report's pins get them here.
 $(VENV)/.report: $(VENV)/.deps
-	$(VPY) -c "import jinja2, matplotlib, playwright, junitparser" 2>/dev/null \
+	$(VPY) -c "import jinja2, matplotlib, playwright, junitparser, pygal, pygaljs, rich" 2>/dev/null \
 	  || $(VPY) -m pip install -q --disable-pip-version-check $(REPORT_PINS) \
 	  || echo "report: could not install $(REPORT_PINS); kernel-lab report needs Jinja2 and matplotlib"
 	touch $@

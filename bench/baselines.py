@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime
 import json
 import math
+import os
 from pathlib import Path
 
 import numpy as np
@@ -19,13 +20,20 @@ import numpy as np
 from bench.gates import point_time
 from bench.measure import Record
 
-BASELINES = Path(__file__).resolve().parent.parent / "reports" / "baselines"
+BASELINES = Path(__file__).resolve().parent.parent / "reports" / "baselines"   # the saved runs shipped
+VARIABLE = "KERNEL_LAB_BASELINES"
 MIN_PAIRS = 20
 GATED_ROLES = ("ours", "baseline", "peer")
 
 
-def folder(key: str) -> Path:
-    return BASELINES / key
+def root() -> Path:
+    """Where saved runs are read: ``$KERNEL_LAB_BASELINES`` (``kernel-lab bench --baselines DIR``
+    sets it), else the ones shipped with kernel-lab."""
+    return Path(os.environ.get(VARIABLE) or BASELINES)
+
+
+def folder(key: str, base: Path | None = None) -> Path:
+    return (base or root()) / key
 
 
 def saved(key: str) -> dict[str, dict]:
@@ -56,13 +64,14 @@ def regression(rec: Record, remeasure=None) -> dict | None:
     key = info["fingerprint"]["key"]
     base = {"gate": f"regress:{rec.rid}", "numerator": rec.rid, "denominator": f"saved:{key}",
             "ratio": None, "threshold": None, "direction": "<=", "verdict": "skip", "spread": None,
-            "remeasured": False, "false_alarm_rate": "not measured", "reason": ""}
+            "remeasured": False, "false_alarm_rate": "not measured", "measured_on": key,
+            "description": f"no slower than this machine's saved run, beyond its A/A noise", "reason": ""}
     old = saved(key).get(rec.rid)
     if old is None:
-        return {**base, "reason": f"no saved run of {rec.rid} under reports/baselines/{key}/"}
+        return {**base, "reason": f"no saved run of {rec.rid} under {folder(key)}/"}
     n = noise(key).get(rec.rid)
     if n is None:
-        return {**base, "reason": f"no A/A noise for {rec.rid} in reports/baselines/{key}/noise.json"}
+        return {**base, "reason": f"no A/A noise for {rec.rid} in {folder(key)}/noise.json"}
     base.update(threshold=n["threshold"], false_alarm_rate=n["false_alarm_rate"])
 
     def measured(r: Record):
@@ -109,9 +118,9 @@ def held_out_threshold(ratios: list[float]) -> dict:
             "false_alarm_rate": f"{fails}/{len(held)}"}
 
 
-def save(key: str, perf_json: dict, noise_json: dict | None = None) -> Path:
-    """Write the saved run (and the A/A noise) of ``key``."""
-    d = folder(key)
+def save(key: str, perf_json: dict, noise_json: dict | None = None, base: Path | None = None) -> Path:
+    """Write the saved run (and the A/A noise) of ``key`` under ``base`` (default ``root()``)."""
+    d = folder(key, base)
     d.mkdir(parents=True, exist_ok=True)
     (d / "perf.json").write_text(json.dumps(perf_json, indent=1) + "\n")
     if noise_json is not None:

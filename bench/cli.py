@@ -14,6 +14,8 @@ import os
 import sys
 from pathlib import Path
 
+from conformance.errors import UsageError, needs
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bench", action="append", help="bench name(s), e.g. gdn/decode (default: all of --device)")
@@ -22,8 +24,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gates", default=None, help="gates TOML (default bench/gates.toml)")
     p.add_argument("--no-remeasure", action="store_true", help="leave straddling gates ambiguous")
     p.add_argument("--aa", type=int, metavar="PAIRS",
-                   help="measure PAIRS A/A pairs (>= 20): write reports/baselines/<key>/noise.json and the "
+                   help="measure PAIRS A/A pairs (>= 20): write <baselines>/<key>/noise.json and the "
                         "saved run perf.json, and print each gate's false-alarm count")
+    p.add_argument("--baselines", metavar="DIR",
+                   help="saved runs and A/A noise per machine: read from DIR (default: those shipped with "
+                        "kernel-lab); --aa writes into DIR (default: reports/baselines under the current folder)")
     p.add_argument("--load", default="", help="with --aa: the machine load to record (free text)")
 
 
@@ -54,9 +59,15 @@ def _selected(args) -> list[str]:
 
 def run_command(args) -> int:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")   # before torch starts its OpenMP threads
-    from bench import gates, run
+    try:
+        needs("kernel-lab bench", "bench", "pytest_benchmark")
+    except UsageError as exc:
+        _usage(str(exc))
+    from bench import baselines, gates, run
 
     names = _selected(args)
+    if args.baselines:  # read there, in this process and any it starts
+        os.environ[baselines.VARIABLE] = str(Path(args.baselines).resolve())
     path = Path(args.gates) if args.gates else gates.GATES_TOML
     if not path.is_file():
         _usage(f"--gates {path}: no such file")
@@ -107,7 +118,8 @@ def _aa(names: list[str], gate_list, args) -> int:
         noise["gates"] = {g.name: gate_noise[g.name] for g in mine
                           if all(benches[b].device == device for b in g.benches)}
         last = {r.rid: r for r in on(pairs[-1][1])}
-        print(f"saved run and noise: {baselines.save(key, run.perf_json(last, []), noise)}")
+        target = Path(args.baselines or Path("reports") / "baselines")
+        print(f"saved run and noise: {baselines.save(key, run.perf_json(last, []), noise, target)}")
         for rid, n in noise["records"].items():
             print(f"  {rid:50} threshold {n['threshold']:.2f}  false alarms {n['false_alarm_rate']}  "
                   f"A/A ratios {min(n['ratios']):.3f}-{max(n['ratios']):.3f}")

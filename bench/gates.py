@@ -36,6 +36,7 @@ class Gate:
     threshold: float
     requires: tuple = ()
     false_alarm_rate: str = "not measured"
+    measured_on: str = ""     # the machine key (bench.machine) where false_alarm_rate was measured
     description: str = ""
 
     def __post_init__(self):
@@ -104,7 +105,8 @@ def _passes(gate: Gate, value: float) -> bool:
 def _result(gate: Gate, **kw) -> dict:
     return {"gate": gate.name, "numerator": gate.numerator, "denominator": gate.denominator,
             "ratio": None, "threshold": gate.threshold, "direction": gate.direction, "verdict": "skip",
-            "spread": None, "remeasured": False, "false_alarm_rate": gate.false_alarm_rate, "reason": "", **kw}
+            "spread": None, "remeasured": False, "false_alarm_rate": gate.false_alarm_rate,
+            "measured_on": gate.measured_on, "description": gate.description, "reason": "", **kw}
 
 
 def judge(gate: Gate, records: dict[str, Record], remeasure=None) -> dict:
@@ -141,13 +143,28 @@ def judge(gate: Gate, records: dict[str, Record], remeasure=None) -> dict:
                    reason=f"close: {first}; decided on the second measurement")
 
 
+def reading(false_alarm_rate: str) -> str:
+    """How far a gate's verdict can be trusted, from its A/A false-alarm rate ``k/N``: ``quiet``
+    (0/N), ``noisy`` (0 < k < N: a fail may be noise), ``unmet target`` (N/N: it fails on unchanged
+    code every time, a target the code has not met, not a false alarm) or ``not measured``."""
+    k, _, n = str(false_alarm_rate).partition("/")
+    if not (k.isdigit() and n.isdigit() and int(n) > 0):
+        return "not measured"
+    return "quiet" if int(k) == 0 else "unmet target" if int(k) == int(n) else "noisy"
+
+
 def table(results: list[dict]) -> str:
-    """One line per gate: gate, ratio, threshold, verdict, spread (and the reason when any)."""
-    lines = [f"{'gate':44} {'ratio':>7} {'threshold':>11} {'verdict':>9} {'spread':>15}  reason"]
+    """One row per gate: gate, ratio, threshold, verdict, spread, reason (a text table whose columns
+    fit the longest gate name)."""
+    from conformance.counts import text_table
+
+    rows = []
     for r in results:
         ratio_s = f"{r['ratio']:.3f}" if r["ratio"] is not None else "-"
         spread = f"{r['spread'][0]:.3f}-{r['spread'][1]:.3f}" if r["spread"] else "-"
         threshold = f"{r['direction']} {r['threshold']:g}" if r["threshold"] is not None else "-"
-        lines.append(f"{r['gate']:44} {ratio_s:>7} {threshold:>11} "
-                     f"{r['verdict']:>9} {spread:>15}  {r['reason']}")
-    return "\n".join(lines)
+        verdict = r["verdict"]
+        if verdict == "fail" and reading(r.get("false_alarm_rate", "")) == "unmet target":
+            verdict = "fail: unmet target"
+        rows.append([r["gate"], ratio_s, threshold, verdict, spread, r["reason"]])
+    return text_table(["gate", "ratio", "threshold", "verdict", "spread", "reason"], rows, right=(1, 2, 4))

@@ -1,7 +1,9 @@
 """A perf run: measure the selected benches, judge the gates of ``bench/gates.toml`` and the
-regression gates against this machine's saved run, and write the perf JSON (pytest-benchmark's
-layout: ``benchmarks`` with ``extra_info``, plus ``kernel_lab_gates``; the gates also alone in
-``gates.json`` beside it).
+regression gates against this machine's saved run, and write the perf JSON: pytest-benchmark's
+full schema (``machine_info``, ``commit_info``, ``benchmarks`` with every statistic
+pytest-benchmark computes, the samples as ``data``, and kernel-lab's record as ``extra_info``),
+so ``pytest-benchmark compare`` and ``--histogram`` read it, plus ``kernel_lab_gates``; the gates
+also alone in ``gates.json`` beside it.
 """
 from __future__ import annotations
 
@@ -73,20 +75,38 @@ def judge_all(records: dict[str, Record], gate_list: list[gates.Gate], remeasure
     return results
 
 
+def stats(samples) -> dict:
+    """pytest-benchmark's statistics of ``samples`` (seconds), computed by pytest-benchmark itself
+    (``min max mean stddev rounds median iqr q1 q3 iqr_outliers stddev_outliers outliers ld15iqr
+    hd15iqr ops total``), with the samples as ``data`` and one iteration per round."""
+    from pytest_benchmark.stats import Stats
+
+    st = Stats()
+    for t in samples:
+        st.update(float(t))
+    return {**st.as_dict(), "iterations": 1, "data": list(st.data)}
+
+
 def perf_json(records: dict[str, Record], results: list[dict]) -> dict:
+    from pytest_benchmark import __version__
+    from pytest_benchmark.plugin import pytest_benchmark_generate_machine_info
+    from pytest_benchmark.utils import get_commit_info
+
     benchmarks, skipped = [], []
     for rid, r in records.items():
         if r.skip is not None:
             skipped.append({"name": rid, "reason": r.skip})
             continue
-        t = r.extra_info["time_s"]
-        benchmarks.append({"name": rid, "fullname": rid, "group": r.extra_info["bench"],
-                           "params": r.extra_info["shape"], "extra_info": r.extra_info,
-                           "stats": {"min": t["min"], "max": t["max"], "median": t["median"],
-                                     "mean": float(r.samples.mean()), "rounds": t["n"]}})
-    return {"machine_info": {"cpu": machine.fingerprint("cpu")}, "datetime": datetime.datetime.now(
-        datetime.timezone.utc).isoformat(), "benchmarks": benchmarks, "skipped": skipped,
-        "kernel_lab_gates": results}
+        benchmarks.append({"group": r.extra_info["bench"], "name": rid, "fullname": rid,
+                           "params": r.extra_info["shape"], "param": rid.split("/", 2)[-1],
+                           "extra_info": r.extra_info,
+                           "options": {"disable_gc": False, "timer": r.extra_info.get("timing", "perf_counter"),
+                                       "min_rounds": len(r.samples), "max_time": 0, "min_time": 0, "warmup": True},
+                           "stats": stats(r.samples)})
+    machine_info = {**pytest_benchmark_generate_machine_info(), "kernel_lab": machine.fingerprint("cpu")}
+    return {"machine_info": machine_info, "commit_info": get_commit_info(),
+            "datetime": datetime.datetime.now(datetime.timezone.utc).isoformat(), "version": __version__,
+            "benchmarks": benchmarks, "skipped": skipped, "kernel_lab_gates": results}
 
 
 def write(out: Path, data: dict) -> None:

@@ -13,6 +13,16 @@ from typing import Any
 import numpy as np
 
 
+def refuse_control_characters(what: str, text: str) -> str:
+    """``text``, or ValueError when it holds a control character (C0, DEL or C1: a newline, an
+    escape sequence, a NUL), which would garble a record line, a terminal or a shell command."""
+    bad = sorted({c for c in text if ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0})
+    if bad:
+        raise ValueError(f"{what} {text!r} holds control characters ({', '.join(repr(c) for c in bad)}); "
+                         "ids and names must be printable")
+    return text
+
+
 def format_value(value: Any) -> str:
     """Render one parameter value for a cell id."""
     if isinstance(value, (tuple, list)):
@@ -62,9 +72,12 @@ class Cell:
 
 
 def make_cell(family: str, op: str, *, seed: int = 0, **params: Any) -> Cell:
-    """Build a cell; keyword order is id order. Lists become tuples (cells are hashable)."""
+    """Build a cell; keyword order is id order. Lists become tuples (cells are hashable). An id
+    with a control character is refused (ValueError)."""
     frozen = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in params.items())
-    return Cell(family, op, frozen, seed)
+    cell = Cell(family, op, frozen, seed)
+    refuse_control_characters("cell id", cell.id)
+    return cell
 
 
 def activation(cell: Cell) -> str:

@@ -1,12 +1,22 @@
 """Error metrics, tolerances and the pass/fail verdict of one cell.
 
 Every comparison reports max_abs, max_rel, rel_l2, cosine, the mismatch fraction (elements with
-``|a - e| > atol + rtol * |e|``) and the err/tol margin (``max |a - e| / (atol + rtol * |e|)``,
-below 1 when every element is inside). NaN or Inf in an output never passes.
+``|a - e| > atol + rtol * |e|``), ``elementwise`` (``max |a - e| / (atol + rtol * |e|)``) and the
+``margin``: the largest ratio of a measured error to its bound over every criterion the tolerance
+has, named in ``criterion``:
+
+- ``elementwise``: the ratio above, when no element may be outside (``max_mismatch`` 0) or none is;
+- ``mismatch``: the mismatch fraction over ``max_mismatch``, when some elements may be and are outside;
+- ``rel_l2``: the relative L2 error over its bound, when the tolerance has one;
+- ``nonfinite``: NaN or Inf in the output or the oracle (margin Inf).
+
+A comparison passes exactly when its margin is at most 1, so a failure always has margin >= 1 (a
+refusal without metrics, e.g. a wrong dtype or shape, has margin Inf). NaN or Inf never passes.
 """
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+import math
 from typing import Any
 
 import numpy as np
@@ -57,11 +67,19 @@ class ToleranceSpec:
 
 @dataclass
 class Comparison:
+    """One output's verdict; ``metrics["criterion"]`` names the criterion that set ``margin``."""
+
     name: str
     passed: bool
     reason: str
-    metrics: dict[str, float]
+    metrics: dict[str, Any]
     tolerance: Tolerance
+
+    def __post_init__(self):
+        # a failure decided without metrics (dtype, shape, a refused layout) is infinitely far out
+        margin = self.metrics.get("margin")
+        if not self.passed and not (isinstance(margin, float | int) and margin >= 1):
+            self.metrics = {**self.metrics, "margin": float("inf"), "criterion": "refused"}
 
 
 def dtype_refused(name: str, actual: Any, allowed: tuple[str, ...]) -> Comparison | None:
@@ -79,7 +97,7 @@ def compare(name: str, actual: Any, expected: Any, tol: Tolerance) -> Comparison
     e = np.asarray(expected).astype(np.float64)
     if a.shape != e.shape:
         return Comparison(name, False, f"{name}: shape {a.shape}, expected {e.shape}",
-                          {"max_abs": float("inf")}, tol)
+                          {"max_abs": float("inf"), "margin": float("inf"), "criterion": "shape"}, tol)
     n = max(a.size, 1)
     bad_actual = int(np.count_nonzero(~np.isfinite(a)))
     bad_expected = int(np.count_nonzero(~np.isfinite(e)))
@@ -91,13 +109,18 @@ def compare(name: str, actual: Any, expected: Any, tol: Tolerance) -> Comparison
     finite = np.isfinite(diff)
     rel_l2, cosine = l2_metrics(a, e)
     mismatch = int(np.count_nonzero(~finite | (diff > allowed)))
+    elementwise = float(np.max(over[finite])) if finite.any() else float("inf")
+    criteria = _criteria(tol, elementwise, mismatch / n, rel_l2, bad_actual + bad_expected)
+    criterion = max(criteria, key=criteria.get)
     metrics = {
         "max_abs": float(np.max(diff[finite])) if finite.any() else float("inf"),
         "max_rel": float(np.max(rel[finite])) if finite.any() else float("inf"),
         "rel_l2": rel_l2,
         "cosine": cosine,
         "mismatch": mismatch / n,
-        "margin": float(np.max(over[finite])) if finite.any() else float("inf"),
+        "elementwise": elementwise,
+        "margin": criteria[criterion],
+        "criterion": criterion,
         "nonfinite": bad_actual,
         "size": int(a.size),
     }
@@ -109,11 +132,33 @@ def compare(name: str, actual: Any, expected: Any, tol: Tolerance) -> Comparison
         return Comparison(
             name, False,
             f"{name}: {mismatch}/{a.size} elements beyond atol {tol.atol:g} + rtol {tol.rtol:g}"
-            f" (margin {metrics['margin']:.3g}, max_abs {metrics['max_abs']:.3g})",
+            f" (margin {metrics['margin']:.3g} by {criterion}, max_abs {metrics['max_abs']:.3g})",
             metrics, tol)
     if tol.rel_l2 is not None and rel_l2 > tol.rel_l2:
-        return Comparison(name, False, f"{name}: rel_l2 {rel_l2:.3g} above {tol.rel_l2:g}", metrics, tol)
+        return Comparison(name, False, f"{name}: rel_l2 {rel_l2:.3g} above {tol.rel_l2:g}"
+                          f" (margin {metrics['margin']:.3g} by {criterion})", metrics, tol)
     return Comparison(name, True, "", metrics, tol)
+
+
+def _ratio(value: float, bound: float) -> float:
+    if bound > 0:
+        return value / bound
+    return 0.0 if value == 0 else float("inf")
+
+
+def _criteria(tol: Tolerance, elementwise: float, mismatch: float, rel_l2: float, nonfinite: int) -> dict[str, float]:
+    """Criterion name -> measured error / its bound (see the module docstring); the comparison
+    passes exactly when every ratio is at most 1."""
+    out = {}
+    if tol.max_mismatch > 0 and mismatch > 0:
+        out["mismatch"] = _ratio(mismatch, tol.max_mismatch)
+    else:
+        out["elementwise"] = elementwise
+    if tol.rel_l2 is not None:
+        out["rel_l2"] = _ratio(rel_l2, tol.rel_l2) if math.isfinite(rel_l2) else float("inf")
+    if nonfinite:
+        out["nonfinite"] = float("inf")
+    return out
 
 
 FINITE = Tolerance(float("inf"), 0.0, "any finite value: unspecified elements, but never NaN/Inf")
@@ -140,7 +185,7 @@ class Verdict:
     quality: dict[str, Any] = field(default_factory=dict)
 
     def worst(self) -> Comparison | None:
-        """The comparison with the largest err/tol margin (the one that decides)."""
+        """The deciding comparison: a failing one before a passing one, then the largest margin."""
         if not self.comparisons:
             return None
         return max(self.comparisons, key=lambda c: (not c.passed, c.metrics.get("margin", 0.0)))

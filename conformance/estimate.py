@@ -35,45 +35,92 @@ def first_estimate(cell: Cell, backend: registry.Backend) -> float:
 
 
 class Estimator:
-    """Remaining time: each pending pair's first estimate, scaled per backend and op by (seconds
-    recorded) / (seconds estimated) over its finished pairs, divided among the workers."""
+    """Remaining wall time of a run, kept per backend.
+
+    A pair's wall time (``wall_s``: dispatch to record, so the worker's start, the inputs, the
+    oracle, the kernel and the check) is divided by its first estimate (the backend's cost model);
+    the backend's *rate* is the exponentially smoothed ratio over its finished steady pairs.
+    Compile and autotune time is counted apart: a worker's first pair of a backend (imports, first
+    JIT compiles) and a pair over ``OUTLIER`` times the rate's prediction (a new shape compiled or
+    autotuned) add only their time above the prediction to the backend's compile time, so one long
+    JIT does not rescale every pair left. Pairs left are expected to meet compile time as often
+    as the finished pairs after the first did (their compile seconds per pair). Before any steady
+    pair of a backend, its rate is that of its first pairs (compile included: on a GPU every pair
+    may compile or autotune, and a cost model of the kernel alone said 0 s for a 9-minute run), and
+    before any pair at all 1 (the cost model). The sum is divided among the workers."""
+
+    ALPHA = 0.3     # weight of the newest pair in the smoothed rate
+    OUTLIER = 4.0   # a pair this many times its prediction is compile or autotune
 
     def __init__(self, pending: list[tuple[Cell, registry.Backend]], jobs: int):
         self.jobs = max(1, min(jobs, len(pending) or 1))
-        self.left: Counter = Counter()
-        self.estimated: Counter = Counter()
-        self.actual: Counter = Counter()
+        self.left: Counter = Counter()            # backend -> first estimates of its pairs left
+        self.n_left: Counter = Counter()          # backend -> pairs left
+        self.rate: dict[str, float] = {}          # backend -> smoothed wall / first estimate
+        self.compile_later_s: Counter = Counter()  # backend -> compile/autotune seconds after a worker's first pair
+        self.steady_n: Counter = Counter()        # backend -> finished pairs after a worker's first
+        self.first_ratio: dict[str, list[float]] = {}   # backend -> wall / estimate of first pairs
         self._first: dict[tuple[str, str], float] = {}
         for cell, b in pending:
             self._first[cell.id, b.name] = est = first_estimate(cell, b)
-            self.left[b.name, cell.op] += est
+            self.left[b.name] += est
+            self.n_left[b.name] += 1
+
+    def _observe(self, backend: str, estimate: float, wall: float, first_in_worker: bool) -> None:
+        rate = self.rate.get(backend)
+        predicted = (rate if rate is not None else 1.0) * estimate
+        if first_in_worker:
+            self.first_ratio.setdefault(backend, []).append(wall / estimate if estimate > 0 else 1.0)
+            return   # its compile time is this worker's, once; later pairs are not expected to meet it
+        if rate is not None and wall > self.OUTLIER * predicted:
+            self.compile_later_s[backend] += wall - predicted
+            self.steady_n[backend] += 1
+            return
+        self.steady_n[backend] += 1
+        ratio = wall / estimate if estimate > 0 else 1.0
+        self.rate[backend] = ratio if rate is None else (1 - self.ALPHA) * rate + self.ALPHA * ratio
 
     def learn(self, cells: dict[str, Cell], backends: dict[str, registry.Backend], recs: list[dict]) -> None:
-        """Calibrate from records already in the folder (on resume)."""
+        """Calibrate from records already in the folder (on resume; records written before
+        ``wall_s`` existed give their ``duration_s``)."""
         for r in recs:
             if r["id"] in cells and r["backend"] in backends and r["status"] != "skip":
-                kind = r["backend"], r["op"]
-                self.estimated[kind] += first_estimate(cells[r["id"]], backends[r["backend"]])
-                self.actual[kind] += float(r.get("duration_s") or 0.0)
+                wall = r.get("wall_s", r.get("duration_s"))
+                self._observe(r["backend"], first_estimate(cells[r["id"]], backends[r["backend"]]),
+                              float(wall or 0.0), bool(r.get("first_in_worker")))
 
     def done(self, record: dict) -> None:
         est = self._first.pop((record["id"], record["backend"]), None)
         if est is None:
             return
-        kind = record["backend"], record["op"]
-        self.left[kind] -= est
-        self.estimated[kind] += est
-        self.actual[kind] += float(record.get("duration_s") or 0.0)
+        b = record["backend"]
+        self.left[b] -= est
+        self.n_left[b] -= 1
+        self._observe(b, est, float(record.get("wall_s", record.get("duration_s")) or 0.0),
+                      bool(record.get("first_in_worker")))
+
+    def compile_per_pair(self, backend: str) -> float:
+        """Compile/autotune seconds a pair of ``backend`` left is expected to meet."""
+        n = self.steady_n[backend]
+        return self.compile_later_s[backend] / n if n else 0.0
 
     def per_backend(self) -> dict[str, float]:
-        out: Counter = Counter()
-        for kind, left in self.left.items():
-            scale = self.actual[kind] / self.estimated[kind] if self.estimated[kind] > 0 else 1.0
-            out[kind[0]] += max(0.0, left) * scale
-        return {b: s for b, s in out.items() if s > 0}
+        """Backend -> seconds of its pairs left (one worker's time)."""
+        out = {}
+        for b, left in self.left.items():
+            firsts = self.first_ratio.get(b)
+            rate = self.rate.get(b, sum(firsts) / len(firsts) if firsts else 1.0)
+            secs = max(0.0, left) * rate + max(0, self.n_left[b]) * self.compile_per_pair(b)
+            if secs > 0:
+                out[b] = secs
+        return out
 
     def remaining(self) -> float:
         return sum(self.per_backend().values()) / self.jobs
+
+    def compile_remaining(self) -> float:
+        """The part of ``remaining`` that is expected compile and autotune time."""
+        return sum(max(0, n) * self.compile_per_pair(b) for b, n in self.n_left.items()) / self.jobs
 
 
 class Progress:
@@ -89,7 +136,9 @@ class Progress:
         self.counts[record["status"]] += 1
         self.estimator.done(record)
         tally = " ".join(f"{k}={v}" for k, v in sorted(self.counts.items()))
-        self.line.show(self.done, f"ETA {hms(self.estimator.remaining())} {tally}")
+        compile_s = self.estimator.compile_remaining()
+        eta = hms(self.estimator.remaining()) + (f" (compile/autotune {hms(compile_s)})" if compile_s >= 1 else "")
+        self.line.show(self.done, f"ETA {eta} {tally}")
 
     def close(self) -> None:
         self.line.close()

@@ -73,6 +73,7 @@ def run_one(cell: Cell, backend_name: str, memo: Memo = MEMO) -> dict:
     record.update(
         status=status, reason=reason,
         metrics=worst.metrics if worst else {},
+        decided_by={"output": worst.name, "criterion": worst.metrics.get("criterion")} if worst else None,
         outputs={c.name: {**c.metrics, "passed": c.passed} for c in result.comparisons},
         tolerance=worst.tolerance.as_dict() if worst else None,
         quality=result.quality, duration_s=duration)

@@ -1,7 +1,9 @@
 """cells.jsonl: one JSON record per (cell, backend), appended and flushed as each finishes.
 
 Record fields: id, family, op, params, seed, backend, rounding_model, status (pass fail skip xfail
-xpass error crash), reason, metrics (of the deciding output), outputs (metrics per output),
+xpass error crash), reason, metrics (of the deciding output: the failing one, else the one with the
+largest margin), decided_by (that output's name and the criterion that set its margin:
+elementwise, mismatch, rel_l2, nonfinite, shape or refused), outputs (metrics per output),
 tolerance (atol, rtol, max_mismatch, rel_l2, source), quality (secondary errors, e.g. against the
 float32-state truth or the unquantized attention), duration_s, device (``cpu`` or ``cuda:N`` /
 ``hip:N``, the visible device the worker was pinned to), retried_from (the device whose worker
@@ -20,6 +22,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from conformance import schema
+from conformance.cells import refuse_control_characters
 from conformance.errors import UsageError
 from conformance.schema import STATUSES
 
@@ -180,6 +183,13 @@ class Writer:
         self._good = os.lseek(self._fd, 0, os.SEEK_END)
 
     def write(self, record: dict) -> None:
+        """Append ``record``; RecordsError (nothing written) when its id or backend holds a control
+        character (refused when cells and backends are made; checked again here, the last gate)."""
+        try:
+            for field in ("id", "backend"):
+                refuse_control_characters(f"record {field}", str(record[field]))
+        except ValueError as exc:
+            raise RecordsError(str(exc)) from None
         rec = {**record, **{k: clip(str(record[k])) for k in _CLIPPED if record.get(k) is not None}}
         line = (json.dumps(_clean(rec)) + "\n").encode("utf-8")
         try:

@@ -1,7 +1,8 @@
 """The backend registry. A backend is one module under ``conformance/backends/`` that calls
 ``register(Backend(...))`` at import; modules are discovered, nothing lists them by hand.
-Extra modules (tests register crashing backends this way) are named, comma-separated, in the
-environment variable ``KERNEL_LAB_BACKEND_MODULES``; worker processes inherit it.
+Other packages' backend modules are named by the entry point group ``kernel_lab.backends`` or,
+for one call (tests register crashing backends this way), comma-separated in the environment
+variable ``KERNEL_LAB_BACKEND_MODULES`` (``conformance.plugins``); worker processes see both.
 
 A backend module must import cheaply: heavy imports (torch, jax, triton, the C++ extension)
 happen inside ``available()`` and ``run()``.
@@ -9,12 +10,12 @@ happen inside ``available()`` and ``run()``.
 from __future__ import annotations
 
 import importlib
-import os
 import pkgutil
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-from conformance.cells import Cell
+from conformance import plugins
+from conformance.cells import Cell, refuse_control_characters
 from conformance.errors import UsageError
 
 
@@ -96,6 +97,7 @@ class HookError(Exception):
 
 
 _REGISTRY: dict[str, Backend] = {}
+_BUILTIN = False
 _LOADED = False
 
 
@@ -103,21 +105,24 @@ def validate(backend: Backend) -> None:
     """Refuse a backend whose families or rounding models are unknown (ValueError naming the known ones)."""
     from conformance import families
 
-    known = families.families()
+    refuse_control_characters("backend name", backend.name)
     for family in sorted(set(backend.ops) | set(backend.rounding_models)):
-        if family not in known:
-            raise ValueError(f"backend {backend.name!r}: unknown family {family!r}; known: {', '.join(known)}")
+        try:
+            fam = families.get(family)
+        except UsageError:
+            raise ValueError(f"backend {backend.name!r}: unknown family {family!r}; "
+                             f"known: {', '.join(families.families())}") from None
         if family not in backend.ops:
             raise ValueError(f"backend {backend.name!r}: rounding_models names {family!r}, which its ops leave out")
-        models = known[family].ROUNDING_MODELS
+        models = fam.ROUNDING_MODELS
         model = backend.rounding_model(family)
         if model not in models:
             raise ValueError(f"backend {backend.name!r}: unknown {family} rounding model {model!r}; "
                              f"known: {', '.join(models)}")
-        unknown_ops = [op for op in backend.ops[family] if op not in known[family].OPS]
+        unknown_ops = [op for op in backend.ops[family] if op not in fam.OPS]
         if unknown_ops:
             raise ValueError(f"backend {backend.name!r}: unknown {family} ops {unknown_ops}; "
-                             f"known: {', '.join(known[family].OPS)}")
+                             f"known: {', '.join(fam.OPS)}")
 
 
 def register(backend: Backend) -> Backend:
@@ -129,16 +134,23 @@ def register(backend: Backend) -> Backend:
     return backend
 
 
-def _load_all() -> None:
-    global _LOADED
-    if _LOADED:
+def _load_builtin() -> None:
+    global _BUILTIN
+    if _BUILTIN:
         return
     import conformance.backends as pkg
 
     for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
         importlib.import_module(f"conformance.backends.{info.name}")
-    for name in filter(None, os.environ.get("KERNEL_LAB_BACKEND_MODULES", "").split(",")):
-        importlib.import_module(name.strip())
+    _BUILTIN = True
+
+
+def _load_all() -> None:
+    global _LOADED
+    if _LOADED:
+        return
+    _load_builtin()
+    plugins.load("backends")  # other packages' backends register on import
     _LOADED = True
 
 
@@ -149,6 +161,13 @@ def backends() -> dict[str, Backend]:
 
 
 def get(name: str) -> Backend:
+    """The backend called ``name``: this package's and the variable's are found without reading
+    the installed packages' entry points (a worker process starts faster), others through them."""
+    _load_builtin()
+    if name not in _REGISTRY and not _LOADED:
+        plugins.load("backends", installed=False)
+    if name in _REGISTRY:
+        return _REGISTRY[name]
     all_ = backends()
     if name not in all_:
         raise UsageError(f"unknown backend {name!r}; known: {', '.join(all_)}")

@@ -27,6 +27,9 @@ from conformance.selection import Selection
 from conformance.workers import LocalPool
 
 
+NOTHING_RAN = 5   # exit status: no pair of the folder ran (every record a skip), as pytest's "no tests ran"
+
+
 @dataclass
 class RunResult:
     counts: dict[str, Counter]
@@ -35,8 +38,12 @@ class RunResult:
 
     @property
     def exit_status(self) -> int:
-        bad = any(c[s] for c in self.counts.values() for s in records.BAD_STATUSES)
-        return 1 if bad else 0
+        """1 when a record is bad; NOTHING_RAN when every record is a skip (e.g. every selected
+        backend unavailable here); else 0."""
+        if any(c[s] for c in self.counts.values() for s in records.BAD_STATUSES):
+            return 1
+        ran = sum(n for c in self.counts.values() for s, n in c.items() if s != "skip")
+        return 0 if ran else NOTHING_RAN
 
 
 def default_jobs(backends: list[registry.Backend], devices: fingerprint.Devices, probes: dict) -> int:

@@ -50,7 +50,9 @@ RECORD = Obj({
     "reason": (str, None), "traceback": (str, None), "metrics": (METRICS, None),
     "outputs": (Map((METRICS, None)), None), "tolerance": (Map(SCALAR), None), "quality": (Map(ANY), None),
     "duration_s": (number, None), "device": (str, None), "retried_from": (str, None),
-    "warnings": (List(str), None), "output": (str, None)}, required=("id", "backend", "status"))
+    "warnings": (List(str), None), "output": (str, None),
+    "decided_by": (Obj({"output": (str, None), "criterion": (str, None)}), None),
+    "wall_s": (number, None), "first_in_worker": (bool, None)}, required=("id", "backend", "status"))
 
 _GPU = Obj({"name": (str, None), "compute_capability": (str, None), "arch": (str, None),
             "driver": (str, None), "runtime": (str, None)})

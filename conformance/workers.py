@@ -29,6 +29,8 @@ MAX_WARNINGS = 20
 
 
 def _worker_main(conn, output: str) -> None:
+    # Ctrl-C reaches the whole process group: the runner stops the workers and says what is kept
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     fd = os.open(output, os.O_WRONLY | os.O_APPEND)
     os.dup2(fd, 1)    # what the backend prints goes to the record, not the console
     os.dup2(fd, 2)
@@ -150,6 +152,7 @@ class Slot:
     pending: deque = field(default_factory=deque)   # backends of the item still to run
     current: registry.Backend | None = None
     started: float = 0.0
+    seen: set = field(default_factory=set)          # backends its current worker has run
 
 
 def items(work: list[tuple[Cell, list[registry.Backend]]]) -> list[Item]:
@@ -225,7 +228,7 @@ class LocalPool:
                                                     f"timeout: no result after {limit:g} s"),
                                     "duration_s": now - slot.started, **({"output": printed} if printed else {})})
                 slot.worker.kill()
-                slot.worker = Worker(dict(slot.worker.env))
+                self._new_worker(slot, dict(slot.worker.env))
                 self._start_next(slot)
         return True
 
@@ -247,6 +250,11 @@ class LocalPool:
         return self.devices.label(slot.device) if slot.device is not None else "gpu"
 
     def _finish(self, slot: Slot, record: dict) -> None:
+        # the pair's wall time, dispatch to record (worker start, inputs, oracle, kernel, check), and
+        # whether it was this worker's first pair of the backend (imports, first JIT compiles)
+        record["wall_s"] = time.monotonic() - slot.started
+        record["first_in_worker"] = slot.current.name not in slot.seen
+        slot.seen.add(slot.current.name)
         record["device"] = self._label(slot, slot.item)
         if slot.item.retried_from is not None:
             record["retried_from"] = self.devices.label(slot.item.retried_from)
@@ -259,6 +267,10 @@ class LocalPool:
 
     def _worker_env(self, slot: Slot, item: Item) -> dict[str, str]:
         env = item.env
+        if item.gpu:
+            # Triton's autotuner keeps its results on disk: the workers of a run (several per GPU
+            # with --jobs) and later runs reuse them instead of timing every config again
+            env.setdefault("TRITON_CACHE_AUTOTUNING", os.environ.get("TRITON_CACHE_AUTOTUNING", "1"))
         if item.gpu and slot.device is not None:
             env[self.devices.env_var] = slot.device
         return env
@@ -276,6 +288,11 @@ class LocalPool:
                     return
         slot.current = None
 
+    @staticmethod
+    def _new_worker(slot: Slot, env: dict[str, str]) -> None:
+        slot.worker = Worker(env)
+        slot.seen.clear()
+
     def _fill(self, slot: Slot) -> None:
         while slot.current is None and self.queue:
             item = next((it for it in self.queue if self._can_take(slot, it)), None)
@@ -286,7 +303,7 @@ class LocalPool:
             if slot.worker is None or slot.worker.env != env:
                 if slot.worker is not None:
                     slot.worker.stop()
-                slot.worker = Worker(env)
+                self._new_worker(slot, env)
             slot.item, slot.pending = item, deque(item.backends)
             self._start_next(slot)
 
@@ -308,10 +325,11 @@ class LocalPool:
                 self.queue.appendleft(Item(item.cell, list(slot.pending)))
             self.queue.appendleft(Item(item.cell, [backend], retried_from=slot.device))
             slot.worker, slot.pending, slot.current = None, deque(), None
+            slot.seen.clear()
             return
         if item.retried_from is not None:   # it died on a second device too: the cell, not the device
             self.retired.pop(item.retried_from, None)
         self._finish(slot, {**static_record(item.cell, backend, "crash", reason), "duration_s": duration,
                             **({"output": printed} if printed else {})})
-        slot.worker = Worker(dict(slot.worker.env))
+        self._new_worker(slot, dict(slot.worker.env))
         self._start_next(slot)

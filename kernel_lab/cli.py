@@ -1,24 +1,31 @@
-"""`kernel-lab` (also `python -m kernel_lab`): doctor, conform, merge, list-cells, report,
-audit-tolerances, study,
-plus the commands of other packages (`plan-blocks`, `flydsl`, `bench`), each registered by its
-package's ``cli.register(subparsers)``.
+"""`kernel-lab` (also `python -m kernel_lab`): the conformance matrix of reference and optimized
+kernels, its reports, studies and benchmarks. Commands are listed below; `kernel-lab COMMAND -h`
+says more. The commands of other packages (`plan-blocks`, `flydsl`, `bench`) are registered by
+their package's ``cli.register(subparsers)``.
 
-Exit status: 0 every record in the run folder passed (or skipped, or failed as expected); 1 some
-record fails, errors, crashes or passes unexpectedly; 2 a bad request (unknown name, malformed
-argument, a run folder in use, holding another selection, or unreadable), told in one line;
-3 the run stopped because its records could not be written (disk full): the records before stay valid.
+Exit status: 0 every record in the run folder passed (or failed as declared), and some ran;
+1 some record fails, errors, crashes or passes unexpectedly (`report --fail-on-new`: a new failure
+against the baseline); 2 a bad request (unknown name, malformed argument, a run folder in use,
+holding another selection, or unreadable, a missing optional package), told in one line; 3 the run
+stopped because its records could not be written (disk full): the records before stay valid;
+5 nothing ran: every record is a skip, e.g. every selected backend is unavailable here
+(`--allow-nothing-ran` makes that 0); 130 interrupted (Ctrl-C): the records so far are kept, and
+the line printed says how to continue; 141 the output pipe was closed (`| head`).
 """
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import os
+import shlex
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
 from bench import cli as bench_cli
 from conformance import audit, counts, families, fingerprint, merge, records, registry, runner, selection, studies
-from conformance.errors import RunStopped, UsageError
+from conformance.errors import RunStopped, UsageError, needs
 from optimized.flydsl import cli as flydsl_cli
 from planner import cli as planner_cli
 
@@ -84,6 +91,17 @@ def _selection(args) -> selection.Selection:
                                filter=args.filter, shard=args.shard, model=args.model, config=args.config)
 
 
+def fresh_out(base: Path = Path("reports/out")) -> Path:
+    """A run folder that does not exist yet: ``base/conform-<date>-<time>`` (``-2``, ``-3`` ... when
+    taken), so that every `conform` without --out, a record's repro command included, runs anew."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out, n = base / f"conform-{stamp}", 1
+    while out.exists():
+        n += 1
+        out = base / f"conform-{stamp}-{n}"
+    return out
+
+
 JOBS_PER_CORE = 4
 
 
@@ -100,12 +118,21 @@ def cmd_conform(args) -> int:
                          f"({JOBS_PER_CORE} per usable CPU core)")
     if args.timeout is not None and not args.timeout > 0:
         raise UsageError(f"--timeout {args.timeout}: expected a positive number of seconds")
+    if args.resume and args.out is None:
+        raise UsageError("--resume: name the run folder to continue with --out DIR")
+    args.out = args.out or str(fresh_out())
     result = runner.run(_selection(args), args.out, jobs=args.jobs, resume=args.resume,
                         timeout_s=args.timeout, budget=not args.no_budget)
     print(counts.summary_table(result.counts))
     print(f"records: {result.out_dir / 'cells.jsonl'}  run: {result.out_dir / 'run.json'}  "
           f"({result.elapsed_s:.1f} s)")
-    return result.exit_status
+    status = result.exit_status
+    if status == runner.NOTHING_RAN:
+        print(f"kernel-lab: nothing ran: every record is a skip ({counts.skip_reasons(result.counts)}); "
+              + ("allowed by --allow-nothing-ran" if args.allow_nothing_ran else
+                 f"exit status {runner.NOTHING_RAN} (--allow-nothing-ran makes it 0)"), file=sys.stderr)
+        return 0 if args.allow_nothing_ran else status
+    return status
 
 
 def cmd_merge(args) -> int:
@@ -116,8 +143,11 @@ def cmd_merge(args) -> int:
 
 
 def cmd_report(args) -> int:
+    needs("kernel-lab report", "report", "jinja2", "matplotlib")
     from reports import build   # Jinja2 and matplotlib: needed by this command only
 
+    if args.fail_on_new and args.baseline is None:
+        raise UsageError("--fail-on-new: needs --baseline RUN_DIR to compare with")
     try:
         w = build.write(args.run_dirs, args.out, args.perf, args.baseline, args.study)
     except ValueError as exc:
@@ -126,6 +156,10 @@ def cmd_report(args) -> int:
         print(f"note: {p}", file=sys.stderr)
     print(f"report: {w.index.resolve()} ({w.index.stat().st_size / 1e6:.2f} MB, {w.records} records)\n"
           f"junit:  {w.junit}\nsummary: {w.summary}")
+    if args.fail_on_new and w.new_failures:
+        print(f"kernel-lab: {w.new_failures} new failure(s) against {args.baseline} (listed in {w.summary})",
+              file=sys.stderr)
+        return 1
     return 0
 
 
@@ -176,8 +210,10 @@ def cmd_study(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="kernel-lab", description=__doc__.split("\n")[0])
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    p = _Parser(prog="kernel-lab", description=__doc__.split("\n\n")[0].replace("`", ""),
+                epilog=__doc__.split("\n\n")[1].replace("`", ""), formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"kernel-lab {version()}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     d = sub.add_parser("doctor", help="fingerprint of this machine and every backend: available or why not")
     d.set_defaults(func=cmd_doctor)
@@ -185,12 +221,16 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("conform", help="run the conformance matrix")
     c.add_argument("--family", help="gdn or turboquant (default: all)")
     c.add_argument("--op", help="one op of the family (default: all)")
-    c.add_argument("--backend", action="append", help="backend name(s), comma-separated or repeated (default: all)")
+    c.add_argument("--backend", action="append", help="backend name(s), comma-separated or repeated (default: all; "
+                   "`kernel-lab doctor` lists them)")
     c.add_argument("--tier", default="ci", help="smoke, ci or full (default ci)")
     c.add_argument("--filter", help="regular expression searched in cell ids")
-    c.add_argument("--out", default="reports/out/conform", help="run directory (cells.jsonl, run.json)")
+    c.add_argument("--out", help="run folder (cells.jsonl, run.json); default: a new reports/out/conform-DATE-TIME")
     c.add_argument("--resume", action="store_true",
                    help="continue the same selection in --out: skip (cell, backend) pairs already recorded")
+    c.add_argument("--allow-nothing-ran", action="store_true",
+                   help=f"exit 0, not {runner.NOTHING_RAN}, when every record is a skip (e.g. no selected backend is "
+                        "available here)")
     c.add_argument("--shard", help="K/N: run the K-th of N interleaved parts of the matrix")
     c.add_argument("--jobs", type=int, help="worker processes in parallel (default: one per visible GPU "
                    "when a GPU backend is selected, else 1)")
@@ -208,19 +248,21 @@ def build_parser() -> argparse.ArgumentParser:
     m.set_defaults(func=cmd_merge)
 
     lc = sub.add_parser("list-cells", help="each tier's size, or the cell ids")
-    lc.add_argument("--tier")
-    lc.add_argument("--family")
-    lc.add_argument("--op")
-    lc.add_argument("--filter")
+    lc.add_argument("--tier", help="smoke, ci or full (default: the size of each)")
+    lc.add_argument("--family", help="gdn or turboquant (default: all)")
+    lc.add_argument("--op", help="one op of the family (default: all)")
+    lc.add_argument("--filter", help="regular expression searched in cell ids")
     lc.add_argument("--ids", action="store_true", help="print cell ids instead of counts")
     lc.set_defaults(func=cmd_list_cells)
 
     r = sub.add_parser("report", help="HTML report, junit.xml and summary.md of run folders")
-    r.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    r.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run folders written by conform (or merge)")
     r.add_argument("--perf", action="append", help="perf JSON (pytest-benchmark with kernel-lab extra_info), repeatable")
     r.add_argument("--baseline", help="run folder to diff against (its perf.json too, if any)")
     r.add_argument("--study", action="append", help="study JSON (default: study-*.json in and above the run folders)")
     r.add_argument("--out", help="output folder (default: the first RUN_DIR)")
+    r.add_argument("--fail-on-new", action="store_true",
+                   help="exit 1 when a record fails that did not fail in --baseline (a new failure)")
     r.set_defaults(func=cmd_report)
 
     a = sub.add_parser("audit-tolerances", help="per tolerance term, the worst margin the records of run folders "
@@ -243,17 +285,60 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def version() -> str:
+    """The installed distribution's version, or that the code runs uninstalled (PYTHONPATH=.)."""
+    try:
+        return importlib.metadata.version("kernel-lab")
+    except importlib.metadata.PackageNotFoundError:
+        return "(not installed: run from a source tree)"
+
+
+def _interrupted(argv: list[str], args) -> str:
+    """The one line of a Ctrl-C: how many records the run folder keeps, and the command that
+    continues it (the same arguments, --out the folder, --resume)."""
+    if getattr(args, "func", None) is not cmd_conform or not args.out:
+        return "kernel-lab: interrupted"
+    out = Path(args.out)
+    try:
+        kept = len(records.read_partial(out / "cells.jsonl")[0])
+    except records.RecordsError:
+        kept = 0
+    rest, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--out":
+            skip = True
+        elif not (a.startswith("--out=") or a == "--resume"):
+            rest.append(a)
+    again = shlex.join(["kernel-lab", *rest, "--out", str(out), "--resume"])
+    return f"kernel-lab: interrupted; {kept} records kept in {out / 'cells.jsonl'}; continue with: {again}"
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
     try:
-        return int(args.func(args) or 0)
+        status = int(args.func(args) or 0)
+        sys.stdout.flush()   # a closed pipe shows here, not at the interpreter's exit
+        return status
     except UsageError as exc:
         sys.stderr.write(f"kernel-lab: error: {exc}\n")
         return 2
     except RunStopped as exc:
         sys.stderr.write(f"kernel-lab: error: {exc}\n")
         return 3
+    except KeyboardInterrupt:
+        sys.stderr.write("\n" + _interrupted(argv, args) + "\n")
+        return 130
+    except BrokenPipeError:
+        # the reader went away (`| head`): no traceback, and nothing more to write on that pipe
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Cross-backend agreement, bounded from the error metrics the records hold.
 
-Records hold each backend's error against the oracle, not its outputs. For one output, the err/tol
-margin ``m = max_i |a_i - e_i| / (atol + rtol |e_i|)`` is a weighted max-norm of ``a - e``; two
+Records hold each backend's error against the oracle, not its outputs. For one output, the
+elementwise err/tol ratio ``m = max_i |a_i - e_i| / (atol + rtol |e_i|)`` (``elementwise``; the
+``margin`` of records written before margins covered every criterion) is a weighted max-norm of ``a - e``; two
 backends held to the same oracle ``e`` under the same tolerance (same cell, same rounding model)
 therefore differ, in that norm, by ``d(A, B)`` with ``|mA - mB| <= d(A, B) <= mA + mB``.
 ``d(A, B) > 1`` means some element of A and B differ by more than the tolerance. So for a cell both
@@ -22,7 +23,8 @@ MAX_LISTED = 30
 def _margins(rec: dict) -> dict[str, float]:
     out = {}
     for name, m in (rec.get("outputs") or {}).items():
-        v = (m or {}).get("margin")
+        m = m or {}
+        v = m.get("elementwise", m.get("margin") if "criterion" not in m else None)
         if isinstance(v, (int, float)) and math.isfinite(v):
             out[name] = float(v)
     return out

@@ -14,6 +14,7 @@ class Written:
     summary: Path
     records: int
     problems: list[str]
+    new_failures: int = 0   # against the baseline (0 without one)
 
 
 def _write(path: Path, text: str) -> Path:
@@ -59,6 +60,10 @@ def write(run_dirs: list[str], out: str | None = None, perf_paths: list[str] | N
         raise ValueError(f"--out {out_dir}: cannot create ({exc.strerror or exc})") from None
     index = _write(out_dir / "index.html", html.render(runs, perfs, study_items, study_problems, changes, base))
     junit_path = _write(out_dir / "junit.xml", junit.text(runs))
-    summary = _write(out_dir / "summary.md", "\n\n".join(markdown.render(r) for r in runs) + "\n")
+    parts = [markdown.render(r) for r in runs]
+    if changes is not None:
+        parts.append(markdown.changes(changes["records"], base))
+    summary = _write(out_dir / "summary.md", "\n\n".join(parts) + "\n")
     return Written(index, junit_path, summary, sum(len(r.records) for r in runs),
-                   [f"{r.name}: {p}" for r in runs for p in r.problems])
+                   [f"{r.name}: {p}" for r in runs for p in r.problems],
+                   changes["records"]["new_failures"]["count"] if changes is not None else 0)

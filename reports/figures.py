@@ -9,7 +9,7 @@ import math
 
 import matplotlib
 from matplotlib.figure import Figure
-from matplotlib.ticker import NullFormatter
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 ROLE_STYLE = {"ours": ("#1f6feb", "o"), "peer": ("#d1242f", "s"), "baseline": ("#8250df", "^"),
               "ceiling": ("#6e7781", "D")}
@@ -24,47 +24,78 @@ def _svg(fig: Figure, salt: str) -> str:
     return text[text.index("<svg"):]
 
 
+CEILING_COLORS = ("#57606a", "#bc4c00", "#0a7f3f", "#8250df", "#953800", "#1b7c83")
+
+
+def shape_label(b: dict) -> str:
+    """The shape part of a benchmark's name ``bench/shape/impl`` (e.g. ``L=8192,act=float16``)."""
+    name, bench, impl = b.get("name", ""), b.get("bench", ""), b.get("impl", "")
+    if name.startswith(bench + "/") and name.endswith("/" + impl):
+        return name[len(bench) + 1:len(name) - len(impl) - 1]
+    return ""
+
+
+def _spread(ys: list[float], gap: float) -> list[float]:
+    """Positions in [0, 1] as close to ``ys`` as they can be with at least ``gap`` between
+    neighbours (labels that do not overprint); order kept."""
+    out: list[float] = []
+    for y in ys:
+        out.append(max(y, out[-1] + gap) if out else y)
+    over = out[-1] - 1.0 if out else 0.0
+    if over > 0:  # pushed past the top: move everything down, keeping the gaps
+        out = [y - over for y in out]
+        for i in range(len(out) - 2, -1, -1):
+            out[i] = min(out[i], out[i + 1] - gap)
+    return out
+
+
 def roofline(benchmarks: list[dict], ceilings: dict[str, dict], salt: str) -> str | None:
     """Arithmetic intensity (FLOP/byte) against achieved TFLOP/s; bandwidth ceilings as sloped
-    lines (TFLOP/s = GB/s x intensity / 1000), compute ceilings as flat ones. Benchmarks without
+    lines (TFLOP/s = GB/s x intensity / 1000), compute ceilings as flat ones, each named in the
+    legend. Every point is labelled with its implementation and shape in a column right of the
+    axes, spread so that no two labels overprint, with a line to its point. Benchmarks without
     FLOPs or bytes cannot be placed and are left out (the table lists them). None if none can."""
     pts = [b for b in benchmarks if b.get("flops") and b.get("bytes") and b.get("tflops")]
     if not pts:
         return None
-    fig = Figure(figsize=(7, 4.2))
-    ax = fig.add_subplot()
     ai = [b["flops"] / b["bytes"] for b in pts]
     lo, hi = min(ai) / 4, max(ai) * 4
     xs = [lo * (hi / lo) ** (i / 50) for i in range(51)]
     peaks = [c["tflops"] for c in ceilings.values() if "tflops" in c]
     ys = [b["tflops"] for b in pts]
-    top = max(ys + peaks) * 3
-    for name, c in ceilings.items():
+    bottom, top = min(ys) / 4, max(ys + peaks) * 3
+    gap_in = 0.13  # inches between label baselines (6.5 pt text)
+    height = max(4.2, gap_in * (len(pts) + 2))
+    fig = Figure(figsize=(10, height))
+    ax = fig.add_axes((0.08, 0.1, 0.52, 0.85))
+    for i, (name, c) in enumerate(ceilings.items()):
+        color = CEILING_COLORS[i % len(CEILING_COLORS)]
         if "gbps" in c:
-            line = [c["gbps"] * x / 1000 for x in xs]
-            ax.plot(xs, line, "--", lw=1, color="#57606a")
-            at = max((i for i, y in enumerate(line) if y <= top / 3), default=0)
-            ax.annotate(f"{name} {c['gbps']:.3g} GB/s", (xs[at], line[at]), fontsize=7,
-                        color="#57606a", ha="right", va="bottom")
+            ax.plot(xs, [c["gbps"] * x / 1000 for x in xs], "--", lw=1, color=color, label=f"{name} {c['gbps']:,.0f} GB/s")
         if "tflops" in c:
-            ax.axhline(c["tflops"], ls=":", lw=1, color="#57606a")
-            ax.annotate(f"{name} {c['tflops']:.3g} TFLOP/s", (xs[-12], c["tflops"]), fontsize=7,
-                        color="#57606a", va="bottom")
+            ax.axhline(c["tflops"], ls=":", lw=1.2, color=color, label=f"{name} {c['tflops']:.3g} TFLOP/s")
     for role in ROLE_STYLE:
         sel = [(x, b) for x, b in zip(ai, pts) if b.get("role") == role]
         if sel:
             color, marker = ROLE_STYLE[role]
             ax.scatter([x for x, _ in sel], [b["tflops"] for _, b in sel], c=color, marker=marker, label=role, zorder=3)
-            for x, b in sel:
-                ax.annotate(f"{b['bench']} {b['impl']}", (x, b["tflops"]), fontsize=6.5,
-                            xytext=(4, 3), textcoords="offset points")
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_ylim(min(ys) / 4, top)
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(bottom, top)
+    frac = lambda y: math.log(y / bottom) / math.log(top / bottom)  # noqa: E731
+    order = sorted(range(len(pts)), key=lambda i: (pts[i]["tflops"], ai[i]))
+    axes_in = 0.85 * height
+    placed = _spread([frac(pts[i]["tflops"]) for i in order], gap_in / axes_in)
+    for i, y in zip(order, placed):
+        b = pts[i]
+        ax.annotate(f"{b['bench']} {b['impl']} {shape_label(b)}".strip(), (ai[i], b["tflops"]),
+                    xytext=(1.03, y), textcoords="axes fraction", fontsize=6.5, va="center", annotation_clip=False,
+                    arrowprops={"arrowstyle": "-", "lw": 0.4, "color": ROLE_STYLE.get(b.get("role"), ("#57606a",))[0]})
     ax.set_xlabel("arithmetic intensity (FLOP / byte)")
     ax.set_ylabel("achieved TFLOP/s")
     ax.grid(True, which="major", lw=0.3)
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="upper left", fontsize=7)
     return _svg(fig, salt)
 
 
@@ -95,11 +126,20 @@ def gdn_drift(result: dict, salt: str) -> str:
            title="error against sequence length")
     a2.set(xscale="log", yscale="log", xlabel="prefill calls (round trips + 1)",
            title="error against prefix-cache round trips")
-    for a in (a1, a2):
+    tokens = sorted({r["tokens"] for r in result.get("length_sweep", [])})
+    trips = sorted({r["round_trips"] + 1 for r in result.get("round_trips", [])})
+    for a, ticks in ((a1, tokens), (a2, trips)):
+        if ticks:  # every measured x labelled, in plain numbers
+            a.set_xticks(ticks, [f"{t:g}" for t in ticks], rotation=45, fontsize=7)
         a.xaxis.set_minor_formatter(NullFormatter())
+        # labels at 1, 2 and 5 of each decade, so values between powers of ten can be read
+        a.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0), numticks=30))
+        a.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:.0e}".replace("e-0", "e-").replace("e+0", "e")))
+        a.yaxis.set_minor_formatter(NullFormatter())
+        a.tick_params(axis="y", labelsize=7)
         a.grid(True, lw=0.3)
         if a.get_legend_handles_labels()[0]:
-            a.legend(fontsize=7)
+            a.legend(fontsize=7, handlelength=3.5)
     return _svg(fig, salt)
 
 

@@ -14,7 +14,8 @@ import jinja2
 from markupsafe import Markup
 
 from conformance.records import STATUSES
-from reports import agreement, figures, matrix
+from bench import gates
+from reports import agreement, figures, matrix, overview
 from reports.load import Run
 from reports.perf import Perf
 
@@ -25,6 +26,8 @@ def _env() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
                              undefined=jinja2.ChainableUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters["g"] = lambda x, p=3: "" if x is None else (f"{x:.{p}g}" if isinstance(x, (int, float)) else str(x))
+    # throughputs: plain digits (1,610 rather than 1.61e+03), 3 significant ones below 100
+    env.filters["rate"] = lambda x: "" if not isinstance(x, (int, float)) else (f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}")
     env.filters["tojson_script"] = lambda x: Markup(script_json(x))
     return env
 
@@ -55,7 +58,7 @@ def run_header(run: Run) -> dict:
             "n_records": len(run.records), "problems": run.problems,
             "merged_from": len(info["merged_from"]) if isinstance(info.get("merged_from"), (list, dict)) else None,
             "devices": info.get("devices"), "retired": info.get("retired_devices") or {},
-            "rounding_models": rounding_models(info)}
+            "rounding_models": rounding_models(info), "machine": overview.machine(info)}
 
 
 def rounding_models(info: dict) -> dict[str, dict[str, str]]:
@@ -75,22 +78,51 @@ def unavailable_list(runs: list[Run]) -> list[dict]:
     return out
 
 
-def vs_ours(benchmarks: list[dict]) -> list[dict]:
-    """Each benchmark with ``vs_ours``: its median time over ours' median for the same bench and
-    shape (None for ours and the ceilings, or when ours was not measured there)."""
-    key = lambda b: (b["bench"], json.dumps(b.get("shape") or {}, sort_keys=True))  # noqa: E731
-    ours = {key(b): b["time_s"]["median"] for b in benchmarks if b.get("role") == "ours"}
-    return [{**b, "vs_ours": None if b.get("role") in ("ours", "ceiling") or key(b) not in ours
-             else b["time_s"]["median"] / ours[key(b)]} for b in benchmarks]
+def _shape_key(b: dict) -> str:
+    return json.dumps(b.get("shape") or {}, sort_keys=True)
+
+
+def bench_tables(benchmarks: list[dict]) -> list[dict]:
+    """One table per bench: ``ours`` the bench's implementations of role ``ours``, and each row
+    with ``vs``: {our impl: the row's median time over that impl's median at the same shape} (one
+    column per kernel of ours, so a ratio always names the kernel it is against; none for
+    ceilings or for the impl itself)."""
+    out = []
+    for bench in sorted({b["bench"] for b in benchmarks}):
+        rows = [b for b in benchmarks if b["bench"] == bench]
+        ours = sorted({b["impl"] for b in rows if b.get("role") == "ours"})
+        median = {(b["impl"], _shape_key(b)): b["time_s"]["median"] for b in rows if b.get("role") == "ours"}
+        table = []
+        for b in rows:
+            vs = {} if b.get("role") == "ceiling" else {
+                o: b["time_s"]["median"] / median[o, _shape_key(b)] for o in ours
+                if o != b["impl"] and (o, _shape_key(b)) in median}
+            table.append({**b, "vs": vs, "shape_label": figures.shape_label(b)})
+        out.append({"bench": bench, "ours": ours, "rows": table})
+    return out
+
+
+def gate_reading(gate: dict, machine_keys: set[str]) -> dict:
+    """The gate with ``reading`` (``bench.gates.reading``), ``shown_verdict`` (a fail of an unmet
+    target reads so) and ``elsewhere``: the machine of its A/A rate when it is not the one of these
+    benchmarks."""
+    reading = gates.reading(gate.get("false_alarm_rate") or "not measured")
+    where = gate.get("measured_on") or ""
+    elsewhere = where if where and machine_keys and where not in machine_keys and reading != "not measured" else None
+    shown = "unmet target" if reading == "unmet target" and gate.get("verdict") == "fail" else gate.get("verdict")
+    return {**gate, "reading": reading, "elsewhere": elsewhere, "shown_verdict": shown}
 
 
 def perf_section(perfs: list[Perf]) -> list[dict]:
     out = []
     for i, p in enumerate(perfs):
         ceilings, ceiling_notes = p.ceilings()
-        out.append({"path": str(p.path), "benchmarks": vs_ours(p.benchmarks), "other": p.other,
-                    "gates": [g for g in p.gates if g.get("verdict") != "skip"],
-                    "skipped_gates": [g for g in p.gates if g.get("verdict") == "skip"],
+        keys = {(b.get("fingerprint") or {}).get("key") for b in p.benchmarks} - {None}
+        judged = [gate_reading(g, keys) for g in p.gates]
+        out.append({"path": str(p.path), "tables": bench_tables(p.benchmarks), "benchmarks": p.benchmarks,
+                    "other": p.other, "machines": sorted(keys),
+                    "gates": [g for g in judged if g.get("verdict") != "skip"],
+                    "skipped_gates": [g for g in judged if g.get("verdict") == "skip"],
                     "ceilings": ceilings, "ceiling_notes": ceiling_notes, "problems": p.problems,
                     "roofline": figures.roofline(p.benchmarks, ceilings, salt=f"roofline{i}")})
     return out
@@ -101,7 +133,7 @@ def render(runs: list[Run], perfs: list[Perf], studies: list[dict], study_proble
     all_records = [r for run in runs for r in run.records]
     return _env().get_template("report.html.j2").render(
         generated=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        runs=[run_header(r) for r in runs], statuses=STATUSES,
+        runs=[run_header(r) for r in runs], statuses=STATUSES, overview=overview.overview(runs),
         totals=[(s, sum(r["status"] == s for r in all_records)) for s in STATUSES],
         unavailable=unavailable_list(runs), data=matrix.pack(runs),
         agreement=agreement.agreement(all_records), studies=studies, study_problems=study_problems,

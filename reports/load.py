@@ -8,6 +8,7 @@ is refused with ``conformance.records.RecordsError`` naming it, as every command
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,8 +50,36 @@ class Run:
         return {b: next(iter(rs)) for b, rs in reasons.items() if len(rs) == 1 and None not in rs}
 
 
+def _upgrade_margin(rec: dict) -> None:
+    """A record written before margins covered every criterion has the elementwise ratio as its
+    ``margin``: recompute the deciding output's margin over the criteria its metrics and tolerance
+    show (elementwise, mismatch, rel_l2; see ``conformance.compare``) and name the deciding one."""
+    m, tol = rec.get("metrics"), rec.get("tolerance") or {}
+    if not isinstance(m, dict) or "criterion" in m or not isinstance(m.get("margin"), (int, float)):
+        return
+    num = lambda k: m.get(k) if isinstance(m.get(k), (int, float)) else None  # noqa: E731
+    criteria = {"elementwise": float(m["margin"])}
+    if tol.get("max_mismatch") and num("mismatch"):
+        criteria = {"mismatch": num("mismatch") / tol["max_mismatch"]}
+    if tol.get("rel_l2") and num("rel_l2") is not None:
+        criteria["rel_l2"] = num("rel_l2") / tol["rel_l2"]
+    if m.get("nonfinite"):
+        criteria["nonfinite"] = math.inf
+    criterion = max(criteria, key=criteria.get)
+    margin = criteria[criterion]
+    if rec["status"] in ("fail", "xfail") and not margin >= 1:
+        margin, criterion = math.inf, "refused"
+    output = next((name for name, o in (rec.get("outputs") or {}).items()
+                   if isinstance(o, dict) and o.get("margin") == m["margin"]
+                   and o.get("passed", True) == (rec["status"] not in ("fail", "xfail"))), None)
+    rec["metrics"] = {**m, "elementwise": m["margin"], "margin": margin, "criterion": criterion}
+    rec.setdefault("decided_by", {"output": output, "criterion": criterion})
+
+
 def _normalise(rec: dict) -> dict:
-    """Family, op and params from the id when a record lacks them (``family/op/k=v/.../seed=s``)."""
+    """Family, op and params from the id when a record lacks them (``family/op/k=v/.../seed=s``);
+    the margin over every criterion (``_upgrade_margin``)."""
+    _upgrade_margin(rec)
     parts = rec["id"].split("/")
     rec.setdefault("family", parts[0])
     rec.setdefault("op", parts[1] if len(parts) > 1 else "?")

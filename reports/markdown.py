@@ -49,6 +49,11 @@ def _fmt(x) -> str:
     return "" if x is None else str(x)
 
 
+def _decided(rec: dict) -> str:
+    d = rec.get("decided_by") or {}
+    return f"{d.get('output') or '?'}: {d['criterion']}" if d.get("criterion") else ""
+
+
 def _activation_section(recs: list[dict], implemented: dict) -> list[str]:
     """Per backend and activation dtype (a record without ``act`` means bfloat16): cells run / cells
     of the ops it implements, and why it skipped every cell of a dtype it never ran."""
@@ -123,9 +128,32 @@ def render(run: Run) -> str:
     if ran:
         closest = sorted((r for r in ran if r["status"] == "pass"),
                          key=lambda r: -float(r["metrics"].get("margin", 0) or 0))[:10]
-        out += ["## Closest to the tolerance (passing cells, largest err/tol margin)", "",
-                _table(["backend", "cell", "margin", "max_abs", "rel_l2", "tolerance source"],
-                       [[text(r["backend"]), code(r["id"]), text(_fmt(r["metrics"].get("margin"))),
+        out += ["## Closest to the tolerance (passing cells, largest margin over every criterion)", "",
+                _table(["backend", "cell", "margin", "decided by", "max_abs", "rel_l2", "tolerance source"],
+                       [[text(r["backend"]), code(r["id"]), text(_fmt(r["metrics"].get("margin"))), text(_decided(r)),
                          text(_fmt(r["metrics"].get("max_abs"))), text(_fmt(r["metrics"].get("rel_l2"))),
                          text((r.get("tolerance") or {}).get("source", "")[:120])] for r in closest]), ""]
+    return "\n".join(out)
+
+
+CHANGE_TITLES = (("new_failures", "New failures"), ("fixed", "Fixed (failed before, pass now)"),
+                 ("margin_moved", "Margin moved by more than 2x"), ("status_changed", "Other status changes"),
+                 ("new", "New (cell, backend) pairs"), ("vanished", "Vanished (in the baseline only)"))
+
+
+def changes(diff: dict, baseline: Run) -> str:
+    """The records diff against ``baseline`` (``reports.diff.records_diff``): a count per kind,
+    and the new failures, fixed cells and moved margins listed."""
+    out = [f"# Changes against the baseline {text(baseline.path)}", "",
+           _table(["change", "count"], [[title, str(diff[k]["count"])] for k, title in CHANGE_TITLES]), ""]
+    for key, title in CHANGE_TITLES[:3]:
+        rows = diff[key]["rows"]
+        if rows:
+            out += [f"## {title} ({diff[key]['count']})", "",
+                    _table(["backend", "cell", "status before → now", "margin before → now", "reason"],
+                           [[text(x["backend"]), code(x["id"]), text(f"{x.get('old_status', '')} → {x['status']}"),
+                             text(f"{_fmt(x.get('old_margin'))} → {_fmt(x.get('margin'))}"),
+                             text(x.get("reason", "")[:300])] for x in rows]), ""]
+            if diff[key]["count"] > len(rows):
+                out.append(f"... and {diff[key]['count'] - len(rows)} more\n")
     return "\n".join(out)

@@ -3,7 +3,8 @@
 Strings that repeat (reasons, tolerance sources, rounding models, quality notes) are stored once in
 ``strings`` and referred to by index; numbers keep 4 significant digits (display only). A record
 becomes
-``[cell, row, status, margin, duration_s, seed, reason, model, tolerance, extra, outputs, quality]``
+``[cell, row, status, margin, duration_s, seed, reason, model, tolerance, extra, outputs, quality, decided_by]``
+(``decided_by``: "output: criterion", what set the margin)
 (``extra``: the fields this module does not know, e.g. device, warnings, traceback, as one JSON
 string; ``outputs``: ``[[name, v0, v1, ...], ...]`` in the order of ``metric_keys``). Records of
 backends unavailable on their run's machine are not packed: the page lists those backends once.
@@ -14,10 +15,11 @@ import json
 import math
 
 from conformance.records import STATUSES
+from reports import overview
 from reports.load import Run
 
 KNOWN = {"id", "family", "op", "params", "seed", "backend", "status", "reason", "metrics", "outputs",
-         "tolerance", "rounding_model", "duration_s", "quality"}
+         "tolerance", "rounding_model", "duration_s", "quality", "decided_by"}
 
 
 def num(x):
@@ -45,8 +47,10 @@ class _Strings:
 
 
 def row_labels(runs: list[Run]) -> dict[tuple[int, str], str]:
-    """(run index, backend) -> heatmap row label: the backend name, plus the run's folder name when
-    two runs hold the same (cell, backend) pair (e.g. one CPU and one GPU run); shards share a row."""
+    """(run index, backend) -> heatmap row label: the backend name, plus the run's machine (or its
+    folder name, when the runs come from one machine) when two runs hold the same (cell, backend)
+    pair (e.g. one CPU and one GPU run); shards share a row."""
+    machine = overview.machines(runs)
     seen: dict[str, dict] = {}
     split: set[str] = set()
     for i, run in enumerate(runs):
@@ -54,8 +58,15 @@ def row_labels(runs: list[Run]) -> dict[tuple[int, str], str]:
             where = seen.setdefault(r["backend"], {})
             if where.setdefault(r["id"], i) != i:
                 split.add(r["backend"])
-    return {(i, r["backend"]): f"{r['backend']} [{run.name}]" if r["backend"] in split else r["backend"]
+    return {(i, r["backend"]): f"{r['backend']} [{machine[i] if machine else run.name}]" if r["backend"] in split else r["backend"]
             for i, run in enumerate(runs) for r in run.records}
+
+
+def _decided_by(rec: dict) -> str | None:
+    d = rec.get("decided_by")
+    if not isinstance(d, dict) or not d.get("criterion"):
+        return None
+    return f"{d.get('output') or '?'}: {d['criterion']}"
 
 
 def pack(runs: list[Run]) -> dict:
@@ -103,7 +114,8 @@ def pack(runs: list[Run]) -> dict:
                          num(metrics.get("margin")), num(r.get("duration_s")), r.get("seed"),
                          strings(r.get("reason")), strings(r.get("rounding_model")),
                          strings(r.get("tolerance")), strings(extra), outputs,
-                         strings(r.get("quality"))])
+                         strings(r.get("quality")), strings(_decided_by(r))])
     return {"statuses": list(STATUSES), "strings": strings.items, "metric_keys": metric_keys,
             "rows": row_info, "cells": cell_list, "recs": recs, "hidden_unavailable": hidden,
-            "runs": [{"name": r.name, "tier": r.tier} for r in runs]}
+            "runs": [{"name": r.name, "tier": r.tier, "model": (r.info.get("selection") or {}).get("model"),
+                      "config": (r.info.get("selection") or {}).get("config")} for r in runs]}

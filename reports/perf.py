@@ -42,6 +42,19 @@ class Perf:
         return out, notes
 
 
+def _described(gate_results: list[dict]) -> list[dict]:
+    """Gate results with the gates file's ``description`` and ``measured_on`` where a file
+    written before they were recorded lacks them (matched by gate name)."""
+    from bench import gates
+
+    known = {g.name: g for g in gates.load()}
+    out = []
+    for r in gate_results:
+        g = known.get(r.get("gate"))
+        out.append({"description": g.description if g else "", "measured_on": g.measured_on if g else "", **r})
+    return out
+
+
 def load(path: str | Path) -> Perf:
     """One perf JSON; ValueError naming ``--perf`` when the file is missing or not JSON."""
     p = Path(path)
@@ -53,11 +66,11 @@ def load(path: str | Path) -> Perf:
         raise ValueError(f"--perf {path}: not JSON ({exc})") from None
     perf = Perf(p)
     if isinstance(data, list):  # gates.json
-        perf.gates = data
+        perf.gates = _described(data)
         return perf
     if not isinstance(data, dict):
         raise ValueError(f"--perf {path}: expected pytest-benchmark JSON or a gate list")
-    perf.gates = list(data.get("kernel_lab_gates") or [])
+    perf.gates = _described(data.get("kernel_lab_gates") or [])
     for b in data.get("benchmarks") or []:
         extra = b.get("extra_info") or {}
         missing = [k for k in REQUIRED if k not in extra]

@@ -1,4 +1,5 @@
-"""Numerical studies (`kernel-lab study NAME`). Each module here (discovered) defines:
+"""Numerical studies (`kernel-lab study NAME`). Each module here (discovered), and each named by the
+entry point group ``kernel_lab.studies`` or KERNEL_LAB_STUDY_MODULES (conformance.plugins), defines:
 
     NAME: str; DESCRIPTION: str
     def add_arguments(parser) -> None
@@ -12,6 +13,8 @@ import importlib
 import math
 import pkgutil
 from types import ModuleType
+
+from conformance import plugins
 
 
 def bounded_int(option: str, value, least: int, most: int) -> int:
@@ -43,5 +46,7 @@ def studies() -> dict[str, ModuleType]:
     out = {}
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
         mod = importlib.import_module(f"{__name__}.{info.name}")
+        out[mod.NAME] = mod
+    for mod in plugins.load("studies"):  # other packages' studies (conformance.plugins)
         out[mod.NAME] = mod
     return out

@@ -4,7 +4,7 @@
 (function () {
   const D = JSON.parse(document.getElementById("report-data").textContent);
   const S = D.statuses, STR = D.strings;
-  const R = {cell: 0, row: 1, status: 2, margin: 3, dur: 4, seed: 5, reason: 6, model: 7, tol: 8, extra: 9, outputs: 10, quality: 11};
+  const R = {cell: 0, row: 1, status: 2, margin: 3, dur: 4, seed: 5, reason: 6, model: 7, tol: 8, extra: 9, outputs: 10, quality: 11, decided: 12};
   const BUCKETS = [[0.01, "margin < 0.01"], [0.1, "0.01 – 0.1"], [0.5, "0.1 – 0.5"], [0.9, "0.5 – 0.9"], [Infinity, "≥ 0.9 (close to failing)"]];
   const LABEL = {pass: "pass", fail: "fail", skip: "skip", xfail: "xfail (known failure)", xpass: "xpass (known failure passed)",
                  error: "error (exception)", crash: "crash (worker died)"};
@@ -194,11 +194,15 @@
   }
 
   // ---------------------------------------------------------------- details
+  // as reports/repro.py: the id escaped and anchored for --filter, each argument as shlex.quote quotes it
+  const shq = (a) => (a === "" ? "''" : /[^\w@%+=:,.\/-]/.test(a) ? "'" + a.replace(/'/g, `'"'"'`) + "'" : a);
   function repro(rec) {
     const c = D.cells[rec[R.cell]];
-    const re = "^" + c[0].replace(/[.*+?^${}()|[\]\\]/g, "\\$&") + "$";
-    const tier = c[4] ? ` --tier ${c[4]}` : "";
-    return `kernel-lab conform${tier} --filter '${re}' --backend ${D.rows[rec[R.row]].backend}`;
+    const run = D.runs[D.rows[rec[R.row]].run];
+    const args = ["kernel-lab", "conform"];
+    for (const [flag, v] of [["--tier", run.tier], ["--model", run.model], ["--config", run.config]]) if (v) args.push(flag, v);
+    args.push("--filter", "^" + c[0].replace(/[.*+?^${}()|[\]\\]/g, "\\$&") + "$", "--backend", D.rows[rec[R.row]].backend);
+    return args.map(shq).join(" ");
   }
   function jsonBlock(s) {
     if (s === null) return "–";
@@ -231,7 +235,7 @@
         <tr><th>rounding model</th><td>${esc(str(rec[R.model]) || "missing")}</td></tr>
         <tr><th>seed</th><td>${esc(fmt(rec[R.seed]))}</td></tr>
         <tr><th>duration</th><td>${typeof rec[R.dur] === "number" ? esc(fmt(rec[R.dur])) + " s" : "missing"}</td></tr>
-        <tr><th>margin</th><td>${esc(fmt(rec[R.margin]))} <span class="help">(largest error / tolerance of the deciding output)</span></td></tr>
+        <tr><th>margin</th><td id="margin">${esc(fmt(rec[R.margin]))}${str(rec[R.decided]) ? ` <strong>${esc(str(rec[R.decided]))}</strong>` : ""} <span class="help">(largest ratio of an error to its bound over every criterion: elementwise, mismatch fraction, rel_l2; at most 1 passes)</span></td></tr>
         <tr><th>tolerance</th><td>${rec[R.tol] === null ? "missing" : `atol ${esc(fmt(tol.atol))}, rtol ${esc(fmt(tol.rtol))}, max mismatch ${esc(fmt(tol.max_mismatch))}, rel_l2 ${esc(fmt(tol.rel_l2))}<br><span class="src">${esc(tol.source || "source missing")}</span>`}</td></tr>
         <tr><th>run</th><td>${esc(D.runs[row.run].name)} (tier ${esc(c[4] || "unknown")})</td></tr>
         <tr><th>axes</th><td>${Object.entries(c[3]).map(([k, v]) => `${esc(k)}=${esc(v)}`).join(" ")}</td></tr>
@@ -275,7 +279,7 @@
     const t = e.target;
     if (t.classList.contains("m") && t.dataset.i && !t.title) {
       const rec = D.recs[+t.dataset.i];
-      t.title = `${D.cells[rec[R.cell]][0]}\n${D.rows[rec[R.row]].label}: ${S[rec[R.status]]}` + (typeof rec[R.margin] === "number" ? `, margin ${fmt(rec[R.margin])}` : "");
+      t.title = `${D.cells[rec[R.cell]][0]}\n${D.rows[rec[R.row]].label}: ${S[rec[R.status]]}` + (typeof rec[R.margin] === "number" ? `, margin ${fmt(rec[R.margin])}` : "") + (str(rec[R.decided]) ? ` (${str(rec[R.decided])})` : "");
     }
   });
   document.getElementById("details-close").addEventListener("click", () => { document.getElementById("details").hidden = true; });

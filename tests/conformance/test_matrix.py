@@ -2,19 +2,12 @@
 judged by the same family check and tolerances as `kernel-lab conform` (run in-process here;
 the runner isolates crashes in worker processes). Select with -k on words of the id
 (`-k "gdn and chunked and bfloat16 and cpu-avx512"`) or with --cells REGEX on the whole id."""
-import os
 import re
-from functools import lru_cache
 
 import pytest
 
 from conformance import families, registry, runner
-from conformance.inprocess import run_one
-
-
-@lru_cache(maxsize=None)
-def _probe(name):
-    return registry.probe(registry.get(name))
+from conformance.pytest_plugin import check_pair
 
 
 SLOW_S = 30.0
@@ -44,15 +37,4 @@ def pytest_generate_tests(metafunc):
 
 
 def test_cell(cell, backend_name):
-    backend = registry.get(backend_name)
-    ok, why = _probe(backend_name)
-    if not ok:
-        pytest.skip(f"{backend_name} unavailable: {why}")
-    wrong_env = {k: v for k, v in backend.env.items() if os.environ.get(k) != v}
-    if wrong_env:
-        pytest.skip(f"{backend_name} needs {wrong_env} in its process; `kernel-lab conform` sets it")
-    record = run_one(cell, backend_name)
-    if record["status"] == "skip":
-        pytest.skip(record["reason"])
-    source = (record.get("tolerance") or {}).get("source", "no tolerance recorded")
-    assert record["status"] in ("pass", "xfail"), f"{record['status']}: {record['reason']} [tolerance: {source}]"
+    check_pair(cell, backend_name)

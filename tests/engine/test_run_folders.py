@@ -102,7 +102,8 @@ def test_resume_exit_status_and_counts_cover_every_record_in_the_folder(tmp_path
     rc, out, err = main(capsys, *args, "--resume")  # nothing left to run: the failures still count
     assert rc == 1 and "0 to run" in err and "3 already recorded" in err
     assert json.loads((tmp_path / "run.json").read_text())["counts"] == {"toy-wrong": {"fail": 3}}
-    assert "toy-wrong     0     3" in out
+    row = next(line.split() for line in out.splitlines() if line.startswith("toy-wrong"))
+    assert row == ["toy-wrong", "0", "3", "0", "0", "0", "0", "0", "3"]   # pass fail ... total
     rc, _, err = main(capsys, *args)  # a second run into the same folder would double every count
     assert rc == 2 and "--resume" in one_error_line(err) and len(recs(tmp_path)) == 3
 
@@ -250,10 +251,32 @@ def test_the_estimate_comes_from_each_backends_own_cost_and_is_refined_by_record
     assert estimate.cell_work(cells[1]) == 20
     est = estimate.Estimator([(c, b) for c in cells for b in (cheap, slow)] + [(other, slow)], jobs=2)
     assert est.per_backend() == {"c": 1.5, "s": 100.0} and est.remaining() == pytest.approx(101.5 / 2)
-    # the slow backend takes half its estimate on its first cell: its remaining cells of that op are
-    # scaled by 0.5, those of another op are not
-    est.done({"id": cells[0].id, "backend": "s", "op": "scale", "status": "pass", "duration_s": 5.0})
-    assert est.per_backend()["s"] == pytest.approx(25.0 + 40.0) and est.per_backend()["c"] == 1.5
+    # a worker's first pair of a backend (compile included) is all there is to go by, until a steady one
+    rec = {"backend": "s", "op": "scale", "status": "pass", "first_in_worker": True}
+    est.done({**rec, "id": cells[0].id, "wall_s": 60.0})
+    assert est.per_backend()["s"] == pytest.approx((20 + 30 + 40) * 6) and est.compile_remaining() == 0
+    # then a steady pair at half its estimate sets the backend's rate (every op of the backend): the
+    # first pair's time counts apart, as compile time
+    est.done({**rec, "id": cells[1].id, "wall_s": 10.0, "first_in_worker": False})
+    assert est.per_backend()["s"] == pytest.approx((30 + 40) * 0.5) and est.per_backend()["c"] == 1.5
+    # a pair far over its prediction (a new shape autotuned) adds its excess as compile time that the
+    # pairs left are expected to meet as often; the rate stays
+    est.done({**rec, "id": cells[2].id, "wall_s": 100.0, "first_in_worker": False})
+    assert est.rate["s"] == pytest.approx(0.5) and est.compile_per_pair("s") == pytest.approx((100 - 15) / 2)
+    assert est.per_backend()["s"] == pytest.approx(40 * 0.5 + 42.5) and est.compile_remaining() == pytest.approx(42.5 / 2)
+
+
+def test_the_eta_follows_wall_time_and_one_jit_does_not_blow_it_up():
+    """As the FLA run on the H200: a cost model of 1 s a pair, every pair 30 s of wall time, the
+    first one 80 s (JIT): after three pairs the ETA is within 10% of the 17 x 30 s left."""
+    b = Backend("g", {"toy": ("scale",)}, lambda: (True, ""), lambda c, i: {}, seconds_per_cell=1.0,
+                seconds_per_work=0.0)
+    cells = [make_cell("toy", "scale", n=n, factor=1.0) for n in range(20)]
+    est = estimate.Estimator([(c, b) for c in cells], jobs=1)
+    for i, wall in enumerate((80.0, 30.0, 31.0)):
+        est.done({"id": cells[i].id, "backend": "g", "op": "scale", "status": "pass", "wall_s": wall,
+                  "duration_s": 0.5, "first_in_worker": i == 0})
+    assert est.remaining() == pytest.approx(17 * 30, rel=0.1)
 
 
 def test_conform_says_how_long_it_expects_before_it_starts(tmp_path, capsys):
@@ -329,3 +352,27 @@ def test_the_interpreter_budget_admits_every_ci_cell_and_skips_the_largest_full_
                 if b.skip_reason(c) is None and estimate.cell_work(c) > estimate.work_budget(c, b)]
 
     assert over("ci") == [] and len(over("full")) > 100
+
+
+def test_records_carry_the_pairs_wall_time_and_whether_it_was_the_workers_first(tmp_path, capsys):
+    rc, _, _ = main(capsys, *SMOKE, "--backend", "toy-good,toy-bf16-x", "--out", tmp_path)
+    recs = records.read(tmp_path / "cells.jsonl")
+    ran = [r for r in recs if r["status"] != "skip"]
+    assert rc == 0 and len(ran) >= 4
+    assert all(r["wall_s"] >= r["duration_s"] > 0 for r in ran)
+    firsts = [r["backend"] for r in ran if r["first_in_worker"]]
+    assert sorted(firsts) == ["toy-bf16-x", "toy-good"]   # one worker: each backend's first pair only
+
+
+def test_before_a_steady_pair_the_eta_goes_by_the_first_pairs():
+    """The H200 run of four FLA cells on two workers: both first pairs took 27-28 s (JIT and
+    autotune) against a cost model of 0.05 s; the two pairs left are expected at about that, not 0 s."""
+    b = Backend("fla-like", {"toy": ("scale",)}, lambda: (True, ""), lambda c, i: {}, seconds_per_cell=0.05,
+                seconds_per_work=0.0)
+    cells = [make_cell("toy", "scale", n=n, factor=1.0) for n in range(4)]
+    est = estimate.Estimator([(c, b) for c in cells], jobs=2)
+    assert est.remaining() == pytest.approx(0.1)
+    for c, wall in zip(cells, (26.7, 28.4)):
+        est.done({"id": c.id, "backend": "fla-like", "op": "scale", "status": "pass", "wall_s": wall,
+                  "first_in_worker": True})
+    assert est.remaining() == pytest.approx((26.7 + 28.4) / 2, rel=0.01)

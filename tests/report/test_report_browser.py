@@ -36,6 +36,8 @@ def test_smoke_report_in_chromium(smoke_run, open_page, tmp_path):
     ops = {n: b["ops"] for n, b in json.loads((smoke_run / "run.json").read_text())["backends"].items()}
     assert collapsed == sum(r["op"] not in ops[r["backend"]].get(r["family"], ()) for r in expected) > 0
     assert "triton" in page.inner_text("#unavailable")
+    assert "tier smoke" in page.inner_text("#runs summary")
+    page.click("#runs details.run summary")  # a run's card opens on a click (one with problems is open)
     assert "tier\tsmoke" in page.inner_text("#runs")
     models = json.loads((smoke_run / "run.json").read_text())["rounding_models"]
     row = next(line for line in page.inner_text("#runs").splitlines() if line.startswith("rounding models"))
@@ -117,3 +119,49 @@ def test_copy_of_smoke_run_with_baseline(smoke_run, open_page, tmp_path):
     assert errors == []
     assert "Fixed (failed before, pass now): 1" in page.inner_text("#diff")
     assert "New failures: 0" in page.inner_text("#diff")
+
+
+def test_failures_lead_the_page_with_counts_machines_and_repro(smoke_run, open_page, tmp_path):
+    """Two runs from two machines (a copy of the smoke run whose run.json names another CPU), with
+    two planted failures, one whose id holds a quote and a space: the page opens with the failures
+    table and the counts per backend, each row naming its machine, and every repro command is the
+    one reports.repro quotes for a POSIX shell (the panel's too), selecting exactly that cell."""
+    import shlex
+
+    from reports import repro
+
+    other = tmp_path / "other"
+    shutil.copytree(smoke_run, other)
+    info = json.loads((other / "run.json").read_text())
+    info["cpu"] = {**info["cpu"], "model": "Other CPU 9000"}
+    info["gpus"] = [{"name": "NVIDIA H200"}]
+    (other / "run.json").write_text(json.dumps(info))
+    recs = [json.loads(x) for x in (other / "cells.jsonl").read_text().splitlines()]
+    i = next(i for i, r in enumerate(recs) if r["status"] == "pass" and r["backend"] == "numpy-ref")
+    recs[i] = {**recs[i], "status": "fail", "reason": "planted", "metrics": {**recs[i]["metrics"], "margin": 3.0},
+               "decided_by": {"output": "o", "criterion": "rel_l2"}}
+    odd = {**recs[i], "id": recs[i]["id"] + "/note=it's odd", "metrics": {"margin": 2.0}}
+    (other / "cells.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs + [odd]))
+    out = tmp_path / "report"
+    assert kernel_lab("report", str(smoke_run), str(other), "--out", str(out)).returncode == 0
+    page, errors = open_page(out / "index.html")
+    assert errors == []
+    first = page.evaluate("() => [...document.querySelectorAll('main > section')].map(s => s.id).slice(0, 3)")
+    assert first == ["failures", "counts", "runs"]
+    rows = page.locator("#failures table.failures tr").all_inner_texts()[1:]
+    assert len(rows) == 2 and "Other CPU 9000, 1x NVIDIA H200" in rows[0] and "o: rel_l2" in rows[0]
+    cmds = page.locator("#failures code.rcmd").all_inner_texts()
+    assert cmds == [repro.command(recs[i]["id"], "numpy-ref", "smoke"), repro.command(odd["id"], "numpy-ref", "smoke")]
+    argv = shlex.split(cmds[1])
+    assert argv[argv.index("--filter") + 1] == repro.cell_pattern(odd["id"])
+    assert re.fullmatch(argv[argv.index("--filter") + 1], odd["id"]) and "--out" not in argv
+    pattern = shlex.split(cmds[0])[shlex.split(cmds[0]).index("--filter") + 1]
+    assert [c.id for c in selection.select_cells("smoke", pattern=pattern)] == [recs[i]["id"]]
+    counts = page.inner_text("#counts")
+    assert "Other CPU 9000, 1x NVIDIA H200" in counts and "machine" in counts
+    # the heatmap rows of the two runs name their machines; the panel's repro is the same string
+    assert page.locator("#families .rlabel", has_text="numpy-ref [Other CPU 9000, 1x NVIDIA H200]").count() > 0
+    rec_i = page.evaluate("""id => { const D = JSON.parse(document.getElementById('report-data').textContent);
+        const c = D.cells.findIndex(c => c[0] === id); return D.recs.findIndex(r => r[0] === c); }""", odd["id"])
+    page.locator(f'#families .m[data-i="{rec_i}"]').click()
+    assert page.inner_text("#repro-cmd") == cmds[1]

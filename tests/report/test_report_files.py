@@ -160,3 +160,125 @@ def test_summary_tables_each_backend_by_activation_dtype_and_says_why_one_never_
     assert "| k | 1/1 | 2/2 | 0/1 |" in text and "| old | 0/1 |  |  |" in text
     assert "- **k**, float32: no fp32 here" in text
     assert _activation_section([rec("k", None, "pass")], {}) == []
+
+
+def test_records_before_margins_covered_every_criterion_are_upgraded(tmp_path):
+    """An FLA record as the H200 wrote it: failed on state's rel_l2 with an elementwise margin of
+    0.087; a pass at 0.89 of its rel_l2 bound with margin 0.237. The report reads them with the
+    margin over every criterion, so colours, the baseline diff and summary.md follow."""
+    tol = {"atol": 0.0, "rtol": 0.01, "max_mismatch": 0.0, "rel_l2": 0.00197456, "source": "s"}
+    fail = {"id": "gdn/chunked/x=1/seed=0", "backend": "fla", "status": "fail",
+            "reason": "state: rel_l2 0.00222 above 0.00197456", "tolerance": tol,
+            "metrics": {"margin": 0.0871, "rel_l2": 0.00222, "mismatch": 0.0},
+            "outputs": {"o": {"margin": 0.05, "passed": True}, "state": {"margin": 0.0871, "passed": False}}}
+    close = {"id": "gdn/chunked/x=2/seed=0", "backend": "fla", "status": "pass", "tolerance": tol,
+             "metrics": {"margin": 0.237, "rel_l2": 0.89 * 0.00197456, "mismatch": 0.0},
+             "outputs": {"o": {"margin": 0.237, "passed": True}}}
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "cells.jsonl").write_text("".join(json.dumps(r) + "\n" for r in (fail, close)))
+    got = {r["id"]: r for r in load.load(run).records}
+    f, c = got[fail["id"]], got[close["id"]]
+    assert f["metrics"]["margin"] == pytest.approx(0.00222 / 0.00197456) and f["metrics"]["margin"] > 1
+    assert f["decided_by"] == {"output": "state", "criterion": "rel_l2"}
+    assert c["metrics"]["margin"] == pytest.approx(0.89) and c["decided_by"] == {"output": "o", "criterion": "rel_l2"}
+    from reports import matrix
+    packed = matrix.pack([load.load(run)])
+    assert sorted(r[3] for r in packed["recs"]) == [pytest.approx(0.89), pytest.approx(1.124, rel=1e-3)]
+    assert "state: rel_l2" in packed["strings"]
+    # the baseline diff sees a pass moving from 0.3 to 0.89 of its rel_l2 bound
+    before = {**close, "metrics": {**close["metrics"], "rel_l2": 0.3 * 0.00197456}}
+    base = tmp_path / "base"
+    base.mkdir()
+    (base / "cells.jsonl").write_text(json.dumps(before) + "\n")
+    moved = diff.records_diff([c], load.load(base).records)["margin_moved"]
+    assert moved["count"] == 1 and moved["rows"][0]["ratio"] == pytest.approx(0.89 / 0.3)
+
+
+def _bench(impl, role, median, shape="L=8192"):
+    return {"bench": "turboquant/decode", "impl": impl, "role": role, "name": f"turboquant/decode/{shape}/{impl}",
+            "shape": {"L": int(shape.split("=")[1])}, "time_s": {"min": median, "median": median, "max": median, "n": 5}}
+
+
+def test_perf_table_has_a_column_per_kernel_of_ours():
+    """sdpa beside two kernels of ours: 1.48x over the fast one, 0.89x over the portable one, each
+    in its own column (a single "time / ours" would show one of them silently)."""
+    from reports import html
+
+    rows = [_bench("triton-sm90", "ours", 1.0), _bench("triton-grouped", "ours", 1.66),
+            _bench("torch-sdpa", "baseline", 1.48), _bench("gpu-copy", "ceiling", 0.5)]
+    (t,) = html.bench_tables(rows)
+    assert t["ours"] == ["triton-grouped", "triton-sm90"]
+    vs = {r["impl"]: r["vs"] for r in t["rows"]}
+    assert vs["torch-sdpa"] == {"triton-sm90": pytest.approx(1.48), "triton-grouped": pytest.approx(1.48 / 1.66)}
+    assert vs["triton-grouped"] == {"triton-sm90": pytest.approx(1.66)} and vs["gpu-copy"] == {}
+    assert {r["shape_label"] for r in t["rows"]} == {"L=8192"}
+
+
+def test_gate_reading_says_unmet_target_noisy_and_where_the_rate_was_measured():
+    from reports import html
+
+    def g(rate, verdict="fail", where="amd-epyc-2cpu"):
+        return html.gate_reading({"gate": "x", "verdict": verdict, "false_alarm_rate": rate, "measured_on": where},
+                                 {"intel-xeon-16cpu"})
+    unmet = g("40/40")
+    assert unmet["reading"] == "unmet target" and unmet["shown_verdict"] == "unmet target"
+    assert unmet["elsewhere"] == "amd-epyc-2cpu"
+    assert g("2/40")["reading"] == "noisy" and g("2/40")["shown_verdict"] == "fail"
+    assert g("0/40", "pass", "intel-xeon-16cpu")["elsewhere"] is None and g("0/40")["reading"] == "quiet"
+    assert g("not measured")["reading"] == "not measured" and g("not measured")["elsewhere"] is None
+    # a gates file written before descriptions were recorded gets them from the gates TOML
+    (loaded,) = perf._described([{"gate": "gdn-decode-bf16-vs-rmw", "verdict": "fail"}])
+    assert loaded["description"].startswith("CPU decode") and loaded["measured_on"] == "amd-epyc-2cpu"
+
+
+def test_roofline_labels_do_not_overprint():
+    """Ten points at one place (four shapes of two kernels, as the H200's tq decode rows): every
+    label is at least its font size away from every other."""
+    import re
+
+    from reports import figures
+
+    pts = [{**_bench(f"impl{i % 3}", "ours", 1.0, f"L={1024 * (i + 1)}"), "flops": 1e9, "bytes": 1e8, "tflops": 5.0}
+           for i in range(10)]
+    svg = figures.roofline(pts, {"gpu-copy": {"gbps": 4000.0}, "gpu-matmul": {"tflops": 600.0}}, "t")
+    labels = re.findall(r'font-size: ([\d.]+)px[^>]*x="([\d.]+)" y="([\d.]+)"[^>]*>turboquant/decode ([^<]+)<', svg)
+    assert len(labels) == 10 and all(f"L={1024 * (i + 1)}" in svg for i in range(10))
+    ys = sorted(float(y) for _, _, y, _ in labels)
+    assert min(b - a for a, b in zip(ys, ys[1:])) >= float(labels[0][0])
+    assert "gpu-copy 4,000 GB/s" in svg and "gpu-matmul 600 TFLOP/s" in svg  # ceilings named in the legend
+
+
+def test_drift_figure_labels_every_measured_length_and_ticks_inside_decades():
+    import re
+
+    from reports import figures
+
+    sweep = [{"state_dtype": d, "tokens": t, "o_rel_l2": e * t / 1000, "state_rel_l2": e * t / 500}
+             for d, e in (("bfloat16", 1e-3), ("float16", 1.3e-4)) for t in (256, 1024, 4096, 8192)]
+    svg = figures.gdn_drift({"length_sweep": sweep, "round_trips": []}, "d")
+    assert all(f">{t}</text>" in svg for t in (256, 1024, 4096, 8192))
+    y_labels = set(re.findall(r">(\d)e-(\d)</text>", svg))
+    assert {("1", "4"), ("2", "4"), ("5", "4"), ("1", "3"), ("2", "3")} <= y_labels, y_labels  # 1, 2, 5 of each decade
+
+
+def test_fail_on_new_and_the_diff_in_summary_md(tmp_path):
+    synthetic.make_run(tmp_path / "base", 60)
+    lines = (tmp_path / "base" / "cells.jsonl").read_text().splitlines()
+    recs = [json.loads(x) for x in lines]
+    i = next(i for i, r in enumerate(recs) if r["status"] == "pass")
+    (tmp_path / "now").mkdir()
+    now = [dict(r) for r in recs]
+    now[i] = {**now[i], "status": "fail", "reason": "planted new failure"}
+    (tmp_path / "now" / "cells.jsonl").write_text("".join(json.dumps(r) + "\n" for r in now))
+    done = kernel_lab("report", str(tmp_path / "now"), "--baseline", str(tmp_path / "base"), "--fail-on-new",
+                      "--out", str(tmp_path / "out"))
+    assert done.returncode == 1 and "1 new failure(s)" in done.stderr
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert "# Changes against the baseline" in summary and "| New failures | 1 |" in summary
+    assert f"`{recs[i]['id']}`" in summary.split("## New failures (1)")[1] and "planted new failure" in summary
+    same = kernel_lab("report", str(tmp_path / "base"), "--baseline", str(tmp_path / "base"), "--fail-on-new",
+                      "--out", str(tmp_path / "out2"))
+    assert same.returncode == 0
+    alone = kernel_lab("report", str(tmp_path / "now"), "--fail-on-new", "--out", str(tmp_path / "out3"))
+    assert alone.returncode == 2 and "--fail-on-new: needs --baseline" in alone.stderr

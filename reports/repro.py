@@ -1,0 +1,24 @@
+"""The command that reproduces one record: ``kernel-lab conform`` selecting exactly its cell (the id,
+regex characters escaped, anchored, as ``--filter``) and its backend, each argument quoted for a
+POSIX shell (``shlex.quote``). ``conform`` writes into a fresh folder unless ``--out`` is given, so
+the command runs any number of times. The page's script builds the same string (report.js)."""
+from __future__ import annotations
+
+import re
+import shlex
+
+_REGEX_CHARS = re.compile(r"[.*+?^${}()|\[\]\\]")
+
+
+def cell_pattern(cell_id: str) -> str:
+    """``--filter`` selecting exactly ``cell_id``."""
+    return "^" + _REGEX_CHARS.sub(lambda m: "\\" + m.group(0), cell_id) + "$"
+
+
+def command(cell_id: str, backend: str, tier: str | None = None, model: str | None = None,
+            config: str | None = None) -> str:
+    args = ["kernel-lab", "conform"]
+    for flag, value in (("--tier", tier), ("--model", model), ("--config", config)):
+        if value:
+            args += [flag, value]
+    return shlex.join(args + ["--filter", cell_pattern(cell_id), "--backend", backend])
