@@ -68,7 +68,7 @@ def path_of(family: str) -> Path:
 def load(family: str) -> dict | None:
     """The committed audit of ``family`` (None if it has none)."""
     path = path_of(family)
-    return records.read_json(path) if path.exists() else None
+    return records.read_json(path, shape=None) if path.exists() else None
 
 
 def table(result: dict) -> str:

@@ -152,9 +152,10 @@ def drop_partial_line(path: str | os.PathLike) -> str | None:
     return f"{p}: dropped a half-written last line ({len(data) - keep} bytes, line {line}); its pair runs again"
 
 
-def read_json(path: str | os.PathLike) -> dict:
-    """A run.json as a dict, checked against ``schema.RUN_INFO``; RecordsError names the file (and
-    the line or field) when it is unreadable, not an object or holds a field of the wrong type."""
+def read_json(path: str | os.PathLike, shape=schema.RUN_INFO) -> dict:
+    """A JSON object file as a dict (a run.json unless told otherwise), checked against ``shape``
+    (``schema.RUN_INFO``; None: any object); RecordsError names the file (and the line or field)
+    when it is unreadable, not an object or holds a field of the wrong type."""
     p = Path(path)
     if not p.exists():
         raise RecordsError(f"{p}: missing")
@@ -164,7 +165,7 @@ def read_json(path: str | os.PathLike) -> dict:
         raise RecordsError(f"{p}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
     if not isinstance(data, dict):
         raise RecordsError(f"{p}: not a JSON object")
-    wrong = schema.problem(data, schema.RUN_INFO)
+    wrong = schema.problem(data, shape) if shape is not None else None
     if wrong:
         raise RecordsError(f"{p}: not a valid run.json ({wrong})")
     return data
