@@ -7,7 +7,7 @@ VPY    := $(VENV)/bin/python
 FLYDSL_PIN := flydsl==0.2.4
 # The report: templates, SVG plots, and its browser and JUnit tests (Playwright drives Debian's chromium).
 REPORT_PINS := Jinja2==3.1.6 matplotlib==3.10.8 playwright==1.57.0 junitparser==4.0.2
-# One pinned pip line. torch==2.13.0 resolves to the CPU wheel on our machines (research/env.md 7).
+# One pinned pip line. torch==2.13.0 resolves to the CPU wheel on x86-64 Linux CPU machines.
 PINS := torch==2.13.0 triton==3.8.0 jax==0.10.2 jaxlib==0.10.2 numpy==2.4.6 ml_dtypes==0.6.0 \
         scipy==1.17.1 pytest==9.2.0 pytest-benchmark==5.3.1 scikit-build-core==1.1.2 nanobind==3.1.0 \
         hypothesis==6.170.17 $(REPORT_PINS) $(FLYDSL_PIN)

@@ -89,9 +89,5 @@ class Memo:
         self._put(key, value)
         return value
 
-    def clear(self) -> None:
-        self._values.clear()
-        self._owned.clear()
-
     def __len__(self) -> int:
         return len(self._values)

@@ -39,11 +39,6 @@ def bf16_round(x) -> np.ndarray:
     return np.asarray(x, np.float32).astype(ml_dtypes.bfloat16).astype(np.float32)
 
 
-def fp16_round(x) -> np.ndarray:
-    """float32 array holding the nearest float16 values of ``x`` (RNE; beyond 65504 -> Inf)."""
-    return np.asarray(x, np.float32).astype(np.float16).astype(np.float32)
-
-
 def fp16_ordinal(x) -> np.ndarray:
     """float16 bit patterns of ``x`` as int64 in value order: adjacent float16 values differ by 1."""
     bits = np.asarray(x, dtype=np.float16).view(np.int16).astype(np.int64)

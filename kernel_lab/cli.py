@@ -1,4 +1,5 @@
-"""`kernel-lab` (also `python -m kernel_lab`): doctor, conform, merge, list-cells, report, study,
+"""`kernel-lab` (also `python -m kernel_lab`): doctor, conform, merge, list-cells, report,
+audit-tolerances, study,
 plus the commands of other packages (`plan-blocks`, `flydsl`, `bench`), each registered by its
 package's ``cli.register(subparsers)``.
 
@@ -16,8 +17,8 @@ from collections import Counter
 from pathlib import Path
 
 from bench import cli as bench_cli
-from conformance import (counts, executors, families, fingerprint, merge, node_report, records, registry, runner,
-                         selection, studies)
+from conformance import (audit, counts, executors, families, fingerprint, merge, node_report, records, registry,
+                         runner, selection, studies)
 from conformance.errors import RunStopped, UsageError
 from optimized.flydsl import cli as flydsl_cli
 from planner import cli as planner_cli
@@ -167,6 +168,20 @@ def cmd_report(args) -> int:
     return 0
 
 
+def cmd_audit_tolerances(args) -> int:
+    recs, measured_on = audit.read_runs(args.run_dirs)
+    names = [args.family] if args.family else list(families.families())
+    out = Path(args.out) if args.out else None
+    for name in names:
+        result = audit.audit(name, recs, measured_on)
+        path = out / f"{name}.json" if out else audit.path_of(name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        records.dump_json(path, result)
+        print(audit.table(result))
+        print(f"json: {path}")
+    return 0
+
+
 def cmd_study(args) -> int:
     study = args.study_module
     result = study.run(args)
@@ -241,6 +256,13 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--study", action="append", help="study JSON (default: study-*.json in and above the run folders)")
     r.add_argument("--out", help="output folder (default: the first RUN_DIR)")
     r.set_defaults(func=cmd_report)
+
+    a = sub.add_parser("audit-tolerances", help="per tolerance term, the worst margin the records of run folders "
+                       "reached: written beside each family's tolerances")
+    a.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run folders of one tier (ci for the committed audit)")
+    a.add_argument("--family", help="one family (default: all)")
+    a.add_argument("--out", help="folder for FAMILY.json (default: conformance/families/<family>/tolerance_audit.json)")
+    a.set_defaults(func=cmd_audit_tolerances)
 
     s = sub.add_parser("study", help="numerical studies (JSON for the report)")
     ss = s.add_subparsers(dest="study", required=True, parser_class=_Parser)

@@ -10,39 +10,28 @@ runs that one or raises ValueError saying why it cannot serve the request.
 """
 from __future__ import annotations
 
+import importlib
+
 KERNELS = ("triton-sm90", "flydsl-gfx950", "triton-grouped", "triton-split")
-HEAD_SIZES = (64, 128, 256)  # the portable Triton kernels (power-of-two head sizes)
+LAUNCHERS = {"triton-sm90": "optimized.triton.tq_decode_sm90", "flydsl-gfx950": "optimized.flydsl.launcher",
+             "triton-grouped": "optimized.triton.tq_decode_grouped", "triton-split": "optimized.triton.tq_decode_split"}
 
 
 def problem(kernel: str, query, kv_cache, *, preset: str, layout: str, sinks=None) -> str | None:
     """Why ``kernel`` cannot serve this decode (``query [B, Hq, D]`` float, ``kv_cache [nb, BS, Hk, slot]``
-    uint8 torch tensors, else TypeError/ValueError naming the argument), or None."""
+    uint8 torch tensors, else TypeError/ValueError naming the argument), or None: its launcher's
+    ``problem`` on the request's shapes, dtype and device."""
     from optimized.triton.checks import FLOAT_DTYPES, check_tensor
     from reference.turboquant.presets import preset as lookup
 
+    if kernel not in LAUNCHERS:
+        raise ValueError(f"kernel must be 'auto' or one of {KERNELS}, got {kernel!r}")
     check_tensor("query", query, (None, None, None), FLOAT_DTYPES)
     check_tensor("kv_cache", kv_cache, (None, None, None, None), ("uint8",))
-    D, BS, Hk = query.shape[-1], kv_cache.shape[1], kv_cache.shape[2]
-    name = lookup(preset).name
-    if kernel == "triton-sm90":
-        from optimized.triton.tq_decode_sm90 import device_problem, dtype_problem, shape_problem
-
-        return shape_problem(name, layout, D, BS) or device_problem(kv_cache.device) or dtype_problem(query.dtype)
-    if kernel == "flydsl-gfx950":
-        from optimized.flydsl import plan
-        from optimized.flydsl.launcher import on_gfx950
-
-        why = plan.unsupported(preset=name, layout=layout, D=D, block_size=BS, G=query.shape[1] // max(Hk, 1),
-                               sinks=sinks is not None, act=str(query.dtype).removeprefix("torch."))
-        ok, device = on_gfx950()
-        return why or (None if ok else device)
-    if kernel in ("triton-grouped", "triton-split"):
-        if D not in HEAD_SIZES:
-            return f"{kernel} supports head sizes {HEAD_SIZES}, got {D}"
-        if kernel == "triton-grouped" and (name != "turboquant_4bit_nc" or layout != "soa"):
-            return f"triton-grouped reads turboquant_4bit_nc caches in the SoA layout, got {name}/{layout}"
-        return None
-    raise ValueError(f"kernel must be 'auto' or one of {KERNELS}, got {kernel!r}")
+    launcher = importlib.import_module(LAUNCHERS[kernel])
+    return launcher.problem(preset=lookup(preset).name, layout=layout, D=query.shape[-1], block_size=kv_cache.shape[1],
+                            G=query.shape[1] // max(kv_cache.shape[2], 1), sinks=sinks is not None,
+                            act=str(query.dtype).removeprefix("torch."), device=kv_cache.device)
 
 
 def choose(query, kv_cache, *, preset: str, layout: str, sinks=None) -> str:

@@ -1,8 +1,7 @@
 """Which GDN/Mamba state dtype a serving engine actually uses, and why.
 
 Models vLLM's CPU-platform rule (``CpuPlatform.check_and_update_config``; vLLM PR #52191,
-"[CPU] Support FP16/BF16 persisted GDN state on AMX", facts restated in
-shared/research/seeds.md section 1):
+"[CPU] Support FP16/BF16 persisted GDN state on AMX"):
 
 - On a CPU with AVX-512 BF16 (the CPUs whose AMX GDN kernels use a ``state_t`` template), the
   platform used to reset ``mamba_ssm_cache_dtype`` to float32 unconditionally. Now a float16 or

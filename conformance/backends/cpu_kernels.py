@@ -55,12 +55,10 @@ class KernelImpl:
 
 
 def _supports(cell) -> str | None:
+    import optimized.cpu as cpu
+
     K, V = cell.get("K"), cell.get("V", cell.get("K"))
-    if cell.op == "chunked" and (K % 32 or V % 32 or K > 256 or V > 256):
-        return f"the chunk kernel needs K, V multiples of 32 up to 256 (K={K}, V={V})"
-    if cell.op in ("decode", "spec_decode") and (K > 1024 or V > 1024):
-        return f"decode kernels take K, V up to 1024 (K={K}, V={V})"
-    return None
+    return cpu.problem({"chunked": "chunk_prefill"}.get(cell.op, cell.op), K, V)
 
 
 def _make(isa: str) -> Backend:

@@ -36,7 +36,7 @@ import numpy as np
 
 from conformance import fingerprint
 from conformance.cells import activation
-from conformance.families.gdn.oracle import defined_for
+from conformance.families.gdn.models import defined_for
 from conformance.registry import Backend, register
 from conformance.torch_arrays import to_numpy, to_torch, torch_dtype
 

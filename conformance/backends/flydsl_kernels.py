@@ -15,9 +15,9 @@ from conformance.registry import Backend, register
 
 
 def _supports(cell: Cell) -> str | None:
-    from optimized.flydsl import plan
+    from optimized.flydsl import launcher
 
-    return plan.unsupported(preset=cell["preset"], layout=cell["layout"], D=cell["D"], block_size=cell["bs"],
+    return launcher.problem(preset=cell["preset"], layout=cell["layout"], D=cell["D"], block_size=cell["bs"],
                             G=cell["G"], sinks=bool(cell["sinks"]), act=activation(cell))
 
 

@@ -25,6 +25,7 @@ interpreter, whose fp32 -> bf16 conversion truncates instead of rounding to near
 """
 from __future__ import annotations
 
+import importlib
 import os
 
 from conformance import families, fingerprint
@@ -39,7 +40,6 @@ INTERPRET_ENV = {"TRITON_INTERPRET": "1"}
 # these per op from the records as a run goes. The budgets admit every ci-tier cell.
 INTERPRET_COST = {"seconds_per_cell": 2.0, "seconds_per_work": 1e-5,
                   "work_budget": {"store": 65_536, "decode": 2_097_152, "store_decode": 2_097_152}}
-LUT_PRESETS = ("turboquant_4bit_nc",)
 # Triton 3.8's interpreter, 2026-12-01: a store of fp32 values through a bf16 pointer (or .to(tl.bfloat16))
 # differed from torch's round-to-nearest-even in 500 of 1024 N(0, 1) values, relative error up to 2^-7.1
 # (truncation); fp16 conversions round correctly (NumPy's float16)
@@ -124,21 +124,17 @@ def _interpret_available() -> tuple[bool, str]:
                   "instance runs in Python, ~1 ms each; bf16 arithmetic upcast to fp32 after loads)")
 
 
+LAUNCHERS = {"split": "optimized.triton.tq_decode_split", "grouped": "optimized.triton.tq_decode_grouped",
+             "lut": "optimized.triton.tq_decode_grouped", "unified": "optimized.triton.tq_unified",
+             "sm90": "optimized.triton.tq_decode_sm90"}
+
+
 def _supports(kernel: str):
     def supports(cell) -> str | None:
-        if cell["D"] not in (64, 128, 256):
-            return f"head size {cell['D']} is not a power of two in [64, 256]"
-        if cell.op == "store":
-            return None
-        if kernel in ("grouped", "lut") and (cell["preset"] not in LUT_PRESETS or cell["layout"] != "soa"):
-            return "the grouped decode reads 4-bit keys and values from the SoA layout (turboquant_4bit_nc/soa)"
-        if kernel == "unified" and cell["layout"] != "soa":
-            return "unified attention reads the SoA layout only"
-        if kernel == "sm90":
-            from optimized.triton.tq_decode_sm90 import dtype_problem, shape_problem
-
-            return shape_problem(cell["preset"], cell["layout"], cell["D"], cell["bs"]) or dtype_problem(activation(cell))
-        return None
+        launcher = "optimized.triton.tq_store" if cell.op == "store" else LAUNCHERS[kernel]
+        return importlib.import_module(launcher).problem(
+            preset=cell["preset"], layout=cell["layout"], D=cell["D"], block_size=cell["bs"], G=cell.get("G"),
+            sinks=bool(cell.get("sinks")), act=activation(cell))
 
     return supports
 

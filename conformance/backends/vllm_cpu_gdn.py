@@ -29,7 +29,7 @@ from conformance.torch_arrays import to_numpy, to_torch, torch_dtype
 SOURCE = "https://github.com/vllm-project/vllm/blob/v0.32.0/csrc/cpu/sgl-kernels/fla.cpp"
 
 
-def _available() -> tuple[bool, str]:
+def available() -> tuple[bool, str]:
     try:
         import importlib.metadata as md
 
@@ -203,5 +203,5 @@ def _run(cell, inputs):
 
 VLLM_CPU_GDN = register(Backend(
     name="vllm-cpu-gdn", ops={"gdn": ("gating", "chunked", "decode", "spec_decode")},
-    available=_available, run=_run, supports=_supports, xfail=_xfail,
+    available=available, run=_run, supports=_supports, xfail=_xfail,
     rounding_models={"gdn": "vllm-cpu"}))

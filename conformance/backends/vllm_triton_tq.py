@@ -108,7 +108,7 @@ def _version() -> str:
         return f"vllm {getattr(vllm, '__version__', '?')} from {os.path.dirname(vllm.__file__)}"
 
 
-def _probe(interpret: bool) -> tuple[bool, str]:
+def probe(interpret: bool) -> tuple[bool, str]:
     try:
         import torch
         import triton
@@ -289,7 +289,7 @@ def _make(name: str, kernel: str, interpret: bool) -> Backend:
     ops = ("store", "decode", "store_decode") if kernel != "unified" else ("decode", "store_decode")
     model = "act-mma" if kernel == "unified" and not interpret else "exact"
     return register(Backend(
-        name=name, ops={"turboquant": ops}, available=lambda: _probe(interpret), run=run,
+        name=name, ops={"turboquant": ops}, available=lambda: probe(interpret), run=run,
         supports=_supports(kernel, interpret), rounding_models={"turboquant": model},
         env=INTERPRET_ENV if interpret else {}, timeout_s=1800.0 if interpret else 600.0, uses_gpu=not interpret,
         **(INTERPRET_COST if interpret else {})))

@@ -4,8 +4,12 @@ A family exports:
 
     FAMILY: str                                   # "gdn", "turboquant"
     OPS: tuple[str, ...]                          # the family's ops, in matrix order
-    ROUNDING_MODELS: dict[str, str]               # oracle variant name -> one line saying what it models;
-                                                  # a backend names one per family (Backend.rounding_models)
+    MODELS: dict[str, RoundingModel]              # the rounding models (conformance.rounding), by name: the
+                                                  # oracle variants, where they differ, their tolerance terms
+    ROUNDING_MODELS: dict[str, str]               # name -> words of MODELS; a backend names one per family
+                                                  # (Backend.rounding_models)
+    SPECS: tuple[ToleranceSpec, ...]              # the tolerances as data (conformance.compare)
+    PLANTED: tuple[PlantedBug, ...]               # the planted bugs (conformance.planting) SPECS name
     def cells(tier: str) -> list[Cell]            # tier in TIERS; deterministic order
     def make_inputs(cell: Cell) -> dict           # NumPy arrays and scalars, drawn from cell.rng()
     def run_with(impl, cell, inputs) -> dict      # runs cell.op through impl, an object with the family
@@ -27,7 +31,8 @@ from types import ModuleType
 from conformance.errors import UsageError
 
 TIERS = ("smoke", "ci", "full")
-PROTOCOL = ("FAMILY", "OPS", "ROUNDING_MODELS", "cells", "make_inputs", "run_with", "check")
+PROTOCOL = ("FAMILY", "OPS", "MODELS", "ROUNDING_MODELS", "SPECS", "PLANTED", "cells", "make_inputs", "run_with",
+            "check")
 
 
 def _load(name: str) -> ModuleType:

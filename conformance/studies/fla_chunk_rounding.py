@@ -31,6 +31,7 @@ def cell_row(cell, recorded: dict) -> dict:
     from conformance.families.gdn.check import check, real_rows, written_slots
     from conformance.families.gdn.inputs import make_inputs
     from conformance.families.gdn.oracle import oracle
+    from conformance.families.gdn.models import MODELS
     from conformance.families.gdn.tolerances import o_and_state
     from conformance.memo import Memo
     from conformance.numerics import rel_l2
@@ -39,8 +40,8 @@ def cell_row(cell, recorded: dict) -> dict:
     memo = Memo()
     expected = oracle(cell, inputs, "bf16-operands", memo)
     emulated = oracle(cell, inputs, "fla-chunk", memo)
-    o_tol, _ = o_and_state(cell, inputs, expected, "bf16-operands")
-    fla_tol, _ = o_and_state(cell, inputs, emulated, "fla-chunk")
+    o_tol, _ = o_and_state(cell, inputs, expected, MODELS["bf16-operands"])
+    fla_tol, _ = o_and_state(cell, inputs, emulated, MODELS["fla-chunk"])
     rows, slots = real_rows(cell, inputs), written_slots(cell, inputs)
     return {"id": cell.id, "recorded": recorded["status"], "recorded_reason": recorded["reason"],
             "emulated": check(cell, "bf16-operands", inputs, emulated, memo).status,

@@ -1,7 +1,7 @@
 // The C++ interface between the nanobind module, the runtime (threads, CPU probing) and the
 // three ISA builds of the kernels (gdn_isa_scalar.cpp, gdn_isa_avx512.cpp, gdn_isa_amx.cpp).
 //
-// Shapes follow shared/DESIGN.md (varlen, tokens packed along T, state pool [S, HV, K, V],
+// Shapes follow reference.gdn (varlen, tokens packed along T, state pool [S, HV, K, V],
 // "kv" orientation, each slot contiguous with any slot stride). Arguments arrive validated:
 // the kernels do no checking of their own.
 #pragma once

@@ -281,9 +281,15 @@ void check_scalars(float scale, float eps) {
         throw std::invalid_argument(("l2norm_eps: expected a finite number >= 0, got " + std::to_string(eps)).c_str());
 }
 
+// Head sizes the kernels take (exported to Python as DECODE_MAX_HEAD, CHUNK_HEAD_STEP, CHUNK_MAX_HEAD).
+constexpr int kDecodeMaxHead = 1024;
+constexpr int kChunkHeadStep = 32;
+constexpr int kChunkMaxHead = 256;
+
 void check_decode_heads(int64_t K, int64_t V) {
-    if (K > 1024 || V > 1024)
-        throw std::invalid_argument(("q/v: decode supports head sizes K, V up to 1024, got K = " + std::to_string(K) +
+    if (K > kDecodeMaxHead || V > kDecodeMaxHead)
+        throw std::invalid_argument(("q/v: decode supports head sizes K, V up to " + std::to_string(kDecodeMaxHead) +
+                                     ", got K = " + std::to_string(K) +
                                ", V = " + std::to_string(V)).c_str());
 }
 
@@ -393,9 +399,10 @@ void gdn_chunk_prefill(const InArray& q, const InArray& k, const InArray& v, con
                        int num_threads) {
     ChunkArgs A;
     token_inputs(q, k, v, &A.T, &A.H, &A.HV, &A.K, &A.V, &A.q, &A.k, &A.v);
-    if (A.K % 32 || A.V % 32 || A.K > 256 || A.V > 256)
-        throw std::invalid_argument(("q/v: chunk prefill supports head sizes K, V in {32, 64, ..., 256}, got K = " +
-                               std::to_string(A.K) + ", V = " + std::to_string(A.V)).c_str());
+    if (A.K % kChunkHeadStep || A.V % kChunkHeadStep || A.K > kChunkMaxHead || A.V > kChunkMaxHead)
+        throw std::invalid_argument(("q/v: chunk prefill supports head sizes K, V in {" + std::to_string(kChunkHeadStep) +
+                                     ", " + std::to_string(2 * kChunkHeadStep) + ", ..., " + std::to_string(kChunkMaxHead) +
+                                     "}, got K = " + std::to_string(A.K) + ", V = " + std::to_string(A.V)).c_str());
     A.g = float_input("g", g, {A.T, A.HV}, "[T, HV]", false);
     A.beta = float_input("beta", beta, {A.T, A.HV}, "[T, HV]");
     A.state = state_pool(state, A.HV, A.K, A.V);
@@ -502,6 +509,9 @@ NB_MODULE(_gdn, m) {
     using namespace gdn;
     m.doc() = "GDN CPU kernels (AMX / AVX-512 / scalar); use the wrappers in optimized.cpu.";
     m.attr("MAX_THREADS") = kMaxThreads;
+    m.attr("DECODE_MAX_HEAD") = kDecodeMaxHead;
+    m.attr("CHUNK_HEAD_STEP") = kChunkHeadStep;
+    m.attr("CHUNK_MAX_HEAD") = kChunkMaxHead;
     m.def("isa_status", &isa_status, "{isa: (available, reason)} for 'amx', 'avx512', 'scalar'.");
     m.def("default_threads", &default_threads, "CPUs this process may run on.");
     m.def("gdn_decode", &gdn_decode, "q"_a, "k"_a, "v"_a, "A_log"_a, "a"_a, "b"_a, "dt_bias"_a,

@@ -72,6 +72,17 @@ def decode(query, kv_cache, block_table, seq_lens, preset, layout, rotation, sca
     return reduce_partitions(o[..., :G, :].cpu().numpy(), m[..., :G].cpu().numpy(), l[..., :G].cpu().numpy())
 
 
+def problem(*, preset: str, layout: str, D: int, block_size: int, G: int, sinks: bool = False,
+            act: str = "bfloat16", device=None) -> str | None:
+    """Why this kernel cannot serve a request (None if it can): the shapes and dtype it is built for
+    (``plan.unsupported``) and, when a ``device`` is named, whether the real kernel can run here."""
+    why = plan.unsupported(preset=preset, layout=layout, D=D, block_size=block_size, G=G, sinks=sinks, act=act)
+    if why is None and device is not None:
+        ok, here = on_gfx950()
+        why = None if ok else here
+    return why
+
+
 def on_gfx950() -> tuple[bool, str]:
     """Whether the real kernel can run here: FlyDSL importable and a gfx950 device visible."""
     try:

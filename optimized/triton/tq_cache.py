@@ -2,7 +2,7 @@
 block size and layout, turned into the compile-time constants of the kernels.
 
 Sizes and offsets come from ``reference.turboquant.presets`` / ``layout`` (the one definition of the
-byte format, research/turboquant.md 2.1 to 2.5); this module only checks a torch cache tensor
+byte format); this module only checks a torch cache tensor
 against them and names the constants. The cache is a uint8 tensor of logical shape
 ``[num_blocks, block_size, Hk, slot_size]``. AoS kernels address it through its strides
 (block-major or head-major physical order both work; the slot bytes must be contiguous); SoA
@@ -49,6 +49,13 @@ class CacheSpec:
         return dict(SOA=self.soa, KEY_FP8=p.key_fp8, KEY_BITS=p.key_bits, VAL_BITS=p.value_bits,
                     D=self.head_size, HK=self.num_kv_heads, BS=self.block_size,
                     KEY_BYTES=self.key_bytes, VAL_BYTES=self.value_bytes)
+
+
+def head_size_problem(D: int) -> str | None:
+    """Why the Triton kernels cannot take head size ``D``, or None."""
+    if D not in HEAD_SIZES:
+        return f"the Triton kernels support head sizes {HEAD_SIZES} (powers of two), got {D}"
+    return None
 
 
 def cache_spec(kv_cache, preset, head_size: int, num_kv_heads: int, layout: str) -> CacheSpec:

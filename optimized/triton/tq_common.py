@@ -1,7 +1,7 @@
 """Triton device helpers shared by the TurboQuant kernels: cache addressing for the AoS and SoA
-layouts, unpacking of 3/4-bit codes and FP8 E4M3 keys, value dequantization.
+layouts, unpacking of 3/4-bit codes and FP8 E4M3 keys, value dequantization, MMA operand rounding.
 
-Byte format (research/turboquant.md 2.3 to 2.5): 4-bit codes hold element 2k in the low nibble of
+Byte format (``reference.turboquant.layout``): 4-bit codes hold element 2k in the low nibble of
 byte k; 3-bit codes are a little-endian bit stream (element j at bit 3j); fp16 metadata is
 little-endian (read through an fp16 pointer: every metadata offset is even). Everything is
 computed in fp32; only pointer arithmetic on the block index is 64-bit.
@@ -117,3 +117,15 @@ def load_value_tile(val_rows, vscale_ptrs, vzero_ptrs, d, mask,
     vs = tl.load(vscale_ptrs, mask=mask, other=0.0).to(tl.float32)
     vz = tl.load(vzero_ptrs, mask=mask, other=0.0).to(tl.float32)
     return codes.to(tl.float32) * vs[:, None] + vz[:, None]
+
+
+@triton.jit
+def to_mma(x, MMA: tl.constexpr):
+    """``x`` rounded to the MMA operand dtype (``"bf16"``, ``"fp16"``; ``"ieee"``: unchanged fp32)."""
+    if MMA == "bf16":
+        y = x.to(tl.bfloat16)
+    elif MMA == "fp16":
+        y = x.to(tl.float16)
+    else:
+        y = x
+    return y

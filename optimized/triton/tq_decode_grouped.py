@@ -1,5 +1,5 @@
 """Grouped-query TurboQuant decode for the SoA layout and 4-bit MSE keys and values
-(``turboquant_4bit_nc``): the fast decode of research/turboquant.md 3.4.
+(``turboquant_4bit_nc``): every query head of a kv head in one program, MMA on the dequantized tiles.
 
 One program per (sequence, kv head, split) walks its tokens in tiles of ``BLOCK_N`` and holds all
 G query heads of the kv head as the columns of the matrix-unit products, in the transposed
@@ -43,26 +43,16 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from optimized.triton.tq_common import kv_pointers, split_range
+from optimized.triton.tq_cache import head_size_problem
+from optimized.triton.tq_common import kv_pointers, split_range, to_mma
 from optimized.triton.tq_decode_launch import (begin_split_decode, centroid_table, mma_operands, pair_table,
                                                reduce_partials)
+from reference.turboquant.presets import preset as lookup
 
 PRESETS = ("turboquant_4bit_nc",)
 KEY_METHODS = ("gather", "pair")
 LOG2E = tl.constexpr(1.4426950408889634)
 LN2 = tl.constexpr(0.6931471805599453)
-
-
-@triton.jit
-def _to_mma(x, MMA: tl.constexpr):
-    """``x`` rounded to the MMA operand dtype (``"bf16"``, ``"fp16"``; ``"ieee"``: unchanged fp32)."""
-    if MMA == "bf16":
-        y = x.to(tl.bfloat16)
-    elif MMA == "fp16":
-        y = x.to(tl.float16)
-    else:
-        y = x
-    return y
 
 
 @triton.jit
@@ -184,7 +174,7 @@ def _grouped_kernel(q_ptr, cache_ptr, bt_ptr, seq_lens_ptr, table_ptr, sinks_ptr
         hq = h * G + c % GP
         d = tl.arange(0, D)
         w = tl.arange(0, D // 8)
-        qt = _to_mma(tl.load(q_ptr + (b.to(tl.int64) * HQ + hq)[None, :] * D + d[:, None], mask=gm[None, :],
+        qt = to_mma(tl.load(q_ptr + (b.to(tl.int64) * HQ + hq)[None, :] * D + d[:, None], mask=gm[None, :],
                              other=0.0), MMA)
         table = tl.load(table_ptr + tl.arange(0, TABLE))
         qk_scale = scale * LOG2E
@@ -244,8 +234,8 @@ def _grouped_kernel(q_ptr, cache_ptr, bt_ptr, seq_lens_ptr, table_ptr, sinks_ptr
                 p2 = tl.where((c < GP)[None, :], ps, 0.0)
                 acc = tl.dot(vt, p2, acc * alpha[None, :], input_precision="ieee")
             else:
-                ps_hi = _to_mma(ps, MMA)
-                p2 = tl.where((c < GP)[None, :], ps_hi, _to_mma(ps - ps_hi.to(tl.float32), MMA))
+                ps_hi = to_mma(ps, MMA)
+                p2 = tl.where((c < GP)[None, :], ps_hi, to_mma(ps - ps_hi.to(tl.float32), MMA))
                 acc = tl.dot(vt, p2, acc * alpha[None, :])
             m = m_new
         # columns c and c + GP hold the same query: fold the lo half of P * s onto the hi half
@@ -306,8 +296,6 @@ def decode_grouped(query, kv_cache, block_table, seq_lens, *, preset, layout, ro
     "exact" in the interpreter, whose 16-bit arithmetic is broken); ``keys`` one of ``KEY_METHODS`` (the
     tables are built on the first call per head size and format, then reused); ``block_n`` a power
     of two >= 16 (default 128)."""
-    from reference.turboquant.presets import preset as lookup
-
     if lookup(preset).name not in PRESETS or layout != "soa":
         raise ValueError(f"preset/layout must be one of {PRESETS} with layout 'soa', got {preset!r}/{layout!r}")
     mma = mma_operands(precision, query)
@@ -333,3 +321,14 @@ def decode_grouped(query, kv_cache, block_table, seq_lens, *, preset, layout, ro
                    block_n=block_n, num_warps=num_warps, num_stages=num_stages)
     reduce_partials(ws, a.seq_lens, out, S, align=block_n)
     return out
+
+
+def problem(*, preset: str, layout: str, D: int, block_size: int | None = None, G: int | None = None,
+            sinks: bool = False, act: str | None = None, device=None) -> str | None:
+    """Why this kernel cannot serve a request (None if it can): the cache's preset, layout, head size
+    ``D`` and block size, query heads per kv head ``G``, whether there are sinks, the activation
+    dtype ``act`` (a name) and, when given, the torch ``device`` it would run on."""
+    why = head_size_problem(D)
+    if why is None and (lookup(preset).name not in PRESETS or layout != "soa"):
+        why = f"the grouped decode reads {'/'.join(PRESETS)} caches in the SoA layout, got {preset}/{layout}"
+    return why

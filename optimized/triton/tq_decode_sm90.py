@@ -38,11 +38,11 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 
+from optimized.triton.tq_cache import HEAD_SIZES
 from optimized.triton.tq_decode_grouped import tile_for
 from optimized.triton.tq_decode_launch import check_decode_args, reduce_partials, split_decode_prologue
 
 PRESET = "turboquant_4bit_nc"
-HEAD_SIZES = (64, 128, 256)
 MAX_GROUP = 8
 BLOCK_NS = (16, 32, 64)
 LOG2E: gl.constexpr = gl.constexpr(1.4426950408889634)
@@ -397,17 +397,27 @@ def dtype_problem(dtype) -> str | None:
     return None
 
 
-def shape_problem(preset: str, layout: str, D: int, block_size: int) -> str | None:
-    """Why the kernel cannot read this cache, or None."""
+def shape_problem(preset: str, layout: str, D: int, block_size: int | None) -> str | None:
+    """Why the kernel cannot read this cache (a block size of None: not asked), or None."""
     from reference.turboquant.presets import preset as lookup
 
     if lookup(preset).name != PRESET or layout != "soa":
         return f"the sm_90 decode reads {PRESET} caches in the SoA layout, got {preset}/{layout}"
     if D not in HEAD_SIZES:
         return f"the sm_90 decode supports head sizes {HEAD_SIZES}, got {D}"
-    if block_size % 16 and block_size != 8:
+    if block_size is not None and block_size % 16 and block_size != 8:
         return f"the sm_90 decode needs a cache block size of 8 or a multiple of 16, got {block_size}"
     return None
+
+
+def problem(*, preset: str, layout: str, D: int, block_size: int | None = None, G: int | None = None,
+            sinks: bool = False, act: str | None = None, device=None) -> str | None:
+    """Why this kernel cannot serve a request (None if it can): the cache's preset, layout, head size
+    ``D`` and block size, the activation dtype ``act`` (a name; None: not asked) and, when given, the
+    torch ``device`` it would run on. Any ``G`` and sinks are served."""
+    return (shape_problem(preset, layout, D, block_size)
+            or (device_problem(device) if device is not None else None)
+            or (dtype_problem(act) if act is not None else None))
 
 
 def sm90_stage1(a, S: int, ws, kv_cache, block_table, seq_lens, block_n: int) -> None:

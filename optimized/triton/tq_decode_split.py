@@ -1,5 +1,5 @@
-"""Split-KV TurboQuant decode, one program per (sequence, query head, split) (research/turboquant.md
-3.2, 3.3): AoS and SoA, every preset, sinks, any integer G = Hq / Hk.
+"""Split-KV TurboQuant decode, one program per (sequence, query head, split), then a reduce over
+the splits: AoS and SoA, every preset, sinks, any integer G = Hq / Hk.
 
 Rounding model "exact": fp32 throughout (keys dequantized as in ``tq_common.load_key_tile``,
 scores ``scale * <q_rot, k>``, online softmax with ``exp``), products summed elementwise (no MMA),
@@ -11,6 +11,7 @@ import triton
 import triton.language as tl
 
 from optimized.triton.tq_common import kv_pointers, load_key_tile, load_value_tile, split_range
+from optimized.triton.tq_cache import head_size_problem
 from optimized.triton.tq_decode_launch import begin_split_decode, centroid_table, interpreting, reduce_partials
 
 
@@ -79,3 +80,11 @@ def decode_split(query, kv_cache, block_table, seq_lens, *, preset, layout, rota
         HAS_SINKS=sinks is not None, BLOCK_N=block_n, num_warps=4, **spec.constexprs())
     reduce_partials(ws, a.seq_lens, out, S)
     return out
+
+
+def problem(*, preset: str, layout: str, D: int, block_size: int | None = None, G: int | None = None,
+            sinks: bool = False, act: str | None = None, device=None) -> str | None:
+    """Why this kernel cannot serve a request (None if it can): the cache's preset, layout, head size
+    ``D`` and block size, query heads per kv head ``G``, whether there are sinks, the activation
+    dtype ``act`` (a name) and, when given, the torch ``device`` it would run on."""
+    return head_size_problem(D)

@@ -1,4 +1,4 @@
-"""TurboQuant cache store (research/turboquant.md 1.5, 1.6, 3.1) for the AoS and SoA layouts.
+"""TurboQuant cache store (quantization as ``reference.turboquant.numpy_ref.store``) for the AoS and SoA layouts.
 
 ``store(kv_cache, key, value, slot_mapping, preset=, layout=, rotation=)`` writes N tokens:
 key/value ``[N, Hk, D]`` (fp16/bf16/fp32), ``slot_mapping [N]`` int32/int64 (negative = skip).
@@ -19,7 +19,7 @@ import triton.language as tl
 
 from optimized.triton.checks import (FLOAT_DTYPES, capturing, check_finite, check_positive, check_range, check_tensor,
                                      index_tensor)
-from optimized.triton.tq_cache import cache_spec
+from optimized.triton.tq_cache import cache_spec, head_size_problem
 from optimized.triton.tq_common import kv_pointers
 
 FP8_MAX = 448.0
@@ -146,3 +146,10 @@ def store(kv_cache, key, value, slot_mapping, *, preset, layout, rotation=None):
         FOLD_NORM=spec.soa and p.norm_correction, BLOCK_H=triton.next_power_of_2(Hk),
         num_warps=4, **spec.constexprs())
     return kv_cache
+
+
+def problem(*, preset: str, layout: str, D: int, block_size: int | None = None, G: int | None = None,
+            sinks: bool = False, act: str | None = None, device=None) -> str | None:
+    """Why the store cannot serve a request (None if it can): it takes every preset and layout, and
+    the Triton kernels' head sizes."""
+    return head_size_problem(D)

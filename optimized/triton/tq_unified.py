@@ -1,4 +1,4 @@
-"""Unified TurboQuant attention on the SoA layout (research/turboquant.md 3.5): prefill chunks and
+"""Unified TurboQuant attention on the SoA layout: prefill chunks and
 decode tokens of many sequences in one launch, causal, paged, GQA, optional sinks, every preset.
 
 Queries are packed tokens ``query [T, Hq, D]``; sequence b owns rows
@@ -19,8 +19,8 @@ import triton.language as tl
 
 from optimized.triton.checks import (FLOAT_DTYPES, capturing, check_finite, check_output, check_positive,
                                      check_tensor, index_tensor)
-from optimized.triton.tq_common import kv_pointers, load_key_tile, load_value_tile
-from optimized.triton.tq_decode_grouped import _to_mma
+from optimized.triton.tq_cache import head_size_problem
+from optimized.triton.tq_common import kv_pointers, load_key_tile, load_value_tile, to_mma
 from optimized.triton.tq_decode_launch import (centroid_table, check_decode_args, interpreting, mma_operands,
                                                rotate_queries, validate_values)
 
@@ -31,7 +31,7 @@ def _mma(a, b, MMA: tl.constexpr):
     if MMA == "ieee":
         r = tl.dot(a, b, input_precision="ieee")
     else:
-        r = tl.dot(_to_mma(a, MMA), _to_mma(b, MMA))
+        r = tl.dot(to_mma(a, MMA), to_mma(b, MMA))
     return r
 
 
@@ -136,3 +136,12 @@ def unified_attention(query, kv_cache, block_table, query_start_loc, seq_lens, m
         HQ=Hq, G=a.G, HAS_SINKS=sinks is not None, BLOCK_M=block_m, BLOCK_Q=block_q,
         BLOCK_N=64 if interpreting() else 32, MMA=mma, num_warps=4, **spec.constexprs())
     return out
+
+
+def problem(*, preset: str, layout: str, D: int, block_size: int | None = None, G: int | None = None,
+            sinks: bool = False, act: str | None = None, device=None) -> str | None:
+    """Why this kernel cannot serve a request (None if it can); the arguments as ``tq_decode_split.problem``."""
+    why = head_size_problem(D)
+    if why is None and layout != "soa":
+        why = f"unified attention reads the SoA layout only, got {layout}"
+    return why

@@ -1,6 +1,6 @@
 """GDN reference in NumPy: loops over sequences and tokens (or 64-token chunks), batched over heads.
 
-Shapes and conventions: ``reference.gdn`` and shared/DESIGN.md. Every function computes in
+Shapes and conventions: ``reference.gdn``. Every function computes in
 ``compute_dtype`` (float32 by default; float64 makes an independent higher-precision oracle) and
 returns ``o`` as float32 ``[T, HV, V]``; rows of padding sequences (slot -1) are zero.
 The state pool is updated in place.
@@ -45,7 +45,7 @@ def _l2norm(x: np.ndarray, eps: float) -> np.ndarray:
     return x / np.sqrt(np.sum(x * x, axis=-1, keepdims=True) + eps)
 
 
-def _prepare_qk(q, k, HV, scale, use_qk_l2norm, eps, cdt):
+def prepare_qk(q, k, HV, scale, use_qk_l2norm, eps, cdt):
     """q, k [T, H, K] -> scale * l2norm(q), l2norm(k) as [T, HV, K] in ``cdt``."""
     q, k = np.asarray(q, cdt), np.asarray(k, cdt)
     if use_qk_l2norm:
@@ -77,7 +77,7 @@ def _operand_rounding(operand_dtype: str):
     return lambda x: np.asarray(x, np.float32).astype(narrow).astype(x.dtype)
 
 
-def _step(S, q, k, v, g, beta):
+def token_step(S, q, k, v, g, beta):
     """One token for all heads. S [HV,K,V]; q, k [HV,K]; v [HV,V]; g, beta [HV] -> (S_t, o_t)."""
     S = S * np.exp(g)[:, None, None]
     kv = (k[:, None, :] @ S)[:, 0, :]
@@ -155,14 +155,14 @@ def recurrent(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None,
                                      state_dtype, scale, l2norm_eps)
     interval = arguments.interval(state_write_interval)
     cdt, sdt = arguments.compute_dtype(compute_dtype), arguments.state_dtype(state_dtype)
-    qs, ks = _prepare_qk(q, k, dims.HV, scale, use_qk_l2norm, l2norm_eps, cdt)
+    qs, ks = prepare_qk(q, k, dims.HV, scale, use_qk_l2norm, l2norm_eps, cdt)
     v, g, beta = (np.asarray(x, cdt) for x in (v, g, beta))
     o = np.zeros((dims.T, dims.HV, dims.V), np.float32)
     for n in np.flatnonzero(idx >= 0):
         s0, s1 = cu[n], cu[n + 1]
         S = _load_state(state, idx[n], cdt)
         for i in range(s0, s1):
-            S, o[i] = _step(S, qs[i], ks[i], v[i], g[i], beta[i])
+            S, o[i] = token_step(S, qs[i], ks[i], v[i], g[i], beta[i])
             if sdt != np.float32 and _write_back(i + 1 - s0, s1 - s0, interval):
                 S = _stored(S, sdt)
         state[idx[n]] = _to_state(S, sdt)
@@ -175,7 +175,7 @@ def chunked(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, u
     """Chunked (UT/WY) gated delta rule; same contract as ``recurrent``.
 
     ``state_write_interval`` defaults to ``chunk_size`` and must be a multiple of it.
-    ``operand_dtype="bfloat16"`` models the CPU chunk kernel (research/gdn.md 2.4, 2.6): q and k
+    ``operand_dtype="bfloat16"`` models the CPU chunk kernel (optimized/cpu): q and k
     after l2norm/scale, the -beta*D*kk^T matrix, its inverse T, W, U, the chunk-start state copy
     used for W@S and the readout, v_new = U - W@S, and the other GEMM operands are rounded to bf16;
     products accumulate in the compute dtype; the carried state stays in the compute dtype.
@@ -193,7 +193,7 @@ def chunked(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, u
     rnd = _operand_rounding(arguments.operand_dtype(operand_dtype))
     fla = arguments.rounding_points(rounding_points, operand_dtype) == "fla"
     fla_scale = cdt.type(1.0 / np.sqrt(dims.K) if scale is None else scale) if fla else None
-    qs, ks = _prepare_qk(q, k, dims.HV, 1.0 if fla else scale, use_qk_l2norm, l2norm_eps, cdt)
+    qs, ks = prepare_qk(q, k, dims.HV, 1.0 if fla else scale, use_qk_l2norm, l2norm_eps, cdt)
     qs, ks = rnd(qs), rnd(ks)
     v, g, beta = (np.asarray(x, cdt) for x in (v, g, beta))
     o = np.zeros((dims.T, dims.HV, dims.V), np.float32)
@@ -237,13 +237,13 @@ def spec_decode(q, k, v, A_log, a, b, dt_bias, state, spec_state_indices, num_ac
         state_dtype, scale, l2norm_eps)
     cdt, sdt = arguments.compute_dtype(compute_dtype), arguments.state_dtype(state_dtype)
     g, beta = _gates(A_log, a, b, dt_bias, cdt)
-    qs, ks = _prepare_qk(q, k, dims.HV, scale, use_qk_l2norm, l2norm_eps, cdt)
+    qs, ks = prepare_qk(q, k, dims.HV, scale, use_qk_l2norm, l2norm_eps, cdt)
     v = np.asarray(v, cdt)
     o = np.zeros((dims.T, dims.HV, dims.V), np.float32)
     for n in np.flatnonzero(start >= 0):
         S = _load_state(state, start[n], cdt)
         for t, i in enumerate(range(cu[n], cu[n + 1])):
-            S, o[i] = _step(S, qs[i], ks[i], v[i], g[i], beta[i])
+            S, o[i] = token_step(S, qs[i], ks[i], v[i], g[i], beta[i])
             state[spec[n, t]] = _to_state(S, sdt)
             S = _load_state(state, spec[n, t], cdt)
     return o

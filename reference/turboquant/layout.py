@@ -1,4 +1,4 @@
-"""Byte offsets of the two TurboQuant cache layouts (research/turboquant.md 2.2 to 2.5).
+"""Byte offsets of the two TurboQuant cache layouts, AoS (per-slot records) and SoA (per block: data, then metadata).
 
 The cache is one uint8 array, logical shape ``[num_blocks, block_size, Hk, slot_size]``; offsets
 here are into its flat bytes. A (token, kv head) is addressed by its flat slot

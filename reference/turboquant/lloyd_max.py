@@ -1,4 +1,4 @@
-"""Lloyd-Max scalar quantizer for N(0, 1/D), solved here (research/turboquant.md 1.4).
+"""Lloyd-Max scalar quantizer for N(0, 1/D), solved here.
 
 The same algorithm as vLLM's ``solve_lloyd_max``: sigma = 1/sqrt(D); start with 2^bits centroids
 uniform on [-3.5 sigma, 3.5 sigma]; cell boundaries are midpoints of adjacent centroids, outer edges

@@ -1,6 +1,6 @@
 """TurboQuant KV-cache reference in NumPy: store, dequantize, decode, layout conversion.
 
-Rounding model (research/turboquant.md 1.5 to 1.7, 3.2), every step float32 unless said:
+Rounding model, every step float32 unless said:
 - MSE keys: ``norm = sqrt(sum k^2)``; ``x_hat = k / (norm + 1e-8)``; ``y = x_hat @ R``;
   ``idx = searchsorted(midpoints, y, side="right")`` (ties go up); stored scalar ``fp16(norm)``,
   except SoA with norm correction, which pre-folds it: ``fp16(norm / sqrt(sum c[idx]^2 + 1e-16))``.

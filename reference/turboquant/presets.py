@@ -1,4 +1,4 @@
-"""The TurboQuant preset table and the packed sizes it implies (research/turboquant.md 1.2, 2.1).
+"""The TurboQuant preset table and the packed sizes it implies.
 
 A key is either MSE-quantized (``key_bits`` 3 or 4: Lloyd-Max code per coordinate of the rotated
 unit vector, plus an fp16 norm) or cast to FP8 E4M3 (``key_fp8``: one byte per element, no norm,

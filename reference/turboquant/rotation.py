@@ -1,4 +1,4 @@
-"""Rotations for TurboQuant keys (research/turboquant.md 1.3). Convention, used everywhere here:
+"""Rotations for TurboQuant keys. Convention, used everywhere here:
 
 the ``rotation`` argument R is a float32 ``[D, D]`` orthogonal matrix applied to ROW vectors:
 a unit key is stored as ``y = x_hat @ R`` and the query is rotated the same way,

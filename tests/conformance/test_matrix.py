@@ -49,4 +49,5 @@ def test_cell(cell, backend_name):
     record = run_one(cell, backend_name)
     if record["status"] == "skip":
         pytest.skip(record["reason"])
-    assert record["status"] in ("pass", "xfail"), f"{record['status']}: {record['reason']}"
+    source = (record.get("tolerance") or {}).get("source", "no tolerance recorded")
+    assert record["status"] in ("pass", "xfail"), f"{record['status']}: {record['reason']} [tolerance: {source}]"

@@ -1,44 +1,30 @@
 """Every planted bug (``conformance.testing.PLANTED``) fails at least one ci cell through its
-family's check, under every rounding model the family's kernels use, while the same reference
+family's check, under every rounding model of its family (``MODELS``), while the same reference
 without the bug passes that cell. The bugs are planted into the NumPy reference that computes
-like the model (``reference_impl``); the backend tests plant the same bugs into the kernels."""
+like the model (the record's ``reference``); the backend tests plant the same bugs into the kernels.
+A model runs on the ops where it differs from "exact" (``differs_on``; elsewhere the "exact" runs
+cover it), skips the bugs it never reads (``unread``) and expects the ones below its tolerance to
+pass (``undetectable``: strict xfails)."""
 from __future__ import annotations
 
 import pytest
 
 from conformance import families
-from conformance.families.gdn import tolerances as gdn_tolerances
-from conformance.families.gdn.oracle import defined_for
-from conformance.families.turboquant import tolerances as tq_tolerances
 from conformance.memo import Memo
 from conformance.testing import PLANTED, first_failing_cell, reference_impl, verdict_of
-
-# The models a planted bug runs under, per family, and the ops where a model differs from "exact"
-# (elsewhere its oracle and tolerance are the exact ones, which the "exact" runs cover).
-MODELS = {"gdn": {"exact": None, "bf16-operands": ("chunked",), "bf16-gemm": ("chunked",), "fla-chunk": ("chunked",),
-                 "vllm-cpu": None},
-          "turboquant": {"exact": None, "act-mma": ("decode", "store_decode"), "act-sdpa": ("decode",)}}
-# act-sdpa (torch-sdpa) attends over the unquantized cache: bugs in reading the quantized cache or
-# rotating the query have nothing to act on there
-UNREAD = {"act-sdpa": {"turboquant.norm-correction-twice", "turboquant.query-rotated-by-transpose",
-                       "turboquant.soa-read-as-aos"}}
-# torch-eager's bf16 GEMM results carry ~u_bf16 noise, the size of a truncating store's error and of
-# reading fp16 activations as bf16 (a bf16-gemm kernel rounds its operands to bf16 whatever they come in)
-UNDETECTABLE = {("gdn.truncating-store", "bf16-gemm"), ("gdn.fp16-read-as-bf16", "bf16-gemm")}
-SPECS = {"gdn": gdn_tolerances.SPECS, "turboquant": tq_tolerances.SPECS}
 
 
 def _cases():
     for name, bug in PLANTED.items():
-        for model, ops in MODELS[bug.family].items():
-            if name in UNREAD.get(model, ()):
+        family = families.get(bug.family)
+        for model in family.MODELS.values():
+            if name in model.unread:
                 continue
-            cells = [c for c in families.get(bug.family).cells("ci") if bug.applies(c) and (ops is None or c.op in ops)
-                     and (bug.family != "gdn" or defined_for(c, model))]
+            cells = [c for c in family.cells("ci") if bug.applies(c) and model.runs_on(c.op) and model.defined_for(c)]
             if cells:
-                yield pytest.param(name, model, cells, id=f"{name}@{model}",
-                                   marks=[pytest.mark.xfail(strict=True, reason="below the bf16-gemm tolerance")]
-                                   if (name, model) in UNDETECTABLE else [])
+                yield pytest.param(name, model.name, cells, id=f"{name}@{model.name}",
+                                   marks=[pytest.mark.xfail(strict=True, reason=f"below the {model.name} tolerance")]
+                                   if name in model.undetectable else [])
 
 
 @pytest.mark.parametrize("name,model,cells", list(_cases()))
@@ -52,9 +38,21 @@ def test_planted_bug_fails_a_ci_cell_that_the_reference_passes(name, model, cell
     assert control.status == "pass", f"{found.id} fails without the bug too: {control.reason}"
 
 
-@pytest.mark.parametrize("family", sorted(SPECS))
+@pytest.mark.parametrize("family", sorted(families.families()))
 def test_every_tolerance_names_planted_bugs_of_its_family_and_every_bug_is_named(family):
-    named = {bug for spec in SPECS[family] for bug in spec.caught}
-    mine = {name for name, bug in PLANTED.items() if bug.family == family}
+    module = families.get(family)
+    named = {bug for spec in module.SPECS for bug in spec.caught}
+    mine = {bug.name for bug in module.PLANTED}
     assert named <= mine, f"tolerances name unknown bugs: {sorted(named - mine)}"
     assert mine <= named, f"planted bugs no tolerance names: {sorted(mine - named)}"
+
+
+@pytest.mark.parametrize("family", sorted(families.families()))
+def test_every_model_record_names_known_bugs_and_its_own_family_terms(family):
+    module = families.get(family)
+    mine = {bug.name for bug in module.PLANTED}
+    for model in module.MODELS.values():
+        assert model.unread | model.undetectable <= mine, model.name
+        assert {t for terms in model.terms.values() for t in terms} <= set(module.SPECS), model.name
+        assert model.differs_on is None or set(model.differs_on) <= set(module.OPS), model.name
+    assert module.ROUNDING_MODELS == {m.name: m.words for m in module.MODELS.values()}

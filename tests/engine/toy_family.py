@@ -6,15 +6,34 @@ import numpy as np
 from conformance.cells import make_cell
 from conformance.compare import Tolerance, ToleranceSpec, compare, verdict
 from conformance.numerics import U32, bf16_round
+from conformance.rounding import RoundingModel, by_name
 
 FAMILY = "toy"
 OPS = ("scale",)
-ROUNDING_MODELS = {"exact": "one fp32 rounding of the product",
-                   "bf16-x": "x rounded to bf16 first, then one fp32 rounding of the product"}
+
+
+class _Exact:
+    @staticmethod
+    def scale(x, factor):
+        return x * np.float32(factor)
+
+
+class _Bf16X:
+    @staticmethod
+    def scale(x, factor):
+        return bf16_round(x) * np.float32(factor)
+
+
+MODELS = by_name((RoundingModel("exact", "one fp32 rounding of the product", _Exact, differs_on=None),
+                  RoundingModel("bf16-x", "x rounded to bf16 first, then one fp32 rounding of the product", _Bf16X,
+                                differs_on=("scale",))))
+ROUNDING_MODELS = {m.name: m.words for m in MODELS.values()}
 
 PRODUCT = ToleranceSpec("toy.product", "rtol 2 u32", "x * factor rounded once to fp32: at most u32 relative; "
                         "2 u32 leaves room for a fused multiply; the toy-wrong backend (adds 1e-3) fails it", ())
 PRODUCT_TOL = Tolerance(0.0, 2 * U32, f"{PRODUCT.name}: {PRODUCT.argument}")
+SPECS = (PRODUCT,)
+PLANTED = ()
 
 
 def cells(tier):

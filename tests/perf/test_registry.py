@@ -141,6 +141,9 @@ def test_slowed_impl_fails_its_gate_and_an_aa_pair_passes():
     twin = registry.Impl(bench="gdn/decode", name="cpu-twin", role="ours", prepare=ours.prepare,
                          available=ours.available)
     gate = {g.name: g for g in gates.load()}["gdn-decode-bf16-vs-fp32"]
+    missing = [why for why in map(gates.missing_capability, gate.requires) if why]
+    if missing:
+        pytest.skip(f"{gate.name}: {'; '.join(missing)}")
     slow_gate = gates.Gate(**{**gate.__dict__, "denominator": gate.denominator.replace("/cpu", "/cpu-slowed")})
     # the A/A pair is held to this machine's measured regression noise for the record (1.3 elsewhere)
     noise = baselines.noise(machine.fingerprint("cpu")["key"]).get("gdn/decode/state=bfloat16/cpu")

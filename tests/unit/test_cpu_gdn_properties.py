@@ -23,6 +23,7 @@ import optimized.cpu as cpu
 import reference.gdn.numpy_ref as ref
 from conformance.cells import make_cell
 from conformance.compare import compare
+from conformance.families.gdn.models import MODELS
 from conformance.families.gdn.tolerances import o_and_state
 from conformance.testing import assert_close
 
@@ -51,7 +52,7 @@ def _family_tolerances(case, expected: dict, model: str):
     inputs = {**case["args"], "state": np.array(case["args"]["state"]), "cu_seqlens": case["cu"],
               "scale": None, "use_qk_l2norm": True, "l2norm_eps": 1e-6,
               "state_dtype": case["state"], "chunk_size": 64}
-    return o_and_state(cell, inputs, expected, model, written=_written(case))
+    return o_and_state(cell, inputs, expected, MODELS[model], written=_written(case))
 
 
 # ---------------------------------------------------------------- buffers with guard bytes

@@ -10,7 +10,8 @@ from conformance.cells import make_cell
 from conformance.covering import uncovered_pairs
 from conformance.families import gdn
 from conformance.families.gdn import matrix
-from conformance.families.gdn.oracle import oracle, oracle_kind
+from conformance.families.gdn.models import MODELS, oracle_kind
+from conformance.families.gdn.oracle import oracle
 from conformance.families.gdn.terms import magnitudes
 from conformance.families.gdn.tolerances import o_and_state
 from conformance.memo import Memo
@@ -172,7 +173,7 @@ def test_o_tolerance_scales_with_the_terms_summed_when_they_cancel():
     expected = oracle(cell, x, "exact", Memo())
     o_terms, _ = magnitudes(cell, x)
     assert np.max(np.abs(expected["o"])) < 1e-6 * o_terms                 # the case does cancel
-    o_tol, s_tol = o_and_state(cell, x, expected, "exact")
+    o_tol, s_tol = o_and_state(cell, x, expected, MODELS["exact"])
     for name, impl in _fp32_spec_decoders().items():
         pool = x["state"].copy()
         args = {n: v for n, v in x.items() if n not in ("state", "state_dtype")}
@@ -216,7 +217,7 @@ def test_one_tie_flip_on_a_small_16bit_state_stays_inside_the_state_bound(seed, 
     actual, want = pool[written].astype(np.float64), expected_pool[written].astype(np.float64)
     assert np.count_nonzero(actual != want) == 1                          # one flip, one ulp
     assert rel_l2(actual, want) > 4 * np.sqrt(np.sqrt(K) * U32 * UBF16)   # above the old estimate
-    _, s_tol = o_and_state(cell, x, {"o": expected_o, "state": expected_pool}, "exact", written=written)
+    _, s_tol = o_and_state(cell, x, {"o": expected_o, "state": expected_pool}, MODELS["exact"], written=written)
     assert_close("state", actual, want, s_tol)
 
 

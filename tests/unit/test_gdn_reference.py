@@ -9,6 +9,7 @@ import reference.gdn.jax_ref as jax_ref
 import reference.gdn.numpy_ref as numpy_ref
 from conformance.cells import make_cell
 from conformance.families import gdn
+from conformance.families.gdn.models import MODELS
 from conformance.families.gdn.tolerances import GATING_TOL, o_and_state
 from conformance.numerics import UBF16, bf16_round, rel_l2
 from conformance.testing import assert_close
@@ -19,7 +20,7 @@ BF16 = np.dtype(ml_dtypes.bfloat16)
 def _agree(cell, inputs, actual: dict, expected: dict, model="exact", compute="float32"):
     """``actual`` and ``expected`` (o, state) agree within twice the family's bound of each vs the oracle."""
     expected = {n: np.asarray(x, np.float32) for n, x in expected.items()}
-    o_tol, s_tol = o_and_state(cell, inputs, expected, model, compute)
+    o_tol, s_tol = o_and_state(cell, inputs, expected, MODELS[model], compute)
     assert_close("o", actual["o"], expected["o"], o_tol.between_two())
     assert_close("state", actual["state"], expected["state"], s_tol.between_two())
 

@@ -38,7 +38,7 @@ FAILED = ("gdn/chunked/state=float32/H=16/HV=32/K=64/lens=1/decay=zero/slots=shu
 
 
 def test_fla_declares_nothing_and_its_chunked_op_is_held_to_fla_chunk():
-    from conformance.families.gdn.oracle import oracle_kind
+    from conformance.families.gdn.models import oracle_kind
 
     fla, naive = registry.get("fla"), registry.get("fla-naive")
     assert fla.rounding_models == {"gdn": "fla-chunk"} and naive.rounding_models == {"gdn": "exact"}

@@ -3,13 +3,12 @@ choice that cannot serve it fails naming why; the sm_90 launcher refuses what it
 launching. On a machine without a GPU the sm_90 and gfx950 kernels are never chosen."""
 import numpy as np
 import pytest
+import torch
 
-from tests.unit.tq_triton_helpers import DEVICE, make_case, t  # noqa: E402  (sets TRITON_INTERPRET)
+from optimized import tq_dispatch
+from optimized.triton.tq_decode_sm90 import decode_sm90, device_problem, dtype_problem, shape_problem
 
-import torch  # noqa: E402
-
-from optimized import tq_dispatch  # noqa: E402
-from optimized.triton.tq_decode_sm90 import decode_sm90, device_problem, dtype_problem, shape_problem  # noqa: E402
+from tests.unit.tq_triton_helpers import DEVICE, make_case, t
 
 P = "turboquant_4bit_nc"
 pytestmark = pytest.mark.skipif(DEVICE != "cpu", reason="checks what a machine without a GPU chooses")

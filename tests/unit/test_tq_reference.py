@@ -58,7 +58,7 @@ def test_packing_round_trips_and_puts_the_even_element_low(bits):
 
 
 def test_soa_offsets_match_the_worked_example():
-    p = preset("turboquant_4bit_nc")  # D=128, Hk=8, BS=16: research/turboquant.md 2.5
+    p = preset("turboquant_4bit_nc")  # D=128, Hk=8, BS=16: the worked example of the SoA offsets
     offs = tq_layout.field_offsets(p, 128, 8, 16, "soa", np.array([5]), np.array([3]))
     assert offs["key_data"][0] == 5 * 1024 + 3 * 128 and offs["value_data"][0] == 5 * 1024 + 3 * 128 + 64
     assert offs["k_norm"][0] == 16384 + 2 * (48 * 3 + 5)

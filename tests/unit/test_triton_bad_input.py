@@ -3,16 +3,15 @@ argument: cache size vs preset/layout/head size, out-of-range block ids and slot
 non-integer group ratio, unsupported head size, NaN, wrong dtypes, wrong kernel/preset pairing."""
 import numpy as np
 import pytest
+import torch
 
-from tests.unit.tq_triton_helpers import DEVICE, R, make_case, t  # noqa: E402  (sets TRITON_INTERPRET)
+from optimized.triton.tq_decode_grouped import decode_grouped
+from optimized.triton.tq_decode_launch import DecodeWorkspace
+from optimized.triton.tq_decode_split import decode_split
+from optimized.triton.tq_store import store
+from optimized.triton.tq_unified import unified_attention
 
-import torch  # noqa: E402
-
-from optimized.triton.tq_decode_launch import DecodeWorkspace  # noqa: E402
-from optimized.triton.tq_decode_grouped import decode_grouped  # noqa: E402
-from optimized.triton.tq_decode_split import decode_split  # noqa: E402
-from optimized.triton.tq_store import store  # noqa: E402
-from optimized.triton.tq_unified import unified_attention  # noqa: E402
+from tests.unit.tq_triton_helpers import DEVICE, R, make_case, t
 
 P = "turboquant_4bit_nc"
 

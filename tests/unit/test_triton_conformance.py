@@ -5,13 +5,13 @@ kernels (wrong nibble order, wrong query-to-kv head mapping, last token skipped)
 ci cell, so the tolerances catch those bugs."""
 import pytest
 
-from tests.unit.tq_triton_helpers import DEVICE  # noqa: F401,E402  (sets TRITON_INTERPRET)
+from conformance import registry
+from conformance.backends import triton_kernels
+from conformance.families import turboquant as F
+from conformance.inprocess import run_one
+from conformance.testing import PLANTED, first_failing_cell
 
-from conformance import registry  # noqa: E402
-from conformance.backends import triton_kernels  # noqa: E402
-from conformance.inprocess import run_one  # noqa: E402
-from conformance.families import turboquant as F  # noqa: E402
-from conformance.testing import PLANTED, first_failing_cell  # noqa: E402
+from tests.unit.tq_triton_helpers import DEVICE
 
 pytestmark = pytest.mark.skipif(DEVICE != "cpu", reason="the interpreter backends run on machines without a GPU")
 

@@ -4,17 +4,16 @@ unified decodes equal the reference decode to fp32 summation order; unified atte
 over prefill chunks."""
 import numpy as np
 import pytest
+import torch
 
-from tests.unit.tq_triton_helpers import DEVICE, R, make_case, t  # noqa: E402  (sets TRITON_INTERPRET)
+from conformance.families.turboquant.tolerances import decode_agreement
+from conformance.testing import assert_close
+from optimized.triton.tq_decode_grouped import decode_grouped
+from optimized.triton.tq_decode_split import decode_split
+from optimized.triton.tq_store import store
+from optimized.triton.tq_unified import unified_attention
 
-import torch  # noqa: E402
-
-from conformance.families.turboquant.tolerances import decode_agreement  # noqa: E402
-from conformance.testing import assert_close  # noqa: E402
-from optimized.triton.tq_decode_grouped import decode_grouped  # noqa: E402
-from optimized.triton.tq_decode_split import decode_split  # noqa: E402
-from optimized.triton.tq_store import store  # noqa: E402
-from optimized.triton.tq_unified import unified_attention  # noqa: E402
+from tests.unit.tq_triton_helpers import DEVICE, R, make_case, t
 
 
 

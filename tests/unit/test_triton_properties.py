@@ -13,24 +13,24 @@ Interpreter calls take ~0.2 to 1 s: a few examples each by default, more under `
 from __future__ import annotations
 
 import re
+
 import numpy as np
 import pytest
+import torch
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from tests.unit.tq_triton_helpers import DEVICE  # noqa: E402  (sets TRITON_INTERPRET)
+from conformance.cells import make_cell
+from conformance.families import turboquant as family
+from conformance.numerics import ACTIVATIONS
+from conformance.torch_arrays import to_numpy, to_torch
+from optimized.triton.tq_decode_grouped import decode_grouped
+from optimized.triton.tq_decode_split import decode_split
+from optimized.triton.tq_store import store
+from optimized.triton.tq_unified import unified_attention
+from reference.turboquant import numpy_ref
 
-import torch  # noqa: E402
-
-from conformance.cells import make_cell  # noqa: E402
-from conformance.families import turboquant as family  # noqa: E402
-from conformance.numerics import ACTIVATIONS  # noqa: E402
-from conformance.torch_arrays import to_numpy, to_torch  # noqa: E402
-from optimized.triton.tq_decode_grouped import decode_grouped  # noqa: E402
-from optimized.triton.tq_decode_split import decode_split  # noqa: E402
-from optimized.triton.tq_store import store  # noqa: E402
-from optimized.triton.tq_unified import unified_attention  # noqa: E402
-from reference.turboquant import numpy_ref  # noqa: E402
+from tests.unit.tq_triton_helpers import DEVICE
 
 GUARD = 0xA5
 LEAD, TAIL = 4, 12  # guard bytes before / elements after each output view (LEAD keeps 4-byte alignment)

@@ -3,11 +3,11 @@ interpreter (all their ci cells run in `make conform`, minutes each), and the Tr
 that makes vLLM's unchanged kernel modules see the real Triton."""
 import pytest
 
-from tests.unit.tq_triton_helpers import DEVICE  # noqa: F401  (sets TRITON_INTERPRET)
+from conformance import registry
+from conformance.families import turboquant as F
+from conformance.inprocess import run_one
 
-from conformance import registry  # noqa: E402
-from conformance.inprocess import run_one  # noqa: E402
-from conformance.families import turboquant as F  # noqa: E402
+from tests.unit.tq_triton_helpers import DEVICE
 
 pytestmark = pytest.mark.skipif(DEVICE != "cpu", reason="the interpreter backends run on machines without a GPU")
 

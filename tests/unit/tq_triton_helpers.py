@@ -1,16 +1,14 @@
-"""Shared setup of the Triton TurboQuant unit tests: run through the interpreter on machines
-without a GPU (set before any Triton kernel is defined), natively on a GPU otherwise; small
+"""Shared setup of the Triton TurboQuant unit tests: the device they run on (the CPU through the
+interpreter when tests/conftest.py chose ``TRITON_INTERPRET=1``, the GPU otherwise) and small
 caches written by the NumPy reference store."""
 import os
 
 import numpy as np
 import torch
 
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-DEVICE = "cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1" else "cpu"
+from reference.turboquant import numpy_ref as R
 
-from reference.turboquant import numpy_ref as R  # noqa: E402
+DEVICE = "cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1" else "cpu"
 
 
 def t(x):

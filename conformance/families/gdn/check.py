@@ -12,7 +12,8 @@ import numpy as np
 from conformance.cells import Cell, activation
 from conformance.compare import Comparison, Verdict, compare, dtype_refused, verdict
 from conformance.families.gdn.driver import as_f32
-from conformance.families.gdn.oracle import oracle, oracle_kind, oracle_name
+from conformance.families.gdn.models import model, oracle_kind
+from conformance.families.gdn.oracle import ORACLES, oracle
 from conformance.families.gdn.tolerances import UNTOUCHED_TOL, gating, o_and_state
 from conformance.memo import Memo
 from conformance.numerics import rel_l2
@@ -46,16 +47,16 @@ def written_slots(cell: Cell, inputs: dict) -> np.ndarray:
 
 
 def check(cell: Cell, rounding_model: str, inputs: dict, outputs: dict, memo: Memo | None = None) -> Verdict:
-    """Compare ``outputs`` with the oracle of ``rounding_model`` (one of ``ROUNDING_MODELS``).
+    """Compare ``outputs`` with the oracle of ``rounding_model`` (a name of ``models.MODELS``).
 
     ``inputs`` are the pristine inputs; ``memo`` keeps oracles across calls (None: a fresh one).
     """
     memo = Memo() if memo is None else memo
     kind = oracle_kind(cell, rounding_model)
     expected = oracle(cell, inputs, kind, memo)
-    source = f"{oracle_name(cell, kind)}; backend rounding model {rounding_model}"
+    source = f"{ORACLES[kind].words(cell)}; backend rounding model {rounding_model}"
     if cell.op == "gating":
-        g_tol, beta_tol = gating(cell, inputs, rounding_model)
+        g_tol, beta_tol = gating(cell, inputs, model(rounding_model))
         comps = [compare("g", outputs["g"], expected["g"], g_tol),
                  compare("beta", outputs["beta"], expected["beta"], beta_tol)]
         return verdict(comps, {"oracle": source})
@@ -67,7 +68,7 @@ def check(cell: Cell, rounding_model: str, inputs: dict, outputs: dict, memo: Me
         return verdict([refused], {"oracle": source})
     rows = real_rows(cell, inputs)
     written = written_slots(cell, inputs)
-    o_tol, s_tol = o_and_state(cell, inputs, expected, rounding_model, written=written, memo=memo,
+    o_tol, s_tol = o_and_state(cell, inputs, expected, model(rounding_model), written=written, memo=memo,
                                o_dtype=outputs["o"].dtype.name)
     untouched = np.setdiff1d(np.arange(inputs["state"].shape[0]), written)
     pool_in = as_f32(inputs["state"])

@@ -1,15 +1,18 @@
-"""GDN oracles: ``numpy_ref`` in float64, one variant per rounding model.
+"""GDN oracles: ``numpy_ref`` in float64, one variant per oracle of ``ORACLES`` (which rounding
+model uses which oracle on which op is in ``models``).
 
 "exact" -> ``numpy_ref`` in float64 (the chunked op against the *recurrent* form rounded every
-chunk_size tokens, so the chunk algebra is checked too); "bf16-operands" and "bf16-gemm" (chunked
-only) -> ``numpy_ref.chunked(operand_dtype="bfloat16")`` in float64; on every other op a backend of
-those models is held to the exact oracle (its decode kernels compute in fp32). "fla-chunk" (FLA's
-chunk kernels) -> ``numpy_ref.chunked(operand_dtype="bfloat16", rounding_points="fla")`` in float64 on
-the chunked op, exact on every other op (FLA's recurrent kernel runs on fp32 inputs). "vllm-cpu" (vLLM's CPU
-ops) -> the oracle of their conventions: q/k l2 norm epsilon 1e-5; the decode op's beta =
-bf16(1 / bf16(1 + bf16(exp(-b)))) (``vllm_decode_beta``); the chunked op's bf16 operands.
+chunk_size tokens, so the chunk algebra is checked too); "bf16-operands" (chunked) ->
+``numpy_ref.chunked(operand_dtype="bfloat16")`` in float64; "fla-chunk" (chunked) ->
+``numpy_ref.chunked(operand_dtype=<activation>, rounding_points="fla")`` in float64; "vllm-cpu" -> the
+oracle of vLLM's CPU conventions: q/k l2 norm epsilon 1e-5 and the decode op's beta =
+bf16(1 / bf16(1 + bf16(exp(-b)))) (``vllm_decode_beta``); "vllm-cpu-bf16-operands" -> its chunked op with
+bf16 operands.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -18,21 +21,6 @@ from conformance.families.gdn.driver import run_with
 from conformance.families.gdn.matrix import CHUNK
 from conformance.memo import Memo
 
-ROUNDING_MODELS = {
-    "exact": "fp32 arithmetic throughout; the state rounded to its dtype at each write-back",
-    "bf16-operands": "chunked: GEMM operands rounded to bf16, fp32 accumulation (the C++ chunk kernel); "
-                     "other ops as exact",
-    "bf16-gemm": "chunked: bf16 GEMM operands and bf16-rounded GEMM results (torch eager); other ops as exact",
-    "fla-chunk": "chunked: FLA's chunk kernels (fla-core 0.6.0), rounding to the activation dtype (bf16 or "
-                 "fp16): q/k after the l2 norm with the scale on fp32 products, T, W, U, chunk-start state, "
-                 "readout v_new and state increment, the output; other ops as exact",
-    "vllm-cpu": "vLLM's CPU ops: l2 norm epsilon 1e-5, decode's beta in the activations' 16-bit arithmetic, "
-                "chunked with bf16 operands, outputs rounded to the activation dtype, gating's vectorised "
-                "softplus log(1 + exp(x))",
-}
-# The activation dtypes a model is defined for (a model left out: every dtype). FLA's float32 path runs
-# TF32 dots (fla/ops/gated_delta_rule/chunk_fwd.py: SOLVE_TRIL_DOT_PRECISION = 'tf32'), not emulated here.
-MODEL_ACTIVATIONS = {"fla-chunk": ("bfloat16", "float16")}
 VLLM_L2NORM_EPS = 1e-5
 
 
@@ -98,56 +86,42 @@ class Float64Oracle:
         return self._ref.spec_decode(*args, **self._eps(kw), compute_dtype="float64")
 
 
-def defined_for(cell: Cell, rounding_model: str) -> bool:
-    """Whether ``rounding_model`` is defined for the cell's activation dtype (``MODEL_ACTIVATIONS``)."""
-    return activation(cell) in MODEL_ACTIVATIONS.get(rounding_model, (activation(cell),))
+@dataclass(frozen=True)
+class Oracle:
+    """One float64 oracle: ``build(cell)`` the implementation ``run_with`` runs, ``words(cell)`` its name
+    in words (recorded with every verdict)."""
+
+    name: str
+    build: Callable[[Cell], Float64Oracle]
+    words: Callable[[Cell], str]
 
 
-def oracle_kind(cell: Cell, rounding_model: str) -> str:
-    """Which oracle a backend of this rounding model is held to on this cell."""
-    if rounding_model not in ROUNDING_MODELS:
-        raise ValueError(f"rounding_model: expected one of {sorted(ROUNDING_MODELS)}, got {rounding_model!r}")
-    if cell.op == "chunked" and not defined_for(cell, rounding_model):
-        raise ValueError(f"rounding_model: {rounding_model!r} is defined for activations in "
-                         f"{MODEL_ACTIVATIONS[rounding_model]}, not {activation(cell)} ({cell.id})")
-    if rounding_model == "vllm-cpu":
-        return "vllm-cpu-bf16-operands" if cell.op == "chunked" else "vllm-cpu"
-    if cell.op == "chunked" and rounding_model == "fla-chunk":
-        return "fla-chunk"
-    if cell.op == "chunked" and rounding_model != "exact":
-        return "bf16-operands"
-    return "exact"
-
-
-def _impl(kind: str, cell: Cell) -> Float64Oracle:
-    if kind == "vllm-cpu":
-        return Float64Oracle("float32", VLLM_L2NORM_EPS, vllm_decode_beta)
-    if kind == "vllm-cpu-bf16-operands":
-        return Float64Oracle("bfloat16", VLLM_L2NORM_EPS)
-    if kind == "fla-chunk":
-        return Float64Oracle(activation(cell), rounding_points="fla")
-    return Float64Oracle("bfloat16" if kind == "bf16-operands" else "float32")
-
-
-def oracle_name(cell: Cell, kind: str) -> str:
-    """The oracle in words (recorded with every verdict)."""
-    if kind == "vllm-cpu-bf16-operands":
-        return "oracle: numpy_ref.chunked in float64 with bf16 operands, l2 norm epsilon 1e-5"
-    if kind == "vllm-cpu":
-        beta = ", beta rounded as vLLM's decode op" if cell.op == "decode" else ""
-        return f"oracle: numpy_ref.{cell.op} in float64, l2 norm epsilon 1e-5{beta}"
-    if kind == "bf16-operands":
-        return "oracle: numpy_ref.chunked in float64 with bf16 operands"
-    if kind == "fla-chunk":
-        return (f"oracle: numpy_ref.chunked in float64 with {activation(cell)} operands at FLA's rounding "
-                "points")
+def _exact_words(cell: Cell) -> str:
     if cell.op == "chunked":
         return "oracle: numpy_ref.recurrent in float64, state rounded every chunk"
     return f"oracle: numpy_ref.{cell.op} in float64"
 
 
+def _vllm_words(cell: Cell) -> str:
+    beta = ", beta rounded as vLLM's decode op" if cell.op == "decode" else ""
+    return f"oracle: numpy_ref.{cell.op} in float64, l2 norm epsilon 1e-5{beta}"
+
+
+ORACLES = {o.name: o for o in (
+    Oracle("exact", lambda cell: Float64Oracle("float32"), _exact_words),
+    Oracle("bf16-operands", lambda cell: Float64Oracle("bfloat16"),
+           lambda cell: "oracle: numpy_ref.chunked in float64 with bf16 operands"),
+    Oracle("fla-chunk", lambda cell: Float64Oracle(activation(cell), rounding_points="fla"),
+           lambda cell: f"oracle: numpy_ref.chunked in float64 with {activation(cell)} operands at FLA's "
+                        "rounding points"),
+    Oracle("vllm-cpu", lambda cell: Float64Oracle("float32", VLLM_L2NORM_EPS, vllm_decode_beta), _vllm_words),
+    Oracle("vllm-cpu-bf16-operands", lambda cell: Float64Oracle("bfloat16", VLLM_L2NORM_EPS),
+           lambda cell: "oracle: numpy_ref.chunked in float64 with bf16 operands, l2 norm epsilon 1e-5"),
+)}
+
+
 def oracle(cell: Cell, inputs: dict, kind: str, memo: Memo, fp32_state: bool = False) -> dict:
-    """Oracle outputs of ``kind`` for the cell's inputs, memoised in ``memo``.
+    """Oracle outputs of ``kind`` (a name of ``ORACLES``) for the cell's inputs, memoised in ``memo``.
 
     ``fp32_state``: the same run with a float32 state pool (the quality reference of 16-bit states).
     """
@@ -157,6 +131,6 @@ def oracle(cell: Cell, inputs: dict, kind: str, memo: Memo, fp32_state: bool = F
             x = {**x, "state": x["state"].astype(np.float32), "state_dtype": "float32"}
         if "state" in x:
             x = {**x, "state": x["state"].copy()}
-        return run_with(_impl(kind, cell), cell, x)
+        return run_with(ORACLES[kind].build(cell), cell, x)
 
     return memo.get(cell, inputs, ("gdn-oracle", kind, fp32_state), compute)

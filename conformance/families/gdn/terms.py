@@ -44,7 +44,7 @@ class _Replay:
 
     def _run(self, q, k, v, g, beta, scale, use_qk_l2norm, l2norm_eps, seqs):
         """seqs: (read slot, [(token row, write slot)]) per real sequence."""
-        qs, ks = ref._prepare_qk(q, k, v.shape[1], scale, use_qk_l2norm, l2norm_eps, F64)
+        qs, ks = ref.prepare_qk(q, k, v.shape[1], scale, use_qk_l2norm, l2norm_eps, F64)
         v, g, beta = (np.asarray(x, F64) for x in (v, g, beta))
         o = np.zeros(v.shape, np.float64)
         for read, rows in seqs:
@@ -52,7 +52,7 @@ class _Replay:
             for i, write in rows:
                 o[i], s = _token(S, qs[i], ks[i], v[i], g[i], beta[i])
                 self.state_terms = max(self.state_terms, s)
-                S, _ = ref._step(S, qs[i], ks[i], v[i], g[i], beta[i])
+                S, _ = ref.token_step(S, qs[i], ks[i], v[i], g[i], beta[i])
                 if write is not None:
                     self.pool[write] = S
         return o

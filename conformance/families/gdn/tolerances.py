@@ -7,11 +7,10 @@ u32 / u_bf16 of float32 / bfloat16 (``conformance.numerics``), u_act of the cell
 max|x| over the oracle's output, T_o / T_S the largest sum of |terms| behind an element of o / of the
 state (``terms.magnitudes``).
 The o and state tolerances add up the terms that apply to a cell: FP32 always, STATE_16BIT for a
-bfloat16/float16 pool, BF16_OPERANDS on the chunked op of a backend of that rounding model (its
-other ops are held to the exact oracle), BF16_GEMM for a backend of that model, OUTPUT_ROUNDING for
-an o returned in a 16-bit activation dtype (unless the oracle rounds o itself: fla-chunk's chunked op);
-"vllm-cpu" adds BF16_OPERANDS and VLLM_SOLVE on the chunked op, its gating VLLM_GATING; "fla-chunk" adds
-BF16_OPERANDS with u_act in place of u_bf16 and FLA_CHUNK on the chunked op only (its other ops are exact).
+bfloat16/float16 pool, OUTPUT_ROUNDING for an o returned in a 16-bit activation dtype (unless the
+oracle rounds o itself: FLA_CHUNK), and the terms the backend's rounding model adds on the cell's op
+(``models.MODELS``: BF16_OPERANDS, BF16_GEMM, FLA_CHUNK with BF16_OPERANDS at u_act in place of u_bf16,
+VLLM_SOLVE, VLLM_GATING).
 """
 from __future__ import annotations
 
@@ -25,6 +24,7 @@ from conformance.families.gdn.matrix import CHUNK
 from conformance.families.gdn.terms import magnitudes
 from conformance.memo import Memo
 from conformance.numerics import U32, UBF16, UNDERFLOW, UNIT
+from conformance.rounding import RoundingModel
 
 FP32_LAMBDA = 8
 FP32 = ToleranceSpec(
@@ -122,9 +122,9 @@ GATING_TOL = Tolerance(0.0, 16 * U32, f"{GATING.name}: {GATING.argument}: 16 u32
 UNTOUCHED_TOL = Tolerance(0.0, 0.0, f"{UNTOUCHED.name}: {UNTOUCHED.argument}")
 
 
-def gating(cell: Cell, inputs: dict, model: str) -> tuple[Tolerance, Tolerance]:
-    """(g tolerance, beta tolerance) of a backend of ``model``."""
-    if model != "vllm-cpu":
+def gating(cell: Cell, inputs: dict, model: RoundingModel) -> tuple[Tolerance, Tolerance]:
+    """(g tolerance, beta tolerance) of a backend of ``model`` (``VLLM_GATING`` when its terms name it)."""
+    if VLLM_GATING not in model.terms_on("gating"):
         return GATING_TOL, GATING_TOL
     atol = 2 * U32 * float(np.max(np.exp(np.asarray(inputs["A_log"], np.float64))))
     return (Tolerance(atol, 16 * U32, f"{VLLM_GATING.name} (g)"),
@@ -177,10 +177,11 @@ def state_rel_l2(state: np.ndarray, R: int, p: float, u: float) -> float:
     return 2 * u * math.sqrt(worst / total)
 
 
-def o_and_state(cell: Cell, inputs: dict, expected: dict, model: str, compute: str = "float32",
+def o_and_state(cell: Cell, inputs: dict, expected: dict, model: RoundingModel, compute: str = "float32",
                 written: np.ndarray | None = None, memo: Memo | None = None,
                 o_dtype: str = "float32") -> tuple[Tolerance, Tolerance]:
-    """(o tolerance, state tolerance) of a backend of ``model`` against its oracle ``expected``;
+    """(o tolerance, state tolerance) of a backend of ``model`` (the terms it adds on the cell's op)
+    against its oracle ``expected``;
     ``compute`` the dtype its arithmetic runs in (the FP32 term with that dtype's unit roundoff);
     ``written`` the pool slots the state comparison covers (None: the whole pool); ``memo`` keeps
     the term magnitudes (a float64 replay of the op) across the backends of one cell; ``o_dtype``
@@ -205,8 +206,9 @@ def o_and_state(cell: Cell, inputs: dict, expected: dict, model: str, compute: s
         compared = expected["state"] if written is None else expected["state"][written]
         s_l2 = state_rel_l2(compared, R, math.sqrt(K + C) * U32 / u, u)
         why += f"; {STATE_16BIT.name} ({sname}, R={R})"
-    fla = model == "fla-chunk" and cell.op == "chunked"
-    if model in ("bf16-operands", "vllm-cpu", "fla-chunk") and cell.op == "chunked":  # other ops: the exact oracle
+    terms = model.terms_on(cell.op)
+    fla = FLA_CHUNK in terms
+    if BF16_OPERANDS in terms:
         walk = math.sqrt(roundings(L, CHUNK, inputs.get("split")))
         u_op = UNIT[activation(cell)] if fla else UBF16
         o_atol += 8 * u_op * o_max
@@ -217,14 +219,14 @@ def o_and_state(cell: Cell, inputs: dict, expected: dict, model: str, compute: s
         else:
             o_l2, s_l2 = walk * u_op / 4, max(s_l2 or 0.0, walk * u_op / 2)
         why += f"; {BF16_OPERANDS.name} (sqrt(chunks)={walk:.3g}, u={u_op:g})"
-    if model == "vllm-cpu" and cell.op == "chunked":
+    if VLLM_SOLVE in terms:
         o_l2, s_l2 = o_l2 * math.sqrt(2), max(s_l2, walk * u_op / 2 * math.sqrt(2))
         why += f"; {VLLM_SOLVE.name}"
     if fla:
         o_atol += 2 * u_op * o_max
         o_l2 += math.sqrt(2 * u_op * o_l2)
         why += f"; {FLA_CHUNK.name}"
-    elif model == "bf16-gemm":
+    elif BF16_GEMM in terms:
         o_atol += 32 * UBF16 * o_max
         s_atol += 32 * UBF16 * s_max
         o_l2, s_l2 = 3 * UBF16, max(s_l2 or 0.0, 3 * UBF16)

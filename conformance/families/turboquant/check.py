@@ -12,8 +12,9 @@ import numpy as np
 
 from conformance.cells import Cell
 from conformance.compare import EXACT, Comparison, Tolerance, Verdict, compare, dtype_refused, verdict
-from conformance.families.turboquant.oracle import (ROUNDING_MODELS, act_of, decode_oracle,
-                                                    dequantized_vs_unquantized, expected_cache, folded_norm)
+from conformance.families.turboquant.models import model
+from conformance.families.turboquant.oracle import (DEQUANTIZED, act_of, decode_oracle, dequantized_vs_unquantized,
+                                                    expected_cache, folded_norm)
 from conformance.families.turboquant.tolerances import (QUANT_ERROR, STORE_CODES, STORE_FP16, output_rounding,
                                                         quant_bound, ties)
 from conformance.memo import Memo
@@ -78,12 +79,11 @@ def quality(inputs: dict, cache, G: int) -> dict:
 
 
 def check(cell: Cell, rounding_model: str, inputs: dict, outputs: dict, memo: Memo | None = None) -> Verdict:
-    """Compare ``outputs`` with the oracle of ``rounding_model`` (one of ``ROUNDING_MODELS``).
+    """Compare ``outputs`` with the oracle of ``rounding_model`` (a name of ``models.MODELS``).
 
     ``inputs`` are the pristine inputs; ``memo`` keeps oracles across calls (None: a fresh one).
     """
-    if rounding_model not in ROUNDING_MODELS:
-        raise ValueError(f"rounding_model: expected one of {sorted(ROUNDING_MODELS)}, got {rounding_model!r}")
+    m = model(rounding_model)
     memo = Memo() if memo is None else memo
     comparisons, report = [], {}
     cache = inputs["kv_cache"]
@@ -95,8 +95,8 @@ def check(cell: Cell, rounding_model: str, inputs: dict, outputs: dict, memo: Me
         # store_decode: the oracle depends on the backend's cache, which the key therefore holds
         depends = None if cell.op == "decode" else cache
         expected, tol = memo.get(cell, inputs, ("turboquant-decode", rounding_model, depends),
-                                 lambda: decode_oracle(rounding_model, inputs, cache, G))
+                                 lambda: decode_oracle(m, cell.op, inputs, cache, G))
         comparisons.append(check_out(inputs, outputs["out"], expected, tol))
-        if rounding_model != "act-sdpa":
+        if m.oracle_on(cell.op, DEQUANTIZED).quantized:   # an oracle of the unquantized cache has no quality
             report = memo.get(cell, inputs, ("turboquant-quality", depends), lambda: quality(inputs, cache, G))
     return verdict(comparisons, report)

@@ -1,4 +1,5 @@
-"""TurboQuant oracles, one per rounding model; every decode oracle is float64 attention.
+"""TurboQuant oracles (which rounding model uses which is in ``models``); every decode oracle is
+float64 attention.
 
 "exact" and "act-mma" attend over the dequantized cache (``numpy_ref.dequantize``, rotated space,
 ``q_rot = q @ R``); "act-sdpa" over the UNQUANTIZED ``key_cache``/``value_cache`` (torch-sdpa never
@@ -12,22 +13,31 @@ float32 cells (its backend's ``supports`` says so) rather than rounding them to 
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from conformance.families.turboquant.inputs import token_slots
 from conformance.families.turboquant.tolerances import attention_atol, decode_tolerance
 from conformance.compare import Tolerance
 from conformance.numerics import ACTIVATIONS, UNIT, to_activation
+from conformance.rounding import RoundingModel
 from reference.turboquant import numpy_ref
 from reference.turboquant.presets import preset as lookup
 
-ROUNDING_MODELS = {
-    "exact": "fp32 math on the dequantized cache (the references, fp32 kernels, the Triton interpreter)",
-    "act-mma": "MMA operands (q_rot, dequantized K and V, P) in the activation dtype with fp32 accumulation "
-               "(GPU kernels; float32 activations: fp32 operands)",
-    "act-sdpa": "SDPA in the activation dtype over the unquantized cache (torch-sdpa: it never reads the "
-                "quantized cache)",
-}
+@dataclass(frozen=True)
+class DecodeOracle:
+    """What a decode oracle attends over: the dequantized cache (``quantized``) or the unquantized
+    keys and values, and whether it rounds q_rot, K and V to the activation dtype first."""
+
+    name: str
+    quantized: bool
+    rounds_operands: bool = False
+
+
+DEQUANTIZED = DecodeOracle("dequantized", quantized=True)
+DEQUANTIZED_ACT = DecodeOracle("dequantized, operands in the activation dtype", quantized=True, rounds_operands=True)
+UNQUANTIZED = DecodeOracle("unquantized", quantized=False)
 
 
 def act_of(inputs: dict) -> str:
@@ -94,20 +104,22 @@ def _sinks64(inputs: dict):
     return None if inputs["sinks"] is None else np.asarray(inputs["sinks"], np.float64)
 
 
-def decode_oracle(model: str, inputs: dict, cache, G: int) -> tuple[np.ndarray, Tolerance]:
-    """(expected output float64 [B, Hq, D], Tolerance) of a decode over ``cache`` for ``model``."""
+def decode_oracle(model: RoundingModel, op: str, inputs: dict, cache, G: int) -> tuple[np.ndarray, Tolerance]:
+    """(expected output float64 [B, Hq, D], Tolerance) of a decode over ``cache`` by a backend of
+    ``model`` on ``op``: the model's oracle (``DecodeOracle``) and the tolerance terms it adds."""
     scale, sinks = inputs["scale"], _sinks64(inputs)
     L_max = int(np.max(inputs["seq_lens"]))
     act = act_of(inputs)
-    if model == "act-sdpa":
+    how, terms = model.oracle_on(op, DEQUANTIZED), model.terms_on(op)
+    if not how.quantized:
         q = inputs["query"].astype(np.float64)
         keys, values = unquantized(inputs)
-        tol = decode_tolerance(model, *attention_atol(q, keys, values, G, scale, L_max), UNIT[act])
+        tol = decode_tolerance(terms, *attention_atol(q, keys, values, G, scale, L_max), UNIT[act])
         return attention64(q, keys, values, G, scale, sinks), tol
     keys, values = dequantized(inputs, cache)
     q_rot = rotated_query(inputs)
-    tol = decode_tolerance(model, *attention_atol(q_rot, keys, values, G, scale, L_max), UNIT[act])
-    if model == "act-mma":
+    tol = decode_tolerance(terms, *attention_atol(q_rot, keys, values, G, scale, L_max), UNIT[act])
+    if how.rounds_operands:
         q_rot = to_activation(rotated_query(inputs, np.float32), act).astype(np.float64)
         keys, values = [to_activation(k, act) for k in keys], [to_activation(v, act) for v in values]
     return attention64(q_rot, keys, values, G, scale, sinks), tol

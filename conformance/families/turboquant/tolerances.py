@@ -60,7 +60,7 @@ OUTPUT_ROUNDING = ToleranceSpec(
 QUANT_ERROR = ToleranceSpec(
     "turboquant.quant-error", "rel_l2 <= 3 sqrt(key distortion + value distortion) (reported, not gated)",
     "first-order estimate sqrt(Dk var(score) + Dv) with var(score) = 1 for N(0,1) q and k at scale "
-    "1/sqrt(D); key distortion: Lloyd-Max per unit vector (research/turboquant.md 1.4), FP8 E4M3 u^2/3; "
+    "1/sqrt(D); key distortion: Lloyd-Max per unit vector (reference.turboquant.lloyd_max), FP8 E4M3 u^2/3; "
     "b-bit uniform values over ~5.2 sigma: (5.2 / (2^b - 1))^2 / 12",
     ())
 
@@ -147,18 +147,18 @@ def decode_agreement(query, kv_cache, block_table, seq_lens, preset, layout, rot
     return attention_agreement(q_rot, keys, values, q.shape[1] // kv_cache.shape[2], scale)
 
 
-def decode_tolerance(model: str, atol: float, vmax: float, xmax: float, unit: float = U32) -> Tolerance:
-    """The decode tolerance of a rounding model from ``attention_atol``'s figures; ``unit`` is u_act."""
-    if model == "exact":
-        return Tolerance(atol, 0.0, f"{DECODE_EXACT.name}: fp32 attention vs float64 on the same dequantized "
-                         f"cache: {DECODE_EXACT.bound}")
-    if model == "act-mma":
+def decode_tolerance(terms: tuple[ToleranceSpec, ...], atol: float, vmax: float, xmax: float,
+                     unit: float = U32) -> Tolerance:
+    """The decode tolerance of a rounding model that adds ``terms`` (``DECODE_ACT_MMA``,
+    ``DECODE_ACT_SDPA`` or none: ``DECODE_EXACT``) from ``attention_atol``'s figures; ``unit`` is u_act."""
+    if DECODE_ACT_MMA in terms:
         return Tolerance(atol + vmax * unit, 2 * unit, f"{DECODE_ACT_MMA.name} (u_act={unit:g}): "
                          f"{DECODE_ACT_MMA.argument}, plus the fp32 accumulation bound")
-    if model == "act-sdpa":
+    if DECODE_ACT_SDPA in terms:
         return Tolerance(atol + vmax * unit * (1 + 2 * xmax), 2 * unit, f"{DECODE_ACT_SDPA.name} (u_act={unit:g}): "
                          f"{DECODE_ACT_SDPA.argument}, plus the fp32 accumulation bound")
-    raise ValueError(f"rounding_model: expected exact, act-mma or act-sdpa, got {model!r}")
+    return Tolerance(atol, 0.0, f"{DECODE_EXACT.name}: fp32 attention vs float64 on the same dequantized "
+                     f"cache: {DECODE_EXACT.bound}")
 
 
 def output_rounding(tol: Tolerance, expected, act: str) -> Tolerance:
