@@ -78,7 +78,7 @@ class RayEngine:
         runtime_env = {"env_vars": env} if env else None
         try:
             if self.address == "local":
-                ray.init(include_dashboard=False, log_to_driver=False, runtime_env=runtime_env,
+                ray.init(address="local", include_dashboard=False, log_to_driver=False, runtime_env=runtime_env,
                          object_store_memory=100 << 20)
             else:
                 ray.init(address=self.address, log_to_driver=False, runtime_env=runtime_env)

@@ -28,7 +28,7 @@ def conform(args: list[str], out: Path) -> dict:
     res = subprocess.run([sys.executable, "-m", "kernel_lab", "conform", *args, "--out", str(out)], cwd=ROOT,
                          capture_output=True, text=True)
     wall = time.perf_counter() - start
-    if res.returncode not in (0, 1):
+    if res.returncode not in (0, 1) or not (out / "run.json").exists():
         raise SystemExit(f"conform {' '.join(args)}: exit {res.returncode}: {res.stderr.strip()[-2000:]}")
     info = json.loads((out / "run.json").read_text())
     keyed = {f"{r['id']} {r['backend']}": r["status"] for r in records.read(out / "cells.jsonl")}
