@@ -217,3 +217,24 @@ def test_cost_shards_balance_the_estimate_longest_first():
     cells = [make_cell("toy", "scale", n=n, factor=1.0, seed=0) for n in (9, 1, 8, 2, 7, 3)]
     parts = [selection.cost_shard(cells, [B()], k, 2) for k in (1, 2)]
     assert [[c["n"] for c in p] for p in parts] == [[9, 1, 2, 3], [8, 7]]   # 15 and 15
+
+
+@pytest.mark.parametrize("fp, want", [
+    ({"gpus": [{"name": "NVIDIA H200"}], "cpu": {"flags": ["amx_bf16"]}}, "h200"),
+    ({"gpus": [{"name": "AMD Instinct MI300X"}], "cpu": {"flags": []}}, "mi300x"),
+    ({"gpus": [], "cpu": {"flags": ["avx512f", "amx_tile", "amx_bf16"]}}, "cpu-amx"),
+    ({"gpus": [], "cpu": {"flags": ["avx2", "avx512f"]}}, "cpu-avx512"),
+    ({"gpus": [], "cpu": {"flags": ["avx2"]}}, "cpu"),
+])
+def test_device_class_from_the_fingerprint(fp, want):
+    from conformance import node_report
+    assert node_report.device_class(fp) == want
+    assert node_report.device_class(fp, "lab-7") == "lab-7"
+
+
+def test_node_prints_the_ray_start_line_from_doctor():
+    from kernel_lab import cli
+    fp = {"gpus": [{"name": "NVIDIA H200"}] * 8, "cpu": {"cores": 128, "usable_cores": 96}}
+    assert cli.node_command(fp, "h200", "head:6379") == (
+        "KERNEL_LAB_DEVICE_CLASS=h200 ray start --address head:6379 --num-gpus 8 --num-cpus 96 --disable-usage-stats")
+    assert "--head --port 6379 --num-gpus 8" in cli.node_command(fp, "h200", None)
