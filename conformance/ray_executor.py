@@ -11,6 +11,7 @@ or ``local`` for a private single-node Ray started for this run. Ray is an optio
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from conformance.cells import Cell
 from conformance.errors import UsageError
@@ -33,12 +34,24 @@ def import_ray():
     return ray
 
 
+def _undo_thread_limit() -> None:
+    """Ray sets OMP_NUM_THREADS to an actor's CPUs (1 for the slots here) where the node's own
+    environment does not set it; the local pool's workers inherit no such limit, nor do ours."""
+    try:
+        node_env = Path(f"/proc/{os.getppid()}/environ").read_bytes().split(b"\0")   # the raylet's
+    except OSError:
+        return
+    if not any(v.startswith(b"OMP_NUM_THREADS=") for v in node_env):
+        os.environ.pop("OMP_NUM_THREADS", None)
+
+
 class _Slot:
     """The actor: a SlotHost on the GPU Ray gave it (``gpu``) or on the node's CPU."""
 
     def __init__(self, gpu: bool, timeout_s: float | None):
         import ray
 
+        _undo_thread_limit()
         device = None
         if gpu:
             ids = ray.get_runtime_context().get_accelerator_ids().get("GPU") or []
