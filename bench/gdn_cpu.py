@@ -9,7 +9,10 @@
 Implementations: ``cpu`` (ours, the C++ kernels, best ISA), ``torch-eager`` (the plain-torch
 chunked baseline). Ceilings, on the extension's own thread pool (never torch's): ``cpu-rmw-stream``
 (in place over a buffer of the state pool's size: the state update's access pattern),
-``cpu-copy`` (the same size copied), ``amx-bf16`` (tile peak, when the CPU has AMX).
+``cpu-copy`` (the same size copied), ``amx-bf16`` (tile peak, when the CPU has AMX) and
+``amx-gemm-64x128x128`` (the chunk kernel's own AMX GEMM at the shape of its tile products,
+operands in cache). Both AMX ceilings are those of the physical cores the threads run on
+(``optimized.cpu.ceilings.physical_cores``).
 """
 from __future__ import annotations
 
@@ -160,9 +163,23 @@ def _amx_peak(shape, inputs):
     return ceilings.amx_tile_peak(shape["threads"])
 
 
+def _gemm_cost(shape: dict) -> Cost:
+    from optimized.cpu import ceilings
+
+    return Cost(bytes=0, flops=ceilings.gemm_flops(*ceilings.GEMM_SHAPE, shape["threads"]))
+
+
+def _gemm(shape, inputs):
+    from optimized.cpu import ceilings
+
+    return ceilings.amx_gemm(*ceilings.GEMM_SHAPE, shape["threads"])
+
+
 register_impl(Impl(bench="gdn/decode", name="cpu-rmw-stream", role="ceiling", prepare=_rmw,
                    available=_extension, cost=_state_stream_cost))
 register_impl(Impl(bench="gdn/decode", name="cpu-copy", role="ceiling", prepare=_copy,
                    available=_extension, cost=_state_stream_cost))
 register_impl(Impl(bench="gdn/chunked", name="amx-bf16", role="ceiling", prepare=_amx_peak,
                    available=_amx, cost=_amx_cost, metric="tflops"))
+register_impl(Impl(bench="gdn/chunked", name="amx-gemm-64x128x128", role="ceiling", prepare=_gemm,
+                   available=_amx, cost=_gemm_cost, metric="tflops"))

@@ -3,7 +3,8 @@ timed in the same run, as records whose ``extra_info`` follows the perf-JSON sch
 
 CPU benches interleave all shapes and implementations (A B C A B C ...): ratios between them see
 the same machine load. GPU benches take one shape at a time (its inputs may fill the device) and
-time CUDA-graph replays. Throughput uses the minimum time on the CPU (the least disturbed call)
+time CUDA-graph replays (or, for an implementation whose ``timing`` is "events", eager calls timed with
+device events). Throughput uses the minimum time on the CPU (the least disturbed call)
 and the median on a GPU.
 """
 from __future__ import annotations
@@ -66,7 +67,8 @@ def measure(bench_name: str, shapes: list[str] | None = None, impls: list[str] |
                 continue
             calls[name] = fn
         if b.device == "gpu":   # one shape's inputs on the device at a time
-            times = {name: _gpu_times(fn, reps, tick, f"{label}/{name}") for name, fn in calls.items()}
+            times = {name: _gpu_times(fn, chosen[name].timing, reps, tick, f"{label}/{name}")
+                     for name, fn in calls.items()}
             out.extend(_records(b, label, chosen, times, fp))
         else:
             plans.append((label, calls))
@@ -84,8 +86,8 @@ def _ticking(fns: dict, tick):
     return {key: (lambda fn=fn, key=key: (fn(), tick("/".join(key)))) for key, fn in fns.items()}
 
 
-def _gpu_times(fn, reps, tick, label):
-    t = timing.cuda_graph(fn, reps)
+def _gpu_times(fn, how: str, reps, tick, label):
+    t = timing.cuda_graph(fn, reps) if how == "cuda-graph" else timing.cuda_events(fn, reps)
     if tick is not None:
         tick(label)
     return t
@@ -102,7 +104,7 @@ def _records(b, label: str, chosen: dict, times: dict, fp: dict) -> list[Record]
     for name, t in times.items():
         info = _info(b, label, chosen[name], fp)
         best = float(np.min(t)) if b.device == "cpu" else float(np.median(t))
-        info.update(time_s=timing.summary(t), timing="cpu-interleaved" if b.device == "cpu" else "cuda-graph",
+        info.update(time_s=timing.summary(t), timing="cpu-interleaved" if b.device == "cpu" else chosen[name].timing,
                     gbps=info["bytes"] / best / 1e9, tflops=info["flops"] / best / 1e12)
         recs[name] = Record(rid(b.name, label, name), info, samples=t)
     ceilings = {n: r.extra_info for n, r in recs.items() if chosen[n].role == "ceiling"}

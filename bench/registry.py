@@ -16,7 +16,8 @@ from typing import Any, Callable
 from conformance.cost import Cost
 
 ROLES = ("ours", "baseline", "peer", "ceiling")
-BENCH_MODULES = ("bench.gdn_cpu", "bench.turboquant_gpu")
+TIMINGS = ("cuda-graph", "events")
+BENCH_MODULES = ("bench.gdn_cpu", "bench.gdn_gpu", "bench.turboquant_gpu")
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,8 @@ class Impl:
     ``available() -> (ok, reason)`` probes the machine; ``supports(shape) -> reason or None``.
     ``cost`` overrides the bench's cost model when the impl moves other bytes (a ceiling sized
     to the op, SDPA on an uncompressed cache); ``metric`` is the ceiling's unit, "gbps" or
-    "tflops"."""
+    "tflops". ``timing`` (GPU benches): "cuda-graph" (replays of the call captured in a CUDA graph)
+    or "events" (eager calls timed with device events: what a captured call is checked against)."""
     bench: str
     name: str
     role: str
@@ -48,12 +50,15 @@ class Impl:
     supports: Callable[[dict], str | None] = lambda shape: None
     cost: Callable[[dict], Cost] | None = None
     metric: str = "gbps"
+    timing: str = "cuda-graph"
 
     def __post_init__(self):
         if self.role not in ROLES:
             raise ValueError(f"role: expected one of {ROLES}, got {self.role!r}")
         if self.metric not in ("gbps", "tflops"):
             raise ValueError(f"metric: expected 'gbps' or 'tflops', got {self.metric!r}")
+        if self.timing not in TIMINGS:
+            raise ValueError(f"timing: expected one of {TIMINGS}, got {self.timing!r}")
 
 
 _BENCHES: dict[str, Bench] = {}

@@ -1,6 +1,7 @@
 """Timing. CPU: interleaved ``perf_counter`` repetitions (A B C A B C ...), so that every callable
 sees the same machine load, after one warm-up call each. GPU: the median of CUDA-graph replays
-timed by device events (``triton.testing.do_bench``), after an eager warm-up call."""
+timed by device events (``triton.testing.do_bench``), after an eager warm-up call; or the median of eager
+calls timed by device events (``cuda_events``), the check of what a captured call measures."""
 from __future__ import annotations
 
 import time
@@ -37,6 +38,18 @@ def cuda_graph(fn, reps: int) -> np.ndarray:
         with torch.cuda.graph(graph, stream=stream):
             fn()
     return np.array([triton.testing.do_bench(graph.replay, warmup=25, rep=100, return_mode="median") * 1e-3
+                     for _ in range(reps)])
+
+
+def cuda_events(fn, reps: int) -> np.ndarray:
+    """Seconds of ``reps`` samples, each the median of ``do_bench``'s eager calls of ``fn`` over 100 ms
+    (after 25 ms of warm-up calls), each call timed by its own pair of device events."""
+    import torch
+    import triton
+
+    fn()
+    torch.cuda.synchronize()
+    return np.array([triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median") * 1e-3
                      for _ in range(reps)])
 
 

@@ -5,22 +5,23 @@ activations (query, output, the stored keys and values) in bfloat16 (shapes ``L=
 
 Implementations: ``triton-grouped`` (ours, the portable Triton grouped decode with its default
 configuration: MMA operands in the query's dtype), ``triton-sm90`` (ours, the Gluon decode for sm_90, its
-default configuration; only on compute capability 9.0 and bfloat16 queries: its float16 rows are skips
-with the reason), ``torch-sdpa`` (baseline: SDPA decode on a contiguous cache of the same shape in the
-activation dtype, cost model ``attention_decode_bf16``). Ceilings: ``gpu-copy`` (a device-to-device copy of
-the compressed cache's size) and ``gpu-matmul-bf16`` (an 8192^3 bf16 matmul). Peers (vLLM's
-TurboQuant Triton decode) register themselves through ``bench.registry.register_impl``.
-Timing: medians of CUDA-graph replays. The caches are gigabytes, far beyond L2.
+default configuration; only on compute capability 9.0), ``torch-sdpa`` (baseline: SDPA decode on a contiguous cache of the same shape in the
+activation dtype, cost model ``attention_decode_bf16``). Ceilings (``bench.gpu_ceilings``): ``gpu-copy`` (a
+Triton copy kernel of the op's bytes: the compressed cache, queries and outputs), ``gpu-copy-eager`` (torch
+``copy_`` of the same size, launched eagerly: the independent check of ``gpu-copy``) and ``gpu-matmul-bf16``
+(an 8192^3 bf16 matmul). Peers (vLLM's TurboQuant Triton decode) register themselves through
+``bench.registry.register_impl``. Timing: medians of CUDA-graph replays (``gpu-copy-eager``: of eager
+launches timed with device events). The caches are gigabytes, far beyond L2.
 """
 from __future__ import annotations
 
 from conformance.cost import Cost
 from conformance.families.turboquant import cost
+from bench import gpu_ceilings
 from bench.machine import gpu_capability
 from bench.registry import Bench, Impl, register_bench, register_impl
 
 PRESET = "turboquant_4bit_nc"
-MATMUL_N = 8192
 
 
 def act_dtype(shape: dict):
@@ -101,7 +102,7 @@ def sm90_available() -> tuple[bool, str]:
 
 
 def sm90_supports(shape: dict) -> str | None:
-    """The sm_90 decode takes bfloat16 queries only (``tq_decode_sm90.dtype_problem``)."""
+    """The sm_90 decode takes bfloat16 and float16 queries (``tq_decode_sm90.dtype_problem``)."""
     from optimized.triton.tq_decode_sm90 import dtype_problem
 
     return dtype_problem(shape["act"])
@@ -120,29 +121,16 @@ def _torch_sdpa(shape, inputs):
 
 
 def _copy_cost(shape: dict) -> Cost:
-    """The compressed cache read and written once."""
-    return Cost(bytes=2 * cost.decode(shape).bytes, flops=0)
+    """The op's bytes (``cost.decode``) read and written once (``gpu_ceilings.copy_cost``)."""
+    return gpu_ceilings.copy_cost(cost.decode(shape).bytes)
 
 
 def _gpu_copy(shape, inputs):
-    import torch
-
-    a = torch.empty(cost.decode(shape).bytes, dtype=torch.uint8, device="cuda").random_(0, 256)
-    b = torch.empty_like(a)
-    return lambda: b.copy_(a)
+    return gpu_ceilings.triton_copy(cost.decode(shape).bytes)
 
 
-def _matmul_cost(shape: dict) -> Cost:
-    return Cost(bytes=3 * 2 * MATMUL_N * MATMUL_N, flops=2 * MATMUL_N ** 3)
-
-
-def _gpu_matmul(shape, inputs):
-    import torch
-
-    a = torch.randn(MATMUL_N, MATMUL_N, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(MATMUL_N, MATMUL_N, device="cuda", dtype=torch.bfloat16)
-    c = torch.empty_like(a)
-    return lambda: torch.matmul(a, b, out=c)
+def _gpu_copy_eager(shape, inputs):
+    return gpu_ceilings.torch_copy(cost.decode(shape).bytes)
 
 
 register_bench(Bench(
@@ -158,5 +146,7 @@ register_impl(Impl(bench="turboquant/decode", name="torch-sdpa", role="baseline"
                    available=gpu_capability, cost=cost.attention_decode_bf16))
 register_impl(Impl(bench="turboquant/decode", name="gpu-copy", role="ceiling", prepare=_gpu_copy,
                    available=gpu_capability, cost=_copy_cost))
-register_impl(Impl(bench="turboquant/decode", name="gpu-matmul-bf16", role="ceiling", prepare=_gpu_matmul,
-                   available=gpu_capability, cost=_matmul_cost, metric="tflops"))
+register_impl(Impl(bench="turboquant/decode", name="gpu-copy-eager", role="ceiling", prepare=_gpu_copy_eager,
+                   available=gpu_capability, cost=_copy_cost, timing="events"))
+register_impl(Impl(bench="turboquant/decode", name="gpu-matmul-bf16", role="ceiling", prepare=gpu_ceilings.matmul,
+                   available=gpu_capability, cost=gpu_ceilings.matmul_cost, metric="tflops"))

@@ -116,6 +116,20 @@ def compare(name: str, actual: Any, expected: Any, tol: Tolerance) -> Comparison
     return Comparison(name, True, "", metrics, tol)
 
 
+FINITE = Tolerance(float("inf"), 0.0, "any finite value: unspecified elements, but never NaN/Inf")
+
+
+def finite(name: str, actual: Any) -> Comparison:
+    """Elements whose value is unspecified (e.g. output rows of padding sequences): any finite
+    value passes, NaN or Inf fails."""
+    a = np.asarray(actual).astype(np.float64)
+    bad = int(np.count_nonzero(~np.isfinite(a)))
+    metrics = {"margin": 0.0 if not bad else float("inf"), "nonfinite": bad, "size": int(a.size)}
+    if bad:
+        return Comparison(name, False, f"{name}: {bad} NaN/Inf values", metrics, FINITE)
+    return Comparison(name, True, "", metrics, FINITE)
+
+
 @dataclass
 class Verdict:
     """Outcome of one cell on one backend, before the runner adds ids and timing."""

@@ -18,9 +18,9 @@ from conformance.workers import LocalPool
 EXECUTORS = ("local", "ray")
 
 
-def default_jobs(backends: list[registry.Backend], devices: fingerprint.Devices) -> int:
+def default_jobs(backends: list[registry.Backend], devices: fingerprint.Devices, probes: dict) -> int:
     """One worker per visible device when a GPU backend is selected and available, else one."""
-    gpu = any(b.uses_gpu and registry.probe(b)[0] for b in backends)
+    gpu = any(b.uses_gpu and probes[b.name][0] for b in backends)
     return max(1, len(devices.ids)) if gpu else 1
 
 
@@ -38,7 +38,9 @@ class LocalExecutor:
         self.device_class = None
 
     def start(self, backends: list[registry.Backend]) -> None:
-        self.jobs = self.requested_jobs if self.requested_jobs is not None else default_jobs(backends, self.devices)
+        self._probes = registry.probe_all(backends)
+        self.jobs = (self.requested_jobs if self.requested_jobs is not None
+                     else default_jobs(backends, self.devices, self._probes))
         self.device_class = node_report.local_device_class()
 
     def classes(self) -> dict[str, list[str]]:
@@ -50,7 +52,7 @@ class LocalExecutor:
                              "(--executor local runs on this machine only)")
 
     def probes(self, backends: list[registry.Backend]) -> dict[str, tuple[bool, str]]:
-        return {b.name: registry.probe(b) for b in backends}
+        return {b.name: self._probes[b.name] for b in backends}
 
     def info(self) -> dict:
         return {"executor": self.name, "device_class": self.device_class, "jobs": self.jobs,

@@ -44,7 +44,10 @@ def run_one(cell: Cell, backend_name: str, memo: Memo = MEMO) -> dict:
     """Run the backend on the cell and check it; exceptions become ``error`` records."""
     backend = registry.get(backend_name)
     record = base_record(cell, backend)
-    reason = backend.skip_reason(cell)
+    try:
+        reason = backend.skip_reason(cell)
+    except registry.HookError as exc:
+        return {**record, "status": "error", "reason": str(exc), "duration_s": 0.0}
     if reason is not None:
         return {**record, "status": "skip", "reason": reason, "duration_s": 0.0}
     family = families.get(cell.family)
@@ -59,7 +62,11 @@ def run_one(cell: Cell, backend_name: str, memo: Memo = MEMO) -> dict:
         return {**record, "status": "error", "reason": f"{type(exc).__name__}: {exc}",
                 "traceback": tb, "duration_s": time.perf_counter() - start}
     status, reason = result.status, result.reason
-    xfail = backend.xfail(cell)
+    try:
+        xfail = backend.hook("xfail", cell)
+    except registry.HookError as exc:
+        return {**record, "status": "error", "reason": f"{exc} (the check said {status}: {reason or 'no reason'})",
+                "duration_s": duration}
     if xfail is not None:
         status, reason = ("xfail", f"{xfail} ({reason})") if status == "fail" else ("xpass", f"expected to fail: {xfail}")
     worst = result.worst()

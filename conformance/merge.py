@@ -11,8 +11,8 @@ from pathlib import Path
 from conformance import fingerprint, records
 from conformance.counts import count
 from conformance.errors import RunStopped, UsageError
-from conformance.run_folder import make_out
-from conformance.selection import SELECTION_KEYS, parse_shard, selection_differences
+from conformance.run_folder import check_out, make_out
+from conformance.selection import SELECTION_KEYS, Selection, parse_shard, selection_differences
 
 
 def shard_runs(inputs: list[str]) -> list[tuple[str, dict, list[dict]]]:
@@ -59,8 +59,31 @@ def shard_runs(inputs: list[str]) -> list[tuple[str, dict, list[dict]]]:
             if k in seen:
                 raise UsageError(f"merge: {r['id']} on {r['backend']} is in both {seen[k]} and {src}")
             seen[k] = src
+    for src, info, recs in runs:
+        _agrees_with_run_json(src, info, recs)
     return runs
 
+
+
+def _agrees_with_run_json(src: str, info: dict, recs: list[dict]) -> None:
+    """A shard's records must be what its run.json says it ran: the counts it recorded, and only
+    pairs of its selection (cells of its tier, filter and shard; its backends)."""
+    recorded = {b: {s: n for s, n in c.items() if n} for b, c in (info.get("counts") or {}).items()}
+    found = {b: dict(c) for b, c in count(recs).items()}
+    if recorded != found:
+        raise UsageError(f"merge: {src}/cells.jsonl does not hold what its run.json counts "
+                         f"(run.json {recorded}, cells.jsonl {found}); the shard was edited or mixed")
+    sel = info["selection"]
+    try:
+        cells, backends = Selection(**{k: sel.get(k) for k in SELECTION_KEYS}
+                                    | {"backends": tuple(sel["backends"]) if sel.get("backends") else None}).resolve()
+    except UsageError as exc:
+        raise UsageError(f"merge: {src}/run.json holds a selection this kernel-lab cannot resolve: {exc}") from None
+    ids, names = {c.id for c in cells}, {b.name for b in backends}
+    for n, r in enumerate(recs, 1):
+        if r["id"] not in ids or r["backend"] not in names:
+            raise UsageError(f"merge: {src}/cells.jsonl:{n}: {r['id']} on {r['backend']} is outside the "
+                             f"shard's selection ({sel.get('tier')} tier, shard {sel.get('shard')})")
 
 
 @dataclass
@@ -73,6 +96,7 @@ class Merged:
 def merge(inputs: list[str], out: str | Path) -> Merged:
     """Write the records and a run.json of the shard folders ``inputs`` (checked by ``shard_runs``)
     into the new folder ``out``; on a write error nothing is left there (``RunStopped``)."""
+    check_out(out)
     runs = shard_runs(inputs)
     out_dir = Path(out)
     if (out_dir / "cells.jsonl").exists():

@@ -95,13 +95,14 @@ def extend(cells: list[Cell], model: str | None, path: str | None, family: str |
            shard: tuple[int, int] | None = None) -> list[Cell]:
     """``cells`` plus the model's cells not already in it, filtered like the tier's (family, op,
     regular expression on the id, shard K/N: model cell i goes to shard i mod N)."""
-    import re
+    from conformance import patterns
 
     if model is None and path is None:
         return cells
-    extra = [c for c in for_model(model, path)
-             if family in (None, c.family) and op in (None, c.op)
-             and (pattern is None or re.search(pattern, c.id))]
+    extra = [c for c in for_model(model, path) if family in (None, c.family) and op in (None, c.op)]
+    if pattern:
+        found = patterns.matching(pattern, [c.id for c in extra])
+        extra = [c for i, c in enumerate(extra) if i in found]
     if shard is not None:
         k, n = shard
         extra = extra[k - 1::n]

@@ -6,22 +6,26 @@ tolerance (atol, rtol, max_mismatch, rel_l2, source), quality (secondary errors,
 float32-state truth or the unquantized attention), duration_s, device (``cpu`` or ``cuda:N`` /
 ``hip:N``, the visible device the worker was pinned to), retried_from (the device whose worker
 died on this pair before it was retried, when it was), warnings (what the worker warned while
-running the pair). ``reason`` and ``traceback`` are cut to ``MAX_TEXT`` characters.
+running the pair), output (what it printed, kept out of the console). ``reason``, ``traceback``
+and ``output`` are cut to ``MAX_TEXT`` characters.
 """
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
+import stat
 from pathlib import Path
 from typing import Any, Iterable
 
+from conformance import schema
 from conformance.errors import UsageError
+from conformance.schema import STATUSES
 
-STATUSES = ("pass", "fail", "skip", "xfail", "xpass", "error", "crash")
 BAD_STATUSES = ("fail", "xpass", "error", "crash")
 MAX_TEXT = 2000
-_CLIPPED = ("reason", "traceback")
+_CLIPPED = ("reason", "traceback", "output")
 _MARKER_ROOM = 40  # " [... N more characters cut]"
 
 
@@ -58,12 +62,25 @@ def key(record: dict) -> tuple[str, str]:
 
 
 def _read_bytes(path: Path) -> bytes:
+    """The file's bytes; a folder, FIFO, socket or device is refused before it is opened (reading a
+    FIFO would wait for a writer forever)."""
     try:
+        mode = path.stat().st_mode
+        if stat.S_ISDIR(mode):
+            raise RecordsError(f"{path}: is a folder, expected a file")
+        if not stat.S_ISREG(mode):
+            raise RecordsError(f"{path}: is not a regular file (a FIFO, socket or device), expected a file")
         return path.read_bytes()
-    except IsADirectoryError:
-        raise RecordsError(f"{path}: is a folder, expected a file") from None
     except OSError as exc:
         raise RecordsError(f"{path}: cannot read ({exc.strerror or exc})") from None
+
+
+def _loads(text: str):
+    """json.loads; RecursionError (JSON nested thousands deep) becomes a JSONDecodeError."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise json.JSONDecodeError("nested too deeply", text, 0) from None
 
 
 def _read_text(path: Path) -> str:
@@ -99,13 +116,14 @@ def read_partial(path: str | os.PathLike) -> tuple[list[dict], str | None]:
         if not line.strip():
             continue
         try:
-            rec = json.loads(line)
+            rec = _loads(line)
         except json.JSONDecodeError as exc:
             raise RecordsError(f"{p}:{n}: not valid JSON ({exc.msg})") from None
-        if not isinstance(rec, dict) or "id" not in rec or "backend" not in rec or "status" not in rec:
-            raise RecordsError(f"{p}:{n}: not a cell record (needs id, backend, status)")
-        if rec["status"] not in STATUSES:
-            raise RecordsError(f"{p}:{n}: unknown status {rec['status']!r}")
+        if not isinstance(rec, dict):
+            raise RecordsError(f"{p}:{n}: not a cell record (a JSON object with id, backend, status)")
+        wrong = schema.problem(rec, schema.RECORD)
+        if wrong:
+            raise RecordsError(f"{p}:{n}: not a valid cell record ({wrong})")
         out.append(rec)
     return out, partial
 
@@ -132,37 +150,43 @@ def drop_partial_line(path: str | os.PathLike) -> str | None:
 
 
 def read_json(path: str | os.PathLike) -> dict:
-    """A run.json as a dict; RecordsError names the file when it is unreadable or not an object."""
+    """A run.json as a dict, checked against ``schema.RUN_INFO``; RecordsError names the file (and
+    the line or field) when it is unreadable, not an object or holds a field of the wrong type."""
     p = Path(path)
     if not p.exists():
         raise RecordsError(f"{p}: missing")
     try:
-        data = json.loads(_read_text(p))
+        data = _loads(_read_text(p))
     except json.JSONDecodeError as exc:
         raise RecordsError(f"{p}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
     if not isinstance(data, dict):
         raise RecordsError(f"{p}: not a JSON object")
+    wrong = schema.problem(data, schema.RUN_INFO)
+    if wrong:
+        raise RecordsError(f"{p}: not a valid run.json ({wrong})")
     return data
 
 
 class Writer:
-    """Appends records to cells.jsonl, flushing and fsyncing each one.
+    """Appends records to cells.jsonl, each with one unbuffered write, then fsync.
 
-    A failed write (disk full) cuts the file back to its last whole record and raises the OSError,
-    so the file never ends in half a line written by this writer."""
+    A failed or short write (disk full, a file-size limit) cuts the file back to its last whole
+    record and raises the OSError, so the file never ends in half a line written by this writer
+    (nothing is held in a buffer to be written later)."""
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
-        self._fh = open(self.path, "ab")
-        self._good = self._fh.tell()
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._good = os.lseek(self._fd, 0, os.SEEK_END)
 
     def write(self, record: dict) -> None:
         rec = {**record, **{k: clip(str(record[k])) for k in _CLIPPED if record.get(k) is not None}}
         line = (json.dumps(_clean(rec)) + "\n").encode("utf-8")
         try:
-            self._fh.write(line)
-            self._fh.flush()
-            os.fsync(self._fh.fileno())
+            done = os.write(self._fd, line)
+            if done != len(line):
+                raise OSError(errno.ENOSPC, f"short write ({done} of {len(line)} bytes)")
+            os.fsync(self._fd)
         except OSError:
             self._cut_back()
             raise
@@ -170,13 +194,12 @@ class Writer:
 
     def _cut_back(self) -> None:
         try:
-            self._fh.truncate(self._good)
-            self._fh.seek(self._good)
+            os.ftruncate(self._fd, self._good)
         except OSError:
             pass  # the resume drops a partial line
 
     def close(self) -> None:
-        self._fh.close()
+        os.close(self._fd)
 
 
 def write_all(path: str | os.PathLike, records: Iterable[dict]) -> None:
@@ -189,4 +212,15 @@ def write_all(path: str | os.PathLike, records: Iterable[dict]) -> None:
 
 
 def dump_json(path: str | os.PathLike, data: dict) -> None:
-    Path(path).write_text(json.dumps(_clean(data), indent=2) + "\n")
+    """Write ``path`` whole or not at all: a temporary file beside it, fsynced, renamed over it (a
+    full disk leaves the previous file as it was)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(json.dumps(_clean(data), indent=2) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)

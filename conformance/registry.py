@@ -42,6 +42,12 @@ class Backend:
                     ``seconds_per_cell + seconds_per_work * runner.cell_work(cell)``, refined from records.
     work_budget:    cells with more work (a number, or op -> number) skip unless asked for (``--no-budget``,
                     ``--filter``); set for the Triton interpreter, a hundred times slower than compiled code.
+    probe_call:     the probe also makes one tiny call of the kernels (``conformance.probe``): for stacks
+                    that import but may not run here (the Triton interpreter under a NumPy it breaks on).
+    probe_timeout_s: the probe's limit (available() and the tiny call) before it is killed.
+
+    ``supports`` and ``xfail`` that raise, or return something other than None or a string, make
+    the pair an ``error`` record naming the hook.
     """
 
     name: str
@@ -57,6 +63,8 @@ class Backend:
     seconds_per_cell: float = 0.05
     seconds_per_work: float = 1e-8
     work_budget: float | Mapping[str, float] | None = None
+    probe_call: bool = False
+    probe_timeout_s: float = 120.0
 
     def rounding_model(self, family: str) -> str:
         """The rounding model this backend is held to in ``family``."""
@@ -69,7 +77,22 @@ class Backend:
             return f"{self.name} does not implement the {cell.family} family"
         if cell.op not in ops:
             return f"{self.name} does not implement {cell.family}/{cell.op}"
-        return self.supports(cell)
+        return self.hook("supports", cell)
+
+    def hook(self, name: str, cell: Cell) -> str | None:
+        """``supports(cell)`` or ``xfail(cell)``: None or a reason; HookError when it raises or
+        answers something else."""
+        try:
+            answer = getattr(self, name)(cell)
+        except Exception as exc:
+            raise HookError(f"{self.name}: {name}() raised {type(exc).__name__}: {exc}") from exc
+        if answer is not None and not isinstance(answer, str):
+            raise HookError(f"{self.name}: {name}() returned {type(answer).__name__}, expected None or a reason")
+        return answer
+
+
+class HookError(Exception):
+    """A backend's ``supports`` or ``xfail`` raised or answered neither None nor a string."""
 
 
 _REGISTRY: dict[str, Backend] = {}
@@ -133,9 +156,13 @@ def get(name: str) -> Backend:
 
 
 def probe(backend: Backend) -> tuple[bool, str]:
-    """``backend.available()``, with an exception turned into 'unavailable' and its message."""
-    try:
-        ok, reason = backend.available()
-        return bool(ok), str(reason)
-    except Exception as exc:  # a probe must never take the run down
-        return False, f"probe raised {type(exc).__name__}: {exc}"
+    """Whether ``backend`` can run here, and why (``conformance.probe``: in a worker, with a time
+    limit; a hang, a crash or an exception is 'unavailable' with the reason)."""
+    return probe_all([backend])[backend.name]
+
+
+def probe_all(backends: list[Backend]) -> dict[str, tuple[bool, str]]:
+    """``probe`` of several backends (those sharing an environment share a worker)."""
+    from conformance.probe import probe_all as in_workers
+
+    return in_workers(list(backends))

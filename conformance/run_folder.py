@@ -2,7 +2,8 @@
 already there and the selection recorded in run.json) and the writing of run.json.
 
 A folder holds ``cells.jsonl`` (one record per pair), ``run.json`` and, while a run owns it,
-``.kernel-lab.lock`` naming the owner's pid and host.
+``.kernel-lab.lock`` naming the owner's pid and host and ``.kernel-lab.reserve``: space held back
+so that a run stopped by a full disk can still write run.json saying so.
 """
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from conformance.errors import RunStopped, UsageError
 from conformance.selection import selection_differences
 
 LOCK_NAME = ".kernel-lab.lock"
+RESERVE_NAME = ".kernel-lab.reserve"
+RESERVE_BYTES = 64 << 10   # run.json is written whole beside the old one before it replaces it
 
 
 def _pid_alive(pid: int) -> bool:
@@ -38,6 +41,11 @@ def acquire_lock(out_dir: Path, warn) -> Path:
         try:
             fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
+            if path.is_dir():
+                raise UsageError(f"{path}: is a folder, expected kernel-lab's lock file") from None
+            if path.exists() and not path.is_file():   # reading a FIFO would wait forever
+                raise UsageError(f"{path}: is not a regular file (a FIFO, socket or device), expected "
+                                 "kernel-lab's lock file") from None
             try:
                 owner = json.loads(path.read_text())
                 pid, owner_host = int(owner["pid"]), str(owner["host"])
@@ -75,8 +83,16 @@ def release_lock(path: Path) -> None:
         pass
 
 
+def check_out(out: str | os.PathLike) -> None:
+    """A usage error for an empty ``--out`` (it would mean the current folder)."""
+    if not str(out).strip():
+        raise UsageError("--out: empty; expected a folder path (use . for the current folder)")
+
+
 def make_out(out: str | os.PathLike) -> Path:
-    """``out`` as a writable folder (created if missing); a usage error otherwise."""
+    """``out`` as a writable folder (created if missing); a usage error otherwise (an empty ``out``
+    too: it would mean the current folder)."""
+    check_out(out)
     out_dir = Path(out)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -125,3 +141,21 @@ def write_run_json(path: Path, info: dict) -> None:
         raise RunStopped(f"{path}: cannot write ({exc.strerror or exc})") from None
 
 
+
+
+def hold_reserve(out_dir: Path) -> None:
+    """Hold ``RESERVE_BYTES`` of the folder's disk in a file (written, not sparse); a disk too
+    full for it is a RunStopped like any other write."""
+    path = out_dir / RESERVE_NAME
+    try:
+        with open(path, "wb") as fh:
+            fh.write(b"\0" * RESERVE_BYTES)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError as exc:
+        path.unlink(missing_ok=True)
+        raise RunStopped(f"{out_dir}: no room for a run ({exc.strerror or exc}): free space first") from None
+
+
+def free_reserve(out_dir: Path) -> None:
+    (out_dir / RESERVE_NAME).unlink(missing_ok=True)

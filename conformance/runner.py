@@ -23,7 +23,8 @@ from conformance.counts import count
 from conformance.errors import RunStopped, UsageError
 from conformance.estimate import Estimator, Progress, cell_work, hms, work_budget
 from conformance.inprocess import static_record
-from conformance.run_folder import acquire_lock, make_out, previous_records, release_lock, write_run_json
+from conformance.run_folder import (acquire_lock, free_reserve, hold_reserve, make_out, previous_records, release_lock,
+                                   write_run_json)
 from conformance.selection import Selection
 
 
@@ -89,7 +90,11 @@ def plan(cells: list[Cell], backends: list[registry.Backend], done: set, probes:
                 continue
             ok, why = probes[b.name]
             reason = None if ok else f"backend unavailable: {why}"
-            reason = reason or b.skip_reason(cell)
+            try:
+                reason = reason or b.skip_reason(cell)
+            except registry.HookError as exc:
+                statics.append(static_record(cell, b, "error", str(exc)))
+                continue
             work, limit = cell_work(cell), work_budget(cell, b)
             if reason is None and budget and limit is not None and work > limit:
                 reason = (f"over the interpreter work budget ({work:,} > {limit:,.0f} tokens*heads*dims); "
@@ -116,12 +121,14 @@ def _run_locked(selection, cells, backends, out_dir, executor, *, resume, timeou
             "timeout_s": timeout_s, "work_budget": budget, **executor.info(),
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     if old_info is not None:
-        info["previous_run"] = old_info
+        # its nodes' fingerprints stay in its own run.json's history only: run.json is read to a limited depth
+        info["previous_run"] = {k: v for k, v in old_info.items() if k != "nodes"}
     probes = executor.probes(backends)
     info["backends"] = {b.name: {"available": probes[b.name][0], "reason": probes[b.name][1],
                                  "ops": {family: list(ops) for family, ops in b.ops.items()}} for b in backends}
     info["rounding_models"] = {b.name: {family: b.rounding_model(family) for family in b.ops} for b in backends}
     write_run_json(run_path, info)
+    hold_reserve(out_dir)
 
     todo, statics = plan(cells, backends, done, probes, budget)
     pairs = [(c, b) for c, bks in todo for b in bks]
@@ -171,6 +178,7 @@ def _run_locked(selection, cells, backends, out_dir, executor, *, resume, timeou
     info.update(finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"), elapsed_s=round(elapsed, 2),
                 counts={k: dict(v) for k, v in counts.items()}, retired_devices=executor.retired,
                 duplicates_dropped=dropped)
+    free_reserve(out_dir)   # the room run.json needs on a full disk
     if stopped is not None:
         info["stopped"] = str(stopped)
         try:

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Mapping
 
-from conformance import families, model_cells, registry
+from conformance import families, model_cells, patterns, registry
 from conformance.cells import Cell
 from conformance.errors import UsageError
 from conformance.estimate import first_estimate
@@ -107,20 +107,14 @@ def select_cells(tier: str, family: str | None = None, op: str | None = None,
         known = {o for name, m in fams.items() if family in (None, name) for o in m.OPS}
         if op not in known:
             raise UsageError(f"unknown op {op!r}; known: {', '.join(sorted(known))}")
-    try:
-        regex = re.compile(pattern) if pattern else None
-    except re.error as exc:
-        raise UsageError(f"--filter {pattern!r} is not a valid regular expression: {exc}") from None
     cells = []
     for name, mod in fams.items():
         if family is not None and name != family:
             continue
-        for cell in mod.cells(tier):
-            if op is not None and cell.op != op:
-                continue
-            if regex is not None and not regex.search(cell.id):
-                continue
-            cells.append(cell)
+        cells += [cell for cell in mod.cells(tier) if op is None or cell.op == op]
+    if pattern:
+        found = patterns.matching(pattern, [c.id for c in cells])
+        cells = [c for i, c in enumerate(cells) if i in found]
     if shard is not None:
         k, n = shard
         cells = [c for i, c in enumerate(cells) if i % n == k - 1]

@@ -12,6 +12,8 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import signal
+import sys
+import tempfile
 import time
 import warnings
 from collections import Counter, deque
@@ -26,7 +28,10 @@ from conformance.inprocess import run_one, static_record
 MAX_WARNINGS = 20
 
 
-def _worker_main(conn) -> None:
+def _worker_main(conn, output: str) -> None:
+    fd = os.open(output, os.O_WRONLY | os.O_APPEND)
+    os.dup2(fd, 1)    # what the backend prints goes to the record, not the console
+    os.dup2(fd, 2)
     while True:
         try:
             msg = conn.recv()
@@ -35,9 +40,15 @@ def _worker_main(conn) -> None:
         if msg is None:
             return
         cell, backend_name = msg
+        os.ftruncate(fd, 0)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             record = run_one(cell, backend_name)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        printed = _printed(output)
+        if printed:
+            record["output"] = printed
         if caught:
             seen = Counter(f"{w.category.__name__}: {w.message} ({Path(w.filename).name}:{w.lineno})"
                            for w in caught)
@@ -46,17 +57,32 @@ def _worker_main(conn) -> None:
         conn.send(record)
 
 
+def _printed(path: str) -> str:
+    """What a worker printed while running its current pair (its start, cut to ``MAX_TEXT``)."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(4 * records.MAX_TEXT)
+            size = os.fstat(fh.fileno()).st_size
+    except OSError:
+        return ""
+    text = data.decode("utf-8", "replace")
+    return records.clip(text + ("" if size <= len(data) else f" [... {size - len(data)} more bytes printed]"))
+
+
 class Worker:
-    """One spawned worker process with ``env`` set, and the pipe to it."""
+    """One spawned worker process with ``env`` set, and the pipe to it; what it prints goes to the
+    file ``output`` (read into the pair's record), never to the console."""
 
     def __init__(self, env: dict[str, str]):
         ctx = mp.get_context("spawn")
         self.env = env
+        fd, self.output = tempfile.mkstemp(prefix="kernel-lab-worker-", suffix=".out")
+        os.close(fd)
         self.conn, child = ctx.Pipe()
         saved = {k: os.environ.get(k) for k in env}
         os.environ.update(env)
         try:
-            self.proc = ctx.Process(target=_worker_main, args=(child,), daemon=True)
+            self.proc = ctx.Process(target=_worker_main, args=(child, self.output), daemon=True)
             self.proc.start()
         finally:
             for k, v in saved.items():
@@ -76,11 +102,15 @@ class Worker:
                 return f"worker killed by signal {-code}"
         return f"worker exited with status {code}"
 
+    def printed(self) -> str:
+        return _printed(self.output)
+
     def kill(self) -> None:
         if self.proc.is_alive():
             self.proc.kill()
         self.proc.join(timeout=5)
         self.conn.close()
+        Path(self.output).unlink(missing_ok=True)
 
     def stop(self) -> None:
         try:
@@ -90,6 +120,7 @@ class Worker:
         self.proc.join(timeout=5)
         if self.proc.is_alive():
             self.proc.kill()
+        Path(self.output).unlink(missing_ok=True)
 
 
 @dataclass
@@ -199,9 +230,10 @@ class LocalPool:
         for slot in self.slots:
             if slot.current is not None and now - slot.started > self._limit(slot.current):
                 limit = self._limit(slot.current)
+                printed = slot.worker.printed()
                 self._finish(slot, {**static_record(slot.item.cell, slot.current, "crash",
                                                     f"timeout: no result after {limit:g} s"),
-                                    "duration_s": now - slot.started})
+                                    "duration_s": now - slot.started, **({"output": printed} if printed else {})})
                 slot.worker.kill()
                 slot.worker = Worker(dict(slot.worker.env))
                 self._start_next(slot)
@@ -277,6 +309,7 @@ class LocalPool:
         once elsewhere, or record a crash (and go on with a fresh worker)."""
         item, backend = slot.item, slot.current
         duration = time.monotonic() - slot.started
+        printed = slot.worker.printed()
         slot.worker.kill()
         first_fault = item.gpu and slot.device is not None and item.retried_from is None
         if first_fault and self._elsewhere(slot.device):
@@ -288,6 +321,7 @@ class LocalPool:
             return
         if item.retried_from is not None:   # it died on a second device too: the cell, not the device
             self.retired.pop(item.retried_from, None)
-        self._finish(slot, {**static_record(item.cell, backend, "crash", reason), "duration_s": duration})
+        self._finish(slot, {**static_record(item.cell, backend, "crash", reason), "duration_s": duration,
+                            **({"output": printed} if printed else {})})
         slot.worker = Worker(dict(slot.worker.env))
         self._start_next(slot)

@@ -53,8 +53,9 @@ def cmd_doctor(args) -> int:
     print("versions " + ", ".join(f"{k} {v}" for k, v in fp["versions"].items() if v))
     print(f"commit   {fp['git']['commit']}{' (dirty)' if fp['git']['dirty'] else ''}")
     print("backends")
+    probes = registry.probe_all(list(registry.backends().values()))
     for name, b in registry.backends().items():
-        ok, why = registry.probe(b)
+        ok, why = probes[name]
         fams = ", ".join(f"{f}: {' '.join(ops)}" for f, ops in b.ops.items())
         print(f"  {'yes' if ok else 'no ':3} {name:24} {why}")
         print(f"      {fams}")
@@ -92,9 +93,20 @@ def _selection(args) -> selection.Selection:
                                shard_by=args.shard_by, shard_from=source)
 
 
+JOBS_PER_CORE = 4
+
+
+def max_jobs() -> int:
+    """The most worker processes ``--jobs`` may ask for here: a few per usable core (workers of GPU
+    backends wait on their device), never below the number of visible devices."""
+    return max(JOBS_PER_CORE * len(os.sched_getaffinity(0)), len(fingerprint.devices().ids))
+
+
 def cmd_conform(args) -> int:
-    if args.jobs is not None and args.jobs < 1:
-        raise UsageError(f"--jobs {args.jobs}: expected a positive number of worker processes")
+    most = max_jobs()
+    if args.jobs is not None and not 1 <= args.jobs <= most:
+        raise UsageError(f"--jobs {args.jobs}: expected 1 to {most} worker processes on this machine "
+                         f"({JOBS_PER_CORE} per usable CPU core)")
     if args.timeout is not None and not args.timeout > 0:
         raise UsageError(f"--timeout {args.timeout}: expected a positive number of seconds")
     sel = _selection(args)
@@ -151,7 +163,7 @@ def cmd_merge(args) -> int:
     result = merge.merge(args.inputs, args.out)
     print(counts.summary_table(result.counts))
     print(f"merged {result.records} records from {len(args.inputs)} shards into {result.out_dir}")
-    return 0
+    return 1 if any(c[s] for c in result.counts.values() for s in records.BAD_STATUSES) else 0
 
 
 def cmd_report(args) -> int:
@@ -166,6 +178,21 @@ def cmd_report(args) -> int:
     print(f"report: {w.index.resolve()} ({w.index.stat().st_size / 1e6:.2f} MB, {w.records} records)\n"
           f"junit:  {w.junit}\nsummary: {w.summary}")
     return 0
+
+
+def output_file(option: str, text: str) -> Path:
+    """``text`` as a file to write (its folder created), checked before any work: UsageError naming
+    ``option`` for an empty path, a folder, a FIFO or device, or a folder that cannot be made."""
+    if not text.strip():
+        raise UsageError(f"{option}: empty; expected a file path")
+    path = Path(text)
+    if path.exists() and not path.is_file():
+        raise UsageError(f"{option} {text}: exists and is not a regular file")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"{option} {text}: cannot create its folder ({exc.strerror or exc})") from None
+    return path
 
 
 def cmd_audit_tolerances(args) -> int:
@@ -184,10 +211,16 @@ def cmd_audit_tolerances(args) -> int:
 
 def cmd_study(args) -> int:
     study = args.study_module
+    out = output_file("--out", args.out if args.out is not None else f"reports/out/study-{study.NAME}.json")
+    try:
+        study.check(args)
+    except ValueError as exc:
+        raise UsageError(f"study {study.NAME}: {exc}") from None
     result = study.run(args)
-    out = Path(args.out) if args.out else Path("reports/out") / f"study-{study.NAME}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    records.dump_json(out, result)
+    try:
+        records.dump_json(out, result)
+    except OSError as exc:
+        raise UsageError(f"--out {out}: cannot write ({exc.strerror or exc})") from None
     print(study.summarize(result))
     print(f"json: {out}")
     return 0

@@ -2,7 +2,7 @@
 
 Preference, fastest first (H200 measurements in reports/baselines/h200/README.md):
 ``triton-sm90`` (Gluon, operands in registers; NVIDIA compute capability 9.0, SoA turboquant_4bit_nc, bfloat16
-queries), ``flydsl-gfx950`` (AMD gfx950, SoA turboquant_4bit_nc, D=128, block 16/32, G in {6, 8, 16}, no sinks,
+or float16 queries), ``flydsl-gfx950`` (AMD gfx950, SoA turboquant_4bit_nc, D=128, block 16/32, G in {6, 8, 16}, no sinks,
 bfloat16 queries),
 ``triton-grouped`` (portable grouped decode, SoA turboquant_4bit_nc), ``triton-split`` (portable, every
 preset and layout). ``decode(..., kernel="auto")`` runs the first that serves the request; naming a kernel

@@ -39,7 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from planner.model_configs import GdnDims, ModelConfig, check_tp, parse_config
+from planner.model_configs import MAX_SPEC_TOKENS, GdnDims, ModelConfig, check_tp, parse_config
 from planner.state_dtype_policy import PLATFORMS, StateDtypeDecision, decide_state_dtype
 
 BLOCK_ALIGNMENT = {"cpu": 128, "gpu": 16}
@@ -84,8 +84,9 @@ def state_page(model: ModelConfig, tp: int, state_dtype: str, conv_dtype: str,
                spec_tokens: int = 0) -> StatePage:
     """The state page of one recurrent layer (see the module docstring for the shapes)."""
     model.check_recurrent_tp(tp)
-    if isinstance(spec_tokens, bool) or not isinstance(spec_tokens, int) or spec_tokens < 0:
-        raise ValueError(f"spec_tokens={spec_tokens!r}: expected a non-negative integer")
+    if isinstance(spec_tokens, bool) or not isinstance(spec_tokens, int) or not 0 <= spec_tokens <= MAX_SPEC_TOKENS:
+        raise ValueError(f"spec_tokens={spec_tokens!r}: expected an integer in [0, {MAX_SPEC_TOKENS}] "
+                         "(speculative tokens per step; real configs use a handful)")
     for name, dtype in (("state dtype", state_dtype), ("conv dtype", conv_dtype)):
         if dtype not in ("float32", "bfloat16", "float16"):
             raise ValueError(f"{name}={dtype!r}: expected float32, bfloat16 or float16")

@@ -115,12 +115,24 @@ def check_tp(tp: object) -> int:
     return tp
 
 
+# Sizes far past any released model: a config beyond them is a typo or a unit mix-up, refused
+# with the limit named (the largest shipped values: head dims 256, conv width 4, 64 value heads).
+LIMITS = {"head_dim": 1024, "linear_key_head_dim": 1024, "linear_value_head_dim": 1024, "mamba_head_dim": 1024,
+          "ssm_state_size": 1024, "linear_conv_kernel_dim": 64, "conv_kernel": 64,
+          "num_key_value_heads": 4096, "linear_num_key_heads": 4096, "linear_num_value_heads": 4096,
+          "mamba_num_heads": 4096, "n_groups": 4096, "num_hidden_layers": 4096, "full_attention_interval": 4096}
+MAX_SPEC_TOKENS = 256
+
+
 def _int_field(fields: Mapping, key: str) -> int:
     if key not in fields:
         raise ValueError(f"config is missing field {key!r}")
     value = fields[key]
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"config field {key!r}={value!r}: expected a positive integer")
+    if key in LIMITS and value > LIMITS[key]:
+        raise ValueError(f"config field {key!r}={value}: expected at most {LIMITS[key]} (no model has more; "
+                         "a typo or another unit?)")
     return value
 
 
@@ -140,7 +152,12 @@ def _layer_types(fields: Mapping) -> tuple[str, ...]:
     if "layer_types" in fields:
         kinds = fields["layer_types"]
         if not isinstance(kinds, list) or not kinds:
-            raise ValueError(f"config field 'layer_types'={kinds!r}: expected a non-empty list")
+            raise ValueError(f"config field 'layer_types'={str(kinds)[:60]}: expected a non-empty list of "
+                             f"layer kinds ({', '.join(LAYER_KINDS)})")
+        wrong = next((i for i, k in enumerate(kinds) if not isinstance(k, str)), None)
+        if wrong is not None:
+            raise ValueError(f"config field 'layer_types': entry {wrong} is {str(kinds[wrong])[:40]}, "
+                             f"not a layer kind (expected one of {', '.join(LAYER_KINDS)})")
     elif "hybrid_override_pattern" in fields:
         pattern = fields["hybrid_override_pattern"]
         bad = sorted(set(str(pattern)) - set(_PATTERN_KINDS))
@@ -214,14 +231,20 @@ def model_names() -> tuple[str, ...]:
 def read_config(path: str | Path) -> dict:
     """Read a ``config.json`` file; a missing or malformed file is a ValueError naming it."""
     path = Path(path)
+    if path.exists() and not path.is_file():
+        raise ValueError(f"config {path}: not a regular file")
     try:
-        text = path.read_text()
+        text = path.read_bytes().decode("utf-8")
     except OSError as exc:
         raise ValueError(f"cannot read config {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"config {path} is not UTF-8 text (byte {exc.start})") from None
     try:
         config = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ValueError(f"config {path} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
+    except RecursionError:
+        raise ValueError(f"config {path} is not valid JSON: nested too deeply") from None
     if not isinstance(config, dict):
         raise ValueError(f"config {path}: expected a JSON object")
     return config

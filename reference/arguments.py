@@ -13,6 +13,13 @@ def array(name: str, x) -> None:
         raise TypeError(f"{name}: expected an array, got {type(x).__name__}")
 
 
+def in_place(name: str, x, what: str) -> None:
+    """ValueError naming the argument when ``x`` is a read-only NumPy array (``what``: why it is
+    written), before any work is done."""
+    if isinstance(x, np.ndarray) and not x.flags.writeable:
+        raise ValueError(f"{name}: the NumPy array is read-only; {what}")
+
+
 def indices(name: str, x) -> np.ndarray:
     """A Python list or tuple of integers (an index sequence) as an int32 NumPy array; anything
     else is returned unchanged. TypeError/ValueError naming the argument for non-integers, ragged

@@ -16,6 +16,18 @@ class Written:
     problems: list[str]
 
 
+def _write(path: Path, text: str) -> Path:
+    """Write ``text`` as UTF-8 (a lone surrogate, valid in JSON but not in UTF-8, as a visible
+    escape); ValueError names --out when the target is not a regular file or cannot be written."""
+    if path.exists() and not path.is_file():
+        raise ValueError(f"--out {path.parent}: {path.name} exists and is not a regular file")
+    try:
+        path.write_text(text, encoding="utf-8", errors="backslashreplace")
+    except OSError as exc:
+        raise ValueError(f"--out {path.parent}: cannot write {path.name} ({exc.strerror or exc})") from None
+    return path
+
+
 def write(run_dirs: list[str], out: str | None = None, perf_paths: list[str] | None = None,
           baseline: str | None = None, study_paths: list[str] | None = None) -> Written:
     """Read the runs (tolerantly), write the three files into ``out`` (default: the first run
@@ -38,16 +50,15 @@ def write(run_dirs: list[str], out: str | None = None, perf_paths: list[str] | N
         changes = {"records": diff.records_diff([r for run in runs for r in run.records], base.records),
                    "perf": diff.perf_diff(perf_rows, perf.load(base_perf).benchmarks)
                    if perfs and base_perf.exists() else None}
-    out_dir = Path(out) if out else runs[0].path
+    if out is not None and not out.strip():
+        raise ValueError("--out: empty; expected a folder path (leave --out out for the first RUN_DIR)")
+    out_dir = Path(out) if out is not None else runs[0].path
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ValueError(f"--out {out_dir}: cannot create ({exc.strerror or exc})") from None
-    index = out_dir / "index.html"
-    index.write_text(html.render(runs, perfs, study_items, study_problems, changes, base), encoding="utf-8")
-    junit_path = out_dir / "junit.xml"
-    junit.write(runs, junit_path)
-    summary = out_dir / "summary.md"
-    summary.write_text("\n\n".join(markdown.render(r) for r in runs) + "\n", encoding="utf-8")
+    index = _write(out_dir / "index.html", html.render(runs, perfs, study_items, study_problems, changes, base))
+    junit_path = _write(out_dir / "junit.xml", junit.text(runs))
+    summary = _write(out_dir / "summary.md", "\n\n".join(markdown.render(r) for r in runs) + "\n")
     return Written(index, junit_path, summary, sum(len(r.records) for r in runs),
                    [f"{r.name}: {p}" for r in runs for p in r.problems])

@@ -5,6 +5,7 @@ opens from a file:// URL on a machine with no network.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections import Counter
 from pathlib import Path
@@ -24,8 +25,20 @@ def _env() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
                              undefined=jinja2.ChainableUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters["g"] = lambda x, p=3: "" if x is None else (f"{x:.{p}g}" if isinstance(x, (int, float)) else str(x))
-    env.filters["tojson_script"] = lambda x: Markup(json.dumps(x, separators=(",", ":")).replace("</", "<\\/"))
+    env.filters["tojson_script"] = lambda x: Markup(script_json(x))
     return env
+
+
+# Inside <script> the HTML parser reacts to "<!--", "<script" and "</script" (any case); JSON
+# strings may spell "<", ">" and "&" as \u escapes, so none of them reaches the parser.
+_SCRIPT_UNSAFE = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"}
+
+
+def script_json(data) -> str:
+    """``data`` as JSON safe to inline in a ``<script type="application/json">`` element: ASCII
+    only (json.dumps' default), with ``<``, ``>`` and ``&`` as ``\\uXXXX`` escapes."""
+    text = json.dumps(data, separators=(",", ":"))
+    return re.sub("[<>&]", lambda m: _SCRIPT_UNSAFE[m.group()], text)
 
 
 def run_header(run: Run) -> dict:

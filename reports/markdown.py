@@ -1,12 +1,40 @@
-"""A Markdown summary of a run folder (cells.jsonl + run.json), read tolerantly by reports.load."""
+"""A Markdown summary of a run folder (cells.jsonl + run.json), read tolerantly by reports.load.
+
+Every text taken from a run folder goes through ``text`` (or ``code`` for ids): it stays one line of
+plain text, so a record cannot add markup, HTML, links or table columns to the summary.
+"""
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
 
 from conformance import records
 from reports.load import Run
 
 MAX_LISTED = 50
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+_MARKUP = re.compile(r"[\\`*_\[\]<>|~&]")
+_ENTITY = {"<": "&lt;", ">": "&gt;", "&": "&amp;"}
+
+
+def _one_line(value) -> str:
+    """``str(value)`` with tabs and line breaks as spaces, other control characters spelled out."""
+    return _CONTROL.sub(lambda m: " " if m.group() in "\t\n\r" else ascii(m.group())[1:-1], str(value))
+
+
+def text(value) -> str:
+    """Plain text for Markdown (and the HTML it may carry): markup characters backslash-escaped,
+    ``<``, ``>`` and ``&`` as entities, one line."""
+    return _MARKUP.sub(lambda m: _ENTITY.get(m.group()) or "\\" + m.group(), _one_line(value))
+
+
+def code(value) -> str:
+    """A code span holding ``value`` literally: fenced by one more backtick than its longest run,
+    ``|`` escaped for tables, one line."""
+    body = _one_line(value).replace("|", "\\|")
+    fence = "`" * (max((len(r) for r in re.findall("`+", body)), default=0) + 1)
+    pad = " " if body.startswith("`") or body.endswith("`") else ""
+    return f"{fence}{pad}{body}{pad}{fence}"
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
@@ -38,28 +66,29 @@ def _activation_section(recs: list[dict], implemented: dict) -> list[str]:
     if len(acts) < 2:
         return []
     backends = sorted({b for b, _ in ran})
-    rows = [[b, *(f"{ran[b, a]['ran']}/{sum(ran[b, a].values())}" if (b, a) in ran else "" for a in acts)]
+    rows = [[text(b), *(f"{ran[b, a]['ran']}/{sum(ran[b, a].values())}" if (b, a) in ran else "" for a in acts)]
             for b in backends]
-    never = [f"- **{b}**, {a}: {why[b, a]}" for b in backends for a in acts
+    never = [f"- **{text(b)}**, {text(a)}: {text(why[b, a])}" for b in backends for a in acts
              if (b, a) in ran and ran[b, a]["ran"] == 0 and (b, a) in why]
     return (["## Per activation dtype and backend (cells run / cells of the ops it implements)", "",
-             _table(["backend", *acts], rows), ""] + (never + [""] if never else []))
+             _table(["backend", *map(text, acts)], rows), ""] + (never + [""] if never else []))
 
 
 def render(run: Run) -> str:
     recs, info = run.records, run.info
-    out = [f"# kernel-lab conformance: {run.path}", ""]
+    out = [f"# kernel-lab conformance: {text(run.path)}", ""]
     if run.problems:
-        out += ["**Incomplete run:**", ""] + [f"- {p}" for p in run.problems] + [""]
+        out += ["**Incomplete run:**", ""] + [f"- {text(p)}" for p in run.problems] + [""]
     cpu = info.get("cpu", {})
     if cpu:
         gpus = ", ".join(g.get("name", "?") for g in info.get("gpus", [])) or "none"
-        out += [f"- CPU: {cpu.get('model')} ({cpu.get('cores')} cores), flags: {' '.join(cpu.get('flags', []))}",
-                f"- GPUs: {gpus}",
-                f"- commit: {info.get('git', {}).get('commit')}"
+        out += [f"- CPU: {text(cpu.get('model'))} ({text(cpu.get('cores'))} cores), "
+                f"flags: {text(' '.join(cpu.get('flags', [])))}",
+                f"- GPUs: {text(gpus)}",
+                f"- commit: {text(info.get('git', {}).get('commit'))}"
                 f"{' (dirty)' if info.get('git', {}).get('dirty') else ''}",
-                f"- command: {' '.join(info.get('command', []))}",
-                f"- elapsed: {info.get('elapsed_s', '?')} s", ""]
+                f"- command: {code(' '.join(info.get('command', [])))}",
+                f"- elapsed: {text(info.get('elapsed_s', '?'))} s", ""]
     by_backend: dict[str, Counter] = defaultdict(Counter)
     by_op: dict[tuple, Counter] = defaultdict(Counter)
     implemented = {n: b.get("ops") for n, b in info.get("backends", {}).items()}
@@ -71,20 +100,22 @@ def render(run: Run) -> str:
     cols = list(records.STATUSES)
     out += ["## Per backend", "",
             _table(["backend", *cols, "total"],
-                   [[b, *(str(c.get(s, 0)) for s in cols), str(sum(c.values()))]
+                   [[text(b), *(str(c.get(s, 0)) for s in cols), str(sum(c.values()))]
                     for b, c in sorted(by_backend.items())]), ""]
     out += ["## Per family, op and backend (backends that implement the op)", "",
             _table(["family", "op", "backend", *cols],
-                   [[f, o, b, *(str(c.get(s, 0)) for s in cols)] for (f, o, b), c in sorted(by_op.items())]), ""]
+                   [[text(f), text(o), text(b), *(str(c.get(s, 0)) for s in cols)]
+                    for (f, o, b), c in sorted(by_op.items())]), ""]
     out += _activation_section(recs, implemented)
     unavailable = run.unavailable()
     if unavailable:
-        out += ["## Unavailable backends", ""] + [f"- **{n}**: {why}" for n, why in sorted(unavailable.items())] + [""]
+        out += ["## Unavailable backends", ""] + [f"- **{text(n)}**: {text(why)}"
+                                                  for n, why in sorted(unavailable.items())] + [""]
     bad = [r for r in recs if r["status"] in records.BAD_STATUSES]
     if bad:
         out += [f"## Failures ({len(bad)})", "",
                 _table(["status", "backend", "cell", "reason"],
-                       [[r["status"], r["backend"], f"`{r['id']}`", r.get("reason", "").replace("|", "/")[:300]]
+                       [[r["status"], text(r["backend"]), code(r["id"]), text((r.get("reason") or "")[:300])]
                         for r in bad[:MAX_LISTED]]), ""]
         if len(bad) > MAX_LISTED:
             out.append(f"... and {len(bad) - MAX_LISTED} more in cells.jsonl\n")
@@ -94,7 +125,7 @@ def render(run: Run) -> str:
                          key=lambda r: -float(r["metrics"].get("margin", 0) or 0))[:10]
         out += ["## Closest to the tolerance (passing cells, largest err/tol margin)", "",
                 _table(["backend", "cell", "margin", "max_abs", "rel_l2", "tolerance source"],
-                       [[r["backend"], f"`{r['id']}`", _fmt(r["metrics"].get("margin")),
-                         _fmt(r["metrics"].get("max_abs")), _fmt(r["metrics"].get("rel_l2")),
-                         (r.get("tolerance") or {}).get("source", "")[:120]] for r in closest]), ""]
+                       [[text(r["backend"]), code(r["id"]), text(_fmt(r["metrics"].get("margin"))),
+                         text(_fmt(r["metrics"].get("max_abs"))), text(_fmt(r["metrics"].get("rel_l2"))),
+                         text((r.get("tolerance") or {}).get("source", "")[:120])] for r in closest]), ""]
     return "\n".join(out)

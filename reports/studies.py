@@ -29,7 +29,8 @@ def find(run_dirs: list[Path], explicit: list[str] | None) -> list[Path]:
     for d in run_dirs:
         for folder in (d, d.resolve().parent):
             for p in sorted(folder.glob("study-*.json")):
-                seen.setdefault(p.resolve(), None)
+                if p.is_file():  # never open a FIFO or a folder of that name
+                    seen.setdefault(p.resolve(), None)
     return list(seen)
 
 

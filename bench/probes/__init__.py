@@ -5,8 +5,17 @@ that does its work only when run, writing the file committed under reports/basel
 - ``decode_floor_standalone``: streaming kernels with no arithmetic over the same cache ->
   ``tq_decode_floor_standalone.json``;
 - ``decode_ncu_target``: the process ncu profiles for ``tq_decode_ncu.txt`` (command in its docstring);
-- ``sm90_decode``: the sm_90 Gluon decode's configurations beside the registry's bench, its errors
-  at small shapes and the parts of its step -> ``tq_decode_sm90.json``;
+- ``sm90_decode``: the sm_90 Gluon decode's configurations (and, optionally, an earlier version) beside
+  the registry's bench, the gates of that run, errors at a small shape and the parts of its step ->
+  ``tq_decode_sm90.json``, ``perf.json``, ``gates.json``;
+- ``sm90_variants``: configurations of the sm_90 decode as conformance backends (loaded through
+  ``KERNEL_LAB_BACKEND_MODULES``), and the float16 twins of cells;
+- ``sm90_fp16_twins``: the float16 twins of the full tier's sm_90 cells in the runner's workers ->
+  ``sm90_fp16_twins_cells.jsonl``;
+- ``sm90_numerics``: the sm_90 decode's roundings emulated in NumPy and judged by the act-mma check -> printed;
+- ``copy_ceiling``: device copies four ways (torch ``copy_`` and the Triton copy kernel, eager and
+  captured) at the bench's sizes, or the copy kernel's configurations -> ``copy_ceiling.json``,
+  ``copy_ceiling_variants.json``;
 - ``sm90_ncu_target``: the process ncu profiles for ``tq_decode_sm90_ncu.txt`` (command in its docstring);
 - ``operand_path_sm90``: bytes through shared memory per loop iteration, from sm_90 SASS compiled
   on any machine -> printed (``loop_shared_bytes`` is reusable);

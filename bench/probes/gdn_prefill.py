@@ -7,8 +7,11 @@ batches 1 x 8192 and 4 x 2048 tokens. Ours and the peer (vLLM's
 ``torch.ops._C.chunk_gated_delta_rule_cpu``, loaded from the ``_C`` library given by ``--vllm-lib``)
 run on the same inputs, called in turn (A B A B ...) so that both see the same machine load; each
 updates its own copy of the state pool in place. Reported: min / median / max ms, the ratio of the
-minimums and of the medians, TFLOP/s against the AMX bf16 tile peak measured in the same run (when
-the CPU has AMX), and our 1 -> 2 thread scaling.
+minimums and of the medians, TFLOP/s against two AMX ceilings measured in the same run (when the
+CPU has AMX): the square-tile peak (register-resident tdpbf16ps) and the kernel's own GEMM at the
+shape of its tile products (``optimized.cpu.ceilings.GEMM_SHAPE``, operands in cache), each on the
+run's threads and on one thread (one physical core's AMX unit: SMT siblings share it; the
+physical cores of this process are printed), and our 1 -> 2 thread scaling.
 FLOP model per 64-token chunk and value head (the GEMMs): 6C^2K + 4C^2V + 6CKV.
 """
 from __future__ import annotations
@@ -19,8 +22,11 @@ import sys
 
 import numpy as np
 
-from bench.gdn_cpu import BF16, HEADS, chunked_inputs
+from bench.gdn_cpu import HEADS, chunked_inputs
 from bench.timing import interleaved
+from conformance.numerics import ACTIVATIONS
+
+BF16 = ACTIVATIONS["bfloat16"]
 
 C = 64
 H, HV, K, V = (HEADS[n] for n in ("H", "HV", "K", "V"))
@@ -37,7 +43,7 @@ def prefill_flops(N: int, L: int) -> float:
 def prefill_inputs(N: int, L: int, state_dtype: str) -> dict:
     """The registry's chunked-prefill inputs (bench.gdn_cpu.chunked_inputs): ``args`` and a zero
     state pool of ``state_dtype``, for N sequences of L tokens."""
-    return chunked_inputs(dict(lens=[L] * N, **HEADS, state_dtype=state_dtype))
+    return chunked_inputs(dict(lens=[L] * N, **HEADS, state_dtype=state_dtype, act="bfloat16"))
 
 
 def ours(args: dict, pool: np.ndarray, threads: int, isa: str = "auto", out: np.ndarray | None = None):
@@ -66,6 +72,26 @@ def vllm_peer(args: dict, pool: np.ndarray, threads: int):
     return run
 
 
+def amx_ceilings(threads: int) -> dict:
+    """TFLOP/s of the tile peak and of the kernel's GEMM at GEMM_SHAPE, on one thread (one physical
+    core's AMX unit) and on ``threads``, each the best of 5 calls after a warm-up call (an idle AMX
+    unit starts slow); ``amx_units``: the ratio of the two tile peaks, the AMX units the threads
+    really had (a VM may put two vCPUs on one physical core without saying so)."""
+    from optimized.cpu import ceilings
+
+    out = {"physical_cores": ceilings.physical_cores(), "gemm_shape": list(ceilings.GEMM_SHAPE)}
+    for n in sorted({1, threads}):
+        peak = ceilings.amx_tile_peak(n)
+        gemm = ceilings.amx_gemm(*ceilings.GEMM_SHAPE, n)
+        peak(), gemm()
+        out[f"tile_peak_TFLOPs_{n}t"] = max(ceilings.AMX_PEAK_ITERS * ceilings.AMX_FLOPS_PER_ITER * n / peak()
+                                            for _ in range(5)) / 1e12
+        out[f"gemm_TFLOPs_{n}t"] = max(ceilings.gemm_flops(*ceilings.GEMM_SHAPE, n) / gemm()
+                                       for _ in range(5)) / 1e12
+    out["amx_units"] = out[f"tile_peak_TFLOPs_{threads}t"] / out["tile_peak_TFLOPs_1t"]
+    return out
+
+
 def summary(t: np.ndarray) -> dict:
     return {"min": float(t.min()) * 1e3, "median": float(np.median(t)) * 1e3, "max": float(t.max()) * 1e3,
             "n": int(t.size)}
@@ -90,10 +116,12 @@ def main(argv=None) -> int:
         import torch
         torch.ops.load_library(args.vllm_lib)
     amx_ok, amx_why = cpu.isa_status()["amx"]
-    peak = cpu.amx_tile_peak_flops(200_000, args.threads) if amx_ok else None
+    amx = amx_ceilings(args.threads) if amx_ok else None
+    peak = amx[f"tile_peak_TFLOPs_{args.threads}t"] * 1e12 if amx else None
+    gemm = amx[f"gemm_TFLOPs_{args.threads}t"] * 1e12 if amx else None
     rows = []
     print(f"{'batch':>7} {'state':>9} {'ours min/med/max ms':>22} {'vllm min/med/max ms':>22} "
-          f"{'ratio min':>9} {'ratio med':>9} {'TFLOP/s':>8} {'of peak':>8}")
+          f"{'ratio min':>9} {'ratio med':>9} {'TFLOP/s':>8} {'of peak':>8} {'of gemm':>8}")
     for batch in args.batches:
         N, L = BATCHES[batch]
         for sname in args.states:
@@ -109,7 +137,9 @@ def main(argv=None) -> int:
                        **{name: summary(t) for name, t in times.items()})
             tflops = prefill_flops(N, L) / (row["ours"]["min"] * 1e-3) / 1e12
             row.update(TFLOPs=tflops, amx_peak_TFLOPs=peak / 1e12 if peak else None,
-                       frac_amx_peak=tflops * 1e12 / peak if peak else None)
+                       frac_amx_peak=tflops * 1e12 / peak if peak else None,
+                       amx_gemm_TFLOPs=gemm / 1e12 if gemm else None,
+                       frac_amx_gemm=tflops * 1e12 / gemm if gemm else None)
             line = f"{batch:>7} {sname:>9} " + "{min:6.1f} {median:6.1f} {max:6.1f}".format(**row["ours"]).rjust(22)
             if "vllm" in row:
                 row["ratio_min"] = row["ours"]["min"] / row["vllm"]["min"]
@@ -118,13 +148,18 @@ def main(argv=None) -> int:
                 line += f" {row['ratio_min']:9.3f} {row['ratio_median']:9.3f}"
             else:
                 line += " " + "-".rjust(22) + " " * 20
-            line += f" {tflops:8.3f} " + (f"{row['frac_amx_peak']:8.1%}" if peak else "   no AMX")
+            line += f" {tflops:8.3f} " + (f"{row['frac_amx_peak']:8.1%} {row['frac_amx_gemm']:8.1%}" if peak
+                                          else "   no AMX")
             if "ours_out_reused" in row:
                 line += "  out reused: {min:6.1f} {median:6.1f} {max:6.1f}".format(**row["ours_out_reused"])
             rows.append(row)
             print(line, flush=True)
-    if peak:
-        print(f"AMX bf16 tile peak, {args.threads} threads: {peak / 1e12:.3f} TFLOP/s")
+    if amx:
+        print(f"AMX ceilings, TFLOP/s ({amx['physical_cores']} physical cores for this process, "
+              f"{amx['amx_units']:.2f} AMX units' worth on {args.threads} threads): tile peak "
+              f"{amx['tile_peak_TFLOPs_1t']:.3f} on 1 thread (per physical core), {peak / 1e12:.3f} on "
+              f"{args.threads}; GEMM {'x'.join(map(str, amx['gemm_shape']))} {amx['gemm_TFLOPs_1t']:.3f} on 1 thread, "
+              f"{gemm / 1e12:.3f} on {args.threads}")
     else:
         print(f"AMX peak not measured: {amx_why}")
     if args.scaling:
@@ -138,7 +173,7 @@ def main(argv=None) -> int:
               f"{s[1]['min']:.1f} -> {s[args.threads]['min']:.1f} ms = {scaling:.2f}x")
     if args.out:
         with open(args.out, "w") as f:
-            json.dump(dict(rows=rows, amx=[amx_ok, amx_why]), f, indent=1)
+            json.dump(dict(rows=rows, amx=[amx_ok, amx_why], amx_ceilings=amx), f, indent=1)
     return 0
 
 

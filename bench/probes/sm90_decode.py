@@ -1,49 +1,72 @@
 """The sm_90 Gluon decode (``tq_decode_sm90``) in configurations beside the registry's
 ``turboquant/decode`` bench (its default ``triton-sm90``, the portable grouped decode, SDPA, the
-ceilings), in the same run: BLOCK_N 16 and 32 with 8, 16 and 32 splits, registered for this run only.
-Before timing, the largest error of each against the exact (fp32) grouped decode at small shapes (G 1,
-4, 6, 8, 16; blocks 16, 32, 64; D 64, 128, 256; sinks); after it, the parts of one step timed alone
-(query rotation, kernel, reduce). Writes ``tq_decode_sm90.json`` (the perf-JSON records plus
-``checks`` and ``parts``): ``python -m bench.probes.sm90_decode --out DIR`` (on an sm_90 GPU).
+ceilings), in the same run, registered for this run only: register prefetch (stages 1) and cp.async rings
+(stages 3 and 4), BLOCK_N 16 and 32, split counts, float16 value codes as integers, and, with
+``--previous FILE``, an earlier version of the kernel's module (its default configuration, bfloat16).
+Before timing, the largest error of each configuration against the exact (fp32) grouped decode at a
+small shape with the bench's kernel constants (so the timing reuses the compiled kernels), bfloat16 and
+float16; after it, the parts of the default's step timed alone (query rotation, kernel, reduce). Writes
+``tq_decode_sm90.json`` (the perf-JSON records, the gates of this run, ``checks`` and ``parts``):
+``python -m bench.probes.sm90_decode --out DIR [--previous FILE]`` (on an sm_90 GPU).
 """
 from __future__ import annotations
 
+import argparse
+import importlib.util
 import sys
+from pathlib import Path
 
-CONFIGS = {f"sm90-n{n}-s{s}": dict(block_n=n, num_kv_splits=s) for n in (16, 32) for s in (8, 16, 32)}
-PART_CONFIGS = ((16, 8), (16, 16), (32, 8))  # (BLOCK_N, splits) of the parts
-SMALL = ((3, 2, 8, 128, 300, 16, False), (3, 2, 8, 128, 300, 16, True), (2, 2, 16, 128, 257, 32, False),
-         (2, 4, 6, 128, 100, 16, True), (2, 8, 1, 128, 77, 64, False), (2, 2, 4, 64, 130, 16, False),
-         (2, 2, 8, 256, 99, 16, False))  # B, Hk, G, D, longest sequence, block size, sinks
+# name -> decode_sm90 options (None: the previous version's module)
+CONFIGS = {"sm90-r1-n16": dict(stages=1), "sm90-r3-n16": dict(stages=3), "sm90-r1-n32": dict(stages=1, block_n=32),
+           "sm90-r3-n32": dict(stages=3, block_n=32), "sm90-r4-n32": dict(stages=4, block_n=32),
+           "sm90-r4-n16-s8": dict(num_kv_splits=8), "sm90-r4-n16-s12": dict(num_kv_splits=12),
+           "sm90-r4-n32-s8": dict(stages=4, block_n=32, num_kv_splits=8), "sm90-r4-n16-int": dict(fp16_values="integer")}
+PREVIOUS = "sm90-previous"
 
 
-def checks() -> list[dict]:
-    """Largest |sm90 - exact grouped| over max |exact| at the ``SMALL`` shapes, sequences of
-    ``L, L - 3, ...`` tokens."""
+def load_previous(path: str):
+    """The ``decode_sm90`` of another copy of ``tq_decode_sm90.py`` (imported under its own name)."""
+    spec = importlib.util.spec_from_file_location("tq_decode_sm90_previous", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.decode_sm90
+
+
+def checks(launchers: dict) -> list[dict]:
+    """Largest |decode - exact grouped| over max |exact| of each launcher at B=3, L=1000, 997, 994
+    (the bench's G, Hk, D, block size and 16 splits: its compiled kernels), bfloat16 and float16."""
     import torch
 
     from bench.turboquant_gpu import PRESET, decode_inputs
+    from bench.probes.common import shape
     from optimized.triton.tq_decode_grouped import decode_grouped
-    from optimized.triton.tq_decode_sm90 import decode_sm90
+    from optimized.triton.tq_decode_launch import DecodeWorkspace
 
     rows = []
-    for B, Hk, G, D, L, bs, sinks in SMALL:
-        case = decode_inputs(dict(B=B, Hk=Hk, G=G, D=D, L=-(-L // bs) * bs, block_size=bs, preset=PRESET,
-                                  layout="soa"))
-        lens = torch.tensor([L - 3 * i for i in range(B)], dtype=torch.int32, device="cuda")
+    for act in ("bfloat16", "float16"):
+        s = dict(shape(8192), B=3, L=1024, act=act)
+        case = decode_inputs(s)
+        lens = torch.tensor([1000, 997, 994], dtype=torch.int32, device="cuda")
         args = (case["query"], case["cache"], case["block_table"], lens)
-        kw = dict(preset=PRESET, layout="soa", rotation=case["rotation"],
-                  sinks=torch.randn(Hk * G, device="cuda") if sinks else None)
+        kw = dict(preset=PRESET, layout="soa", rotation=case["rotation"])
         ref = decode_grouped(*args, **kw, precision="exact").float()
-        err = float((decode_sm90(*args, **kw).float() - ref).abs().max() / ref.abs().max())
-        rows.append({"B": B, "Hk": Hk, "G": G, "D": D, "L": L, "block_size": bs, "sinks": sinks, "rel_err": err})
-        print("check", rows[-1], flush=True)
+        for name, (fn, opts) in launchers.items():
+            if name == PREVIOUS and act != "bfloat16":
+                continue
+            ws = DecodeWorkspace(3, s["Hk"] * s["G"], s["D"], max_splits=32)
+            opts = {"num_kv_splits": 16, **opts}
+            try:
+                out = fn(*args, **kw, workspace=ws, **opts).float()
+                err = float((out - ref).abs().max() / ref.abs().max())
+            except Exception as exc:  # a configuration that fails is reported, not the end of the probe
+                err = f"{type(exc).__name__}: {str(exc)[:300]}"
+            rows.append({"config": name, "act": act, "rel_err": err})
+            print("check", rows[-1], flush=True)
     return rows
 
 
 def parts(L: int) -> dict:
-    """Median ms of the query rotation, the kernel and the reduce of one step at length ``L``, per
-    (BLOCK_N, splits) of ``PART_CONFIGS``."""
+    """Median ms of the query rotation, the default kernel and the reduce of one step at length ``L``."""
     import torch
 
     from bench.turboquant_gpu import decode_inputs
@@ -58,42 +81,62 @@ def parts(L: int) -> dict:
     out = torch.empty(B, Hq, D, dtype=torch.bfloat16, device="cuda")
     a = check_decode_args(case["query"], case["cache"], case["block_table"], case["seq_lens"], preset=s["preset"],
                           layout=s["layout"], rotation=case["rotation"], scale=None, sinks=None)
-    res = {"rotate": graph_ms(lambda: rotate_queries(case["query"], case["rotation"], ws.q_rot, True))}
-    for n, S in PART_CONFIGS:
-        res[f"n{n}-s{S}"] = {
-            "kernel": graph_ms(lambda: sm90_stage1(a, S, ws, case["cache"], a.block_table, a.seq_lens, n)),
-            "reduce": graph_ms(lambda: reduce_partials(ws, a.seq_lens, out, S, align=n))}
+    res = {"rotate": graph_ms(lambda: rotate_queries(case["query"], case["rotation"], ws.q_rot, True)),
+           "kernel": graph_ms(lambda: sm90_stage1(a, 16, ws, case["cache"], a.block_table, a.seq_lens, 16, "bf16", 4)),
+           "reduce": graph_ms(lambda: reduce_partials(ws, a.seq_lens, out, 16, align=16))}
     print(f"L={L} parts", res, flush=True)
     return res
 
 
 def main(argv=None) -> int:
-    from bench import registry, run
+    from bench import gates, registry, run
     from bench.measure import measure
     from bench.registry import Impl
     from bench.turboquant_gpu import launcher, sm90, sm90_available
-    from bench.probes.common import out_dir, write_json
+    from bench.probes.common import write_json
 
-    out_path = out_dir(__doc__.splitlines()[0], argv) / "tq_decode_sm90.json"
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=".", help="folder for the JSON files")
+    ap.add_argument("--previous", help="another copy of tq_decode_sm90.py, timed as " + PREVIOUS)
+    args = ap.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
     ok, why = sm90_available()
     if not ok:
         print(why)
         return 1
-    found = checks()
+    from optimized.triton.tq_decode_sm90 import decode_sm90
+
+    launchers = {"triton-sm90": (decode_sm90, {}), **{n: (decode_sm90, kw) for n, kw in CONFIGS.items()}}
     configs = [Impl(bench="turboquant/decode", name=n, role="ours", prepare=launcher(sm90, **kw),
                     available=sm90_available) for n, kw in CONFIGS.items()]
+    if args.previous:
+        previous = load_previous(args.previous)
+        launchers[PREVIOUS] = (previous, {})
+        configs.append(Impl(bench="turboquant/decode", name=PREVIOUS, role="ours", prepare=launcher(lambda: previous),
+                            available=sm90_available, supports=lambda s: None if s["act"] == "bfloat16" else
+                            "the previous sm_90 decode takes bfloat16 queries only"))
+    found = checks(launchers)
+    records = {}
     with registry.registered(*configs):
-        records = {r.rid: r for r in measure("turboquant/decode")}
-    for rid, r in records.items():
-        if r.skip is not None:
-            print(f"{rid:45} {r.skip}")
-            continue
-        t, sdpa = r.extra_info["time_s"], records[rid.rsplit("/", 1)[0] + "/torch-sdpa"].extra_info["time_s"]
-        print(f"{rid:45} min {t['min'] * 1e3:8.4f} median {t['median'] * 1e3:8.4f} max {t['max'] * 1e3:8.4f} ms "
-              f"x sdpa {t['median'] / sdpa['median']:.3f} "
-              + " ".join(f"{k} {v:.3f}" for k, v in r.extra_info["fraction_of"].items()))
-    write_json(out_path, {**run.perf_json(records, []), "checks": found,
-                          "parts": {L: parts(L) for L in (8192, 32768)}})
+        for label in registry.benches()["turboquant/decode"].shapes:  # one shape at a time, written as it goes
+            fresh = {r.rid: r for r in measure("turboquant/decode", [label])}
+            records.update(fresh)
+            for rid, r in fresh.items():
+                if r.skip is not None:
+                    print(f"{rid:50} {r.skip[:80]}")
+                    continue
+                t, sdpa = r.extra_info["time_s"], fresh[rid.rsplit("/", 1)[0] + "/torch-sdpa"].extra_info["time_s"]
+                print(f"{rid:50} min {t['min'] * 1e3:8.4f} median {t['median'] * 1e3:8.4f} max {t['max'] * 1e3:8.4f} "
+                      f"ms x sdpa {t['median'] / sdpa['median']:.3f} "
+                      + " ".join(f"{k} {v:.3f}" for k, v in r.extra_info["fraction_of"].items()), flush=True)
+            write_json(out / "tq_decode_sm90.json", {**run.perf_json(records, []), "checks": found})
+    results = run.judge_all(records, gates.load(), remeasure=False)
+    print(gates.table(results), flush=True)
+    perf = run.perf_json(records, results)
+    run.write(out / "perf.json", perf)
+    write_json(out / "tq_decode_sm90.json", {**perf, "checks": found,
+                                             "parts": {L: parts(L) for L in (8192, 32768)}})
     return 0
 
 

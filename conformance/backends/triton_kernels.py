@@ -15,9 +15,9 @@ Five decode kernels, each held to the matrix on a GPU and (all but the sm_90 dec
   decode (one query token per sequence; SoA, every preset); ``act-mma`` on the GPU, ``exact`` in
   the interpreter.
 - ``triton-sm90``: store kernel + the Gluon decode for sm_90 (``tq_decode_sm90``: operands built in
-  registers; SoA ``turboquant_4bit_nc``), ``act-mma`` for bfloat16 activations only (its operand tricks
-  are bf16 bit patterns: float16 and float32 cells are skips with that reason); available only on an
-  NVIDIA GPU of compute capability 9.0 (Gluon has no interpreter, so no ``-interpret`` twin).
+  registers; SoA ``turboquant_4bit_nc``), ``act-mma`` for bfloat16 and float16 activations (MMA operands in
+  that dtype; float32 cells are skips with the reason: its ``mma.sync`` takes 16-bit operands); available
+  only on an NVIDIA GPU of compute capability 9.0 (Gluon has no interpreter, so no ``-interpret`` twin).
 Query, key and value reach the kernels in the cell's activation dtype; the decode output is written
 into a poisoned buffer (an element never written is NaN) of that dtype on a GPU, and of float32 in the
 interpreter, whose fp32 -> bf16 conversion truncates instead of rounding to nearest even
@@ -50,10 +50,12 @@ class TritonImpl:
     """The reference's ``store``/``decode`` signatures (NumPy in, NumPy out) over the launchers.
 
     kernel: "split", "grouped", "lut", "unified" or "sm90"; device: "cpu" (the interpreter) or "cuda";
-    precision: "exact" (fp32) or "act" (MMA operands in the query's dtype)."""
+    precision: "exact" (fp32) or "act" (MMA operands in the query's dtype); options: more keyword
+    arguments of the decode launcher (a configuration: stages, block_n, ...)."""
 
-    def __init__(self, kernel: str, device: str, precision: str):
+    def __init__(self, kernel: str, device: str, precision: str, options: dict | None = None):
         self.kernel, self.device, self.precision = kernel, device, precision
+        self.options = dict(options or {})
         self.keys = {"grouped": "gather", "lut": "pair"}.get(kernel)
 
     def _t(self, x):
@@ -78,7 +80,7 @@ class TritonImpl:
 
         q, cache, bt, lens = self._t(query), self._t(kv_cache), self._t(block_table), self._t(seq_lens)
         kw = dict(preset=preset, layout=layout, rotation=self._t(rotation), scale=scale, sinks=self._t(sinks),
-                  out=self._t(poisoned(query.shape, "float32" if self.device == "cpu" else query.dtype)))
+                  out=self._t(poisoned(query.shape, "float32" if self.device == "cpu" else query.dtype)), **self.options)
         if self.kernel == "split":
             out = decode_split(q, cache, bt, lens, **kw)
         elif self.kernel == "sm90":
@@ -153,7 +155,7 @@ def _make(name: str, kernel: str, interpret: bool, ops: tuple[str, ...]) -> Back
         name=name, ops={"turboquant": ops}, available=available, run=run, supports=_supports(kernel),
         rounding_models={"turboquant": "exact" if precision == "exact" else "act-mma"},
         env=INTERPRET_ENV if interpret else {}, timeout_s=1800.0 if interpret else 600.0, uses_gpu=not interpret,
-        **(INTERPRET_COST if interpret else {})))
+        probe_call=interpret, **(INTERPRET_COST if interpret else {})))
 
 
 _ALL = ("store", "decode", "store_decode")

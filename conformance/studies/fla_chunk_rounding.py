@@ -12,7 +12,6 @@ o / state rel_l2, beside the recorded ones and the cell's o bound under each mod
 """
 from __future__ import annotations
 
-import json
 import os
 
 NAME = "fla-chunk-rounding"
@@ -50,11 +49,22 @@ def cell_row(cell, recorded: dict) -> dict:
             "o_bound": o_tol.rel_l2, "fla_chunk_o_bound": fla_tol.rel_l2}
 
 
+def check(args) -> None:
+    """--record must be a readable cells.jsonl (checked against the record schema), before any work."""
+    from pathlib import Path
+
+    from conformance import records
+
+    if not Path(args.record).is_file():
+        raise ValueError(f"--record {args.record}: not a file (a cells.jsonl with fla chunked records)")
+    records.read(args.record)
+
+
 def run(args) -> dict:
+    from conformance import records as run_records
     from conformance.cells import make_cell
 
-    with open(args.record) as f:
-        records = [json.loads(line) for line in f]
+    records = run_records.read(args.record)
     rows = [cell_row(make_cell("gdn", "chunked", seed=r["seed"], **r["params"]), r) for r in records
             if r["backend"] == "fla" and r["op"] == "chunked" and r["status"] in ("pass", "fail")
             and args.filter in r["id"]]

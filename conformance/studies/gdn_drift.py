@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from conformance.studies import bounded_int, int_list, positive_float
+
 NAME = "gdn-drift"
 DESCRIPTION = ("relative L2 error of outputs and state for bfloat16/float16 GDN state against float32 "
                "state, as T grows and over split-and-resume round trips; float16 overflow probe")
@@ -132,14 +134,33 @@ def overflow_probe(x: dict) -> dict:
     return out
 
 
+MAX_TOKENS = 1 << 20   # a million tokens of one sequence: far past any model's context
+MAX_HEADS = 128
+MAX_DIM = 512
+
+
+def check(args) -> None:
+    """Every argument, before any work: ValueError naming the option."""
+    heads = int_list("--heads", args.heads, 1, MAX_HEADS)
+    if len(heads) != 2 or heads[1] % heads[0]:
+        raise ValueError(f"--heads {args.heads!r}: expected H,HV with HV a multiple of H")
+    bounded_int("--tokens", args.tokens, CHUNK, MAX_TOKENS)
+    if args.tokens % CHUNK:
+        raise ValueError(f"--tokens {args.tokens}: expected a multiple of {CHUNK}")
+    bounded_int("--dim", args.dim, 1, MAX_DIM)
+    rt_tokens = bounded_int("--round-trip-tokens", args.round_trip_tokens, 1, MAX_TOKENS)
+    if args.round_trip_tokens > args.tokens:
+        raise ValueError(f"--round-trip-tokens {rt_tokens}: expected at most --tokens ({args.tokens})")
+    int_list("--round-trips", args.round_trips, 0, rt_tokens - 1)
+    positive_float("--v-scale", args.v_scale, 1e30)
+
+
 def run(args) -> dict:
-    """The study; JSON-able result."""
+    """The study (arguments checked by ``check``); JSON-able result."""
     H, HV = (int(s) for s in args.heads.split(","))
     tokens, K = (1024, 64) if args.quick else (args.tokens, args.dim)
     counts = [0, 4] if args.quick else [int(s) for s in args.round_trips.split(",")]
     rt_tokens = 512 if args.quick else args.round_trip_tokens
-    if tokens % CHUNK or tokens < CHUNK:
-        raise ValueError(f"--tokens: expected a multiple of {CHUNK}, got {tokens}")
     rng = np.random.default_rng(args.seed)
     x = draw_inputs(rng, tokens, H, HV, K, args.decay)
     probe = draw_inputs(rng, min(tokens, 4096), H, HV, K, "weak", args.v_scale)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from conformance.studies import bounded_int
+
 NAME = "tq-distortion"
 DESCRIPTION = "key MSE distortion and inner-product error per bit width (D=128), vs the TurboQuant paper"
 PAPER_MSE = {1: 0.36, 2: 0.117, 3: 0.03, 4: 0.009}
@@ -21,6 +23,22 @@ def add_arguments(parser) -> None:
     parser.add_argument("--vectors", type=int, default=20000, help="random unit vectors (default 20000)")
     parser.add_argument("--rotation", choices=("hadamard", "random"), default="random")
     parser.add_argument("--seed", type=int, default=0)
+
+
+MAX_VECTORS = 1_000_000
+
+
+def check(args) -> None:
+    """Every argument, before any work: ValueError naming the option."""
+    from reference.turboquant.presets import check_head_size
+
+    try:
+        check_head_size(args.dim)
+    except ValueError as exc:
+        raise ValueError(f"--dim {args.dim}: {exc}") from None
+    if args.rotation == "hadamard" and args.dim & (args.dim - 1):
+        raise ValueError(f"--dim {args.dim}: the Hadamard rotation needs a power of two")
+    bounded_int("--vectors", args.vectors, 1, MAX_VECTORS)
 
 
 def run(args) -> dict:

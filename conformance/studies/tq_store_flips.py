@@ -54,6 +54,15 @@ def _cell_row(cell, backend) -> dict:
     return row
 
 
+def check(args) -> None:
+    """The backend and tier by name, before any work (UsageError / ValueError naming them)."""
+    from conformance import families, registry
+
+    registry.get(args.backend)
+    if args.tier not in families.TIERS:
+        raise ValueError(f"--tier {args.tier!r}: expected one of {', '.join(families.TIERS)}")
+
+
 def run(args) -> dict:
     from conformance import registry
     from conformance.families import turboquant as tq

@@ -19,20 +19,44 @@ array or torch tensor (like q's framework; not JAX) of shape ``[T, HV, V]``, C-c
 ValueError. ``num_threads``: default all CPUs of this process, else an integer in ``[1, MAX_THREADS]``;
 work is split over (sequence, head). Data arrays given as Python lists are refused (TypeError naming
 the argument); index sequences (``state_indices``, ``cu_seqlens``, ...) as lists are converted to int32.
-Scalars are checked as the references check them (``reference.gdn.arguments.scalars``).
+Scalars are checked as the references check them (``reference.gdn.arguments.scalars``), and so are
+the gates: gate arguments whose g = -exp(A_log) softplus(a + dt_bias) overflows float32 are refused,
+and so is a chunk-prefill ``g`` above 0 (a growth, not a decay). A NaN or Inf in a state slot the op
+reads is not refused (looking would read the pool twice): it reaches that sequence's ``o`` and slot.
 """
 from __future__ import annotations
 
 import math
 import numbers
+import os
 
 import numpy as np
 
 from reference.arguments import array, indices
-from reference.gdn.arguments import scalars
+from reference.gdn.arguments import decays, gate_product, scalars
+
+# KERNEL_LAB_GDN_MODULE names another build of the module to load instead (`make sanitize`: ASan + UBSan).
+SANITIZED = os.environ.get("KERNEL_LAB_GDN_MODULE")
+
+
+def _load_other_build(path: str):
+    import importlib.machinery
+    import importlib.util
+
+    loader = importlib.machinery.ExtensionFileLoader("optimized.cpu._gdn", path)
+    spec = importlib.util.spec_from_file_location("optimized.cpu._gdn", path, loader=loader)
+    if spec is None:
+        raise ImportError(f"KERNEL_LAB_GDN_MODULE={path}: not a loadable extension module")
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
 
 try:
-    from optimized.cpu import _gdn
+    if SANITIZED:
+        _gdn = _load_other_build(SANITIZED)
+    else:
+        from optimized.cpu import _gdn
     BUILD_ERROR = ""
 except ImportError as exc:  # not built: every entry point says so
     _gdn = None
@@ -197,6 +221,24 @@ def _threads(num_threads) -> int:
     return int(num_threads)
 
 
+def _host_f32(x) -> np.ndarray:
+    """A float32 NumPy copy of an array of any accepted framework (bf16 uint16 views decoded)."""
+    if _framework(x) == "torch":
+        return x.detach().float().cpu().numpy()
+    a = np.asarray(x)
+    if a.dtype == np.uint16:
+        return (a.astype(np.uint32) << 16).view(np.float32)
+    return a.astype(np.float32)
+
+
+def _gates(A_log, a, dt_bias) -> None:
+    """Refuse gate arguments whose gate overflows float32 (shapes are the extension's to check)."""
+    for name, x in (("A_log", A_log), ("a", a), ("dt_bias", dt_bias)):
+        array(name, x)
+    if len(a.shape) == 2 and tuple(A_log.shape) == tuple(dt_bias.shape) == (a.shape[1],):
+        gate_product(_host_f32(A_log), _host_f32(a), _host_f32(dt_bias))
+
+
 def _shape(x, name: str, ndim: int) -> tuple:
     array(name, x)
     shape = tuple(int(d) for d in x.shape)
@@ -212,6 +254,7 @@ def gdn_gating(A_log, a, b, dt_bias):
     as NumPy arrays (torch tensors when ``a`` is one)."""
     ext = _ext()
     T, HV = _shape(a, "a", 2)
+    _gates(A_log, a, dt_bias)
     g, beta = np.zeros((T, HV), np.float32), np.zeros((T, HV), np.float32)
     ext.gdn_gating(*_kernel_inputs(A_log=A_log, a=a, b=b, dt_bias=dt_bias), g, beta)
     if _framework(a) == "torch":
@@ -229,6 +272,7 @@ def gdn_decode(q, k, v, A_log, a, b, dt_bias, state, state_indices, *, scale=Non
     N, _, K = _shape(q, "q", 3)
     _, HV, V = _shape(v, "v", 3)
     scale, l2norm_eps = _scalars(scale, l2norm_eps, K)
+    _gates(A_log, a, dt_bias)
     kernel_out, out = _output(q, (N, HV, V), out_dtype, out)
     ext.gdn_decode(*_kernel_inputs(q=q, k=k, v=v, A_log=A_log, a=a, b=b, dt_bias=dt_bias), _kernel_state(state),
                    *_index_inputs(state_indices=state_indices), kernel_out, scale, bool(use_qk_l2norm),
@@ -247,6 +291,7 @@ def gdn_spec_decode(q, k, v, A_log, a, b, dt_bias, state, spec_state_indices, nu
     T, _, K = _shape(q, "q", 3)
     _, HV, V = _shape(v, "v", 3)
     scale, l2norm_eps = _scalars(scale, l2norm_eps, K)
+    _gates(A_log, a, dt_bias)
     kernel_out, out = _output(q, (T, HV, V), out_dtype, out)
     ext.gdn_spec_decode(*_kernel_inputs(q=q, k=k, v=v, A_log=A_log, a=a, b=b, dt_bias=dt_bias),
                         _kernel_state(state),
@@ -265,6 +310,8 @@ def gdn_chunk_prefill(q, k, v, g, beta, cu_seqlens, state, state_indices, *, sca
     T, _, K = _shape(q, "q", 3)
     _, HV, V = _shape(v, "v", 3)
     scale, l2norm_eps = _scalars(scale, l2norm_eps, K)
+    array("g", g)
+    decays(_host_f32(g))
     kernel_out, out = _output(q, (T, HV, V), out_dtype, out)
     ext.gdn_chunk_prefill(*_kernel_inputs(q=q, k=k, v=v, g=g, beta=beta), *_index_inputs(cu_seqlens=cu_seqlens),
                           _kernel_state(state), *_index_inputs(state_indices=state_indices), kernel_out, scale,

@@ -80,6 +80,9 @@ namespace amx {
 // Peak of the AMX bf16 tile unit: tdpbf16ps on register-resident tiles, `iters` rounds of
 // four 16x16x32 products per thread on `num_threads` threads. Returns seconds elapsed.
 double tile_peak_seconds(int64_t iters, int num_threads);
+// The chunk kernel's AMX GEMM C[M,N] = A[M,Kd] B[Kd,N] (bf16 operands packed as the kernel packs
+// them, fp32 C, all in cache), `iters` times per thread on `num_threads` threads. Returns seconds.
+double gemm_seconds(int M, int N, int Kd, int64_t iters, int num_threads);
 }
 
 // Runtime (gdn_runtime.cpp, compiled without ISA flags).

@@ -81,5 +81,12 @@ inline void store_scalar(void* p, DType dt, int64_t i, float x) {
     }
 }
 
+// x rounded to nearest even to dt and back to fp32 (dt F32: x).
+inline float round_to(float x, DType dt) {
+    if (dt == DType::BF16) return bf16_to_f32(f32_to_bf16(x));
+    if (dt == DType::F16) return f16_to_f32(f32_to_f16(x));
+    return x;
+}
+
 }  // namespace
 }  // namespace gdn

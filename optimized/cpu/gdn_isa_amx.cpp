@@ -91,6 +91,26 @@ void peak_run(void* ctx, int64_t, int) {
     _tile_release();
 }
 
+// The chunk kernel's own GEMM (AmxIsa::gemm) at one shape, `iters` times per thread on operands
+// that stay in cache (each thread's own, packed once, values irrelevant to the timing).
+struct GemmCtx {
+    int M, N, Kd;
+    int64_t iters;
+};
+
+void gemm_run(void* ctx, int64_t, int) {
+    const auto& c = *static_cast<GemmCtx*>(ctx);
+    const int64_t na = int64_t(c.M) * c.Kd, nb = int64_t(c.Kd) * c.N;
+    Scratch s(1, (na + nb) * 2 + int64_t(c.M) * c.N * 4);
+    uint16_t* a = reinterpret_cast<uint16_t*>(s.at(0));
+    uint16_t* b = a + na;
+    float* out = reinterpret_cast<float*>(b + nb);
+    std::fill(a, b + nb, uint16_t(0x3c00));  // bf16 1/128
+    AmxIsa::tiles_begin();
+    for (int64_t i = 0; i < c.iters; ++i) AmxIsa::gemm(c.M, c.N, c.Kd, a, b, out, c.N, false);
+    AmxIsa::tiles_end();
+}
+
 }  // namespace
 }  // namespace gdn
 
@@ -103,6 +123,13 @@ double tile_peak_seconds(int64_t iters, int num_threads) {
     PeakCtx ctx{iters};
     const auto t0 = std::chrono::steady_clock::now();
     parallel_for(num_threads, num_threads, &ctx, peak_run);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+double gemm_seconds(int M, int N, int Kd, int64_t iters, int num_threads) {
+    GemmCtx ctx{M, N, Kd, iters};
+    const auto t0 = std::chrono::steady_clock::now();
+    parallel_for(num_threads, num_threads, &ctx, gemm_run);
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 

@@ -95,78 +95,77 @@ struct Avx512Isa {
         }
     }
 
-    // One accumulator per 16-column vector (NV of them, NV even, in registers: the loops over i
-    // are fully unrolled); a block of up to 128 columns covers a whole state row, so rows stream
-    // in order.
-    template <DType SD, int NV>
-    static void block_kv_n(const void* src, int64_t lds, int64_t K, const float* k, int64_t w, float* kv,
-                           const void* next) {
+    // One pass over K rows of NV 16-column vectors (NV even, w <= 16 NV): per row, the update of
+    // `up` (UP) and then the reductions of `red` (RED), whose 2 NV accumulators stay in registers
+    // (the loops over i are fully unrolled); u is read from a stack copy each row. A 16-bit row is widened
+    // and narrowed in the same pass that streams it (load32 / store32).
+    template <DType SD, int NV, bool UP, bool RED>
+    static void stream_rows_n(const RowUpdate* up, const RowReduce* red, int64_t K, int64_t w, const void* next) {
         constexpr int eb = SD == DType::F32 ? 4 : 2;
         __mmask16 m[NV];
         masks<NV>(w, m);
-        __m512 acc[NV];
+        __m512 kv[NV], sq[NV];
 #pragma GCC unroll 8
-        for (int i = 0; i < NV; ++i) acc[i] = _mm512_setzero_ps();
+        for (int i = 0; i < NV; ++i) kv[i] = sq[i] = _mm512_setzero_ps();
+        // The fields in locals: the compiler cannot tell that the stores leave *up unchanged.
+        const void* us = UP ? up->src : nullptr;
+        void* ud = UP ? up->dst : nullptr;
+        const int64_t uld = UP ? up->ld : 0, rld = RED ? red->ld : 0;
+        const float* uk = UP ? up->k : nullptr;
+        alignas(64) float uu[16 * NV];  // u on the stack: one base register for its loads
+        if constexpr (UP)
+#pragma GCC unroll 8
+            for (int i = 0; i < NV; ++i) _mm512_store_ps(uu + 16 * i, _mm512_maskz_loadu_ps(m[i], up->u + 16 * i));
+        const void* rs = RED ? red->src : nullptr;
+        const float *rk = RED ? red->k : nullptr, *rq = RED ? red->q : nullptr;
+        const __m512 av = _mm512_set1_ps(UP ? up->alpha : 0.0f);
+        const int64_t stride = (UP ? uld : rld) * eb;
         for (int64_t r = 0; r < K; ++r) {
-            prefetch_half(next, r, lds * eb, w * eb, 0);
-            const __m512 kr = _mm512_set1_ps(k[r]);
+            prefetch_row(next, r, stride, w * eb);
+            if constexpr (UP) {
+                const __m512 kr = _mm512_set1_ps(uk[r]);
 #pragma GCC unroll 4
-            for (int i = 0; i < NV; i += 2) {
-                __m512 s0, s1;
-                load32<SD>(src, r * lds + 16 * i, m[i], m[i + 1], s0, s1);
-                acc[i] = _mm512_fmadd_ps(s0, kr, acc[i]);
-                acc[i + 1] = _mm512_fmadd_ps(s1, kr, acc[i + 1]);
+                for (int i = 0; i < NV; i += 2) {
+                    __m512 s0, s1;
+                    load32<SD>(us, r * uld + 16 * i, m[i], m[i + 1], s0, s1);
+                    const __m512 n0 = _mm512_fmadd_ps(av, s0, _mm512_mul_ps(kr, _mm512_load_ps(uu + 16 * i)));
+                    const __m512 n1 = _mm512_fmadd_ps(av, s1, _mm512_mul_ps(kr, _mm512_load_ps(uu + 16 * i + 16)));
+                    store32<SD>(ud, r * uld + 16 * i, m[i], m[i + 1], n0, n1);
+                }
+            }
+            if constexpr (RED) {
+                const __m512 kr = _mm512_set1_ps(rk[r]), qr = _mm512_set1_ps(rq[r]);
+#pragma GCC unroll 4
+                for (int i = 0; i < NV; i += 2) {
+                    __m512 s0, s1;
+                    load32<SD>(rs, r * rld + 16 * i, m[i], m[i + 1], s0, s1);
+                    kv[i] = _mm512_fmadd_ps(s0, kr, kv[i]);
+                    kv[i + 1] = _mm512_fmadd_ps(s1, kr, kv[i + 1]);
+                    sq[i] = _mm512_fmadd_ps(s0, qr, sq[i]);
+                    sq[i + 1] = _mm512_fmadd_ps(s1, qr, sq[i + 1]);
+                }
             }
         }
+        if constexpr (RED) {
 #pragma GCC unroll 8
-        for (int i = 0; i < NV; ++i) _mm512_mask_storeu_ps(kv + 16 * i, m[i], acc[i]);
+            for (int i = 0; i < NV; ++i) {
+                _mm512_mask_storeu_ps(red->kv + 16 * i, m[i], kv[i]);
+                _mm512_mask_storeu_ps(red->sq + 16 * i, m[i], sq[i]);
+            }
+        }
     }
 
     template <DType SD, int NV>
-    static void block_update_n(const void* src, int64_t lds, void* dst, int64_t ldd, int64_t K, float alpha,
-                               const float* k, const float* u, const float* q, int64_t w, float* o,
-                               const void* next) {
-        constexpr int eb = SD == DType::F32 ? 4 : 2;
-        __mmask16 m[NV];
-        masks<NV>(w, m);
-        __m512 uv[NV], acc[NV];
-        const __m512 av = _mm512_set1_ps(alpha);
-#pragma GCC unroll 8
-        for (int i = 0; i < NV; ++i) {
-            uv[i] = _mm512_maskz_loadu_ps(m[i], u + 16 * i);
-            acc[i] = _mm512_setzero_ps();
-        }
-        for (int64_t r = 0; r < K; ++r) {
-            prefetch_half(next, r, lds * eb, w * eb, 1);
-            const __m512 kr = _mm512_set1_ps(k[r]), qr = _mm512_set1_ps(q[r]);
-#pragma GCC unroll 4
-            for (int i = 0; i < NV; i += 2) {
-                __m512 s0, s1;
-                load32<SD>(src, r * lds + 16 * i, m[i], m[i + 1], s0, s1);
-                const __m512 n0 = _mm512_fmadd_ps(av, s0, _mm512_mul_ps(kr, uv[i]));
-                const __m512 n1 = _mm512_fmadd_ps(av, s1, _mm512_mul_ps(kr, uv[i + 1]));
-                store32<SD>(dst, r * ldd + 16 * i, m[i], m[i + 1], n0, n1);
-                acc[i] = _mm512_fmadd_ps(n0, qr, acc[i]);
-                acc[i + 1] = _mm512_fmadd_ps(n1, qr, acc[i + 1]);
-            }
-        }
-#pragma GCC unroll 8
-        for (int i = 0; i < NV; ++i) _mm512_mask_storeu_ps(o + 16 * i, m[i], acc[i]);
+    static void stream_rows_w(const RowUpdate* up, const RowReduce* red, int64_t K, int64_t w, const void* next) {
+        if (up && red) stream_rows_n<SD, NV, true, true>(up, red, K, w, next);
+        else if (up) stream_rows_n<SD, NV, true, false>(up, red, K, w, next);
+        else stream_rows_n<SD, NV, false, true>(up, red, K, w, next);
     }
 
     template <DType SD>
-    static void block_kv(const void* src, int64_t lds, int64_t K, const float* k, int64_t w, float* kv,
-                         const void* next) {
-        if (w <= 64) block_kv_n<SD, 4>(src, lds, K, k, w, kv, next);
-        else block_kv_n<SD, 8>(src, lds, K, k, w, kv, next);
-    }
-
-    template <DType SD>
-    static void block_update(const void* src, int64_t lds, void* dst, int64_t ldd, int64_t K, float alpha,
-                             const float* k, const float* u, const float* q, int64_t w, float* o,
-                             const void* next) {
-        if (w <= 64) block_update_n<SD, 4>(src, lds, dst, ldd, K, alpha, k, u, q, w, o, next);
-        else block_update_n<SD, 8>(src, lds, dst, ldd, K, alpha, k, u, q, w, o, next);
+    static void stream_rows(const RowUpdate* up, const RowReduce* red, int64_t K, int64_t w, const void* next) {
+        if (w <= 64) stream_rows_w<SD, 4>(up, red, K, w, next);
+        else stream_rows_w<SD, 8>(up, red, K, w, next);
     }
 
     // 32-bit word transpose in 16 x 16 blocks held in registers (unpack 32, unpack 64, two
@@ -290,14 +289,31 @@ struct Avx512Isa {
         }
     }
 
-    // Rows k, k+1 of src (times scale[k], scale[k + 1]; null: 1) become interleaved pairs: one
-    // vcvtne2ps2bf16 and one word permute per 16 columns; then, with rescale, src *= rescale
-    // in the same pass. Kd is even.
-    static void pack_b(float* src, int64_t lds, int Kd, int N, uint16_t* dst, const float* scale = nullptr,
-                       const float* rescale = nullptr) {
+    // x rounded to R (nearest even) and back to fp32; R = F32: x.
+    template <DType R>
+    static __m512 round16(__m512 x) {
+        if constexpr (R == DType::BF16) {
+            __m256bh h = _mm512_cvtneps_pbh(x);
+            return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(reinterpret_cast<__m256i&>(h)), 16));
+        } else if constexpr (R == DType::F16) {
+            return _mm512_cvtph_ps(_mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        } else {
+            return x;
+        }
+    }
+
+    // Rows k, k+1 of src (first rounded to R unless F32, then times scale[k], scale[k + 1]; null: 1)
+    // become interleaved pairs: one vcvtne2ps2bf16 and one word permute per 16 columns; with
+    // rescale, or with R not F32, src <- (rounded) src times rescale (null: 1) in the same pass.
+    // Kd is even.
+    template <DType R>
+    static void pack_b_r(float* src, int64_t lds, int Kd, int N, uint16_t* dst, const float* scale,
+                         const float* rescale) {
         const __m512i inter = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
                                                23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-        const __m512 rv = _mm512_set1_ps(rescale ? *rescale : 1.0f);
+        const bool write_back = rescale || R != DType::F32;
+        const float rs = rescale ? *rescale : 1.0f;
+        const __m512 rv = _mm512_set1_ps(rs);
         for (int k = 0; k < Kd; k += 2) {
             float* r0 = src + k * lds;
             float* r1 = r0 + lds;
@@ -306,22 +322,32 @@ struct Avx512Isa {
             uint16_t* d = dst + int64_t(k / 2) * N * 2;
             int j = 0;
             for (; j + 16 <= N; j += 16) {
-                const __m512 a = _mm512_loadu_ps(r0 + j), b = _mm512_loadu_ps(r1 + j);
+                const __m512 a = round16<R>(_mm512_loadu_ps(r0 + j)), b = round16<R>(_mm512_loadu_ps(r1 + j));
                 __m512bh both = _mm512_cvtne2ps_pbh(_mm512_mul_ps(sv1, b), _mm512_mul_ps(sv0, a));
                 _mm512_storeu_si512(d + j * 2, _mm512_permutexvar_epi16(inter, reinterpret_cast<__m512i&>(both)));
-                if (rescale) {
+                if (write_back) {
                     _mm512_storeu_ps(r0 + j, _mm512_mul_ps(rv, a));
                     _mm512_storeu_ps(r1 + j, _mm512_mul_ps(rv, b));
                 }
             }
             for (; j < N; ++j) {
-                d[j * 2] = f32_to_bf16(s0 * r0[j]);
-                d[j * 2 + 1] = f32_to_bf16(s1 * r1[j]);
-                if (rescale) {
-                    r0[j] *= *rescale;
-                    r1[j] *= *rescale;
+                const float a = round_to(r0[j], R), b = round_to(r1[j], R);
+                d[j * 2] = f32_to_bf16(s0 * a);
+                d[j * 2 + 1] = f32_to_bf16(s1 * b);
+                if (write_back) {
+                    r0[j] = rs * a;
+                    r1[j] = rs * b;
                 }
             }
+        }
+    }
+
+    static void pack_b(float* src, int64_t lds, int Kd, int N, uint16_t* dst, const float* scale = nullptr,
+                       const float* rescale = nullptr, DType round = DType::F32) {
+        switch (round) {
+            case DType::F32: pack_b_r<DType::F32>(src, lds, Kd, N, dst, scale, rescale); break;
+            case DType::BF16: pack_b_r<DType::BF16>(src, lds, Kd, N, dst, scale, rescale); break;
+            case DType::F16: pack_b_r<DType::F16>(src, lds, Kd, N, dst, scale, rescale); break;
         }
     }
 

@@ -23,8 +23,7 @@ struct ScalarIsa {
         else for (int64_t i = 0; i < n; ++i) d[i] = f32_to_f16(src[i]);
     }
 
-    // bf16/fp16 rows are converted to fp32 into a stack buffer (w <= 128) and back; fp32 rows are
-    // used in place.
+    // bf16/fp16 rows are converted to fp32 into a stack buffer (w <= 128); fp32 rows are used in place.
     template <DType SD>
     static const float* row_f32(const void* src, int64_t w, float* buf) {
         if constexpr (SD == DType::F32) return static_cast<const float*>(src);
@@ -33,35 +32,32 @@ struct ScalarIsa {
     }
 
     template <DType SD>
-    static void block_kv(const void* src, int64_t lds, int64_t K, const float* k, int64_t w, float* kv,
-                         const void* next) {
+    static void stream_rows(const RowUpdate* up, const RowReduce* red, int64_t K, int64_t w, const void* next) {
         const int eb = dtype_bytes(SD);
-        float buf[128];
-        std::fill(kv, kv + w, 0.0f);
-        for (int64_t r = 0; r < K; ++r) {
-            prefetch_half(next, r, lds * eb, w * eb, 0);
-            const float* row = row_f32<SD>(static_cast<const char*>(src) + r * lds * eb, w, buf);
-            for (int64_t j = 0; j < w; ++j) kv[j] += row[j] * k[r];
+        float buf[128], n[128];
+        float* __restrict kv = red ? red->kv : nullptr;
+        float* __restrict sq = red ? red->sq : nullptr;
+        const float* __restrict u = up ? up->u : nullptr;
+        if (red) {
+            std::fill(kv, kv + w, 0.0f);
+            std::fill(sq, sq + w, 0.0f);
         }
-    }
-
-    template <DType SD>
-    static void block_update(const void* src, int64_t lds, void* dst, int64_t ldd, int64_t K, float alpha,
-                             const float* k, const float* u, const float* q, int64_t w, float* o,
-                             const void* next) {
-        const int eb = dtype_bytes(SD);
-        float buf[128];
-        std::fill(o, o + w, 0.0f);
         for (int64_t r = 0; r < K; ++r) {
-            prefetch_half(next, r, lds * eb, w * eb, 1);
-            const float* row = row_f32<SD>(static_cast<const char*>(src) + r * lds * eb, w, buf);
-            char* out = static_cast<char*>(dst) + r * ldd * eb;
-            float* n = SD == DType::F32 ? reinterpret_cast<float*>(out) : buf;  // may alias row: elementwise
-            for (int64_t j = 0; j < w; ++j) {
-                n[j] = alpha * row[j] + k[r] * u[j];
-                o[j] += n[j] * q[r];
+            prefetch_row(next, r, (up ? up->ld : red->ld) * eb, w * eb);
+            if (up) {
+                const float* __restrict row = row_f32<SD>(static_cast<const char*>(up->src) + r * up->ld * eb, w, buf);
+                const float alpha = up->alpha, kr = up->k[r];
+                for (int64_t j = 0; j < w; ++j) n[j] = alpha * row[j] + kr * u[j];
+                store_row(n, static_cast<char*>(up->dst) + r * up->ld * eb, SD, w);
             }
-            if constexpr (SD != DType::F32) store_row(buf, out, SD, w);
+            if (red) {
+                const float* __restrict row = row_f32<SD>(static_cast<const char*>(red->src) + r * red->ld * eb, w, buf);
+                const float kr = red->k[r], qr = red->q[r];
+                for (int64_t j = 0; j < w; ++j) {
+                    kv[j] += row[j] * kr;
+                    sq[j] += row[j] * qr;
+                }
+            }
         }
     }
 
@@ -93,12 +89,14 @@ struct ScalarIsa {
     }
 
     static void pack_b(float* src, int64_t lds, int Kd, int N, uint16_t* dst, const float* scale = nullptr,
-                       const float* rescale = nullptr) {
+                       const float* rescale = nullptr, DType round = DType::F32) {
+        const bool write_back = rescale || round != DType::F32;
         for (int k = 0; k < Kd; ++k) {
             const float sk = scale ? scale[k] : 1.0f;
             for (int j = 0; j < N; ++j) {
-                dst[(int64_t(k / 2) * N + j) * 2 + (k & 1)] = f32_to_bf16(sk * src[k * lds + j]);
-                if (rescale) src[k * lds + j] *= *rescale;
+                const float x = round_to(src[k * lds + j], round);
+                dst[(int64_t(k / 2) * N + j) * 2 + (k & 1)] = f32_to_bf16(sk * x);
+                if (write_back) src[k * lds + j] = rescale ? x * *rescale : x;
             }
         }
     }

@@ -3,20 +3,19 @@
 // P (defined by each gdn_isa_*.cpp before including this file) provides:
 //   load_row(src, dt, float* dst, n)            n elements of type dt -> fp32
 //   store_row(const float* src, dst, dt, n)     fp32 -> dt, round to nearest even
-//   block_kv<SD>(src, lds, K, k, w, kv, next)    kv[j] = sum_r src[r, j] k[r] for j < w <= 128, src of
-//                                               type SD with row stride lds; prefetches the first half
-//                                               of next's rows (prefetch_half below)
-//   block_update<SD>(src, lds, dst, ldd, K, alpha, k, u, q, w, o, next)
-//                                               n = alpha src[r, j] + k[r] u[j] (fp32); dst <- n
-//                                               rounded to SD (dst may be src); o[j] = sum_r n[r, j] q[r];
-//                                               prefetches the second half of next's rows
+//   stream_rows<SD>(up, red, K, w, next)        one pass over K state rows of w <= 128 columns (type SD):
+//                                               row r of `up` (RowUpdate, may be null) is updated, then
+//                                               row r of `red` (RowReduce, may be null) is reduced; the
+//                                               rows of `next` (null: none) are prefetched to L2
 //   pack_a(src, lds, M, Kd, uint16_t* dst, scale, ldd)
 //                                               fp32 [M, Kd] -> bf16 row-major [M][Kd] (dst rows ldd
 //                                               apart, 0: Kd); row i times scale[i] first (in fp32)
 //                                               unless scale is null
-//   pack_b(src, lds, Kd, N, uint16_t* dst, scale, rescale)
+//   pack_b(src, lds, Kd, N, uint16_t* dst, scale, rescale, round)
 //                                               fp32 [Kd, N] -> bf16 pair-interleaved [Kd/2][N][2],
-//                                               row scales as pack_a; then src *= *rescale unless null
+//                                               src first rounded to `round` (RNE; F32: not), row
+//                                               scales as pack_a; then src <- (rounded) src times
+//                                               *rescale (null: 1) when rescale or round
 //   gemm(M, N, Kd, A, B, float* C, ldc, acc)    C (+)= A B with bf16 A, B and fp32 accumulation;
 //                                               M, N, Kd multiples of 32; only between
 //   tiles_begin(), tiles_end()                  (the AMX tile configuration of one task)
@@ -32,7 +31,8 @@
 // every token (the output uses the unrounded fp32 state). Chunked prefill computes in fp32,
 // rounds every GEMM operand to bf16 (written rd() below) and accumulates in fp32; the state is
 // rounded to SD at every chunk end (chunks of 64 tokens from each sequence start in this call),
-// which is also the sequence end. This is reference.gdn.numpy_ref.chunked(operand_dtype=
+// which is also the sequence end: at the start of the next chunk, in the pass that packs rd(S),
+// and into the pool after the last. This is reference.gdn.numpy_ref.chunked(operand_dtype=
 // "bfloat16"). Per chunk, with kn = rd(l2norm(k)), qn = rd(scale l2norm(q)), G the chunk-local
 // cumulative sum of g and D[i,j] = exp(G_i - G_j) for j <= i:
 //   M  = rd(strict_lower(beta_i (kn kn^T) D)),   T = (I + M)^-1 (fp32 forward substitution)
@@ -49,6 +49,7 @@
 #include <cstring>
 
 #include "gdn_api.hpp"
+#include "gdn_gating.hpp"
 
 namespace gdn {
 namespace {
@@ -61,29 +62,32 @@ inline void* state_row(const StatePool& s, int64_t slot, int64_t offset) {
     return static_cast<char*>(s.p) + (slot * s.slot_stride + offset) * dtype_bytes(s.dt);
 }
 
-// Prefetch to L2 of half of the `width` bytes at row r (rows `stride` bytes apart) of the state a
-// thread works on next (null: none): half 0 is the first half of the cache lines, half 1 the rest. The two passes
-// over the current state each prefetch one half, so requests go out during the whole item.
-// Measured against prefetching whole rows in the second pass alone (Xeon host and EPYC, 2
-// threads, batch-128 decode): fp32 state 9-26% faster, bf16 and fp16 unchanged.
-inline void prefetch_half(const void* next, int64_t r, int64_t stride, int64_t width, int half) {
+// Prefetch to L2 of the `width` bytes at row r (rows `stride` bytes apart) of the state a thread
+// works on after the one it streams now (null: none): one row per row streamed, so requests go out
+// evenly during the whole pass.
+inline void prefetch_row(const void* next, int64_t r, int64_t stride, int64_t width) {
     if (!next) return;
-    const int64_t lines = (width + 63) / 64, mid = lines / 2;
     const char* row = static_cast<const char*>(next) + r * stride;
-    for (int64_t l = half ? mid : 0; l < (half ? lines : mid); ++l) __builtin_prefetch(row + 64 * l, 0, 2);
+    for (int64_t l = 0; l < width; l += 64) __builtin_prefetch(row + l, 0, 2);
 }
 
-inline float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
+// The two halves of one pass over state rows (stream_rows): the update of one token's state and
+// the reductions of the next token's, so that a thread streams each state from memory once, in a
+// pass that also writes back the state before it. Pointers are at the block's first column.
+struct RowUpdate {  // dst[r, j] = alpha src[r, j] + k[r] u[j] in fp32, rounded to the state type (dst may be src)
+    const void* src;
+    void* dst;
+    int64_t ld;     // row stride in elements
+    float alpha;
+    const float *k, *u;
+};
 
-// g = -exp(A_log) * softplus(a + dt_bias), beta = sigmoid(b), for token t and value head hv.
-inline void gates(const DecodeArgs& A, int64_t t, int64_t hv, float* g, float* beta) {
-    const float a = load_scalar(A.a.p, A.a.dt, t * A.HV + hv);
-    const float b = load_scalar(A.b.p, A.b.dt, t * A.HV + hv);
-    const float alog = load_scalar(A.A_log.p, A.A_log.dt, hv);
-    const float bias = load_scalar(A.dt_bias.p, A.dt_bias.dt, hv);
-    *g = -std::exp(alog) * softplus(a + bias);
-    *beta = 1.0f / (1.0f + std::exp(-b));
-}
+struct RowReduce {  // kv[j] = sum_r src[r, j] k[r], sq[j] = sum_r src[r, j] q[r] (fp32, r in order)
+    const void* src;
+    int64_t ld;
+    const float *k, *q;
+    float *kv, *sq;
+};
 
 // sum x[i]^2 over n elements, on 16 partial sums so the reduction vectorises.
 inline float sum_squares(const float* x, int64_t n) {
@@ -107,76 +111,114 @@ void load_normalized(const Input& x, int64_t offset, int64_t n, bool l2norm, flo
 }
 
 // ---------------------------------------------------------------------------------------------
-// Decode and spec decode: one delta-rule step on a [K, V] fp32 working state.
+// Decode and spec decode: one delta-rule step per token and value head on a [K, V] state,
+//   S' = alpha S + k u^T,  u = beta (v - alpha S^T k),  o = S'^T q = alpha S^T q + (k . q) u,
+// in fp32 (o from the unrounded S'); S' is stored rounded to nearest even. S^T k and S^T q are
+// reduced in the pass that reads S; the update is a second pass over rows that are in cache.
 
-struct StepBuffers {
-    float *q, *k, *v, *kv, *o;  // q, k [K]; v, kv, o [V]
-    static int64_t floats(int64_t K, int64_t V) { return 2 * K + 3 * V; }
-    StepBuffers(float* base, int64_t K, int64_t V) : q(base), k(q + K), v(k + K), kv(v + V), o(kv + V) {}
+// One token of one value head: its vectors (q, k [K]; v, kv, sq, o [V], u in kv), gates and state.
+struct Token {
+    float *q, *k, *v, *kv, *sq, *o;
+    float alpha = 0.0f, beta = 0.0f;
+    const void* src = nullptr;  // the state it reads
+    void* dst = nullptr;        // where its updated state goes (decode: src)
+    static int64_t floats(int64_t K, int64_t V) { return 2 * K + 4 * V; }
+    Token(float* base, int64_t K, int64_t V) : q(base), k(q + K), v(k + K), kv(v + V), sq(kv + V), o(sq + V) {}
 };
 
-// One token: S <- alpha S + k (beta (v - alpha S^T k))^T, o = S^T q (unrounded S), reading the
-// state from src and writing it to dst (both of type SD; the same slot for decode), rounded to
-// nearest even. Columns go in blocks of up to 128 (whole rows at V = 128, so the slot streams
-// in order); each block reads src twice (the second time from cache). next: when not null, the
-// state the thread works on next, prefetched half during each pass (prefetch_half).
+template <class P>
+void load_token(const DecodeArgs& A, Token& tk, int64_t t, int64_t hv) {
+    const int64_t h = hv / (A.HV / A.H);
+    load_normalized<P>(A.q, (t * A.H + h) * A.K, A.K, A.l2norm, A.eps, A.scale, tk.q);
+    load_normalized<P>(A.k, (t * A.H + h) * A.K, A.K, A.l2norm, A.eps, 1.0f, tk.k);
+    P::load_row(elem(A.v, (t * A.HV + hv) * A.V), A.v.dt, tk.v, A.V);
+    float g;
+    gates(A, t, hv, &g, &tk.beta);
+    tk.alpha = std::exp(g);
+}
+
+// After the reductions: u = beta (v - alpha kv) (into kv) and o = alpha sq + (k . q) u, stored to
+// output row t, value head hv.
+template <class P>
+void finish_token(const DecodeArgs& A, Token& tk, int64_t t, int64_t hv) {
+    float part[16] = {};
+    int64_t i = 0;
+    for (; i + 16 <= A.K; i += 16)
+        for (int j = 0; j < 16; ++j) part[j] += tk.k[i + j] * tk.q[i + j];
+    for (; i < A.K; ++i) part[0] += tk.k[i] * tk.q[i];
+    float kq = 0.0f;
+    for (int j = 0; j < 16; ++j) kq += part[j];
+    for (int64_t j = 0; j < A.V; ++j) {
+        tk.kv[j] = tk.beta * (tk.v[j] - tk.alpha * tk.kv[j]);
+        tk.o[j] = tk.alpha * tk.sq[j] + kq * tk.kv[j];
+    }
+    P::store_row(tk.o, static_cast<char*>(A.out) + (t * A.HV + hv) * A.V * dtype_bytes(A.out_dt), A.out_dt, A.V);
+}
+
+// One pass over the [K, V] states: `up`'s update (null: none), then `red`'s reductions (null:
+// none), row by row in column blocks of up to 128 (whole rows at V <= 128, so slots stream in
+// order), prefetching the state `next` (null: none). Row r of up is written before row r of red
+// is read, so red may read the state up writes.
 template <class P, DType SD>
-void delta_step(StepBuffers& B, int64_t K, int64_t V, float alpha, float beta, const void* src, void* dst,
-                const void* next) {
+void state_pass(int64_t K, int64_t V, Token* up, Token* red, const void* next) {
     constexpr int64_t kBlock = 128;
     const int eb = dtype_bytes(SD);
+    auto at = [eb](const void* p, int64_t j0) { return static_cast<const char*>(p) + j0 * eb; };
     for (int64_t j0 = 0; j0 < V; j0 += kBlock) {
         const int64_t w = std::min(kBlock, V - j0);
-        const void* s = static_cast<const char*>(src) + j0 * eb;
-        float* __restrict u = B.kv + j0;
-        const void* nx = next ? static_cast<const char*>(next) + j0 * eb : nullptr;
-        P::template block_kv<SD>(s, V, K, B.k, w, u, nx);
-        for (int64_t j = 0; j < w; ++j) u[j] = beta * (B.v[j0 + j] - alpha * u[j]);
-        P::template block_update<SD>(s, V, static_cast<char*>(dst) + j0 * eb, V, K, alpha, B.k, u, B.q, w, B.o + j0,
-                                     nx);
+        RowUpdate U{};
+        RowReduce R{};
+        if (up) U = RowUpdate{at(up->src, j0), static_cast<char*>(up->dst) + j0 * eb, V, up->alpha, up->k, up->kv + j0};
+        if (red) R = RowReduce{at(red->src, j0), V, red->k, red->q, red->kv + j0, red->sq + j0};
+        P::template stream_rows<SD>(up ? &U : nullptr, red ? &R : nullptr, K, w, next ? at(next, j0) : nullptr);
     }
-}
-
-template <class P>
-void load_token(const DecodeArgs& A, StepBuffers& B, int64_t t, int64_t hv) {
-    const int64_t h = hv / (A.HV / A.H);
-    load_normalized<P>(A.q, (t * A.H + h) * A.K, A.K, A.l2norm, A.eps, A.scale, B.q);
-    load_normalized<P>(A.k, (t * A.H + h) * A.K, A.K, A.l2norm, A.eps, 1.0f, B.k);
-    P::load_row(elem(A.v, (t * A.HV + hv) * A.V), A.v.dt, B.v, A.V);
-}
-
-// The state slot of decode item + 1 (null past the end or for a padding sequence).
-inline const void* next_decode_state(const DecodeArgs& A, int64_t item) {
-    const int64_t next = item + 1;
-    if (next >= A.N * A.HV) return nullptr;
-    const int64_t slot = A.indices[next / A.HV];
-    return slot < 0 ? nullptr : state_row(A.state, slot, (next % A.HV) * A.K * A.V);
 }
 
 struct DecodeCtx {
     const DecodeArgs* args;
     const Scratch* scratch;
+    int64_t run;  // decode: items per run
 };
 
+inline int64_t decode_slot(const DecodeArgs& A, int64_t item) { return A.indices[item / A.HV]; }
+
+inline void* decode_state(const DecodeArgs& A, int64_t item) {
+    return state_row(A.state, decode_slot(A, item), (item % A.HV) * A.K * A.V);
+}
+
+// A run of consecutive decode items (sequence, value head) on one thread, software-pipelined: the
+// pass that updates item i's state (read in the pass before, now in cache) reduces item i + 1's
+// (read from memory) and prefetches item i + 2's. Padding sequences are skipped.
 template <class P, DType SD>
-void decode_item(void* ctx, int64_t item, int tid) {
+void decode_run(void* ctx, int64_t run, int tid) {
     const auto& c = *static_cast<DecodeCtx*>(ctx);
     const DecodeArgs& A = *c.args;
-    const int64_t n = item / A.HV, hv = item % A.HV;
-    const int64_t slot = A.indices[n];
-    if (slot < 0) return;
-    StepBuffers B(reinterpret_cast<float*>(c.scratch->at(tid)), A.K, A.V);
-    load_token<P>(A, B, n, hv);
-    float g, beta;
-    gates(A, n, hv, &g, &beta);
-    void* st = state_row(A.state, slot, hv * A.K * A.V);
-    delta_step<P, SD>(B, A.K, A.V, std::exp(g), beta, st, st, next_decode_state(A, item));
-    P::store_row(B.o, static_cast<char*>(A.out) + (n * A.HV + hv) * A.V * dtype_bytes(A.out_dt),
-                 A.out_dt, A.V);
+    const int64_t end = std::min(A.N * A.HV, (run + 1) * c.run);
+    float* base = reinterpret_cast<float*>(c.scratch->at(tid));
+    Token slots[2] = {Token(base, A.K, A.V), Token(base + Token::floats(A.K, A.V), A.K, A.V)};
+    Token* cur = nullptr;
+    int which = 0;
+    auto valid_from = [&](int64_t i) {
+        while (i < end && decode_slot(A, i) < 0) ++i;
+        return i;
+    };
+    for (int64_t item = valid_from(run * c.run); item < end;) {
+        const int64_t after = valid_from(item + 1);
+        Token& nx = slots[which];
+        which ^= 1;
+        load_token<P>(A, nx, item / A.HV, item % A.HV);
+        nx.src = nx.dst = decode_state(A, item);
+        state_pass<P, SD>(A.K, A.V, cur, &nx, after < end ? decode_state(A, after) : nullptr);
+        finish_token<P>(A, nx, item / A.HV, item % A.HV);
+        cur = &nx;
+        item = after;
+    }
+    if (cur) state_pass<P, SD>(A.K, A.V, cur, nullptr, nullptr);
 }
 
 // Spec decode: resume from slot indices[n, max(accepted-1, 0)] (negative: padding sequence),
-// token t's state is stored to indices[n, t] and the next token continues from the stored value.
+// token t's state is stored to indices[n, t] and the next token continues from the stored value:
+// per token, one pass reduces the state it reads and a second stores its update.
 template <class P, DType SD>
 void spec_item(void* ctx, int64_t item, int tid) {
     const auto& c = *static_cast<DecodeCtx*>(ctx);
@@ -186,37 +228,40 @@ void spec_item(void* ctx, int64_t item, int tid) {
     const int64_t src_slot = idx[std::max<int64_t>(A.num_accepted[n] - 1, 0)];
     const int64_t t0 = A.cu_seqlens[n], t1 = A.cu_seqlens[n + 1];
     if (src_slot < 0) return;
-    StepBuffers B(reinterpret_cast<float*>(c.scratch->at(tid)), A.K, A.V);
-    const void* src = state_row(A.state, src_slot, hv * A.K * A.V);
+    Token tk(reinterpret_cast<float*>(c.scratch->at(tid)), A.K, A.V);
+    tk.src = state_row(A.state, src_slot, hv * A.K * A.V);
     for (int64_t t = t0; t < t1; ++t) {
-        load_token<P>(A, B, t, hv);
-        float g, beta;
-        gates(A, t, hv, &g, &beta);
-        void* dst = state_row(A.state, idx[t - t0], hv * A.K * A.V);
-        delta_step<P, SD>(B, A.K, A.V, std::exp(g), beta, src, dst, nullptr);
-        src = dst;
-        P::store_row(B.o, static_cast<char*>(A.out) + (t * A.HV + hv) * A.V * dtype_bytes(A.out_dt),
-                     A.out_dt, A.V);
+        load_token<P>(A, tk, t, hv);
+        tk.dst = state_row(A.state, idx[t - t0], hv * A.K * A.V);
+        state_pass<P, SD>(A.K, A.V, nullptr, &tk, nullptr);
+        finish_token<P>(A, tk, t, hv);
+        state_pass<P, SD>(A.K, A.V, &tk, nullptr, nullptr);
+        tk.src = tk.dst;
     }
 }
 
 template <class P, template <class, DType> class Item>
-void run_decode_like(const DecodeArgs& A) {
-    Scratch scratch(A.num_threads, StepBuffers::floats(A.K, A.V) * 4);
-    DecodeCtx ctx{&A, &scratch};
-    const int64_t items = A.N * A.HV;
+void run_decode_like(const DecodeArgs& A, int64_t n_work, int64_t run) {
+    Scratch scratch(A.num_threads, 2 * Token::floats(A.K, A.V) * 4);
+    DecodeCtx ctx{&A, &scratch, run};
     switch (A.state.dt) {
-        case DType::F32: parallel_for(items, A.num_threads, &ctx, Item<P, DType::F32>::fn); break;
-        case DType::BF16: parallel_for(items, A.num_threads, &ctx, Item<P, DType::BF16>::fn); break;
-        case DType::F16: parallel_for(items, A.num_threads, &ctx, Item<P, DType::F16>::fn); break;
+        case DType::F32: parallel_for(n_work, A.num_threads, &ctx, Item<P, DType::F32>::fn); break;
+        case DType::BF16: parallel_for(n_work, A.num_threads, &ctx, Item<P, DType::BF16>::fn); break;
+        case DType::F16: parallel_for(n_work, A.num_threads, &ctx, Item<P, DType::F16>::fn); break;
     }
 }
 
-template <class P, DType SD> struct DecodeItem { static constexpr ItemFn fn = decode_item<P, SD>; };
+template <class P, DType SD> struct DecodeRun { static constexpr ItemFn fn = decode_run<P, SD>; };
 template <class P, DType SD> struct SpecItem { static constexpr ItemFn fn = spec_item<P, SD>; };
 
-template <class P> void decode(const DecodeArgs& A) { run_decode_like<P, DecodeItem>(A); }
-template <class P> void spec_decode(const DecodeArgs& A) { run_decode_like<P, SpecItem>(A); }
+// Decode items go out in runs of consecutive items, about 8 runs per thread (the dynamic schedule
+// balances them); each run pays one unpipelined pass at either end.
+template <class P> void decode(const DecodeArgs& A) {
+    const int64_t items = A.N * A.HV;
+    const int64_t run = std::max<int64_t>(1, items / (int64_t(std::max(1, A.num_threads)) * 8));
+    run_decode_like<P, DecodeRun>(A, (items + run - 1) / run, run);
+}
+template <class P> void spec_decode(const DecodeArgs& A) { run_decode_like<P, SpecItem>(A, A.N * A.HV, 1); }
 
 // ---------------------------------------------------------------------------------------------
 // Chunked prefill.
@@ -225,12 +270,12 @@ template <class P> void spec_decode(const DecodeArgs& A) { run_decode_like<P, Sp
 // rows; C = kChunk rows, fp32 unless named *_bf. Per key head and chunk: q, k, KK, QK and their
 // bf16 packs; per value head (reused in turn): the rest; S holds the group's fp32 states.
 struct ChunkBuffers {
-    float *q, *k, *KK, *QK, *v, *G, *eG, *eL, *beta, *x, *M, *P, *T, *W, *U, *Vn, *O, *S;
+    float *q, *k, *KK, *QK, *v, *G, *eG, *eL, *beta, *x, *M, *P, *T, *W, *U, *O, *S;  // U: then Vn
     uint16_t *Ka_bf, *KbT_bf, *Qa_bf, *Ta_bf, *Xb_bf, *Yb_bf, *Sb_bf, *Vb_bf, *Wa_bf, *QPa_bf, *Kd_bf, *KdT_bf;
 
     static int64_t floats(int64_t K, int64_t V, int64_t group) {
         const int64_t C = kChunk;
-        return group * K * V + 3 * C * K + 5 * C * V + 5 * C * C + 5 * C;  // S; q k W; v U Vn O x; KK QK M P T; G eG eL beta, x tail
+        return group * K * V + 3 * C * K + 4 * C * V + 5 * C * C + 5 * C;  // S; q k W; v U O x; KK QK M P T; G eG eL beta, x tail
     }
     static int64_t halves(int64_t K, int64_t V) {
         const int64_t C = kChunk;
@@ -245,7 +290,7 @@ struct ChunkBuffers {
         q = take(C * K); k = take(C * K); KK = take(C * C); QK = take(C * C); v = take(C * V);
         G = take(C); eG = take(C); eL = take(C); beta = take(C); x = take(C * V + C);
         M = take(C * C); P = take(C * C); T = take(C * C);
-        W = take(C * K); U = take(C * V); Vn = take(C * V); O = take(C * V); S = take(group * K * V);
+        W = take(C * K); U = take(C * V); O = take(C * V); S = take(group * K * V);
         uint16_t* h = reinterpret_cast<uint16_t*>(f);
         auto half = [&h](int64_t n) { uint16_t* p = h; h += n; return p; };
         Ka_bf = half(C * K); KbT_bf = half(K * C); Qa_bf = half(C * K); Ta_bf = half(C * C);
@@ -392,10 +437,10 @@ inline void solve_unit_lower(const float* M, float* T) {
     }
 }
 
-// One chunk of value head hv (load_keys done for its key head): reads/updates the fp32 state S,
-// writes O rows.
+// One chunk of value head hv (load_keys done for its key head): rounds the fp32 state S to `round`
+// (the state type: the previous chunk's write-back), reads and updates it, writes O rows.
 template <class P>
-void chunk_step(const ChunkArgs& A, ChunkBuffers& B, float* S, int64_t c0, int64_t L, int64_t hv) {
+void chunk_step(const ChunkArgs& A, ChunkBuffers& B, float* S, int64_t c0, int64_t L, int64_t hv, DType round) {
     const int C = kChunk, K = int(A.K), V = int(A.V);
     load_values<P>(A, B, c0, L, hv);
     decay_rows<P>(B);
@@ -406,19 +451,21 @@ void chunk_step(const ChunkArgs& A, ChunkBuffers& B, float* S, int64_t c0, int64
     P::pack_b(B.v, V, C, V, B.Yb_bf, B.beta);    // rd(beta v)
     P::gemm(C, K, C, B.Ta_bf, B.Xb_bf, B.W, K, false);
     P::gemm(C, V, C, B.Ta_bf, B.Yb_bf, B.U, V, false);
-    // Inter-chunk: Vn = U - rd(W) rd(S), with U a bf16 value (Vn is rounded by pack_b below);
-    // the pass that packs rd(S) also decays S by exp(G_last) for the state update.
+    // Inter-chunk: Vn = U - rd(W) rd(S), with U a bf16 value (Vn is rounded by pack_b below), as
+    // one GEMM accumulating -rd(W) rd(S) onto U (in place: U holds Vn from here); the pass that
+    // rounds S to its type and packs rd(S) also decays S by exp(G_last) for the state update.
     const float el = B.eG[L - 1];
-    P::pack_b(S, V, K, V, B.Sb_bf, nullptr, &el);
-    P::pack_a(B.W, K, C, K, B.Wa_bf);
-    P::gemm(C, V, K, B.Wa_bf, B.Sb_bf, B.Vn, V, false);
+    P::pack_b(S, V, K, V, B.Sb_bf, nullptr, &el, round);
+    std::fill(B.x, B.x + C, -1.0f);
+    P::pack_a(B.W, K, C, K, B.Wa_bf, B.x);
     P::round_bf16(B.U, int64_t(C) * V);
-    for (int64_t i = 0; i < int64_t(C) * V; ++i) B.Vn[i] = B.U[i] - B.Vn[i];
+    P::gemm(C, V, K, B.Wa_bf, B.Sb_bf, B.U, V, true);
+    float* Vn = B.U;
     // O = rd(qn exp(G)) rd(S) + rd(lower(qn kn^T D)) rd(Vn).
     // One GEMM over K + C: A = [rd(qn exp(G)) | rd(P)], B = [rd(S); rd(Vn)] (Vb follows Sb).
     P::pack_a(B.q, K, C, K, B.QPa_bf, B.eG, K + C);
     P::pack_a(B.P, C, C, C, B.QPa_bf + K, nullptr, K + C);
-    P::pack_b(B.Vn, V, C, V, B.Vb_bf);
+    P::pack_b(Vn, V, C, V, B.Vb_bf);
     P::gemm(C, V, K + C, B.QPa_bf, B.Sb_bf, B.O, V, false);
     const int eo = dtype_bytes(A.out_dt);
     for (int64_t i = 0; i < L; ++i)
@@ -449,15 +496,10 @@ void chunk_item(void* ctx, int64_t item, int tid) {
     for (int64_t c0 = t0; c0 < t1; c0 += kChunk) {
         const int64_t L = std::min<int64_t>(kChunk, t1 - c0);
         load_keys<P>(A, B, c0, L, t1, h);
-        for (int64_t g = 0; g < group; ++g) {
-            float* S = B.S + g * KV;
-            chunk_step<P>(A, B, S, c0, L, h * group + g);
-            if (SD != DType::F32) P::round_store(S, state(g), SD, KV);  // write-back: carry on from the rounded state
-        }
+        for (int64_t g = 0; g < group; ++g) chunk_step<P>(A, B, B.S + g * KV, c0, L, h * group + g, SD);
     }
     P::tiles_end();
-    if (SD == DType::F32)
-        for (int64_t g = 0; g < group; ++g) std::memcpy(state(g), B.S + g * KV, size_t(KV) * 4);
+    for (int64_t g = 0; g < group; ++g) P::round_store(B.S + g * KV, state(g), SD, KV);
 }
 
 template <class P>

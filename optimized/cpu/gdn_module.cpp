@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "gdn_api.hpp"
+#include "gdn_gating.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -442,12 +443,7 @@ void gdn_gating(const InArray& A_log, const InArray& a, const InArray& b, const 
     float* gp = static_cast<float*>(g.data());
     float* bp = static_cast<float*>(beta.data());
     for (int64_t t = 0; t < T; ++t)
-        for (int64_t h = 0; h < HV; ++h) {
-            const float x = load_scalar(A.a.p, A.a.dt, t * HV + h) + load_scalar(A.dt_bias.p, A.dt_bias.dt, h);
-            const float sp = x > 20.0f ? x : std::log1p(std::exp(x));
-            gp[t * HV + h] = -std::exp(load_scalar(A.A_log.p, A.A_log.dt, h)) * sp;
-            bp[t * HV + h] = 1.0f / (1.0f + std::exp(-load_scalar(A.b.p, A.b.dt, t * HV + h)));
-        }
+        for (int64_t h = 0; h < HV; ++h) gates(A, t, h, gp + t * HV + h, bp + t * HV + h);
 }
 
 void gemm_bf16(const std::string& isa, const InArray& a, const InArray& b, const OutArray& c) {
@@ -477,6 +473,17 @@ double amx_tile_peak_seconds(int64_t iters, int num_threads) {
     parse_isa("amx");
     nb::gil_scoped_release release;
     return amx::tile_peak_seconds(iters, num_threads);
+}
+
+double amx_gemm_seconds(int M, int N, int Kd, int64_t iters, int num_threads) {
+    if (M % 32 || N % 32 || Kd % 32 || M <= 0 || N <= 0 || Kd <= 0 || M > 4096 || N > 4096 || Kd > 4096)
+        throw std::invalid_argument(("M, N, Kd: expected positive multiples of 32 up to 4096, got " + std::to_string(M) +
+                                     ", " + std::to_string(N) + ", " + std::to_string(Kd)).c_str());
+    if (iters < 1) throw std::invalid_argument("iters: expected >= 1");
+    thread_count(num_threads);
+    parse_isa("amx");
+    nb::gil_scoped_release release;
+    return amx::gemm_seconds(M, N, Kd, iters, num_threads);
 }
 
 void copy_bytes(const OutArray& dst, const InArray& src, int num_threads) {
@@ -528,6 +535,8 @@ NB_MODULE(_gdn, m) {
           "c = bf16(a) @ bf16(b) with fp32 accumulation through one ISA's packing and GEMM (test hook).");
     m.def("amx_tile_peak_seconds", &amx_tile_peak_seconds, "iters"_a, "num_threads"_a,
           "Seconds for iters x 4 tdpbf16ps (16x16x32 each) per thread on register tiles.");
+    m.def("amx_gemm_seconds", &amx_gemm_seconds, "M"_a, "N"_a, "Kd"_a, "iters"_a, "num_threads"_a,
+          "Seconds for iters GEMMs C[M,N] = A[M,Kd] B[Kd,N] per thread through the chunk kernel's AMX GEMM, operands in cache.");
     m.def("copy_bytes", &copy_bytes, "dst"_a.noconvert(), "src"_a, "num_threads"_a,
           "memcpy on num_threads threads (bandwidth ceiling).");
     bind_ceilings(m);

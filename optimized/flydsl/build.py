@@ -94,8 +94,21 @@ def compile_one(G: int, block_size: int, arch: str, out_dir: Path, timeout_s: fl
     return Artifact(name, True, dest, dest.stat().st_size, text.count(MFMA), read_metadata(text))
 
 
+TARGETS = ("gfx950",)  # the MFMA 16x16x32 bf16 the kernel uses is CDNA4's
+
+
+def check_arch(arch: str) -> str:
+    """``arch`` if the kernels can target it; ValueError naming ``--arch`` otherwise."""
+    if arch not in TARGETS:
+        raise ValueError(f"--arch {arch!r}: the kernels use v_mfma_f32_16x16x32_bf16 (CDNA4); "
+                         f"expected one of {', '.join(TARGETS)}")
+    return arch
+
+
 def build(arch: str, out_dir: Path) -> list[Artifact]:
-    """Compile every variant for ``arch``; raises RuntimeError when the toolchain is missing."""
+    """Compile every variant for ``arch`` (one of ``TARGETS``: ValueError otherwise); raises
+    RuntimeError when the toolchain is missing."""
+    check_arch(arch)
     problem = toolchain_problem()
     if problem:
         raise RuntimeError(problem)

@@ -2,16 +2,32 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 
+def _out_folder(text: str) -> Path:
+    """``--out`` as a folder to write into, made before any work; ValueError naming it otherwise."""
+    if not text.strip():
+        raise ValueError("--out: empty; expected a folder for the .s files")
+    out = Path(text)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {text}: exists and is not a folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"--out {text}: cannot create ({exc.strerror or exc})") from None
+    return out
+
+
 def _build(args: argparse.Namespace) -> int:
-    from optimized.flydsl.build import build
+    from optimized.flydsl.build import build, check_arch
 
     try:
-        artifacts = build(args.arch, Path(args.out))
-    except RuntimeError as exc:
-        print(f"flydsl build: {exc}")
+        check_arch(args.arch)
+        artifacts = build(args.arch, _out_folder(args.out))
+    except (ValueError, RuntimeError) as exc:
+        sys.stderr.write(f"kernel-lab flydsl build: error: {exc}\n")
         return 2
     keys = ("vgpr_count", "agpr_count", "sgpr_count", "vgpr_spill_count", "lds_bytes", "scratch_bytes")
     print(f"{'variant':<22} {'ok':<4} {'bytes':>8} {'mfma':>5} " + " ".join(f"{k:>16}" for k in keys))

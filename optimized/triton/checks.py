@@ -73,6 +73,27 @@ def check_finite(name: str, t) -> None:
         raise ValueError(f"{name} holds NaN or Inf")
 
 
+_FINITE: dict[int, tuple] = {}  # id -> (weak reference, version counter) of tensors found finite
+
+
+def check_finite_once(name: str, t) -> None:
+    """``check_finite`` for a tensor that stays the same between calls (a decode's rotation): checked again
+    only when ``t`` is another tensor or torch wrote it in place since (its version counter moved), so
+    repeated calls with the same tensor allocate nothing on the device (``check_finite`` does)."""
+    import weakref
+
+    seen = _FINITE.get(id(t))
+    if seen is not None and seen[0]() is t and seen[1] == t._version:
+        return
+    check_finite(name, t)
+    if capturing(t):
+        return
+    if len(_FINITE) >= 64:  # forget tensors that are gone
+        for key in [k for k, (ref, _) in _FINITE.items() if ref() is None]:
+            del _FINITE[key]
+    _FINITE[id(t)] = (weakref.ref(t), t._version)
+
+
 def check_range(name: str, t, lo: int, hi: int) -> None:
     """ValueError unless every element of the integer tensor ``t`` is in ``[lo, hi)``."""
     if capturing(t) or t.numel() == 0:

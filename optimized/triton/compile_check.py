@@ -8,7 +8,7 @@ intrinsics, the same source must compile for ROCm", and a first step on a new ar
 Each kernel is compiled with the argument types and constants its launcher passes on a GPU
 (MMA operands in the query's dtype: bf16 queries and outputs, and the fp16 MMA variants of the grouped
 decode and unified attention) for representative caches: D=128, Hk=8, block size 16, the presets and
-layouts each kernel serves. The NVIDIA-only Gluon decode
+layouts each kernel serves; the GDN kernels (``gdn_kernels``) for every op and state dtype. The NVIDIA-only Gluon decode
 (``tq_decode_sm90``: inline PTX, ``mma.sync``) is compiled for the CUDA target only, with Gluon's
 ahead-of-time source (``GluonASTSource``). Needs a process without
 ``TRITON_INTERPRET=1`` (the interpreter replaces the kernels). Triton bundles ``ptxas`` and links
@@ -70,6 +70,7 @@ def kernels() -> list[tuple[str, object, dict, dict]]:
             sinks_ptr="*fp32", out_ptr=out_type, stride_blk="i32", stride_bt="i32", so_t="i32", so_h="i32",
             scale="fp32"),
             dict(HQ=HQ, G=G, HAS_SINKS=True, BLOCK_M=64, BLOCK_Q=64 // G, BLOCK_N=32, MMA=mma, **spec.constexprs())))
+    out += gdn_kernels()
     out.append(("validate", tq_decode_launch._validate_kernel, dict(
         q_ptr="*bf16", bt_ptr="*i32", seq_lens_ptr="*i32", sinks_ptr="*fp32", flags_ptr="*i32", stride_bt="i32",
         num_blocks="i32"), dict(ROWS_PER_SEQ=1, M=512, BS=BS, HQD=HQ * D, HQ=HQ, HAS_SINKS=True, CHUNK=256)))
@@ -82,26 +83,62 @@ def kernels() -> list[tuple[str, object, dict, dict]]:
     return out
 
 
+# Arguments the launcher's values make Triton specialise as multiples of 16 (pointers of fresh tensors,
+# cache block strides, block-table rows), as a launch on a GPU does: the widths of the loads and of the
+# cp.async copies depend on it.
+ALIGNED = ("q_ptr", "cache_ptr", "bt_ptr", "seq_lens_ptr", "table_ptr", "sinks_ptr", "part_ptr", "stride_blk",
+           "stride_bt")
+# (G, block size, MMA operands, VALUES, STAGES) of the sm_90 decode configurations compiled
+SM90_CONFIGS = ((G, BS, "bf16", 0, 1), (G, BS, "bf16", 0, 4), (G, BS, "fp16", 1, 1), (G, BS, "fp16", 2, 4),
+                (16, 32, "bf16", 0, 3), (16, 32, "fp16", 1, 1))
+
+
+def gdn_kernels() -> list[tuple[str, object, dict, dict]]:
+    """The GDN kernels at Qwen3-Next's heads (H=16, HV=32, K=V=128) with bf16 activations and o: decode and
+    spec decode (fused gating) and recurrent, for each state dtype, and the NaN/Inf flag kernel."""
+    from optimized.triton import gdn_recurrent
+
+    strides = {n: "i32" for n in ("sq_t", "sq_h", "sk_t", "sk_h", "sv_t", "sv_h", "sx_t", "sy_t", "so_t", "so_h",
+                                  "s_slot", "s_table", "interval")}
+    out = []
+    for op, gated, spec in (("decode", True, False), ("spec_decode", True, True), ("recurrent", False, False)):
+        for state in ("fp32", "bf16", "fp16"):
+            types = dict(q_ptr="*bf16", k_ptr="*bf16", v_ptr="*bf16", x_ptr="*bf16" if gated else "*fp32",
+                         y_ptr="*bf16", A_log_ptr="*fp32", dt_bias_ptr="*bf16", state_ptr=f"*{state}",
+                         table_ptr="*i32", cu_ptr="*i32", acc_ptr="*i32", o_ptr="*bf16", scale="fp32", eps="fp32",
+                         **strides)
+            BK, BV, _ = gdn_recurrent._config(128, 128, None, None)
+            out.append((f"gdn {op} state={state}", gdn_recurrent._gdn_kernel, types,
+                        dict(H=16, HV=32, K=128, V=128, BK=BK, BV=BV, GATED=gated, SPEC=spec, VARLEN=spec or not gated,
+                             L2NORM=True, BF16_BITS=False)))
+    out.append(("gdn nonfinite flags", gdn_recurrent._nonfinite_kernel, dict(
+        x_ptr="*bf16", flags_ptr="*i32", flag="i32", rows="i32", B="i32", s0="i32", s1="i32"),
+        dict(C=128, BLOCK_R=64, BLOCK_C=128)))
+    return out
+
+
 def nvidia_kernels() -> list[tuple[str, object, dict, dict, int]]:
     """(name, Gluon function, runtime argument types, constants, warps) of the NVIDIA-only kernels:
-    the sm_90 decode at the issue's shape (G=8, block 16) and at G=16 with block 32."""
+    the sm_90 decode at the issue's shape (G=8, block 16) and at G=16 with block 32, bf16 and fp16
+    operands (both fp16 value codes), register prefetch (stages 1) and cp.async rings."""
     from optimized.triton import tq_decode_sm90
 
     spec = _spec("turboquant_4bit_nc", "soa")
     types = dict(q_ptr="*fp32", cache_ptr="*u8", bt_ptr="*i32", seq_lens_ptr="*i32", table_ptr="*i32",
                  sinks_ptr="*fp32", part_ptr="*fp32", stride_blk="i32", stride_bt="i32", scale="fp32")
     out = []
-    for g, bs in ((G, BS), (16, 32)):
-        out.append((f"sm90 decode G={g} block={bs}", tq_decode_sm90._sm90_kernel, types,
+    for g, bs, mma, values, stages in SM90_CONFIGS:
+        out.append((f"sm90 decode G={g} block={bs} mma={mma} values={tq_decode_sm90.VALUE_CODES[values]} "
+                    f"stages={stages}", tq_decode_sm90._sm90_kernel, types,
                     dict(D=D, HK=HK, BS=bs, KEY_BYTES=spec.key_bytes, VAL_BYTES=spec.value_bytes, HQ=HK * g, G=g, S=4,
-                         MAXS=32, HAS_SINKS=True, BLOCK_N=16), 1))
+                         MAXS=32, HAS_SINKS=True, BLOCK_N=16, VALUES=values, STAGES=stages), 1))
     return out
 
 
-def compiled(fn, types: dict, consts: dict, target: str, num_warps: int = 4, num_stages: int = 3):
-    """The compiled kernel of ``fn`` (a Triton or Gluon function) for ``target`` (a key of TARGETS):
-    ``.asm`` holds every stage (``ttgir``, ``ptx``/``amdgcn``, ``cubin``/``hsaco``). Raises what the
-    compiler raises."""
+def compiled(fn, types: dict, consts: dict, target: str, num_warps: int = 4, num_stages: int = 3, aligned=()):
+    """The compiled kernel of ``fn`` (a Triton or Gluon function) for ``target`` (a key of TARGETS), the
+    arguments named in ``aligned`` specialised as multiples of 16: ``.asm`` holds every stage (``ttgir``,
+    ``ptx``/``amdgcn``, ``cubin``/``hsaco``). Raises what the compiler raises."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -109,11 +146,13 @@ def compiled(fn, types: dict, consts: dict, target: str, num_warps: int = 4, num
 
     source = GluonASTSource if getattr(fn, "is_gluon", lambda: False)() else ASTSource
     signature = {name: ("constexpr" if name in consts else types[name]) for name in fn.arg_names}
-    return triton.compile(source(fn=fn, signature=signature, constexprs=consts), target=GPUTarget(*TARGETS[target]),
+    attrs = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(fn.arg_names) if name in aligned}
+    return triton.compile(source(fn=fn, signature=signature, constexprs=consts, attrs=attrs),
+                          target=GPUTarget(*TARGETS[target]),
                           options={"num_warps": num_warps, "num_stages": num_stages})
 
 
-def compile_one(fn, types: dict, consts: dict, target: str, num_warps: int = 4) -> dict:
+def compile_one(fn, types: dict, consts: dict, target: str, num_warps: int = 4, aligned=()) -> dict:
     """Compile ``fn`` for ``target`` (a key of TARGETS); the binary's kind and size, or the error."""
     missing = [n for n in fn.arg_names if n not in consts and n not in types]
     if missing:
@@ -123,7 +162,7 @@ def compile_one(fn, types: dict, consts: dict, target: str, num_warps: int = 4) 
     with (tempfile.TemporaryDirectory() as cache, mock.patch.dict(os.environ, {"TRITON_CACHE_DIR": cache}),
           _stderr_of_native_code() as diagnostics):
         try:
-            k = compiled(fn, types, consts, target, num_warps)
+            k = compiled(fn, types, consts, target, num_warps, aligned=aligned)
         except Exception as exc:  # reported per kernel: one failure does not hide the others
             return {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:2000]}
     errors = [line for line in diagnostics.text().splitlines() if "error" in line.lower()]
@@ -163,7 +202,7 @@ def run(targets) -> dict:
     for t in targets:
         res[t] = {name: compile_one(fn, types, consts, t) for name, fn, types, consts in kernels()}
         if TARGETS[t][0] == "cuda":
-            res[t].update({name: compile_one(fn, types, consts, t, warps) for name, fn, types, consts, warps
+            res[t].update({name: compile_one(fn, types, consts, t, warps, ALIGNED) for name, fn, types, consts, warps
                            in nvidia_kernels()})
     return res
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import triton
 import triton.language as tl
 
-from optimized.triton.checks import (FLOAT_DTYPES, capturing, check_finite, check_output, check_positive,
+from optimized.triton.checks import (FLOAT_DTYPES, capturing, check_finite_once, check_output, check_positive,
                                      check_tensor, index_tensor)
 from optimized.triton.tq_cache import CacheSpec, cache_spec
 from optimized.triton.tq_common import split_range
@@ -117,7 +117,7 @@ def check_decode_args(query, kv_cache, block_table, seq_lens, *, preset, layout,
         if rotation is None:
             raise ValueError(f"rotation [D, D] is required for the MSE-key preset {spec.preset.name}")
         check_tensor("rotation", rotation, (D, D), ("float32",), dev, contiguous=True)
-        check_finite("rotation", rotation)
+        check_finite_once("rotation", rotation)
     if sinks is not None:
         check_tensor("sinks", sinks, (Hq,), ("float32",), dev, contiguous=True)
     return DecodeArgs(spec, B, Hq, G, softmax_scale(scale, D), sinks, block_table, seq_lens)

@@ -21,6 +21,7 @@ from optimized.triton.checks import (FLOAT_DTYPES, capturing, check_finite, chec
                                      index_tensor)
 from optimized.triton.tq_cache import cache_spec, head_size_problem
 from optimized.triton.tq_common import kv_pointers
+from reference.turboquant.validate import key_norm
 
 FP8_MAX = 448.0
 FP16_MAX = tl.constexpr(65504.0)
@@ -134,6 +135,8 @@ def store(kv_cache, key, value, slot_mapping, *, preset, layout, rotation=None):
         check_finite("rotation", rotation)
         kf = key.float()
         norm = torch.linalg.vector_norm(kf, dim=-1)
+        if not capturing(norm):
+            key_norm(float(torch.linalg.vector_norm(key.double(), dim=-1).max()))
         y = ((kf / (norm[..., None] + 1e-8)) @ rotation).contiguous()
         norm = norm.contiguous()
         c = centroids(p.key_bits, D)

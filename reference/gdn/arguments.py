@@ -18,6 +18,7 @@ STATE_DTYPES = {"float32": np.dtype(np.float32), "bfloat16": np.dtype(ml_dtypes.
 COMPUTE_DTYPES = {"float32": np.dtype(np.float32), "float64": np.dtype(np.float64)}
 OPERAND_DTYPES = ("float32", "bfloat16", "float16")
 ROUNDING_POINTS = ("cpu", "fla")
+FP32_MAX = float(np.finfo(np.float32).max)
 
 
 @dataclass(frozen=True)
@@ -123,7 +124,29 @@ def gating(A_log, a, b, dt_bias) -> int:
         raise ValueError(f"dt_bias: expected shape [HV={HV}], got {tuple(dt_bias.shape)}")
     for name, x in (("A_log", A_log), ("a", a), ("b", b), ("dt_bias", dt_bias)):
         _finite(name, x)
+    gate_product(np.asarray(A_log, np.float32), np.asarray(a, np.float32), np.asarray(dt_bias, np.float32))
     return HV
+
+
+def gate_product(A_log: np.ndarray, a: np.ndarray, dt_bias: np.ndarray) -> None:
+    """ValueError naming the gate arguments when g = -exp(A_log) * softplus(a + dt_bias) is not
+    finite in float32 (the kernels compute it there: an overflow gives -Inf, or NaN as Inf * 0).
+    Float32 host arrays A_log, dt_bias [HV], a [T, HV]."""
+    x = a.astype(np.float64) + dt_bias.astype(np.float64)
+    softplus = np.where(x > 20.0, x, np.log1p(np.exp(np.minimum(x, 20.0))))
+    decay = np.exp(A_log.astype(np.float64))
+    g = decay * softplus
+    if decay.max(initial=0.0) > FP32_MAX or g.max(initial=0.0) > FP32_MAX or \
+            np.max(np.abs(x), initial=0.0) > FP32_MAX:
+        raise ValueError(f"A_log, a, dt_bias: the gate -exp(A_log) * softplus(a + dt_bias) overflows float32 "
+                         f"(largest |g| {g.max(initial=0.0):.4g}, float32 holds {FP32_MAX:.4g})")
+
+
+def decays(g) -> None:
+    """ValueError naming ``g`` unless every log-decay is <= 0 (exp(g) <= 1: the state decays)."""
+    largest = float(np.max(np.asarray(g, np.float32), initial=-np.inf))
+    if largest > 0:
+        raise ValueError(f"g: expected log-decays <= 0 (exp(g) <= 1), got a largest value {largest:.4g}")
 
 
 def qkv(q, k, v) -> tuple[int, int, int, int, int]:
@@ -172,11 +195,13 @@ def _real(name: str, x) -> None:
 
 
 def scalars(scale, l2norm_eps) -> None:
-    """``scale`` None or a positive finite number, ``l2norm_eps`` a finite number >= 0."""
+    """``scale`` None or a positive number finite in float32 (the kernels scale in float32),
+    ``l2norm_eps`` a finite number >= 0."""
     if scale is not None:
         _real("scale", scale)
-        if not (np.isfinite(scale) and scale > 0):
-            raise ValueError(f"scale: expected a positive finite number or None, got {scale!r}")
+        if not (np.isfinite(scale) and 0 < scale <= FP32_MAX):
+            raise ValueError(f"scale: expected a positive finite number, at most float32's largest "
+                             f"{FP32_MAX:.8g}, or None, got {scale!r}")
     _real("l2norm_eps", l2norm_eps)
     if not (np.isfinite(l2norm_eps) and l2norm_eps >= 0):
         raise ValueError(f"l2norm_eps: expected a finite number >= 0, got {l2norm_eps!r}")
@@ -232,9 +257,17 @@ def spec_decode(q, k, v, A_log, a, b, dt_bias, state, spec_state_indices, num_ac
     """Checks of spec_decode; returns (Dims, cu, spec_state_indices, num_accepted, start slots)."""
     T, H, HV, K, V = qkv(q, k, v)
     _gates_match(gating(A_log, a, b, dt_bias), a, T, HV)
+    S = pool(state, state_dtype_name, HV, K, V)
+    cu, spec, acc, start = spec_tables(cu, spec_state_indices, num_accepted_tokens, T, S)
+    scalars(scale, l2norm_eps)
+    return Dims(T, H, HV, K, V, cu.size - 1, S), cu, spec, acc, start
+
+
+def spec_tables(cu, spec_state_indices, num_accepted_tokens, T: int, S: int):
+    """Checks of spec_decode's index tables for T tokens and a pool of S slots; returns (cu_seqlens,
+    spec_state_indices, num_accepted_tokens, start slots), int64."""
     cu = cu_seqlens(cu, T)
     N = cu.size - 1
-    S = pool(state, state_dtype_name, HV, K, V)
     spec = _integer("spec_state_indices", spec_state_indices, 2)
     if spec.shape[0] != N:
         raise ValueError(f"spec_state_indices: expected [N={N}, S], got {spec.shape}")
@@ -253,5 +286,4 @@ def spec_decode(q, k, v, A_log, a, b, dt_bias, state, spec_state_indices, num_ac
         if np.any(spec[n, :lens[n]] < 0):
             raise ValueError(f"spec_state_indices: sequence {n} has a padding slot (-1) among the "
                              f"columns of its {lens[n]} tokens")
-    scalars(scale, l2norm_eps)
-    return Dims(T, H, HV, K, V, N, S), cu, spec, acc, start
+    return cu, spec, acc, start

@@ -17,7 +17,10 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
+from reference.arguments import in_place
 from reference.gdn import arguments
+
+IN_PLACE = "the NumPy reference updates the state pool in place"
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 
@@ -151,6 +154,7 @@ def gating(A_log, a, b, dt_bias, *, compute_dtype="float32"):
 def recurrent(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, use_qk_l2norm=True,
               l2norm_eps=1e-6, state_dtype="float32", state_write_interval=1, compute_dtype="float32"):
     """Token-by-token gated delta rule over packed sequences; updates ``state`` in place; returns o."""
+    in_place("state", state, IN_PLACE)
     dims, cu, idx = arguments.varlen(q, k, v, g, beta, cu_seqlens, state, state_indices,
                                      state_dtype, scale, l2norm_eps)
     interval = arguments.interval(state_write_interval)
@@ -185,6 +189,7 @@ def chunked(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, u
     the inverse T but not the matrix inverted, W, U, the chunk-start state copy, v_new for the readout,
     v_new * exp(G_last - G) for the state increment, and the output o.
     """
+    in_place("state", state, IN_PLACE)
     dims, cu, idx = arguments.varlen(q, k, v, g, beta, cu_seqlens, state, state_indices,
                                      state_dtype, scale, l2norm_eps)
     C = arguments.chunk(chunk_size)
@@ -216,6 +221,7 @@ def decode(q, k, v, A_log, a, b, dt_bias, state, state_indices, *, scale=None, u
 
     The state is rounded after every token (the sequence's only token); returns o [N, HV, V].
     """
+    in_place("state", state, IN_PLACE)
     dims, idx = arguments.decode(q, k, v, A_log, a, b, dt_bias, state, state_indices,
                                  state_dtype, scale, l2norm_eps)
     g, beta = _gates(A_log, a, b, dt_bias, arguments.compute_dtype(compute_dtype))
@@ -232,6 +238,7 @@ def spec_decode(q, k, v, A_log, a, b, dt_bias, state, spec_state_indices, num_ac
     stores the state after its draft token t into ``spec_state_indices[n, t]`` (rounded); the next
     token reads that stored state. q, k [T,H,K], v [T,HV,V], a, b [T,HV]; returns o [T, HV, V].
     """
+    in_place("state", state, IN_PLACE)
     dims, cu, spec, _, start = arguments.spec_decode(
         q, k, v, A_log, a, b, dt_bias, state, spec_state_indices, num_accepted_tokens, cu_seqlens,
         state_dtype, scale, l2norm_eps)

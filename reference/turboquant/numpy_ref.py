@@ -25,6 +25,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
+from reference.arguments import in_place
 from reference.turboquant import layout as _layout
 from reference.turboquant import validate
 from reference.turboquant.lloyd_max import centroids, midpoints
@@ -152,6 +153,7 @@ def store(kv_cache, key, value, slot_mapping, preset, layout, rotation):
     FP8 keys). Returns ``kv_cache``."""
     if not isinstance(kv_cache, np.ndarray) or not kv_cache.flags.c_contiguous:
         raise TypeError("kv_cache must be a C-contiguous NumPy array (the NumPy reference writes in place)")
+    in_place("kv_cache", kv_cache, "the NumPy reference writes the cache in place")
     p, layout, D, slots, keep = validate.store_args(kv_cache, key, value, slot_mapping, preset, layout, rotation)
     _, block_size, Hk, _ = kv_cache.shape
     key, value = np.asarray(key)[keep], np.asarray(value)[keep]

@@ -12,6 +12,9 @@ from reference.turboquant.layout import check_cache, check_layout
 from reference.turboquant.presets import Preset, check_head_size, preset
 from reference.turboquant.rotation import check_rotation
 
+FP32_MAX = float(np.finfo(np.float32).max)
+FP16_MAX = float(np.finfo(np.float16).max)
+
 
 def floats(name: str, x, ndim: int, what: str) -> np.ndarray:
     """A finite float array of ``ndim`` dims (``what`` names the expected shape); a Python list or
@@ -74,6 +77,8 @@ def store_args(kv_cache, key, value, slot_mapping, preset_name, layout, rotation
     if np.any(slots >= num_blocks * block_size):
         raise ValueError(f"slot_mapping entries must be < num_blocks * block_size = {num_blocks * block_size}")
     rotation_for(p, rotation, D)
+    if not p.key_fp8:
+        key_norm(float(np.max(np.linalg.norm(key.astype(np.float64), axis=-1), initial=0.0)))
     keep = slots >= 0
     if len(np.unique(slots[keep])) != int(keep.sum()):
         raise ValueError("slot_mapping has a repeated non-negative slot")
@@ -128,14 +133,24 @@ def decode_args(query, kv_cache, block_table, seq_lens, preset_name, layout, rot
 
 def softmax_scale(scale, D: int) -> float:
     """``1 / sqrt(D)`` for None, else ``scale`` as a float; TypeError for a non-number, ValueError
-    for NaN or Inf, both naming ``scale``."""
+    for NaN, Inf or a value beyond float32's range (the kernels scale in float32), naming ``scale``."""
     if scale is None:
         return float(1.0 / np.sqrt(D))
     if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
         raise TypeError(f"scale must be a real number or None, got {type(scale).__name__}")
     if not np.isfinite(scale):
         raise ValueError(f"scale must be finite, got {scale}")
+    if abs(scale) > FP32_MAX:
+        raise ValueError(f"scale must be finite in float32 (|scale| <= {FP32_MAX:.8g}), got {scale}")
     return float(scale)
+
+
+def key_norm(largest: float) -> None:
+    """MSE presets store each key's L2 norm as float16: ValueError naming ``key`` when the largest
+    norm is beyond float16's range (the stored norm would be Inf)."""
+    if not largest <= FP16_MAX:
+        raise ValueError(f"key holds a vector of L2 norm {largest:.6g}, beyond float16's range "
+                         f"({FP16_MAX:.0f}) where MSE presets store the norm; scale the keys down")
 
 
 def split_count(num_kv_splits, most: int | None = None) -> int:

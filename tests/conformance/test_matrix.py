@@ -8,13 +8,16 @@ from functools import lru_cache
 
 import pytest
 
-from conformance import families, registry
+from conformance import families, registry, runner
 from conformance.inprocess import run_one
 
 
 @lru_cache(maxsize=None)
 def _probe(name):
     return registry.probe(registry.get(name))
+
+
+SLOW_S = 30.0
 
 
 def pytest_generate_tests(metafunc):
@@ -30,9 +33,11 @@ def pytest_generate_tests(metafunc):
                 continue
             for name, backend in registry.backends().items():
                 if cell.family in backend.ops:
-                    # vLLM's TurboQuant kernels take minutes a cell in the interpreter: the default run
-                    # has a named subset (tests/unit/test_vllm_peers.py), `make conform` all of them
-                    slow = name.startswith("vllm-triton-tq") and "TRITON_INTERPRET" in backend.env
+                    # vLLM's kernels take minutes a cell in the interpreter: the default run has a named
+                    # subset (tests/unit/test_vllm_peers.py), `make conform` all of them; so do the cells an
+                    # interpreter backend expects past SLOW_S (its first estimate: `make conform` runs them)
+                    interp = "TRITON_INTERPRET" in backend.env
+                    slow = interp and (name.startswith("vllm-") or runner.first_estimate(cell, backend) > SLOW_S)
                     params.append(pytest.param(cell, name, marks=[pytest.mark.slow] if slow else []))
                     ids.append(f"{cell.id}@{name}")
     metafunc.parametrize("cell,backend_name", params, ids=ids)

@@ -1,5 +1,4 @@
 """Run folders that cannot lie, and workers pinned to GPUs: the CLI in this process on the toy family."""
-import errno
 import json
 import os
 import signal
@@ -108,36 +107,7 @@ def test_resume_exit_status_and_counts_cover_every_record_in_the_folder(tmp_path
     assert rc == 2 and "--resume" in one_error_line(err) and len(recs(tmp_path)) == 3
 
 
-# ---------------------------------------------------------------- disk full
-
-class _DiskFullAfter:
-    """A binary file whose ``n``-th write puts half its bytes on disk, then raises ENOSPC."""
-
-    def __init__(self, fh, n):
-        self._fh, self._left = fh, n
-
-    def write(self, data):
-        self._left -= 1
-        if self._left == 0:
-            self._fh.write(data[: len(data) // 2])
-            self._fh.flush()
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        return self._fh.write(data)
-
-    def __getattr__(self, name):
-        return getattr(self._fh, name)
-
-
-def test_out_of_disk_ends_with_one_line_and_the_records_so_far_stay_valid(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(records, "open", lambda *a, **k: _DiskFullAfter(open(*a, **k), 3), raising=False)
-    rc, _, err = main(capsys, *SMOKE, "--backend", "toy-good", "--out", tmp_path)
-    line = one_error_line(err)
-    assert rc == 3 and "No space left on device" in line and "2 records before it are valid" in line
-    assert len(recs(tmp_path)) == 2  # the half line was cut off: the file reads cleanly
-    assert "No space left" in json.loads((tmp_path / "run.json").read_text())["stopped"]
-    monkeypatch.delattr(records, "open")
-    assert main(capsys, *SMOKE, "--backend", "toy-good", "--out", tmp_path, "--resume")[0] == 0
-    assert len(recs(tmp_path)) == 3
+# ---------------------------------------------------------------- disk full: tests/engine/test_run_full_disk.py
 
 
 # ---------------------------------------------------------------- merge
@@ -170,10 +140,6 @@ def test_merge_checks_selection_finished_shards_all_there_no_overlap_and_leaves_
     (tmp_path / "s2" / "cells.jsonl").write_text("".join(
         ln + "\n" for ln in (tmp_path / "s2" / "cells.jsonl").read_text().splitlines()[:-1]))
     shards = [tmp_path / f"s{k}" for k in (1, 2, 3)]
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(records, "open", lambda *a, **k: _DiskFullAfter(open(*a, **k), 2), raising=False)
-        rc, _, err = main(capsys, "merge", "--out", out, *shards)
-    assert rc == 3 and "nothing was left there" in one_error_line(err) and not out.exists()
     assert main(capsys, "merge", "--out", out, *shards)[0] == 0
     assert len(recs(out)) == 3
     assert json.loads((out / "run.json").read_text())["selection"]["shard"] is None

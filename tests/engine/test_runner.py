@@ -75,7 +75,8 @@ def test_two_shards_merged_equal_the_unsharded_run(tmp_path):
     kl(*common, "--out", str(tmp_path / "all"), check_rc=1)
     kl(*common, "--shard", "1/2", "--out", str(tmp_path / "s1"), check_rc=1)
     kl(*common, "--shard", "2/2", "--out", str(tmp_path / "s2"), check_rc=1)
-    kl("merge", "--out", str(tmp_path / "merged"), str(tmp_path / "s1"), str(tmp_path / "s2"), check_rc=0)
+    # exit 1 like the unsharded run: toy-wrong fails
+    kl("merge", "--out", str(tmp_path / "merged"), str(tmp_path / "s1"), str(tmp_path / "s2"), check_rc=1)
     assert statuses(tmp_path / "merged") == statuses(tmp_path / "all")
     assert statuses(tmp_path / "s1").keys().isdisjoint(statuses(tmp_path / "s2").keys())
 

@@ -112,3 +112,45 @@ register(Backend("toy-feature", {"toy": ("scale",)},
                  _run(_Good)))
 register(Backend("toy-gpu-slow", {"toy": ("scale",)}, lambda: (True, "always"), _slow, uses_gpu=True))
 register(Backend("toy-gpu-segv", {"toy": ("scale",)}, lambda: (True, "always"), _segfaulting, uses_gpu=True))
+
+def _avail_hangs():
+    import time
+    time.sleep(600)
+
+
+def _avail_raises():
+    raise RuntimeError("the driver is missing")
+
+
+def _avail_aborts():
+    os.abort()
+
+
+def _raises(cell):
+    raise KeyError("n")
+
+
+def _stack_broken(cell, inputs):
+    raise TypeError("only length-1 arrays can be converted to Python scalars")
+
+
+register(Backend("toy-avail-hangs", {"toy": ("scale",)}, _avail_hangs, _run(_Good), probe_timeout_s=2.0))
+register(Backend("toy-avail-raises", {"toy": ("scale",)}, _avail_raises, _run(_Good)))
+register(Backend("toy-avail-aborts", {"toy": ("scale",)}, _avail_aborts, _run(_Good)))
+register(Backend("toy-supports-raises", {"toy": ("scale",)}, lambda: (True, "always"), _run(_Good), supports=_raises))
+register(Backend("toy-supports-lies", {"toy": ("scale",)}, lambda: (True, "always"), _run(_Good),
+                 supports=lambda cell: 5))
+register(Backend("toy-xfail-raises", {"toy": ("scale",)}, lambda: (True, "always"), _run(_Good), xfail=_raises))
+register(Backend("toy-stack-broken", {"toy": ("scale",)}, lambda: (True, "imports fine"), _stack_broken,
+                 probe_call=True))
+
+
+def _chatty(cell, inputs):
+    import sys
+    print("x" * (2 << 20))
+    sys.stderr.write("e" * (2 << 20) + "\n")
+    os.write(1, b"raw" * (1 << 20))
+    return _run(_Good)(cell, inputs)
+
+
+register(Backend("toy-chatty", {"toy": ("scale",)}, lambda: (True, "always"), _chatty))

@@ -63,7 +63,7 @@ def test_capability_says_why_an_impl_is_disabled():
     assert "off" not in registry.impls("gdn/decode")
 
 
-def test_the_sm90_decode_is_enabled_only_on_compute_capability_9_0_and_bfloat16(monkeypatch):
+def test_the_sm90_decode_is_enabled_only_on_compute_capability_9_0_and_16_bit_activations(monkeypatch):
     import torch
 
     from bench import turboquant_gpu
@@ -81,7 +81,24 @@ def test_the_sm90_decode_is_enabled_only_on_compute_capability_9_0_and_bfloat16(
         got = registry.capability(impl, shapes["L=8192"])
         assert got is None if why is None else why in got, (cc, got)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
-    assert "bfloat16 queries only" in registry.capability(impl, shapes["L=8192,act=float16"])
+    assert registry.capability(impl, shapes["L=8192,act=float16"]) is None
+    assert "bfloat16 or float16 queries" in turboquant_gpu.sm90_supports(dict(shapes["L=8192"], act="float32"))
+
+
+def test_every_gpu_copy_ceiling_is_checked_against_an_eager_copy_in_the_same_run():
+    from bench import gpu_ceilings
+
+    impls = registry.impls("turboquant/decode")
+    assert impls["gpu-copy"].timing == "cuda-graph" and impls["gpu-copy-eager"].timing == "events"
+    with pytest.raises(ValueError, match="timing"):
+        registry.Impl(bench="gdn/decode", name="x", role="ceiling", prepare=_noop, timing="wall")
+    by_pair = {(g.numerator, g.denominator, g.direction): g.threshold for g in gates.load()}
+    for label, shape in registry.benches()["turboquant/decode"].shapes.items():
+        pair = (f"turboquant/decode/{label}/gpu-copy", f"turboquant/decode/{label}/gpu-copy-eager")
+        assert by_pair[(*pair, ">=")] == 0.95 and by_pair[(*pair, "<=")] == 1.05, label
+        c = tq_cost.decode(shape).bytes
+        assert impls["gpu-copy"].cost(shape).bytes == impls["gpu-copy-eager"].cost(shape).bytes == \
+            2 * gpu_ceilings.copy_bytes(c) and 0 <= gpu_ceilings.copy_bytes(c) - c < gpu_ceilings.COPY_ALIGN
 
 
 def _record(rid: str, seconds) -> measure.Record:

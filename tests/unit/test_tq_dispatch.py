@@ -55,10 +55,9 @@ def test_an_explicit_kernel_that_cannot_serve_fails_naming_why(case, kernel, mat
                            rotation=case["rot"], kernel=kernel)
 
 
-def test_sm90_decode_takes_bfloat16_queries_only():
-    assert dtype_problem(torch.bfloat16) is None
-    for dtype in (torch.float16, torch.float32):
-        assert "bfloat16 queries only" in dtype_problem(dtype)
+def test_sm90_decode_takes_16_bit_queries_only():
+    assert dtype_problem(torch.bfloat16) is None and dtype_problem(torch.float16) is None
+    assert "bfloat16 or float16 queries, got float32" in dtype_problem(torch.float32)
 
 
 def test_sm90_launcher_refuses_what_it_cannot_read(case):
@@ -66,6 +65,10 @@ def test_sm90_launcher_refuses_what_it_cannot_read(case):
     args = (case["q"], case["cache"], case["bt"], case["lens"])
     with pytest.raises(ValueError, match="block_n"):
         decode_sm90(*args, block_n=48, **kw)
+    with pytest.raises(ValueError, match="stages must be an integer"):
+        decode_sm90(*args, stages=0, **kw)
+    with pytest.raises(ValueError, match="fp16_values must be one of"):
+        decode_sm90(*args, fp16_values="bf16", **kw)
     with pytest.raises(ValueError, match="kv_cache: the sm_90 decode reads turboquant_4bit_nc"):
         decode_sm90(*args, preset=P, layout="aos", rotation=case["rot"])
     with pytest.raises(ValueError, match="kv_cache: Gluon kernels do not run|kv_cache: the sm_90 decode needs an NVIDIA"):

@@ -250,3 +250,13 @@ def test_tensors_read_as_flat_memory_must_be_contiguous(case, name):
     strided = torch.stack([x, x], dim=-1).select(-1, 0)  # same values, last stride 2
     with pytest.raises(ValueError, match=f"^{name} must be contiguous"):
         _decode(case, **{name: strided})
+
+
+def test_a_rotation_with_nan_is_refused_also_after_a_good_call_with_it(case):
+    rot = case["rot"].clone()
+    _decode(case, rotation=rot)  # finite: checked once, then remembered for this tensor and version
+    rot[3, 5] = float("nan")  # an in-place write moves the version counter: checked again
+    with pytest.raises(ValueError, match="rotation holds NaN or Inf"):
+        _decode(case, rotation=rot)
+    with pytest.raises(ValueError, match="rotation holds NaN or Inf"):
+        _decode(case, rotation=rot.clone())  # another tensor

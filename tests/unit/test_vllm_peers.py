@@ -4,6 +4,7 @@ that makes vLLM's unchanged kernel modules see the real Triton."""
 import pytest
 
 from conformance import registry
+from conformance.families import gdn
 from conformance.families import turboquant as F
 from conformance.inprocess import run_one
 
@@ -23,6 +24,16 @@ SUBSET = {
         "sinks=off/D=128/range=unit/act=bfloat16/seed=0",
     ],
 }
+
+
+GDN_SUBSET = [  # vllm-gdn-interpret: decode (the null slot 0 and the [V, K] pool translated) and spec decode
+    "gdn/decode/state=float16/H=4/HV=12/K=64/V=32/N=1/decay=zero/slots=shuffled/qk=large/act=bfloat16/seed=0",
+    "gdn/spec_decode/state=float32/H=4/HV=4/K=64/drafts=4/accepted=0/decay=weak/slots=shuffled/qk=unit/act=float32/seed=0",
+]
+# vLLM carries the fp32 state between draft tokens where the reference continues from the stored value
+# (conformance/backends/vllm_gdn.py): with a float16 pool at zero decay the state tolerance catches it
+CARRIED_STATE_CELL = ("gdn/spec_decode/state=float16/H=16/HV=32/K=64/drafts=1+3+4/accepted=mix/decay=zero/"
+                      "slots=shuffled/qk=large/act=float32/seed=0")
 
 
 def _backend(name):
@@ -52,3 +63,21 @@ def test_kernel_modules_hold_real_triton_kernels():
     assert mods["soa_store"].triton is triton
     # vLLM's placeholder jit returns the plain Python function; the real one wraps it
     assert not isinstance(mods["soa_store"]._tq_fused_store_mse, types.FunctionType)
+
+
+@pytest.mark.parametrize("cell_id", GDN_SUBSET)
+def test_vllm_gdn_subset_passes_through_the_interpreter(cell_id):
+    _backend("vllm-gdn-interpret")
+    cells = {c.id: c for c in gdn.cells("ci")}
+    assert cell_id in cells, f"{cell_id} is no longer a ci cell; pick another small one"
+    record = run_one(cells[cell_id], "vllm-gdn-interpret")
+    assert record["status"] == "pass", f"{record['status']}: {record['reason']}"
+
+
+@pytest.mark.slow
+def test_vllm_gdn_spec_decode_carries_the_unrounded_state_between_draft_tokens():
+    _backend("vllm-gdn-interpret")
+    cell = {c.id: c for c in gdn.cells("ci")}[CARRIED_STATE_CELL]
+    assert run_one(cell, "triton-gdn-interpret")["status"] == "pass"
+    record = run_one(cell, "vllm-gdn-interpret")
+    assert record["status"] == "fail" and "state" in record["reason"], record["reason"]

@@ -1,8 +1,8 @@
 """GDN check: a backend's outputs against the oracle of its rounding model.
 
 gating: g and beta under ``GATING``. Other ops: ``o`` (float32 or the cell's activation dtype, any
-other dtype fails) on the rows of real sequences, ``state`` on the slots the op writes, and the
-other slots bit-identical. Quality: the error against the same
+other dtype fails) on the rows of real sequences (the rows of padding sequences: any finite
+value), ``state`` on the slots the op writes, and the other slots bit-identical. Quality: the error against the same
 run with a float32 state pool (float64 recurrent).
 """
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from conformance.cells import Cell, activation
-from conformance.compare import Comparison, Verdict, compare, dtype_refused, verdict
+from conformance.compare import Comparison, Verdict, compare, dtype_refused, finite, verdict
 from conformance.families.gdn.driver import as_f32
 from conformance.families.gdn.models import model, oracle_kind
 from conformance.families.gdn.oracle import ORACLES, oracle
@@ -77,6 +77,9 @@ def check(cell: Cell, rounding_model: str, inputs: dict, outputs: dict, memo: Me
         compare("state", outputs["state"][written], expected["state"][written], s_tol),
         compare("untouched_slots", outputs["state"][untouched], pool_in[untouched], UNTOUCHED_TOL),
     ]
+    padding = np.setdiff1d(np.arange(outputs["o"].shape[0]), rows)
+    if padding.size:
+        comps.append(finite("o_padding_rows", outputs["o"][padding]))
     same = inputs["state_dtype"] == "float32" and kind == "exact"
     fp32 = expected if same else oracle(cell, inputs, "exact", memo, fp32_state=True)
     quality = {

@@ -6,7 +6,8 @@ place, returns ``o``) or JAX (returns ``(o, new_pool)``); a tuple result means t
 
 Outputs: gating {"g", "beta"} float32 [T,HV]; the others {"o": [T,HV,V] in the dtype the
 implementation returned (the check accepts float32 or the cell's activation dtype), "state": the
-whole pool as float32}. Rows of ``o`` that belong to padding sequences are unspecified.
+whole pool as float32}. Rows of ``o`` that belong to padding sequences are unspecified, but NaN or
+Inf there fails the check.
 """
 from __future__ import annotations
 

@@ -1,0 +1,94 @@
+"""GDN decode on a GPU (``gdn/decode-gpu``): one step of N sequences (N = 32, 128) with Qwen3-Next's
+linear-attention heads (H=16, HV=32, K=V=128), fused gating, q/k l2 norm, bf16 activations (and one
+float16 row), the state pool in float32, bfloat16 or float16 (N slots in a random order), updated in place.
+Shapes ``N=<N>,state=<dtype>[,act=float16]``.
+
+Implementations: ``triton-gdn`` (ours, ``optimized.triton.gdn_recurrent.decode`` with its default
+tile, a preallocated workspace and output: nothing allocated in the timed call), and the peers
+``fla`` (FLA's ``fused_recurrent_gated_delta_rule``, ``bench/peers/fla_peers.py`` with its gating in the kernel,
+``use_gate_in_kernel`` and ``use_beta_sigmoid_in_kernel``, the pool as ``initial_state`` and
+``output_final_state=True``: FLA returns the final state as a new float32 tensor, whatever the pool's
+dtype) and ``vllm-gdn`` (vLLM's ``fused_sigmoid_gating_delta_rule_update``, in place in a pool of its
+``[slots, HV, V, K]`` layout, ``bench/peers/vllm_peers.py``). Ceiling ``gpu-copy``: the Triton copy kernel
+of ``bench.gpu_ceilings`` (a captured torch ``copy_`` is a graph memcpy node, another path at some sizes), checked
+by ``gpu-copy-eager`` (torch ``copy_`` of the same size, eager, timed with device events), over half
+of the op's bytes (``conformance.families.gdn.cost.decode``: the state read and written once,
+q, k, v, a, b and o once). Timing: medians of CUDA-graph replays.
+"""
+from __future__ import annotations
+
+from bench import gpu_ceilings
+from bench.machine import gpu_capability
+from bench.registry import Bench, Impl, register_bench, register_impl
+from conformance.cost import Cost
+from conformance.families.gdn import cost
+
+HEADS = dict(H=16, HV=32, K=128, V=128)
+BENCH = "gdn/decode-gpu"
+
+
+def _dtype(name: str):
+    from conformance.torch_arrays import torch_dtype
+
+    return torch_dtype(name)
+
+
+def decode_inputs(shape: dict) -> dict:
+    """Arguments on the GPU: activations in ``shape["act"]``, A_log float32, a pool of N slots in
+    ``shape["state_dtype"]``, slots a random permutation."""
+    import torch
+
+    N, H, HV, K, V = (shape[k] for k in ("N", "H", "HV", "K", "V"))
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    act = _dtype(shape["act"])
+
+    def randn(*size, dtype=act, s=1.0):
+        return (s * torch.randn(*size, generator=gen, device="cuda")).to(dtype)
+
+    return dict(q=randn(N, H, K), k=randn(N, H, K), v=randn(N, HV, V), A_log=randn(HV, dtype=torch.float32, s=0.5),
+                a=randn(N, HV), b=randn(N, HV), dt_bias=randn(HV, s=0.5),
+                state=randn(N, HV, K, V, dtype=_dtype(shape["state_dtype"]), s=0.5),
+                state_indices=torch.randperm(N, generator=gen, device="cuda").to(torch.int32))
+
+
+def ours(shape, inputs, **config):
+    """``Impl.prepare`` of our decode; ``config`` the launcher's tile options (block_v, num_warps)."""
+    import torch
+
+    from optimized.triton.gdn_recurrent import Workspace, decode
+
+    x = inputs
+    out = torch.empty_like(x["v"])
+    ws = Workspace("cuda")
+    return lambda: decode(x["q"], x["k"], x["v"], x["A_log"], x["a"], x["b"], x["dt_bias"], x["state"],
+                          x["state_indices"], out=out, workspace=ws, **config)
+
+
+def _copy_bytes(shape: dict) -> int:
+    """Half of the op's bytes: a copy of them reads and writes the op's bytes."""
+    return cost.decode(shape).bytes // 2
+
+
+def _copy_cost(shape: dict) -> Cost:
+    """The op's bytes, read and written by a copy of half of them (``gpu_ceilings.copy_cost``)."""
+    return gpu_ceilings.copy_cost(_copy_bytes(shape))
+
+
+def _gpu_copy(shape, inputs):
+    return gpu_ceilings.triton_copy(_copy_bytes(shape))
+
+
+def _gpu_copy_eager(shape, inputs):
+    return gpu_ceilings.torch_copy(_copy_bytes(shape))
+
+
+SHAPES = {f"N={N},state={s}": dict(N=N, **HEADS, state_dtype=s, act="bfloat16")
+          for N in (32, 128) for s in ("float32", "bfloat16", "float16")}
+SHAPES["N=128,state=bfloat16,act=float16"] = dict(N=128, **HEADS, state_dtype="bfloat16", act="float16")
+
+register_bench(Bench(name=BENCH, device="gpu", cost=cost.decode, inputs=decode_inputs, reps=5, shapes=SHAPES))
+register_impl(Impl(bench=BENCH, name="triton-gdn", role="ours", prepare=ours, available=gpu_capability))
+register_impl(Impl(bench=BENCH, name="gpu-copy", role="ceiling", prepare=_gpu_copy, available=gpu_capability,
+                   cost=_copy_cost))
+register_impl(Impl(bench=BENCH, name="gpu-copy-eager", role="ceiling", prepare=_gpu_copy_eager,
+                   available=gpu_capability, cost=_copy_cost, timing="events"))

@@ -1,0 +1,31 @@
+"""FLA's GDN decode in the benchmark registry (fla-core 0.6.0): ``fla`` on gdn/decode-gpu,
+``fused_recurrent_gated_delta_rule`` on one token per sequence with its gating in the kernel
+(``use_gate_in_kernel`` with A_log and dt_bias, ``use_beta_sigmoid_in_kernel``), the pool as
+``initial_state`` (slot n for sequence n: FLA takes no slot table) and ``output_final_state=True``,
+which FLA returns as a new float32 ``[N, HV, K, V]`` tensor whatever the pool's dtype."""
+from bench.machine import gpu_capability
+from bench.registry import Impl, register_impl
+
+
+def _available() -> tuple[bool, str]:
+    ok, why = gpu_capability()
+    if not ok:
+        return ok, why
+    from conformance.backends.fla_gdn import _version
+
+    version = _version()
+    return (True, f"fla-core {version}") if version else (False, "fla-core is not installed")
+
+
+def _decode(shape, inputs):
+    from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule
+
+    x = inputs
+    q, k, v, a, b = (x[n][None] for n in ("q", "k", "v", "a", "b"))
+    return lambda: fused_recurrent_gated_delta_rule(q, k, v, g=a, beta=b, initial_state=x["state"],
+                                                    output_final_state=True, use_qk_l2norm_in_kernel=True,
+                                                    use_gate_in_kernel=True, A_log=x["A_log"], dt_bias=x["dt_bias"],
+                                                    use_beta_sigmoid_in_kernel=True)
+
+
+register_impl(Impl(bench="gdn/decode-gpu", name="fla", role="peer", prepare=_decode, available=_available))

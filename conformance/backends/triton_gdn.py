@@ -1,0 +1,90 @@
+"""Our Triton GDN kernels (``optimized.triton.gdn_recurrent``: decode, spec_decode, recurrent) as
+backends of the gdn family: ``triton-gdn`` on a GPU and ``triton-gdn-interpret``, the same kernels
+through the Triton interpreter (``TRITON_INTERPRET=1``) on the CPU.
+
+Activations reach the kernels in the cell's dtype, the pool in its own (float32, bfloat16, float16),
+updated in place; o is written into a poisoned buffer (an element never written is NaN) of the
+activation dtype, rounded to nearest even by the kernel in both places (its bf16 rounding goes
+through the bits, so the interpreter's truncating conversion plays no part). Rounding model
+``exact``: fp32 arithmetic, one rounding per store.
+"""
+from __future__ import annotations
+
+import os
+
+from conformance.backends.triton_kernels import INTERPRET_ENV, _gpu_available, _interpret_available
+from conformance.cells import activation
+from conformance.registry import Backend, register
+from conformance.torch_arrays import to_numpy, to_torch
+
+OPS = ("recurrent", "decode", "spec_decode")
+# The interpreter on 2 shared CPU cores (2026-12-01, loaded): 1 to 4 s of tracing a kernel's first call, then
+# 1e-6 to 6e-6 s per unit of tokens * heads * K^2 (every token a few dozen [K, V] array operations, each jit
+# call several ms). The budget admits every ci cell (the largest, 75M, took 100 s) and skips the longest full
+# ones; the pytest matrix marks the cells expected past 30 s slow (7 ci recurrent cells of 8M and more).
+INTERPRET_COST = {"seconds_per_cell": 1.0, "seconds_per_work": 4e-6, "work_budget": 80_000_000}
+
+
+class TritonGdnImpl:
+    """The reference's ``decode``/``spec_decode``/``recurrent`` (NumPy form: the pool updated in place,
+    o returned) over the launchers, on ``device`` ("cpu": the interpreter, or "cuda")."""
+
+    def __init__(self, device: str):
+        self.device = device
+
+    def _t(self, x):
+        return to_torch(x, self.device)
+
+    def _call(self, fn, before: tuple, state, after: tuple, state_dtype: str, **kw):
+        """``fn(*before, pool, *after, out=, **kw)`` on device copies; the pool copied back into ``state``."""
+        from conformance.poison import poisoned
+
+        if state.dtype.name != state_dtype:
+            raise TypeError(f"state: expected dtype {state_dtype} (state_dtype), got {state.dtype.name}")
+        q, v = before[0], before[2]
+        pool = self._t(state)
+        out = self._t(poisoned((q.shape[0],) + tuple(v.shape[1:]), q.dtype))
+        fn(*map(self._t, before), pool, *map(self._t, after), out=out, **kw)
+        state[...] = to_numpy(pool)
+        return to_numpy(out)
+
+    def decode(self, q, k, v, A_log, a, b, dt_bias, state, state_indices, *, state_dtype, **kw):
+        from optimized.triton.gdn_recurrent import decode
+
+        return self._call(decode, (q, k, v, A_log, a, b, dt_bias), state, (state_indices,), state_dtype, **kw)
+
+    def spec_decode(self, q, k, v, A_log, a, b, dt_bias, state, spec_state_indices, num_accepted_tokens,
+                    cu_seqlens, *, state_dtype, **kw):
+        from optimized.triton.gdn_recurrent import spec_decode
+
+        return self._call(spec_decode, (q, k, v, A_log, a, b, dt_bias), state,
+                          (spec_state_indices, num_accepted_tokens, cu_seqlens), state_dtype, **kw)
+
+    def recurrent(self, q, k, v, g, beta, cu_seqlens, state, state_indices, *, state_dtype, **kw):
+        from optimized.triton.gdn_recurrent import recurrent
+
+        return self._call(recurrent, (q, k, v, g, beta, cu_seqlens), state, (state_indices,), state_dtype, **kw)
+
+
+def _supports(cell) -> str | None:
+    from optimized.triton.gdn_recurrent import problem
+
+    return problem(cell["K"], cell.get("V", cell["K"]), cell["state"], activation(cell), cell["H"], cell["HV"])
+
+
+def _make(name: str, interpret: bool) -> Backend:
+    def run(cell, inputs):
+        from conformance.families import gdn
+
+        if interpret and os.environ.get("TRITON_INTERPRET") != "1":
+            raise RuntimeError(f"{name} needs TRITON_INTERPRET=1 in its process")
+        return gdn.run_with(TritonGdnImpl("cpu" if interpret else "cuda"), cell, inputs)
+
+    return register(Backend(
+        name=name, ops={"gdn": OPS}, available=_interpret_available if interpret else _gpu_available, run=run,
+        supports=_supports, rounding_models={"gdn": "exact"}, env=INTERPRET_ENV if interpret else {},
+        timeout_s=1800.0 if interpret else 600.0, uses_gpu=not interpret, **(INTERPRET_COST if interpret else {})))
+
+
+_make("triton-gdn", interpret=False)
+_make("triton-gdn-interpret", interpret=True)

@@ -1,0 +1,155 @@
+"""Backend probes in worker processes with a time limit: ``available()`` that hangs, raises or kills
+its process makes the backend unavailable with the reason, never the caller stuck or dead.
+
+A worker (spawned with the backend's ``env``, e.g. ``TRITON_INTERPRET=1``) answers one backend at a
+time: ``available()``, then, for a backend with ``probe_call=True``, one tiny call of its kernels
+(``run`` on its smallest supported cell of the ci tier; only an exception counts, the values are
+the matrix's business), so a stack that imports but cannot run (an interpreter broken by the NumPy
+it finds) says so before the run. Reasons name the versions of the packages the probe imported.
+Backends that share an environment share a worker; one that hangs or dies gets a fresh worker for
+the rest.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import sys
+import traceback
+import warnings
+
+from conformance import registry
+
+VERSIONED = ("numpy", "torch", "triton", "jax", "flydsl", "vllm", "fla")
+
+
+def _versions() -> str:
+    found = []
+    for name in VERSIONED:
+        mod = sys.modules.get(name)
+        if mod is not None:
+            found.append(f"{name} {getattr(mod, '__version__', '?')}")
+    return ", ".join(found)
+
+
+def _hook_error(what: str, exc: BaseException) -> str:
+    where = traceback.extract_tb(exc.__traceback__)[-1:]
+    at = f" at {os.path.basename(where[0].filename)}:{where[0].lineno}" if where else ""
+    return f"{what} raised {type(exc).__name__}: {exc}{at}"
+
+
+def tiny_call(backend: registry.Backend) -> None:
+    """``backend.run`` on its smallest supported ci-tier cell (a decode when it has one)."""
+    from conformance import families
+    from conformance.estimate import cell_work
+
+    for family, ops in backend.ops.items():
+        fam = families.get(family)
+        op = "decode" if "decode" in ops else ops[0]
+        cells = [c for c in fam.cells("ci") if c.op == op and backend.skip_reason(c) is None]
+        if cells:
+            cell = min(cells, key=cell_work)
+            backend.run(cell, fam.make_inputs(cell))
+            return
+
+
+def answer(backend: registry.Backend) -> tuple[bool, str]:
+    """The probe of one backend in this process: (available, reason with versions)."""
+    try:
+        ok, reason = backend.available()
+        ok, reason = bool(ok), str(reason)
+    except Exception as exc:
+        return False, _hook_error("available()", exc)
+    if ok and backend.probe_call:
+        try:
+            tiny_call(backend)
+        except Exception as exc:
+            return False, f"a tiny call of its kernels fails here ({_versions()}): {_hook_error('run', exc)}"
+    return ok, reason
+
+
+def _worker_main(conn) -> None:
+    while True:
+        try:
+            name = conn.recv()
+        except EOFError:
+            return
+        if name is None:
+            return
+        backend = registry.backends().get(name)
+        with warnings.catch_warnings():   # the console stays clean, as in the run's workers
+            warnings.simplefilter("ignore")
+            conn.send(None if backend is None else answer(backend))
+
+
+class _Worker:
+    def __init__(self, env: dict[str, str]):
+        ctx = mp.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            self.proc = ctx.Process(target=_worker_main, args=(child,), daemon=True)
+            self.proc.start()
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        child.close()
+
+    def ask(self, backend: registry.Backend) -> tuple[bool, str] | None:
+        """The worker's answer, or an 'unavailable' reason when it hangs or dies; None when the
+        backend is not registered in a fresh process (registered at run time by the caller)."""
+        try:
+            self.conn.send(backend.name)
+        except OSError:
+            pass  # died already: its exit status says how
+        if self.conn.poll(backend.probe_timeout_s):
+            try:
+                return self.conn.recv()
+            except (EOFError, OSError):
+                pass
+        else:
+            self.kill()
+            return False, (f"the probe (available(){' and a tiny call' if backend.probe_call else ''}) did not "
+                           f"answer within {backend.probe_timeout_s:g} s; killed")
+        self.proc.join(timeout=5)
+        code = self.proc.exitcode
+        how = f"signal {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit status {code}"
+        return False, f"the probe process died ({how}) in available(){' or a tiny call' if backend.probe_call else ''}"
+
+    def alive(self) -> bool:
+        return self.proc.is_alive()
+
+    def kill(self) -> None:
+        if self.proc.is_alive():
+            self.proc.kill()
+        self.proc.join(timeout=5)
+
+    def stop(self) -> None:
+        try:
+            self.conn.send(None)
+        except (OSError, BrokenPipeError):
+            pass
+        self.proc.join(timeout=5)
+        self.kill()
+
+
+def probe_all(backends: list[registry.Backend]) -> dict[str, tuple[bool, str]]:
+    """{name: (available, reason)} of ``backends``, each probed in a worker with its time limit."""
+    groups: dict[tuple, list[registry.Backend]] = {}
+    for b in backends:
+        groups.setdefault(tuple(sorted(b.env.items())), []).append(b)
+    out: dict[str, tuple[bool, str]] = {}
+    for env, queue in groups.items():
+        worker = None
+        for b in queue:
+            if worker is None or not worker.alive():
+                worker = _Worker(dict(env))
+            got = worker.ask(b)
+            out[b.name] = answer(b) if got is None else got
+        if worker is not None:
+            worker.stop()
+    return out

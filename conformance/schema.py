@@ -1,0 +1,160 @@
+"""The one schema of a run folder's files, used by every reader (report, merge, resume).
+
+``RECORD`` is a line of cells.jsonl, ``RUN_INFO`` is run.json. A schema is a tiny type language:
+``str``, ``int``, ``number`` (int or float, or the strings ``"nan"``/``"inf"``/``"-inf"`` the writer
+makes of non-finite floats), ``bool``, ``None``, a tuple of alternatives, ``List(item)``,
+``Map(value)`` (an object with any string keys) and ``Obj(fields, required)``; ``ANY`` is any JSON
+up to ``MAX_DEPTH`` levels. Fields a schema does not name are allowed (records from newer
+versions), fields it names must have their type. ``problem`` says what is wrong, or None.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+STATUSES = ("pass", "fail", "skip", "xfail", "xpass", "error", "crash")
+MAX_DEPTH = 8
+NONFINITE = ("nan", "inf", "-inf")
+
+
+@dataclass(frozen=True)
+class List:
+    item: Any
+
+
+@dataclass(frozen=True)
+class Map:
+    value: Any
+
+
+@dataclass(frozen=True)
+class Obj:
+    fields: dict
+    required: tuple = field(default=())
+
+
+class _Any:
+    def __repr__(self) -> str:
+        return "any JSON"
+
+
+ANY = _Any()
+number = "number"
+SCALAR = (str, number, bool, None)
+METRICS = Map(SCALAR)
+
+RECORD = Obj({
+    "id": str, "family": str, "op": str, "params": Map((SCALAR, List(SCALAR))), "seed": (int, None),
+    "backend": str, "rounding_model": (str, None),
+    "status": STATUSES,
+    "reason": (str, None), "traceback": (str, None), "metrics": (METRICS, None),
+    "outputs": (Map((METRICS, None)), None), "tolerance": (Map(SCALAR), None), "quality": (Map(ANY), None),
+    "duration_s": (number, None), "device": (str, None), "retried_from": (str, None),
+    "warnings": (List(str), None), "output": (str, None)}, required=("id", "backend", "status"))
+
+_GPU = Obj({"name": (str, None), "compute_capability": (str, None), "arch": (str, None),
+            "driver": (str, None), "runtime": (str, None)})
+_BACKEND = Obj({"available": bool, "reason": (str, None), "ops": (Map(List(str)), None)})
+SELECTION = Obj({"tier": (str, None), "family": (str, None), "op": (str, None),
+                 "backends": (List(str), None), "filter": (str, None), "shard": (str, None),
+                 "model": (str, None), "config": (str, None)})
+
+RUN_INFO = Obj({
+    "cpu": (Obj({"model": (str, None), "flags": List(str), "cores": (int, None)}), None),
+    "gpus": (List(_GPU), None), "os": (str, None), "versions": (Map((str, None)), None),
+    "git": (Obj({"commit": (str, None), "dirty": (bool, None)}), None),
+    "command": (List(str), str, None), "selection": (SELECTION, None), "tier": (str, None),
+    "jobs": (int, None), "timeout_s": (number, None), "devices": (List(str), None),
+    "started": (str, None), "finished": (str, None), "elapsed_s": (number, None),
+    "backends": (Map(_BACKEND), None), "rounding_models": (Map(Map(str)), None),
+    "counts": (Map(Map(int)), None), "retired_devices": (Map(str), None), "stopped": (str, None),
+    "merged_from": (List(str), Map(ANY), None)})
+
+
+def _name(spec) -> str:
+    if spec is None:
+        return "null"
+    if isinstance(spec, type):
+        return {str: "a string", int: "an integer", bool: "true/false"}[spec]
+    if spec is number:
+        return "a number"
+    if isinstance(spec, str):
+        return repr(spec)
+    if isinstance(spec, List):
+        return "a list"
+    if isinstance(spec, (Map, Obj)):
+        return "an object"
+    return repr(spec)
+
+
+def _shown(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _depth_problem(value, path: str, depth: int) -> str | None:
+    if depth > MAX_DEPTH:
+        return f"{path}: nested deeper than {MAX_DEPTH} levels"
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for k, v in items:
+        found = _depth_problem(v, f"{path}.{k}", depth + 1)
+        if found:
+            return found
+    return None
+
+
+def _matches(value, spec) -> bool:
+    if spec is None:
+        return value is None
+    if spec is bool:
+        return isinstance(value, bool)
+    if spec is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if spec is str:
+        return isinstance(value, str)
+    if spec is number:
+        return (isinstance(value, (int, float)) and not isinstance(value, bool)) or value in NONFINITE
+    if isinstance(spec, str):
+        return value == spec
+    if isinstance(spec, List):
+        return isinstance(value, list)
+    if isinstance(spec, (Map, Obj)):
+        return isinstance(value, dict)
+    return spec is ANY
+
+
+def _alternatives(spec) -> list:
+    if isinstance(spec, tuple):
+        return [a for s in spec for a in _alternatives(s)]
+    return [spec]
+
+
+def problem(value: Any, spec, path: str = "") -> str | None:
+    """What is wrong with ``value`` under ``spec`` (``path``: where it sits), or None."""
+    if spec is ANY:
+        return _depth_problem(value, path or "value", 0)
+    alternatives = _alternatives(spec)
+    matching = [s for s in alternatives if _matches(value, s)]
+    if not matching:
+        return f"{path or 'value'}: expected {' or '.join(map(_name, alternatives))}, found {_shown(value)}"
+    chosen = matching[0]
+    if isinstance(chosen, List):
+        for i, item in enumerate(value):
+            found = problem(item, chosen.item, f"{path}[{i}]")
+            if found:
+                return found
+    elif isinstance(chosen, Map):
+        for k, v in value.items():
+            found = problem(v, chosen.value, f"{path}.{k}" if path else k)
+            if found:
+                return found
+    elif isinstance(chosen, Obj):
+        for name in chosen.required:
+            if name not in value:
+                return f"{path + '.' if path else ''}{name}: missing"
+        for name, sub in chosen.fields.items():
+            if name in value:
+                found = problem(value[name], sub, f"{path}.{name}" if path else name)
+                if found:
+                    return found
+    return None

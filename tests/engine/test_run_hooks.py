@@ -1,0 +1,78 @@
+"""A backend's hooks cannot stop a run: available() that hangs, raises or kills its process, and
+supports() / xfail() that raise or answer nonsense, become records (an error naming the hook, or
+the backend unavailable with the reason); the probe has a time limit; doctor does not hang; no lock
+is left. A stack that imports but cannot run (a tiny call of its kernels raises) is unavailable
+before the run, with the versions found."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conformance import records, registry, run_folder
+from tests.engine.test_run_folders import ROOT, SMOKE, main, toy_lab  # noqa: F401
+
+
+def _conform(capsys, tmp_path, backend):
+    start = time.monotonic()
+    rc, out, err = main(capsys, *SMOKE, "--backend", backend, "--out", tmp_path)
+    info = json.loads((tmp_path / "run.json").read_text())
+    assert not (tmp_path / run_folder.LOCK_NAME).exists()
+    assert "Traceback" not in err
+    return rc, info, records.read(tmp_path / "cells.jsonl"), time.monotonic() - start
+
+
+@pytest.mark.parametrize("backend,reason", [
+    ("toy-avail-hangs", "did not answer within 2 s; killed"),
+    ("toy-avail-raises", "available() raised RuntimeError: the driver is missing at toy_backends.py:"),
+    ("toy-avail-aborts", "the probe process died (signal SIGABRT) in available()"),
+])
+def test_an_available_hook_that_hangs_raises_or_dies_makes_the_backend_unavailable(capsys, tmp_path, backend, reason):
+    rc, info, recs, took = _conform(capsys, tmp_path, backend)
+    assert info["backends"][backend]["available"] is False and reason in info["backends"][backend]["reason"]
+    assert rc == 0 and len(recs) == 3
+    assert all(r["status"] == "skip" and r["reason"].startswith("backend unavailable: ") for r in recs)
+    assert took < 60
+
+
+@pytest.mark.parametrize("backend,words", [
+    ("toy-supports-raises", "toy-supports-raises: supports() raised KeyError: 'n'"),
+    ("toy-supports-lies", "toy-supports-lies: supports() returned int, expected None or a reason"),
+    ("toy-xfail-raises", "toy-xfail-raises: xfail() raised KeyError: 'n' (the check said pass"),
+])
+def test_supports_or_xfail_that_raise_are_error_records_naming_the_hook(capsys, tmp_path, backend, words):
+    rc, info, recs, _ = _conform(capsys, tmp_path, backend)
+    assert rc == 1 and len(recs) == 3 and info["backends"][backend]["available"] is True
+    assert all(r["status"] == "error" and r["reason"].startswith(words) for r in recs), recs
+
+
+def test_a_stack_that_cannot_run_is_unavailable_with_the_versions_found(capsys, tmp_path):
+    import numpy
+
+    rc, info, recs, _ = _conform(capsys, tmp_path, "toy-stack-broken")
+    why = info["backends"]["toy-stack-broken"]["reason"]
+    assert info["backends"]["toy-stack-broken"]["available"] is False
+    assert why.startswith(f"a tiny call of its kernels fails here (numpy {numpy.__version__}")
+    assert "run raised TypeError: only length-1 arrays can be converted" in why
+    assert rc == 0 and all(r["status"] == "skip" for r in recs)
+
+
+def test_the_probe_answers_in_a_worker_each_backend_alone():
+    got = registry.probe_all([registry.get(n) for n in ("toy-avail-hangs", "toy-good", "toy-avail-aborts",
+                                                       "toy-absent", "toy-avail-raises")])
+    assert got["toy-good"] == (True, "always")
+    assert got["toy-absent"] == (False, "needs hardware this machine lacks")
+    assert [got[n][0] for n in ("toy-avail-hangs", "toy-avail-aborts", "toy-avail-raises")] == [False] * 3
+
+
+def test_doctor_does_not_hang_on_a_hanging_probe(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "KERNEL_LAB_FAMILY_MODULES": "tests.engine.toy_family",
+           "KERNEL_LAB_BACKEND_MODULES": "tests.engine.toy_backends"}
+    done = subprocess.run([sys.executable, "-m", "kernel_lab", "doctor"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=400)
+    assert done.returncode == 0, done.stderr
+    lines = {ln.split()[1]: ln for ln in done.stdout.splitlines() if ln.startswith("  ") and len(ln.split()) > 2}
+    assert lines["toy-avail-hangs"].split()[0] == "no" and "did not answer within 2 s" in lines["toy-avail-hangs"]
+    assert lines["toy-avail-aborts"].split()[0] == "no" and lines["toy-good"].split()[0] == "yes"

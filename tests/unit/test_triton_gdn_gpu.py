@@ -1,0 +1,57 @@
+"""GPU-only properties of the Triton GDN decode: with a workspace and ``out`` given, a decode allocates
+nothing on the device per call, and it can be captured in a CUDA graph whose replay recomputes the step
+for new inputs (the same output and pool as an eager call from the same pool)."""
+import os
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(
+    os.environ.get("TRITON_INTERPRET") == "1" or not torch.cuda.is_available(),
+    reason="needs a CUDA/ROCm GPU (not the interpreter)")]
+
+
+@pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_decode_allocates_nothing_and_replays_in_a_cuda_graph(state_dtype):
+    from optimized.triton.gdn_recurrent import Workspace, decode
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    N, H, HV, K, V, S = 6, 4, 8, 128, 128, 9
+
+    def randn(*shape, dtype=torch.bfloat16):
+        return torch.randn(*shape, generator=g, device="cuda").to(dtype)
+
+    q, k, v, a, b = randn(N, H, K), randn(N, H, K), randn(N, HV, V), randn(N, HV), randn(N, HV)
+    A_log, dt_bias = randn(HV, dtype=torch.float32), randn(HV)
+    pool = randn(S, HV, K, V, dtype=state_dtype)
+    idx = torch.tensor([3, -1, 0, 8, 5, 1], dtype=torch.int32, device="cuda")
+    out, ws = torch.empty(N, HV, V, dtype=torch.bfloat16, device="cuda"), Workspace("cuda")
+
+    def step():
+        return decode(q, k, v, A_log, a, b, dt_bias, pool, idx, out=out, workspace=ws)
+
+    step()  # compile
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_stats()["allocation.all.allocated"]
+    step()
+    torch.cuda.synchronize()
+    assert torch.cuda.memory_stats()["allocation.all.allocated"] == before, "a repeated decode allocated"
+
+    graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
+    start = pool.clone()
+    with torch.cuda.stream(stream):
+        with torch.cuda.graph(graph, stream=stream):
+            step()
+    pool.copy_(start)
+    q.copy_(randn(N, H, K))
+    graph.replay()
+    torch.cuda.synchronize()
+    replayed, replayed_pool = out.clone(), pool.clone()
+    pool.copy_(start)
+    step()
+    torch.cuda.synchronize()
+    assert torch.isfinite(replayed[idx >= 0].float()).all()
+    np.testing.assert_array_equal(replayed[idx >= 0].float().cpu().numpy(), out[idx >= 0].float().cpu().numpy())
+    np.testing.assert_array_equal(replayed_pool.float().cpu().numpy(), pool.float().cpu().numpy())
+    assert torch.equal(pool[[2, 4, 6, 7]], start[[2, 4, 6, 7]]), "slots no sequence names changed"
