@@ -14,6 +14,9 @@ REPORT_PINS := Jinja2==3.1.6 matplotlib==3.10.8 playwright==1.57.0 junitparser==
 PINS := torch==2.13.0 triton==3.8.0 jax==0.10.2 jaxlib==0.10.2 numpy==2.4.6 ml_dtypes==0.6.0 \
         scipy==1.17.1 pytest==9.2.0 pytest-benchmark==5.3.1 scikit-build-core==1.1.2 nanobind==3.1.0 \
         hypothesis==6.170.17 $(REPORT_PINS) $(FLYDSL_PIN)
+# The ray executor (kernel-lab[ray]): Ray and the packages it needs that no other pin brings.
+RAY_PINS := ray==2.60.0 click==8.5.1 jsonschema==4.26.0 jsonschema-specifications==2025.9.1 msgpack==1.2.4 \
+            protobuf==7.36.2 PyYAML==6.0.4 attrs==26.1.0 referencing==0.37.0 rpds-py==2026.9.1
 CPP_SOURCES := $(wildcard optimized/cpu/*.cpp optimized/cpu/*.hpp) CMakeLists.txt pyproject.toml
 # The editable install maps each module it saw to its file: a module renamed, removed or made a
 # package needs a reinstall, so the install also depends on a stamp of the list of module paths.
@@ -24,9 +27,9 @@ export JAX_COMPILATION_CACHE_DIR ?= $(CURDIR)/build/jax-cache
 STAMP := $(shell date +%Y%m%d-%H%M%S)
 OUT  ?= reports/out/conform-$(STAMP)
 
-.PHONY: setup setup-offline extension conform test perf sanitize clean flydsl-toolchain chromium peers peers-carry
+.PHONY: setup setup-offline extension conform test test-ray perf sanitize clean flydsl-toolchain chromium peers peers-carry
 
-setup: $(VENV)/.deps $(VENV)/.extension $(VENV)/.report
+setup: $(VENV)/.deps $(VENV)/.extension $(VENV)/.report $(VENV)/.ray
 
 $(VENV)/.deps:
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +45,11 @@ extension: $(VENV)/.extension
 
 $(PY_LAYOUT): | $(VENV)/.deps
 	rm -f $(VENV)/.layout-*
+	touch $@
+
+# Ray for `conform --executor ray` and its tests (also for venvs made before the pin).
+$(VENV)/.ray: $(VENV)/.deps
+	$(VPY) -c "import ray" 2>/dev/null || $(VPY) -m pip install -q --disable-pip-version-check $(RAY_PINS)
 	touch $@
 
 # Venvs made before the report's pins get them here.
@@ -69,10 +77,14 @@ conform: setup
 	$(VPY) -m kernel_lab report $(OUT) $(if $(wildcard reports/out/perf.json),--perf reports/out/perf.json) \
 	  || status=2; exit $$status
 
-# The suite without the `slow` tests; of the perf gates (bench/gates.toml) only the CPU gates
+# The suite without the `slow` tests and the `ray` module (make test-ray); of the perf gates (bench/gates.toml) only the CPU gates
 # whose measured A/A false-alarm rate is zero run here, the rest with `make perf`.
 test: setup flydsl-toolchain chromium peers
-	$(VPY) -m pytest -q -m "not slow"
+	$(VPY) -m pytest -q -m "not slow and not ray"
+
+# The ray executor on a Ray cluster of this machine (tests/engine/test_ray_executor.py, about 4 minutes).
+test-ray: setup
+	$(VPY) -m pytest -q -m ray tests/engine/test_ray_executor.py
 
 # Every perf gate of bench/gates.toml and the regression gates against this machine's saved run
 # (reports/baselines/<fingerprint>/): one table (gate, ratio, threshold, verdict, spread), and

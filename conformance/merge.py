@@ -105,7 +105,9 @@ def merge(inputs: list[str], out: str | Path) -> Merged:
     out_dir = make_out(out_dir)
     merged = [r for _, _, recs in runs for r in recs]
     counts = count(merged)
-    selection = {**runs[0][1]["selection"], "shard": None}
+    # one unsharded run: no shard, no split, no scheduler variables
+    selection = {k: v for k, v in runs[0][1]["selection"].items() if k not in ("shard_by", "shard_from")}
+    selection["shard"] = None
     try:
         records.write_all(out_dir / "cells.jsonl", merged)
         records.dump_json(out_dir / "run.json", {**fingerprint.fingerprint(), "selection": selection,

@@ -1,9 +1,11 @@
 """The conformance run: the selection's pairs planned (skips recorded at once, the rest to run),
-executed by the local pool (``conformance.workers``) into one run folder (``conformance.run_folder``),
-with the ETA (``conformance.estimate``) and run.json written before and after.
+executed by an executor (``conformance.executors``: this machine's pool or a cluster's slots) into
+one run folder (``conformance.run_folder``), with the ETA (``conformance.estimate``) and run.json
+written before and after. The runner is the only writer of the folder: the first record of each
+(cell, backend) is kept, a later one is dropped and counted (``duplicates_dropped`` in run.json).
 
-Its parts: ``selection`` (what a run covers), ``estimate`` (cost, ETA, progress), ``workers`` (the
-local pool of worker processes), ``run_folder`` (lock, resume check, run.json), ``merge`` (shards
+Its parts: ``selection`` (what a run covers), ``estimate`` (cost, ETA, progress), ``executors`` and
+``workers`` (where pairs run), ``run_folder`` (lock, resume check, run.json), ``merge`` (shards
 joined), ``counts`` (status tallies).
 """
 from __future__ import annotations
@@ -15,7 +17,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from conformance import fingerprint, records, registry
+from conformance import executors, fingerprint, records, registry
 from conformance.cells import Cell
 from conformance.counts import count
 from conformance.errors import RunStopped, UsageError
@@ -24,7 +26,6 @@ from conformance.inprocess import static_record
 from conformance.run_folder import (acquire_lock, free_reserve, hold_reserve, make_out, previous_records, release_lock,
                                    write_run_json)
 from conformance.selection import Selection
-from conformance.workers import LocalPool
 
 
 NOTHING_RAN = 5   # exit status: no pair of the folder ran (every record a skip), as pytest's "no tests ran"
@@ -46,32 +47,41 @@ class RunResult:
         return 0 if ran else NOTHING_RAN
 
 
-def default_jobs(backends: list[registry.Backend], devices: fingerprint.Devices, probes: dict) -> int:
-    """One worker per visible device when a GPU backend is selected and available, else one."""
-    gpu = any(b.uses_gpu and probes[b.name][0] for b in backends)
-    return max(1, len(devices.ids)) if gpu else 1
-
-
 def _say(stream, text: str) -> None:
     stream.write(f"kernel-lab: {text}\n")
     stream.flush()
 
 
-def run(selection: Selection, out: str | os.PathLike, *, jobs: int | None = None, resume: bool = False,
-        timeout_s: float | None = None, budget: bool = True, stream=None) -> RunResult:
+def run(selection: Selection, out: str | os.PathLike, *, executor=None, device_class: str | None = None,
+        jobs: int | None = None, resume: bool = False, timeout_s: float | None = None, budget: bool = True,
+        stream=None) -> RunResult:
     """Run the selection into ``out``/cells.jsonl and ``out``/run.json, holding the folder's lock.
 
-    ``budget``: apply the interpreter work budget (off with ``--no-budget``; a ``--filter`` turns
-    it off too). Exit status, counts and summary cover every record in the folder."""
+    ``executor``: where pairs run (default: this machine's pool of ``jobs`` workers); it is
+    started here and left open for the caller to close. ``device_class``: the executor's nodes of
+    that class (None: its only class). ``budget``: apply the interpreter work budget (off with
+    ``--no-budget``; a ``--filter`` turns it off too). Exit status, counts and summary cover every
+    record in the folder."""
     cells, backends = selection.resolve()
+    executor = executor or executors.LocalExecutor(jobs, timeout_s)
+    executor.start(backends)
+    executor.use_class(device_class)
     stream = stream or sys.stderr
     out_dir = make_out(out)
     lock = acquire_lock(out_dir, lambda m: _say(stream, "warning: " + m))
     try:
-        return _run_locked(selection, cells, backends, out_dir, jobs=jobs, resume=resume, timeout_s=timeout_s,
+        return _run_locked(selection, cells, backends, out_dir, executor, resume=resume, timeout_s=timeout_s,
                            budget=budget and selection.filter is None, stream=stream)
     finally:
         release_lock(lock)
+
+
+def run_each_class(selection: Selection, out: str | os.PathLike, executor, **kwargs) -> dict[str, RunResult]:
+    """``run`` once per device class of ``executor`` (started here), into ``out``/<class>/, one class after another."""
+    cells, backends = selection.resolve()
+    executor.start(backends)
+    return {cls: run(selection, Path(out) / cls, executor=executor, device_class=cls, **kwargs)
+            for cls in executor.classes()}
 
 
 def plan(cells: list[Cell], backends: list[registry.Backend], done: set, probes: dict, budget: bool
@@ -105,22 +115,22 @@ def plan(cells: list[Cell], backends: list[registry.Backend], done: set, probes:
     return todo, statics
 
 
-def _run_locked(selection, cells, backends, out_dir, *, jobs, resume, timeout_s, budget, stream):
+def _run_locked(selection, cells, backends, out_dir, executor, *, resume, timeout_s, budget, stream):
     def say(text: str) -> None:
         _say(stream, text)
 
     old, old_info = previous_records(out_dir, selection.as_dict(), resume, lambda m: say("warning: " + m))
     done = {records.key(r) for r in old}
-    devices = fingerprint.devices()
-    probes = registry.probe_all(backends)
-    jobs = jobs if jobs is not None else default_jobs(backends, devices, probes)
+    jobs = executor.jobs
     start = time.monotonic()
     run_path = out_dir / "run.json"
     info = {**fingerprint.fingerprint(), "selection": selection.as_dict(), "jobs": jobs,
-            "timeout_s": timeout_s, "work_budget": budget, "devices": [devices.label(d) for d in devices.ids],
+            "timeout_s": timeout_s, "work_budget": budget, **executor.info(),
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     if old_info is not None:
-        info["previous_run"] = old_info
+        # its nodes' fingerprints stay in its own run.json's history only: run.json is read to a limited depth
+        info["previous_run"] = {k: v for k, v in old_info.items() if k != "nodes"}
+    probes = executor.probes(backends)
     info["backends"] = {b.name: {"available": probes[b.name][0], "reason": probes[b.name][1],
                                  "ops": {family: list(ops) for family, ops in b.ops.items()}} for b in backends}
     info["rounding_models"] = {b.name: {family: b.rounding_model(family) for family in b.ops} for b in backends}
@@ -142,10 +152,15 @@ def _run_locked(selection, cells, backends, out_dir, *, jobs, resume, timeout_s,
         writer = records.Writer(out_dir / "cells.jsonl")
     except OSError as exc:
         raise UsageError(f"{out_dir / 'cells.jsonl'}: cannot be written ({exc.strerror or exc})") from None
-    pool = LocalPool(jobs, devices=devices, timeout_s=timeout_s)
-    retired = pool.retired
+    seen = set(done)
+    dropped = 0
 
     def emit(record: dict) -> None:
+        nonlocal dropped
+        if records.key(record) in seen:
+            dropped += 1
+            return
+        seen.add(records.key(record))
         try:
             writer.write(record)
         except OSError as exc:
@@ -159,7 +174,7 @@ def _run_locked(selection, cells, backends, out_dir, *, jobs, resume, timeout_s,
     try:
         for rec in statics:
             emit(rec)
-        pool.run(todo, emit)
+        executor.run(todo, emit)
     except RunStopped as exc:
         stopped = exc
     finally:
@@ -168,7 +183,8 @@ def _run_locked(selection, cells, backends, out_dir, *, jobs, resume, timeout_s,
     elapsed = time.monotonic() - start
     counts = count(all_recs)
     info.update(finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"), elapsed_s=round(elapsed, 2),
-                counts={k: dict(v) for k, v in counts.items()}, retired_devices=retired)
+                counts={k: dict(v) for k, v in counts.items()}, retired_devices=executor.retired,
+                duplicates_dropped=dropped)
     free_reserve(out_dir)   # the room run.json needs on a full disk
     if stopped is not None:
         info["stopped"] = str(stopped)
@@ -178,6 +194,8 @@ def _run_locked(selection, cells, backends, out_dir, *, jobs, resume, timeout_s,
             pass  # the record file's message says what to do
         raise stopped
     write_run_json(run_path, info)
-    for device, why in retired.items():
-        say(f"warning: device {devices.label(device)} retired: {why}")
+    for slot, why in executor.retired.items():
+        say(f"warning: {executor.slot_name(slot)} retired: {why}")
+    if dropped:
+        say(f"warning: {dropped} late duplicate record(s) dropped (the first record of each pair is kept)")
     return RunResult(counts, out_dir, elapsed)

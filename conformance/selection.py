@@ -1,15 +1,87 @@
 """What a run covers: the cells of a tier filtered by family, op and id, sharded, and the backends
-named; the ``Selection`` recorded in run.json, which ``--resume`` and ``merge`` check."""
+named; the ``Selection`` recorded in run.json, which ``--resume`` and ``merge`` check.
+
+Shards: ``K/N`` takes cell i when i mod N = K-1 (``shard_by`` None), or, with ``shard_by="cost"``,
+the K-th of N parts of about equal estimated time (longest first, each to the part with least so
+far). ``shard_from_env`` reads K/N from a batch scheduler's variables.
+"""
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Mapping
 
 from conformance import families, model_cells, patterns, registry
 from conformance.cells import Cell
 from conformance.errors import UsageError
+from conformance.estimate import first_estimate
 
-SELECTION_KEYS = ("tier", "family", "op", "backends", "filter", "shard", "model", "config")
+SELECTION_KEYS = ("tier", "family", "op", "backends", "filter", "shard", "shard_by", "model", "config")
+SHARD_BY = ("index", "cost")
+# Scheduler: (index variable, count variable or None, index of the first part); Slurm's first
+# index is SLURM_ARRAY_TASK_MIN. Kubernetes gives no count: --shard-count names it.
+SCHEDULERS = {
+    "Slurm array": ("SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT", "SLURM_ARRAY_TASK_MIN"),
+    "Kubernetes indexed job": ("JOB_COMPLETION_INDEX", None, 0),
+    "GitLab parallel": ("CI_NODE_INDEX", "CI_NODE_TOTAL", 1),
+    "Buildkite parallelism": ("BUILDKITE_PARALLEL_JOB", "BUILDKITE_PARALLEL_JOB_COUNT", 0),
+}
+
+
+def _int_var(environ: Mapping[str, str], name: str) -> int:
+    try:
+        return int(environ[name])
+    except (KeyError, ValueError):
+        raise UsageError(f"--shard env: {name}={environ.get(name)!r} is not a whole number") from None
+
+
+def shard_from_env(environ: Mapping[str, str], count: int | None = None) -> tuple[str, str]:
+    """``("K/N", "where it came from")`` from the one scheduler whose index variable is set in
+    ``environ`` (``count``: N for Kubernetes, which does not export it); a usage error if none
+    or several are set, or the values are not a valid K/N."""
+    found = [name for name, (index, _, _) in SCHEDULERS.items() if index in environ]
+    if not found:
+        raise UsageError("--shard env: no scheduler's index is set (looked for "
+                         + ", ".join(v[0] for v in SCHEDULERS.values()) + ")")
+    if len(found) > 1:
+        raise UsageError(f"--shard env: the indices of several schedulers are set ({', '.join(found)}); "
+                         "pass --shard K/N")
+    (name,) = found
+    index_var, count_var, first = SCHEDULERS[name]
+    if name == "Slurm array" and environ.get("SLURM_ARRAY_TASK_STEP", "1") != "1":
+        raise UsageError(f"--shard env: the Slurm array has step {environ['SLURM_ARRAY_TASK_STEP']}; "
+                         "use consecutive indices (--array=1-N)")
+    base = _int_var(environ, first) if isinstance(first, str) else first
+    k = _int_var(environ, index_var) - base + 1
+    if count_var is None:
+        if count is None:
+            raise UsageError(f"--shard env: {index_var} is set ({name}) but not the number of parts; "
+                             "pass --shard-count N (the job's completions)")
+        n, source = count, f"{name}: {index_var}={environ[index_var]}, --shard-count {count}"
+    else:
+        n = _int_var(environ, count_var)
+        source = f"{name}: {index_var}={environ[index_var]}, {count_var}={environ[count_var]}"
+        if isinstance(first, str):
+            source += f", {first}={environ[first]}"
+    if not 1 <= k <= n:
+        raise UsageError(f"--shard env: {source} gives part {k} of {n}, outside 1..{n}")
+    return f"{k}/{n}", source
+
+
+def cost_shard(cells: list[Cell], backends: list[registry.Backend], k: int, n: int) -> list[Cell]:
+    """Part K of N by estimated time: cells longest first (ties in list order), each to the part
+    with the least estimated time so far (ties to the lowest part); the part's cells in list order.
+    The estimate is each backend's declared cost of the cell, the same on every machine."""
+    def cost(cell: Cell) -> float:
+        return sum(first_estimate(cell, b) for b in backends if b.skip_reason(cell) is None)
+
+    load = [0.0] * n
+    part_of = {}
+    for i in sorted(range(len(cells)), key=lambda i: (-cost(cells[i]), i)):
+        part = min(range(n), key=lambda p: (load[p], p))
+        load[part] += cost(cells[i])
+        part_of[i] = part
+    return [c for i, c in enumerate(cells) if part_of[i] == k - 1]
 
 
 def parse_shard(text: str | None) -> tuple[int, int] | None:
@@ -74,21 +146,37 @@ class Selection:
     shard: str | None = None                   # "K/N"
     model: str | None = None                   # also a model's cells (conformance.model_cells)
     config: str | None = None                  # ... or those of a config.json
+    shard_by: str | None = None                # None: cell i mod N; "cost": balanced estimated time
+    shard_from: str | None = None              # the scheduler variables --shard env read (not compared)
+
+    def __post_init__(self):
+        if self.shard_by not in (None, *SHARD_BY):
+            raise UsageError(f"--shard-by {self.shard_by!r}: expected one of {', '.join(SHARD_BY)}")
+        if self.shard_by is not None and self.shard is None:
+            raise UsageError("--shard-by: only with --shard K/N or --shard env")
 
     def as_dict(self) -> dict:
-        return {"tier": self.tier, "family": self.family, "op": self.op,
-                "backends": sorted(self.backends) if self.backends is not None else None,
-                "filter": self.filter, "shard": self.shard, "model": self.model, "config": self.config}
+        out = {"tier": self.tier, "family": self.family, "op": self.op,
+               "backends": sorted(self.backends) if self.backends is not None else None,
+               "filter": self.filter, "shard": self.shard, "model": self.model, "config": self.config}
+        if self.shard_by not in (None, "index"):
+            out["shard_by"] = self.shard_by
+        if self.shard_from is not None:
+            out["shard_from"] = self.shard_from
+        return out
 
     def resolve(self) -> tuple[list[Cell], list[registry.Backend]]:
         """Its cells and backends; a selection without a cell, or without a backend, is a usage error."""
         backends = select_backends(list(self.backends) if self.backends is not None else None)
-        cells = select_cells(self.tier, self.family, self.op, self.filter, parse_shard(self.shard))
+        by_cost = self.shard_by == "cost"
+        shard = None if by_cost else parse_shard(self.shard)
+        cells = select_cells(self.tier, self.family, self.op, self.filter, shard)
         try:
-            cells = model_cells.extend(cells, self.model, self.config, self.family, self.op, self.filter,
-                                       parse_shard(self.shard))
+            cells = model_cells.extend(cells, self.model, self.config, self.family, self.op, self.filter, shard)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
+        if by_cost:
+            cells = cost_shard(cells, backends, *parse_shard(self.shard))
         if not cells:
             asked = ", ".join(f"{k} {v!r}" for k, v in self.as_dict().items() if v is not None and k != "backends")
             raise UsageError(f"the selection matches no cell ({asked}); `kernel-lab list-cells` shows them")

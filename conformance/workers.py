@@ -170,11 +170,13 @@ class LocalPool:
     """``jobs`` worker slots; slot i's GPU workers see only device ``i mod len(devices)``.
 
     ``timeout_s`` overrides each backend's own. After ``run``, ``retired`` maps each retired
-    device to why it was retired."""
+    device to why it was retired. ``keep_workers``: the workers outlive ``run`` (for the next
+    ``run``) until ``close``."""
 
-    def __init__(self, jobs: int, *, devices: fingerprint.Devices | None = None, timeout_s: float | None = None):
+    def __init__(self, jobs: int, *, devices: fingerprint.Devices | None = None, timeout_s: float | None = None,
+                 keep_workers: bool = False):
         ids = devices.ids if devices else []
-        self.devices, self.timeout_s = devices, timeout_s
+        self.devices, self.timeout_s, self.keep_workers = devices, timeout_s, keep_workers
         self.slots = [Slot(ids[i % len(ids)] if ids else None) for i in range(max(1, jobs))]
         self.retired: dict[str, str] = {}
         self.queue: deque[Item] = deque()
@@ -189,10 +191,18 @@ class LocalPool:
             while self._step():
                 pass
             self._no_device_left()
-        finally:
-            for slot in self.slots:
-                if slot.worker is not None:
-                    slot.worker.stop()
+        except BaseException:
+            self.close()
+            raise
+        if not self.keep_workers:
+            self.close()
+
+    def close(self) -> None:
+        """Stop every worker."""
+        for slot in self.slots:
+            if slot.worker is not None:
+                slot.worker.stop()
+                slot.worker = None
 
     def _step(self) -> bool:
         """Start what can start, wait for a result, a death or a timeout; False when all is done."""

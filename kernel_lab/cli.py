@@ -24,7 +24,8 @@ from collections import Counter
 from pathlib import Path
 
 from bench import cli as bench_cli
-from conformance import audit, counts, families, fingerprint, merge, records, registry, runner, selection, studies
+from conformance import (audit, counts, executors, families, fingerprint, merge, node_report, records, registry,
+                         runner, selection, studies)
 from conformance.errors import RunStopped, UsageError, needs
 from optimized.flydsl import cli as flydsl_cli
 from planner import cli as planner_cli
@@ -84,11 +85,19 @@ def cmd_list_cells(args) -> int:
 
 
 def _selection(args) -> selection.Selection:
-    selection.parse_shard(args.shard)
+    shard, source = args.shard, None
+    if args.shard_count is not None and args.shard != "env":
+        raise UsageError("--shard-count: only with --shard env (a Kubernetes indexed job's completions)")
+    if args.shard == "env":
+        if args.shard_count is not None and args.shard_count < 1:
+            raise UsageError(f"--shard-count {args.shard_count}: expected a positive number of parts")
+        shard, source = selection.shard_from_env(os.environ, args.shard_count)
+    selection.parse_shard(shard)
     names = _split(args.backend)
     return selection.Selection(tier=args.tier, family=args.family, op=args.op,
                                backends=tuple(names) if names is not None else None,
-                               filter=args.filter, shard=args.shard, model=args.model, config=args.config)
+                               filter=args.filter, shard=shard, model=args.model, config=args.config,
+                               shard_by=args.shard_by, shard_from=source)
 
 
 def fresh_out(base: Path = Path("reports/out")) -> Path:
@@ -121,18 +130,61 @@ def cmd_conform(args) -> int:
     if args.resume and args.out is None:
         raise UsageError("--resume: name the run folder to continue with --out DIR")
     args.out = args.out or str(fresh_out())
-    result = runner.run(_selection(args), args.out, jobs=args.jobs, resume=args.resume,
-                        timeout_s=args.timeout, budget=not args.no_budget)
-    print(counts.summary_table(result.counts))
-    print(f"records: {result.out_dir / 'cells.jsonl'}  run: {result.out_dir / 'run.json'}  "
-          f"({result.elapsed_s:.1f} s)")
-    status = result.exit_status
+    sel = _selection(args)
+    executor = executors.make(args.executor, jobs=args.jobs, timeout_s=args.timeout, address=args.address)
+    options = dict(resume=args.resume, timeout_s=args.timeout, budget=not args.no_budget)
+    try:
+        if args.device_class == "all":
+            results = runner.run_each_class(sel, args.out, executor, **options)
+        else:
+            results = {None: runner.run(sel, args.out, executor=executor, device_class=args.device_class,
+                                        **options)}
+    finally:
+        executor.close()
+    for device_class, result in results.items():
+        if device_class is not None:
+            print(f"device class {device_class}:")
+        print(counts.summary_table(result.counts))
+        print(f"records: {result.out_dir / 'cells.jsonl'}  run: {result.out_dir / 'run.json'}  "
+              f"({result.elapsed_s:.1f} s)")
+    status = max(r.exit_status for r in results.values())
     if status == runner.NOTHING_RAN:
-        print(f"kernel-lab: nothing ran: every record is a skip ({counts.skip_reasons(result.counts)}); "
+        reasons = "; ".join(counts.skip_reasons(r.counts) for r in results.values())
+        print(f"kernel-lab: nothing ran: every record is a skip ({reasons}); "
               + ("allowed by --allow-nothing-ran" if args.allow_nothing_ran else
                  f"exit status {runner.NOTHING_RAN} (--allow-nothing-ran makes it 0)"), file=sys.stderr)
         return 0 if args.allow_nothing_ran else status
     return status
+
+
+def node_command(fp: dict, device_class: str, address: str | None) -> str:
+    """The `ray start` line that joins this machine (fingerprint ``fp``) to a lab cluster at
+    ``address`` (None: as the head), with its GPUs, CPUs and device class."""
+    gpus, cpus = len(fp["gpus"]), fp["cpu"].get("usable_cores") or fp["cpu"]["cores"]
+    where = f"--address {address}" if address else "--head --port 6379"
+    return (f"{node_report.CLASS_ENV}={device_class} ray start {where} --num-gpus {gpus} --num-cpus {cpus} "
+            "--disable-usage-stats")
+
+
+def cmd_node(args) -> int:
+    fp = fingerprint.fingerprint()
+    ident = node_report.identity()
+    device_class = args.device_class or node_report.local_device_class()
+    print(f"# class {device_class}: {len(fp['gpus'])} GPU(s), {fp['cpu']['model']}; kernel-lab {ident['version']} "
+          f"commit {ident['commit']}{' (dirty)' if ident['dirty'] else ''}, C++ build {ident['cpp_build']}")
+    line = node_command(fp, device_class, args.address)
+    print(line)
+    if not args.start:
+        return 0
+    import shlex
+    import subprocess
+
+    words = shlex.split(line)
+    env = {**os.environ, node_report.CLASS_ENV: device_class}
+    try:
+        return subprocess.run(words[1:], env=env).returncode
+    except FileNotFoundError:
+        raise UsageError("node --start: the `ray` command is not on PATH (pip install 'kernel-lab[ray]')") from None
 
 
 def cmd_merge(args) -> int:
@@ -231,7 +283,17 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--allow-nothing-ran", action="store_true",
                    help=f"exit 0, not {runner.NOTHING_RAN}, when every record is a skip (e.g. no selected backend is "
                         "available here)")
-    c.add_argument("--shard", help="K/N: run the K-th of N interleaved parts of the matrix")
+    c.add_argument("--shard", help="K/N: run the K-th of N parts of the matrix; env: K and N from the batch "
+                   "scheduler (Slurm array, Kubernetes indexed job, GitLab parallel, Buildkite parallelism)")
+    c.add_argument("--shard-count", type=int, help="N for --shard env in a Kubernetes indexed job (its completions)")
+    c.add_argument("--shard-by", choices=selection.SHARD_BY, help="index: cell i to part i mod N (default); "
+                   "cost: parts of equal estimated time")
+    c.add_argument("--executor", choices=executors.EXECUTORS, default="local",
+                   help="local: worker processes on this machine (default); ray: the slots of a Ray cluster")
+    c.add_argument("--address", help="--executor ray: the cluster (default $RAY_ADDRESS, else auto; "
+                   "local: a Ray on this machine only)")
+    c.add_argument("--device-class", help="run the nodes of this device class (default: the only one); "
+                   "all: one run folder OUT/CLASS per class")
     c.add_argument("--jobs", type=int, help="worker processes in parallel (default: one per visible GPU "
                    "when a GPU backend is selected, else 1)")
     c.add_argument("--timeout", type=float, help="seconds per (cell, backend) before the worker is killed "
@@ -241,6 +303,12 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--model", help="also cells in this shipped model's shapes (planner/configs/NAME.json)")
     c.add_argument("--config", help="also cells in the shapes of this config.json")
     c.set_defaults(func=cmd_conform)
+
+    n = sub.add_parser("node", help="the `ray start` line that joins this machine to a lab cluster")
+    n.add_argument("--address", help="the head's address (default: this machine starts the head)")
+    n.add_argument("--device-class", help="device class to announce (default: derived from `doctor`)")
+    n.add_argument("--start", action="store_true", help="run that line")
+    n.set_defaults(func=cmd_node)
 
     m = sub.add_parser("merge", help="join the run folders of the shards K/N of one selection into one")
     m.add_argument("--out", required=True, help="new run folder")

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from conformance import families, registry, runner
+from conformance import estimate, families, registry
 from conformance.pytest_plugin import check_pair
 
 
@@ -30,7 +30,7 @@ def pytest_generate_tests(metafunc):
                     # subset (tests/unit/test_vllm_peers.py), `make conform` all of them; so do the cells an
                     # interpreter backend expects past SLOW_S (its first estimate: `make conform` runs them)
                     interp = "TRITON_INTERPRET" in backend.env
-                    slow = interp and (name.startswith("vllm-") or runner.first_estimate(cell, backend) > SLOW_S)
+                    slow = interp and (name.startswith("vllm-") or estimate.first_estimate(cell, backend) > SLOW_S)
                     params.append(pytest.param(cell, name, marks=[pytest.mark.slow] if slow else []))
                     ids.append(f"{cell.id}@{name}")
     metafunc.parametrize("cell,backend_name", params, ids=ids)

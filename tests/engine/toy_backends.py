@@ -92,6 +92,27 @@ register(Backend("toy-gpu-fault-all", {"toy": ("scale",)}, lambda: (True, "alway
                  _faulting_everywhere_but_cpu, uses_gpu=True))
 
 
+def _slow(cell, inputs):
+    import time
+    time.sleep(float(os.environ.get("KERNEL_LAB_TOY_SLOW_S", "0.5")))
+    return _run(_Good)(cell, inputs)
+
+
+def _segfaulting(cell, inputs):
+    """Notes the cell in the file KERNEL_LAB_TOY_COUNTER (one line per execution), then segfaults."""
+    import signal
+    with open(os.environ["KERNEL_LAB_TOY_COUNTER"], "a") as fh:
+        fh.write(cell.id + "\n")
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+
+# Available only where the machine's TOY_FEATURE=1 (the remote executor's per-node probes).
+register(Backend("toy-feature", {"toy": ("scale",)},
+                 lambda: (True, "TOY_FEATURE=1") if os.environ.get("TOY_FEATURE") == "1" else (False, "no TOY_FEATURE"),
+                 _run(_Good)))
+register(Backend("toy-gpu-slow", {"toy": ("scale",)}, lambda: (True, "always"), _slow, uses_gpu=True))
+register(Backend("toy-gpu-segv", {"toy": ("scale",)}, lambda: (True, "always"), _segfaulting, uses_gpu=True))
+
 def _avail_hangs():
     import time
     time.sleep(600)

@@ -1,0 +1,254 @@
+"""The remote executor: the driver's side of a run over the slots of several machines, whatever
+engine starts and reaches them (``conformance.ray_executor``, or the tests' in-process one).
+
+An engine starts slots (one per GPU of each node, one CPU slot per node; ``conformance.slot_host``
+runs on the other side) and carries one call at a time to each. This module decides everything
+else, the same for every engine:
+- every node answers for itself: its identity (a node whose kernel-lab version, commit or C++
+  build differs from the driver's is refused, naming it), its device class and its probe of each
+  backend; a pair goes only to a node whose probe says available;
+- a run covers one device class (``use_class``); nodes of another class take no part;
+- a pair runs once; when the engine loses a slot (its process or its machine) with an item in
+  flight, the slot is retired and the item retried once on another slot (``retried_from`` names
+  the lost slot, ``node/device``); lost twice, or with no slot left to take it, it is a ``crash``.
+"""
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Protocol
+
+from conformance import node_report, registry
+from conformance.cells import Cell
+from conformance.errors import UsageError
+from conformance.inprocess import static_record
+
+
+class SlotLost(Exception):
+    """The engine lost the slot (its process or its machine) with a call in flight."""
+
+
+@dataclass
+class RemoteSlot:
+    """One slot as the driver sees it: node name, device label (None: the node's CPU slot), the
+    node report its process gave, and the engine's handle to it."""
+
+    node: str
+    device: str | None
+    report: dict
+    handle: object
+
+    @property
+    def label(self) -> str:
+        return f"{self.node}/{self.device or 'cpu'}"
+
+
+class Engine(Protocol):
+    name: str
+
+    def start_slots(self, backend_names: list[str]) -> list[RemoteSlot]: ...
+    def submit(self, slot: RemoteSlot, cell: Cell, backend_names: list[str]) -> object: ...
+    def wait(self, calls: list) -> list: ...              # at least one finished call; blocks
+    def result(self, call) -> list[dict]: ...             # the call's records, or SlotLost
+    def node_alive(self, node: str) -> bool: ...
+    def describe(self) -> dict: ...
+    def close(self) -> None: ...
+
+
+@dataclass
+class _Item:
+    cell: Cell
+    backends: list[registry.Backend]
+    nodes: frozenset                 # nodes whose probes say every one of these backends is available
+    retried_from: str | None = None  # label of the slot lost with this item in flight
+
+    @property
+    def gpu(self) -> bool:
+        return self.backends[0].uses_gpu
+
+
+class RemoteExecutor:
+    """The run's slots on the nodes of one device class of ``engine``'s cluster (``use_class``)."""
+
+    def __init__(self, engine: Engine):
+        self.engine, self.device_class = engine, None
+        self.name = engine.name
+        self.slots: list[RemoteSlot] = []
+        self.nodes: dict[str, dict] = {}
+        self.retired: dict[str, str] = {}
+        self.started = False
+
+    # -- the cluster -----------------------------------------------------------------------------
+    def start(self, backends: list[registry.Backend]) -> None:
+        """Start the engine's slots and take each node's report; refuse nodes of other builds."""
+        if self.started:
+            return
+        self.started = True
+        self.slots = self.engine.start_slots([b.name for b in backends])
+        if not self.slots:
+            raise UsageError(f"--executor {self.name}: the cluster offers no slot (no node with a GPU or a CPU)")
+        mine = node_report.identity()
+        refused = []
+        for slot in self.slots:
+            node = self.nodes.setdefault(slot.node, {
+                "device_class": slot.report["device_class"], "fingerprint": slot.report["fingerprint"],
+                "identity": slot.report["identity"], "slots": []})
+            node["slots"].append(slot.device or "cpu")
+            if slot.device is not None and slot.report["fingerprint"].get("gpus"):
+                node["fingerprint"] = slot.report["fingerprint"]   # the view of a GPU slot lists the GPUs
+                node["device_class"] = slot.report["device_class"]
+            diff = node_report.identity_differences(mine, slot.report["identity"])
+            if diff and slot.node not in {r[0] for r in refused}:
+                refused.append((slot.node, diff))
+        if refused:
+            raise UsageError("refused: " + "; ".join(f"node {n} runs another build ({', '.join(d)})"
+                                                     for n, d in refused)
+                             + "; start every node from the driver's commit and C++ build")
+
+    def classes(self) -> dict[str, list[str]]:
+        """Device class -> its nodes."""
+        out: dict[str, list[str]] = {}
+        for name, node in self.nodes.items():
+            out.setdefault(node["device_class"], []).append(name)
+        return dict(sorted(out.items()))
+
+    def use_class(self, device_class: str | None) -> None:
+        """Run on the nodes of ``device_class`` only (None: the only class of the cluster)."""
+        classes = self.classes()
+        listing = "; ".join(f"{c}: {', '.join(n)}" for c, n in classes.items())
+        if device_class is None:
+            if len(classes) > 1:
+                raise UsageError(f"the cluster holds nodes of several device classes ({listing}); "
+                                 "pass --device-class CLASS, or --device-class all for one run folder per class")
+            (device_class,) = classes
+        elif device_class not in classes:
+            raise UsageError(f"--device-class {device_class}: no node of that class; the cluster has {listing}")
+        self.device_class = device_class
+
+    @property
+    def active(self) -> list[RemoteSlot]:
+        return [s for s in self.slots if self.nodes[s.node]["device_class"] == self.device_class]
+
+    @property
+    def jobs(self) -> int:
+        return len(self.active)
+
+    def node_answers(self, backend: registry.Backend) -> dict[str, tuple[bool, str]]:
+        """Each node's probe of ``backend``, by its slots of the backend's kind (GPU or CPU)."""
+        out: dict[str, tuple[bool, str]] = {}
+        for slot in self.active:
+            if (slot.device is not None) != backend.uses_gpu:
+                continue
+            ok, why = slot.report["probes"][backend.name]
+            if slot.node not in out or ok:
+                out[slot.node] = (bool(ok), str(why))
+        kind = "GPU" if backend.uses_gpu else "CPU"
+        for node in {s.node for s in self.active}:
+            out.setdefault(node, (False, f"no {kind} slot on this node"))
+        return dict(sorted(out.items()))
+
+    def probes(self, backends: list[registry.Backend]) -> dict[str, tuple[bool, str]]:
+        """Per backend: available if some node can run it; the reason lists each node's answer."""
+        out = {}
+        for b in backends:
+            answers = self.node_answers(b)
+            ok = any(a for a, _ in answers.values())
+            if ok:
+                why = "on " + ", ".join(n for n, (a, _) in answers.items() if a)
+            else:
+                why = "on no node: " + "; ".join(f"{n}: {w}" for n, (_, w) in answers.items())
+            out[b.name] = (ok, why)
+        return out
+
+    def info(self) -> dict:
+        """For run.json: the engine, the device class, and each node of it with its fingerprint."""
+        return {"executor": self.name, **self.engine.describe(), "device_class": self.device_class,
+                "nodes": {n: node for n, node in self.nodes.items() if node["device_class"] == self.device_class},
+                "slots": [s.label for s in self.active]}
+
+    def slot_name(self, label: str) -> str:
+        return f"slot {label}"
+
+    def close(self) -> None:
+        self.engine.close()
+
+    # -- the run -----------------------------------------------------------------------------------
+    def _items(self, work: list[tuple[Cell, list[registry.Backend]]]) -> list[_Item]:
+        """Each cell's backends grouped by worker environment, GPU use and the nodes that can run them."""
+        eligible = {}
+        out = []
+        for cell, bks in work:
+            groups: dict[tuple, list] = {}
+            for b in bks:
+                if b.name not in eligible:
+                    eligible[b.name] = frozenset(n for n, (ok, _) in self.node_answers(b).items() if ok)
+                groups.setdefault((tuple(sorted(b.env.items())), b.uses_gpu, eligible[b.name]), []).append(b)
+            out += [_Item(cell, group, nodes) for (_, _, nodes), group in groups.items()]
+        return out
+
+    def _can_take(self, slot: RemoteSlot, item: _Item) -> bool:
+        return (slot.label not in self.retired and slot.label != item.retried_from
+                and (slot.device is not None) == item.gpu and slot.node in item.nodes)
+
+    def _record(self, record: dict, slot: RemoteSlot, item: _Item) -> dict:
+        record = {**record, "node": slot.node}
+        record.setdefault("device", slot.device or "cpu")
+        if item.retried_from is not None:
+            record["retried_from"] = item.retried_from
+        return record
+
+    def run(self, work: list[tuple[Cell, list[registry.Backend]]], emit) -> None:
+        """Run each cell's backends on the active slots; ``emit(record)`` per pair as each call returns."""
+        queue = deque(self._items(work))
+        idle = list(self.active)
+        calls: dict = {}
+        while True:
+            for slot in list(idle):
+                if slot.label in self.retired:
+                    idle.remove(slot)
+                    continue
+                item = next((it for it in queue if self._can_take(slot, it)), None)
+                if item is None:
+                    continue
+                queue.remove(item)
+                idle.remove(slot)
+                call = self.engine.submit(slot, item.cell, [b.name for b in item.backends])
+                calls[call] = (slot, item, time.monotonic())
+            if not calls:
+                break
+            for call in self.engine.wait(list(calls)):
+                slot, item, started = calls.pop(call)
+                try:
+                    recs = self.engine.result(call)
+                except SlotLost as exc:
+                    self._lost(slot, item, str(exc), time.monotonic() - started, queue, emit)
+                    continue
+                for rec in recs:
+                    emit(self._record(rec, slot, item))
+                idle.append(slot)
+        for item in queue:
+            why = ", ".join(f"{label} retired ({why})" for label, why in self.retired.items())
+            for b in item.backends:
+                rec = {**static_record(item.cell, b, "crash", "no slot left to run on: " + (why or "none can")),
+                       "device": "none"}
+                emit({**rec, **({"retried_from": item.retried_from} if item.retried_from else {})})
+
+    def _lost(self, slot: RemoteSlot, item: _Item, reason: str, duration: float, queue: deque, emit) -> None:
+        """The engine lost ``slot`` running ``item``: retire it (and every slot of its node if the
+        node is gone), then retry the item once elsewhere, or record its pairs as crashes."""
+        names = ", ".join(b.name for b in item.backends)
+        self.retired[slot.label] = f"{reason} on {item.cell.id} ({names})"
+        if not self.engine.node_alive(slot.node):
+            for other in self.active:
+                if other.node == slot.node and other.label not in self.retired:
+                    self.retired[other.label] = f"node {slot.node} lost"
+        retry = _Item(item.cell, item.backends, item.nodes, retried_from=slot.label)
+        if item.retried_from is None and any(self._can_take(s, retry) for s in self.active):
+            queue.appendleft(retry)
+            return
+        before = f"; lost before on {item.retried_from}" if item.retried_from else "; no other slot can run it"
+        for b in item.backends:
+            rec = {**static_record(item.cell, b, "crash", f"slot {slot.label} lost: {reason}{before}"),
+                   "duration_s": duration}
+            emit(self._record(rec, slot, item))
