@@ -11,14 +11,13 @@ the rest.
 """
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import signal
 import sys
 import traceback
 import warnings
 
-from conformance import registry
+from conformance import registry, spawn
 
 VERSIONED = ("numpy", "torch", "triton", "jax", "flydsl", "vllm", "fla")
 
@@ -84,20 +83,7 @@ def _worker_main(conn) -> None:
 
 class _Worker:
     def __init__(self, env: dict[str, str]):
-        ctx = mp.get_context("spawn")
-        self.conn, child = ctx.Pipe()
-        saved = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)
-        try:
-            self.proc = ctx.Process(target=_worker_main, args=(child,), daemon=True)
-            self.proc.start()
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
-        child.close()
+        self.proc, self.conn = spawn.start(_worker_main, (), env)
 
     def ask(self, backend: registry.Backend) -> tuple[bool, str] | None:
         """The worker's answer, or an 'unavailable' reason when it hangs or dies; None when the

@@ -9,7 +9,6 @@ pair, as each finishes.
 """
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import signal
 import sys
@@ -21,7 +20,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from pathlib import Path
 
-from conformance import fingerprint, records, registry
+from conformance import fingerprint, records, registry, spawn
 from conformance.cells import Cell
 from conformance.inprocess import run_one, static_record
 
@@ -76,23 +75,10 @@ class Worker:
     file ``output`` (read into the pair's record), never to the console."""
 
     def __init__(self, env: dict[str, str]):
-        ctx = mp.get_context("spawn")
         self.env = env
         fd, self.output = tempfile.mkstemp(prefix="kernel-lab-worker-", suffix=".out")
         os.close(fd)
-        self.conn, child = ctx.Pipe()
-        saved = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)
-        try:
-            self.proc = ctx.Process(target=_worker_main, args=(child, self.output), daemon=True)
-            self.proc.start()
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
-        child.close()
+        self.proc, self.conn = spawn.start(_worker_main, (self.output,), env)
 
     def death_reason(self) -> str:
         self.proc.join(timeout=5)

@@ -1,0 +1,26 @@
+"""Child processes started by ``spawn`` with extra environment variables (e.g. ``TRITON_INTERPRET=1``,
+``CUDA_VISIBLE_DEVICES``) that the parent's own environment keeps none of."""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+
+
+def start(target, args: tuple, env: dict[str, str]):
+    """A started daemon process running ``target(child_end, *args)`` under ``os.environ`` plus
+    ``env``, and the parent's end of its pipe: ``(process, connection)``."""
+    ctx = mp.get_context("spawn")
+    conn, child = ctx.Pipe()
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        proc = ctx.Process(target=target, args=(child, *args), daemon=True)
+        proc.start()
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    child.close()
+    return proc, conn
