@@ -2,8 +2,8 @@
 ``recurrent``) for CUDA and ROCm GPUs, and for the CPU through ``TRITON_INTERPRET=1``.
 
 - ``decode``: one token per sequence, sigmoid gating fused in (g = -exp(A_log) softplus(a + dt_bias),
-  beta = sigmoid(b)); the pool ``[S, HV, K, V]`` is updated in place at ``state_indices`` (-1: padding,
-  nothing read or written).
+  beta = sigmoid(b)); the pool ``[S, HV, K, V]`` is updated in place at ``state_indices`` (-1: padding:
+  no slot read or written, its output rows zero, as the reference writes them).
 - ``spec_decode``: draft tokens of packed sequences (``cu_seqlens``), resumed from slot
   ``spec_state_indices[n, max(num_accepted_tokens[n] - 1, 0)]``; the state after draft token t is
   stored into ``spec_state_indices[n, t]`` and token t + 1 continues from the stored value.
@@ -162,6 +162,10 @@ def _gdn_kernel(q_ptr, k_ptr, v_ptr, x_ptr, y_ptr, A_log_ptr, dt_bias_ptr, state
                     S = _rounded(S, state_ptr, BF16_BITS).to(tl.float32)
         if not SPEC:
             tl.store(state_ptr + slot * s_slot + tile, _rounded(S, state_ptr, BF16_BITS), mask=m2)
+    else:
+        vv = vt * BV + tl.arange(0, BV)
+        for t in range(0, length):
+            tl.store(o_ptr + (bos + t) * so_t + hv * so_h + vv, tl.zeros((BV,), tl.float32), mask=vv < V)
 
 
 @triton.jit
