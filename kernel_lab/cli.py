@@ -129,6 +129,8 @@ def cmd_conform(args) -> int:
         raise UsageError(f"--timeout {args.timeout}: expected a positive number of seconds")
     if args.resume and args.out is None:
         raise UsageError("--resume: name the run folder to continue with --out DIR")
+    if args.out == "":
+        raise UsageError("--out: empty; expected a run folder (leave --out out for a new one)")
     args.out = args.out or str(fresh_out())
     sel = _selection(args)
     executor = executors.make(args.executor, jobs=args.jobs, timeout_s=args.timeout, address=args.address)
