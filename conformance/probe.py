@@ -115,12 +115,7 @@ class _Worker:
         self.proc.join(timeout=5)
 
     def stop(self) -> None:
-        try:
-            self.conn.send(None)
-        except (OSError, BrokenPipeError):
-            pass
-        self.proc.join(timeout=5)
-        self.kill()
+        spawn.stop(self.proc, self.conn)
 
 
 def probe_all(backends: list[registry.Backend]) -> dict[str, tuple[bool, str]]:

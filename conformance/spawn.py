@@ -24,3 +24,15 @@ def start(target, args: tuple, env: dict[str, str]):
                 os.environ[k] = v
     child.close()
     return proc, conn
+
+
+def stop(proc, conn) -> None:
+    """Ask the child to end (``None`` on its pipe), wait up to 5 s, then kill it if it is still alive."""
+    try:
+        conn.send(None)
+    except (OSError, BrokenPipeError):
+        pass
+    proc.join(timeout=5)
+    if proc.is_alive():
+        proc.kill()
+        proc.join(timeout=5)

@@ -101,13 +101,7 @@ class Worker:
         Path(self.output).unlink(missing_ok=True)
 
     def stop(self) -> None:
-        try:
-            self.conn.send(None)
-        except (OSError, BrokenPipeError):
-            pass
-        self.proc.join(timeout=5)
-        if self.proc.is_alive():
-            self.proc.kill()
+        spawn.stop(self.proc, self.conn)
         Path(self.output).unlink(missing_ok=True)
 
 
