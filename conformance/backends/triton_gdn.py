@@ -1,12 +1,13 @@
-"""Our Triton GDN kernels (``optimized.triton.gdn_recurrent``: decode, spec_decode, recurrent) as
-backends of the gdn family: ``triton-gdn`` on a GPU and ``triton-gdn-interpret``, the same kernels
+"""Our Triton GDN kernels (``optimized.triton.gdn_recurrent``: decode, spec_decode, recurrent;
+``optimized.triton.gdn_chunked``: chunked) as backends of the gdn family: ``triton-gdn`` on a GPU and ``triton-gdn-interpret``, the same kernels
 through the Triton interpreter (``TRITON_INTERPRET=1``) on the CPU.
 
 Activations reach the kernels in the cell's dtype, the pool in its own (float32, bfloat16, float16),
 updated in place; o is written into a poisoned buffer (an element never written is NaN) of the
 activation dtype, rounded to nearest even by the kernel in both places (its bf16 rounding goes
 through the bits, so the interpreter's truncating conversion plays no part). Rounding model
-``exact``: fp32 arithmetic, one rounding per store.
+``bf16-operands``: on the chunked op the kernels' dot operands are bf16 where that model rounds them; on
+the other ops (where the model is ``exact``) fp32 arithmetic, one rounding per store.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from conformance.cells import activation
 from conformance.registry import Backend, register
 from conformance.torch_arrays import to_numpy, to_torch
 
-OPS = ("recurrent", "decode", "spec_decode")
+OPS = ("recurrent", "chunked", "decode", "spec_decode")
 # The interpreter on 2 shared CPU cores (2026-12-01, loaded): 1 to 4 s of tracing a kernel's first call, then
 # 1e-6 to 6e-6 s per unit of tokens * heads * K^2 (every token a few dozen [K, V] array operations, each jit
 # call several ms). The budget admits every ci cell (the largest, 75M, took 100 s) and skips the longest full
@@ -65,6 +66,11 @@ class TritonGdnImpl:
 
         return self._call(recurrent, (q, k, v, g, beta, cu_seqlens), state, (state_indices,), state_dtype, **kw)
 
+    def chunked(self, q, k, v, g, beta, cu_seqlens, state, state_indices, *, state_dtype, **kw):
+        from optimized.triton.gdn_chunked import chunked
+
+        return self._call(chunked, (q, k, v, g, beta, cu_seqlens), state, (state_indices,), state_dtype, **kw)
+
 
 def _supports(cell) -> str | None:
     from optimized.triton.gdn_recurrent import problem
@@ -82,7 +88,7 @@ def _make(name: str, interpret: bool) -> Backend:
 
     return register(Backend(
         name=name, ops={"gdn": OPS}, available=_interpret_available if interpret else _gpu_available, run=run,
-        supports=_supports, rounding_models={"gdn": "exact"}, env=INTERPRET_ENV if interpret else {},
+        supports=_supports, rounding_models={"gdn": "bf16-operands"}, env=INTERPRET_ENV if interpret else {},
         timeout_s=1800.0 if interpret else 600.0, uses_gpu=not interpret, **(INTERPRET_COST if interpret else {})))
 
 

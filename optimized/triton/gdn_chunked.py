@@ -1,0 +1,421 @@
+"""GDN chunked prefill (``reference.gdn.numpy_ref.chunked``, chunk 64, UT / WY form) for CUDA and ROCm
+GPUs, and for the CPU through ``TRITON_INTERPRET=1``.
+
+Packed sequences (``cu_seqlens``), each starting from its pool slot ``state_indices[n]`` (-1: padding:
+no slot read or written, its output rows zero); chunks start at 0, 64, 128 ... of each sequence. Four
+kernels, the stages of FLA's chunk form; what passes between them goes through global memory
+(``STAGE_BYTES`` counts it):
+
+1. ``_solve_kernel``, one program per (chunk, value head): G = the chunk-local cumsum of g (fp32),
+   the strictly lower A = bf16(-beta_i (k_i . k_j) exp(G_i - G_j)) in 16-row blocks, its inverse
+   T = bf16((I - A)^-1) by fp32 forward substitution on the diagonal blocks and fp32 block products
+   below them. Writes G (fp32 [T, HV]) and T (bf16 [T, HV, 64]).
+2. ``_wu_kernel``, per (chunk, value head): W = bf16(T @ bf16(beta exp(G) k)), U = bf16(T @ bf16(beta v))
+   (bf16 [T, HV, K] and [T, HV, V]).
+3. ``_state_kernel``, per (sequence, value head, V-tile), serial over the sequence's chunks: the carried
+   fp32 state S; per chunk h = bf16(S) (stored, bf16 [chunks, HV, K, V]), v_new = bf16(U - W @ h)
+   (stored, bf16 [T, HV, V]), S = exp(G_last) S + bf16(k exp(G_last - G))^T @ v_new; with a 16-bit
+   pool S is replaced by its stored value (nearest even) after every ``state_write_interval`` tokens
+   of the sequence; the final S stored into the pool in its dtype.
+4. ``_output_kernel``, per (chunk, value head): o = bf16(q exp(G)) @ h + bf16(tril(q k^T exp(G_i -
+   G_j))) @ v_new, stored in ``out``'s dtype (nearest even).
+
+q and k are l2-normalised in fp32 (eps added to the sum of squares), q times ``scale``, then rounded to
+bf16, in every stage that reads them (nothing stored in between). Every product is a dot of bf16
+operands accumulated in fp32 (the solve's: fp32 operands, IEEE); every other operation is fp32. These
+are the rounding points of the family's ``bf16-operands`` model, for any activation dtype (float16 and
+float32 activations are rounded to bf16 where it rounds). The chunk grids of stages 1, 2, 4 run over
+a table of every chunk of every sequence (a binary search of the chunk offsets), so short sequences
+of a varlen batch do not wait on the longest. The interpreter (whose bf16 arithmetic and fp32 -> bf16
+conversion are wrong) gets the same roundings through the bits, the operands held in fp32.
+
+Inputs are checked before launch (``ValueError``/``TypeError`` naming the argument), as in
+``gdn_recurrent``; checks that read values are skipped while a CUDA graph is captured.
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from optimized.triton.checks import capturing, check_positive, check_tensor, index_tensor
+from optimized.triton.gdn_recurrent import (FLOAT_DTYPES, STATE_DTYPES, Workspace, _common, _device, _disjoint,
+                                            _finite, _host, _out, _pool, _rounded, _rows, _scalars)
+from optimized.triton.gdn_recurrent import problem as recurrent_problem
+from optimized.triton.tq_decode_launch import interpreting
+
+CHUNK = 64
+SUB = 16                       # rows of the solve's blocks
+STATE_BV = 32                  # V-tile of the state pass
+WARPS = 4
+
+
+def problem(K: int, V: int, state_dtype: str, act_dtype: str, H: int | None = None, HV: int | None = None) -> str | None:
+    """Why these kernels cannot serve a call (dtype names, head sizes and counts); None when they can."""
+    return recurrent_problem(K, V, state_dtype, act_dtype, H, HV)
+
+
+def stage_bytes(T: int, chunks: int, HV: int, K: int, V: int) -> int:
+    """Bytes the stages write and read back (each written once and read once): G (fp32), T, W, U,
+    v_new (bf16) per token, h (bf16) per chunk; U and v_new are read by every V-tile once."""
+    per_token = HV * (4 + 2 * CHUNK + 2 * K + 2 * V + 2 * V)
+    return 2 * (T * per_token + chunks * HV * K * V * 2)
+
+
+# ---------------------------------------------------------------- helpers
+
+@triton.jit
+def _bf16(x, BITS: tl.constexpr):
+    """fp32 ``x`` rounded to bf16 (nearest even): a bf16 tensor on a GPU; with BITS (the interpreter) the
+    rounded values held in fp32, through the bits."""
+    if BITS:
+        b = x.to(tl.uint32, bitcast=True)
+        b = ((b + 0x7FFF + ((b >> 16) & 1)) >> 16) << 16
+        return b.to(tl.float32, bitcast=True)
+    else:
+        return x.to(tl.bfloat16)
+
+
+@triton.jit
+def _mm(a, b, BITS: tl.constexpr):
+    """a @ b of ``_bf16`` operands, fp32 accumulation (the interpreter: fp32 operands, IEEE)."""
+    if BITS:
+        return tl.dot(a, b, input_precision="ieee")
+    else:
+        return tl.dot(a, b)
+
+
+@triton.jit
+def _chunk(c, chunk_cu_ptr, cu_ptr, N):
+    """(sequence n, first token, tokens in the chunk, chunk index within the sequence) of chunk ``c`` of
+    the table (chunk_cu[n] = chunks before sequence n); tokens 0 when c is past the last chunk."""
+    lo = 0
+    hi = N
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if tl.load(chunk_cu_ptr + mid) <= c:
+            lo = mid
+        else:
+            hi = mid
+    j = c - tl.load(chunk_cu_ptr + lo)
+    bos = tl.load(cu_ptr + lo).to(tl.int64)
+    eos = tl.load(cu_ptr + lo + 1).to(tl.int64)
+    t0 = bos + j * 64
+    length = tl.minimum(eos - t0, 64)
+    length = tl.where(c < tl.load(chunk_cu_ptr + N), length, 0)
+    return lo, t0, length, j
+
+
+@triton.jit
+def _qk(ptr, t0, rows, valid, s_t, h, s_h, D: tl.constexpr, BD: tl.constexpr, scale, eps, L2NORM: tl.constexpr,
+        BITS: tl.constexpr):
+    """Rows ``t0 + rows`` of q or k (head h) in fp32, l2-normalised, times ``scale``, rounded to bf16
+    (invalid rows and padding columns 0)."""
+    d = tl.arange(0, BD)
+    x = tl.load(ptr + (t0 + rows)[:, None] * s_t + h * s_h + d[None, :],
+                mask=valid[:, None] & (d < D)[None, :], other=0.0).to(tl.float32)
+    if L2NORM:
+        x = tl.math.div_rn(x, tl.sqrt_rn(tl.sum(x * x, axis=1) + eps)[:, None])
+    return _bf16(x * scale, BITS)
+
+
+@triton.jit
+def _gates(g_ptr, beta_ptr, t0, rows, valid, sg_t, sb_t, hv):
+    g = tl.load(g_ptr + (t0 + rows) * sg_t + hv, mask=valid, other=0.0).to(tl.float32)
+    beta = tl.load(beta_ptr + (t0 + rows) * sb_t + hv, mask=valid, other=0.0).to(tl.float32)
+    return g, beta
+
+
+@triton.jit
+def _a_block(ki, kj, beta_i, Gi, Gj, DIAG: tl.constexpr, BITS: tl.constexpr):
+    """bf16(-beta_i (k_i . k_j) exp(G_i - G_j)) of one [16, 16] block (strictly lower on the diagonal)."""
+    kk = _mm(ki, tl.trans(kj), BITS)
+    if DIAG:
+        r = tl.arange(0, 16)
+        keep = r[:, None] > r[None, :]
+        a = tl.where(keep, -beta_i[:, None] * kk * tl.exp(tl.where(keep, Gi[:, None] - Gj[None, :], 0.0)), 0.0)
+    else:
+        a = -beta_i[:, None] * kk * tl.exp(Gi[:, None] - Gj[None, :])
+    return _bf16(a, BITS).to(tl.float32)
+
+
+@triton.jit
+def _inv_diag(a):
+    """(I - a)^-1 of a strictly lower [16, 16] block, row by row in fp32 (row i += row i @ rows < i)."""
+    r = tl.arange(0, 16)
+    x = a
+    for i in tl.static_range(1, 16):
+        row = tl.sum(tl.where(r[:, None] == i, x, 0.0), axis=0)
+        row = row + tl.sum(row[:, None] * x, axis=0)
+        x = tl.where(r[:, None] == i, row[None, :], x)
+    return x + tl.where(r[:, None] == r[None, :], 1.0, 0.0)
+
+
+@triton.jit
+def _mm32(a, b):
+    return tl.dot(a, b, input_precision="ieee")
+
+
+@triton.jit
+def _store_block(t_ptr, x, t0, r0: tl.constexpr, c0: tl.constexpr, length, s_t, BITS: tl.constexpr):
+    r = tl.arange(0, 16)
+    rows = r0 + r
+    ptrs = t_ptr + (t0 + rows)[:, None] * s_t + c0 + r[None, :]
+    tl.store(ptrs, _rounded(x, t_ptr, BITS), mask=(rows < length)[:, None])
+
+
+# ---------------------------------------------------------------- the kernels
+
+@triton.jit
+def _solve_kernel(k_ptr, g_ptr, beta_ptr, cu_ptr, chunk_cu_ptr, idx_ptr, G_ptr, T_ptr, N, sk_t, sk_h, sg_t, sb_t,
+                  sG_t, sT_t, eps, H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BK: tl.constexpr,
+                  L2NORM: tl.constexpr, BITS: tl.constexpr):
+    """Stage 1 (module docstring) for chunk program_id(0), value head program_id(1)."""
+    c = tl.program_id(0)
+    hv = tl.program_id(1)
+    n, t0, length, j = _chunk(c, chunk_cu_ptr, cu_ptr, N)
+    if (length > 0) & (tl.load(idx_ptr + n) >= 0):
+        h = hv // (HV // H)
+        r = tl.arange(0, 16)
+        v0, v1, v2, v3 = r < length, 16 + r < length, 32 + r < length, 48 + r < length
+        k0 = _qk(k_ptr, t0, r, v0, sk_t, h, sk_h, K, BK, 1.0, eps, L2NORM, BITS)
+        k1 = _qk(k_ptr, t0, 16 + r, v1, sk_t, h, sk_h, K, BK, 1.0, eps, L2NORM, BITS)
+        k2 = _qk(k_ptr, t0, 32 + r, v2, sk_t, h, sk_h, K, BK, 1.0, eps, L2NORM, BITS)
+        k3 = _qk(k_ptr, t0, 48 + r, v3, sk_t, h, sk_h, K, BK, 1.0, eps, L2NORM, BITS)
+        g0, b0 = _gates(g_ptr, beta_ptr, t0, r, v0, sg_t, sb_t, hv)
+        g1, b1 = _gates(g_ptr, beta_ptr, t0, 16 + r, v1, sg_t, sb_t, hv)
+        g2, b2 = _gates(g_ptr, beta_ptr, t0, 32 + r, v2, sg_t, sb_t, hv)
+        g3, b3 = _gates(g_ptr, beta_ptr, t0, 48 + r, v3, sg_t, sb_t, hv)
+        G0 = tl.cumsum(g0, axis=0)
+        G1 = tl.cumsum(g1, axis=0) + tl.sum(g0, axis=0)
+        G2 = tl.cumsum(g2, axis=0) + (tl.sum(g0, axis=0) + tl.sum(g1, axis=0))
+        G3 = tl.cumsum(g3, axis=0) + (tl.sum(g0, axis=0) + tl.sum(g1, axis=0) + tl.sum(g2, axis=0))
+        tl.store(G_ptr + (t0 + r) * sG_t + hv, G0, mask=v0)
+        tl.store(G_ptr + (t0 + 16 + r) * sG_t + hv, G1, mask=v1)
+        tl.store(G_ptr + (t0 + 32 + r) * sG_t + hv, G2, mask=v2)
+        tl.store(G_ptr + (t0 + 48 + r) * sG_t + hv, G3, mask=v3)
+        X00 = _inv_diag(_a_block(k0, k0, b0, G0, G0, True, BITS))
+        X11 = _inv_diag(_a_block(k1, k1, b1, G1, G1, True, BITS))
+        X22 = _inv_diag(_a_block(k2, k2, b2, G2, G2, True, BITS))
+        X33 = _inv_diag(_a_block(k3, k3, b3, G3, G3, True, BITS))
+        A10 = _a_block(k1, k0, b1, G1, G0, False, BITS)
+        A20 = _a_block(k2, k0, b2, G2, G0, False, BITS)
+        A21 = _a_block(k2, k1, b2, G2, G1, False, BITS)
+        A30 = _a_block(k3, k0, b3, G3, G0, False, BITS)
+        A31 = _a_block(k3, k1, b3, G3, G1, False, BITS)
+        A32 = _a_block(k3, k2, b3, G3, G2, False, BITS)
+        # block row i below the diagonal: X_ij = X_ii sum_{j <= m < i} A_im X_mj
+        X10 = _mm32(X11, _mm32(A10, X00))
+        X21 = _mm32(X22, _mm32(A21, X11))
+        X20 = _mm32(X22, _mm32(A20, X00) + _mm32(A21, X10))
+        X32 = _mm32(X33, _mm32(A32, X22))
+        X31 = _mm32(X33, _mm32(A31, X11) + _mm32(A32, X21))
+        X30 = _mm32(X33, _mm32(A30, X00) + _mm32(A31, X10) + _mm32(A32, X20))
+        Tp = T_ptr + hv * 64
+        z = tl.zeros((16, 16), tl.float32)
+        _store_block(Tp, X00, t0, 0, 0, length, sT_t, BITS)
+        _store_block(Tp, z, t0, 0, 16, length, sT_t, BITS)
+        _store_block(Tp, z, t0, 0, 32, length, sT_t, BITS)
+        _store_block(Tp, z, t0, 0, 48, length, sT_t, BITS)
+        _store_block(Tp, X10, t0, 16, 0, length, sT_t, BITS)
+        _store_block(Tp, X11, t0, 16, 16, length, sT_t, BITS)
+        _store_block(Tp, z, t0, 16, 32, length, sT_t, BITS)
+        _store_block(Tp, z, t0, 16, 48, length, sT_t, BITS)
+        _store_block(Tp, X20, t0, 32, 0, length, sT_t, BITS)
+        _store_block(Tp, X21, t0, 32, 16, length, sT_t, BITS)
+        _store_block(Tp, X22, t0, 32, 32, length, sT_t, BITS)
+        _store_block(Tp, z, t0, 32, 48, length, sT_t, BITS)
+        _store_block(Tp, X30, t0, 48, 0, length, sT_t, BITS)
+        _store_block(Tp, X31, t0, 48, 16, length, sT_t, BITS)
+        _store_block(Tp, X32, t0, 48, 32, length, sT_t, BITS)
+        _store_block(Tp, X33, t0, 48, 48, length, sT_t, BITS)
+
+
+@triton.jit
+def _wu_kernel(k_ptr, v_ptr, beta_ptr, cu_ptr, chunk_cu_ptr, idx_ptr, G_ptr, T_ptr, W_ptr, U_ptr, N, sk_t, sk_h,
+               sv_t, sv_h, sb_t, sG_t, sT_t, sW_t, sU_t, eps, H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr,
+               V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, L2NORM: tl.constexpr, BITS: tl.constexpr):
+    """Stage 2 (module docstring) for chunk program_id(0), value head program_id(1)."""
+    c = tl.program_id(0)
+    hv = tl.program_id(1)
+    n, t0, length, j = _chunk(c, chunk_cu_ptr, cu_ptr, N)
+    if (length > 0) & (tl.load(idx_ptr + n) >= 0):
+        h = hv // (HV // H)
+        r = tl.arange(0, 64)
+        valid = r < length
+        kk = tl.arange(0, BK)
+        vv = tl.arange(0, BV)
+        Tm = tl.load(T_ptr + (t0 + r)[:, None] * sT_t + hv * 64 + r[None, :], mask=valid[:, None], other=0.0)
+        if BITS:
+            Tm = Tm.to(tl.float32)
+        ks = _qk(k_ptr, t0, r, valid, sk_t, h, sk_h, K, BK, 1.0, eps, L2NORM, BITS).to(tl.float32)
+        G = tl.load(G_ptr + (t0 + r) * sG_t + hv, mask=valid, other=0.0)
+        beta = tl.load(beta_ptr + (t0 + r) * sb_t + hv, mask=valid, other=0.0).to(tl.float32)
+        v = tl.load(v_ptr + (t0 + r)[:, None] * sv_t + hv * sv_h + vv[None, :],
+                    mask=valid[:, None] & (vv < V)[None, :], other=0.0).to(tl.float32)
+        W = _mm(Tm, _bf16((beta * tl.exp(G))[:, None] * ks, BITS), BITS)
+        U = _mm(Tm, _bf16(beta[:, None] * v, BITS), BITS)
+        tl.store(W_ptr + (t0 + r)[:, None] * sW_t + hv * K + kk[None, :], _rounded(W, W_ptr, BITS),
+                 mask=valid[:, None] & (kk < K)[None, :])
+        tl.store(U_ptr + (t0 + r)[:, None] * sU_t + hv * V + vv[None, :], _rounded(U, U_ptr, BITS),
+                 mask=valid[:, None] & (vv < V)[None, :])
+
+
+@triton.jit
+def _state_kernel(k_ptr, cu_ptr, chunk_cu_ptr, idx_ptr, G_ptr, W_ptr, U_ptr, state_ptr, h_ptr, vn_ptr, sk_t, sk_h,
+                  sG_t, sW_t, sU_t, s_slot, interval, eps, H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr,
+                  V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, L2NORM: tl.constexpr,
+                  BITS: tl.constexpr):
+    """Stage 3 (module docstring) for sequence program_id(0), value head program_id(1), V-tile program_id(2)."""
+    n = tl.program_id(0)
+    hv = tl.program_id(1)
+    vt = tl.program_id(2)
+    slot = tl.load(idx_ptr + n).to(tl.int64)
+    if slot >= 0:
+        h = hv // (HV // H)
+        bos = tl.load(cu_ptr + n).to(tl.int64)
+        length = tl.load(cu_ptr + n + 1).to(tl.int64) - bos
+        c0 = tl.load(chunk_cu_ptr + n).to(tl.int64)
+        kk = tl.arange(0, BK)
+        vv = vt * BV + tl.arange(0, BV)
+        r = tl.arange(0, 64)
+        m2 = (kk < K)[:, None] & (vv < V)[None, :]
+        tile = hv * (K * V) + kk[:, None] * V + vv[None, :]
+        S = tl.load(state_ptr + slot * s_slot + tile, mask=m2, other=0.0).to(tl.float32)
+        for j in range(0, tl.cdiv(length, 64)):
+            t0 = bos + j * 64
+            rows = tl.minimum(length - j * 64, 64)
+            valid = r < rows
+            hs = _bf16(S, BITS)
+            tl.store(h_ptr + (c0 + j) * (HV * K * V) + tile, _rounded(hs, h_ptr, BITS), mask=m2)
+            W = tl.load(W_ptr + (t0 + r)[:, None] * sW_t + hv * K + kk[None, :],
+                        mask=valid[:, None] & (kk < K)[None, :], other=0.0)
+            U = tl.load(U_ptr + (t0 + r)[:, None] * sU_t + hv * V + vv[None, :],
+                        mask=valid[:, None] & (vv < V)[None, :], other=0.0).to(tl.float32)
+            if BITS:
+                W = W.to(tl.float32)
+            vn = _bf16(U - _mm(W, hs, BITS), BITS)
+            tl.store(vn_ptr + (t0 + r)[:, None] * sU_t + hv * V + vv[None, :], _rounded(vn, vn_ptr, BITS),
+                     mask=valid[:, None] & (vv < V)[None, :])
+            G = tl.load(G_ptr + (t0 + r) * sG_t + hv, mask=valid, other=0.0)
+            G_last = tl.load(G_ptr + (t0 + rows - 1) * sG_t + hv)
+            ks = _qk(k_ptr, t0, r, valid, sk_t, h, sk_h, K, BK, 1.0, eps, L2NORM, BITS).to(tl.float32)
+            to_end = _bf16(ks * tl.exp(G_last - G)[:, None], BITS)
+            S = S * tl.exp(G_last) + _mm(tl.trans(to_end), vn, BITS)
+            if state_ptr.dtype.element_ty != tl.float32:
+                if ((j * 64 + rows) % interval == 0) & (j * 64 + rows < length):
+                    S = _rounded(S, state_ptr, BITS).to(tl.float32)
+        tl.store(state_ptr + slot * s_slot + tile, _rounded(S, state_ptr, BITS), mask=m2)
+
+
+@triton.jit
+def _output_kernel(q_ptr, k_ptr, cu_ptr, chunk_cu_ptr, idx_ptr, G_ptr, h_ptr, vn_ptr, o_ptr, N, sq_t, sq_h, sk_t,
+                   sk_h, sG_t, sU_t, so_t, so_h, scale, eps, H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr,
+                   V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, L2NORM: tl.constexpr,
+                   BITS: tl.constexpr):
+    """Stage 4 (module docstring) for chunk program_id(0), value head program_id(1), V-tile program_id(2);
+    a padding sequence's rows are written as zeros."""
+    c = tl.program_id(0)
+    hv = tl.program_id(1)
+    vt = tl.program_id(2)
+    n, t0, length, j = _chunk(c, chunk_cu_ptr, cu_ptr, N)
+    r = tl.arange(0, 64)
+    valid = r < length
+    vv = vt * BV + tl.arange(0, BV)
+    om = valid[:, None] & (vv < V)[None, :]
+    optrs = o_ptr + (t0 + r)[:, None] * so_t + hv * so_h + vv[None, :]
+    if length > 0:
+        if tl.load(idx_ptr + n) >= 0:
+            h = hv // (HV // H)
+            kk = tl.arange(0, BK)
+            qs = _qk(q_ptr, t0, r, valid, sq_t, h, sq_h, K, BK, scale, eps, L2NORM, BITS)
+            ks = _qk(k_ptr, t0, r, valid, sk_t, h, sk_h, K, BK, 1.0, eps, L2NORM, BITS)
+            G = tl.load(G_ptr + (t0 + r) * sG_t + hv, mask=valid, other=0.0)
+            lower = r[:, None] >= r[None, :]
+            qkD = _bf16(tl.where(lower, _mm(qs, tl.trans(ks), BITS) *
+                                 tl.exp(tl.where(lower, G[:, None] - G[None, :], 0.0)), 0.0), BITS)
+            qe = _bf16(qs.to(tl.float32) * tl.exp(G)[:, None], BITS)
+            hs = tl.load(h_ptr + c.to(tl.int64) * (HV * K * V) + hv * (K * V) + kk[:, None] * V + vv[None, :],
+                         mask=(kk < K)[:, None] & (vv < V)[None, :], other=0.0)
+            vn = tl.load(vn_ptr + (t0 + r)[:, None] * sU_t + hv * V + vv[None, :], mask=om, other=0.0)
+            if BITS:
+                hs = hs.to(tl.float32)
+                vn = vn.to(tl.float32)
+            o = _mm(qe, hs, BITS) + _mm(qkD, vn, BITS)
+            tl.store(optrs, _rounded(o, o_ptr, BITS), mask=om)
+        else:
+            tl.store(optrs, _rounded(tl.zeros((64, BV), tl.float32), o_ptr, BITS), mask=om)
+
+
+# ---------------------------------------------------------------- the launcher
+
+def _blocks(K: int, V: int) -> tuple[int, int]:
+    """(BK, BV): powers of two, at least 16 (the smallest dot)."""
+    return max(16, triton.next_power_of_2(K)), max(16, triton.next_power_of_2(V))
+
+
+def chunked(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, use_qk_l2norm=True,
+            l2norm_eps=1e-6, chunk_size=CHUNK, state_write_interval=None, out=None, workspace=None):
+    """Chunked prefill of packed sequences (module docstring): q, k ``[T, H, K]``, v ``[T, HV, V]`` (one float
+    dtype), g (float32 log decay) and beta ``[T, HV]``, ``cu_seqlens`` int32 ``[N + 1]``, ``state_indices``
+    int32 ``[N]``; ``state [S, HV, K, V]`` (float32, bfloat16, float16) updated in place; ``chunk_size`` 64;
+    ``state_write_interval`` a multiple of it (default 64). Returns ``out [T, HV, V]`` (default: q's dtype)."""
+    import torch
+
+    from reference.gdn.arguments import interval as check_interval
+
+    if isinstance(chunk_size, bool) or chunk_size != CHUNK:
+        raise ValueError(f"chunk_size: these kernels run 64-token chunks, got {chunk_size!r}")
+    every = check_interval(CHUNK if state_write_interval is None else state_write_interval, CHUNK)
+    dev = _device(state)
+    T, H, HV, K, V = _common(q, k, v, state, dev)
+    check_tensor("g", g, (T, HV), ("float32",), dev)
+    check_tensor("beta", beta, (T, HV), FLOAT_DTYPES, dev)
+    _rows("g", g)
+    _rows("beta", beta)
+    _pool(state, HV, K, V, dev)
+    cu = index_tensor("cu_seqlens", cu_seqlens, dev)
+    idx = index_tensor("state_indices", state_indices, dev)
+    check_tensor("cu_seqlens", cu, (None,), ("int32",), dev, contiguous=True)
+    N = cu.shape[0] - 1
+    check_positive("N (sequences in cu_seqlens)", N)
+    check_tensor("state_indices", idx, (N,), ("int32",), dev, contiguous=True)
+    scale, eps = _scalars(scale, l2norm_eps, K)
+    inputs = dict(q=q, k=k, v=v, g=g, beta=beta, cu_seqlens=cu, state_indices=idx)
+    _disjoint("state", state, inputs)
+    out = _out(out, (T, HV, V), q, dev)
+    _disjoint("out", out, {**inputs, "state": state})
+    if not capturing(state):
+        from reference.gdn.arguments import cu_seqlens as check_cu, slot_indices
+
+        _finite({n: inputs[n] for n in ("q", "k", "v", "g", "beta")}, workspace or Workspace(dev))
+        check_cu(_host(cu), T)
+        slot_indices("state_indices", _host(idx), (N,), state.shape[0])
+    chunk_cu = torch.zeros(N + 1, dtype=torch.int32, device=dev)
+    chunk_cu[1:] = torch.cumsum((cu[1:] - cu[:-1] + CHUNK - 1) // CHUNK, 0, dtype=torch.int32)
+    bound = T // CHUNK + N                       # at least the chunks of any N sequences of T tokens
+    BK, BV = _blocks(K, V)
+    bits = interpreting()
+    f32, bf16 = torch.float32, torch.bfloat16
+    G = torch.empty((T, HV), dtype=f32, device=dev)
+    Tm = torch.empty((T, HV, CHUNK), dtype=bf16, device=dev)
+    W = torch.empty((T, HV, K), dtype=bf16, device=dev)
+    U = torch.empty((T, HV, V), dtype=bf16, device=dev)
+    vn = torch.empty((T, HV, V), dtype=bf16, device=dev)
+    hs = torch.empty((bound, HV, K, V), dtype=bf16, device=dev)
+    norm = bool(use_qk_l2norm)
+    _solve_kernel[(bound, HV)](k, g, beta, cu, chunk_cu, idx, G, Tm, N, k.stride(0), k.stride(1), g.stride(0),
+                               beta.stride(0), G.stride(0), Tm.stride(0), eps, H=H, HV=HV, K=K, BK=BK, L2NORM=norm,
+                               BITS=bits, num_warps=WARPS)
+    _wu_kernel[(bound, HV)](k, v, beta, cu, chunk_cu, idx, G, Tm, W, U, N, k.stride(0), k.stride(1), v.stride(0),
+                            v.stride(1), beta.stride(0), G.stride(0), Tm.stride(0), W.stride(0), U.stride(0), eps,
+                            H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, L2NORM=norm, BITS=bits, num_warps=WARPS)
+    sbv = BV if bits else min(BV, STATE_BV)
+    _state_kernel[(N, HV, triton.cdiv(V, sbv))](
+        k, cu, chunk_cu, idx, G, W, U, state, hs, vn, k.stride(0), k.stride(1), G.stride(0), W.stride(0),
+        U.stride(0), state.stride(0), every, eps, H=H, HV=HV, K=K, V=V, BK=BK, BV=sbv, L2NORM=norm, BITS=bits,
+        num_warps=WARPS)
+    _output_kernel[(bound, HV, 1)](
+        q, k, cu, chunk_cu, idx, G, hs, vn, out, N, q.stride(0), q.stride(1), k.stride(0), k.stride(1),
+        G.stride(0), U.stride(0), out.stride(0), out.stride(1), scale, eps, H=H, HV=HV, K=K, V=V, BK=BK, BV=BV,
+        L2NORM=norm, BITS=bits, num_warps=WARPS)
+    return out
