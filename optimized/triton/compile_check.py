@@ -111,9 +111,33 @@ def gdn_kernels() -> list[tuple[str, object, dict, dict]]:
             out.append((f"gdn {op} state={state}", gdn_recurrent._gdn_kernel, types,
                         dict(H=16, HV=32, K=128, V=128, BK=BK, BV=BV, GATED=gated, SPEC=spec, VARLEN=spec or not gated,
                              L2NORM=True, BF16_BITS=False)))
+    out += gdn_chunked_kernels()
     out.append(("gdn nonfinite flags", gdn_recurrent._nonfinite_kernel, dict(
         x_ptr="*bf16", flags_ptr="*i32", flag="i32", rows="i32", B="i32", s0="i32", s1="i32"),
         dict(C=128, BLOCK_R=64, BLOCK_C=128)))
+    return out
+
+
+def gdn_chunked_kernels() -> list[tuple[str, object, dict, dict]]:
+    """The four stages of the GDN chunked prefill at Qwen3-Next's heads (H=16, HV=32, K=V=128), bf16 activations
+    and o, for each state dtype (the state pass; the other stages do not read the pool)."""
+    from optimized.triton import gdn_chunked as gc
+
+    i32 = "i32"
+    common = dict(cu_ptr="*i32", chunk_cu_ptr="*i32", idx_ptr="*i32", G_ptr="*fp32", N=i32, H=i32, HV=i32,
+                  eps="fp32")
+    strides = {n: i32 for n in ("sk_t", "sk_h", "sg_t", "sb_t", "sG_t", "sT_t", "sv_t", "sv_h", "sW_t", "sU_t",
+                                "sq_t", "sq_h", "so_t", "so_h", "s_slot", "interval")}
+    act = dict(q_ptr="*bf16", k_ptr="*bf16", v_ptr="*bf16", g_ptr="*fp32", beta_ptr="*bf16", T_ptr="*bf16",
+               W_ptr="*bf16", U_ptr="*bf16", h_ptr="*bf16", vn_ptr="*bf16", o_ptr="*bf16", scale="fp32")
+    BK, BV = gc._blocks(128, 128)
+    consts = dict(K=128, BK=BK, L2NORM=True, BITS=False)
+    out = [("gdn chunked solve", gc._solve_kernel, {**common, **strides, **act}, consts),
+           ("gdn chunked w/u", gc._wu_kernel, {**common, **strides, **act}, dict(consts, V=128, BV=BV)),
+           ("gdn chunked output", gc._output_kernel, {**common, **strides, **act}, dict(consts, V=128, BV=BV))]
+    for state in ("fp32", "bf16", "fp16"):
+        out.append((f"gdn chunked state pass state={state}", gc._state_kernel,
+                    {**common, **strides, **act, "state_ptr": f"*{state}"}, dict(consts, V=128, BV=gc.STATE_BV)))
     return out
 
 

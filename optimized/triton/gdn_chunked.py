@@ -88,8 +88,8 @@ def _mm(a, b, BITS: tl.constexpr):
 def _chunk(c, chunk_cu_ptr, cu_ptr, N):
     """(sequence n, first token, tokens in the chunk, chunk index within the sequence) of chunk ``c`` of
     the table (chunk_cu[n] = chunks before sequence n); tokens 0 when c is past the last chunk."""
-    lo = 0
-    hi = N
+    lo = tl.zeros((), tl.int32)
+    hi = lo + N
     while hi - lo > 1:
         mid = (lo + hi) // 2
         if tl.load(chunk_cu_ptr + mid) <= c:
@@ -167,7 +167,7 @@ def _store_block(t_ptr, x, t0, r0: tl.constexpr, c0: tl.constexpr, length, s_t, 
 
 @triton.jit
 def _solve_kernel(k_ptr, g_ptr, beta_ptr, cu_ptr, chunk_cu_ptr, idx_ptr, G_ptr, T_ptr, N, sk_t, sk_h, sg_t, sb_t,
-                  sG_t, sT_t, eps, H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BK: tl.constexpr,
+                  sG_t, sT_t, eps, H, HV, K: tl.constexpr, BK: tl.constexpr,
                   L2NORM: tl.constexpr, BITS: tl.constexpr):
     """Stage 1 (module docstring) for chunk program_id(0), value head program_id(1)."""
     c = tl.program_id(0)
@@ -232,7 +232,7 @@ def _solve_kernel(k_ptr, g_ptr, beta_ptr, cu_ptr, chunk_cu_ptr, idx_ptr, G_ptr, 
 
 @triton.jit
 def _wu_kernel(k_ptr, v_ptr, beta_ptr, cu_ptr, chunk_cu_ptr, idx_ptr, G_ptr, T_ptr, W_ptr, U_ptr, N, sk_t, sk_h,
-               sv_t, sv_h, sb_t, sG_t, sT_t, sW_t, sU_t, eps, H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr,
+               sv_t, sv_h, sb_t, sG_t, sT_t, sW_t, sU_t, eps, H, HV, K: tl.constexpr,
                V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, L2NORM: tl.constexpr, BITS: tl.constexpr):
     """Stage 2 (module docstring) for chunk program_id(0), value head program_id(1)."""
     c = tl.program_id(0)
@@ -262,7 +262,7 @@ def _wu_kernel(k_ptr, v_ptr, beta_ptr, cu_ptr, chunk_cu_ptr, idx_ptr, G_ptr, T_p
 
 @triton.jit
 def _state_kernel(k_ptr, cu_ptr, chunk_cu_ptr, idx_ptr, G_ptr, W_ptr, U_ptr, state_ptr, h_ptr, vn_ptr, sk_t, sk_h,
-                  sG_t, sW_t, sU_t, s_slot, interval, eps, H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr,
+                  sG_t, sW_t, sU_t, s_slot, interval, eps, H, HV, K: tl.constexpr,
                   V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, L2NORM: tl.constexpr,
                   BITS: tl.constexpr):
     """Stage 3 (module docstring) for sequence program_id(0), value head program_id(1), V-tile program_id(2)."""
@@ -309,7 +309,7 @@ def _state_kernel(k_ptr, cu_ptr, chunk_cu_ptr, idx_ptr, G_ptr, W_ptr, U_ptr, sta
 
 @triton.jit
 def _output_kernel(q_ptr, k_ptr, cu_ptr, chunk_cu_ptr, idx_ptr, G_ptr, h_ptr, vn_ptr, o_ptr, N, sq_t, sq_h, sk_t,
-                   sk_h, sG_t, sU_t, so_t, so_h, scale, eps, H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr,
+                   sk_h, sG_t, sU_t, so_t, so_h, scale, eps, H, HV, K: tl.constexpr,
                    V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, L2NORM: tl.constexpr,
                    BITS: tl.constexpr):
     """Stage 4 (module docstring) for chunk program_id(0), value head program_id(1), V-tile program_id(2);
@@ -359,6 +359,18 @@ def chunked(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, u
     dtype), g (float32 log decay) and beta ``[T, HV]``, ``cu_seqlens`` int32 ``[N + 1]``, ``state_indices``
     int32 ``[N]``; ``state [S, HV, K, V]`` (float32, bfloat16, float16) updated in place; ``chunk_size`` 64;
     ``state_write_interval`` a multiple of it (default 64). Returns ``out [T, HV, V]`` (default: q's dtype)."""
+    out, launches = stages(q, k, v, g, beta, cu_seqlens, state, state_indices, scale=scale,
+                           use_qk_l2norm=use_qk_l2norm, l2norm_eps=l2norm_eps, chunk_size=chunk_size,
+                           state_write_interval=state_write_interval, out=out, workspace=workspace)
+    for _, launch in launches:
+        launch()
+    return out
+
+
+def stages(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, use_qk_l2norm=True,
+           l2norm_eps=1e-6, chunk_size=CHUNK, state_write_interval=None, out=None, workspace=None):
+    """``chunked``'s checks and buffers: (out, [(stage name, launch)]), the four launches in order (each a
+    no-argument callable; a stage can be timed alone once those before it have run)."""
     import torch
 
     from reference.gdn.arguments import interval as check_interval
@@ -403,19 +415,28 @@ def chunked(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, u
     vn = torch.empty((T, HV, V), dtype=bf16, device=dev)
     hs = torch.empty((bound, HV, K, V), dtype=bf16, device=dev)
     norm = bool(use_qk_l2norm)
-    _solve_kernel[(bound, HV)](k, g, beta, cu, chunk_cu, idx, G, Tm, N, k.stride(0), k.stride(1), g.stride(0),
-                               beta.stride(0), G.stride(0), Tm.stride(0), eps, H=H, HV=HV, K=K, BK=BK, L2NORM=norm,
-                               BITS=bits, num_warps=WARPS)
-    _wu_kernel[(bound, HV)](k, v, beta, cu, chunk_cu, idx, G, Tm, W, U, N, k.stride(0), k.stride(1), v.stride(0),
-                            v.stride(1), beta.stride(0), G.stride(0), Tm.stride(0), W.stride(0), U.stride(0), eps,
-                            H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, L2NORM=norm, BITS=bits, num_warps=WARPS)
     sbv = BV if bits else min(BV, STATE_BV)
-    _state_kernel[(N, HV, triton.cdiv(V, sbv))](
-        k, cu, chunk_cu, idx, G, W, U, state, hs, vn, k.stride(0), k.stride(1), G.stride(0), W.stride(0),
-        U.stride(0), state.stride(0), every, eps, H=H, HV=HV, K=K, V=V, BK=BK, BV=sbv, L2NORM=norm, BITS=bits,
-        num_warps=WARPS)
-    _output_kernel[(bound, HV, 1)](
-        q, k, cu, chunk_cu, idx, G, hs, vn, out, N, q.stride(0), q.stride(1), k.stride(0), k.stride(1),
-        G.stride(0), U.stride(0), out.stride(0), out.stride(1), scale, eps, H=H, HV=HV, K=K, V=V, BK=BK, BV=BV,
-        L2NORM=norm, BITS=bits, num_warps=WARPS)
-    return out
+
+    def solve():
+        _solve_kernel[(bound, HV)](k, g, beta, cu, chunk_cu, idx, G, Tm, N, k.stride(0), k.stride(1), g.stride(0),
+                                   beta.stride(0), G.stride(0), Tm.stride(0), eps, H, HV, K=K, BK=BK, L2NORM=norm,
+                                   BITS=bits, num_warps=WARPS)
+
+    def wu():
+        _wu_kernel[(bound, HV)](k, v, beta, cu, chunk_cu, idx, G, Tm, W, U, N, k.stride(0), k.stride(1), v.stride(0),
+                                v.stride(1), beta.stride(0), G.stride(0), Tm.stride(0), W.stride(0), U.stride(0), eps,
+                                H, HV, K=K, V=V, BK=BK, BV=BV, L2NORM=norm, BITS=bits, num_warps=WARPS)
+
+    def state_pass():
+        _state_kernel[(N, HV, triton.cdiv(V, sbv))](
+            k, cu, chunk_cu, idx, G, W, U, state, hs, vn, k.stride(0), k.stride(1), G.stride(0), W.stride(0),
+            U.stride(0), state.stride(0), every, eps, H, HV, K=K, V=V, BK=BK, BV=sbv, L2NORM=norm, BITS=bits,
+            num_warps=WARPS)
+
+    def output():
+        _output_kernel[(bound, HV, 1)](
+            q, k, cu, chunk_cu, idx, G, hs, vn, out, N, q.stride(0), q.stride(1), k.stride(0), k.stride(1),
+            G.stride(0), U.stride(0), out.stride(0), out.stride(1), scale, eps, H, HV, K=K, V=V, BK=BK, BV=BV,
+            L2NORM=norm, BITS=bits, num_warps=WARPS)
+
+    return out, [("solve", solve), ("wu", wu), ("state", state_pass), ("output", output)]
