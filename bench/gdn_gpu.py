@@ -92,3 +92,81 @@ register_impl(Impl(bench=BENCH, name="gpu-copy", role="ceiling", prepare=_gpu_co
                    cost=_copy_cost))
 register_impl(Impl(bench=BENCH, name="gpu-copy-eager", role="ceiling", prepare=_gpu_copy_eager,
                    available=gpu_capability, cost=_copy_cost, timing="events"))
+
+
+# ---------------------------------------------------------------- chunked prefill
+
+CHUNKED_BENCH = "gdn/chunked-gpu"
+
+
+def chunked_inputs(shape: dict) -> dict:
+    """Prefill arguments on the GPU for sequences of ``shape["lens"]``: q, k, v, beta in ``shape["act"]``,
+    g float32 in [-0.1, -0.001], beta in [0.1, 0.9], a pool of one slot per sequence in
+    ``shape["state_dtype"]`` (slots a random permutation)."""
+    import torch
+
+    H, HV, K, V = (shape[k] for k in ("H", "HV", "K", "V"))
+    lens = shape["lens"]
+    T, N = sum(lens), len(lens)
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    act = _dtype(shape["act"])
+
+    def randn(*size, dtype=act, s=1.0):
+        return (s * torch.randn(*size, generator=gen, device="cuda")).to(dtype)
+
+    def uniform(lo, hi, dtype):
+        return (lo + (hi - lo) * torch.rand(T, HV, generator=gen, device="cuda")).to(dtype)
+
+    cu = torch.tensor([0] + [sum(lens[:i + 1]) for i in range(N)], dtype=torch.int32, device="cuda")
+    return dict(q=randn(T, H, K), k=randn(T, H, K), v=randn(T, HV, V), g=-uniform(1e-3, 0.1, torch.float32),
+                beta=uniform(0.1, 0.9, act), cu_seqlens=cu,
+                state=randn(N, HV, K, V, dtype=_dtype(shape["state_dtype"]), s=0.1),
+                state_indices=torch.randperm(N, generator=gen, device="cuda").to(torch.int32))
+
+
+def chunked_ours(shape, inputs):
+    """``Impl.prepare`` of our chunked prefill: the launcher's four kernels (checks outside the captured call)."""
+    import torch
+
+    from optimized.triton.gdn_chunked import chunked
+
+    x = inputs
+    out = torch.empty_like(x["v"])
+    return lambda: chunked(x["q"], x["k"], x["v"], x["g"], x["beta"], x["cu_seqlens"], x["state"],
+                           x["state_indices"], out=out)
+
+
+def chunked_staged_cost(shape: dict) -> Cost:
+    """The op's cost plus the bytes our stages pass through memory (``gdn_chunked.stage_bytes``)."""
+    from optimized.triton.gdn_chunked import CHUNK, stage_bytes
+
+    c = cost.chunked(shape)
+    T = sum(shape["lens"])
+    chunks = sum(-(-n // CHUNK) for n in shape["lens"])
+    return Cost(bytes=c.bytes + stage_bytes(T, chunks, shape["HV"], shape["K"], shape["V"]), flops=c.flops)
+
+
+def _chunked_copy_bytes(shape: dict) -> int:
+    return cost.chunked(shape).bytes // 2
+
+
+def _chunked_copy_cost(shape: dict) -> Cost:
+    return gpu_ceilings.copy_cost(_chunked_copy_bytes(shape))
+
+
+CHUNKED_SHAPES = {f"{name},state={s}": dict(lens=lens, **HEADS, state_dtype=s, act="bfloat16")
+                  for name, lens in (("T=8192", [8192]), ("varlen=4x2048", [2048] * 4))
+                  for s in ("float32", "bfloat16", "float16")}
+
+register_bench(Bench(name=CHUNKED_BENCH, device="gpu", cost=cost.chunked, inputs=chunked_inputs, reps=5,
+                     shapes=CHUNKED_SHAPES))
+register_impl(Impl(bench=CHUNKED_BENCH, name="triton-gdn", role="ours", prepare=chunked_ours,
+                   available=gpu_capability, cost=chunked_staged_cost))
+register_impl(Impl(bench=CHUNKED_BENCH, name="gpu-copy", role="ceiling",
+                   prepare=lambda shape, inputs: gpu_ceilings.triton_copy(_chunked_copy_bytes(shape)),
+                   available=gpu_capability, cost=_chunked_copy_cost))
+register_impl(Impl(bench=CHUNKED_BENCH, name="gpu-copy-eager", role="ceiling",
+                   prepare=lambda shape, inputs: gpu_ceilings.torch_copy(_chunked_copy_bytes(shape)),
+                   available=gpu_capability, cost=_chunked_copy_cost, timing="events"))
+register_impl(Impl(bench=CHUNKED_BENCH, name="gpu-matmul-bf16", role="ceiling", prepare=gpu_ceilings.matmul,
+                   available=gpu_capability, cost=gpu_ceilings.matmul_cost, metric="tflops"))

@@ -29,3 +29,24 @@ def _decode(shape, inputs):
 
 
 register_impl(Impl(bench="gdn/decode-gpu", name="fla", role="peer", prepare=_decode, available=_available))
+
+
+def dense(x, shape: dict):
+    """A packed ``[T, ...]`` tensor of equal-length sequences as FLA's batch ``[N, T / N, ...]`` (a view)."""
+    n = len(shape["lens"])
+    return x.view(n, x.shape[0] // n, *x.shape[1:])
+
+
+def _chunked(shape, inputs):
+    """FLA's chunk form on gdn/chunked-gpu: equal-length sequences as a batch (no ``cu_seqlens``, which FLA
+    would copy to the host each call), the pool as ``initial_state`` in its dtype (sequence n from slot n:
+    FLA takes no slot table), ``output_final_state=True`` (a new float32 tensor)."""
+    from fla.ops.gated_delta_rule import chunk_gated_delta_rule
+
+    x = {n: dense(inputs[n], shape) for n in ("q", "k", "v", "g", "beta")}
+    return lambda: chunk_gated_delta_rule(x["q"], x["k"], x["v"], g=x["g"], beta=x["beta"],
+                                          initial_state=inputs["state"], output_final_state=True,
+                                          use_qk_l2norm_in_kernel=True)
+
+
+register_impl(Impl(bench="gdn/chunked-gpu", name="fla", role="peer", prepare=_chunked, available=_available))

@@ -28,3 +28,32 @@ def _gdn_available() -> tuple[bool, str]:
 
 register_impl(Impl(bench="gdn/decode-gpu", name="vllm-gdn", role="peer", prepare=vllm_gdn.bench_decode,
                    available=_gdn_available))
+
+
+CHUNK_MODULE = {"chunk": "vllm.third_party.flash_linear_attention.ops.chunk"}
+
+
+def _chunk_available() -> tuple[bool, str]:
+    ok, why = gpu_capability()
+    if not ok:
+        return ok, why
+    try:
+        vllm_triton_tq.real_triton_import(CHUNK_MODULE)
+    except Exception as exc:   # a missing carried file or dependency: the reason of the skip
+        return False, f"vLLM's chunk module does not import: {type(exc).__name__}: {exc}"[:300]
+    return True, "vLLM's chunk_gated_delta_rule"
+
+
+def _chunked(shape, inputs):
+    """vLLM's copy of FLA's chunk form on gdn/chunked-gpu, called as ``fla_peers._chunked`` calls FLA's (its pool
+    is [slots, HV, V, K]: with K = V the same bytes, read transposed)."""
+    from bench.peers.fla_peers import dense
+
+    fn = vllm_triton_tq.real_triton_import(CHUNK_MODULE)["chunk"].chunk_gated_delta_rule
+    x = {n: dense(inputs[n], shape) for n in ("q", "k", "v", "g", "beta")}
+    return lambda: fn(x["q"], x["k"], x["v"], g=x["g"], beta=x["beta"], initial_state=inputs["state"],
+                      output_final_state=True, use_qk_l2norm_in_kernel=True)
+
+
+register_impl(Impl(bench="gdn/chunked-gpu", name="vllm-gdn", role="peer", prepare=_chunked,
+                   available=_chunk_available))

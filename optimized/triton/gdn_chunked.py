@@ -301,9 +301,9 @@ def _state_kernel(k_ptr, cu_ptr, chunk_cu_ptr, idx_ptr, G_ptr, W_ptr, U_ptr, sta
             ks = _qk(k_ptr, t0, r, valid, sk_t, h, sk_h, K, BK, 1.0, eps, L2NORM, BITS).to(tl.float32)
             to_end = _bf16(ks * tl.exp(G_last - G)[:, None], BITS)
             S = S * tl.exp(G_last) + _mm(tl.trans(to_end), vn, BITS)
-            if state_ptr.dtype.element_ty != tl.float32:
-                if ((j * 64 + rows) % interval == 0) & (j * 64 + rows < length):
-                    S = _rounded(S, state_ptr, BITS).to(tl.float32)
+            if state_ptr.dtype.element_ty != tl.float32:   # a select, not a branch: the loop stays pipelined
+                S = tl.where(((j * 64 + rows) % interval == 0) & (j * 64 + rows < length),
+                             _rounded(S, state_ptr, BITS).to(tl.float32), S)
         tl.store(state_ptr + slot * s_slot + tile, _rounded(S, state_ptr, BITS), mask=m2)
 
 
@@ -368,9 +368,11 @@ def chunked(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, u
 
 
 def stages(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, use_qk_l2norm=True,
-           l2norm_eps=1e-6, chunk_size=CHUNK, state_write_interval=None, out=None, workspace=None):
+           l2norm_eps=1e-6, chunk_size=CHUNK, state_write_interval=None, out=None, workspace=None,
+           state_block_v=STATE_BV, state_warps=WARPS):
     """``chunked``'s checks and buffers: (out, [(stage name, launch)]), the four launches in order (each a
-    no-argument callable; a stage can be timed alone once those before it have run)."""
+    no-argument callable; a stage can be timed alone once those before it have run); the state pass's
+    V-tile (a power of two, at least 16) and warps."""
     import torch
 
     from reference.gdn.arguments import interval as check_interval
@@ -415,7 +417,10 @@ def stages(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, us
     vn = torch.empty((T, HV, V), dtype=bf16, device=dev)
     hs = torch.empty((bound, HV, K, V), dtype=bf16, device=dev)
     norm = bool(use_qk_l2norm)
-    sbv = BV if bits else min(BV, STATE_BV)
+    if state_block_v not in (16, 32, 64, 128, 256) or state_warps not in (1, 2, 4, 8, 16):
+        raise ValueError(f"state_block_v, state_warps: expected a power of two in [16, 256] and one in [1, 16], "
+                         f"got {state_block_v!r}, {state_warps!r}")
+    sbv = BV if bits else min(BV, state_block_v)
 
     def solve():
         _solve_kernel[(bound, HV)](k, g, beta, cu, chunk_cu, idx, G, Tm, N, k.stride(0), k.stride(1), g.stride(0),
@@ -431,7 +436,7 @@ def stages(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, us
         _state_kernel[(N, HV, triton.cdiv(V, sbv))](
             k, cu, chunk_cu, idx, G, W, U, state, hs, vn, k.stride(0), k.stride(1), G.stride(0), W.stride(0),
             U.stride(0), state.stride(0), every, eps, H, HV, K=K, V=V, BK=BK, BV=sbv, L2NORM=norm, BITS=bits,
-            num_warps=WARPS)
+            num_warps=state_warps)
 
     def output():
         _output_kernel[(bound, HV, 1)](
