@@ -8,8 +8,8 @@ kernels, the stages of FLA's chunk form; what passes between them goes through g
 
 1. ``_solve_kernel``, one program per (chunk, value head): G = the chunk-local cumsum of g (fp32),
    the strictly lower A = bf16(-beta_i (k_i . k_j) exp(G_i - G_j)) in 16-row blocks, its inverse
-   T = bf16((I - A)^-1) by fp32 forward substitution on the diagonal blocks and fp32 block products
-   below them. Writes G (fp32 [T, HV]) and T (bf16 [T, HV, 64]).
+   T = bf16((I - A)^-1) from the diagonal blocks' inverses (fp32 products of (I + A^(2^i))) and fp32 block
+   products below them. Writes G (fp32 [T, HV]) and T (bf16 [T, HV, 64]).
 2. ``_wu_kernel``, per (chunk, value head): W = bf16(T @ bf16(beta exp(G) k)), U = bf16(T @ bf16(beta v))
    (bf16 [T, HV, K] and [T, HV, V]).
 3. ``_state_kernel``, per (sequence, value head, V-tile), serial over the sequence's chunks: the carried
@@ -140,27 +140,24 @@ def _a_block(ki, kj, beta_i, Gi, Gj, DIAG: tl.constexpr, BITS: tl.constexpr):
 
 @triton.jit
 def _inv_diag(a):
-    """(I - a)^-1 of a strictly lower [16, 16] block, row by row in fp32 (row i += row i @ rows < i)."""
+    """(I - a)^-1 of a strictly lower [16, 16] block in fp32: (I + a)(I + a^2)(I + a^4)(I + a^8) (a^16 = 0),
+    IEEE fp32 products."""
     r = tl.arange(0, 16)
-    x = a
-    for i in tl.static_range(1, 16):
-        row = tl.sum(tl.where(r[:, None] == i, x, 0.0), axis=0)
-        row = row + tl.sum(row[:, None] * x, axis=0)
-        x = tl.where(r[:, None] == i, row[None, :], x)
-    return x + tl.where(r[:, None] == r[None, :], 1.0, 0.0)
-
-
-@triton.jit
-def _mm32(a, b):
-    return tl.dot(a, b, input_precision="ieee")
+    x = a + tl.where(r[:, None] == r[None, :], 1.0, 0.0)
+    p = a
+    for _ in tl.static_range(3):
+        p = tl.dot(p, p, input_precision="ieee")
+        x = x + tl.dot(x, p, input_precision="ieee")
+    return x
 
 
 @triton.jit
 def _store_block(t_ptr, x, t0, r0: tl.constexpr, c0: tl.constexpr, length, s_t, BITS: tl.constexpr):
+    """Block (r0, c0) of T: ``x`` rounded to bf16, the rows of the chunk's tokens."""
     r = tl.arange(0, 16)
     rows = r0 + r
     ptrs = t_ptr + (t0 + rows)[:, None] * s_t + c0 + r[None, :]
-    tl.store(ptrs, _rounded(x, t_ptr, BITS), mask=(rows < length)[:, None])
+    tl.store(ptrs, _bf16(x, BITS).to(t_ptr.dtype.element_ty), mask=(rows < length)[:, None])
 
 
 # ---------------------------------------------------------------- the kernels
@@ -204,26 +201,28 @@ def _solve_kernel(k_ptr, g_ptr, beta_ptr, cu_ptr, chunk_cu_ptr, idx_ptr, G_ptr, 
         A31 = _a_block(k3, k1, b3, G3, G1, False, BITS)
         A32 = _a_block(k3, k2, b3, G3, G2, False, BITS)
         # block row i below the diagonal: X_ij = X_ii sum_{j <= m < i} A_im X_mj
-        X10 = _mm32(X11, _mm32(A10, X00))
-        X21 = _mm32(X22, _mm32(A21, X11))
-        X20 = _mm32(X22, _mm32(A20, X00) + _mm32(A21, X10))
-        X32 = _mm32(X33, _mm32(A32, X22))
-        X31 = _mm32(X33, _mm32(A31, X11) + _mm32(A32, X21))
-        X30 = _mm32(X33, _mm32(A30, X00) + _mm32(A31, X10) + _mm32(A32, X20))
+        ieee: tl.constexpr = "ieee"
+        X10 = tl.dot(X11, tl.dot(A10, X00, input_precision=ieee), input_precision=ieee)
+        X21 = tl.dot(X22, tl.dot(A21, X11, input_precision=ieee), input_precision=ieee)
+        X20 = tl.dot(X22, tl.dot(A20, X00, input_precision=ieee) + tl.dot(A21, X10, input_precision=ieee),
+                     input_precision=ieee)
+        X32 = tl.dot(X33, tl.dot(A32, X22, input_precision=ieee), input_precision=ieee)
+        X31 = tl.dot(X33, tl.dot(A31, X11, input_precision=ieee) + tl.dot(A32, X21, input_precision=ieee),
+                     input_precision=ieee)
+        X30 = tl.dot(X33, tl.dot(A30, X00, input_precision=ieee) + tl.dot(A31, X10, input_precision=ieee) +
+                     tl.dot(A32, X20, input_precision=ieee), input_precision=ieee)
         Tp = T_ptr + hv * 64
-        z = tl.zeros((16, 16), tl.float32)
+        r16 = tl.arange(0, 16)
+        for bi in tl.static_range(4):            # the zero blocks above the diagonal
+            for bj in tl.static_range(bi + 1, 4):
+                tl.store(Tp + (t0 + bi * 16 + r16)[:, None] * sT_t + bj * 16 + r16[None, :],
+                         tl.zeros((16, 16), Tp.dtype.element_ty), mask=(bi * 16 + r16 < length)[:, None])
         _store_block(Tp, X00, t0, 0, 0, length, sT_t, BITS)
-        _store_block(Tp, z, t0, 0, 16, length, sT_t, BITS)
-        _store_block(Tp, z, t0, 0, 32, length, sT_t, BITS)
-        _store_block(Tp, z, t0, 0, 48, length, sT_t, BITS)
         _store_block(Tp, X10, t0, 16, 0, length, sT_t, BITS)
         _store_block(Tp, X11, t0, 16, 16, length, sT_t, BITS)
-        _store_block(Tp, z, t0, 16, 32, length, sT_t, BITS)
-        _store_block(Tp, z, t0, 16, 48, length, sT_t, BITS)
         _store_block(Tp, X20, t0, 32, 0, length, sT_t, BITS)
         _store_block(Tp, X21, t0, 32, 16, length, sT_t, BITS)
         _store_block(Tp, X22, t0, 32, 32, length, sT_t, BITS)
-        _store_block(Tp, z, t0, 32, 48, length, sT_t, BITS)
         _store_block(Tp, X30, t0, 48, 0, length, sT_t, BITS)
         _store_block(Tp, X31, t0, 48, 16, length, sT_t, BITS)
         _store_block(Tp, X32, t0, 48, 32, length, sT_t, BITS)
