@@ -1,0 +1,195 @@
+"""The Triton GDN chunked prefill (``optimized.triton.gdn_chunked``) through the interpreter on a CPU:
+
+- planted bugs (``conformance.testing.PLANTED``) in the kernels' wrapper fail a small ci chunked cell each;
+- valid calls (hypothesis draws small chunked cells: sequences across chunk ends, padding slots, two-call
+  splits) pass the family's check under the backend's rounding model with ``out`` and the pool as views into
+  buffers of guard bytes, and nothing outside the views changes;
+- bad input is refused before launch by a ValueError/TypeError whose message starts with the argument's
+  name, nothing written;
+- the four stages run one after another give what ``chunked`` gives.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.unit.test_triton_gdn import FEW, _guarded, _names, _t  # noqa: E402  (sets TRITON_INTERPRET)
+from tests.unit.tq_triton_helpers import DEVICE  # noqa: E402
+
+import torch  # noqa: E402
+
+from conformance import registry  # noqa: E402
+from conformance.backends.triton_gdn import TritonGdnImpl  # noqa: E402
+from conformance.cells import make_cell  # noqa: E402
+from conformance.families import gdn  # noqa: E402
+from conformance.runner import cell_work  # noqa: E402
+from conformance.testing import PLANTED, first_failing_cell  # noqa: E402
+from conformance.torch_arrays import to_numpy, to_torch  # noqa: E402
+from optimized.triton import gdn_chunked as C  # noqa: E402
+
+pytestmark = pytest.mark.skipif(DEVICE != "cpu", reason="the interpreter runs on machines without a GPU")
+MODEL = registry.get("triton-gdn-interpret").rounding_model("gdn")
+
+BUGS = ("gdn.head-mapping-tiled", "gdn.chunk-update-skipped", "gdn.truncating-store", "gdn.state-read-transposed",
+        "gdn.padding-slot-written", "gdn.fp16-read-as-bf16", "gdn.qk-norm-in-input-dtype")
+
+
+@pytest.mark.parametrize("bug", BUGS)
+def test_planted_bugs_fail_a_small_ci_chunked_cell(bug):
+    planted = PLANTED[bug]
+    backend = registry.get("triton-gdn-interpret")
+    cells = sorted((c for c in gdn.cells("ci") if c.op == "chunked" and planted.applies(c)
+                    and backend.skip_reason(c) is None), key=cell_work)[:3]
+    assert cells, f"no small ci cell for {bug}"
+    found = first_failing_cell(planted.plant(TritonGdnImpl("cpu")), "gdn", MODEL, cells)
+    assert found is not None, f"{bug} passed {[c.id for c in cells]}"
+
+
+def _cell(draw):
+    H = draw(st.sampled_from([1, 2]))
+    lens = tuple(draw(st.lists(st.sampled_from([1, 5, 63, 64, 70]), min_size=1, max_size=2)))
+    return make_cell("gdn", "chunked", state=draw(st.sampled_from(["float32", "bfloat16", "float16"])), H=H,
+                     HV=H * draw(st.sampled_from([1, 2])), K=draw(st.sampled_from([16, 32])), lens=lens,
+                     decay=draw(st.sampled_from(["strong", "weak", "zero"])),
+                     slots=draw(st.sampled_from(["shuffled", "padded"])), qk="unit",
+                     split=draw(st.sampled_from([None, 37])) if max(lens) > 37 else None,
+                     act=draw(st.sampled_from(["bfloat16", "float16", "float32"])), seed=draw(st.integers(0, 1000)))
+
+
+def _views(x):
+    S, HV, Kd, V = x["state"].shape
+    pool_buf, pool, pool_owned = _guarded((S, HV, Kd, V), (HV * Kd * V + 8, Kd * V, V, 1),
+                                          to_torch(x["state"]).dtype)
+    pool.copy_(_t(x["state"]))
+    T = x["q"].shape[0]
+    out_buf, out, out_owned = _guarded((T, HV, V), (HV * V + 4, V, 1), to_torch(x["q"]).dtype)
+    return pool_buf, pool, pool_owned, out_buf, out, out_owned
+
+
+class _Guarded(TritonGdnImpl):
+    """The backend's chunked op on guarded views: the pool is ``pool`` (a view in ``pool_buf``), every call's
+    ``out`` a view into a guarded buffer; ``strays`` counts bytes written outside the views."""
+
+    def __init__(self, pool):
+        super().__init__("cpu")
+        self.pool, self.strays = pool, 0
+
+    def chunked(self, q, k, v, g, beta, cu_seqlens, state, state_indices, *, state_dtype, **kw):
+        T, HV, V = q.shape[0], v.shape[1], v.shape[2]
+        out_buf, out, owned = _guarded((T, HV, V), (HV * V + 4, V, 1), to_torch(q).dtype)
+        before = out_buf.clone()
+        C.chunked(*map(self._t, (q, k, v, g, beta, cu_seqlens)), self.pool, self._t(state_indices), out=out, **kw)
+        self.strays += int(((out_buf != before) & ~owned).sum())
+        state[...] = to_numpy(self.pool)
+        return to_numpy(out)
+
+
+@FEW
+@given(data=st.data())
+def test_valid_calls_pass_the_family_check_and_write_only_their_views(data):
+    cell = _cell(data.draw)
+    x = gdn.make_inputs(cell)
+    pool_buf, pool, pool_owned, *_ = _views(x)
+    before = pool_buf.clone()
+    impl = _Guarded(pool)
+    got = gdn.run_with(impl, cell, {**x, "state": x["state"].copy()})
+    verdict = gdn.check(cell, MODEL, x, got)
+    assert verdict.status == "pass", verdict.reason
+    assert impl.strays == 0, f"{impl.strays} bytes written around out"
+    stray = ((pool_buf != before) & ~pool_owned).nonzero().flatten()
+    assert stray.numel() == 0, f"{stray.numel()} bytes written around the pool (first at {stray[:5].tolist()})"
+
+
+def test_the_stages_one_by_one_give_what_chunked_gives():
+    x = gdn.make_inputs(make_cell("gdn", "chunked", state="bfloat16", H=1, HV=2, K=16, lens=(70, 5), decay="weak",
+                                  slots="padded", qk="unit", split=None, act="bfloat16"))
+    args = [_t(x[n]) for n in ("q", "k", "v", "g", "beta", "cu_seqlens")]
+    pools = [_t(x["state"]).clone(), _t(x["state"]).clone()]
+    whole = C.chunked(*args, pools[0], _t(x["state_indices"]))
+    out, launches = C.stages(*args, pools[1], _t(x["state_indices"]))
+    assert [name for name, _ in launches] == ["solve", "wu", "state", "output"]
+    for _, launch in launches:
+        launch()
+    assert torch.equal(whole, out) and torch.equal(pools[0], pools[1])
+
+
+# ---------------------------------------------------------------- bad input
+
+def _nan(name):
+    def make(x, pool, out):
+        t = _t(x[name]).clone()
+        t.view(-1)[0] = float("nan")
+        return t
+    return name, make
+
+
+BAD = {
+    "q NaN": _nan("q"),
+    "beta NaN": _nan("beta"),
+    "g in bf16": ("g", lambda x, p, o: _t(x["g"]).to(torch.bfloat16)),
+    "v of another dtype": ("v", lambda x, p, o: _t(x["v"]).to(torch.float64)),
+    "cu_seqlens not ending at T": ("cu_seqlens", lambda x, p, o: [0] * len(x["cu_seqlens"])),
+    "cu_seqlens int64": ("cu_seqlens", lambda x, p, o: _t(x["cu_seqlens"]).long()),
+    "state_indices out of range": ("state_indices", lambda x, p, o: [10 ** 6] * len(x["state_indices"])),
+    "state_indices repeated": ("state_indices", lambda x, p, o: [0] * len(x["state_indices"])),
+    "chunk_size 32": ("chunk_size", lambda x, p, o: 32),
+    "state_write_interval 100": ("state_write_interval", lambda x, p, o: 100),
+    "scale NaN": ("scale", lambda x, p, o: float("nan")),
+    "out of another shape": ("out", lambda x, p, o: torch.empty(o.shape[0], o.shape[1], o.shape[2] + 1, dtype=o.dtype)),
+    "state a transposed view": ("state", lambda x, p, o: p.transpose(-1, -2)),
+}
+
+
+@pytest.mark.parametrize("label", sorted(BAD))
+def test_bad_chunked_input_is_refused_by_name_and_nothing_is_written(label):
+    cell = make_cell("gdn", "chunked", state="float16", H=1, HV=2, K=16, lens=(2, 70), decay="weak", slots="padded",
+                     qk="unit", split=None, act="bfloat16")
+    x = gdn.make_inputs(cell)
+    pool_buf, pool, _, out_buf, out, _ = _views(x)
+    name, make = BAD[label]
+    value = make(x, pool, out)
+    args = {n: _t(x[n]) for n in ("q", "k", "v", "g", "beta", "cu_seqlens", "state_indices")}
+    kw = dict(scale=x["scale"], l2norm_eps=x["l2norm_eps"], out=out)
+    if name in args:
+        args[name] = value
+    elif name == "out":
+        kw["out"] = value
+    elif name != "state":
+        kw[name] = value
+    before = (pool_buf.clone(), out_buf.clone())
+    with pytest.raises((ValueError, TypeError)) as refused:
+        C.chunked(*(args[n] for n in ("q", "k", "v", "g", "beta", "cu_seqlens")), value if name == "state" else pool,
+                  args["state_indices"], **kw)
+    assert _names(refused.value, name), f"{label}: {refused.value!r} does not name {name}"
+    assert torch.equal(pool_buf, before[0]) and torch.equal(out_buf, before[1]), "a refused call wrote"
+
+
+def test_an_out_overlapping_the_pool_is_refused_by_name():
+    x = gdn.make_inputs(make_cell("gdn", "chunked", state="bfloat16", H=1, HV=2, K=16, lens=(2, 70), decay="weak",
+                                  slots="shuffled", qk="unit", split=None, act="bfloat16"))
+    T, HV, V = x["v"].shape
+    pool = torch.zeros(-(-T * V // (16 * V)) + 1, HV, 16, V, dtype=torch.bfloat16)
+    out = pool.view(-1)[: T * HV * V].view(T, HV, V)
+    before = pool.clone()
+    with pytest.raises(ValueError, match=r"^out overlaps state"):
+        C.chunked(*(_t(x[n]) for n in ("q", "k", "v", "g", "beta", "cu_seqlens")), pool, _t(x["state_indices"]),
+                  out=out)
+    assert torch.equal(pool, before)
+
+
+def test_state_pass_configuration_is_checked_by_name():
+    x = gdn.make_inputs(make_cell("gdn", "chunked", state="float32", H=1, HV=1, K=16, lens=(3,), decay="weak",
+                                  slots="shuffled", qk="unit", split=None, act="bfloat16"))
+    args = [_t(x[n]) for n in ("q", "k", "v", "g", "beta", "cu_seqlens", "state", "state_indices")]
+    with pytest.raises(ValueError, match=r"^state_block_v"):
+        C.stages(*args, state_block_v=48)
+
+
+def test_problem_and_stage_bytes():
+    assert C.problem(128, 128, "bfloat16", "bfloat16", 16, 32) is None
+    assert C.problem(64, 64, "float64", "bfloat16").startswith("state: dtype float64")
+    # G fp32, T, W, U and v_new bf16 per token and value head, h bf16 per chunk; written once and read once
+    assert C.stage_bytes(64, 1, 1, 16, 16) == 2 * (64 * (4 + 128 + 32 + 32 + 32) + 16 * 16 * 2)
+    assert np.isclose(C.stage_bytes(8192, 128, 32, 128, 128) / 1e6, 740.3, atol=0.1)
