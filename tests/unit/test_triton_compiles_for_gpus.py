@@ -17,7 +17,9 @@ ROOT = Path(__file__).resolve().parents[2]
 KERNELS = {"store", "split decode", "grouped decode keys=gather mma=bf16", "grouped decode keys=pair mma=bf16",
            "grouped decode keys=gather mma=fp16", "unified attention mma=bf16", "unified attention mma=fp16",
            "validate", "rotate", "reduce", "gdn nonfinite flags"} | {
-    f"gdn {op} state={s}" for op in ("decode", "spec_decode", "recurrent") for s in ("fp32", "bf16", "fp16")}
+    f"gdn {op} state={s}" for op in ("decode", "spec_decode", "recurrent") for s in ("fp32", "bf16", "fp16")} | {
+    "gdn chunked solve", "gdn chunked w/u", "gdn chunked output"} | {
+    f"gdn chunked state pass state={s}" for s in ("fp32", "bf16", "fp16")}
 NVIDIA_ONLY = {"sm90 decode G=8 block=16 mma=bf16 values=bf16-offset stages=1",  # Gluon, inline PTX, mma.sync
                "sm90 decode G=8 block=16 mma=bf16 values=bf16-offset stages=4",
                "sm90 decode G=8 block=16 mma=fp16 values=fp16-subnormal stages=1",
