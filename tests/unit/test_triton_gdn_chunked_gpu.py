@@ -1,0 +1,56 @@
+"""GPU-only properties of the Triton GDN chunked prefill: captured in a CUDA graph (the value checks skipped
+while capturing), its replay recomputes the prefill for new inputs (the same output and pool as an eager call
+from the same pool), and slots no sequence names keep their bytes."""
+import os
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(
+    os.environ.get("TRITON_INTERPRET") == "1" or not torch.cuda.is_available(),
+    reason="needs a CUDA/ROCm GPU (not the interpreter)")]
+
+
+@pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_chunked_replays_in_a_cuda_graph(state_dtype):
+    from optimized.triton.gdn_chunked import chunked
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    lens, H, HV, K, V, S = [200, 1, 64, 130], 2, 4, 128, 128, 7
+    T = sum(lens)
+
+    def randn(*shape, dtype=torch.bfloat16, s=1.0):
+        return (s * torch.randn(*shape, generator=g, device="cuda")).to(dtype)
+
+    q, k, v = randn(T, H, K), randn(T, H, K), randn(T, HV, V)
+    gl = -torch.rand(T, HV, generator=g, device="cuda") * 0.1
+    beta = torch.rand(T, HV, generator=g, device="cuda").to(torch.bfloat16)
+    cu = torch.tensor(np.concatenate([[0], np.cumsum(lens)]), dtype=torch.int32, device="cuda")
+    idx = torch.tensor([3, -1, 0, 5], dtype=torch.int32, device="cuda")
+    pool = randn(S, HV, K, V, dtype=state_dtype, s=0.1)
+    out = torch.empty(T, HV, V, dtype=torch.bfloat16, device="cuda")
+
+    def step():
+        return chunked(q, k, v, gl, beta, cu, pool, idx, out=out)
+
+    start = pool.clone()
+    step()  # compile
+    torch.cuda.synchronize()
+    graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        with torch.cuda.graph(graph, stream=stream):
+            step()
+    pool.copy_(start)
+    q.copy_(randn(T, H, K))
+    graph.replay()
+    torch.cuda.synchronize()
+    replayed, replayed_pool = out.clone(), pool.clone()
+    pool.copy_(start)
+    step()
+    torch.cuda.synchronize()
+    assert torch.isfinite(replayed.float()).all()
+    np.testing.assert_array_equal(replayed.float().cpu().numpy(), out.float().cpu().numpy())
+    np.testing.assert_array_equal(replayed_pool.float().cpu().numpy(), pool.float().cpu().numpy())
+    assert torch.equal(pool[[1, 2, 4, 6]], start[[1, 2, 4, 6]]), "slots no sequence names changed"
+    assert not out[200:201].float().abs().any(), "a padding sequence's rows are zeros"
