@@ -105,23 +105,29 @@ def main(argv=None) -> int:
               for bv, w in STATE_CONFIGS]
     registry.load()
     records = {}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    labels = args.shapes or sorted(registry.benches()[CHUNKED_BENCH].shapes, key=lambda s: "bfloat16" not in s)
     with registry.registered(*impls):
         every = registry.impls(CHUNKED_BENCH)
         own = [n for n, i in every.items() if i.role != "peer"]
-        # ours and the ceilings first, then the peers: a peer that breaks the process's CUDA context (a failed
-        # graph capture) loses only the peers' rows
-        for names in (own, [n for n in every if n not in own]):
-            try:
-                records.update({r.rid: r for r in measure(CHUNKED_BENCH, shapes=args.shapes, impls=names)})
-            except Exception as exc:
-                print(f"measuring {names} raised {type(exc).__name__}: {str(exc)[:300]}")
-    doc = run.perf_json(records, [])
-    doc["measured"] = {"commit": args.commit, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-                       "command": "python -m bench.probes.gdn_chunked_stages --out DIR"}
-    Path(args.out).mkdir(parents=True, exist_ok=True)
-    (Path(args.out) / "gdn_chunked_gpu.json").write_text(json.dumps(doc, indent=1) + "\n")
+        # shape by shape (the bf16 pools, those of the gates, first), the file rewritten and the shape's line
+        # printed after each: a run cut short keeps what it measured. Ours and the ceilings first, then the
+        # peers: a peer that breaks the process's CUDA context (a failed graph capture) loses only its rows
+        for label in labels:
+            for names in (own, [n for n in every if n not in own]):
+                try:
+                    records.update({r.rid: r for r in measure(CHUNKED_BENCH, shapes=[label], impls=names)})
+                except Exception as exc:
+                    print(f"{label}: measuring {names} raised {type(exc).__name__}: {str(exc)[:300]}", flush=True)
+            doc = run.perf_json(records, [])
+            doc["measured"] = {"commit": args.commit,
+                               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+                               "command": "python -m bench.probes.gdn_chunked_stages --out DIR"}
+            (out / "gdn_chunked_gpu.json").write_text(json.dumps(doc, indent=1) + "\n")
+            print("\n".join(summary({k: r for k, r in records.items() if f"/{label}/" in k}, CHUNKED_BENCH)),
+                  flush=True)
     print("\n".join(table(records, CHUNKED_BENCH)))
-    print("\n".join(summary(records, CHUNKED_BENCH)))
     return 0
 
 
