@@ -14,6 +14,13 @@ of ``bench.gpu_ceilings`` (a captured torch ``copy_`` is a graph memcpy node, an
 by ``gpu-copy-eager`` (torch ``copy_`` of the same size, eager, timed with device events), over half
 of the op's bytes (``conformance.families.gdn.cost.decode``: the state read and written once,
 q, k, v, a, b and o once). Timing: medians of CUDA-graph replays.
+
+``gdn/chunked-gpu``: chunked prefill, the same heads, bf16 activations, one 8192-token sequence or 4 x 2048
+(``T=8192,state=<dtype>``, ``varlen=4x2048,state=<dtype>``), the pool in float32, bfloat16 or float16. Ours is
+``optimized.triton.gdn_chunked.chunked`` (packed through ``cu_seqlens``; its cost adds the bytes its four stages
+pass through memory, ``gdn_chunked.stage_bytes``); peers ``fla`` and ``vllm-gdn`` (``chunk_gated_delta_rule``,
+``bench/peers``); ceilings ``gpu-copy`` / ``gpu-copy-eager`` over the op's bytes (``cost.chunked``) and
+``gpu-matmul-bf16`` (the tensor-core peak).
 """
 from __future__ import annotations
 
