@@ -106,6 +106,7 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=THREADS)
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--hot-reps", type=int, default=30)
+    ap.add_argument("--commit", help="the commit measured, for the JSON (default: git rev-parse HEAD here)")
     a = ap.parse_args(argv)
     plans = [p for p in a.plans.split(",") if p]
     bad = [p for p in plans if p not in cpu.DECODE_PLANS]
@@ -119,7 +120,7 @@ def main(argv=None) -> int:
         print(why, file=sys.stderr)
         return 2
     isa = next(i for i in cpu.ISAS if cpu.isa_status()[i][0])
-    report = {"probe": "gdn_decode_plans", "commit": _commit(),
+    report = {"probe": "gdn_decode_plans", "commit": a.commit or _commit(),
               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "cpu": _cpu_model(), "isa": isa, "threads": a.threads, "affinity": sorted(os.sched_getaffinity(0)),
               "physical_cores": ceilings.physical_cores(), "reps": a.reps, "shapes": {}}
