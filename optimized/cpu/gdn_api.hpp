@@ -42,11 +42,8 @@ struct OpOptions {
 //                pass over the block's rows (still in L1), prefetching the next item to L2;
 //   BlockedFar   Blocked, prefetching the item after the next;
 //   BlockedKeep  Blocked; a 16-bit state's rows are kept widened to fp32 by the reduction pass
-//                and the update reads them from there (no second conversion);
-//   BlockedPair  Blocked on two items at once (each pass streams both states: two sequential
-//                streams), prefetching the next two;
-//   BlockedPairHw  BlockedPair with no software prefetch (the hardware prefetchers alone).
-enum class DecodePlan : int { Pipelined = 0, Blocked = 1, BlockedFar = 2, BlockedKeep = 3, BlockedPair = 4, BlockedPairHw = 5 };
+//                and the update reads them from there (no second conversion).
+enum class DecodePlan : int { Pipelined = 0, Blocked = 1, BlockedFar = 2, BlockedKeep = 3 };
 
 // Decode (one token per sequence, T == N) and spec decode (varlen, several tokens per sequence).
 struct DecodeArgs : OpOptions {

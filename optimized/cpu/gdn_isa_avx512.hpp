@@ -95,111 +95,92 @@ struct Avx512Isa {
         }
     }
 
-    // One pass over K rows of NV 16-column vectors (NV even, w <= 16 NV) of N states: per row, the
-    // updates of up[0..N) (UP) and then the reductions of red[0..N) (RED), whose 2 N NV accumulators
-    // stay in registers (the loops over i are fully unrolled); u is read from a stack copy each row.
-    // A 16-bit row is widened and narrowed in the same pass that streams it (load32 / store32). WIDE
-    // (N = 1, one of UP, RED; NV = 4): the reduction stores its widened rows to red->wide, the update
-    // reads them from up->wide. next[0..N) (entries may be null) are prefetched row by row.
-    template <DType SD, int NV, int N, bool UP, bool RED, bool WIDE = false>
-    static void stream_rows_n(const RowUpdate* up, const RowReduce* red, int64_t K, int64_t w,
-                              const void* const* next) {
+    // One pass over K rows of NV 16-column vectors (NV even, w <= 16 NV): per row, the update of
+    // `up` (UP) and then the reductions of `red` (RED), whose 2 NV accumulators stay in registers
+    // (the loops over i are fully unrolled); u is read from a stack copy each row. A 16-bit row is widened
+    // and narrowed in the same pass that streams it (load32 / store32). WIDE (one of UP, RED; NV = 4):
+    // the reduction stores its widened rows to red->wide, the update reads them from up->wide.
+    template <DType SD, int NV, bool UP, bool RED, bool WIDE = false>
+    static void stream_rows_n(const RowUpdate* up, const RowReduce* red, int64_t K, int64_t w, const void* next) {
         constexpr int eb = SD == DType::F32 ? 4 : 2;
-        static_assert(!WIDE || (N == 1 && NV * 16 == kDecodeBlock && UP != RED), "wide rows: one pass, kDecodeBlock columns");
         __mmask16 m[NV];
         masks<NV>(w, m);
-        __m512 kv[N][NV], sq[N][NV];
-#pragma GCC unroll 16
-        for (int t = 0; t < N * NV; ++t) kv[t / NV][t % NV] = sq[t / NV][t % NV] = _mm512_setzero_ps();
+        __m512 kv[NV], sq[NV];
+#pragma GCC unroll 8
+        for (int i = 0; i < NV; ++i) kv[i] = sq[i] = _mm512_setzero_ps();
         // The fields in locals: the compiler cannot tell that the stores leave *up unchanged.
-        const void *us[N], *rs[N];
-        void* ud[N];
-        const float *uk[N], *rk[N], *rq[N];
-        __m512 av[N];
-        alignas(64) float uu[N][16 * NV];  // u on the stack: one base register for its loads
+        static_assert(!WIDE || (NV * 16 == kDecodeBlock && UP != RED), "wide rows: one pass, kDecodeBlock columns");
+        const void* us = UP ? up->src : nullptr;
         const float* uw = UP && WIDE ? up->wide : nullptr;
         float* rw = RED && WIDE ? red->wide : nullptr;
-#pragma GCC unroll 2
-        for (int t = 0; t < N; ++t) {
-            us[t] = UP ? up[t].src : nullptr;
-            ud[t] = UP ? up[t].dst : nullptr;
-            uk[t] = UP ? up[t].k : nullptr;
-            av[t] = _mm512_set1_ps(UP ? up[t].alpha : 0.0f);
-            rs[t] = RED ? red[t].src : nullptr;
-            rk[t] = RED ? red[t].k : nullptr;
-            rq[t] = RED ? red[t].q : nullptr;
-            if constexpr (UP)
+        void* ud = UP ? up->dst : nullptr;
+        const int64_t uld = UP ? up->ld : 0, rld = RED ? red->ld : 0;
+        const float* uk = UP ? up->k : nullptr;
+        alignas(64) float uu[16 * NV];  // u on the stack: one base register for its loads
+        if constexpr (UP)
 #pragma GCC unroll 8
-                for (int i = 0; i < NV; ++i) _mm512_store_ps(uu[t] + 16 * i, _mm512_maskz_loadu_ps(m[i], up[t].u + 16 * i));
-        }
-        const int64_t ld = UP ? up->ld : red->ld;  // all N states share the row stride
+            for (int i = 0; i < NV; ++i) _mm512_store_ps(uu + 16 * i, _mm512_maskz_loadu_ps(m[i], up->u + 16 * i));
+        const void* rs = RED ? red->src : nullptr;
+        const float *rk = RED ? red->k : nullptr, *rq = RED ? red->q : nullptr;
+        const __m512 av = _mm512_set1_ps(UP ? up->alpha : 0.0f);
+        const int64_t stride = (UP ? uld : rld) * eb;
         for (int64_t r = 0; r < K; ++r) {
-            if (next)
-#pragma GCC unroll 2
-                for (int t = 0; t < N; ++t) prefetch_row(next[t], r, ld * eb, w * eb);
+            prefetch_row(next, r, stride, w * eb);
             if constexpr (UP) {
-#pragma GCC unroll 2
-                for (int t = 0; t < N; ++t) {
-                    const __m512 kr = _mm512_set1_ps(uk[t][r]);
+                const __m512 kr = _mm512_set1_ps(uk[r]);
 #pragma GCC unroll 4
-                    for (int i = 0; i < NV; i += 2) {
-                        __m512 s0, s1;
-                        if constexpr (WIDE) {
-                            s0 = _mm512_loadu_ps(uw + r * kDecodeBlock + 16 * i);
-                            s1 = _mm512_loadu_ps(uw + r * kDecodeBlock + 16 * i + 16);
-                        } else {
-                            load32<SD>(us[t], r * ld + 16 * i, m[i], m[i + 1], s0, s1);
-                        }
-                        const __m512 n0 = _mm512_fmadd_ps(av[t], s0, _mm512_mul_ps(kr, _mm512_load_ps(uu[t] + 16 * i)));
-                        const __m512 n1 = _mm512_fmadd_ps(av[t], s1, _mm512_mul_ps(kr, _mm512_load_ps(uu[t] + 16 * i + 16)));
-                        store32<SD>(ud[t], r * ld + 16 * i, m[i], m[i + 1], n0, n1);
+                for (int i = 0; i < NV; i += 2) {
+                    __m512 s0, s1;
+                    if constexpr (WIDE) {
+                        s0 = _mm512_loadu_ps(uw + r * kDecodeBlock + 16 * i);
+                        s1 = _mm512_loadu_ps(uw + r * kDecodeBlock + 16 * i + 16);
+                    } else {
+                        load32<SD>(us, r * uld + 16 * i, m[i], m[i + 1], s0, s1);
                     }
+                    const __m512 n0 = _mm512_fmadd_ps(av, s0, _mm512_mul_ps(kr, _mm512_load_ps(uu + 16 * i)));
+                    const __m512 n1 = _mm512_fmadd_ps(av, s1, _mm512_mul_ps(kr, _mm512_load_ps(uu + 16 * i + 16)));
+                    store32<SD>(ud, r * uld + 16 * i, m[i], m[i + 1], n0, n1);
                 }
             }
             if constexpr (RED) {
-#pragma GCC unroll 2
-                for (int t = 0; t < N; ++t) {
-                    const __m512 kr = _mm512_set1_ps(rk[t][r]), qr = _mm512_set1_ps(rq[t][r]);
+                const __m512 kr = _mm512_set1_ps(rk[r]), qr = _mm512_set1_ps(rq[r]);
 #pragma GCC unroll 4
-                    for (int i = 0; i < NV; i += 2) {
-                        __m512 s0, s1;
-                        load32<SD>(rs[t], r * ld + 16 * i, m[i], m[i + 1], s0, s1);
-                        if constexpr (WIDE) {
-                            _mm512_storeu_ps(rw + r * kDecodeBlock + 16 * i, s0);
-                            _mm512_storeu_ps(rw + r * kDecodeBlock + 16 * i + 16, s1);
-                        }
-                        kv[t][i] = _mm512_fmadd_ps(s0, kr, kv[t][i]);
-                        kv[t][i + 1] = _mm512_fmadd_ps(s1, kr, kv[t][i + 1]);
-                        sq[t][i] = _mm512_fmadd_ps(s0, qr, sq[t][i]);
-                        sq[t][i + 1] = _mm512_fmadd_ps(s1, qr, sq[t][i + 1]);
+                for (int i = 0; i < NV; i += 2) {
+                    __m512 s0, s1;
+                    load32<SD>(rs, r * rld + 16 * i, m[i], m[i + 1], s0, s1);
+                    if constexpr (WIDE) {
+                        _mm512_storeu_ps(rw + r * kDecodeBlock + 16 * i, s0);
+                        _mm512_storeu_ps(rw + r * kDecodeBlock + 16 * i + 16, s1);
                     }
+                    kv[i] = _mm512_fmadd_ps(s0, kr, kv[i]);
+                    kv[i + 1] = _mm512_fmadd_ps(s1, kr, kv[i + 1]);
+                    sq[i] = _mm512_fmadd_ps(s0, qr, sq[i]);
+                    sq[i + 1] = _mm512_fmadd_ps(s1, qr, sq[i + 1]);
                 }
             }
         }
         if constexpr (RED) {
-#pragma GCC unroll 16
-            for (int t = 0; t < N * NV; ++t) {
-                _mm512_mask_storeu_ps(red[t / NV].kv + 16 * (t % NV), m[t % NV], kv[t / NV][t % NV]);
-                _mm512_mask_storeu_ps(red[t / NV].sq + 16 * (t % NV), m[t % NV], sq[t / NV][t % NV]);
+#pragma GCC unroll 8
+            for (int i = 0; i < NV; ++i) {
+                _mm512_mask_storeu_ps(red->kv + 16 * i, m[i], kv[i]);
+                _mm512_mask_storeu_ps(red->sq + 16 * i, m[i], sq[i]);
             }
         }
     }
 
-    template <DType SD, int NV, int N>
-    static void stream_rows_w(const RowUpdate* up, const RowReduce* red, int64_t K, int64_t w, const void* const* next) {
-        if (up && red) stream_rows_n<SD, NV, N, true, true>(up, red, K, w, next);
-        else if (up) stream_rows_n<SD, NV, N, true, false>(up, red, K, w, next);
-        else stream_rows_n<SD, NV, N, false, true>(up, red, K, w, next);
+    template <DType SD, int NV>
+    static void stream_rows_w(const RowUpdate* up, const RowReduce* red, int64_t K, int64_t w, const void* next) {
+        if (up && red) stream_rows_n<SD, NV, true, true>(up, red, K, w, next);
+        else if (up) stream_rows_n<SD, NV, true, false>(up, red, K, w, next);
+        else stream_rows_n<SD, NV, false, true>(up, red, K, w, next);
     }
 
     template <DType SD>
-    static void stream_rows(const RowUpdate* up, const RowReduce* red, int n, int64_t K, int64_t w,
-                            const void* const* next) {
-        if (n == 2) stream_rows_w<SD, 4, 2>(up, red, K, w, next);  // w <= 64: the 16 accumulators fit
-        else if (up && !red && up->wide) stream_rows_n<SD, 4, 1, true, false, true>(up, red, K, w, next);
-        else if (red && !up && red->wide) stream_rows_n<SD, 4, 1, false, true, true>(up, red, K, w, next);
-        else if (w <= 64) stream_rows_w<SD, 4, 1>(up, red, K, w, next);
-        else stream_rows_w<SD, 8, 1>(up, red, K, w, next);
+    static void stream_rows(const RowUpdate* up, const RowReduce* red, int64_t K, int64_t w, const void* next) {
+        if (up && !red && up->wide) stream_rows_n<SD, 4, true, false, true>(up, red, K, w, next);
+        else if (red && !up && red->wide) stream_rows_n<SD, 4, false, true, true>(up, red, K, w, next);
+        else if (w <= 64) stream_rows_w<SD, 4>(up, red, K, w, next);
+        else stream_rows_w<SD, 8>(up, red, K, w, next);
     }
 
     // 32-bit word transpose in 16 x 16 blocks held in registers (unpack 32, unpack 64, two

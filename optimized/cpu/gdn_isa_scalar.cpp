@@ -31,15 +31,8 @@ struct ScalarIsa {
         return buf;
     }
 
-    // The n states one after the other (they are distinct, so the order does not matter).
     template <DType SD>
-    static void stream_rows(const RowUpdate* up, const RowReduce* red, int n, int64_t K, int64_t w,
-                            const void* const* next) {
-        for (int t = 0; t < n; ++t) stream_one<SD>(up ? up + t : nullptr, red ? red + t : nullptr, K, w, next ? next[t] : nullptr);
-    }
-
-    template <DType SD>
-    static void stream_one(const RowUpdate* up, const RowReduce* red, int64_t K, int64_t w, const void* next) {
+    static void stream_rows(const RowUpdate* up, const RowReduce* red, int64_t K, int64_t w, const void* next) {
         const int eb = dtype_bytes(SD);
         float buf[128], n[128];
         float* __restrict kv = red ? red->kv : nullptr;

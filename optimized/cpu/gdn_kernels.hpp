@@ -3,12 +3,10 @@
 // P (defined by each gdn_isa_*.cpp before including this file) provides:
 //   load_row(src, dt, float* dst, n)            n elements of type dt -> fp32
 //   store_row(const float* src, dst, dt, n)     fp32 -> dt, round to nearest even
-//   stream_rows<SD>(up, red, n, K, w, next)     one pass over K rows of w <= 128 columns (type SD) of n
-//                                               (1, or 2 with w <= kDecodeBlock) distinct states: row r
-//                                               of up[0..n) (RowUpdate, may be null) is updated, then
-//                                               row r of red[0..n) (RowReduce, may be null) is reduced;
-//                                               the rows of next[0..n) (null, or null entries: none)
-//                                               are prefetched to L2; with n = 1 and
+//   stream_rows<SD>(up, red, K, w, next)        one pass over K state rows of w <= 128 columns (type SD):
+//                                               row r of `up` (RowUpdate, may be null) is updated, then
+//                                               row r of `red` (RowReduce, may be null) is reduced; the
+//                                               rows of `next` (null: none) are prefetched to L2; with
 //                                               `wide` set (w <= kDecodeBlock, one of up, red), the
 //                                               reduction also stores its rows widened to fp32 there
 //                                               and the update reads them from there
@@ -192,8 +190,7 @@ void state_pass(int64_t K, int64_t V, Token* up, Token* red, const void* next) {
         RowReduce R{};
         if (up) U = RowUpdate{at(up->src, j0), static_cast<char*>(up->dst) + j0 * eb, V, up->alpha, up->k, up->kv + j0};
         if (red) R = RowReduce{at(red->src, j0), V, red->k, red->q, red->kv + j0, red->sq + j0};
-        const void* ahead = next ? at(next, j0) : nullptr;
-        P::template stream_rows<SD>(up ? &U : nullptr, red ? &R : nullptr, 1, K, w, &ahead);
+        P::template stream_rows<SD>(up ? &U : nullptr, red ? &R : nullptr, K, w, next ? at(next, j0) : nullptr);
     }
 }
 
@@ -239,68 +236,52 @@ void decode_run(void* ctx, int64_t run, int tid) {
     if (cur) state_pass<P, SD>(A.K, A.V, cur, nullptr, nullptr);
 }
 
-// n (1 or 2) decode items in blocks of kDecodeBlock columns: per block, one reduction pass
-// streams the block's rows of the n states (prefetching the same block of next[0..n), null or null
-// entries: none), then u and o of its columns, then one update pass over the block's rows, now in
-// L1. `wide` (n = 1; null: none; 16-bit states): the block's rows widened to fp32 by the reduction
-// pass, read back by the update pass.
+// One decode item in blocks of kDecodeBlock columns: per block, the reductions stream its rows
+// (prefetching the same block of `next`, null: none), then u and o of its columns, then the update
+// pass over the block's rows, now in L1. `wide` (null: none; 16-bit states): the block's rows
+// widened to fp32 by the reduction pass, read back by the update pass.
 template <class P, DType SD>
-void blocked_items(const DecodeArgs& A, Token* tk, const int64_t* item, int n, const void* const* next, float* wide) {
+void blocked_item(const DecodeArgs& A, Token& tk, const void* next, float* wide, int64_t t, int64_t hv) {
     const int eb = dtype_bytes(SD);
-    float kq[2];
-    for (int t = 0; t < n; ++t) kq[t] = token_kq(tk[t], A.K);
+    const float kq = token_kq(tk, A.K);
     float* keep = SD == DType::F32 ? nullptr : wide;
     for (int64_t j0 = 0; j0 < A.V; j0 += kDecodeBlock) {
         const int64_t w = std::min(kDecodeBlock, A.V - j0);
-        RowReduce R[2];
-        RowUpdate U[2];
-        const void* ahead[2] = {};
-        for (int t = 0; t < n; ++t) {
-            const char* src = static_cast<const char*>(tk[t].src) + j0 * eb;
-            R[t] = RowReduce{src, A.V, tk[t].k, tk[t].q, tk[t].kv + j0, tk[t].sq + j0, keep};
-            U[t] = RowUpdate{src, static_cast<char*>(tk[t].dst) + j0 * eb, A.V, tk[t].alpha, tk[t].k, tk[t].kv + j0, keep};
-            if (next && next[t]) ahead[t] = static_cast<const char*>(next[t]) + j0 * eb;
-        }
-        P::template stream_rows<SD>(nullptr, R, n, A.K, w, ahead);
-        for (int t = 0; t < n; ++t) finish_columns(tk[t], kq[t], j0, j0 + w);
-        P::template stream_rows<SD>(U, nullptr, n, A.K, w, nullptr);
+        const char* src = static_cast<const char*>(tk.src) + j0 * eb;
+        const RowReduce R{src, A.V, tk.k, tk.q, tk.kv + j0, tk.sq + j0, keep};
+        P::template stream_rows<SD>(nullptr, &R, A.K, w, next ? static_cast<const char*>(next) + j0 * eb : nullptr);
+        finish_columns(tk, kq, j0, j0 + w);
+        const RowUpdate U{src, static_cast<char*>(tk.dst) + j0 * eb, A.V, tk.alpha, tk.k, tk.kv + j0, keep};
+        P::template stream_rows<SD>(&U, nullptr, A.K, w, nullptr);
     }
-    for (int t = 0; t < n; ++t) store_output<P>(A, tk[t], item[t] / A.HV, item[t] % A.HV);
+    store_output<P>(A, tk, t, hv);
 }
 
-// A run of consecutive decode items, one (Blocked, BlockedFar, BlockedKeep) or two (BlockedPair,
-// BlockedPairHw) at a time (blocked_items), prefetching the state of the next valid item (the
-// next two; BlockedFar: the one after the next; BlockedPairHw: none, the hardware prefetchers
-// follow the two streams). Padding sequences are skipped.
+// A run of consecutive decode items, one at a time (blocked_item), prefetching the next valid
+// item's state (BlockedFar: the one after it). Padding sequences are skipped.
 template <class P, DType SD>
 void decode_run_blocked(void* ctx, int64_t run, int tid) {
     const auto& c = *static_cast<DecodeCtx*>(ctx);
     const DecodeArgs& A = *c.args;
     const int64_t end = std::min(A.N * A.HV, (run + 1) * c.run);
     float* wide = reinterpret_cast<float*>(c.scratch->at(tid));
-    float* base = wide + A.K * kDecodeBlock;
-    Token tk[2] = {Token(base, A.K, A.V), Token(base + Token::floats(A.K, A.V), A.K, A.V)};
-    const bool pair = A.plan == DecodePlan::BlockedPair || A.plan == DecodePlan::BlockedPairHw;
-    const int n = pair ? 2 : 1;
-    // q[0..4): the next valid items (end: none); q[0..n) are worked on, the later ones prefetched.
-    int64_t q[4];
-    auto valid_after = [&](int64_t i) {
-        do ++i; while (i < end && decode_slot(A, i) < 0);
-        return std::min(i, end);
+    Token tk(wide + A.K * kDecodeBlock, A.K, A.V);
+    auto valid_from = [&](int64_t i) {
+        while (i < end && decode_slot(A, i) < 0) ++i;
+        return i;
     };
-    for (int j = 0; j < 4; ++j) q[j] = valid_after(j ? q[j - 1] : run * c.run - 1);
-    while (q[0] < end) {
-        const int m = q[1] < end && n == 2 ? 2 : 1;
-        for (int t = 0; t < m; ++t) {
-            load_token<P>(A, tk[t], q[t] / A.HV, q[t] % A.HV);
-            tk[t].src = tk[t].dst = decode_state(A, q[t]);
-        }
-        const void* next[2] = {};
-        if (A.plan == DecodePlan::BlockedFar) next[0] = q[2] < end ? decode_state(A, q[2]) : nullptr;
-        else if (A.plan != DecodePlan::BlockedPairHw)
-            for (int t = 0; t < m; ++t) next[t] = q[m + t] < end ? decode_state(A, q[m + t]) : nullptr;
-        blocked_items<P, SD>(A, tk, q, m, next, A.plan == DecodePlan::BlockedKeep ? wide : nullptr);
-        for (int j = 0; j < 4; ++j) q[j] = j + m < 4 ? q[j + m] : valid_after(q[j - 1]);
+    const bool far = A.plan == DecodePlan::BlockedFar;
+    int64_t item = valid_from(run * c.run);
+    int64_t after = item < end ? valid_from(item + 1) : end;
+    while (item < end) {
+        const int64_t after2 = after < end ? valid_from(after + 1) : end;
+        const int64_t ahead = far ? after2 : after;
+        load_token<P>(A, tk, item / A.HV, item % A.HV);
+        tk.src = tk.dst = decode_state(A, item);
+        blocked_item<P, SD>(A, tk, ahead < end ? decode_state(A, ahead) : nullptr,
+                            A.plan == DecodePlan::BlockedKeep ? wide : nullptr, item / A.HV, item % A.HV);
+        item = after;
+        after = after2;
     }
 }
 
@@ -330,8 +311,8 @@ void spec_item(void* ctx, int64_t item, int tid) {
 
 template <class P, template <class, DType> class Item>
 void run_decode_like(const DecodeArgs& A, int64_t n_work, int64_t run) {
-    // Two tokens (Pipelined) or the widened block and two tokens (Blocked plans).
-    Scratch scratch(A.num_threads, (A.K * kDecodeBlock + 2 * Token::floats(A.K, A.V)) * 4);
+    // Two tokens (Pipelined) or the widened block and one token (Blocked plans).
+    Scratch scratch(A.num_threads, std::max(2 * Token::floats(A.K, A.V), A.K * kDecodeBlock + Token::floats(A.K, A.V)) * 4);
     DecodeCtx ctx{&A, &scratch, run};
     switch (A.state.dt) {
         case DType::F32: parallel_for(n_work, A.num_threads, &ctx, Item<P, DType::F32>::fn); break;

@@ -270,10 +270,8 @@ DecodePlan parse_plan(const std::string& plan) {
     if (plan == "blocked") return DecodePlan::Blocked;
     if (plan == "blocked-far") return DecodePlan::BlockedFar;
     if (plan == "blocked-keep") return DecodePlan::BlockedKeep;
-    if (plan == "blocked-pair") return DecodePlan::BlockedPair;
-    if (plan == "blocked-pair-hw") return DecodePlan::BlockedPairHw;
-    throw std::invalid_argument(("plan: expected 'pipelined', 'blocked', 'blocked-far', 'blocked-keep', 'blocked-pair' or "
-                                 "'blocked-pair-hw', got '" + plan + "'").c_str());
+    throw std::invalid_argument(("plan: expected 'pipelined', 'blocked', 'blocked-far' or 'blocked-keep', got '" + plan +
+                                 "'").c_str());
 }
 
 // Each thread gets its own scratch; more threads than this is a mistake, not a machine.
