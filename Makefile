@@ -100,9 +100,11 @@ perf: setup
 # exception interceptor (torch throws C++ exceptions), by LD_PRELOAD), then the gdn ci
 # tier on every C++ backend this machine has (a sanitizer report aborts the worker: a crash record,
 # exit 1) and the C++ kernels' unit and property tests. Leak checks are off (Python's own allocations).
+# The CUDA driver does not initialise under ASan (cudaGetDeviceCount fails), so on a GPU host the
+# tests' Triton kernels run on Triton's interpreter, as on a machine without a GPU.
 SAN_DIR   := build/sanitize
 SAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g
-SAN_ENV    = KERNEL_LAB_GDN_MODULE="$$(ls $(CURDIR)/$(SAN_DIR)/_gdn*.so)" \
+SAN_ENV    = KERNEL_LAB_GDN_MODULE="$$(ls $(CURDIR)/$(SAN_DIR)/_gdn*.so)" TRITON_INTERPRET=1 \
              LD_PRELOAD="$$($(CXX) -print-file-name=libasan.so) $$($(CXX) -print-file-name=libstdc++.so)" \
              ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 sanitize: setup

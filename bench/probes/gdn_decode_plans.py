@@ -9,7 +9,8 @@ the same rounds (A B C ... interleaved). Reported per plan: ms min / median / ma
 of the stream's GB/s (decode bytes as the bench counts them) as the gates take it (median of the
 paired per-round ratios) and from the minimums. Before timing, each plan runs once from the same
 pool as ``pipelined`` and must give the same bits (output and state). "hot": one sequence (32
-items, the state in L2) on one thread, us per item: the plans' compute with no memory stream.
+items, the state in L2) on one thread, us per item of the whole call (its fixed costs included:
+argument checks, gating, and one unpipelined pass per run of 4 items).
 """
 from __future__ import annotations
 
@@ -72,7 +73,7 @@ def fractions(shape: dict, times: dict, plans: list[str]) -> dict:
 
 
 def hot(state_dtype: str, plans: list[str], reps: int) -> dict:
-    """us per item, one sequence (32 items) on one thread, min / median over ``reps`` calls."""
+    """us per item of whole calls, one sequence (32 items) on one thread, min / median over ``reps`` calls."""
     shape = dict(N=1, **HEADS, state_dtype=state_dtype, act="bfloat16")
     inputs = decode_inputs(shape)
     pool = inputs["state"].copy()
