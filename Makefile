@@ -13,7 +13,7 @@ REPORT_PINS := Jinja2==3.1.6 matplotlib==3.10.8 playwright==1.57.0 junitparser==
 # One pinned pip line. torch==2.13.0 resolves to the CPU wheel on x86-64 Linux CPU machines.
 PINS := torch==2.13.0 triton==3.8.0 jax==0.10.2 jaxlib==0.10.2 numpy==2.4.6 ml_dtypes==0.6.0 \
         scipy==1.17.1 pytest==9.2.0 pytest-benchmark==5.3.1 scikit-build-core==1.1.2 nanobind==3.1.0 \
-        hypothesis==6.170.17 $(REPORT_PINS) $(FLYDSL_PIN)
+        hypothesis==6.170.17 pytest-xdist==3.8.0 execnet==2.1.2 $(REPORT_PINS) $(FLYDSL_PIN)
 # The ray executor (kernel-lab[ray]): Ray and the packages it needs that no other pin brings.
 RAY_PINS := ray==2.60.0 click==8.5.1 jsonschema==4.26.0 jsonschema-specifications==2025.9.1 msgpack==1.2.4 \
             protobuf==7.36.2 PyYAML==6.0.4 attrs==26.1.0 referencing==0.37.0 rpds-py==2026.9.1
@@ -27,7 +27,7 @@ export JAX_COMPILATION_CACHE_DIR ?= $(CURDIR)/build/jax-cache
 STAMP := $(shell date +%Y%m%d-%H%M%S)
 OUT  ?= reports/out/conform-$(STAMP)
 
-.PHONY: setup setup-offline extension conform test test-ray perf sanitize clean flydsl-toolchain chromium peers peers-carry
+.PHONY: setup setup-offline extension conform test test-long test-ray perf sanitize clean flydsl-toolchain chromium peers peers-carry
 
 setup: $(VENV)/.deps $(VENV)/.extension $(VENV)/.report $(VENV)/.ray
 
@@ -77,10 +77,19 @@ conform: setup
 	$(VPY) -m kernel_lab report $(OUT) $(if $(wildcard reports/out/perf.json),--perf reports/out/perf.json) \
 	  || status=2; exit $$status
 
-# The suite without the `slow` tests and the `ray` module (make test-ray); of the perf gates (bench/gates.toml) only the CPU gates
-# whose measured A/A false-alarm rate is zero run here, the rest with `make perf`.
+# The suite without the `slow` tests, the `long` ones (make test-long) and the `ray` module (make test-ray), in
+# TEST_JOBS pytest-xdist workers, then tests/perf alone (a timing never shares the machine with other tests);
+# of the perf gates (bench/gates.toml) only the CPU gates whose measured A/A false-alarm rate is zero run
+# here, the rest with `make perf`.
+TEST_JOBS ?= 2
+TEST_MARKS := not slow and not long and not ray
 test: setup flydsl-toolchain chromium peers
-	$(VPY) -m pytest -q -m "not slow and not ray"
+	$(VPY) -m pytest -q -n $(TEST_JOBS) -m "$(TEST_MARKS)" --ignore=tests/perf
+	OMP_WAIT_POLICY=PASSIVE $(VPY) -m pytest -q -p no:xdist -m "$(TEST_MARKS)" tests/perf
+
+# The tests of 6 s or more (tests/long_tests.txt, none of them in tests/perf): CI runs them after `make test`.
+test-long: setup flydsl-toolchain chromium peers
+	$(VPY) -m pytest -q -n $(TEST_JOBS) -m "long and not slow and not ray" --ignore=tests/perf
 
 # The ray executor on a Ray cluster of this machine (tests/engine/test_ray_executor.py, about 4 minutes).
 test-ray: setup
@@ -99,12 +108,14 @@ perf: setup
 # KERNEL_LAB_GDN_MODULE; the Python interpreter gets the ASan runtime, and libstdc++ for its
 # exception interceptor (torch throws C++ exceptions), by LD_PRELOAD), then the gdn ci
 # tier on every C++ backend this machine has (a sanitizer report aborts the worker: a crash record,
-# exit 1) and the C++ kernels' unit and property tests. Leak checks are off (Python's own allocations).
+# exit 1) and the C++ kernels' unit and property tests. Leak checks are off (Python's own allocations);
+# protect_shadow_gap=0 lets the CUDA driver map the addresses ASan keeps as its shadow gap (else CUDA
+# does not initialise on a GPU machine and the GPU stores in test_nonfinite_and_overflow.py fail).
 SAN_DIR   := build/sanitize
 SAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g
 SAN_ENV    = KERNEL_LAB_GDN_MODULE="$$(ls $(CURDIR)/$(SAN_DIR)/_gdn*.so)" \
              LD_PRELOAD="$$($(CXX) -print-file-name=libasan.so) $$($(CXX) -print-file-name=libstdc++.so)" \
-             ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+             ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:protect_shadow_gap=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 sanitize: setup
 	cmake -S . -B $(SAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGDN_COPY_TO_SOURCE=OFF \
 	  -DPython_EXECUTABLE=$(CURDIR)/$(VPY) -DCMAKE_CXX_FLAGS="$(SAN_FLAGS)" -DCMAKE_SHARED_LINKER_FLAGS="$(SAN_FLAGS)"

@@ -64,9 +64,14 @@ except ImportError as exc:  # not built: every entry point says so
                    "run `make extension`")
 
 ISAS = ("amx", "avx512", "scalar")
+# How decode walks the state (gdn_api.hpp, DecodePlan); every plan gives the same bits.
+# KERNEL_LAB_GDN_DECODE_PLAN picks one (the probe bench.probes.gdn_decode_plans times each).
+DECODE_PLANS = ("pipelined", "blocked", "blocked-far", "blocked-keep")
+DEFAULT_DECODE_PLAN = "pipelined"
 _DTYPE_NAMES = ("float32", "bfloat16", "float16")
 
 __all__ = ["gdn_gating", "gdn_decode", "gdn_spec_decode", "gdn_chunk_prefill", "isa_status", "default_threads",
+           "decode_plan", "DECODE_PLANS",
            "extension_status", "head_limits", "problem", "amx_tile_peak_flops", "gemm_bf16", "ISAS"]
 
 
@@ -231,6 +236,15 @@ def _host_f32(x) -> np.ndarray:
     return a.astype(np.float32)
 
 
+def decode_plan() -> str:
+    """The decode plan of this process: KERNEL_LAB_GDN_DECODE_PLAN if set (one of DECODE_PLANS, else
+    ValueError naming the variable), else DEFAULT_DECODE_PLAN."""
+    plan = os.environ.get("KERNEL_LAB_GDN_DECODE_PLAN") or DEFAULT_DECODE_PLAN
+    if plan not in DECODE_PLANS:
+        raise ValueError(f"KERNEL_LAB_GDN_DECODE_PLAN: expected one of {DECODE_PLANS}, got {plan!r}")
+    return plan
+
+
 def _gates(A_log, a, dt_bias) -> None:
     """Refuse gate arguments whose gate overflows float32 (shapes are the extension's to check)."""
     for name, x in (("A_log", A_log), ("a", a), ("dt_bias", dt_bias)):
@@ -276,7 +290,7 @@ def gdn_decode(q, k, v, A_log, a, b, dt_bias, state, state_indices, *, scale=Non
     kernel_out, out = _output(q, (N, HV, V), out_dtype, out)
     ext.gdn_decode(*_kernel_inputs(q=q, k=k, v=v, A_log=A_log, a=a, b=b, dt_bias=dt_bias), _kernel_state(state),
                    *_index_inputs(state_indices=state_indices), kernel_out, scale, bool(use_qk_l2norm),
-                   l2norm_eps, str(isa), _threads(num_threads))
+                   l2norm_eps, str(isa), _threads(num_threads), decode_plan())
     return _returned(q, out)
 
 

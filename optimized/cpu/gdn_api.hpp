@@ -35,8 +35,19 @@ struct OpOptions {
     int num_threads = 1;
 };
 
+// How decode walks the state (every plan computes the same numbers, bit for bit):
+//   Pipelined    one pass over state rows updates item i (read in the pass before) and reduces
+//                item i + 1, prefetching item i + 2 to L2;
+//   Blocked      per item and block of kDecodeBlock columns, a reduction pass and then the update
+//                pass over the block's rows (still in L1), prefetching the next item to L2;
+//   BlockedFar   Blocked, prefetching the item after the next;
+//   BlockedKeep  Blocked; a 16-bit state's rows are kept widened to fp32 by the reduction pass
+//                and the update reads them from there (no second conversion).
+enum class DecodePlan : int { Pipelined = 0, Blocked = 1, BlockedFar = 2, BlockedKeep = 3 };
+
 // Decode (one token per sequence, T == N) and spec decode (varlen, several tokens per sequence).
 struct DecodeArgs : OpOptions {
+    DecodePlan plan = DecodePlan::Pipelined;  // decode only
     int64_t T = 0, N = 0, H = 0, HV = 0, K = 0, V = 0;
     Input q, k, v;             // [T, H, K], [T, H, K], [T, HV, V]
     Input a, b;                // [T, HV] raw gate inputs
@@ -60,6 +71,7 @@ struct ChunkArgs : OpOptions {
 };
 
 constexpr int kChunk = 64;
+constexpr int64_t kDecodeBlock = 64;  // columns per block of the Blocked decode plans
 
 // One ISA build of the kernels. Each is defined in its own translation unit.
 #define GDN_DECLARE_ISA(ns)                                              \

@@ -98,8 +98,9 @@ struct Avx512Isa {
     // One pass over K rows of NV 16-column vectors (NV even, w <= 16 NV): per row, the update of
     // `up` (UP) and then the reductions of `red` (RED), whose 2 NV accumulators stay in registers
     // (the loops over i are fully unrolled); u is read from a stack copy each row. A 16-bit row is widened
-    // and narrowed in the same pass that streams it (load32 / store32).
-    template <DType SD, int NV, bool UP, bool RED>
+    // and narrowed in the same pass that streams it (load32 / store32). WIDE (one of UP, RED; NV = 4):
+    // the reduction stores its widened rows to red->wide, the update reads them from up->wide.
+    template <DType SD, int NV, bool UP, bool RED, bool WIDE = false>
     static void stream_rows_n(const RowUpdate* up, const RowReduce* red, int64_t K, int64_t w, const void* next) {
         constexpr int eb = SD == DType::F32 ? 4 : 2;
         __mmask16 m[NV];
@@ -108,7 +109,10 @@ struct Avx512Isa {
 #pragma GCC unroll 8
         for (int i = 0; i < NV; ++i) kv[i] = sq[i] = _mm512_setzero_ps();
         // The fields in locals: the compiler cannot tell that the stores leave *up unchanged.
+        static_assert(!WIDE || (NV * 16 == kDecodeBlock && UP != RED), "wide rows: one pass, kDecodeBlock columns");
         const void* us = UP ? up->src : nullptr;
+        const float* uw = UP && WIDE ? up->wide : nullptr;
+        float* rw = RED && WIDE ? red->wide : nullptr;
         void* ud = UP ? up->dst : nullptr;
         const int64_t uld = UP ? up->ld : 0, rld = RED ? red->ld : 0;
         const float* uk = UP ? up->k : nullptr;
@@ -127,7 +131,12 @@ struct Avx512Isa {
 #pragma GCC unroll 4
                 for (int i = 0; i < NV; i += 2) {
                     __m512 s0, s1;
-                    load32<SD>(us, r * uld + 16 * i, m[i], m[i + 1], s0, s1);
+                    if constexpr (WIDE) {
+                        s0 = _mm512_loadu_ps(uw + r * kDecodeBlock + 16 * i);
+                        s1 = _mm512_loadu_ps(uw + r * kDecodeBlock + 16 * i + 16);
+                    } else {
+                        load32<SD>(us, r * uld + 16 * i, m[i], m[i + 1], s0, s1);
+                    }
                     const __m512 n0 = _mm512_fmadd_ps(av, s0, _mm512_mul_ps(kr, _mm512_load_ps(uu + 16 * i)));
                     const __m512 n1 = _mm512_fmadd_ps(av, s1, _mm512_mul_ps(kr, _mm512_load_ps(uu + 16 * i + 16)));
                     store32<SD>(ud, r * uld + 16 * i, m[i], m[i + 1], n0, n1);
@@ -139,6 +148,10 @@ struct Avx512Isa {
                 for (int i = 0; i < NV; i += 2) {
                     __m512 s0, s1;
                     load32<SD>(rs, r * rld + 16 * i, m[i], m[i + 1], s0, s1);
+                    if constexpr (WIDE) {
+                        _mm512_storeu_ps(rw + r * kDecodeBlock + 16 * i, s0);
+                        _mm512_storeu_ps(rw + r * kDecodeBlock + 16 * i + 16, s1);
+                    }
                     kv[i] = _mm512_fmadd_ps(s0, kr, kv[i]);
                     kv[i + 1] = _mm512_fmadd_ps(s1, kr, kv[i + 1]);
                     sq[i] = _mm512_fmadd_ps(s0, qr, sq[i]);
@@ -164,7 +177,9 @@ struct Avx512Isa {
 
     template <DType SD>
     static void stream_rows(const RowUpdate* up, const RowReduce* red, int64_t K, int64_t w, const void* next) {
-        if (w <= 64) stream_rows_w<SD, 4>(up, red, K, w, next);
+        if (up && !red && up->wide) stream_rows_n<SD, 4, true, false, true>(up, red, K, w, next);
+        else if (red && !up && red->wide) stream_rows_n<SD, 4, false, true, true>(up, red, K, w, next);
+        else if (w <= 64) stream_rows_w<SD, 4>(up, red, K, w, next);
         else stream_rows_w<SD, 8>(up, red, K, w, next);
     }
 

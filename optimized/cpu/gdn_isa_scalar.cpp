@@ -45,13 +45,15 @@ struct ScalarIsa {
         for (int64_t r = 0; r < K; ++r) {
             prefetch_row(next, r, (up ? up->ld : red->ld) * eb, w * eb);
             if (up) {
-                const float* __restrict row = row_f32<SD>(static_cast<const char*>(up->src) + r * up->ld * eb, w, buf);
+                const float* __restrict row = up->wide ? up->wide + r * kDecodeBlock
+                                                       : row_f32<SD>(static_cast<const char*>(up->src) + r * up->ld * eb, w, buf);
                 const float alpha = up->alpha, kr = up->k[r];
                 for (int64_t j = 0; j < w; ++j) n[j] = alpha * row[j] + kr * u[j];
                 store_row(n, static_cast<char*>(up->dst) + r * up->ld * eb, SD, w);
             }
             if (red) {
                 const float* __restrict row = row_f32<SD>(static_cast<const char*>(red->src) + r * red->ld * eb, w, buf);
+                if (red->wide) std::memcpy(red->wide + r * kDecodeBlock, row, size_t(w) * 4);
                 const float kr = red->k[r], qr = red->q[r];
                 for (int64_t j = 0; j < w; ++j) {
                     kv[j] += row[j] * kr;

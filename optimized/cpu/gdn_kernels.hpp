@@ -6,7 +6,10 @@
 //   stream_rows<SD>(up, red, K, w, next)        one pass over K state rows of w <= 128 columns (type SD):
 //                                               row r of `up` (RowUpdate, may be null) is updated, then
 //                                               row r of `red` (RowReduce, may be null) is reduced; the
-//                                               rows of `next` (null: none) are prefetched to L2
+//                                               rows of `next` (null: none) are prefetched to L2; with
+//                                               `wide` set (w <= kDecodeBlock, one of up, red), the
+//                                               reduction also stores its rows widened to fp32 there
+//                                               and the update reads them from there
 //   pack_a(src, lds, M, Kd, uint16_t* dst, scale, ldd)
 //                                               fp32 [M, Kd] -> bf16 row-major [M][Kd] (dst rows ldd
 //                                               apart, 0: Kd); row i times scale[i] first (in fp32)
@@ -80,6 +83,7 @@ struct RowUpdate {  // dst[r, j] = alpha src[r, j] + k[r] u[j] in fp32, rounded 
     int64_t ld;     // row stride in elements
     float alpha;
     const float *k, *u;
+    const float* wide = nullptr;  // non-null: src's rows as fp32, kDecodeBlock floats apart (read instead of src)
 };
 
 struct RowReduce {  // kv[j] = sum_r src[r, j] k[r], sq[j] = sum_r src[r, j] q[r] (fp32, r in order)
@@ -87,6 +91,7 @@ struct RowReduce {  // kv[j] = sum_r src[r, j] k[r], sq[j] = sum_r src[r, j] q[r
     int64_t ld;
     const float *k, *q;
     float *kv, *sq;
+    float* wide = nullptr;  // non-null: src's rows are also stored there as fp32, kDecodeBlock floats apart
 };
 
 // sum x[i]^2 over n elements, on 16 partial sums so the reduction vectorises.
@@ -137,22 +142,37 @@ void load_token(const DecodeArgs& A, Token& tk, int64_t t, int64_t hv) {
     tk.alpha = std::exp(g);
 }
 
-// After the reductions: u = beta (v - alpha kv) (into kv) and o = alpha sq + (k . q) u, stored to
-// output row t, value head hv.
-template <class P>
-void finish_token(const DecodeArgs& A, Token& tk, int64_t t, int64_t hv) {
+// k . q on 16 partial sums.
+inline float token_kq(const Token& tk, int64_t K) {
     float part[16] = {};
     int64_t i = 0;
-    for (; i + 16 <= A.K; i += 16)
+    for (; i + 16 <= K; i += 16)
         for (int j = 0; j < 16; ++j) part[j] += tk.k[i + j] * tk.q[i + j];
-    for (; i < A.K; ++i) part[0] += tk.k[i] * tk.q[i];
+    for (; i < K; ++i) part[0] += tk.k[i] * tk.q[i];
     float kq = 0.0f;
     for (int j = 0; j < 16; ++j) kq += part[j];
-    for (int64_t j = 0; j < A.V; ++j) {
+    return kq;
+}
+
+// After the reductions of columns [j0, j1): u = beta (v - alpha kv) (into kv) and
+// o = alpha sq + kq u; each column needs only its own reductions.
+inline void finish_columns(Token& tk, float kq, int64_t j0, int64_t j1) {
+    for (int64_t j = j0; j < j1; ++j) {
         tk.kv[j] = tk.beta * (tk.v[j] - tk.alpha * tk.kv[j]);
         tk.o[j] = tk.alpha * tk.sq[j] + kq * tk.kv[j];
     }
+}
+
+template <class P>
+void store_output(const DecodeArgs& A, const Token& tk, int64_t t, int64_t hv) {
     P::store_row(tk.o, static_cast<char*>(A.out) + (t * A.HV + hv) * A.V * dtype_bytes(A.out_dt), A.out_dt, A.V);
+}
+
+// After the reductions of all columns: u, o, and o stored to output row t, value head hv.
+template <class P>
+void finish_token(const DecodeArgs& A, Token& tk, int64_t t, int64_t hv) {
+    finish_columns(tk, token_kq(tk, A.K), 0, A.V);
+    store_output<P>(A, tk, t, hv);
 }
 
 // One pass over the [K, V] states: `up`'s update (null: none), then `red`'s reductions (null:
@@ -216,6 +236,55 @@ void decode_run(void* ctx, int64_t run, int tid) {
     if (cur) state_pass<P, SD>(A.K, A.V, cur, nullptr, nullptr);
 }
 
+// One decode item in blocks of kDecodeBlock columns: per block, the reductions stream its rows
+// (prefetching the same block of `next`, null: none), then u and o of its columns, then the update
+// pass over the block's rows, now in L1. `wide` (null: none; 16-bit states): the block's rows
+// widened to fp32 by the reduction pass, read back by the update pass.
+template <class P, DType SD>
+void blocked_item(const DecodeArgs& A, Token& tk, const void* next, float* wide, int64_t t, int64_t hv) {
+    const int eb = dtype_bytes(SD);
+    const float kq = token_kq(tk, A.K);
+    float* keep = SD == DType::F32 ? nullptr : wide;
+    for (int64_t j0 = 0; j0 < A.V; j0 += kDecodeBlock) {
+        const int64_t w = std::min(kDecodeBlock, A.V - j0);
+        const char* src = static_cast<const char*>(tk.src) + j0 * eb;
+        const RowReduce R{src, A.V, tk.k, tk.q, tk.kv + j0, tk.sq + j0, keep};
+        P::template stream_rows<SD>(nullptr, &R, A.K, w, next ? static_cast<const char*>(next) + j0 * eb : nullptr);
+        finish_columns(tk, kq, j0, j0 + w);
+        const RowUpdate U{src, static_cast<char*>(tk.dst) + j0 * eb, A.V, tk.alpha, tk.k, tk.kv + j0, keep};
+        P::template stream_rows<SD>(&U, nullptr, A.K, w, nullptr);
+    }
+    store_output<P>(A, tk, t, hv);
+}
+
+// A run of consecutive decode items, one at a time (blocked_item), prefetching the next valid
+// item's state (BlockedFar: the one after it). Padding sequences are skipped.
+template <class P, DType SD>
+void decode_run_blocked(void* ctx, int64_t run, int tid) {
+    const auto& c = *static_cast<DecodeCtx*>(ctx);
+    const DecodeArgs& A = *c.args;
+    const int64_t end = std::min(A.N * A.HV, (run + 1) * c.run);
+    float* wide = reinterpret_cast<float*>(c.scratch->at(tid));
+    Token tk(wide + A.K * kDecodeBlock, A.K, A.V);
+    auto valid_from = [&](int64_t i) {
+        while (i < end && decode_slot(A, i) < 0) ++i;
+        return i;
+    };
+    const bool far = A.plan == DecodePlan::BlockedFar;
+    int64_t item = valid_from(run * c.run);
+    int64_t after = item < end ? valid_from(item + 1) : end;
+    while (item < end) {
+        const int64_t after2 = after < end ? valid_from(after + 1) : end;
+        const int64_t ahead = far ? after2 : after;
+        load_token<P>(A, tk, item / A.HV, item % A.HV);
+        tk.src = tk.dst = decode_state(A, item);
+        blocked_item<P, SD>(A, tk, ahead < end ? decode_state(A, ahead) : nullptr,
+                            A.plan == DecodePlan::BlockedKeep ? wide : nullptr, item / A.HV, item % A.HV);
+        item = after;
+        after = after2;
+    }
+}
+
 // Spec decode: resume from slot indices[n, max(accepted-1, 0)] (negative: padding sequence),
 // token t's state is stored to indices[n, t] and the next token continues from the stored value:
 // per token, one pass reduces the state it reads and a second stores its update.
@@ -242,7 +311,8 @@ void spec_item(void* ctx, int64_t item, int tid) {
 
 template <class P, template <class, DType> class Item>
 void run_decode_like(const DecodeArgs& A, int64_t n_work, int64_t run) {
-    Scratch scratch(A.num_threads, 2 * Token::floats(A.K, A.V) * 4);
+    // Two tokens (Pipelined) or the widened block and one token (Blocked plans).
+    Scratch scratch(A.num_threads, std::max(2 * Token::floats(A.K, A.V), A.K * kDecodeBlock + Token::floats(A.K, A.V)) * 4);
     DecodeCtx ctx{&A, &scratch, run};
     switch (A.state.dt) {
         case DType::F32: parallel_for(n_work, A.num_threads, &ctx, Item<P, DType::F32>::fn); break;
@@ -252,6 +322,7 @@ void run_decode_like(const DecodeArgs& A, int64_t n_work, int64_t run) {
 }
 
 template <class P, DType SD> struct DecodeRun { static constexpr ItemFn fn = decode_run<P, SD>; };
+template <class P, DType SD> struct DecodeRunBlocked { static constexpr ItemFn fn = decode_run_blocked<P, SD>; };
 template <class P, DType SD> struct SpecItem { static constexpr ItemFn fn = spec_item<P, SD>; };
 
 // Decode items go out in runs of consecutive items, about 8 runs per thread (the dynamic schedule
@@ -259,7 +330,8 @@ template <class P, DType SD> struct SpecItem { static constexpr ItemFn fn = spec
 template <class P> void decode(const DecodeArgs& A) {
     const int64_t items = A.N * A.HV;
     const int64_t run = std::max<int64_t>(1, items / (int64_t(std::max(1, A.num_threads)) * 8));
-    run_decode_like<P, DecodeRun>(A, (items + run - 1) / run, run);
+    if (A.plan == DecodePlan::Pipelined) run_decode_like<P, DecodeRun>(A, (items + run - 1) / run, run);
+    else run_decode_like<P, DecodeRunBlocked>(A, (items + run - 1) / run, run);
 }
 template <class P> void spec_decode(const DecodeArgs& A) { run_decode_like<P, SpecItem>(A, A.N * A.HV, 1); }
 

@@ -265,6 +265,15 @@ Isa parse_isa(const std::string& isa) {
     return which;
 }
 
+DecodePlan parse_plan(const std::string& plan) {
+    if (plan == "pipelined") return DecodePlan::Pipelined;
+    if (plan == "blocked") return DecodePlan::Blocked;
+    if (plan == "blocked-far") return DecodePlan::BlockedFar;
+    if (plan == "blocked-keep") return DecodePlan::BlockedKeep;
+    throw std::invalid_argument(("plan: expected 'pipelined', 'blocked', 'blocked-far' or 'blocked-keep', got '" + plan +
+                                 "'").c_str());
+}
+
 // Each thread gets its own scratch; more threads than this is a mistake, not a machine.
 constexpr int kMaxThreads = 1024;
 
@@ -322,8 +331,10 @@ void run_path(Isa which, const Args& A, void (*on_amx)(const Args&), void (*on_a
 
 void gdn_decode(const InArray& q, const InArray& k, const InArray& v, const InArray& A_log, const InArray& a,
                 const InArray& b, const InArray& dt_bias, const OutArray& state, const InArray& state_indices,
-                const OutArray& out, float scale, bool use_qk_l2norm, float l2norm_eps, const std::string& isa, int num_threads) {
+                const OutArray& out, float scale, bool use_qk_l2norm, float l2norm_eps, const std::string& isa, int num_threads,
+                const std::string& plan) {
     DecodeArgs A;
+    A.plan = parse_plan(plan);
     token_inputs(q, k, v, &A.T, &A.H, &A.HV, &A.K, &A.V, &A.q, &A.k, &A.v);
     check_decode_heads(A.K, A.V);
     A.N = A.T;
@@ -523,7 +534,7 @@ NB_MODULE(_gdn, m) {
     m.def("default_threads", &default_threads, "CPUs this process may run on.");
     m.def("gdn_decode", &gdn_decode, "q"_a, "k"_a, "v"_a, "A_log"_a, "a"_a, "b"_a, "dt_bias"_a,
           "state"_a.noconvert(), "state_indices"_a, "out"_a.noconvert(), "scale"_a, "use_qk_l2norm"_a, "l2norm_eps"_a, "isa"_a,
-          "num_threads"_a);
+          "num_threads"_a, "plan"_a);
     m.def("gdn_spec_decode", &gdn_spec_decode, "q"_a, "k"_a, "v"_a, "A_log"_a, "a"_a, "b"_a, "dt_bias"_a,
           "state"_a.noconvert(), "spec_state_indices"_a, "num_accepted_tokens"_a, "cu_seqlens"_a,
           "out"_a.noconvert(), "scale"_a, "use_qk_l2norm"_a, "l2norm_eps"_a, "isa"_a, "num_threads"_a);

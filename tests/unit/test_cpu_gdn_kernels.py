@@ -125,6 +125,32 @@ def test_results_do_not_depend_on_thread_count(isa):
     np.testing.assert_array_equal(d1.view(np.uint16), d2.view(np.uint16))
 
 
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("state_dtype", [np.float32, BF16, np.float16], ids=["f32", "bf16", "f16"])
+@pytest.mark.parametrize("V", [200, 64, 23])
+def test_decode_plans_give_the_same_bits(isa, state_dtype, V, monkeypatch):
+    # V=200: three whole column blocks and a tail; 23: one partial block; padding sequence and shuffled slots.
+    args, state, idx = _decode_case(state_dtype, K=37, V=V)
+    runs = {}
+    for plan in cpu.DECODE_PLANS:
+        monkeypatch.setenv("KERNEL_LAB_GDN_DECODE_PLAN", plan)
+        s = state.copy()
+        o = cpu.gdn_decode(**args, state=s, state_indices=idx, isa=isa, num_threads=2, out_dtype="float32")
+        runs[plan] = (o.view(np.uint32), s.view(np.uint16 if s.itemsize == 2 else np.uint32))
+    o0, s0 = runs["pipelined"]
+    assert not np.array_equal(s0, state.view(s0.dtype)), "the decode left the pool unchanged"
+    for plan, (o, s) in runs.items():
+        np.testing.assert_array_equal(o, o0, err_msg=f"output of plan {plan}")
+        np.testing.assert_array_equal(s, s0, err_msg=f"state of plan {plan}")
+
+
+def test_unknown_decode_plan_is_refused_by_name(monkeypatch):
+    args, state, idx = _decode_case(np.float32)
+    monkeypatch.setenv("KERNEL_LAB_GDN_DECODE_PLAN", "diagonal")
+    with pytest.raises(ValueError, match="KERNEL_LAB_GDN_DECODE_PLAN"):
+        cpu.gdn_decode(**args, state=state, state_indices=idx)
+
+
 def test_concurrent_callers_share_the_worker_pool():
     """The module releases the GIL and keeps its worker threads across calls: calls from four
     Python threads at once, with different thread counts, all give the one-thread result."""
