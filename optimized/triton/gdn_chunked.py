@@ -37,9 +37,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from optimized.triton.checks import capturing, check_positive, check_tensor, index_tensor
-from optimized.triton.gdn_recurrent import (FLOAT_DTYPES, STATE_DTYPES, Workspace, _common, _device, _disjoint,
-                                            _finite, _host, _out, _pool, _rounded, _rows, _scalars)
+from optimized.triton.gdn_recurrent import _packed, _rounded
 from optimized.triton.gdn_recurrent import problem as recurrent_problem
 from optimized.triton.tq_decode_launch import interpreting
 
@@ -379,30 +377,8 @@ def stages(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, us
     if isinstance(chunk_size, bool) or chunk_size != CHUNK:
         raise ValueError(f"chunk_size: these kernels run 64-token chunks, got {chunk_size!r}")
     every = check_interval(CHUNK if state_write_interval is None else state_write_interval, CHUNK)
-    dev = _device(state)
-    T, H, HV, K, V = _common(q, k, v, state, dev)
-    check_tensor("g", g, (T, HV), ("float32",), dev)
-    check_tensor("beta", beta, (T, HV), FLOAT_DTYPES, dev)
-    _rows("g", g)
-    _rows("beta", beta)
-    _pool(state, HV, K, V, dev)
-    cu = index_tensor("cu_seqlens", cu_seqlens, dev)
-    idx = index_tensor("state_indices", state_indices, dev)
-    check_tensor("cu_seqlens", cu, (None,), ("int32",), dev, contiguous=True)
-    N = cu.shape[0] - 1
-    check_positive("N (sequences in cu_seqlens)", N)
-    check_tensor("state_indices", idx, (N,), ("int32",), dev, contiguous=True)
-    scale, eps = _scalars(scale, l2norm_eps, K)
-    inputs = dict(q=q, k=k, v=v, g=g, beta=beta, cu_seqlens=cu, state_indices=idx)
-    _disjoint("state", state, inputs)
-    out = _out(out, (T, HV, V), q, dev)
-    _disjoint("out", out, {**inputs, "state": state})
-    if not capturing(state):
-        from reference.gdn.arguments import cu_seqlens as check_cu, slot_indices
-
-        _finite({n: inputs[n] for n in ("q", "k", "v", "g", "beta")}, workspace or Workspace(dev))
-        check_cu(_host(cu), T)
-        slot_indices("state_indices", _host(idx), (N,), state.shape[0])
+    dev, (T, H, HV, K, V, N), cu, idx, scale, eps, out = _packed(
+        q, k, v, g, beta, cu_seqlens, state, state_indices, scale, l2norm_eps, out, workspace)
     chunk_cu = torch.zeros(N + 1, dtype=torch.int32, device=dev)
     chunk_cu[1:] = torch.cumsum((cu[1:] - cu[:-1] + CHUNK - 1) // CHUNK, 0, dtype=torch.int32)
     bound = T // CHUNK + N                       # at least the chunks of any N sequences of T tokens

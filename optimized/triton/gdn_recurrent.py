@@ -382,13 +382,10 @@ def spec_decode(q, k, v, A_log, a, b, dt_bias, state, spec_state_indices, num_ac
     return out
 
 
-def recurrent(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, use_qk_l2norm=True,
-              l2norm_eps=1e-6, state_write_interval=1, out=None, workspace=None, block_v=None, num_warps=None):
-    """Packed sequences (module docstring): q, k ``[T, H, K]``, v ``[T, HV, V]``, g (float32 log decay)
-    and beta ``[T, HV]``, ``cu_seqlens`` int32 ``[N + 1]``, ``state_indices`` int32 ``[N]``; ``state``
-    updated in place. Returns ``out [T, HV, V]``."""
-    from reference.gdn.arguments import interval as check_interval
-
+def _packed(q, k, v, g, beta, cu_seqlens, state, state_indices, scale, l2norm_eps, out, workspace):
+    """The argument checks of the packed-sequence launchers (recurrent, chunked): shapes, dtypes,
+    device, strides, overlaps, finite inputs, cu_seqlens and slots. Returns (device, (T, H, HV, K,
+    V, N), cu_seqlens and state_indices as int32 tensors, scale, eps, out)."""
     dev = _device(state)
     T, H, HV, K, V = _common(q, k, v, state, dev)
     check_tensor("g", g, (T, HV), ("float32",), dev)
@@ -402,7 +399,6 @@ def recurrent(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None,
     N = cu.shape[0] - 1
     check_positive("N (sequences in cu_seqlens)", N)
     check_tensor("state_indices", idx, (N,), ("int32",), dev, contiguous=True)
-    every = check_interval(state_write_interval)
     scale, eps = _scalars(scale, l2norm_eps, K)
     inputs = dict(q=q, k=k, v=v, g=g, beta=beta, cu_seqlens=cu, state_indices=idx)
     _disjoint("state", state, inputs)
@@ -414,6 +410,19 @@ def recurrent(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None,
         _finite({n: inputs[n] for n in ("q", "k", "v", "g", "beta")}, workspace or Workspace(dev))
         check_cu(_host(cu), T)
         slot_indices("state_indices", _host(idx), (N,), state.shape[0])
+    return dev, (T, H, HV, K, V, N), cu, idx, scale, eps, out
+
+
+def recurrent(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, use_qk_l2norm=True,
+              l2norm_eps=1e-6, state_write_interval=1, out=None, workspace=None, block_v=None, num_warps=None):
+    """Packed sequences (module docstring): q, k ``[T, H, K]``, v ``[T, HV, V]``, g (float32 log decay)
+    and beta ``[T, HV]``, ``cu_seqlens`` int32 ``[N + 1]``, ``state_indices`` int32 ``[N]``; ``state``
+    updated in place. Returns ``out [T, HV, V]``."""
+    from reference.gdn.arguments import interval as check_interval
+
+    every = check_interval(state_write_interval)
+    dev, (T, H, HV, K, V, N), cu, idx, scale, eps, out = _packed(
+        q, k, v, g, beta, cu_seqlens, state, state_indices, scale, l2norm_eps, out, workspace)
     BK, BV, warps = _config(K, V, block_v, num_warps)
     _gdn_kernel[(N * HV * triton.cdiv(V, BV),)](
         q, k, v, g, beta, None, None, state, idx, cu, None, out,
