@@ -152,8 +152,8 @@ def _supports(cell) -> str | None:
 
 
 def _whole_call(cell) -> str | None:
-    split = cell.get("split")
-    longest = max(max(L - split, min(L, split)) if split else L for L in cell["lens"])
+    split, calls = cell.get("split"), cell.get("calls", 1)
+    longest = max(max(L - split, min(L, split)) if split else -(-L // calls) for L in cell["lens"])
     every = cell["interval"] if cell.op == "recurrent" else 64
     if cell["state"] != "float32" and longest > every:
         return ("FLA keeps the state in float32 for a whole call and rounds it into the "

@@ -28,10 +28,11 @@ def real_sequences(cell: Cell, inputs: dict) -> np.ndarray:
 
 
 def real_rows(cell: Cell, inputs: dict) -> np.ndarray:
-    """Token rows of ``o`` that belong to non-padding sequences."""
+    """Token rows of ``o`` that belong to non-padding sequences (a decode chain: in every call)."""
     real = real_sequences(cell, inputs)
     if cell.op == "decode":
-        return real
+        N = len(inputs["state_indices"])
+        return np.concatenate([real + s * N for s in range(inputs.get("steps", 1))])
     cu = inputs["cu_seqlens"]
     return np.concatenate([np.arange(cu[n], cu[n + 1]) for n in real])
 

@@ -20,6 +20,7 @@ import numpy as np
 
 from conformance.cells import Cell, activation
 from conformance.compare import Tolerance, ToleranceSpec
+from conformance.families.gdn.driver import cuts
 from conformance.families.gdn.matrix import CHUNK
 from conformance.families.gdn.terms import magnitudes
 from conformance.memo import Memo
@@ -136,9 +137,9 @@ def gating(cell: Cell, inputs: dict, model: RoundingModel) -> tuple[Tolerance, T
 
 
 def longest(cell: Cell, inputs: dict) -> int:
-    """Tokens of the longest sequence (decode: 1)."""
+    """Tokens of the longest sequence (decode: its calls, ``steps``)."""
     if cell.op == "decode":
-        return 1
+        return inputs.get("steps", 1)
     return int(np.max(np.diff(inputs["cu_seqlens"])))
 
 
@@ -149,11 +150,11 @@ def interval(cell: Cell, inputs: dict) -> int:
     return CHUNK if cell.op == "chunked" else 1
 
 
-def roundings(L: int, every: int, split: int | None) -> int:
-    """State roundings of an L-token sequence (a two-call split adds one at the split)."""
-    if split is None or L <= split:
-        return math.ceil(L / every)
-    return math.ceil(split / every) + math.ceil((L - split) / every)
+def roundings(L: int, every: int, cuts: tuple[int, ...] = ()) -> int:
+    """State roundings of an L-token sequence fed in calls that begin at the token offsets ``cuts``
+    (``driver.cuts``): every ``every`` tokens of a call and at its end."""
+    bounds = [0] + [c for c in cuts if c < L] + [L]
+    return sum(math.ceil((b - a) / every) for a, b in zip(bounds, bounds[1:]))
 
 
 def flips(roundings: int, p: float) -> int:
@@ -203,7 +204,7 @@ def o_and_state(cell: Cell, inputs: dict, expected: dict, model: RoundingModel, 
     o_atol, s_atol, o_l2, s_l2 = fp32 * o_terms, fp32 * s_terms, None, None
     if sname != "float32":
         u = UNIT[sname]
-        R = roundings(L, interval(cell, inputs), inputs.get("split"))
+        R = roundings(L, interval(cell, inputs), cuts(inputs))
         o_atol += 4 * u * s_max / math.sqrt(K)
         s_atol += 4 * u * s_max
         compared = expected["state"] if written is None else expected["state"][written]
@@ -212,7 +213,7 @@ def o_and_state(cell: Cell, inputs: dict, expected: dict, model: RoundingModel, 
     terms = model.terms_on(cell.op)
     fla = FLA_CHUNK in terms
     if BF16_OPERANDS in terms:
-        walk = math.sqrt(roundings(L, CHUNK, inputs.get("split")))
+        walk = math.sqrt(roundings(L, CHUNK, cuts(inputs)))
         u_op = UNIT[activation(cell)] if fla else UBF16
         o_atol += 8 * u_op * o_max
         s_atol += 8 * u_op * s_max
