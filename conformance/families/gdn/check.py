@@ -70,7 +70,7 @@ def check(cell: Cell, rounding_model: str, inputs: dict, outputs: dict, memo: Me
     rows = real_rows(cell, inputs)
     written = written_slots(cell, inputs)
     o_tol, s_tol = o_and_state(cell, inputs, expected, model(rounding_model), written=written, memo=memo,
-                               o_dtype=outputs["o"].dtype.name)
+                               o_dtype=outputs["o"].dtype.name, rows=rows)
     untouched = np.setdiff1d(np.arange(inputs["state"].shape[0]), written)
     pool_in = as_f32(inputs["state"])
     comps: list[Comparison] = [
