@@ -161,6 +161,14 @@ def _whole_call(cell) -> str | None:
     return None
 
 
+def _xfail(cell) -> str | None:
+    if cell.op == "chunked" and cell.get("v") == "near-max" and activation(cell) == "float16":
+        return ("FLA stores each chunk's starting state in the activation dtype (chunk_gated_delta_rule_fwd_h: "
+                "h = k.new_empty(...)); this cell's float32 state passes 65504, so float16 holds inf there "
+                "(the fla-chunk oracle, rounding where FLA does, overflows too)")
+    return None
+
+
 def _make(name: str, gpu: bool) -> Backend:
     def run(cell, inputs):
         from conformance.families import gdn
@@ -169,7 +177,7 @@ def _make(name: str, gpu: bool) -> Backend:
 
     return register(Backend(
         name=name, ops={"gdn": ("recurrent", "chunked")}, available=_available(gpu), run=run,
-        supports=_supports if gpu else _whole_call,
+        supports=_supports if gpu else _whole_call, **({"xfail": _xfail} if gpu else {}),
         rounding_models={"gdn": "fla-chunk" if gpu else "exact"}, uses_gpu=gpu))
 
 

@@ -143,9 +143,9 @@ def adversarial(op: str, tier: str) -> list[dict]:
     out = [row("float32", 64, (129,), "zero", "bfloat16", keys="near-duplicate"),
            row("bfloat16", 64, (129,), "extreme", "float16", keys="correlated"),
            row("float32", 64, (65,), "zero", "float32", beta="edges")]
-    if op == "chunked":
-        out.append(row("float32", 64, (129,), "near-one", "float16", v="near-max"))
     if tier == "full":
+        if op == "chunked":   # its float32 state passes 65504: FLA's float16 chunk-state store overflows
+            out.append(row("float32", 64, (129,), "near-one", "float16", v="near-max"))
         out += [row("float16", 128, (273,), "zero", "float16", keys="near-duplicate"),
                 row("float32", 128, (273,), "extreme", "bfloat16", keys="near-duplicate"),
                 row("bfloat16", 128, (273,), "zero", "bfloat16", keys="correlated", beta="edges")]

@@ -17,6 +17,7 @@ def _result(res, state):
 
 _VARLEN = ("recurrent", "chunked")
 _POOL_OPS = ("recurrent", "chunked", "decode", "spec_decode")
+_TOKEN_OPS = ("recurrent", "decode", "spec_decode")           # o read out token by token: o_t = S_t^T q_t
 
 
 def _wrap_pool_ops(impl, ops, around):
@@ -223,7 +224,7 @@ def _readout_through_fp16(impl):
             unscaled = (np.asarray(o, np.float32) / np.float32(scale)).astype(np.float16)
             o = (unscaled.astype(np.float32) * np.float32(scale)).astype(np.float16)
         return _written(args[pos], state, o)
-    return _wrap_pool_ops(impl, _POOL_OPS, around)
+    return _wrap_pool_ops(impl, _TOKEN_OPS, around)
 
 
 def _beta_through_bf16(impl):
@@ -265,8 +266,9 @@ PLANTED = (
          ("gating",) + _POOL_OPS, _readsfp16_as_bf16, _act("float16")),
     _gdn("qk-norm-in-input-dtype", "the q/k l2 norm sums squares in the activations' 16-bit dtype",
          _POOL_OPS, _qk_norm_in_input_dtype, _act("float16", "bfloat16")),
-    _gdn("fp16-readout-overflow", "the float16 o goes through a float16 store of the unscaled readout q^T S, "
-         "which a grown fp32 state overflows to inf", _POOL_OPS, _readout_through_fp16, _act("float16")),
+    _gdn("fp16-readout-overflow", "the token-by-token ops' float16 o goes through a float16 store of the "
+         "unscaled readout q^T S, which a grown fp32 state overflows to inf", _TOKEN_OPS, _readout_through_fp16,
+         _act("float16")),
     _gdn("beta-through-bf16", "the varlen ops round beta to bf16 before use", _VARLEN, _beta_through_bf16,
          _act("float32", "float16")),
     _gdn("gating-in-input-dtype", "gating's softplus and sigmoid are computed in the activations' 16-bit dtype",
