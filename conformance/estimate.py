@@ -37,9 +37,17 @@ def work_budget(cell: Cell, backend: registry.Backend) -> float | None:
     return budget.get(cell.op) if isinstance(budget, Mapping) else budget
 
 
+def cell_calls(cell: Cell) -> int:
+    """How many times the driver calls the op: a chain's ``steps`` or ``calls``, else 1."""
+    p = cell.as_dict()
+    return int(p.get("steps") or p.get("calls") or 1)
+
+
 def first_estimate(cell: Cell, backend: registry.Backend) -> float:
-    """Seconds the backend is expected to take on the cell, before any record of it."""
-    return backend.seconds_per_cell + backend.seconds_per_work * cell_work(cell)
+    """Seconds the backend is expected to take on the cell, before any record of it: ``seconds_per_cell``
+    for each call of the op (``cell_calls``: an interpreter pays its launch overhead every call) plus
+    ``seconds_per_work`` for each unit of ``cell_work``."""
+    return backend.seconds_per_cell * cell_calls(cell) + backend.seconds_per_work * cell_work(cell)
 
 
 class Estimator:
