@@ -135,6 +135,10 @@ def test_the_drift_study_decode_chains_order_the_state_dtypes():
         assert rows[("bfloat16", n)]["state_rel_l2"] > rows[("float16", n)]["state_rel_l2"] > 64 * U32
     assert rows[("bfloat16", 256)]["o_rel_l2"] > rows[("bfloat16", 64)]["o_rel_l2"]      # it drifts with the chain
     assert "decode chains" in gdn_drift.summarize(result) and "length_sweep" not in result
+    from reports import figures
+
+    svg = figures.gdn_drift(result, salt="chains")
+    assert "decode calls" in svg and svg.count('<g id="axes_') == 3      # the report's third panel
 
 
 def test_the_drift_study_refuses_bad_decode_arguments():
