@@ -105,6 +105,8 @@ def test_beta_through_bf16_is_caught_by_the_recurrent_chain_and_not_where_beta_i
     assert verdict_of(bug.plant(numpy_ref), named, "exact", memo).status == "fail"
     assert verdict_of(numpy_ref, named, "exact", memo).status == "pass"
     assert verdict_of(bug.plant(numpy_ref), edges, "exact", memo).status == "pass"     # 0 and 1 are bf16 values
+    bf16_pool = _ci("recurrent/", "state=bfloat16", "calls=")                          # below the pool's own drift
+    assert bug.applies(bf16_pool) and verdict_of(bug.plant(numpy_ref), bf16_pool, "exact", memo).status == "pass"
     assert not any(bug.applies(c) for c in gdn.cells("ci") if activation(c) == "bfloat16")
 
 
