@@ -48,6 +48,8 @@ def existing(path: str | os.PathLike) -> Path:
 
 def _read_npz(path: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     arrays, strings = {}, {}
+    if not zipfile.is_zipfile(path):
+        raise TensorFileError(f"{path}: not a readable .npz file (not a zip archive)")
     try:
         with np.load(path, allow_pickle=False) as z:
             for name in z.files:
@@ -58,8 +60,8 @@ def _read_npz(path: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
                     arrays[name] = a.view(ml_dtypes.bfloat16)
                 else:
                     arrays[name] = a
-    except ValueError as exc:   # an object array asks for pickle
-        raise TensorFileError(f"{path}: not a plain .npz of arrays ({exc})") from None
+    except ValueError:   # an object array asks for pickle
+        raise TensorFileError(f"{path}: holds an object array (a pickle); expected plain arrays") from None
     except (zipfile.BadZipFile, EOFError, OSError) as exc:
         raise TensorFileError(f"{path}: not a readable .npz file ({exc})") from None
     return arrays, strings
