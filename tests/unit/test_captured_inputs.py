@@ -2,7 +2,10 @@
 .safetensors), written here from generated tensors and from a tiny torch module's forward pre-hook."""
 from __future__ import annotations
 
+import importlib.util
 import json
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,6 +18,9 @@ from conformance.families.turboquant import make_inputs as tq_inputs
 from conformance.families.turboquant import matrix as tq_matrix
 from kernel_lab import cli
 
+ROOT = Path(__file__).resolve().parents[2]
+SAFETENSORS = pytest.mark.skipif(importlib.util.find_spec("safetensors") is None,
+                                 reason="the safetensors package is not installed (make setup installs it)")
 TQ_KEYS = ("query", "kv_cache", "block_table", "seq_lens", "rotation", "sinks")
 GDN_CELL = gdn_matrix.cell_of("decode", dict(state="bfloat16", heads=(2, 4), KV=(32, 32), N=3, decay="weak",
                                              slots="padded", qk="unit", act="bfloat16"))
@@ -51,7 +57,7 @@ def same_bits(a, b) -> bool:
 
 # ---------------------------------------------------------------- files to cells
 
-@pytest.mark.parametrize("suffix", [".npz", ".safetensors"])
+@pytest.mark.parametrize("suffix", [".npz", pytest.param(".safetensors", marks=SAFETENSORS)])
 def test_a_gdn_decode_file_is_the_matrix_cell_of_its_shapes_with_the_same_inputs(tmp_path, suffix):
     arrays = gdn_arrays()
     path = capture.save(tmp_path / f"layer{suffix}", arrays)
@@ -82,6 +88,7 @@ def test_a_turboquant_file_gives_its_preset_layout_rotation_and_shapes(tmp_path,
     assert inputs["scale"] == pytest.approx(1 / np.sqrt(cell["D"]))
 
 
+@SAFETENSORS
 def test_a_named_layout_is_taken_and_a_cache_no_layout_can_tell_must_name_it(tmp_path):
     arrays = {**tq_arrays(), "kv_cache": np.zeros_like(tq_arrays()["kv_cache"])}
     path = capture.save(tmp_path / "zeros.safetensors", arrays, {"layout": "aos", "scale": "0.125"})
@@ -90,6 +97,14 @@ def test_a_named_layout_is_taken_and_a_cache_no_layout_can_tell_must_name_it(tmp
     capture.save(tmp_path / "unnamed.npz", arrays)
     with pytest.raises(ValueError, match="layout: both read"):
         captured.file_cell(tmp_path / "unnamed.npz", "turboquant", "decode")
+
+
+def test_a_worker_refuses_a_file_changed_since_its_cell_was_made(tmp_path):
+    path = capture.save(tmp_path / "layer.npz", gdn_arrays())
+    cell = captured.file_cell(path, "gdn", "decode")
+    capture.save(path, {**gdn_arrays(), "q": gdn_arrays()["q"] * 2})
+    with pytest.raises(ValueError, match=f"changed since the run began \\(sha256 {cell['inputs']}, now "):
+        captured.load_inputs(cell)
 
 
 # ---------------------------------------------------------------- bad files: one line naming the key
@@ -156,7 +171,7 @@ BAD = {
 def test_a_bad_file_is_one_error_line_naming_the_key(tmp_path, capsys, case):
     make, expected = BAD[case]
     family, arrays, strings = make()
-    path = capture.save(tmp_path / "bad.safetensors", arrays, strings)
+    path = capture.save(tmp_path / "bad.npz", arrays, strings)
     rc, _, err = main(capsys, "conform", "--inputs", path, "--family", family, "--op", "decode",
                       "--backend", "numpy-ref", "--out", tmp_path / "run")
     line = error_line(err)
@@ -167,8 +182,8 @@ def test_a_bad_file_is_one_error_line_naming_the_key(tmp_path, capsys, case):
 @pytest.mark.parametrize("name,content,args,expected", [
     ("layer.pt", b"", ("--family", "gdn", "--op", "decode"), "expected a .npz or .safetensors file"),
     ("layer.npz", b"not a zip", ("--family", "gdn", "--op", "decode"), "not a readable .npz file"),
-    ("layer.safetensors", b"\x10\0\0\0\0\0\0\0{", ("--family", "gdn", "--op", "decode"),
-     "not a readable .safetensors file"),
+    pytest.param("layer.safetensors", b"\x10\0\0\0\0\0\0\0{", ("--family", "gdn", "--op", "decode"),
+                 "not a readable .safetensors file", marks=SAFETENSORS),
     ("absent.npz", None, ("--family", "gdn", "--op", "decode"), "no such file"),
     ("layer.npz", "gdn", ("--family", "gdn", "--op", "chunked"),
      "gdn/chunked does not take a file; supported: gdn/decode, turboquant/decode"),
@@ -218,21 +233,36 @@ def records_of(out):
     return {r["backend"]: r for r in records.read(out / "cells.jsonl")}
 
 
-def test_a_decode_captured_from_a_torch_hook_runs_on_every_backend_and_the_planted_bug_fails(
-        tmp_path, capsys, planted):
+def readme_capture_snippet() -> str:
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Captured tensors"):]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+class TinyModel:
+    """``generate`` calls the layer as a model would: a one-sequence step, then two of every row."""
+
+    def __init__(self, layer, call: list):
+        self.layer, self.call = layer, call
+
+    def generate(self, _):
+        call = self.call
+        self.layer(*(t[:1] for t in call[:5]), call[5].clone(), call[6][:1])
+        self.layer(*call)
+        self.layer(*call)
+
+
+@SAFETENSORS
+def test_the_readme_capture_of_a_torch_layer_runs_on_every_backend_and_the_planted_bug_fails(
+        tmp_path, capsys, monkeypatch, planted):
     from conformance.torch_arrays import to_torch
 
     arrays = gdn_arrays()
-    layer = tiny_gdn_layer(arrays)
-    path = tmp_path / "decode.safetensors"
-    capture.capture_call(layer, path, keys={"q": "query", "k": "key", "v": "value", "A_log": "A_log", "a": "a",
-                                            "b": "b", "dt_bias": "dt_bias", "state": "ssm_state",
-                                            "state_indices": "state_indices"},
-                         when=lambda args: args["query"].shape[0] > 1)
     call = [to_torch(np.array(arrays[n], copy=True)) for n in ("q", "k", "v", "a", "b", "state", "state_indices")]
-    layer(*(t[:1] for t in call[:5]), call[5].clone(), call[6][:1])   # not this call (``when``)
-    layer(*call)                             # this one, before it halves the pool
-    layer(*call)
+    monkeypatch.chdir(tmp_path)
+    layer = tiny_gdn_layer(arrays)
+    exec(readme_capture_snippet(), {"layer": layer, "model": TinyModel(layer, call)})
+    path = tmp_path / "gdn-decode.safetensors"
     assert same_bits(captured.load_inputs(captured.file_cell(path, "gdn", "decode"))["state"], arrays["state"])
     out = tmp_path / "run"
     args = ("conform", "--inputs", path, "--family", "gdn", "--op", "decode", "--out", out,
