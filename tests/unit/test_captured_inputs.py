@@ -290,3 +290,11 @@ def test_a_captured_turboquant_decode_runs_its_backends_and_the_planted_bug_fail
     assert rc == 1 and {b: r["status"] for b, r in recs.items()} == {
         "numpy-ref": "pass", "flydsl-emulated": "pass", "torch-sdpa": "skip", "numpy-ref-wrong-kv-head": "fail"}
     assert "captured cache" in recs["torch-sdpa"]["reason"]
+
+
+def test_the_repro_command_of_a_captured_cell_names_its_file():
+    from reports import repro
+
+    cell_id = "turboquant/decode/preset=turboquant_4bit_nc/layout=soa/inputs=029c86851720/seed=0"
+    assert repro.command(cell_id, "triton", "ci", inputs="/data/layer 3.npz") == (
+        "kernel-lab conform --inputs '/data/layer 3.npz' --family turboquant --op decode --backend triton")
