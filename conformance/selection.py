@@ -1,5 +1,6 @@
-"""What a run covers: the cells of a tier filtered by family, op and id, sharded, and the backends
-named; the ``Selection`` recorded in run.json, which ``--resume`` and ``merge`` check.
+"""What a run covers: the cells of a tier filtered by family, op and id, sharded (or the one cell of a
+file of captured tensors, ``--inputs``: ``conformance.captured``), and the backends named; the
+``Selection`` recorded in run.json, which ``--resume`` and ``merge`` check (of a file, its SHA-256).
 
 Shards: ``K/N`` takes cell i when i mod N = K-1 (``shard_by`` None), or, with ``shard_by="cost"``,
 the K-th of N parts of about equal estimated time (longest first, each to the part with least so
