@@ -150,7 +150,7 @@ class Selection:
     shard_by: str | None = None                # None: cell i mod N; "cost": balanced estimated time
     shard_from: str | None = None              # the scheduler variables --shard env read (not compared)
     inputs: str | None = None                  # a file of captured tensors: its one cell (conformance.captured)
-    inputs_sha256: str | None = None           # ... and its digest, recorded and compared (the path is not)
+    inputs_sha256: str | None = None           # ... its digest (read when not given), compared (the path is not)
 
     def __post_init__(self):
         if self.shard_by not in (None, *SHARD_BY):
@@ -165,6 +165,10 @@ class Selection:
                                                 ("--model", self.model), ("--config", self.config)) if value]
             if beside:
                 raise UsageError(f"--inputs runs the file's one cell: leave out {', '.join(beside)}")
+            if self.inputs_sha256 is None:
+                from conformance import captured
+
+                object.__setattr__(self, "inputs_sha256", captured.sha256(self.inputs))
 
     def as_dict(self) -> dict:
         out = {"tier": self.tier, "family": self.family, "op": self.op,

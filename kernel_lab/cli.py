@@ -24,8 +24,8 @@ from collections import Counter
 from pathlib import Path
 
 from bench import cli as bench_cli
-from conformance import (audit, captured, counts, executors, families, fingerprint, merge, node_report, records,
-                         registry, runner, selection, studies)
+from conformance import (audit, counts, executors, families, fingerprint, merge, node_report, records, registry,
+                         runner, selection, studies)
 from conformance.errors import RunStopped, UsageError, needs
 from optimized.flydsl import cli as flydsl_cli
 from planner import cli as planner_cli
@@ -94,11 +94,10 @@ def _selection(args) -> selection.Selection:
         shard, source = selection.shard_from_env(os.environ, args.shard_count)
     selection.parse_shard(shard)
     names = _split(args.backend)
-    digest = captured.sha256(args.inputs) if args.inputs is not None else None
     return selection.Selection(tier=args.tier, family=args.family, op=args.op,
                                backends=tuple(names) if names is not None else None,
                                filter=args.filter, shard=shard, model=args.model, config=args.config,
-                               shard_by=args.shard_by, shard_from=source, inputs=args.inputs, inputs_sha256=digest)
+                               shard_by=args.shard_by, shard_from=source, inputs=args.inputs)
 
 
 def fresh_out(base: Path = Path("reports/out")) -> Path:
