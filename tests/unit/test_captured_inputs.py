@@ -13,14 +13,17 @@ import pytest
 from conformance import capture, captured, records, tensor_files
 from conformance.families.gdn import make_inputs as gdn_inputs
 from conformance.families.gdn import matrix as gdn_matrix
-from conformance.families.gdn.captured import DECODE_KEYS as GDN_KEYS
+from conformance.families.gdn.captured import KEYS as GDN_FILE_KEYS
 from conformance.families.turboquant import make_inputs as tq_inputs
 from conformance.families.turboquant import matrix as tq_matrix
+from conformance.inprocess import run_one
+from conformance.memo import Memo
 from kernel_lab import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 SAFETENSORS = pytest.mark.skipif(importlib.util.find_spec("safetensors") is None,
                                  reason="the safetensors package is not installed (make setup installs it)")
+GDN_KEYS = GDN_FILE_KEYS["decode"]
 TQ_KEYS = ("query", "kv_cache", "block_table", "seq_lens", "rotation", "sinks")
 GDN_CELL = gdn_matrix.cell_of("decode", dict(state="bfloat16", heads=(2, 4), KV=(32, 32), N=3, decay="weak",
                                              slots="padded", qk="unit", act="bfloat16"))
@@ -71,6 +74,32 @@ def test_a_gdn_decode_file_is_the_matrix_cell_of_its_shapes_with_the_same_inputs
     assert inputs["state_dtype"] == "bfloat16" and inputs["scale"] is None
 
 
+def verdict(cell, backend: str) -> tuple:
+    """What decides a record: status, margin and the tolerance (its source words included)."""
+    r = run_one(cell, backend, Memo())
+    return r["status"], r["metrics"], r["tolerance"]
+
+
+GDN_OPS_CELLS = [
+    next(c for c in gdn_matrix.cells("smoke") if c.op == "recurrent"),
+    next(c for c in gdn_matrix.cells("ci") if c.op == "chunked" and c["split"] is None and c["slots"] == "padded"
+         and c["K"] == 64 and sum(c["lens"]) < 200),
+    next(c for c in gdn_matrix.cells("smoke") if c.op == "decode"),
+    next(c for c in gdn_matrix.cells("smoke") if c.op == "spec_decode"),
+]
+
+
+@pytest.mark.parametrize("cell", GDN_OPS_CELLS, ids=lambda c: c.op)
+def test_a_gdn_file_of_any_op_is_judged_as_the_matrix_cell_it_was_written_from(tmp_path, cell):
+    x = gdn_inputs(cell)
+    strings = {"state_write_interval": str(x["state_write_interval"])} if cell.op == "recurrent" else {}
+    path = capture.save(tmp_path / "layer.npz", {k: x[k] for k in GDN_FILE_KEYS[cell.op]}, strings)
+    file_cell = captured.file_cell(path, "gdn", cell.op)
+    drawn = {k: v for k, v in cell.as_dict().items() if k not in ("decay", "qk", "accepted", "N", "lens", "drafts")}
+    assert {k: v for k, v in file_cell.as_dict().items() if k in drawn} == drawn
+    assert verdict(file_cell, "numpy-ref") == verdict(cell, "numpy-ref")
+
+
 @pytest.mark.parametrize("cell", [
     TQ_CELL,
     tq_matrix.decode_cell("decode", "turboquant_k8v4", "aos", (2, 4), 16, (9, 20), "none", True, act="float16"),
@@ -86,6 +115,7 @@ def test_a_turboquant_file_gives_its_preset_layout_rotation_and_shapes(tmp_path,
     inputs = captured.load_inputs(file_cell)
     assert all(same_bits(inputs[k], arrays[k]) for k in arrays)
     assert inputs["scale"] == pytest.approx(1 / np.sqrt(cell["D"]))
+    assert verdict(file_cell, "numpy-ref") == verdict(cell, "numpy-ref")
 
 
 @SAFETENSORS
@@ -113,7 +143,26 @@ def _gdn(change):
     def make():
         arrays = gdn_arrays()
         change(arrays)
-        return "gdn", arrays, {}
+        return "gdn/decode", arrays, {}
+    return make
+
+
+def _varlen(change, strings=None):
+    def make():
+        cell = GDN_OPS_CELLS[0]
+        x = gdn_inputs(cell)
+        arrays = {k: x[k] for k in GDN_FILE_KEYS[cell.op]}
+        change(arrays)
+        return "gdn/recurrent", arrays, strings or {}
+    return make
+
+
+def _spec(change):
+    def make():
+        x = gdn_inputs(GDN_OPS_CELLS[3])
+        arrays = {k: x[k] for k in GDN_FILE_KEYS["spec_decode"]}
+        change(arrays)
+        return "gdn/spec_decode", arrays, {}
     return make
 
 
@@ -121,7 +170,7 @@ def _tq(change, strings=None):
     def make():
         arrays = tq_arrays()
         change(arrays)
-        return "turboquant", arrays, strings or {}
+        return "turboquant/decode", arrays, strings or {}
     return make
 
 
@@ -149,8 +198,17 @@ BAD = {
     "index-outside-pool": (_gdn(_poke("state_indices", 0, lambda a: a["state"].shape[0])),
                            "state_indices: slot index out of range [-1, 5)"),
     "all-padding": (_gdn(_set("state_indices", lambda a: np.full(4, -1, np.int32))),
-                    "state_indices: every row is padding"),
+                    "state_indices: every sequence is padding"),
     "no-rotation": (_tq(lambda a: a.pop("rotation")), "rotation: missing"),
+    "cu-seqlens": (_varlen(_poke("cu_seqlens", -1, lambda a: a["q"].shape[0] - 1)),
+                   "cu_seqlens: expected to start at 0 and end at T="),
+    "log-decay-dtype": (_varlen(_set("g", lambda a: a["g"].astype(np.float16))),
+                        "g: dtype float16, expected float32"),
+    "growing-state": (_varlen(_set("g", lambda a: np.abs(a["g"]) + 1)), "g: expected log-decays <= 0"),
+    "interval": (_varlen(lambda a: None, {"state_write_interval": "often"}),
+                 "state_write_interval: 'often'; expected a whole number >= 1"),
+    "accepted": (_spec(_poke("num_accepted_tokens", 0, lambda a: a["spec_state_indices"].shape[1] + 1)),
+                 "num_accepted_tokens: expected values in [0, "),
     "block-outside-cache": (_tq(_poke("block_table", (1, 0), lambda a: a["kv_cache"].shape[0])),
                             "block_table row 1 uses a block outside [0, "),
     "seq-beyond-blocks": (_tq(_poke("seq_lens", 0, lambda a: a["block_table"].shape[1] * 16 + 1)),
@@ -170,9 +228,10 @@ BAD = {
 @pytest.mark.parametrize("case", list(BAD))
 def test_a_bad_file_is_one_error_line_naming_the_key(tmp_path, capsys, case):
     make, expected = BAD[case]
-    family, arrays, strings = make()
+    where, arrays, strings = make()
+    family, op = where.split("/")
     path = capture.save(tmp_path / "bad.npz", arrays, strings)
-    rc, _, err = main(capsys, "conform", "--inputs", path, "--family", family, "--op", "decode",
+    rc, _, err = main(capsys, "conform", "--inputs", path, "--family", family, "--op", op,
                       "--backend", "numpy-ref", "--out", tmp_path / "run")
     line = error_line(err)
     assert rc == 2 and f"--inputs {path}: " in line and expected in line, line
@@ -185,8 +244,8 @@ def test_a_bad_file_is_one_error_line_naming_the_key(tmp_path, capsys, case):
     pytest.param("layer.safetensors", b"\x10\0\0\0\0\0\0\0{", ("--family", "gdn", "--op", "decode"),
                  "not a readable .safetensors file", marks=SAFETENSORS),
     ("absent.npz", None, ("--family", "gdn", "--op", "decode"), "no such file"),
-    ("layer.npz", "gdn", ("--family", "gdn", "--op", "chunked"),
-     "gdn/chunked does not take a file; supported: gdn/decode, turboquant/decode"),
+    ("layer.npz", "gdn", ("--family", "gdn", "--op", "gating"), "gdn/gating does not take a file; supported: "
+     "gdn/recurrent, gdn/chunked, gdn/decode, gdn/spec_decode, turboquant/decode"),
     ("layer.npz", "gdn", ("--family", "gdn"), "--inputs: name the op"),
     ("layer.npz", "gdn", ("--family", "gdn", "--op", "decode", "--filter", "x"), "leave out --filter"),
 ])
