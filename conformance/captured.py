@@ -124,11 +124,11 @@ def dtype_in(name: str, a: np.ndarray, allowed: Iterable[str], what: str = "") -
     return a.dtype.name
 
 
-def int32_table(name: str, a: np.ndarray) -> np.ndarray:
-    """An int32 or int64 index array as int32 (InputsError naming it for another dtype or values
-    outside int32)."""
+def index_table(name: str, a: np.ndarray, dtype) -> np.ndarray:
+    """An int32 or int64 index array as ``dtype`` (np.int32 or np.int64; InputsError naming it for
+    another dtype or values outside ``dtype``)."""
     dtype_in(name, a, ("int32", "int64"))
-    info = np.iinfo(np.int32)
+    info = np.iinfo(dtype)
     if a.size and (a.min() < info.min or a.max() > info.max):
-        raise InputsError(f"{name}: entries outside the int32 range")
-    return a.astype(np.int32)
+        raise InputsError(f"{name}: entries outside the {np.dtype(dtype).name} range")
+    return a.astype(dtype)

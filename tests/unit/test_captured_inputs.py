@@ -16,6 +16,8 @@ from conformance.families.gdn import matrix as gdn_matrix
 from conformance.families.gdn.captured import KEYS as GDN_FILE_KEYS
 from conformance.families.turboquant import make_inputs as tq_inputs
 from conformance.families.turboquant import matrix as tq_matrix
+from conformance.families.turboquant.captured import KEYS as TQ_FILE_KEYS
+from conformance.families.turboquant.captured import OPTIONAL_KEYS as TQ_OPTIONAL
 from conformance.inprocess import run_one
 from conformance.memo import Memo
 from kernel_lab import cli
@@ -24,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SAFETENSORS = pytest.mark.skipif(importlib.util.find_spec("safetensors") is None,
                                  reason="the safetensors package is not installed (make setup installs it)")
 GDN_KEYS = GDN_FILE_KEYS["decode"]
-TQ_KEYS = ("query", "kv_cache", "block_table", "seq_lens", "rotation", "sinks")
+TQ_KEYS = TQ_FILE_KEYS["decode"] + TQ_OPTIONAL["decode"]
 GDN_CELL = gdn_matrix.cell_of("decode", dict(state="bfloat16", heads=(2, 4), KV=(32, 32), N=3, decay="weak",
                                              slots="padded", qk="unit", act="bfloat16"))
 TQ_CELL = tq_matrix.decode_cell("decode", "turboquant_4bit_nc", "soa", (2, 8), 16, (20, 7), "hadamard", False)
@@ -101,20 +103,21 @@ def test_a_gdn_file_of_any_op_is_judged_as_the_matrix_cell_it_was_written_from(t
 
 
 @pytest.mark.parametrize("cell", [
-    TQ_CELL,
-    tq_matrix.decode_cell("decode", "turboquant_k8v4", "aos", (2, 4), 16, (9, 20), "none", True, act="float16"),
+    *tq_matrix.cells("smoke"),
     tq_matrix.decode_cell("decode", "turboquant_3bit_nc", "aos", (4, 2), 32, (3, 1, 40), "random", True, D=64,
                           act="float32"),
     tq_matrix.decode_cell("decode", "turboquant_k3v4_nc", "soa", (1, 4), 16, (33,), "random", False, D=64),
-], ids=lambda c: f"{c['preset']}-{c['layout']}")
-def test_a_turboquant_file_gives_its_preset_layout_rotation_and_shapes(tmp_path, cell):
-    arrays = tq_arrays(cell)
-    file_cell = captured.file_cell(capture.save(tmp_path / "layer.npz", arrays), "turboquant", "decode")
+], ids=lambda c: f"{c.op}-{c['preset']}-{c['layout']}")
+def test_a_turboquant_file_gives_its_preset_layout_rotation_and_shapes_and_the_matrix_verdict(tmp_path, cell):
+    x = tq_inputs(cell)
+    arrays = {k: x[k] for k in TQ_FILE_KEYS[cell.op] + TQ_OPTIONAL[cell.op] if x.get(k) is not None}
+    strings = {"layout": cell["layout"]} if cell.op == "store" else {}   # a store's cache does not show it
+    file_cell = captured.file_cell(capture.save(tmp_path / "layer.npz", arrays, strings), "turboquant", cell.op)
     want = {k: v for k, v in cell.as_dict().items() if k != "range"}
     assert {k: v for k, v in file_cell.as_dict().items() if k != "inputs"} == want
     inputs = captured.load_inputs(file_cell)
     assert all(same_bits(inputs[k], arrays[k]) for k in arrays)
-    assert inputs["scale"] == pytest.approx(1 / np.sqrt(cell["D"]))
+    assert cell.op == "store" or inputs["scale"] == pytest.approx(1 / np.sqrt(cell["D"]))
     assert verdict(file_cell, "numpy-ref") == verdict(cell, "numpy-ref")
 
 
@@ -166,6 +169,15 @@ def _spec(change):
     return make
 
 
+def _store(change, strings=None):
+    def make():
+        x = tq_inputs(tq_matrix.cells("smoke")[0])
+        arrays = {k: x[k] for k in TQ_FILE_KEYS["store"] + TQ_OPTIONAL["store"]}
+        change(arrays)
+        return "turboquant/store", arrays, strings or {}
+    return make
+
+
 def _tq(change, strings=None):
     def make():
         arrays = tq_arrays()
@@ -200,6 +212,11 @@ BAD = {
     "all-padding": (_gdn(_set("state_indices", lambda a: np.full(4, -1, np.int32))),
                     "state_indices: every sequence is padding"),
     "no-rotation": (_tq(lambda a: a.pop("rotation")), "rotation: missing"),
+    "store-layout": (_store(lambda a: None), "layout: a store's cache does not show its layout"),
+    "slot-outside-cache": (_store(_poke("slot_mapping", 0, lambda a: a["kv_cache"].shape[0] * 16), {"layout": "aos"}),
+                           "slot_mapping entries must be < num_blocks * block_size"),
+    "value-dtype": (_store(_set("value", lambda a: a["value"].astype(np.float32)), {"layout": "aos"}),
+                    "value: dtype float32, expected bfloat16 (the dtype of key)"),
     "cu-seqlens": (_varlen(_poke("cu_seqlens", -1, lambda a: a["q"].shape[0] - 1)),
                    "cu_seqlens: expected to start at 0 and end at T="),
     "log-decay-dtype": (_varlen(_set("g", lambda a: a["g"].astype(np.float16))),
@@ -245,7 +262,8 @@ def test_a_bad_file_is_one_error_line_naming_the_key(tmp_path, capsys, case):
                  "not a readable .safetensors file", marks=SAFETENSORS),
     ("absent.npz", None, ("--family", "gdn", "--op", "decode"), "no such file"),
     ("layer.npz", "gdn", ("--family", "gdn", "--op", "gating"), "gdn/gating does not take a file; supported: "
-     "gdn/recurrent, gdn/chunked, gdn/decode, gdn/spec_decode, turboquant/decode"),
+     "gdn/recurrent, gdn/chunked, gdn/decode, gdn/spec_decode, turboquant/store, turboquant/decode, "
+     "turboquant/store_decode"),
     ("layer.npz", "gdn", ("--family", "gdn"), "--inputs: name the op"),
     ("layer.npz", "gdn", ("--family", "gdn", "--op", "decode", "--filter", "x"), "leave out --filter"),
 ])

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from conformance.captured import InputsError, check_keys, dtype_in, int32_table
+from conformance.captured import InputsError, check_keys, dtype_in, index_table
 from conformance.families.gdn.matrix import CHUNK
 from conformance.numerics import ACTIVATIONS
 from reference.gdn import arguments
@@ -52,7 +52,7 @@ def _dtypes(op: str, arrays: dict) -> dict:
     if "A_log" in arrays:
         dtype_in("A_log", arrays["A_log"], ("float32", "bfloat16"))
         out["A_log"] = arrays["A_log"].astype(np.float32)
-    out.update({name: int32_table(name, arrays[name]) for name in TABLES if name in arrays})
+    out.update({name: index_table(name, arrays[name], np.int32) for name in TABLES if name in arrays})
     return out
 
 
