@@ -6,7 +6,8 @@ dispatched to); a GPU's architecture (``sm_90``, ``gfx950``: ``gpu`` where no GP
 the architecture is unknown); ``interpreter`` (the Triton interpreter on the CPU); ``gfx950-emulated``
 (the NumPy emulation of the FlyDSL kernel); ``numpy``, ``jax`` (the references); ``cpu`` (torch or a
 peer's own CPU code). A backend declares its path with ``Backend.path``; one that chooses at run
-time reports what it took with ``took`` while it runs, and that is what its record holds.
+time reports what it took with ``took`` while it runs, and that is what its record holds (several
+paths of one run joined with ``+``; ``none dispatched``: a C++ backend's run that called no kernel).
 """
 from __future__ import annotations
 
