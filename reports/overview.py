@@ -27,7 +27,8 @@ def machines(runs: list[Run]) -> list[str | None] | None:
     return names if len(set(names)) > 1 else None
 
 
-def _implemented(run: Run, rec: dict) -> bool:
+def implemented(run: Run, rec: dict) -> bool:
+    """Whether ``rec``'s op is one its backend implements (unknown without run.json: yes)."""
     ops = ((run.info.get("backends") or {}).get(rec["backend"]) or {}).get("ops")
     return ops is None or rec["op"] in ops.get(rec["family"], ())
 
@@ -41,7 +42,7 @@ def overview(runs: list[Run]) -> dict:
         sel = run.info.get("selection") or {}
         for r in run.records:
             per_backend.setdefault((r["backend"], m), Counter())[r["status"]] += 1
-            if _implemented(run, r):
+            if implemented(run, r):
                 per_op.setdefault((r["family"], r["op"], r["backend"], m), Counter())[r["status"]] += 1
             if r["status"] in BAD_STATUSES:
                 metrics, decided = r.get("metrics") or {}, r.get("decided_by") or {}

@@ -6,6 +6,7 @@ judges it with the ``act-sdpa`` rounding model (float64 attention over the unqua
 dtype's tolerance)."""
 from __future__ import annotations
 
+from conformance import paths
 from conformance.registry import Backend, register
 
 
@@ -58,4 +59,5 @@ def _run(cell, inputs: dict) -> dict:
 
 TORCH_SDPA = register(Backend(
     name="torch-sdpa", ops={"turboquant": ("decode",)}, available=_available, run=_run,
-    supports=_supports, rounding_models={"turboquant": "act-sdpa"}, uses_gpu=True))
+    supports=_supports, rounding_models={"turboquant": "act-sdpa"}, uses_gpu=True,
+    path=lambda cell: paths.gpu_arch() or "cpu"))

@@ -33,7 +33,7 @@ import os
 import sys
 import types
 
-from conformance import fingerprint
+from conformance import fingerprint, paths
 from conformance.cells import activation
 from conformance.registry import Backend, register
 from conformance.torch_arrays import to_numpy
@@ -305,7 +305,8 @@ def _make(name: str, kernel: str, interpret: bool) -> Backend:
         name=name, ops={"turboquant": ops}, available=lambda: probe(interpret), run=run,
         supports=_supports(kernel, interpret), rounding_models={"turboquant": model},
         env=INTERPRET_ENV if interpret else {}, timeout_s=1800.0 if interpret else 600.0, uses_gpu=not interpret,
-        probe_call=interpret, **(INTERPRET_COST if interpret else {})))
+        probe_call=interpret, path=paths.fixed("interpreter") if interpret else paths.on_gpu,
+        **(INTERPRET_COST if interpret else {})))
 
 
 for _interp in (False, True):
