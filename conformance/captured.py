@@ -34,9 +34,13 @@ class InputsError(ValueError):
 
 
 def _module(family: str) -> ModuleType | None:
+    """The family's ``captured`` module, or None when it has none."""
+    name = f"{families.get(family).__name__}.captured"
     try:
-        return importlib.import_module(f"{families.get(family).__name__}.captured")
-    except ModuleNotFoundError:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name != name:
+            raise
         return None
 
 
@@ -98,8 +102,8 @@ def load_inputs(cell: Cell) -> dict:
 
 def check_keys(arrays: Mapping, strings: Mapping, required: Iterable[str], optional: Iterable[str] = (),
                optional_strings: Iterable[str] = ()) -> None:
-    """InputsError for a missing array key, an array or string key not expected, or a string where
-    an array is expected (and the reverse)."""
+    """InputsError for a missing array key (saying so when it came as a string) and for an array or
+    string key not expected."""
     required, optional, optional_strings = tuple(required), tuple(optional), tuple(optional_strings)
     for name in required:
         if name not in arrays:
