@@ -132,6 +132,16 @@ def test_a_named_layout_is_taken_and_a_cache_no_layout_can_tell_must_name_it(tmp
         captured.file_cell(tmp_path / "unnamed.npz", "turboquant", "decode")
 
 
+def test_a_tensor_file_keeps_strings_apart_and_refuses_pickles(tmp_path):
+    arrays, strings = tensor_files.read(tensor_files.write(tmp_path / "t.npz", {"x": np.arange(3)}, {"layout": "soa"}))
+    assert list(arrays) == ["x"] and strings == {"layout": "soa"}
+    with pytest.raises(ValueError, match="names used both for an array and a string: x"):
+        tensor_files.write(tmp_path / "t.npz", {"x": np.arange(3)}, {"x": "soa"})
+    np.savez(tmp_path / "pickle.npz", x=np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    with pytest.raises(tensor_files.TensorFileError, match="holds an object array"):
+        tensor_files.read(tmp_path / "pickle.npz")
+
+
 def test_a_worker_refuses_a_file_changed_since_its_cell_was_made(tmp_path):
     path = capture.save(tmp_path / "layer.npz", gdn_arrays())
     cell = captured.file_cell(path, "gdn", "decode")
