@@ -68,7 +68,7 @@ _GPU = Obj({"name": (str, None), "compute_capability": (str, None), "arch": (str
 _BACKEND = Obj({"available": bool, "reason": (str, None), "ops": (Map(List(str)), None)})
 SELECTION = Obj({"tier": (str, None), "family": (str, None), "op": (str, None),
                  "backends": (List(str), None), "filter": (str, None), "shard": (str, None),
-                 "model": (str, None), "config": (str, None)})
+                 "model": (str, None), "config": (str, None), "inputs": (str, None), "inputs_file": (str, None)})
 
 RUN_INFO = Obj({
     "schema": (int, None),

@@ -50,7 +50,8 @@ def overview(runs: list[Run]) -> dict:
                     "status": r["status"], "backend": r["backend"], "machine": m, "run": run.name, "id": r["id"],
                     "reason": r.get("reason") or "", "margin": metrics.get("margin"),
                     "decided_by": f"{decided.get('output') or '?'}: {decided['criterion']}" if decided.get("criterion") else "",
-                    "repro": repro.command(r["id"], r["backend"], run.tier, sel.get("model"), sel.get("config"))})
+                    "repro": repro.command(r["id"], r["backend"], run.tier, sel.get("model"), sel.get("config"),
+                                            sel.get("inputs_file"))})
     # errors and crashes (no margin) first, then the largest margin
     failures.sort(key=lambda f: (-(f["margin"] if isinstance(f["margin"], (int, float)) else math.inf), f["backend"], f["id"]))
     table = lambda d: [{"key": k, "counts": [c.get(s, 0) for s in STATUSES], "total": sum(c.values()),  # noqa: E731
