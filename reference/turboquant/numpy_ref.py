@@ -15,7 +15,9 @@ Rounding model, every step float32 unless said:
   ``x_t = scale * <q_rot, k_t>``; softmax over the sequence with an optional per-query-head sink
   logit (raw, not scaled) added once to the denominator; fp32 output ``[B, Hq, D]``.
 
-Rotation convention: see ``reference.turboquant.rotation`` (R is applied to row vectors, R = PiT).
+Rotation convention: see ``reference.turboquant.rotation`` (R is applied to row vectors, R = PiT); a
+head size that is not a power of two takes the seeded random rotation there (``default_rotation``), and
+every size is D-wide in the cache (no padding).
 Packing: 4-bit, element 2k in the low nibble of byte k; 3-bit, groups of 8 codes as 24-bit
 little-endian integers (code i at bits 3i); fp16 little-endian. Byte offsets: ``layout``.
 NumPy mutates the cache in place (``store`` also returns it).
@@ -30,9 +32,9 @@ from reference.turboquant import layout as _layout
 from reference.turboquant import validate
 from reference.turboquant.lloyd_max import centroids, midpoints
 from reference.turboquant.presets import PRESETS, Preset, preset
-from reference.turboquant.rotation import hadamard, random_rotation
+from reference.turboquant.rotation import default_rotation, hadamard, random_rotation
 
-__all__ = ["preset", "PRESETS", "hadamard", "random_rotation", "centroids", "store", "dequantize",
+__all__ = ["preset", "PRESETS", "hadamard", "random_rotation", "default_rotation", "centroids", "store", "dequantize",
            "decode", "decode_partials", "reduce_partials", "convert_layout", "read_fields",
            "pack_codes", "unpack_codes"]
 
