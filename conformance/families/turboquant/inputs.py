@@ -38,7 +38,7 @@ unit-range magnitudes unless said:
   partly float16 subnormals), so the logits stay about 1; values up to +-6e4 (v_zero and 15 v_scale near float16's
   range, the bound of the cache's fp16 scalars: beyond it the reference clamps).
 - "norm-edge": key norms 0.5 to 0.9 of 65504, just inside the fp16 k_norm field (the SoA store's folded norm stays
-  below it too), queries 1e-5 N(0, 1) so the logits stay about 1.
+  below it too), queries 2e-4 N(0, 1) so the logits stay about 1.
 - "aligned": each query head is a multiple of one key of its kv head (the sequence's last token for even heads,
   a drawn one for odd heads) with that logit 20: a peaked softmax whose output is about that token's V.
 """
@@ -122,7 +122,7 @@ def query_of(rng, cell: Cell, shape: tuple[int, int, int], key: np.ndarray, lens
     pattern says; ``key [tokens, Hk, D]`` holds the sequences' keys one after another (lengths ``lens``)."""
     pattern = pattern_of(cell)
     z = rng.standard_normal(shape)
-    q = {"dtype-edge": 1e4, "norm-edge": 1e-5}.get(pattern, RANGES[cell.get("range", "unit")][2]) * z
+    q = {"dtype-edge": 1e4, "norm-edge": 2e-4}.get(pattern, RANGES[cell.get("range", "unit")][2]) * z
     if pattern == "aligned":
         B, Hq, D = shape
         G = Hq // key.shape[1]
