@@ -164,7 +164,7 @@ def non_power_of_two(tier: str) -> list[Cell]:
                         act="float32"),
             decode_cell("decode", "turboquant_4bit_nc", "aos", (2, 16), 64, (130, 64), "random", True, D=96,
                         range="small-q"),
-            decode_cell("store_decode", "turboquant_3bit_nc", "aos", (8, 1), 16, (48, 33, 1), "random", True, D=96,
+            decode_cell("store_decode", "turboquant_3bit_nc", "aos", (8, 1), 16, (48, 33, 1), "random", False, D=96,
                         act="float16"),
             decode_cell("store_decode", "turboquant_k8v4", "aos", (2, 8), 16, (40, 9), "none", True, D=96,
                         range="wide", act="bfloat16"),
