@@ -40,6 +40,22 @@ def test_a_rotation_that_is_not_orthogonal_or_not_d_by_d_is_refused():
     _store(numpy_ref.default_rotation(96))
 
 
+@pytest.mark.parametrize("impl", [numpy_ref, jax_ref], ids=["numpy", "jax"])
+def test_a_key_whose_soa_folded_norm_overflows_float16_is_refused_and_the_aos_store_keeps_it(impl):
+    p, D = preset("turboquant_3bit_nc"), 96
+    key = np.random.default_rng(1).standard_normal((16, 1, D))
+    key = (key / np.linalg.norm(key, axis=-1, keepdims=True) * 65400).astype(np.float32)  # norm below 65504
+    R = numpy_ref.default_rotation(D)
+    assert numpy_ref.mse_key_codes(key, p, "soa", R)[1].max() > 65504  # ||k|| / sqrt(sum c^2) is not
+    for layout in ("aos", "soa"):
+        cache = np.zeros((1, 16, 1, p.slot_size(D)), np.uint8)
+        if layout == "aos":
+            impl.store(cache, key, key, np.arange(16), p.name, layout, R)
+        else:
+            with pytest.raises(ValueError, match="key holds a vector whose norm-corrected scalar"):
+                impl.store(cache, key, key, np.arange(16), p.name, layout, R)
+
+
 def test_a_cell_refuses_the_hadamard_at_a_head_size_that_is_not_a_power_of_two():
     with pytest.raises(ValueError, match="power-of-two D"):
         M.store_cell("turboquant_4bit_nc", "soa", 2, 16, 17, "hadamard", D=96)
