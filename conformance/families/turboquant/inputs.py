@@ -36,7 +36,8 @@ unit-range magnitudes unless said:
 - "correlated": keys 0.95 of a shared per-head direction plus 0.3 of independent noise (logits close together).
 - "dtype-edge": queries N(0, 10^4^2) (entries up to about 4e4, near float16's 65504), keys of norm about 1e-3 (entries
   partly float16 subnormals), so the logits stay about 1; values up to +-6e4 (v_zero and 15 v_scale near float16's
-  range, the bound of the cache's fp16 scalars: beyond it the reference clamps).
+  range, the bound of the cache's fp16 scalars: beyond it the reference clamps); FP8 keys that small flush to zero
+  (flat weights, a large quantization error, reported).
 - "norm-edge": key norms 0.5 to 0.9 of 65504, just inside the fp16 k_norm field (the SoA store's folded norm stays
   below it too), queries 2e-4 N(0, 1) so the logits stay about 1.
 - "aligned": each query head is a multiple of one key of its kv head (the sequence's last token for even heads,

@@ -19,6 +19,7 @@ from conformance.cells import Cell, make_cell
 from conformance.covering import pairwise
 from conformance.families.turboquant.inputs import PATTERNS, RANGES
 from conformance.numerics import ACTIVATIONS
+from reference.turboquant.rotation import is_power_of_two
 
 FAMILY = "turboquant"
 OPS = ("store", "decode", "store_decode")
@@ -50,7 +51,7 @@ def _rotation(preset, rotation, D) -> str:
     """FP8-key presets take rotation "none"; a Hadamard needs a power-of-two D (``reference.turboquant.rotation``)."""
     if preset == "turboquant_k8v4":
         return "none"
-    if rotation == "hadamard" and D & (D - 1):
+    if rotation == "hadamard" and not is_power_of_two(D):
         raise ValueError(f"rotation 'hadamard' needs a power-of-two D, got D={D}: use 'random'")
     return rotation
 
