@@ -158,7 +158,7 @@ def non_power_of_two(tier: str) -> list[Cell]:
     if tier == "full":
         out += [
             store_cell("turboquant_3bit_nc", "soa", 8, 64, 256, "random", D=96, range="wide", act="float16"),
-            store_cell("turboquant_k8v4", "aos", 4, 32, 64, "none", D=96, act="float32"),
+            store_cell("turboquant_k8v4", "aos", 4, 32, 64, "none", D=96, act="float16"),
             decode_cell("decode", "turboquant_4bit_nc", "soa", (8, 8), 16, (1024, 17), "random", False, D=96,
                         range="wide", act="float16"),
             decode_cell("decode", "turboquant_k3v4_nc", "soa", (4, 6), 32, (256, 1, 100), "random", True, D=96,
@@ -194,7 +194,7 @@ def adversarial(tier: str) -> list[Cell]:
     if tier == "full":
         out += [
             store_cell("turboquant_4bit_nc", "soa", 4, 16, 64, "random", act="float32", pattern="near-duplicate"),
-            store_cell("turboquant_3bit_nc", "aos", 2, 32, 33, "random", D=96, act="float32",
+            store_cell("turboquant_3bit_nc", "soa", 2, 32, 33, "random", D=96, act="float32",
                        pattern="near-duplicate"),
             store_cell("turboquant_4bit_nc", "soa", 4, 16, 33, "hadamard", act="bfloat16", pattern="norm-edge"),
             store_cell("turboquant_k8v4", "soa", 2, 16, 33, "none", act="float16", pattern="dtype-edge"),
