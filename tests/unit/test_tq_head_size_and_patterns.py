@@ -6,7 +6,8 @@ import pytest
 from conformance.families.turboquant import make_inputs
 from conformance.families.turboquant import matrix as M
 from conformance.families.turboquant.oracle import dequantized, expected_cache, rotated_query
-from conformance.families.turboquant.tolerances import ties
+from conformance.families.turboquant.tolerances import attention_atol, ties
+from conformance.numerics import U32
 from conformance.memo import Memo
 from conformance.testing import PLANTED, first_failing_cell, reference_impl, verdict_of
 from reference.turboquant import jax_ref, numpy_ref, rotation
@@ -153,3 +154,12 @@ def test_a_new_ci_cell_catches_its_planted_bugs(short_id):
         bug = PLANTED[f"turboquant.{name}"]
         assert bug.applies(cell), name
         assert verdict_of(bug.plant(base), cell, "exact", memo).status == "fail", name
+
+
+def test_the_adversarial_decodes_keep_the_logit_error_in_the_first_order_regime_of_decode_exact():
+    for cell in (c for c in M.adversarial("ci") if c.op != "store"):
+        x = make_inputs(cell)
+        cache = expected_cache(x) if cell.op == "store_decode" else x["kv_cache"]
+        keys, values = dequantized(x, cache)
+        _, _, xmax = attention_atol(rotated_query(x), keys, values, cell["G"], x["scale"], int(max(x["seq_lens"])))
+        assert 8 * np.sqrt(2 * (cell["D"] + 1)) * U32 * xmax < 1e-3, cell.id
