@@ -41,7 +41,9 @@ def orthogonality_atol(D: int) -> float:
     probabilistic bound of Higham and Mary 2019)."""
     return (2.0 + 8.0 * np.sqrt(D)) * U32
 
+
 def is_power_of_two(D: int) -> bool:
+    """Whether the head size ``D`` (an int) is a power of two (a Sylvester Hadamard exists)."""
     return D > 0 and not D & (D - 1)
 
 
