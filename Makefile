@@ -10,10 +10,12 @@ FLYDSL_PIN := flydsl==0.2.4
 # rich draws the commands' text tables.
 REPORT_PINS := Jinja2==3.1.6 matplotlib==3.10.8 playwright==1.57.0 junitparser==4.0.2 pygal==3.1.3 pygaljs==1.0.2 \
                rich==15.0.0
+# conform --inputs FILE.safetensors (conformance/tensor_files.py).
+SAFETENSORS_PIN := safetensors==0.8.0
 # One pinned pip line. torch==2.13.0 resolves to the CPU wheel on x86-64 Linux CPU machines.
 PINS := torch==2.13.0 triton==3.8.0 jax==0.10.2 jaxlib==0.10.2 numpy==2.4.6 ml_dtypes==0.6.0 \
         scipy==1.17.1 pytest==9.2.0 pytest-benchmark==5.3.1 scikit-build-core==1.1.2 nanobind==3.1.0 \
-        hypothesis==6.170.17 pytest-xdist==3.8.0 execnet==2.1.2 $(REPORT_PINS) $(FLYDSL_PIN)
+        hypothesis==6.170.17 pytest-xdist==3.8.0 execnet==2.1.2 $(SAFETENSORS_PIN) $(REPORT_PINS) $(FLYDSL_PIN)
 # The ray executor (kernel-lab[ray]): Ray and the packages it needs that no other pin brings.
 RAY_PINS := ray==2.60.0 click==8.5.1 jsonschema==4.26.0 jsonschema-specifications==2025.9.1 msgpack==1.2.4 \
             protobuf==7.36.2 PyYAML==6.0.4 attrs==26.1.0 referencing==0.37.0 rpds-py==2026.9.1
@@ -29,7 +31,7 @@ OUT  ?= reports/out/conform-$(STAMP)
 
 .PHONY: setup setup-offline extension conform test test-long test-ray perf sanitize clean flydsl-toolchain chromium peers peers-carry
 
-setup: $(VENV)/.deps $(VENV)/.extension $(VENV)/.report $(VENV)/.ray
+setup: $(VENV)/.deps $(VENV)/.extension $(VENV)/.report $(VENV)/.ray $(VENV)/.safetensors
 
 $(VENV)/.deps:
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +52,11 @@ $(PY_LAYOUT): | $(VENV)/.deps
 # Ray for `conform --executor ray` and its tests (also for venvs made before the pin).
 $(VENV)/.ray: $(VENV)/.deps
 	$(VPY) -c "import ray" 2>/dev/null || $(VPY) -m pip install -q --disable-pip-version-check $(RAY_PINS)
+	touch $@
+
+# Venvs made before the safetensors pin get it here.
+$(VENV)/.safetensors: $(VENV)/.deps
+	$(VPY) -c "import safetensors" 2>/dev/null || $(VPY) -m pip install -q --disable-pip-version-check $(SAFETENSORS_PIN)
 	touch $@
 
 # Venvs made before the report's pins get them here.

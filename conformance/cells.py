@@ -7,7 +7,7 @@ the id, so a cell means the same numbers on every machine and in every process.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -36,12 +36,15 @@ def format_value(value: Any) -> str:
 
 @dataclass(frozen=True)
 class Cell:
-    """One matrix point. ``params`` keeps its order: it is the order of the id."""
+    """One matrix point. ``params`` keeps its order: it is the order of the id. ``source``: the
+    file its inputs are read from (``conformance.captured``; None: drawn from ``rng``), not part
+    of the id, of equality or of the hash."""
 
     family: str
     op: str
     params: tuple[tuple[str, Any], ...]
     seed: int = 0
+    source: str | None = field(default=None, compare=False, repr=False)
 
     @property
     def id(self) -> str:

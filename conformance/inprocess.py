@@ -12,7 +12,7 @@ import time
 import traceback
 from typing import Any, Mapping
 
-from conformance import families, registry
+from conformance import families, paths, registry
 from conformance.cells import Cell
 from conformance.memo import Memo
 
@@ -25,7 +25,12 @@ def inputs_copy(inputs: Mapping[str, Any]) -> dict:
 
 
 def cell_inputs(cell: Cell, memo: Memo = MEMO) -> dict:
-    """The family's inputs of ``cell`` (drawn once per cell while the memo keeps them; do not mutate)."""
+    """The family's inputs of ``cell`` (drawn, or read from its file, once per cell while the memo
+    keeps them; do not mutate)."""
+    if cell.source is not None:
+        from conformance import captured
+
+        return memo.inputs(cell, captured.load_inputs)
     return memo.inputs(cell, families.get(cell.family).make_inputs)
 
 
@@ -36,8 +41,10 @@ def base_record(cell: Cell, backend: registry.Backend) -> dict:
 
 
 def static_record(cell: Cell, backend: registry.Backend, status: str, reason: str) -> dict:
-    """A record decided without running the kernel (skip) or without a record from the worker (crash)."""
-    return {**base_record(cell, backend), "status": status, "reason": reason, "duration_s": 0.0}
+    """A record decided without running the kernel (skip) or without a record from the worker
+    (crash): its path is the one the backend would take (``Backend.code_path``)."""
+    return {**base_record(cell, backend), "status": status, "reason": reason, "duration_s": 0.0,
+            "path": backend.code_path(cell)}
 
 
 def run_one(cell: Cell, backend_name: str, memo: Memo = MEMO) -> dict:
@@ -47,20 +54,24 @@ def run_one(cell: Cell, backend_name: str, memo: Memo = MEMO) -> dict:
     try:
         reason = backend.skip_reason(cell)
     except registry.HookError as exc:
-        return {**record, "status": "error", "reason": str(exc), "duration_s": 0.0}
+        return {**record, "status": "error", "reason": str(exc), "duration_s": 0.0, "path": backend.code_path(cell)}
     if reason is not None:
-        return {**record, "status": "skip", "reason": reason, "duration_s": 0.0}
+        return {**record, "status": "skip", "reason": reason, "duration_s": 0.0, "path": backend.code_path(cell)}
     family = families.get(cell.family)
     start = time.perf_counter()
+    taken: list[str] = []   # the paths the run reported (paths.took); else the one it declares
     try:
         inputs = cell_inputs(cell, memo)
-        outputs = backend.run(cell, inputs_copy(inputs))
+        with paths.observe() as taken:
+            outputs = backend.run(cell, inputs_copy(inputs))
         duration = time.perf_counter() - start
+        record["path"] = "+".join(taken) or backend.code_path(cell)
         result = family.check(cell, backend.rounding_model(cell.family), inputs, outputs, memo)
     except Exception as exc:
         tb = traceback.format_exc(limit=-3)
         return {**record, "status": "error", "reason": f"{type(exc).__name__}: {exc}",
-                "traceback": tb, "duration_s": time.perf_counter() - start}
+                "traceback": tb, "duration_s": time.perf_counter() - start,
+                "path": "+".join(taken) or backend.code_path(cell)}
     status, reason = result.status, result.reason
     try:
         xfail = backend.hook("xfail", cell)

@@ -8,7 +8,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from conformance import fingerprint, records
+from conformance import fingerprint, records, schema
 from conformance.counts import count
 from conformance.errors import RunStopped, UsageError
 from conformance.run_folder import check_out, make_out
@@ -110,7 +110,9 @@ def merge(inputs: list[str], out: str | Path) -> Merged:
     selection["shard"] = None
     try:
         records.write_all(out_dir / "cells.jsonl", merged)
-        records.dump_json(out_dir / "run.json", {**fingerprint.fingerprint(), "selection": selection,
+        # the oldest shard's version: its records lack what later versions added
+        version = min(schema.version(info) for _, info, _ in runs)
+        records.dump_json(out_dir / "run.json", {"schema": version, **fingerprint.fingerprint(), "selection": selection,
                                                  "merged_from": {src: info for src, info, _ in runs},
                                                  "counts": {k: dict(v) for k, v in counts.items()},
                                                  "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")})

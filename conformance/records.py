@@ -8,8 +8,9 @@ tolerance (atol, rtol, max_mismatch, rel_l2, source), quality (secondary errors,
 float32-state truth or the unquantized attention), duration_s, device (``cpu`` or ``cuda:N`` /
 ``hip:N``, the visible device the worker was pinned to), retried_from (the device whose worker
 died on this pair before it was retried, when it was), warnings (what the worker warned while
-running the pair), output (what it printed, kept out of the console). ``reason``, ``traceback``
-and ``output`` are cut to ``MAX_TEXT`` characters.
+running the pair), output (what it printed, kept out of the console), path (the code path that
+ran, or for a skip the one that would have: ``conformance.paths``; since schema version 2).
+``reason``, ``traceback`` and ``output`` are cut to ``MAX_TEXT`` characters.
 """
 from __future__ import annotations
 

@@ -14,13 +14,17 @@ import pkgutil
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-from conformance import plugins
+from conformance import paths, plugins
 from conformance.cells import Cell, refuse_control_characters
 from conformance.errors import UsageError
 
 
 def _always(cell: Cell) -> str | None:
     return None
+
+
+def _undeclared(cell: Cell) -> str:
+    return paths.UNKNOWN
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,10 @@ class Backend:
     probe_call:     the probe also makes one tiny call of the kernels (``conformance.probe``): for stacks
                     that import but may not run here (the Triton interpreter under a NumPy it breaks on).
     probe_timeout_s: the probe's limit (available() and the tiny call) before it is killed.
+    path:           ``path(cell) -> str``: the code path it takes for the cell on this machine
+                    (``conformance.paths``: ``amx``, ``sm_90``, ``interpreter``, ``numpy`` ...), asked
+                    where the record is made (the worker after a run, the runner for a skip); a run
+                    that reports the path it took (``paths.took``) records that instead.
 
     ``supports`` and ``xfail`` that raise, or return something other than None or a string, make
     the pair an ``error`` record naming the hook.
@@ -67,6 +75,16 @@ class Backend:
     work_budget: float | Mapping[str, float] | None = None
     probe_call: bool = False
     probe_timeout_s: float = 120.0
+    path: Callable[[Cell], str] = _undeclared
+
+    def code_path(self, cell: Cell) -> str:
+        """``path(cell)``; one that raises or answers something other than a string is recorded
+        as ``unknown: ...`` saying so (the record still says what ran or skipped)."""
+        try:
+            answer = self.path(cell)
+        except Exception as exc:
+            return f"{paths.UNKNOWN}: path() raised {type(exc).__name__}: {exc}"
+        return answer if isinstance(answer, str) and answer else f"{paths.UNKNOWN}: path() returned {answer!r}"
 
     def rounding_model(self, family: str) -> str:
         """The rounding model this backend is held to in ``family``."""

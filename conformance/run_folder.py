@@ -13,7 +13,7 @@ import socket
 import time
 from pathlib import Path
 
-from conformance import records
+from conformance import records, schema
 from conformance.errors import RunStopped, UsageError
 from conformance.selection import selection_differences
 
@@ -122,6 +122,9 @@ def previous_records(out_dir: Path, selection: dict, resume: bool, warn) -> tupl
     if not recs and not run_path.exists():
         return [], None
     info = records.read_json(run_path)
+    if schema.version(info) > schema.VERSION:
+        raise UsageError(f"--resume: {run_path} is of schema version {schema.version(info)}, newer than this "
+                         f"kernel-lab's {schema.VERSION}; resume it with the kernel-lab that wrote it")
     if "selection" not in info:
         raise UsageError(f"--resume: {run_path} records no selection (written by an older kernel-lab); "
                          "choose another --out")

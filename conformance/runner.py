@@ -17,7 +17,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from conformance import executors, fingerprint, records, registry
+from conformance import executors, fingerprint, records, registry, schema
 from conformance.cells import Cell
 from conformance.counts import count
 from conformance.errors import RunStopped, UsageError
@@ -124,7 +124,9 @@ def _run_locked(selection, cells, backends, out_dir, executor, *, resume, timeou
     jobs = executor.jobs
     start = time.monotonic()
     run_path = out_dir / "run.json"
-    info = {**fingerprint.fingerprint(), "selection": selection.as_dict(), "jobs": jobs,
+    # a resumed folder of an older version keeps its records as they are: it stays that version
+    version = schema.version(old_info) if old_info is not None else schema.VERSION
+    info = {"schema": version, **fingerprint.fingerprint(), "selection": selection.as_dict(), "jobs": jobs,
             "timeout_s": timeout_s, "work_budget": budget, **executor.info(),
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     if old_info is not None:

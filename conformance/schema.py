@@ -6,12 +6,20 @@ makes of non-finite floats), ``bool``, ``None``, a tuple of alternatives, ``List
 ``Map(value)`` (an object with any string keys) and ``Obj(fields, required)``; ``ANY`` is any JSON
 up to ``MAX_DEPTH`` levels. Fields a schema does not name are allowed (records from newer
 versions), fields it names must have their type. ``problem`` says what is wrong, or None.
+
+Versions (run.json's ``schema``; a folder without it is version 1). Every version's folders load,
+and resume: records of an older version are kept as they are and the report shows what they lack.
+
+- 1: the first.
+- 2: every record has ``path``, the code path that ran (``conformance.paths``), or for a skip the
+  one that would have run; records of version 1 have none (the report shows "not recorded").
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
+VERSION = 2
 STATUSES = ("pass", "fail", "skip", "xfail", "xpass", "error", "crash")
 MAX_DEPTH = 8
 NONFINITE = ("nan", "inf", "-inf")
@@ -52,16 +60,18 @@ RECORD = Obj({
     "duration_s": (number, None), "device": (str, None), "retried_from": (str, None),
     "warnings": (List(str), None), "output": (str, None),
     "decided_by": (Obj({"output": (str, None), "criterion": (str, None)}), None),
-    "wall_s": (number, None), "first_in_worker": (bool, None)}, required=("id", "backend", "status"))
+    "wall_s": (number, None), "first_in_worker": (bool, None), "path": (str, None)},
+    required=("id", "backend", "status"))
 
 _GPU = Obj({"name": (str, None), "compute_capability": (str, None), "arch": (str, None),
             "driver": (str, None), "runtime": (str, None)})
 _BACKEND = Obj({"available": bool, "reason": (str, None), "ops": (Map(List(str)), None)})
 SELECTION = Obj({"tier": (str, None), "family": (str, None), "op": (str, None),
                  "backends": (List(str), None), "filter": (str, None), "shard": (str, None),
-                 "model": (str, None), "config": (str, None)})
+                 "model": (str, None), "config": (str, None), "inputs": (str, None), "inputs_file": (str, None)})
 
 RUN_INFO = Obj({
+    "schema": (int, None),
     "cpu": (Obj({"model": (str, None), "flags": List(str), "cores": (int, None)}), None),
     "gpus": (List(_GPU), None), "os": (str, None), "versions": (Map((str, None)), None),
     "git": (Obj({"commit": (str, None), "dirty": (bool, None)}), None),
@@ -71,6 +81,12 @@ RUN_INFO = Obj({
     "backends": (Map(_BACKEND), None), "rounding_models": (Map(Map(str)), None),
     "counts": (Map(Map(int)), None), "retired_devices": (Map(str), None), "stopped": (str, None),
     "merged_from": (List(str), Map(ANY), None)})
+
+
+def version(info: dict) -> int:
+    """The schema version of a run folder from its run.json (``{}`` when it has none: version 1)."""
+    found = info.get("schema", 1)
+    return found if isinstance(found, int) and not isinstance(found, bool) else 1
 
 
 def _name(spec) -> str:

@@ -1,5 +1,6 @@
-"""What a run covers: the cells of a tier filtered by family, op and id, sharded, and the backends
-named; the ``Selection`` recorded in run.json, which ``--resume`` and ``merge`` check.
+"""What a run covers: the cells of a tier filtered by family, op and id, sharded (or the one cell of a
+file of captured tensors, ``--inputs``: ``conformance.captured``), and the backends named; the
+``Selection`` recorded in run.json, which ``--resume`` and ``merge`` check (of a file, its SHA-256).
 
 Shards: ``K/N`` takes cell i when i mod N = K-1 (``shard_by`` None), or, with ``shard_by="cost"``,
 the K-th of N parts of about equal estimated time (longest first, each to the part with least so
@@ -16,7 +17,7 @@ from conformance.cells import Cell
 from conformance.errors import UsageError
 from conformance.estimate import first_estimate
 
-SELECTION_KEYS = ("tier", "family", "op", "backends", "filter", "shard", "shard_by", "model", "config")
+SELECTION_KEYS = ("tier", "family", "op", "backends", "filter", "shard", "shard_by", "model", "config", "inputs")
 SHARD_BY = ("index", "cost")
 # Scheduler: (index variable, count variable or None, index of the first part); Slurm's first
 # index is SLURM_ARRAY_TASK_MIN. Kubernetes gives no count: --shard-count names it.
@@ -148,12 +149,26 @@ class Selection:
     config: str | None = None                  # ... or those of a config.json
     shard_by: str | None = None                # None: cell i mod N; "cost": balanced estimated time
     shard_from: str | None = None              # the scheduler variables --shard env read (not compared)
+    inputs: str | None = None                  # a file of captured tensors: its one cell (conformance.captured)
+    inputs_sha256: str | None = None           # ... its digest (read when not given), compared (the path is not)
 
     def __post_init__(self):
         if self.shard_by not in (None, *SHARD_BY):
             raise UsageError(f"--shard-by {self.shard_by!r}: expected one of {', '.join(SHARD_BY)}")
         if self.shard_by is not None and self.shard is None:
             raise UsageError("--shard-by: only with --shard K/N or --shard env")
+        if self.inputs is not None:
+            if self.family is None or self.op is None:
+                raise UsageError("--inputs: name the op the file's tensors are the arguments of with --family F "
+                                 "--op OP")
+            beside = [flag for flag, value in (("--filter", self.filter), ("--shard", self.shard),
+                                                ("--model", self.model), ("--config", self.config)) if value]
+            if beside:
+                raise UsageError(f"--inputs runs the file's one cell: leave out {', '.join(beside)}")
+            if self.inputs_sha256 is None:
+                from conformance import captured
+
+                object.__setattr__(self, "inputs_sha256", captured.sha256(self.inputs))
 
     def as_dict(self) -> dict:
         out = {"tier": self.tier, "family": self.family, "op": self.op,
@@ -163,11 +178,19 @@ class Selection:
             out["shard_by"] = self.shard_by
         if self.shard_from is not None:
             out["shard_from"] = self.shard_from
+        if self.inputs is not None:
+            out.update(inputs=f"sha256:{self.inputs_sha256}", inputs_file=self.inputs)
         return out
 
     def resolve(self) -> tuple[list[Cell], list[registry.Backend]]:
         """Its cells and backends; a selection without a cell, or without a backend, is a usage error."""
         backends = select_backends(list(self.backends) if self.backends is not None else None)
+        if self.inputs is not None:
+            from conformance import captured
+
+            cells = [captured.file_cell(self.inputs, self.family, self.op, self.inputs_sha256)]
+            self._implemented(cells, backends)
+            return cells, backends
         by_cost = self.shard_by == "cost"
         shard = None if by_cost else parse_shard(self.shard)
         cells = select_cells(self.tier, self.family, self.op, self.filter, shard)
@@ -180,10 +203,14 @@ class Selection:
         if not cells:
             asked = ", ".join(f"{k} {v!r}" for k, v in self.as_dict().items() if v is not None and k != "backends")
             raise UsageError(f"the selection matches no cell ({asked}); `kernel-lab list-cells` shows them")
+        self._implemented(cells, backends)
+        return cells, backends
+
+    @staticmethod
+    def _implemented(cells: list[Cell], backends: list[registry.Backend]) -> None:
         if not any(c.op in b.ops.get(c.family, ()) for b in backends for c in cells):
             raise UsageError(f"none of the backends {', '.join(b.name for b in backends)} implements "
                              f"any of the {len(cells)} selected cells")
-        return cells, backends
 
 
 def selection_differences(recorded: dict, now: dict, keys=SELECTION_KEYS) -> list[str]:

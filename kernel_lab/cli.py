@@ -97,7 +97,7 @@ def _selection(args) -> selection.Selection:
     return selection.Selection(tier=args.tier, family=args.family, op=args.op,
                                backends=tuple(names) if names is not None else None,
                                filter=args.filter, shard=shard, model=args.model, config=args.config,
-                               shard_by=args.shard_by, shard_from=source)
+                               shard_by=args.shard_by, shard_from=source, inputs=args.inputs)
 
 
 def fresh_out(base: Path = Path("reports/out")) -> Path:
@@ -304,6 +304,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run interpreter backends on cells over their work budget too")
     c.add_argument("--model", help="also cells in this shipped model's shapes (planner/configs/NAME.json)")
     c.add_argument("--config", help="also cells in the shapes of this config.json")
+    c.add_argument("--inputs", metavar="FILE", help="run one cell whose inputs are the tensors of FILE (.npz or "
+                   ".safetensors, keyed by the reference's argument names; with --family and --op; "
+                   "conformance/capture.py writes one)")
     c.set_defaults(func=cmd_conform)
 
     n = sub.add_parser("node", help="the `ray start` line that joins this machine to a lab cluster")

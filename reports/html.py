@@ -15,7 +15,7 @@ from markupsafe import Markup
 
 from conformance.records import STATUSES
 from bench import gates
-from reports import agreement, figures, matrix, overview
+from reports import agreement, coverage, figures, matrix, overview
 from reports.load import Run
 from reports.perf import Perf
 
@@ -67,6 +67,12 @@ def rounding_models(info: dict) -> dict[str, dict[str, str]]:
     if isinstance(shards, dict):
         return {b: fams for shard in shards.values() for b, fams in rounding_models(shard or {}).items()}
     return info.get("rounding_models") or {}
+
+
+def coverage_table(runs: list[Run]) -> dict:
+    """The coverage table's rows (``reports.coverage``) and the paths no cell ran."""
+    rows = coverage.rows(runs)
+    return {"rows": rows, "none": coverage.unexercised(rows)}
 
 
 def unavailable_list(runs: list[Run]) -> list[dict]:
@@ -134,6 +140,7 @@ def render(runs: list[Run], perfs: list[Perf], studies: list[dict], study_proble
     return _env().get_template("report.html.j2").render(
         generated=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         runs=[run_header(r) for r in runs], statuses=STATUSES, overview=overview.overview(runs),
+        coverage=coverage_table(runs),
         totals=[(s, sum(r["status"] == s for r in all_records)) for s in STATUSES],
         unavailable=unavailable_list(runs), data=matrix.pack(runs),
         agreement=agreement.agreement(all_records), studies=studies, study_problems=study_problems,

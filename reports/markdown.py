@@ -9,6 +9,7 @@ import re
 from collections import Counter, defaultdict
 
 from conformance import records
+from reports import coverage
 from reports.load import Run
 
 MAX_LISTED = 50
@@ -79,6 +80,30 @@ def _activation_section(recs: list[dict], implemented: dict) -> list[str]:
              _table(["backend", *map(text, acts)], rows), ""] + (never + [""] if never else []))
 
 
+MAX_REASONS = 3
+
+
+def coverage_section(run: Run) -> list[str]:
+    """The coverage table (``reports.coverage``): per backend and code path, cells ran, passed,
+    failed and skipped, the skip reasons grouped; a path no cell ran says so in bold."""
+    table = coverage.rows([run])
+    if not table:
+        return []
+
+    def why(row: dict) -> str:
+        shown = [f"{n}x {text(reason[:200])}" for reason, n in row["reasons"][:MAX_REASONS]]
+        more = len(row["reasons"]) - MAX_REASONS
+        return "; ".join(shown + ([f"{more} more reasons"] if more > 0 else []))
+
+    none = coverage.unexercised(table)
+    return (["## Coverage per backend and code path", ""]
+            + ([f"**{coverage.NO_CELL_RAN}** on {len(none)} path(s): {text(', '.join(none))}", ""] if none else [])
+            + [_table(["backend", "path", "ran", "passed", "failed", "skipped", "why skipped"],
+                      [[text(r["backend"]), text(r["path"]),
+                        f"0 **{coverage.NO_CELL_RAN}**" if r["none_ran"] else str(r["ran"]),
+                        str(r["passed"]), str(r["failed"]), str(r["skipped"]), why(r)] for r in table]), ""])
+
+
 def render(run: Run) -> str:
     recs, info = run.records, run.info
     out = [f"# kernel-lab conformance: {text(run.path)}", ""]
@@ -94,6 +119,7 @@ def render(run: Run) -> str:
                 f"{' (dirty)' if info.get('git', {}).get('dirty') else ''}",
                 f"- command: {code(' '.join(info.get('command', [])))}",
                 f"- elapsed: {text(info.get('elapsed_s', '?'))} s", ""]
+    out += coverage_section(run)
     by_backend: dict[str, Counter] = defaultdict(Counter)
     by_op: dict[tuple, Counter] = defaultdict(Counter)
     implemented = {n: b.get("ops") for n, b in info.get("backends", {}).items()}

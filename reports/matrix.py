@@ -118,4 +118,5 @@ def pack(runs: list[Run]) -> dict:
     return {"statuses": list(STATUSES), "strings": strings.items, "metric_keys": metric_keys,
             "rows": row_info, "cells": cell_list, "recs": recs, "hidden_unavailable": hidden,
             "runs": [{"name": r.name, "tier": r.tier, "model": (r.info.get("selection") or {}).get("model"),
-                      "config": (r.info.get("selection") or {}).get("config")} for r in runs]}
+                      "config": (r.info.get("selection") or {}).get("config"),
+                      "inputs": (r.info.get("selection") or {}).get("inputs_file")} for r in runs]}

@@ -27,7 +27,8 @@ def machines(runs: list[Run]) -> list[str | None] | None:
     return names if len(set(names)) > 1 else None
 
 
-def _implemented(run: Run, rec: dict) -> bool:
+def implemented(run: Run, rec: dict) -> bool:
+    """Whether ``rec``'s op is one its backend implements (unknown without run.json: yes)."""
     ops = ((run.info.get("backends") or {}).get(rec["backend"]) or {}).get("ops")
     return ops is None or rec["op"] in ops.get(rec["family"], ())
 
@@ -41,7 +42,7 @@ def overview(runs: list[Run]) -> dict:
         sel = run.info.get("selection") or {}
         for r in run.records:
             per_backend.setdefault((r["backend"], m), Counter())[r["status"]] += 1
-            if _implemented(run, r):
+            if implemented(run, r):
                 per_op.setdefault((r["family"], r["op"], r["backend"], m), Counter())[r["status"]] += 1
             if r["status"] in BAD_STATUSES:
                 metrics, decided = r.get("metrics") or {}, r.get("decided_by") or {}
@@ -49,7 +50,8 @@ def overview(runs: list[Run]) -> dict:
                     "status": r["status"], "backend": r["backend"], "machine": m, "run": run.name, "id": r["id"],
                     "reason": r.get("reason") or "", "margin": metrics.get("margin"),
                     "decided_by": f"{decided.get('output') or '?'}: {decided['criterion']}" if decided.get("criterion") else "",
-                    "repro": repro.command(r["id"], r["backend"], run.tier, sel.get("model"), sel.get("config"))})
+                    "repro": repro.command(r["id"], r["backend"], run.tier, sel.get("model"), sel.get("config"),
+                                            sel.get("inputs_file"))})
     # errors and crashes (no margin) first, then the largest margin
     failures.sort(key=lambda f: (-(f["margin"] if isinstance(f["margin"], (int, float)) else math.inf), f["backend"], f["id"]))
     table = lambda d: [{"key": k, "counts": [c.get(s, 0) for s in STATUSES], "total": sum(c.values()),  # noqa: E731

@@ -1,7 +1,8 @@
 """The command that reproduces one record: ``kernel-lab conform`` selecting exactly its cell (the id,
-regex characters escaped, anchored, as ``--filter``) and its backend, each argument quoted for a
-POSIX shell (``shlex.quote``). ``conform`` writes into a fresh folder unless ``--out`` is given, so
-the command runs any number of times. The page's script builds the same string (report.js)."""
+regex characters escaped, anchored, as ``--filter``; a cell of captured tensors by its file,
+``--inputs``) and its backend, each argument quoted for a POSIX shell (``shlex.quote``). ``conform``
+writes into a fresh folder unless ``--out`` is given, so the command runs any number of times. The
+page's script builds the same string (report.js)."""
 from __future__ import annotations
 
 import re
@@ -16,7 +17,13 @@ def cell_pattern(cell_id: str) -> str:
 
 
 def command(cell_id: str, backend: str, tier: str | None = None, model: str | None = None,
-            config: str | None = None) -> str:
+            config: str | None = None, inputs: str | None = None) -> str:
+    """The command of one record; ``inputs``: the file of captured tensors its run read (``--inputs``),
+    which names the run's one cell by itself."""
+    if inputs:
+        family, op = cell_id.split("/")[:2]
+        return shlex.join(["kernel-lab", "conform", "--inputs", inputs, "--family", family, "--op", op,
+                           "--backend", backend])
     args = ["kernel-lab", "conform"]
     for flag, value in (("--tier", tier), ("--model", model), ("--config", config)):
         if value:

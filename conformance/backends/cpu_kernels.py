@@ -8,9 +8,13 @@ interval) is not implemented: those cells are skips. Rounding model (gdn) ``bf16
 kernel rounds its GEMM operands to bf16 exactly as ``numpy_ref.chunked(operand_dtype="bfloat16")``;
 the family holds decode and spec decode to the exact oracle whatever the model (they compute in
 fp32 and round only the state).
+
+Path: the ISA build the extension dispatched the cell's calls to (``optimized.cpu.dispatch_counts``),
+``scalar`` for gating (one portable build, whichever backend calls it); a skip's is the backend's ISA.
 """
 from __future__ import annotations
 
+from conformance import paths
 from conformance.registry import Backend, register
 
 OPS = {"gdn": ("gating", "chunked", "decode", "spec_decode")}
@@ -71,12 +75,18 @@ def _make(isa: str) -> Backend:
         return cpu.isa_status()[isa]
 
     def run(cell, inputs):
+        import optimized.cpu as cpu
         from conformance import families
 
-        return families.get(cell.family).run_with(KernelImpl(isa), cell, inputs)
+        before = cpu.dispatch_counts()
+        outputs = families.get(cell.family).run_with(KernelImpl(isa), cell, inputs)
+        after = cpu.dispatch_counts()
+        paths.took("+".join(name for name in cpu.ISAS if after[name] > before[name]) or "none dispatched")
+        return outputs
 
     return register(Backend(name=f"cpu-{isa}", ops=OPS, available=available, run=run, supports=_supports,
-                            rounding_models={"gdn": "bf16-operands"}))
+                            rounding_models={"gdn": "bf16-operands"},
+                            path=lambda cell: "scalar" if cell.op == "gating" else isa))
 
 
 CPU_AMX = _make("amx")

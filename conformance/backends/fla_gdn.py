@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from conformance import fingerprint
+from conformance import fingerprint, paths
 from conformance.cells import activation
 from conformance.families.gdn.models import defined_for
 from conformance.registry import Backend, register
@@ -178,7 +178,8 @@ def _make(name: str, gpu: bool) -> Backend:
     return register(Backend(
         name=name, ops={"gdn": ("recurrent", "chunked")}, available=_available(gpu), run=run,
         supports=_supports if gpu else _whole_call, **({"xfail": _xfail} if gpu else {}),
-        rounding_models={"gdn": "fla-chunk" if gpu else "exact"}, uses_gpu=gpu))
+        rounding_models={"gdn": "fla-chunk" if gpu else "exact"}, uses_gpu=gpu,
+        path=paths.on_gpu if gpu else paths.fixed("cpu")))
 
 
 _make("fla", gpu=True)

@@ -10,6 +10,7 @@ operands are bf16); other cells are skips with the reason. Rounding model: the f
 """
 from __future__ import annotations
 
+from conformance import paths
 from conformance.cells import Cell, activation
 from conformance.registry import Backend, register
 
@@ -71,6 +72,7 @@ register(Backend(
     run=_run_emulated,
     supports=_supports,
     rounding_models={"turboquant": "act-mma"},
+    path=paths.fixed("gfx950-emulated"),
 ))
 
 register(Backend(
@@ -81,4 +83,5 @@ register(Backend(
     supports=_supports,
     uses_gpu=True,
     rounding_models={"turboquant": "act-mma"},
+    path=paths.fixed("gfx950"),
 ))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 
-from conformance import families
+from conformance import families, paths
 from conformance.registry import Backend, register
 
 
@@ -20,13 +20,14 @@ def _ops() -> dict[str, tuple[str, ...]]:
             if importlib.util.find_spec(f"reference.{name}") is not None}
 
 
-def _make(name: str, module: str, probe, env: dict | None = None) -> Backend:
+def _make(name: str, module: str, probe, path: str, env: dict | None = None) -> Backend:
     def run(cell, inputs):
         impl = importlib.import_module(f"reference.{cell.family}.{module}")
         return families.get(cell.family).run_with(impl, cell, inputs)
 
     return register(Backend(name=name, ops=_ops(), available=probe, run=run,
-                            rounding_models={family: "exact" for family in _ops()}, env=env or {}))
+                            rounding_models={family: "exact" for family in _ops()}, env=env or {},
+                            path=paths.fixed(path)))
 
 
 def _numpy_available() -> tuple[bool, str]:
@@ -44,7 +45,7 @@ def _jax_available() -> tuple[bool, str]:
     return True, f"jax {jax.__version__}, run on the CPU (JAX_PLATFORMS=cpu in its worker)"
 
 
-NUMPY_REF = _make("numpy-ref", "numpy_ref", _numpy_available)
+NUMPY_REF = _make("numpy-ref", "numpy_ref", _numpy_available, "numpy")
 # The JAX reference runs on the CPU: on a GPU, XLA's default float32 matmuls use reduced
 # precision (TF32), which is not the reference's arithmetic.
-JAX_REF = _make("jax-ref", "jax_ref", _jax_available, env={"JAX_PLATFORMS": "cpu"})
+JAX_REF = _make("jax-ref", "jax_ref", _jax_available, "jax", env={"JAX_PLATFORMS": "cpu"})

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from conformance import paths
 from conformance.registry import Backend, register
 from conformance.torch_arrays import to_numpy, to_torch
 
@@ -40,4 +41,4 @@ def _run(cell, inputs):
 
 TORCH_EAGER = register(Backend(
     name="torch-eager", ops={"gdn": ("chunked",)}, available=_available, run=_run,
-    rounding_models={"gdn": "bf16-gemm"}))
+    rounding_models={"gdn": "bf16-gemm"}, path=paths.fixed("cpu")))

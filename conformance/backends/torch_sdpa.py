@@ -6,6 +6,7 @@ judges it with the ``act-sdpa`` rounding model (float64 attention over the unqua
 dtype's tolerance)."""
 from __future__ import annotations
 
+from conformance import paths
 from conformance.registry import Backend, register
 
 
@@ -44,6 +45,12 @@ class TorchSdpaImpl:
         return to_numpy(out)
 
 
+def _supports(cell) -> str | None:
+    if cell.source is not None:
+        return "reads the unquantized keys and values, which a captured cache (--inputs) does not hold"
+    return None
+
+
 def _run(cell, inputs: dict) -> dict:
     from conformance.families import turboquant
 
@@ -52,4 +59,5 @@ def _run(cell, inputs: dict) -> dict:
 
 TORCH_SDPA = register(Backend(
     name="torch-sdpa", ops={"turboquant": ("decode",)}, available=_available, run=_run,
-    rounding_models={"turboquant": "act-sdpa"}, uses_gpu=True))
+    supports=_supports, rounding_models={"turboquant": "act-sdpa"}, uses_gpu=True,
+    path=lambda cell: paths.gpu_arch() or "cpu"))

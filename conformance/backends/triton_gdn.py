@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 
+from conformance import paths
 from conformance.backends.triton_kernels import INTERPRET_ENV, _gpu_available, _interpret_available
 from conformance.cells import activation
 from conformance.registry import Backend, register
@@ -94,7 +95,8 @@ def _make(name: str, interpret: bool) -> Backend:
     return register(Backend(
         name=name, ops={"gdn": OPS}, available=_interpret_available if interpret else _gpu_available, run=run,
         supports=_supports, rounding_models={"gdn": "bf16-operands"}, env=INTERPRET_ENV if interpret else {},
-        timeout_s=1800.0 if interpret else 600.0, uses_gpu=not interpret, **(INTERPRET_COST if interpret else {})))
+        timeout_s=1800.0 if interpret else 600.0, uses_gpu=not interpret,
+        path=paths.fixed("interpreter") if interpret else paths.on_gpu, **(INTERPRET_COST if interpret else {})))
 
 
 _make("triton-gdn", interpret=False)

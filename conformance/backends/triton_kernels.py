@@ -28,7 +28,7 @@ from __future__ import annotations
 import importlib
 import os
 
-from conformance import families, fingerprint
+from conformance import families, fingerprint, paths
 from conformance.cells import activation
 from conformance.registry import Backend, register
 from conformance.torch_arrays import to_numpy, to_torch
@@ -151,11 +151,12 @@ def _make(name: str, kernel: str, interpret: bool, ops: tuple[str, ...]) -> Back
         return families.get(cell.family).run_with(impl, cell, inputs)
 
     available = _interpret_available if interpret else _sm90_available if kernel == "sm90" else _gpu_available
+    path = paths.fixed("interpreter") if interpret else paths.fixed("sm_90") if kernel == "sm90" else paths.on_gpu
     return register(Backend(
         name=name, ops={"turboquant": ops}, available=available, run=run, supports=_supports(kernel),
         rounding_models={"turboquant": "exact" if precision == "exact" else "act-mma"},
         env=INTERPRET_ENV if interpret else {}, timeout_s=1800.0 if interpret else 600.0, uses_gpu=not interpret,
-        probe_call=interpret, **(INTERPRET_COST if interpret else {})))
+        probe_call=interpret, path=path, **(INTERPRET_COST if interpret else {})))
 
 
 _ALL = ("store", "decode", "store_decode")

@@ -22,6 +22,7 @@ import math
 
 import numpy as np
 
+from conformance import paths
 from conformance.cells import activation
 from conformance.registry import Backend, register
 from conformance.torch_arrays import to_numpy, to_torch, torch_dtype
@@ -204,4 +205,4 @@ def _run(cell, inputs):
 VLLM_CPU_GDN = register(Backend(
     name="vllm-cpu-gdn", ops={"gdn": ("gating", "chunked", "decode", "spec_decode")},
     available=available, run=_run, supports=_supports, xfail=_xfail,
-    rounding_models={"gdn": "vllm-cpu"}))
+    rounding_models={"gdn": "vllm-cpu"}, path=paths.fixed("cpu")))

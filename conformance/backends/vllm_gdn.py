@@ -40,7 +40,7 @@ import os
 
 import numpy as np
 
-from conformance import fingerprint
+from conformance import fingerprint, paths
 from conformance.cells import activation
 from conformance.registry import Backend, register
 from conformance.torch_arrays import to_numpy, to_torch
@@ -194,7 +194,7 @@ def _make(name: str, interpret: bool) -> Backend:
         name=name, ops={"gdn": ("recurrent", "decode", "spec_decode")}, available=lambda: probe(interpret), run=run,
         supports=_supports(interpret), rounding_models={"gdn": "exact"},
         env=INTERPRET_ENV if interpret else {}, timeout_s=1800.0 if interpret else 600.0, uses_gpu=not interpret,
-        **(INTERPRET_COST if interpret else {})))
+        path=paths.fixed("interpreter") if interpret else paths.on_gpu, **(INTERPRET_COST if interpret else {})))
 
 
 _make("vllm-gdn", interpret=False)

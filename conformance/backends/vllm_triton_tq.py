@@ -22,7 +22,9 @@ return the query's dtype. In the interpreter, 16-bit activations go in as float3
 and the decodes return float32, so every step is fp32 as the ``exact`` model says: unified attention
 would round its MMA operands to the query's dtype, and the interpreter converts fp32 to bf16 by truncation
 (``triton_kernels.INTERPRETER_BF16``). Centroids and midpoints are ours (``reference.turboquant``); rotation
-R is passed as ``PiT = R`` (store: y = x_hat @ PiT) and ``Pi = R.T`` (decode: q_rot = q @ Pi.T). Rounding
+R is passed as ``PiT = R`` (store: y = x_hat @ PiT) and ``Pi = R.T`` (decode: q_rot = q @ Pi.T); the kernels
+mask a ``next_power_of_2(D)`` tile to D, so head size 96 runs, with the cell's seeded random rotation (vLLM 0.32.0's
+own ``_build_hadamard_cached`` is not D x D there: ``reference.turboquant.rotation``). Rounding
 model ``exact`` for the split-KV decodes (fp32 elementwise after the loads) and in the interpreter;
 ``act-mma`` for unified attention on a GPU (K, V and P cast to the query's dtype for ``tl.dot``).
 """
@@ -33,7 +35,7 @@ import os
 import sys
 import types
 
-from conformance import fingerprint
+from conformance import fingerprint, paths
 from conformance.cells import activation
 from conformance.registry import Backend, register
 from conformance.torch_arrays import to_numpy
@@ -305,7 +307,8 @@ def _make(name: str, kernel: str, interpret: bool) -> Backend:
         name=name, ops={"turboquant": ops}, available=lambda: probe(interpret), run=run,
         supports=_supports(kernel, interpret), rounding_models={"turboquant": model},
         env=INTERPRET_ENV if interpret else {}, timeout_s=1800.0 if interpret else 600.0, uses_gpu=not interpret,
-        probe_call=interpret, **(INTERPRET_COST if interpret else {})))
+        probe_call=interpret, path=paths.fixed("interpreter") if interpret else paths.on_gpu,
+        **(INTERPRET_COST if interpret else {})))
 
 
 for _interp in (False, True):

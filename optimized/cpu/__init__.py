@@ -70,7 +70,8 @@ DECODE_PLANS = ("pipelined", "blocked", "blocked-far", "blocked-keep")
 DEFAULT_DECODE_PLAN = "pipelined"
 _DTYPE_NAMES = ("float32", "bfloat16", "float16")
 
-__all__ = ["gdn_gating", "gdn_decode", "gdn_spec_decode", "gdn_chunk_prefill", "isa_status", "default_threads",
+__all__ = ["gdn_gating", "gdn_decode", "gdn_spec_decode", "gdn_chunk_prefill", "isa_status", "dispatch_counts",
+           "default_threads",
            "decode_plan", "DECODE_PLANS",
            "extension_status", "head_limits", "problem", "amx_tile_peak_flops", "gemm_bf16", "ISAS"]
 
@@ -120,6 +121,13 @@ def isa_status() -> dict[str, tuple[bool, str]]:
     if _gdn is None:
         return {isa: (False, BUILD_ERROR) for isa in ISAS}
     return dict(_gdn.isa_status())
+
+
+def dispatch_counts() -> dict[str, int]:
+    """{isa: calls this process dispatched to that ISA build} for amx, avx512, scalar, as the
+    extension counts them (gating has one portable build and counts as scalar); the difference
+    over a call says which build ran it."""
+    return dict(_ext().dispatch_counts())
 
 
 # ---------------------------------------------------------------- array plumbing

@@ -102,6 +102,11 @@ enum class Isa : int { Scalar = 0, Avx512 = 1, Amx = 2 };
 // Whether this CPU (and OS) can run `isa`; `reason` says why or why not, in words.
 // Probing AMX asks the kernel for tile-data permission once per process.
 bool isa_available(Isa isa, std::string* reason);
+// Calls dispatched to each ISA build since the module loaded (the module counts each one as it
+// dispatches it; gating, which has one portable build, counts as Scalar): the conformance records
+// name the build that ran from these counts.
+void count_dispatch(Isa isa);
+int64_t dispatch_count(Isa isa);
 int default_threads();
 // Runs body(ctx, item, thread_id) for item in [0, n_items) on num_threads threads (dynamic
 // schedule over runs of consecutive items): the calling thread plus workers kept across calls.

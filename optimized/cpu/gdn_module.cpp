@@ -325,6 +325,7 @@ void set_options(OpOptions& A, float scale, bool use_qk_l2norm, float l2norm_eps
 template <class Args>
 void run_path(Isa which, const Args& A, void (*on_amx)(const Args&), void (*on_avx512)(const Args&),
               void (*on_scalar)(const Args&)) {
+    count_dispatch(which);
     nb::gil_scoped_release release;
     (which == Isa::Amx ? on_amx : which == Isa::Avx512 ? on_avx512 : on_scalar)(A);
 }
@@ -453,6 +454,7 @@ void gdn_gating(const InArray& A_log, const InArray& a, const InArray& b, const 
     }
     float* gp = static_cast<float*>(g.data());
     float* bp = static_cast<float*>(beta.data());
+    count_dispatch(Isa::Scalar);  // one portable build
     for (int64_t t = 0; t < T; ++t)
         for (int64_t h = 0; h < HV; ++h) gates(A, t, h, gp + t * HV + h, bp + t * HV + h);
 }
@@ -472,6 +474,7 @@ void gemm_bf16(const std::string& isa, const InArray& a, const InArray& b, const
     const float* ap = static_cast<const float*>(a.data());
     const float* bp = static_cast<const float*>(b.data());
     float* cp = static_cast<float*>(c.data());
+    count_dispatch(which);
     nb::gil_scoped_release release;
     if (which == Isa::Amx) amx::gemm_bf16(int(M), int(N), int(Kd), ap, bp, cp);
     else if (which == Isa::Avx512) avx512::gemm_bf16(int(M), int(N), int(Kd), ap, bp, cp);
@@ -519,6 +522,14 @@ nb::dict isa_status() {
     return d;
 }
 
+nb::dict dispatch_counts() {
+    nb::dict d;
+    d["amx"] = dispatch_count(Isa::Amx);
+    d["avx512"] = dispatch_count(Isa::Avx512);
+    d["scalar"] = dispatch_count(Isa::Scalar);
+    return d;
+}
+
 }  // namespace
 void bind_ceilings(nb::module_& m);  // ceilings.cpp
 }  // namespace gdn
@@ -531,6 +542,8 @@ NB_MODULE(_gdn, m) {
     m.attr("CHUNK_HEAD_STEP") = kChunkHeadStep;
     m.attr("CHUNK_MAX_HEAD") = kChunkMaxHead;
     m.def("isa_status", &isa_status, "{isa: (available, reason)} for 'amx', 'avx512', 'scalar'.");
+    m.def("dispatch_counts", &dispatch_counts,
+          "{isa: calls dispatched to that ISA build since the module loaded} (gating counts as 'scalar').");
     m.def("default_threads", &default_threads, "CPUs this process may run on.");
     m.def("gdn_decode", &gdn_decode, "q"_a, "k"_a, "v"_a, "A_log"_a, "a"_a, "b"_a, "dt_bias"_a,
           "state"_a.noconvert(), "state_indices"_a, "out"_a.noconvert(), "scale"_a, "use_qk_l2norm"_a, "l2norm_eps"_a, "isa"_a,

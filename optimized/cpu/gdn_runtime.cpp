@@ -98,6 +98,14 @@ bool isa_available(Isa isa, std::string* reason) {
     return false;
 }
 
+namespace {
+std::atomic<int64_t> dispatches[3];  // indexed by Isa
+}  // namespace
+
+void count_dispatch(Isa isa) { dispatches[int(isa)].fetch_add(1, std::memory_order_relaxed); }
+
+int64_t dispatch_count(Isa isa) { return dispatches[int(isa)].load(std::memory_order_relaxed); }
+
 int default_threads() {
 #if defined(__linux__)
     cpu_set_t set;

@@ -19,11 +19,12 @@ import numpy as np
 from reference.turboquant import layout as _layout
 from reference.turboquant import validate
 from reference.turboquant.lloyd_max import centroids as _centroids_np
-from reference.turboquant.presets import PRESETS, Preset, preset
+from reference.turboquant.presets import PRESETS, Preset, check_head_size, preset
+from reference.turboquant.rotation import DEFAULT_SEED, is_power_of_two
 from reference.turboquant.rotation import hadamard as _hadamard_np
 from reference.turboquant.rotation import random_rotation as _random_rotation_np
 
-__all__ = ["preset", "PRESETS", "hadamard", "random_rotation", "centroids", "store", "dequantize",
+__all__ = ["preset", "PRESETS", "hadamard", "random_rotation", "default_rotation", "centroids", "store", "dequantize",
            "decode", "decode_partials", "reduce_partials", "convert_layout"]
 
 F32 = jnp.float32
@@ -42,6 +43,12 @@ def hadamard(D: int) -> jax.Array:
 def random_rotation(D: int, seed: int) -> jax.Array:
     """The same R as ``numpy_ref.random_rotation`` (R is data: both references must share it)."""
     return jnp.asarray(_random_rotation_np(D, seed))
+
+
+def default_rotation(D: int, seed: int = DEFAULT_SEED) -> jax.Array:
+    """As ``numpy_ref.default_rotation``: the Hadamard built here for a power-of-two D, else the shared
+    seeded random rotation (the choice for other head sizes: ``reference.turboquant.rotation``)."""
+    return hadamard(D) if is_power_of_two(check_head_size(D)) else random_rotation(D, seed)
 
 
 def centroids(bits: int, D: int) -> jax.Array:

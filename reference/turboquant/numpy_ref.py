@@ -15,7 +15,9 @@ Rounding model, every step float32 unless said:
   ``x_t = scale * <q_rot, k_t>``; softmax over the sequence with an optional per-query-head sink
   logit (raw, not scaled) added once to the denominator; fp32 output ``[B, Hq, D]``.
 
-Rotation convention: see ``reference.turboquant.rotation`` (R is applied to row vectors, R = PiT).
+Rotation convention: see ``reference.turboquant.rotation`` (R is applied to row vectors, R = PiT); a
+head size that is not a power of two takes the seeded random rotation there (``default_rotation``), and
+every size is D-wide in the cache (no padding).
 Packing: 4-bit, element 2k in the low nibble of byte k; 3-bit, groups of 8 codes as 24-bit
 little-endian integers (code i at bits 3i); fp16 little-endian. Byte offsets: ``layout``.
 NumPy mutates the cache in place (``store`` also returns it).
@@ -30,9 +32,9 @@ from reference.turboquant import layout as _layout
 from reference.turboquant import validate
 from reference.turboquant.lloyd_max import centroids, midpoints
 from reference.turboquant.presets import PRESETS, Preset, preset
-from reference.turboquant.rotation import hadamard, random_rotation
+from reference.turboquant.rotation import default_rotation, hadamard, random_rotation
 
-__all__ = ["preset", "PRESETS", "hadamard", "random_rotation", "centroids", "store", "dequantize",
+__all__ = ["preset", "PRESETS", "hadamard", "random_rotation", "default_rotation", "centroids", "store", "dequantize",
            "decode", "decode_partials", "reduce_partials", "convert_layout", "read_fields",
            "pack_codes", "unpack_codes"]
 
@@ -88,19 +90,25 @@ def _fp16_from_bytes(b: np.ndarray) -> np.ndarray:
 
 # ---- quantizers ----------------------------------------------------------------------------
 
-def quantize_keys(key: np.ndarray, p: Preset, layout: str, rotation) -> tuple[np.ndarray, np.ndarray | None]:
-    """Keys ``[..., D]`` -> (codes uint8 ``[..., D]``, stored fp16 scalar ``[...]`` or None for FP8)."""
+def mse_key_codes(key: np.ndarray, p: Preset, layout: str, rotation) -> tuple[np.ndarray, np.ndarray]:
+    """MSE keys ``[..., D]`` -> (codes uint8 ``[..., D]``, the float32 scalar ``[...]`` the store rounds to fp16)."""
     k = np.asarray(key, dtype=F32)
-    D = k.shape[-1]
-    if p.key_fp8:
-        return np.clip(k, -FP8_MAX, FP8_MAX).astype(ml_dtypes.float8_e4m3fn).view(np.uint8), None
-    c = centroids(p.key_bits, D)
+    c = centroids(p.key_bits, k.shape[-1])
     norm = np.sqrt(np.sum(k * k, axis=-1, dtype=F32), dtype=F32)
     y = (k / (norm[..., None] + NORM_EPS)) @ np.asarray(rotation, dtype=F32)
     idx = np.clip(np.searchsorted(midpoints(c), y, side="right"), 0, len(c) - 1).astype(np.uint8)
     scalar = norm
     if p.norm_correction and layout == "soa":
         scalar = norm / np.sqrt(np.sum(c[idx] ** 2, axis=-1, dtype=F32) + NC_EPS, dtype=F32)
+    return idx, scalar
+
+
+def quantize_keys(key: np.ndarray, p: Preset, layout: str, rotation) -> tuple[np.ndarray, np.ndarray | None]:
+    """Keys ``[..., D]`` -> (codes uint8 ``[..., D]``, stored fp16 scalar ``[...]`` or None for FP8)."""
+    if p.key_fp8:
+        k = np.asarray(key, dtype=F32)
+        return np.clip(k, -FP8_MAX, FP8_MAX).astype(ml_dtypes.float8_e4m3fn).view(np.uint8), None
+    idx, scalar = mse_key_codes(key, p, layout, rotation)
     return idx, scalar.astype(np.float16)
 
 

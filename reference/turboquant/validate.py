@@ -77,9 +77,11 @@ def store_args(kv_cache, key, value, slot_mapping, preset_name, layout, rotation
     if np.any(slots >= num_blocks * block_size):
         raise ValueError(f"slot_mapping entries must be < num_blocks * block_size = {num_blocks * block_size}")
     rotation_for(p, rotation, D)
+    keep = slots >= 0
     if not p.key_fp8:
         key_norm(float(np.max(np.linalg.norm(key.astype(np.float64), axis=-1), initial=0.0)))
-    keep = slots >= 0
+        if p.norm_correction and layout == "soa":
+            folded_norm(key[keep], p, rotation)
     if len(np.unique(slots[keep])) != int(keep.sum()):
         raise ValueError("slot_mapping has a repeated non-negative slot")
     return p, layout, D, slots[keep], keep
@@ -151,6 +153,19 @@ def key_norm(largest: float) -> None:
     if not largest <= FP16_MAX:
         raise ValueError(f"key holds a vector of L2 norm {largest:.6g}, beyond float16's range "
                          f"({FP16_MAX:.0f}) where MSE presets store the norm; scale the keys down")
+
+
+def folded_norm(key, p: Preset, rotation) -> None:
+    """An SoA norm-corrected store writes ``||k|| / sqrt(sum_j c[idx_j]^2 + 1e-16)``, larger than the norm,
+    into the fp16 k_norm field: ValueError naming ``key`` when the largest (codes and float32 arithmetic as
+    ``numpy_ref`` picks them) is beyond float16's range (the stored scalar would be Inf)."""
+    from reference.turboquant.numpy_ref import mse_key_codes  # numpy_ref imports this module
+
+    _, scalar = mse_key_codes(key, p, "soa", rotation)
+    largest = float(np.max(scalar, initial=0.0))
+    if not largest <= FP16_MAX:
+        raise ValueError(f"key holds a vector whose norm-corrected scalar ||k|| / sqrt(sum c^2) is {largest:.6g}, "
+                         f"beyond float16's range ({FP16_MAX:.0f}) where the SoA layout stores it; scale the keys down")
 
 
 def split_count(num_kv_splits, most: int | None = None) -> int:

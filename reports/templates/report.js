@@ -194,12 +194,18 @@
   }
 
   // ---------------------------------------------------------------- details
-  // as reports/repro.py: the id escaped and anchored for --filter, each argument as shlex.quote quotes it
+  // as reports/repro.py: the id escaped and anchored for --filter (a captured cell: its --inputs file), each
+  // argument as shlex.quote quotes it
   const shq = (a) => (a === "" ? "''" : /[^\w@%+=:,.\/-]/.test(a) ? "'" + a.replace(/'/g, `'"'"'`) + "'" : a);
   function repro(rec) {
     const c = D.cells[rec[R.cell]];
     const run = D.runs[D.rows[rec[R.row]].run];
     const args = ["kernel-lab", "conform"];
+    if (run.inputs) {   // a cell of captured tensors: the file names it
+      const [family, op] = c[0].split("/");
+      return [...args, "--inputs", run.inputs, "--family", family, "--op", op, "--backend", D.rows[rec[R.row]].backend]
+        .map(shq).join(" ");
+    }
     for (const [flag, v] of [["--tier", run.tier], ["--model", run.model], ["--config", run.config]]) if (v) args.push(flag, v);
     args.push("--filter", "^" + c[0].replace(/[.*+?^${}()|[\]\\]/g, "\\$&") + "$", "--backend", D.rows[rec[R.row]].backend);
     return args.map(shq).join(" ");

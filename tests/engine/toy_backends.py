@@ -154,3 +154,15 @@ def _chatty(cell, inputs):
 
 
 register(Backend("toy-chatty", {"toy": ("scale",)}, lambda: (True, "always"), _chatty))
+
+
+def _choosing_path(cell, inputs):
+    """Reports the path it took (chosen at run time by n), as the C++ kernels' backends do."""
+    from conformance import paths
+    paths.took("toy-odd" if cell["n"] % 2 else "toy-even")
+    return _run(_Good)(cell, inputs)
+
+
+register(Backend("toy-path", {"toy": ("scale",)}, lambda: (True, "always"), _choosing_path,
+                 supports=lambda cell: None if cell["n"] < 10 else "only n < 10",
+                 path=lambda cell: "toy-declared"))

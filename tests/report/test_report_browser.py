@@ -123,9 +123,10 @@ def test_copy_of_smoke_run_with_baseline(smoke_run, open_page, tmp_path):
 
 def test_failures_lead_the_page_with_counts_machines_and_repro(smoke_run, open_page, tmp_path):
     """Two runs from two machines (a copy of the smoke run whose run.json names another CPU), with
-    two planted failures, one whose id holds a quote and a space: the page opens with the failures
-    table and the counts per backend, each row naming its machine, and every repro command is the
-    one reports.repro quotes for a POSIX shell (the panel's too), selecting exactly that cell."""
+    two planted failures, one whose id holds a quote and a space: the page opens with the coverage
+    per code path, the failures table and the counts per backend, each row naming its machine, and
+    every repro command is the one reports.repro quotes for a POSIX shell (the panel's too),
+    selecting exactly that cell."""
     import shlex
 
     from reports import repro
@@ -146,8 +147,8 @@ def test_failures_lead_the_page_with_counts_machines_and_repro(smoke_run, open_p
     assert kernel_lab("report", str(smoke_run), str(other), "--out", str(out)).returncode == 0
     page, errors = open_page(out / "index.html")
     assert errors == []
-    first = page.evaluate("() => [...document.querySelectorAll('main > section')].map(s => s.id).slice(0, 3)")
-    assert first == ["failures", "counts", "runs"]
+    first = page.evaluate("() => [...document.querySelectorAll('main > section')].map(s => s.id).slice(0, 4)")
+    assert first == ["coverage", "failures", "counts", "runs"]
     rows = page.locator("#failures table.failures tr").all_inner_texts()[1:]
     assert len(rows) == 2 and "Other CPU 9000, 1x NVIDIA H200" in rows[0] and "o: rel_l2" in rows[0]
     cmds = page.locator("#failures code.rcmd").all_inner_texts()

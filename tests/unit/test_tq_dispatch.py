@@ -7,6 +7,7 @@ import torch
 
 from optimized import tq_dispatch
 from optimized.triton.tq_decode_sm90 import decode_sm90, device_problem, dtype_problem, shape_problem
+from reference.turboquant.presets import preset as preset_of
 
 from tests.unit.tq_triton_helpers import DEVICE, make_case, t
 
@@ -82,3 +83,12 @@ def test_sm90_launcher_refuses_what_it_cannot_read(case):
     assert "block size" in shape_problem(P, "soa", 128, 4)
     assert "turboquant_4bit_nc" in shape_problem("turboquant_k8v4", "soa", 128, 16)
     assert device_problem(torch.device("cpu"))
+
+
+def test_no_kernel_serves_head_size_96_and_the_error_says_why_for_each():
+    p = preset_of(P)
+    q = torch.zeros(1, 4, 96, dtype=torch.bfloat16)
+    cache = torch.zeros(2, 16, 2, p.slot_size(96), dtype=torch.uint8)
+    with pytest.raises(ValueError, match=r"no TurboQuant decode serves.*'triton-split': 'the Triton kernels support "
+                                         r"head sizes \(64, 128, 256\)"):
+        tq_dispatch.choose(q, cache, preset=P, layout="soa")

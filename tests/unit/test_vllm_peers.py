@@ -16,12 +16,21 @@ SUBSET = {
     "vllm-triton-tq-interpret": [
         "turboquant/store/preset=turboquant_4bit_nc/layout=aos/Hk=2/bs=64/ntok=17/rotation=hadamard/D=128/"
         "range=small-q/act=float16/seed=0",
+        # head size 96: vLLM's kernels mask a power-of-two tile to D
+        "turboquant/store/preset=turboquant_k3v4_nc/layout=aos/Hk=2/bs=16/ntok=9/rotation=random/D=96/"
+        "range=unit/act=float16/seed=0",
     ],
     "vllm-triton-tq-soa-interpret": [
         "turboquant/store/preset=turboquant_4bit_nc/layout=soa/Hk=4/bs=32/ntok=17/rotation=random/D=128/"
         "range=wide/act=float16/seed=0",
         "turboquant/decode/preset=turboquant_3bit_nc/layout=soa/Hk=2/G=4/bs=64/lens=1+1+1+1/rotation=random/"
         "sinks=off/D=128/range=unit/act=bfloat16/seed=0",
+        "turboquant/store_decode/preset=turboquant_4bit_nc/layout=soa/Hk=2/G=6/bs=32/lens=33+1/rotation=random/"
+        "sinks=off/D=96/range=unit/act=bfloat16/seed=0",
+    ],
+    "vllm-triton-tq-unified-interpret": [
+        "turboquant/decode/preset=turboquant_k8v4/layout=soa/Hk=4/G=2/bs=16/lens=9+17/rotation=none/sinks=off/"
+        "D=96/range=unit/act=float16/seed=0",
     ],
 }
 

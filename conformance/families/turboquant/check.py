@@ -4,7 +4,8 @@ no written (slot, head) owns untouched; codes under ``STORE_CODES``; fp16 scalar
 k_norm is the one folded with the stored codes). Decode ops: the output against the oracle of the
 rounding model; the output may be float32 or the activation dtype (any other dtype fails, naming it), a
 16-bit one judged with ``OUTPUT_ROUNDING`` added; quality reports the preset's quantization error (not for
-"act-sdpa", which never reads the quantized cache). store_decode decodes the backend's own stored cache.
+"act-sdpa", which never reads the quantized cache, nor for a captured cache, which comes without its
+unquantized keys and values). store_decode decodes the backend's own stored cache.
 """
 from __future__ import annotations
 
@@ -97,6 +98,7 @@ def check(cell: Cell, rounding_model: str, inputs: dict, outputs: dict, memo: Me
         expected, tol = memo.get(cell, inputs, ("turboquant-decode", rounding_model, depends),
                                  lambda: decode_oracle(m, cell.op, inputs, cache, G))
         comparisons.append(check_out(inputs, outputs["out"], expected, tol))
-        if m.oracle_on(cell.op, DEQUANTIZED).quantized:   # an oracle of the unquantized cache has no quality
+        # an oracle of the unquantized cache has no quality, nor has a captured cache (no unquantized keys)
+        if m.oracle_on(cell.op, DEQUANTIZED).quantized and "key_cache" in inputs:
             report = memo.get(cell, inputs, ("turboquant-quality", depends), lambda: quality(inputs, cache, G))
     return verdict(comparisons, report)

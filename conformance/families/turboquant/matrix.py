@@ -8,7 +8,8 @@ rotation ("hadamard", "random", "none" for FP8 keys), sinks, D, range, act, seed
 hundreds, so ||k||^2 overflows float16; values whose v_zero and v_scale reach 2^15 and 2^12; queries
 about 1e-3, partly float16 subnormals) or "small-q" (queries times 0.01: flat softmax weights). ``act``
 is the activation dtype (``numerics.ACTIVATIONS``) of query, key and value. Both are pairwise axes; the
-named corners add the float16 range cases.
+named corners add the float16 range cases, head size 96 (``non_power_of_two``) and the adversarial draws
+(``adversarial``: cells with a ``pattern`` parameter, ``inputs.PATTERNS``, before the seed).
 """
 from __future__ import annotations
 
@@ -16,8 +17,9 @@ from functools import lru_cache
 
 from conformance.cells import Cell, make_cell
 from conformance.covering import pairwise
-from conformance.families.turboquant.inputs import RANGES
+from conformance.families.turboquant.inputs import PATTERNS, RANGES
 from conformance.numerics import ACTIVATIONS
+from reference.turboquant.rotation import is_power_of_two
 
 FAMILY = "turboquant"
 OPS = ("store", "decode", "store_decode")
@@ -36,22 +38,40 @@ def seq_lens_for(num_seqs: int, max_len: int, mix: str) -> tuple[int, ...]:
     return tuple(pattern[i % 4] for i in range(num_seqs))
 
 
-def decode_cell(op, preset, layout, hk_g, bs, lens, rotation, sinks, D=128, range="unit", act="bfloat16",
-                seed=0) -> Cell:
-    """A decode or store_decode cell; ``hk_g`` = (Hk, G); FP8-key presets get rotation "none"."""
+def _pattern(pattern) -> dict:
+    """The ``pattern`` parameter of an adversarial cell (``inputs.PATTERNS``); none for the iid draws."""
+    if pattern is None:
+        return {}
+    if pattern not in PATTERNS or pattern == "iid":
+        raise ValueError(f"pattern must be None or one of {PATTERNS[1:]}, got {pattern!r}")
+    return {"pattern": pattern}
+
+
+def _rotation(preset, rotation, D) -> str:
+    """FP8-key presets take rotation "none"; a Hadamard needs a power-of-two D (``reference.turboquant.rotation``)."""
     if preset == "turboquant_k8v4":
-        rotation = "none"
+        return "none"
+    if rotation == "hadamard" and not is_power_of_two(D):
+        raise ValueError(f"rotation 'hadamard' needs a power-of-two D, got D={D}: use 'random'")
+    return rotation
+
+
+def decode_cell(op, preset, layout, hk_g, bs, lens, rotation, sinks, D=128, range="unit", act="bfloat16",
+                seed=0, pattern=None) -> Cell:
+    """A decode or store_decode cell; ``hk_g`` = (Hk, G); FP8-key presets get rotation "none";
+    ``pattern`` names an adversarial draw (``inputs.PATTERNS``)."""
     Hk, G = hk_g
     return make_cell(FAMILY, op, preset=preset, layout=layout, Hk=Hk, G=G, bs=bs, lens=tuple(lens),
-                     rotation=rotation, sinks=sinks, D=D, range=range, act=act, seed=seed)
+                     rotation=_rotation(preset, rotation, D), sinks=sinks, D=D, range=range, act=act,
+                     **_pattern(pattern), seed=seed)
 
 
-def store_cell(preset, layout, Hk, bs, ntok, rotation, D=128, range="unit", act="bfloat16", seed=0) -> Cell:
+def store_cell(preset, layout, Hk, bs, ntok, rotation, D=128, range="unit", act="bfloat16", seed=0,
+               pattern=None) -> Cell:
     """A store cell of ``ntok`` tokens; FP8-key presets get rotation "none"."""
-    if preset == "turboquant_k8v4":
-        rotation = "none"
     return make_cell(FAMILY, "store", preset=preset, layout=layout, Hk=Hk, bs=bs, ntok=ntok,
-                     rotation=rotation, D=D, range=range, act=act, seed=seed)
+                     rotation=_rotation(preset, rotation, D), D=D, range=range, act=act, **_pattern(pattern),
+                     seed=seed)
 
 
 def axes(tier: str) -> tuple[dict, dict]:
@@ -125,6 +145,85 @@ def corners(tier: str) -> list[Cell]:
     return out
 
 
+def non_power_of_two(tier: str) -> list[Cell]:
+    """Head size 96 (Phi-class models): every preset, both layouts, the seeded random rotation that the reference
+    defines there (``reference.turboquant.rotation``); the full tier adds more shapes and dtypes."""
+    out = [
+        store_cell("turboquant_4bit_nc", "soa", 2, 16, 17, "random", D=96),
+        store_cell("turboquant_k3v4_nc", "aos", 2, 16, 9, "random", D=96, act="float16"),
+        decode_cell("decode", "turboquant_3bit_nc", "aos", (2, 4), 16, (20, 5), "random", True, D=96),
+        decode_cell("decode", "turboquant_k8v4", "soa", (4, 2), 16, (9, 17), "none", False, D=96, act="float16"),
+        decode_cell("store_decode", "turboquant_4bit_nc", "soa", (2, 6), 32, (33, 1), "random", False, D=96),
+    ]
+    if tier == "full":
+        out += [
+            store_cell("turboquant_3bit_nc", "soa", 8, 64, 256, "random", D=96, range="wide", act="float16"),
+            store_cell("turboquant_k8v4", "aos", 4, 32, 64, "none", D=96, act="float16"),
+            decode_cell("decode", "turboquant_4bit_nc", "soa", (8, 8), 16, (1024, 17), "random", False, D=96,
+                        range="wide", act="float16"),
+            decode_cell("decode", "turboquant_k3v4_nc", "soa", (4, 6), 32, (256, 1, 100), "random", True, D=96,
+                        act="float32"),
+            decode_cell("decode", "turboquant_4bit_nc", "aos", (2, 16), 64, (130, 64), "random", True, D=96,
+                        range="small-q"),
+            decode_cell("store_decode", "turboquant_3bit_nc", "aos", (8, 1), 16, (48, 33, 1), "random", False, D=96,
+                        act="float16"),
+            decode_cell("store_decode", "turboquant_k8v4", "aos", (2, 8), 16, (40, 9), "none", True, D=96,
+                        range="wide", act="bfloat16"),
+        ]
+    return out
+
+
+def adversarial(tier: str) -> list[Cell]:
+    """Adversarial draws (``inputs.PATTERNS``): near-duplicate keys (quantization and softmax ties), correlated
+    keys, activations at the float16 edge (large queries and values, key norms near the fp16 k_norm limit) and
+    queries aligned with one key (a peaked softmax); the full tier adds the other presets, layouts and D=96."""
+    out = [
+        decode_cell("store_decode", "turboquant_4bit_nc", "soa", (2, 4), 16, (33, 17), "random", False,
+                    act="float32", pattern="near-duplicate"),
+        decode_cell("decode", "turboquant_k3v4_nc", "aos", (2, 4), 16, (24, 9), "random", True,
+                    pattern="correlated"),
+        decode_cell("decode", "turboquant_4bit_nc", "soa", (4, 6), 16, (40, 9), "hadamard", False, act="float16",
+                    pattern="dtype-edge"),
+        decode_cell("store_decode", "turboquant_k3v4_nc", "aos", (2, 4), 32, (20, 5), "random", True,
+                    pattern="norm-edge"),
+        decode_cell("decode", "turboquant_4bit_nc", "soa", (2, 8), 16, (24, 7), "hadamard", False,
+                    pattern="aligned"),
+        decode_cell("store_decode", "turboquant_4bit_nc", "aos", (2, 4), 16, (17, 3), "random", True, D=96,
+                    act="float16", pattern="aligned"),
+    ]
+    if tier == "full":
+        out += [
+            store_cell("turboquant_4bit_nc", "soa", 4, 16, 64, "random", act="float32", pattern="near-duplicate"),
+            store_cell("turboquant_3bit_nc", "soa", 2, 32, 33, "random", D=96, act="float32",
+                       pattern="near-duplicate"),
+            store_cell("turboquant_4bit_nc", "soa", 4, 16, 33, "hadamard", act="bfloat16", pattern="norm-edge"),
+            store_cell("turboquant_k8v4", "soa", 2, 16, 33, "none", act="float16", pattern="dtype-edge"),
+            decode_cell("decode", "turboquant_3bit_nc", "soa", (8, 8), 16, (256, 31), "hadamard", True,
+                        act="bfloat16", pattern="near-duplicate"),
+            decode_cell("decode", "turboquant_k8v4", "aos", (4, 6), 32, (64, 1), "none", False, act="float16",
+                        pattern="near-duplicate"),
+            decode_cell("decode", "turboquant_4bit_nc", "soa", (8, 16), 32, (130, 64), "random", False,
+                        pattern="correlated"),
+            decode_cell("store_decode", "turboquant_3bit_nc", "aos", (4, 2), 16, (48, 16), "random", False, D=96,
+                        act="float16", pattern="correlated"),
+            decode_cell("decode", "turboquant_4bit_nc", "soa", (4, 6), 32, (100, 7), "random", True,
+                        act="bfloat16", pattern="dtype-edge"),
+            decode_cell("decode", "turboquant_k8v4", "aos", (2, 4), 16, (33, 2), "none", True, act="float16",
+                        pattern="dtype-edge"),
+            decode_cell("decode", "turboquant_3bit_nc", "soa", (2, 8), 16, (40, 9), "random", False, D=96,
+                        act="float16", pattern="dtype-edge"),
+            decode_cell("store_decode", "turboquant_4bit_nc", "soa", (4, 6), 16, (64, 9), "hadamard", False,
+                        act="float16", pattern="norm-edge"),
+            decode_cell("decode", "turboquant_4bit_nc", "soa", (2, 16), 32, (130, 64), "hadamard", False,
+                        pattern="aligned"),
+            decode_cell("decode", "turboquant_k3v4_nc", "soa", (8, 8), 16, (256, 1), "random", True, act="float32",
+                        pattern="aligned"),
+            decode_cell("store_decode", "turboquant_k8v4", "soa", (2, 4), 32, (40, 9), "none", False,
+                        act="float16", pattern="aligned"),
+        ]
+    return out
+
+
 def smoke() -> list[Cell]:
     """The smoke tier: two stores, two decodes, two store_decodes (bfloat16, float16 and float32)."""
     return [
@@ -149,7 +248,7 @@ def _cells(tier: str) -> tuple[Cell, ...]:
         for row in pairwise(decode_axes, valid_decode):
             lens = seq_lens_for(row.pop("num_seqs"), row.pop("max_len"), row.pop("mix"))
             out.append(decode_cell(op, lens=lens, **row))
-    out += corners(tier)
+    out += corners(tier) + non_power_of_two(tier) + adversarial(tier)
     unique = dict.fromkeys(out)  # k8v4 rows collapse onto rotation=none; keep the first
     return tuple(unique)
 

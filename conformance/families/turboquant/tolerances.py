@@ -5,6 +5,12 @@ Symbols: D head size, L the longest sequence, u32 (``conformance.numerics``), u_
 of the cell's activation dtype (``numerics.UNIT[act]``: 2^-8 bfloat16, 2^-11 float16, 2^-24 float32),
 lambda = 8 (the probabilistic rounding-error bound of Higham and Mary 2019: a length-n fp32 sum of
 products is off by at most lambda sqrt(n) u32 sum|terms| with overwhelming probability).
+
+``DECODE_EXACT``'s weight term 2 e_x is the first order of exp(2 e_x) - 1 <= 2 e_x (1 + 2 e_x) (e_x <= 1/2):
+the cells keep e_x below 1e-3 (the largest in ci, 7e-4, is the aligned draw's peaked softmax with logits up to
+about 90 in sum |q_rot k|), so the neglected part is below 0.2% of the term. The adversarial draws scale
+queries against keys to keep logits of order 1 to 30 for that reason; values near float16's range (dtype-edge)
+enter every term through max|V|.
 """
 from __future__ import annotations
 

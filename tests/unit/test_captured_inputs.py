@@ -1,0 +1,387 @@
+"""`kernel-lab conform --inputs FILE`: cells whose inputs are a file of captured tensors (.npz,
+.safetensors), written here from generated tensors and from a tiny torch module's forward pre-hook."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conformance import capture, captured, records, tensor_files
+from conformance.families.gdn import make_inputs as gdn_inputs
+from conformance.families.gdn import matrix as gdn_matrix
+from conformance.families.gdn.captured import KEYS as GDN_FILE_KEYS
+from conformance.families.turboquant import make_inputs as tq_inputs
+from conformance.families.turboquant import matrix as tq_matrix
+from conformance.families.turboquant.captured import KEYS as TQ_FILE_KEYS
+from conformance.families.turboquant.captured import OPTIONAL_KEYS as TQ_OPTIONAL
+from conformance.inprocess import run_one
+from conformance.memo import Memo
+from kernel_lab import cli
+
+ROOT = Path(__file__).resolve().parents[2]
+SAFETENSORS = pytest.mark.skipif(importlib.util.find_spec("safetensors") is None,
+                                 reason="the safetensors package is not installed (make setup installs it)")
+GDN_KEYS = GDN_FILE_KEYS["decode"]
+TQ_KEYS = TQ_FILE_KEYS["decode"] + TQ_OPTIONAL["decode"]
+GDN_CELL = gdn_matrix.cell_of("decode", dict(state="bfloat16", heads=(2, 4), KV=(32, 32), N=3, decay="weak",
+                                             slots="padded", qk="unit", act="bfloat16"))
+TQ_CELL = tq_matrix.decode_cell("decode", "turboquant_4bit_nc", "soa", (2, 8), 16, (20, 7), "hadamard", False)
+
+
+def gdn_arrays(cell=GDN_CELL) -> dict:
+    x = gdn_inputs(cell)
+    return {k: x[k] for k in GDN_KEYS}
+
+
+def tq_arrays(cell=TQ_CELL) -> dict:
+    x = tq_inputs(cell)
+    return {k: x[k] for k in TQ_KEYS if x[k] is not None}
+
+
+def main(capsys, *args):
+    """``kernel-lab ARGS`` in this process: (exit status, stdout, stderr)."""
+    rc = cli.main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def error_line(err: str) -> str:
+    lines = [ln for ln in err.strip().splitlines() if ln.startswith("kernel-lab: error:")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def same_bits(a, b) -> bool:
+    a, b = np.asarray(a), np.asarray(b)
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+# ---------------------------------------------------------------- files to cells
+
+@pytest.mark.parametrize("suffix", [".npz", pytest.param(".safetensors", marks=SAFETENSORS)])
+def test_a_gdn_decode_file_is_the_matrix_cell_of_its_shapes_with_the_same_inputs(tmp_path, suffix):
+    arrays = gdn_arrays()
+    path = capture.save(tmp_path / f"layer{suffix}", arrays)
+    cell = captured.file_cell(path, "gdn", "decode")
+    digest = captured.sha256(path)[:captured.DIGEST_CHARS]
+    assert cell.as_dict() == dict(state="bfloat16", H=2, HV=4, K=32, V=32, N=4, slots="padded", act="bfloat16",
+                                  inputs=digest)
+    assert f"/inputs={digest}/" in cell.id and cell.source == str(path.resolve())
+    inputs = captured.load_inputs(cell)
+    assert all(same_bits(inputs[k], arrays[k]) for k in GDN_KEYS)   # bfloat16 kept in both formats
+    assert inputs["state_dtype"] == "bfloat16" and inputs["scale"] is None
+
+
+def verdict(cell, backend: str) -> tuple:
+    """What decides a record: status, margin and the tolerance (its source words included)."""
+    r = run_one(cell, backend, Memo())
+    return r["status"], r["metrics"], r["tolerance"]
+
+
+GDN_OPS_CELLS = [
+    next(c for c in gdn_matrix.cells("smoke") if c.op == "recurrent"),
+    next(c for c in gdn_matrix.cells("ci") if c.op == "chunked" and c["split"] is None and c["slots"] == "padded"
+         and c["K"] == 64 and sum(c["lens"]) < 200),
+    next(c for c in gdn_matrix.cells("smoke") if c.op == "decode"),
+    next(c for c in gdn_matrix.cells("smoke") if c.op == "spec_decode"),
+]
+
+
+@pytest.mark.parametrize("cell", GDN_OPS_CELLS, ids=lambda c: c.op)
+def test_a_gdn_file_of_any_op_is_judged_as_the_matrix_cell_it_was_written_from(tmp_path, cell):
+    x = gdn_inputs(cell)
+    strings = {"state_write_interval": str(x["state_write_interval"])} if cell.op == "recurrent" else {}
+    path = capture.save(tmp_path / "layer.npz", {k: x[k] for k in GDN_FILE_KEYS[cell.op]}, strings)
+    file_cell = captured.file_cell(path, "gdn", cell.op)
+    drawn = {k: v for k, v in cell.as_dict().items() if k not in ("decay", "qk", "accepted", "N", "lens", "drafts")}
+    assert {k: v for k, v in file_cell.as_dict().items() if k in drawn} == drawn
+    assert verdict(file_cell, "numpy-ref") == verdict(cell, "numpy-ref")
+
+
+@pytest.mark.parametrize("cell", [
+    *tq_matrix.cells("smoke"),
+    tq_matrix.decode_cell("decode", "turboquant_3bit_nc", "aos", (4, 2), 32, (3, 1, 40), "random", True, D=64,
+                          act="float32"),
+    tq_matrix.decode_cell("decode", "turboquant_k3v4_nc", "soa", (1, 4), 16, (33,), "random", False, D=64),
+], ids=lambda c: f"{c.op}-{c['preset']}-{c['layout']}")
+def test_a_turboquant_file_gives_its_preset_layout_rotation_and_shapes_and_the_matrix_verdict(tmp_path, cell):
+    x = tq_inputs(cell)
+    arrays = {k: x[k] for k in TQ_FILE_KEYS[cell.op] + TQ_OPTIONAL[cell.op] if x.get(k) is not None}
+    strings = {"layout": cell["layout"]} if cell.op == "store" else {}   # a store's cache does not show it
+    file_cell = captured.file_cell(capture.save(tmp_path / "layer.npz", arrays, strings), "turboquant", cell.op)
+    want = {k: v for k, v in cell.as_dict().items() if k != "range"}
+    assert {k: v for k, v in file_cell.as_dict().items() if k != "inputs"} == want
+    inputs = captured.load_inputs(file_cell)
+    assert all(same_bits(inputs[k], arrays[k]) for k in arrays)
+    assert cell.op == "store" or inputs["scale"] == pytest.approx(1 / np.sqrt(cell["D"]))
+    assert verdict(file_cell, "numpy-ref") == verdict(cell, "numpy-ref")
+
+
+@SAFETENSORS
+def test_a_named_layout_is_taken_and_a_cache_no_layout_can_tell_must_name_it(tmp_path):
+    arrays = {**tq_arrays(), "kv_cache": np.zeros_like(tq_arrays()["kv_cache"])}
+    path = capture.save(tmp_path / "zeros.safetensors", arrays, {"layout": "aos", "scale": "0.125"})
+    cell = captured.file_cell(path, "turboquant", "decode")
+    assert cell["layout"] == "aos" and captured.load_inputs(cell)["scale"] == 0.125
+    capture.save(tmp_path / "unnamed.npz", arrays)
+    with pytest.raises(ValueError, match="layout: both read"):
+        captured.file_cell(tmp_path / "unnamed.npz", "turboquant", "decode")
+
+
+def test_a_tensor_file_keeps_strings_apart_and_refuses_pickles(tmp_path):
+    arrays, strings = tensor_files.read(tensor_files.write(tmp_path / "t.npz", {"x": np.arange(3)}, {"layout": "soa"}))
+    assert list(arrays) == ["x"] and strings == {"layout": "soa"}
+    with pytest.raises(ValueError, match="names used both for an array and a string: x"):
+        tensor_files.write(tmp_path / "t.npz", {"x": np.arange(3)}, {"x": "soa"})
+    np.savez(tmp_path / "pickle.npz", x=np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    with pytest.raises(tensor_files.TensorFileError, match="holds an object array"):
+        tensor_files.read(tmp_path / "pickle.npz")
+
+
+def test_a_worker_refuses_a_file_changed_since_its_cell_was_made(tmp_path):
+    path = capture.save(tmp_path / "layer.npz", gdn_arrays())
+    cell = captured.file_cell(path, "gdn", "decode")
+    capture.save(path, {**gdn_arrays(), "q": gdn_arrays()["q"] * 2})
+    with pytest.raises(ValueError, match=f"changed since the run began \\(sha256 {cell['inputs']}, now "):
+        captured.load_inputs(cell)
+
+
+# ---------------------------------------------------------------- bad files: one line naming the key
+
+def _gdn(change):
+    def make():
+        arrays = gdn_arrays()
+        change(arrays)
+        return "gdn/decode", arrays, {}
+    return make
+
+
+def _varlen(change, strings=None):
+    def make():
+        cell = GDN_OPS_CELLS[0]
+        x = gdn_inputs(cell)
+        arrays = {k: x[k] for k in GDN_FILE_KEYS[cell.op]}
+        change(arrays)
+        return "gdn/recurrent", arrays, strings or {}
+    return make
+
+
+def _spec(change):
+    def make():
+        x = gdn_inputs(GDN_OPS_CELLS[3])
+        arrays = {k: x[k] for k in GDN_FILE_KEYS["spec_decode"]}
+        change(arrays)
+        return "gdn/spec_decode", arrays, {}
+    return make
+
+
+def _store(change, strings=None):
+    def make():
+        x = tq_inputs(tq_matrix.cells("smoke")[0])
+        arrays = {k: x[k] for k in TQ_FILE_KEYS["store"] + TQ_OPTIONAL["store"]}
+        change(arrays)
+        return "turboquant/store", arrays, strings or {}
+    return make
+
+
+def _tq(change, strings=None):
+    def make():
+        arrays = tq_arrays()
+        change(arrays)
+        return "turboquant/decode", arrays, strings or {}
+    return make
+
+
+def _set(key, value):
+    return lambda a: a.__setitem__(key, value(a))
+
+
+def _poke(key, index, value):
+    return lambda a: a[key].__setitem__(index, value(a))
+
+
+BAD = {
+    "missing": (_gdn(lambda a: a.pop("state_indices")), "state_indices: missing"),
+    "extra": (_gdn(_set("g", lambda a: np.zeros((4, 4), np.float32))), "g: not an argument of this op"),
+    "act-dtype": (_gdn(_set("q", lambda a: a["q"].astype(np.float64))),
+                  "q: dtype float64, expected bfloat16 or float16 or float32"),
+    "mixed-act": (_gdn(_set("k", lambda a: a["k"].astype(np.float16))), "k: dtype float16, expected bfloat16"),
+    "state-dtype": (_gdn(_set("state", lambda a: a["state"].astype(np.float64))), "state: dtype float64"),
+    "index-dtype": (_gdn(_set("state_indices", lambda a: a["state_indices"].astype(np.float32))),
+                    "state_indices: dtype float32, expected int32 or int64"),
+    "k-heads": (_gdn(_set("k", lambda a: a["k"][:, :1])), "k: expected the shape of q"),
+    "v-heads": (_gdn(_set("v", lambda a: a["v"][:, :3])), "v: HV=3 value heads is not a multiple of H=2"),
+    "state-shape": (_gdn(_set("state", lambda a: a["state"][..., :16])),
+                    "state: expected shape [S, HV=4, K=32, V=32]"),
+    "index-outside-pool": (_gdn(_poke("state_indices", 0, lambda a: a["state"].shape[0])),
+                           "state_indices: slot index out of range [-1, 5)"),
+    "all-padding": (_gdn(_set("state_indices", lambda a: np.full(4, -1, np.int32))),
+                    "state_indices: every sequence is padding"),
+    "no-rotation": (_tq(lambda a: a.pop("rotation")), "rotation: missing"),
+    "store-layout": (_store(lambda a: None), "layout: a store's cache does not show its layout"),
+    "slot-outside-cache": (_store(_poke("slot_mapping", 0, lambda a: a["kv_cache"].shape[0] * 16), {"layout": "aos"}),
+                           "slot_mapping entries must be < num_blocks * block_size"),
+    "value-dtype": (_store(_set("value", lambda a: a["value"].astype(np.float32)), {"layout": "aos"}),
+                    "value: dtype float32, expected bfloat16 (the dtype of key)"),
+    "cu-seqlens": (_varlen(_poke("cu_seqlens", -1, lambda a: a["q"].shape[0] - 1)),
+                   "cu_seqlens: expected to start at 0 and end at T="),
+    "log-decay-dtype": (_varlen(_set("g", lambda a: a["g"].astype(np.float16))),
+                        "g: dtype float16, expected float32"),
+    "growing-state": (_varlen(_set("g", lambda a: np.abs(a["g"]) + 1)), "g: expected log-decays <= 0"),
+    "interval": (_varlen(lambda a: None, {"state_write_interval": "often"}),
+                 "state_write_interval: 'often'; expected a whole number >= 1"),
+    "accepted": (_spec(_poke("num_accepted_tokens", 0, lambda a: a["spec_state_indices"].shape[1] + 1)),
+                 "num_accepted_tokens: expected values in [0, "),
+    "block-outside-cache": (_tq(_poke("block_table", (1, 0), lambda a: a["kv_cache"].shape[0])),
+                            "block_table row 1 uses a block outside [0, "),
+    "seq-beyond-blocks": (_tq(_poke("seq_lens", 0, lambda a: a["block_table"].shape[1] * 16 + 1)),
+                          "seq_lens must be in [1, block_table columns * block_size"),
+    "slot-size": (_tq(_set("kv_cache", lambda a: np.ascontiguousarray(a["kv_cache"][..., :-2]))),
+                  "kv_cache: last dimension 132 is no preset's slot size at D=128"),
+    "named-preset": (_tq(lambda a: None, {"preset": "turboquant_3bit_nc"}),
+                     "kv_cache: last dimension 134, expected 102"),
+    "query-heads": (_tq(_set("query", lambda a: a["query"][:, :15])), "query heads Hq=15 must be a multiple"),
+    "cache-dtype": (_tq(_set("kv_cache", lambda a: a["kv_cache"].astype(np.int16))),
+                    "kv_cache: dtype int16, expected uint8"),
+    "string": (_tq(lambda a: None, {"bits": "4"}), "bits: an unexpected string"),
+    "scale": (_tq(lambda a: None, {"scale": "one"}), "scale: 'one' is not a number"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_a_bad_file_is_one_error_line_naming_the_key(tmp_path, capsys, case):
+    make, expected = BAD[case]
+    where, arrays, strings = make()
+    family, op = where.split("/")
+    path = capture.save(tmp_path / "bad.npz", arrays, strings)
+    rc, _, err = main(capsys, "conform", "--inputs", path, "--family", family, "--op", op,
+                      "--backend", "numpy-ref", "--out", tmp_path / "run")
+    line = error_line(err)
+    assert rc == 2 and f"--inputs {path}: " in line and expected in line, line
+    assert not (tmp_path / "run" / "cells.jsonl").exists()
+
+
+@pytest.mark.parametrize("name,content,args,expected", [
+    ("layer.pt", b"", ("--family", "gdn", "--op", "decode"), "expected a .npz or .safetensors file"),
+    ("layer.npz", b"not a zip", ("--family", "gdn", "--op", "decode"), "not a readable .npz file"),
+    pytest.param("layer.safetensors", b"\x10\0\0\0\0\0\0\0{", ("--family", "gdn", "--op", "decode"),
+                 "not a readable .safetensors file", marks=SAFETENSORS),
+    ("absent.npz", None, ("--family", "gdn", "--op", "decode"), "no such file"),
+    ("layer.npz", "gdn", ("--family", "gdn", "--op", "gating"), "gdn/gating does not take a file; supported: "
+     "gdn/recurrent, gdn/chunked, gdn/decode, gdn/spec_decode, turboquant/store, turboquant/decode, "
+     "turboquant/store_decode"),
+    ("layer.npz", "gdn", ("--family", "gdn"), "--inputs: name the op"),
+    ("layer.npz", "gdn", ("--family", "gdn", "--op", "decode", "--filter", "x"), "leave out --filter"),
+])
+def test_an_unreadable_file_or_request_is_one_error_line(tmp_path, capsys, name, content, args, expected):
+    path = tmp_path / name
+    if content == "gdn":
+        capture.save(path, gdn_arrays())
+    elif content is not None:
+        path.write_bytes(content)
+    rc, _, err = main(capsys, "conform", "--inputs", path, *args, "--backend", "numpy-ref", "--out", tmp_path / "r")
+    assert rc == 2 and expected in error_line(err)
+
+
+# ---------------------------------------------------------------- capture from a torch module, end to end
+
+@pytest.fixture
+def planted(monkeypatch):
+    """The planted-bug backends, in this process and in the workers it spawns."""
+    monkeypatch.setenv("KERNEL_LAB_BACKEND_MODULES", "tests.unit.planted_backends")
+    import tests.unit.planted_backends  # noqa: F401  (registers them here)
+
+
+def tiny_gdn_layer(arrays: dict):
+    """A torch module holding A_log and dt_bias whose forward takes the rest of a decode's arguments
+    (under other names) and updates its state pool in place, as a decode layer does."""
+    import torch
+
+    from conformance.torch_arrays import to_torch
+
+    class TinyDecode(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.A_log = torch.nn.Parameter(to_torch(arrays["A_log"]), requires_grad=False)
+            self.dt_bias = torch.nn.Parameter(to_torch(arrays["dt_bias"]), requires_grad=False)
+
+        def forward(self, query, key, value, a, b, ssm_state, state_indices):
+            ssm_state.mul_(0.5)
+            return query
+
+    return TinyDecode()
+
+
+def records_of(out):
+    return {r["backend"]: r for r in records.read(out / "cells.jsonl")}
+
+
+def readme_capture_snippet() -> str:
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Captured tensors"):]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+class TinyModel:
+    """``generate`` calls the layer as a model would: a one-sequence step, then two of every row."""
+
+    def __init__(self, layer, call: list):
+        self.layer, self.call = layer, call
+
+    def generate(self, _):
+        call = self.call
+        self.layer(*(t[:1] for t in call[:5]), call[5].clone(), call[6][:1])
+        self.layer(*call)
+        self.layer(*call)
+
+
+@SAFETENSORS
+def test_the_readme_capture_of_a_torch_layer_runs_on_every_backend_and_the_planted_bug_fails(
+        tmp_path, capsys, monkeypatch, planted):
+    from conformance.torch_arrays import to_torch
+
+    arrays = gdn_arrays()
+    call = [to_torch(np.array(arrays[n], copy=True)) for n in ("q", "k", "v", "a", "b", "state", "state_indices")]
+    monkeypatch.chdir(tmp_path)
+    layer = tiny_gdn_layer(arrays)
+    exec(readme_capture_snippet(), {"layer": layer, "model": TinyModel(layer, call)})
+    path = tmp_path / "gdn-decode.safetensors"
+    assert same_bits(captured.load_inputs(captured.file_cell(path, "gdn", "decode"))["state"], arrays["state"])
+    out = tmp_path / "run"
+    args = ("conform", "--inputs", path, "--family", "gdn", "--op", "decode", "--out", out,
+            "--backend", "numpy-ref,cpu-scalar,numpy-ref-heads-tiled")
+    rc, _, _ = main(capsys, *args)
+    recs = records_of(out)
+    assert rc == 1 and {b: r["status"] for b, r in recs.items()} == {
+        "numpy-ref": "pass", "cpu-scalar": "pass", "numpy-ref-heads-tiled": "fail"}
+    digest = captured.sha256(path)
+    assert {r["params"]["inputs"] for r in recs.values()} == {digest[:captured.DIGEST_CHARS]}
+    assert json.loads((out / "run.json").read_text())["selection"]["inputs"] == f"sha256:{digest}"
+    rc, _, err = main(capsys, *args, "--resume")
+    assert rc == 1 and "0 to run, 0 skip, 3 already recorded" in err
+    capture.save(path, {**arrays, "state": arrays["state"] * 2})
+    rc, _, err = main(capsys, *args, "--resume")
+    assert rc == 2 and f"inputs was 'sha256:{digest}'" in error_line(err)
+
+
+def test_a_captured_turboquant_decode_runs_its_backends_and_the_planted_bug_fails(tmp_path, capsys, planted):
+    path = capture.save(tmp_path / "decode.npz", tq_arrays())
+    out = tmp_path / "run"
+    rc, _, _ = main(capsys, "conform", "--inputs", path, "--family", "turboquant", "--op", "decode", "--out", out,
+                    "--backend", "numpy-ref,flydsl-emulated,torch-sdpa,numpy-ref-wrong-kv-head")
+    recs = records_of(out)
+    assert rc == 1 and {b: r["status"] for b, r in recs.items()} == {
+        "numpy-ref": "pass", "flydsl-emulated": "pass", "torch-sdpa": "skip", "numpy-ref-wrong-kv-head": "fail"}
+    assert "captured cache" in recs["torch-sdpa"]["reason"]
+
+
+def test_the_repro_command_of_a_captured_cell_names_its_file():
+    from reports import repro
+
+    cell_id = "turboquant/decode/preset=turboquant_4bit_nc/layout=soa/inputs=029c86851720/seed=0"
+    assert repro.command(cell_id, "triton", "ci", inputs="/data/layer 3.npz") == (
+        "kernel-lab conform --inputs '/data/layer 3.npz' --family turboquant --op decode --backend triton")
