@@ -1,13 +1,13 @@
 """GDN tolerances: each one as data (name, bound, rounding argument, the planted bugs it catches),
 then the function that evaluates them for a cell.
 
-Symbols: L the longest sequence, K the key head size, C the chunk (64 for chunked, else 0),
+Symbols: L the longest sequence (decode: its calls), K the key head size, C the chunk (64 for chunked, else 0),
 R the state roundings of the longest sequence, u the unit roundoff of the state dtype,
 u32 / u_bf16 of float32 / bfloat16 (``conformance.numerics``), u_act of the cell's activation dtype,
 max|x| over the oracle's output, T_o / T_S the largest sum of |terms| behind an element of o / of the
 state (``terms.magnitudes``).
 The o and state tolerances add up the terms that apply to a cell: FP32 always, STATE_16BIT for a
-bfloat16/float16 pool, OUTPUT_ROUNDING for an o returned in a 16-bit activation dtype (unless the
+bfloat16/float16 pool (with STATE_CHAIN where its roundings decouple over a chain), OUTPUT_ROUNDING for an o returned in a 16-bit activation dtype (unless the
 oracle rounds o itself: FLA_CHUNK), and the terms the backend's rounding model adds on the cell's op
 (``models.MODELS``: BF16_OPERANDS, BF16_GEMM, FLA_CHUNK with BF16_OPERANDS at u_act in place of u_bf16,
 VLLM_SOLVE, VLLM_GATING).
