@@ -17,7 +17,7 @@ CHUNK_TOKENS = 64   # a chunked op computes whole chunks of this many tokens
 
 def cell_work(cell: Cell) -> int:
     """A cell's work in tokens * heads * head dims, from its parameters: tokens are ``sum(lens)`` (a
-    ``chunked`` op's sequences rounded up to whole chunks of CHUNK_TOKENS), ``ntok``, ``T`` or ``n``; heads
+    ``chunked`` op's sequences rounded up to whole chunks of CHUNK_TOKENS), ``ntok``, ``T`` or ``n``, times ``steps`` (a chain of calls); heads
     ``HV`` or ``Hk * G``; dims ``D`` or ``K * K`` (a GDN state). Missing factors count 1. Used to estimate
     run time and for the interpreter work budget."""
     p = cell.as_dict()
@@ -25,6 +25,7 @@ def cell_work(cell: Cell) -> int:
         tokens = sum(-(-n // CHUNK_TOKENS) * CHUNK_TOKENS for n in p["lens"])
     else:
         tokens = sum(p["lens"]) if "lens" in p else p.get("ntok") or p.get("T") or p.get("n") or 1
+    tokens *= p.get("steps", 1)                 # a chain of decode calls
     heads = p.get("HV") or p.get("Hk", 1) * p.get("G", 1)
     dims = p.get("D") or p.get("K", 1) ** 2
     return int(tokens * heads * dims)
@@ -36,9 +37,17 @@ def work_budget(cell: Cell, backend: registry.Backend) -> float | None:
     return budget.get(cell.op) if isinstance(budget, Mapping) else budget
 
 
+def cell_calls(cell: Cell) -> int:
+    """How many times the driver calls the op: a chain's ``steps`` or ``calls``, else 1."""
+    p = cell.as_dict()
+    return int(p.get("steps") or p.get("calls") or 1)
+
+
 def first_estimate(cell: Cell, backend: registry.Backend) -> float:
-    """Seconds the backend is expected to take on the cell, before any record of it."""
-    return backend.seconds_per_cell + backend.seconds_per_work * cell_work(cell)
+    """Seconds the backend is expected to take on the cell, before any record of it: ``seconds_per_cell``
+    for each call of the op (``cell_calls``: an interpreter pays its launch overhead every call) plus
+    ``seconds_per_work`` for each unit of ``cell_work``."""
+    return backend.seconds_per_cell * cell_calls(cell) + backend.seconds_per_work * cell_work(cell)
 
 
 class Estimator:

@@ -105,9 +105,12 @@ def _finite(v) -> bool:
 
 def gdn_drift(result: dict, salt: str) -> str:
     """Two panels: relative L2 error against tokens (length sweep) and against split-and-resume
-    round trips, per state dtype; overflowed points (None) are marked on the axis, not dropped."""
-    fig = Figure(figsize=(8, 3.4))
-    a1, a2 = fig.subplots(1, 2)
+    round trips, per state dtype; overflowed points (None) are marked on the axis, not dropped. A
+    result with decode chains adds a third: the error against decode calls."""
+    chains = result.get("decode_chain", [])
+    fig = Figure(figsize=(12 if chains else 8, 3.4))
+    axes = fig.subplots(1, 3 if chains else 2)
+    a1, a2 = axes[:2]
     for dtype, color in DTYPE_COLOR.items():
         sweep = [r for r in result.get("length_sweep", []) if r["state_dtype"] == dtype]
         for key, ls in (("o_rel_l2", "-"), ("state_rel_l2", "--")):
@@ -128,7 +131,18 @@ def gdn_drift(result: dict, salt: str) -> str:
            title="error against prefix-cache round trips")
     tokens = sorted({r["tokens"] for r in result.get("length_sweep", [])})
     trips = sorted({r["round_trips"] + 1 for r in result.get("round_trips", [])})
-    for a, ticks in ((a1, tokens), (a2, trips)):
+    panels = [(a1, tokens), (a2, trips)]
+    if chains:
+        a3 = axes[2]
+        for dtype, color in DTYPE_COLOR.items():
+            for key, ls in (("o_rel_l2", "-"), ("state_rel_l2", "--")):
+                pts = [(r["steps"], r[key]) for r in chains if r["state_dtype"] == dtype and _finite(r.get(key))]
+                if pts:
+                    a3.plot(*zip(*pts), ls, marker="o", ms=3, color=color,
+                            label=f"{dtype} {'output' if key == 'o_rel_l2' else 'state'}")
+        a3.set(xscale="log", yscale="log", xlabel="decode calls", title="error against decode calls")
+        panels.append((a3, sorted({r["steps"] for r in chains})))
+    for a, ticks in panels:
         if ticks:  # every measured x labelled, in plain numbers
             a.set_xticks(ticks, [f"{t:g}" for t in ticks], rotation=45, fontsize=7)
         a.xaxis.set_minor_formatter(NullFormatter())

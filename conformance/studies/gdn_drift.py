@@ -10,7 +10,13 @@ every 64 tokens, as the CPU chunk kernel does), one sequence, H/HV/K=V from the 
   from the previous call's stored state (a prefix-cache hit re-seeds from a stored state; the
   chunk grid restarts at the split); error against the float32 state without splits;
 - overflow probe: large v (``--v-scale``) with weak decay; float16 state overflow (Inf/NaN in the
-  state or the outputs, or a float32 state beyond 65504) is reported as such, never hidden.
+  state or the outputs, or a float32 state beyond 65504) is reported as such, never hidden;
+- decode chains: the decode op (``reference.gdn.numpy_ref``, fp32 compute) called once per token of
+  ``--decode-sequences`` sequences, the pool carried, per-token decay near 1 (0.99985 .. 0.99995,
+  which bfloat16 rounds to 1: the gdn matrix's "near-one" decode inputs); after each of
+  ``--decode-steps`` calls, the relative L2 error of all outputs so far and of the pool, per state
+  dtype, against the fp32-state truth (the same chain in float64 with a float32 pool), so float32's
+  row is the fp32 arithmetic alone. ``--decode-only`` skips the prefill measurements.
 """
 from __future__ import annotations
 
@@ -34,8 +40,13 @@ def add_arguments(parser) -> None:
     parser.add_argument("--round-trip-tokens", type=int, default=8192)
     parser.add_argument("--v-scale", type=float, default=5e4, help="v scale of the overflow probe")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--decode-steps", default="4096,16384",
+                        help="decode chain lengths measured (one chain, the longest; default 4096,16384)")
+    parser.add_argument("--decode-sequences", type=int, default=2, help="sequences of a decode call (default 2)")
+    parser.add_argument("--decode-only", action="store_true", help="only the decode chains")
     parser.add_argument("--quick", action="store_true",
-                        help="small sizes for tests: 1024 tokens, K=V=64, round trips 0,4 over 512")
+                        help="small sizes for tests: 1024 tokens, K=V=64, round trips 0,4 over 512, "
+                             "decode chains 64,256")
 
 
 def draw_inputs(rng, T: int, H: int, HV: int, K: int, decay: str, v_scale: float = 1.0) -> dict:
@@ -134,6 +145,47 @@ def overflow_probe(x: dict) -> dict:
     return out
 
 
+STATE_DTYPES = ("float32", "bfloat16", "float16")
+
+
+def decode_chain(H: int, HV: int, K: int, N: int, steps: list[int], seed: int) -> list[dict]:
+    """Per state dtype and chain length of ``steps``: rel_l2 of the outputs of all calls so far and of
+    the pool after that many decode calls, against the fp32-state truth (see the module docstring)."""
+    from conformance.families.gdn import make_inputs
+    from conformance.families.gdn.matrix import cell_of
+    from conformance.families.gdn.oracle import Float64Oracle
+    from reference.gdn import numpy_ref
+    from reference.gdn.arguments import STATE_DTYPES as POOL_DTYPES
+
+    cell = cell_of("decode", dict(state="float32", heads=(H, HV), KV=(K, K), N=N, decay="near-one",
+                                  slots="shuffled", qk="unit", act="bfloat16", steps=max(steps), seed=seed))
+    x = make_inputs(cell)
+    opts = {n: x[n] for n in ("scale", "use_qk_l2norm", "l2norm_eps")}
+    idx, written = x["state_indices"], np.sort(x["state_indices"])
+
+    def run(impl, state_dtype: str) -> tuple[np.ndarray, dict]:
+        pool = x["state"].astype(POOL_DTYPES[state_dtype])
+        outs, pools = [], {}
+        for s in range(max(steps)):
+            rows = slice(s * N, (s + 1) * N)
+            outs.append(impl.decode(*(x[n][rows] for n in ("q", "k", "v")), x["A_log"], x["a"][rows],
+                                    x["b"][rows], x["dt_bias"], pool, idx, **opts, state_dtype=state_dtype))
+            if s + 1 in steps:
+                pools[s + 1] = pool[written].astype(np.float32)
+        return np.concatenate(outs).astype(np.float32), pools
+
+    o_truth, s_truth = run(Float64Oracle("float32"), "float32")
+    rows = []
+    for dtype in STATE_DTYPES:
+        o, pools = run(numpy_ref, dtype)
+        for n in steps:
+            seen = slice(0, n * N)
+            rows.append({"state_dtype": dtype, "steps": n, "o_rel_l2": _error(o[seen], o_truth[seen]),
+                         "state_rel_l2": _error(pools[n], s_truth[n]),
+                         "max_abs_state_fp32": float(np.max(np.abs(s_truth[n])))})
+    return rows
+
+
 MAX_TOKENS = 1 << 20   # a million tokens of one sequence: far past any model's context
 MAX_HEADS = 128
 MAX_DIM = 512
@@ -153,6 +205,8 @@ def check(args) -> None:
         raise ValueError(f"--round-trip-tokens {rt_tokens}: expected at most --tokens ({args.tokens})")
     int_list("--round-trips", args.round_trips, 0, rt_tokens - 1)
     positive_float("--v-scale", args.v_scale, 1e30)
+    int_list("--decode-steps", args.decode_steps, 1, MAX_TOKENS)
+    bounded_int("--decode-sequences", args.decode_sequences, 1, MAX_HEADS)
 
 
 def run(args) -> dict:
@@ -161,17 +215,25 @@ def run(args) -> dict:
     tokens, K = (1024, 64) if args.quick else (args.tokens, args.dim)
     counts = [0, 4] if args.quick else [int(s) for s in args.round_trips.split(",")]
     rt_tokens = 512 if args.quick else args.round_trip_tokens
+    steps = [64, 256] if args.quick else sorted(set(int(s) for s in args.decode_steps.split(",")))
+    config = {"H": H, "HV": HV, "K": K, "V": K, "decay": args.decay, "chunk": CHUNK, "seed": args.seed,
+              "decode_steps": steps, "decode_sequences": args.decode_sequences,
+              "decode_implementation": "reference.gdn.numpy_ref.decode (fp32 compute), decay near 1; truth: "
+                                       "the same chain in float64 with a float32 pool"}
+    chains = decode_chain(H, HV, K, args.decode_sequences, steps, args.seed)
+    if args.decode_only:
+        return {"study": NAME, "config": config, "decode_chain": chains}
     rng = np.random.default_rng(args.seed)
     x = draw_inputs(rng, tokens, H, HV, K, args.decay)
     probe = draw_inputs(rng, min(tokens, 4096), H, HV, K, "weak", args.v_scale)
     return {
         "study": NAME,
-        "config": {"H": H, "HV": HV, "K": K, "V": K, "decay": args.decay, "chunk": CHUNK,
-                   "tokens": tokens, "round_trip_tokens": rt_tokens, "v_scale_probe": args.v_scale,
-                   "seed": args.seed, "implementation": "reference.gdn.jax_ref.chunked (fp32 compute)"},
+        "config": {**config, "tokens": tokens, "round_trip_tokens": rt_tokens, "v_scale_probe": args.v_scale,
+                   "implementation": "reference.gdn.jax_ref.chunked (fp32 compute)"},
         "length_sweep": _length_sweep(x, _lengths(tokens)),
         "round_trips": _round_trips({n: a[:rt_tokens] for n, a in x.items()}, rt_tokens, counts, rng),
         "overflow_probe": overflow_probe(probe),
+        "decode_chain": chains,
     }
 
 
@@ -190,7 +252,14 @@ def overflow_text(probe: dict) -> str:
 def summarize(result: dict) -> str:
     """A short table of the study."""
     c = result["config"]
-    lines = [f"gdn-drift: H={c['H']} HV={c['HV']} K=V={c['K']} decay={c['decay']} (chunk {c['chunk']})",
+    chain = [f"decode chains ({c['decode_sequences']} sequences a call, decay near 1, against the fp32-state truth)",
+             f"{'state':>9} {'steps':>7} {'o rel_l2':>10} {'state rel_l2':>12}"]
+    chain += [f"{r['state_dtype']:>9} {r['steps']:>7} {_fmt(r['o_rel_l2']):>10} {_fmt(r['state_rel_l2']):>12}"
+              for r in result["decode_chain"]]
+    head = f"gdn-drift: H={c['H']} HV={c['HV']} K=V={c['K']}"
+    if "length_sweep" not in result:
+        return "\n".join([head] + chain)
+    lines = [f"{head} decay={c['decay']} (chunk {c['chunk']})",
              f"{'state':>9} {'tokens':>7} {'o rel_l2':>10} {'state rel_l2':>12}"]
     for r in result["length_sweep"]:
         lines.append(f"{r['state_dtype']:>9} {r['tokens']:>7} {_fmt(r['o_rel_l2']):>10} "
@@ -204,4 +273,4 @@ def summarize(result: dict) -> str:
     lines.append(f"overflow probe (v x {c['v_scale_probe']:g}, weak decay, {p['tokens']} tokens): "
                  f"max|S| fp32 = {p['max_abs_state_fp32']:.3g}; "
                  + "; ".join(f"{d}: {overflow_text(p[d])}" for d in ("bfloat16", "float16")))
-    return "\n".join(lines)
+    return "\n".join(lines + chain)

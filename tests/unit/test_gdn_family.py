@@ -57,6 +57,17 @@ def test_ci_has_the_named_corners():
     assert any("split=64" in i for i in ids) and any("split=37" in i for i in ids)
     assert any("HV=32" in i for i in ids) and any("HV=12" in i for i in ids)
     assert any("accepted=S" in i for i in ids) and any("accepted=0" in i for i in ids)
+    for words in (("decode/", "steps="), ("recurrent/", "calls="), ("keys=near-duplicate",), ("keys=correlated",),
+                  ("decay=extreme",), ("decay=zero", "beta=edges"), ("v=near-max", "act=float16")):
+        assert any(all(w in i for w in words) for i in ids), words
+
+
+def test_full_has_the_long_chains_for_every_state_dtype():
+    ids = [c.id for c in gdn.cells("full")]
+    for state in ("float32", "bfloat16", "float16"):
+        for steps in matrix.FULL_STEPS:
+            assert any(f"decode/state={state}/" in i and f"steps={steps}/" in i for i in ids), (state, steps)
+            assert any(f"recurrent/state={state}/" in i and f"lens={steps}/" in i and "calls=" in i for i in ids)
 
 
 @pytest.mark.parametrize("act", ["bfloat16", "float16", "float32"])

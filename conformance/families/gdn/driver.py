@@ -4,6 +4,9 @@
 signatures of ``reference.gdn.numpy_ref``, in one of two forms: NumPy (mutates the state pool in
 place, returns ``o``) or JAX (returns ``(o, new_pool)``); a tuple result means the JAX form.
 
+Varlen ops run as one call, or one call per piece between ``cuts`` (a chunked split, a recurrent
+chain's calls); decode as ``steps`` calls; each call's pool is the one the previous call left.
+
 Outputs: gating {"g", "beta"} float32 [T,HV]; the others {"o": [T,HV,V] in the dtype the
 implementation returned (the check accepts float32 or the cell's activation dtype), "state": the
 whole pool as float32}. Rows of ``o`` that belong to padding sequences are unspecified, but NaN or
@@ -29,16 +32,33 @@ def _invoke(fn, args: tuple, kwargs: dict, state):
     return result, state
 
 
+def cuts(inputs: dict) -> tuple[int, ...]:
+    """Token offsets, from each sequence's start, where the driver begins a new call of a varlen op:
+    none, a chunked op's two-call ``split``, or a recurrent chain's ``calls`` - 1 equal steps
+    (ceil(longest / calls) tokens a call)."""
+    split, calls = inputs.get("split"), inputs.get("calls", 1)
+    if split is not None:
+        return (split,)
+    if calls == 1:
+        return ()
+    longest = int(np.max(np.diff(inputs["cu_seqlens"])))
+    per = -(-longest // calls)
+    return tuple(range(per, longest, per))
+
+
 def _varlen_calls(fn, inputs: dict, kwargs: dict):
-    """One call, or two calls split at ``inputs['split']`` tokens of every sequence."""
+    """One call, or one call per piece between the ``cuts`` of every sequence (a sequence with no
+    tokens in a piece is left out of that call), the pool carried from call to call."""
     q, k, v, g, beta = (inputs[n] for n in ("q", "k", "v", "g", "beta"))
-    cu, idx, state, split = inputs["cu_seqlens"], inputs["state_indices"], inputs["state"], inputs.get("split")
-    if split is None:
+    cu, idx, state, offsets = inputs["cu_seqlens"], inputs["state_indices"], inputs["state"], cuts(inputs)
+    if not offsets:
         return _invoke(fn, (q, k, v, g, beta, cu, state, idx), kwargs, state)
     o = None
     starts, ends = cu[:-1].astype(np.int64), cu[1:].astype(np.int64)
-    parts = [(starts, np.minimum(starts + split, ends), np.ones(len(starts), bool)),
-             (starts + split, ends, ends - starts > split)]
+    bounds = (0,) + offsets
+    parts = [(np.minimum(starts + lo, ends), ends if hi is None else np.minimum(starts + hi, ends),
+              (ends - starts > lo) if lo else np.ones(len(starts), bool))
+             for lo, hi in zip(bounds, bounds[1:] + (None,))]
     for lo, hi, keep in parts:
         tokens = np.concatenate([np.arange(a, b) for a, b, kept in zip(lo, hi, keep) if kept])
         sub_cu = np.concatenate([[0], np.cumsum((hi - lo)[keep])]).astype(np.int32)
@@ -49,6 +69,20 @@ def _varlen_calls(fn, inputs: dict, kwargs: dict):
             o = np.zeros((q.shape[0],) + tuple(v.shape[1:]), part_o.dtype)
         o[tokens] = part_o
     return o, state
+
+
+def _decode_chain(fn, inputs: dict, kwargs: dict):
+    """``inputs['steps']`` decode calls (rows s*N .. s*N+N-1 of the token inputs are call s), the pool
+    of each call the one the previous call left; o of all calls, in call order."""
+    idx, state, steps = inputs["state_indices"], inputs["state"], inputs.get("steps", 1)
+    N, outs = len(idx), []
+    for s in range(steps):
+        rows = slice(s * N, (s + 1) * N)
+        args = tuple(inputs[n][rows] for n in ("q", "k", "v")) + (inputs["A_log"],) + tuple(
+            inputs[n][rows] for n in ("a", "b")) + (inputs["dt_bias"],)
+        o, state = _invoke(fn, args + (state, idx), kwargs, state)
+        outs.append(np.asarray(o))
+    return (outs[0] if steps == 1 else np.concatenate(outs)), state
 
 
 def run_with(impl, cell: Cell, inputs: dict) -> dict:
@@ -65,8 +99,7 @@ def run_with(impl, cell: Cell, inputs: dict) -> dict:
     elif cell.op == "chunked":
         o, state = _varlen_calls(impl.chunked, inputs, {**opts, "chunk_size": inputs["chunk_size"]})
     elif cell.op == "decode":
-        args = tuple(inputs[n] for n in ("q", "k", "v", "A_log", "a", "b", "dt_bias"))
-        o, state = _invoke(impl.decode, args + (state, inputs["state_indices"]), opts, state)
+        o, state = _decode_chain(impl.decode, inputs, opts)
     elif cell.op == "spec_decode":
         args = tuple(inputs[n] for n in ("q", "k", "v", "A_log", "a", "b", "dt_bias"))
         o, state = _invoke(impl.spec_decode, args + (state, inputs["spec_state_indices"],

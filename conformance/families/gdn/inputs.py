@@ -7,11 +7,13 @@ float16 or float32, rounded to nearest even from the draw); ``A_log`` is float32
     gating:       A_log [HV], a [T,HV], b [T,HV], dt_bias [HV]
     recurrent:    q [T,H,K], k [T,H,K], v [T,HV,V], g [T,HV], beta [T,HV], cu_seqlens int32 [N+1],
                   state [S,HV,K,V] (pool in the cell's state dtype: float32, ml_dtypes.bfloat16, float16),
-                  state_indices int32 [N] (shuffled, -1 = padding sequence), state_write_interval
+                  state_indices int32 [N] (shuffled, -1 = padding sequence), state_write_interval,
+                  calls (each sequence fed in that many equal calls; 1 without the ``calls`` parameter)
     chunked:      as recurrent, with chunk_size and split (None, or the per-sequence token count
                   of the first of two calls; the second is seeded by the first's state)
-    decode:       q [N,H,K], k [N,H,K], v [N,HV,V], A_log, a [N,HV], b [N,HV], dt_bias,
-                  state, state_indices [N]
+    decode:       q [steps*N,H,K], k [steps*N,H,K], v [steps*N,HV,V], A_log, a [steps*N,HV],
+                  b [steps*N,HV], dt_bias, state, state_indices [N], steps (rows s*N .. s*N+N-1 are
+                  call s of a chain; 1 without the ``steps`` parameter)
     spec_decode:  q, k, v, A_log, a [T,HV], b [T,HV], dt_bias, state, spec_state_indices int32 [N,S],
                   num_accepted_tokens int32 [N], cu_seqlens
     all but gating also: scale (None = 1/sqrt(K)), use_qk_l2norm, l2norm_eps, state_dtype (name)
@@ -34,7 +36,12 @@ def head_magnitudes(n: int) -> np.ndarray:
 
 
 def log_decay(rng, decay: str, T: int, HV: int) -> np.ndarray:
-    """g [T,HV]: strong ~ -0.5..-8 with 3% of tokens at -50; weak ~ -1e-3..-3e-2; zero = 0."""
+    """g [T,HV]: strong ~ -0.5..-8 with 3% of tokens at -50; weak ~ -1e-3..-3e-2; zero = 0;
+    near-one ~ log(0.99985 .. 0.99995); extreme ~ -20..-1e4 (log-uniform)."""
+    if decay == "near-one":
+        return np.log(rng.uniform(0.99985, 0.99995, (T, HV))).astype(np.float32)
+    if decay == "extreme":
+        return -np.exp(rng.uniform(math.log(20.0), math.log(1e4), (T, HV))).astype(np.float32)
     if decay == "strong":
         g = -np.exp(rng.uniform(math.log(0.5), math.log(8.0), (T, HV)))
         g[rng.random((T, HV)) < 0.03] = -50.0
@@ -43,35 +50,79 @@ def log_decay(rng, decay: str, T: int, HV: int) -> np.ndarray:
         return -rng.uniform(1e-3, 3e-2, (T, HV)).astype(np.float32)
     if decay == "zero":
         return np.zeros((T, HV), np.float32)
-    raise ValueError(f"decay: expected strong, weak or zero, got {decay!r}")
+    raise ValueError(f"decay: expected {', '.join(DECAY_REGIMES)}, got {decay!r}")
+
+
+DECAY_REGIMES = ("strong", "weak", "zero", "near-one", "extreme")
 
 
 def gate_inputs(rng, decay: str, T: int, HV: int, act: str) -> dict:
     """A_log, a, b, dt_bias (``act`` dtype but A_log) whose gating gives the decay regime (zero:
-    softplus(-60) ~ 1e-26)."""
-    if decay == "strong":
+    softplus(-60) ~ 1e-26; near-one: g ~ -1e-4 softplus(a), a ~ N(0, 0.5); extreme: g ~ -1e2..-1e4)."""
+    if decay == "near-one":
+        A_log, a = np.log(rng.uniform(5e-5, 1.5e-4, HV)), rng.normal(0.0, 0.5, (T, HV))
+    elif decay == "extreme":
+        A_log, a = np.log(rng.uniform(20.0, 2000.0, HV)), rng.normal(3.0, 1.0, (T, HV))
+    elif decay == "strong":
         A_log, a = np.log(rng.uniform(0.5, 4.0, HV)), rng.normal(1.0, 1.5, (T, HV))
     elif decay == "weak":
         A_log, a = np.log(rng.uniform(1e-3, 1e-2, HV)), rng.normal(0.0, 1.0, (T, HV))
     elif decay == "zero":
         A_log, a = np.log(rng.uniform(0.5, 4.0, HV)), np.full((T, HV), -60.0)
     else:
-        raise ValueError(f"decay: expected strong, weak or zero, got {decay!r}")
+        raise ValueError(f"decay: expected {', '.join(DECAY_REGIMES)}, got {decay!r}")
     return {"A_log": bf16_round(A_log), "a": to_activation(a, act),
             "b": to_activation(rng.normal(0.0, 1.5, (T, HV)), act),
             "dt_bias": to_activation(rng.normal(0.0, 0.5, HV), act)}
 
 
 QK_SCALE = {"unit": 1.0, "large": 2.0 ** 8}
+KEY_SPREAD = {"near-duplicate": 1e-3, "correlated": 0.1}   # noise around one vector per head
+V_NEAR_MAX = 6e4                                           # |v| cap: the edge of float16 (65504)
 
 
-def qkv(rng, T: int, H: int, HV: int, K: int, V: int, qk: str, act: str) -> dict:
-    """Independent q, k, v (never the same tensor) in ``act``, per-head magnitudes; q and k times
-    ``QK_SCALE[qk]``."""
-    q = rng.normal(size=(T, H, K)) * head_magnitudes(H)[None, :, None] * QK_SCALE[qk]
-    k = rng.normal(size=(T, H, K)) * head_magnitudes(H)[::-1][None, :, None] * QK_SCALE[qk]
+def keys(rng, T: int, H: int, K: int, how: str) -> np.ndarray:
+    """k [T,H,K] before the per-head magnitudes: independent normal rows, or one normal vector per head
+    plus ``KEY_SPREAD[how]`` times normal noise (near-duplicate: the rows agree to 1e-3)."""
+    if how == "independent":
+        return rng.normal(size=(T, H, K))
+    if how not in KEY_SPREAD:
+        raise ValueError(f"keys: expected independent, {', '.join(KEY_SPREAD)}, got {how!r}")
+    return rng.normal(size=(1, H, K)) + KEY_SPREAD[how] * rng.normal(size=(T, H, K))
+
+
+def values(rng, T: int, HV: int, V: int, how: str) -> np.ndarray:
+    """v [T,HV,V]: normal times the per-head magnitudes (unit), or near-max: normal times 2e4, clipped
+    to +-V_NEAR_MAX."""
     v = rng.normal(size=(T, HV, V)) * head_magnitudes(HV)[None, :, None]
+    if how == "unit":
+        return v
+    if how == "near-max":
+        return np.clip(v * 2e4, -V_NEAR_MAX, V_NEAR_MAX)
+    raise ValueError(f"v: expected unit or near-max, got {how!r}")
+
+
+def qkv(rng, T: int, H: int, HV: int, K: int, V: int, qk: str, act: str, key_gen: str = "independent",
+        v_gen: str = "unit") -> dict:
+    """Independent q, k, v (never the same tensor) in ``act``, per-head magnitudes; q and k times
+    ``QK_SCALE[qk]``; k from ``keys(key_gen)``, v from ``values(v_gen)``."""
+    q = rng.normal(size=(T, H, K)) * head_magnitudes(H)[None, :, None] * QK_SCALE[qk]
+    k = keys(rng, T, H, K, key_gen) * head_magnitudes(H)[::-1][None, :, None] * QK_SCALE[qk]
+    v = values(rng, T, HV, V, v_gen)
     return {"q": to_activation(q, act), "k": to_activation(k, act), "v": to_activation(v, act)}
+
+
+def betas(rng, T: int, HV: int, how: str) -> np.ndarray:
+    """beta [T,HV]: sigmoid of N(0, 1.5), or edges: exactly 0 or 1 (half each)."""
+    if how == "sigmoid":
+        return 1.0 / (1.0 + np.exp(-rng.normal(0.0, 1.5, (T, HV))))
+    if how == "edges":
+        return (rng.random((T, HV)) < 0.5).astype(np.float64)
+    raise ValueError(f"beta: expected sigmoid or edges, got {how!r}")
+
+
+def _generators(cell: Cell) -> dict:
+    return {"key_gen": cell.get("keys", "independent"), "v_gen": cell.get("v", "unit")}
 
 
 def state_pool(rng, state: str, slots: int, HV: int, K: int, V: int) -> np.ndarray:
@@ -112,8 +163,9 @@ def make_inputs(cell: Cell) -> dict:
     if cell.op in ("recurrent", "chunked"):
         lens, pad_at = _with_padding(cell["lens"], padded)
         T, N = sum(lens), len(lens)
-        inputs = {**qkv(rng, T, H, HV, K, V, qk, act), "g": log_decay(rng, cell["decay"], T, HV),
-                  "beta": to_activation(1.0 / (1.0 + np.exp(-rng.normal(0.0, 1.5, (T, HV)))), act),
+        inputs = {**qkv(rng, T, H, HV, K, V, qk, act, **_generators(cell)),
+                  "g": log_decay(rng, cell["decay"], T, HV),
+                  "beta": to_activation(betas(rng, T, HV, cell.get("beta", "sigmoid")), act),
                   "cu_seqlens": np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)}
         real = N - (pad_at is not None)
         pool_size = real + 2
@@ -123,13 +175,14 @@ def make_inputs(cell: Cell) -> dict:
         inputs.update(state=state_pool(rng, cell["state"], pool_size, HV, K, V), state_indices=idx,
                       **_options(cell))
         if cell.op == "recurrent":
-            inputs["state_write_interval"] = cell["interval"]
+            inputs.update(state_write_interval=cell["interval"], calls=cell.get("calls", 1))
         else:
             inputs.update(chunk_size=CHUNK, split=cell["split"])
         return inputs
     if cell.op == "decode":
-        N = cell["N"] + padded
-        inputs = {**qkv(rng, N, H, HV, K, V, qk, act), **gate_inputs(rng, cell["decay"], N, HV, act)}
+        N, steps = cell["N"] + padded, cell.get("steps", 1)
+        inputs = {**qkv(rng, steps * N, H, HV, K, V, qk, act, **_generators(cell)),
+                  **gate_inputs(rng, cell["decay"], steps * N, HV, act), "steps": steps}
         pool_size = cell["N"] + 2
         idx = rng.permutation(pool_size)[:cell["N"]].astype(np.int32)
         if padded:

@@ -5,6 +5,14 @@ interval (recurrent) or split (chunked), act}; decode {state, H, HV, K, V, N, de
 spec_decode {state, H, HV, K, drafts, accepted, decay, slots, qk, act}. ``act`` is the activations'
 dtype (q, k, v, beta, a, b, dt_bias); ``qk`` "large" scales q and k by 2^8 before the l2 norm, so a
 sum of squares in float16 overflows.
+
+Named corners may add: ``steps`` (decode: the op called that many times, one token per sequence a
+call, the pool carried from call to call as a server does) or ``calls`` (recurrent: each sequence fed
+in that many equal calls, the pool carried); the adversarial generators ``keys`` ("near-duplicate":
+every key of a head within 1e-3 of one vector; "correlated": within 0.1, cosine ~0.995), ``beta``
+("edges": beta exactly 0 or 1), ``v`` ("near-max": |v| up to 6e4, the edge of float16); and the decay
+regimes "near-one" (per-token decay 0.99985 .. 0.99995, which bfloat16 rounds to 1) and "extreme"
+(g from -20 to -1e4, exp(g) underflows; a chunk's cumulative decay reaches -6e5).
 """
 from __future__ import annotations
 
@@ -17,7 +25,7 @@ CHUNK = 64
 
 STATES = ["float32", "bfloat16", "float16"]
 HEADS = [(4, 4), (2, 4), (4, 12), (16, 32)]
-DECAYS = ["strong", "weak", "zero"]
+DECAYS = ["strong", "weak", "zero"]        # the pairwise axis; corners also use "near-one", "extreme"
 SLOTS = ["shuffled", "padded"]
 QK = ["unit", "large"]
 ACTS = ["bfloat16", "float16", "float32"]
@@ -64,7 +72,7 @@ def corners(op: str, tier: str) -> list[dict]:
         return [dict(state="bfloat16", heads=(4, 12), K=128, lens=(127, 128, 129), decay="weak",
                      slots="padded", qk="unit", interval=64, act="bfloat16"),
                 dict(state="float32", heads=(2, 4), K=128, lens=(273,), decay="strong", slots="shuffled",
-                     qk="large", interval=16, act="float16")]
+                     qk="large", interval=16, act="float16")] + recurrent_chains(tier) + adversarial(op, tier)
     if op == "chunked":
         out = [dict(state="bfloat16", heads=(4, 12), K=128, lens=(127, 128, 129), decay="weak",
                     slots="shuffled", qk="unit", split=None, act="bfloat16"),
@@ -77,18 +85,71 @@ def corners(op: str, tier: str) -> list[dict]:
                          slots="shuffled", qk="unit", split=1024, act="bfloat16"),
                     dict(state="float32", heads=(16, 32), K=128, lens=(2048,), decay="weak",
                          slots="shuffled", qk="large", split=None, act="float16")]
-        return out
+        return out + adversarial(op, tier)
     if op == "decode":
         return [dict(state="bfloat16", heads=(16, 32), KV=(128, 128), N=4, decay="strong",
                      slots="padded", qk="unit", act="bfloat16"),
                 dict(state="float16", heads=(16, 32), KV=(128, 128), N=4, decay="strong",
-                     slots="padded", qk="large", act="float16")]
+                     slots="padded", qk="large", act="float16")] + decode_chains(tier)
     if op == "spec_decode":
         return [dict(state="bfloat16", heads=(4, 12), K=128, drafts=(4, 2), accepted="mix",
                      decay="weak", slots="padded", qk="unit", act="bfloat16"),
                 dict(state="float32", heads=(4, 12), K=128, drafts=(4, 2), accepted="mix",
                      decay="strong", slots="padded", qk="large", act="float16")]
     return []
+
+
+CI_STEPS = 256                      # a chain the Triton interpreter runs in seconds
+FULL_STEPS = (4096, 16384)
+
+
+def decode_chains(tier: str) -> list[dict]:
+    """Decode called ``steps`` times, the pool carried, per-token decay near 1: each state dtype
+    (16-bit drift against the float32-state truth); in float16 activations a float32 pool fed
+    |v| near the float16 range, whose grown state puts the unscaled readout q^T S past 65504."""
+    def chain(state, act, steps, KV=(32, 32), **extra):
+        return dict(state=state, heads=(2, 4), KV=KV, N=2, decay="near-one", slots="shuffled", qk="unit",
+                    act=act, **extra, steps=steps)
+    if tier != "full":
+        return [chain("bfloat16", "bfloat16", CI_STEPS), chain("float16", "float16", CI_STEPS),
+                chain("float32", "float16", CI_STEPS, KV=(64, 64), v="near-max")]
+    out = [chain(state, "bfloat16", steps, KV=(128, 128)) for steps in FULL_STEPS
+           for state in ("float32", "bfloat16", "float16")]
+    out += [chain("float16", "float16", 4096, KV=(128, 128)), chain("float32", "float32", 4096, KV=(128, 128)),
+            chain("float32", "float16", 4096, KV=(64, 64), v="near-max")]
+    return out
+
+
+def recurrent_chains(tier: str) -> list[dict]:
+    """One long sequence fed to the recurrent op in ``calls`` equal calls, the pool carried, per-token
+    decay near 1 (ci: 512 tokens in 32 calls; full: 4096 in 64 and 16384 in 256)."""
+    def chain(state, act, L, calls, **extra):
+        return dict(state=state, heads=(2, 4), K=64, lens=(L,), decay="near-one", slots="shuffled", qk="unit",
+                    interval=1, act=act, **extra, calls=calls)
+    if tier != "full":
+        return [chain("bfloat16", "float32", 512, 32), chain("float32", "float16", 512, 32)]
+    return [chain(state, act, L, calls) for L, calls in ((4096, 64), (16384, 256))
+            for state, act in (("bfloat16", "bfloat16"), ("float16", "float16"), ("float32", "float32"))]
+
+
+def adversarial(op: str, tier: str) -> list[dict]:
+    """The adversarial generators on the varlen ops: near-duplicate and correlated keys (the chunk
+    form's (I + strictly-lower beta K K^T) inverse), no decay and extreme decay, beta at exactly 0
+    and 1, |v| near the float16 range."""
+    def row(state, K, lens, decay, act, **extra):
+        last = {"interval": 1} if op == "recurrent" else {"split": None}
+        return dict(state=state, heads=(2, 4), K=K, lens=lens, decay=decay, slots="shuffled", qk="unit",
+                    **last, act=act, **extra)
+    out = [row("float32", 64, (129,), "zero", "bfloat16", keys="near-duplicate"),
+           row("bfloat16", 64, (129,), "extreme", "float16", keys="correlated"),
+           row("float32", 64, (65,), "zero", "float32", beta="edges")]
+    if tier == "full":
+        if op == "chunked":   # its float32 state passes 65504: FLA's float16 chunk-state store overflows
+            out.append(row("float32", 64, (129,), "near-one", "float16", v="near-max"))
+        out += [row("float16", 128, (273,), "zero", "float16", keys="near-duplicate"),
+                row("float32", 128, (273,), "extreme", "bfloat16", keys="near-duplicate"),
+                row("bfloat16", 128, (273,), "zero", "bfloat16", keys="correlated", beta="edges")]
+    return out
 
 
 def cell_of(op: str, row: dict) -> Cell:

@@ -60,12 +60,13 @@ MODELS = by_name((
     RoundingModel("bf16-operands", "chunked: GEMM operands rounded to bf16, fp32 accumulation (the C++ chunk "
                   "kernel); other ops as exact", Bf16OperandReference, differs_on=("chunked",),
                   oracle={"chunked": "bf16-operands"}, terms={"chunked": (tol.BF16_OPERANDS,)}),
-    # torch-eager's bf16 GEMM results carry ~u_bf16 noise, the size of a truncating store's error and of
+    # torch-eager's bf16 GEMM results carry ~u_bf16 noise, the size of a truncating store's error, of
     # reading fp16 activations as bf16 (a bf16-gemm kernel rounds its operands to bf16 whatever they come in)
+    # and of rounding beta to bf16
     RoundingModel("bf16-gemm", "chunked: bf16 GEMM operands and bf16-rounded GEMM results (torch eager); other "
                   "ops as exact", Bf16OperandReference, differs_on=("chunked",),
                   oracle={"chunked": "bf16-operands"}, terms={"chunked": (tol.BF16_GEMM,)},
-                  undetectable=frozenset({"gdn.truncating-store", "gdn.fp16-read-as-bf16"})),
+                  undetectable=frozenset({"gdn.truncating-store", "gdn.fp16-read-as-bf16", "gdn.beta-through-bf16"})),
     # FLA's float32 path runs TF32 dots (fla/ops/gated_delta_rule/chunk_fwd.py: SOLVE_TRIL_DOT_PRECISION =
     # 'tf32'), not emulated here: the model is defined for 16-bit activations only
     RoundingModel("fla-chunk", "chunked: FLA's chunk kernels (fla-core 0.6.0), rounding to the activation dtype "

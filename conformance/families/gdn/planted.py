@@ -17,6 +17,7 @@ def _result(res, state):
 
 _VARLEN = ("recurrent", "chunked")
 _POOL_OPS = ("recurrent", "chunked", "decode", "spec_decode")
+_TOKEN_OPS = ("recurrent", "decode", "spec_decode")           # o read out token by token: o_t = S_t^T q_t
 
 
 def _wrap_pool_ops(impl, ops, around):
@@ -212,6 +213,29 @@ def _gating_in_input_dtype(impl):
     return Wrapped(impl, gating=gating)
 
 
+def _readout_through_fp16(impl):
+    """o leaves the op in float16 by way of the readout before the q scale: fp16(fp16(o / scale) * scale),
+    scale = 1/sqrt(K) by default. For K = 64 (scale 2^-3) that is fp16(o) wherever |o| < 65504 / 8; past it
+    the unscaled readout overflows to inf while o itself fits, as a grown fp32 state makes it."""
+    def around(name, fn, pos, args, kw):
+        o, state = _result(fn(*args, **kw), args[pos])
+        scale = kw.get("scale") or 1.0 / np.sqrt(np.asarray(args[0]).shape[-1])
+        with np.errstate(over="ignore", invalid="ignore"):
+            unscaled = (np.asarray(o, np.float32) / np.float32(scale)).astype(np.float16)
+            o = (unscaled.astype(np.float32) * np.float32(scale)).astype(np.float16)
+        return _written(args[pos], state, o)
+    return _wrap_pool_ops(impl, _TOKEN_OPS, around)
+
+
+def _beta_through_bf16(impl):
+    """The varlen ops round beta to bf16 before use (kept in its own dtype: float32 or float16)."""
+    def around(name, fn, pos, args, kw):
+        beta = np.asarray(args[4])
+        rounded = bf16_round(beta).astype(beta.dtype)
+        return fn(*args[:4], rounded, *args[5:], **kw)
+    return _wrap_pool_ops(impl, _VARLEN, around)
+
+
 def _act(*names):
     return lambda c: activation(c) in names
 
@@ -242,6 +266,11 @@ PLANTED = (
          ("gating",) + _POOL_OPS, _readsfp16_as_bf16, _act("float16")),
     _gdn("qk-norm-in-input-dtype", "the q/k l2 norm sums squares in the activations' 16-bit dtype",
          _POOL_OPS, _qk_norm_in_input_dtype, _act("float16", "bfloat16")),
+    _gdn("fp16-readout-overflow", "the token-by-token ops' float16 o goes through a float16 store of the "
+         "unscaled readout q^T S, which a grown fp32 state overflows to inf", _TOKEN_OPS, _readout_through_fp16,
+         _act("float16")),
+    _gdn("beta-through-bf16", "the varlen ops round beta to bf16 before use", _VARLEN, _beta_through_bf16,
+         _act("float32", "float16")),
     _gdn("gating-in-input-dtype", "gating's softplus and sigmoid are computed in the activations' 16-bit dtype",
          ("gating",), _gating_in_input_dtype, _act("float16", "bfloat16")),
 )
