@@ -62,7 +62,7 @@ def test_ctrl_c_prints_one_line_with_the_records_kept_and_the_resume_command(tmp
         time.sleep(0.2)
     os.killpg(proc.pid, signal.SIGINT)   # the terminal's Ctrl-C reaches the whole process group
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130
+    assert proc.returncode == 130, err
     lines = [ln for ln in err.splitlines() if ln.startswith("kernel-lab: interrupted")]
     assert len(lines) == 1 and "Traceback" not in err and "KeyboardInterrupt" not in err, err
     kept = len(records.read_partial(out / "cells.jsonl")[0])
