@@ -56,7 +56,10 @@ def test_ctrl_c_prints_one_line_with_the_records_kept_and_the_resume_command(tmp
     env = {**os.environ, **TOY, "PYTHONPATH": str(ROOT)}
     args = ["conform", "--family", "toy", "--tier", "ci", "--backend", "toy-good,toy-hang", "--out", str(out)]
     proc = subprocess.Popen([sys.executable, "-m", "kernel_lab", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, cwd=ROOT, env=env, start_new_session=True)
+                            text=True, cwd=ROOT, env=env, start_new_session=True,
+                            # as a terminal's foreground job: a shell's background job (`make test-long &`)
+                            # inherits SIGINT ignored, and Python then installs no KeyboardInterrupt
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not ((out / "cells.jsonl").exists() and (out / "cells.jsonl").read_text()):
         time.sleep(0.2)
