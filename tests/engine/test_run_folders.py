@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 
 from conformance import estimate, records, run_folder, selection
-from kernel_lab import cli
 from conformance.cells import make_cell
 from conformance.errors import UsageError
 from conformance.registry import Backend
+from kernel_lab import cli
+from tests.cli_in_process import main, one_error_line
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = ["conform", "--family", "toy", "--tier", "smoke"]
@@ -28,17 +29,6 @@ def toy_lab(monkeypatch):
     import tests.engine.toy_backends  # noqa: F401  (registers the toy backends here)
 
 
-def main(capsys, *args):
-    """``kernel-lab ARGS`` in this process: (exit status, stdout, stderr)."""
-    rc = cli.main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
-def one_error_line(err: str) -> str:
-    lines = [ln for ln in err.strip().splitlines() if ln.startswith("kernel-lab: error:")]
-    assert len(lines) == 1 and "Traceback" not in err, err
-    return lines[0]
 
 
 def recs(folder):

@@ -20,7 +20,7 @@ from conformance.families.turboquant.captured import KEYS as TQ_FILE_KEYS
 from conformance.families.turboquant.captured import OPTIONAL_KEYS as TQ_OPTIONAL
 from conformance.inprocess import run_one
 from conformance.memo import Memo
-from kernel_lab import cli
+from tests.cli_in_process import main, one_error_line
 
 ROOT = Path(__file__).resolve().parents[2]
 SAFETENSORS = pytest.mark.skipif(importlib.util.find_spec("safetensors") is None,
@@ -42,17 +42,6 @@ def tq_arrays(cell=TQ_CELL) -> dict:
     return {k: x[k] for k in TQ_KEYS if x[k] is not None}
 
 
-def main(capsys, *args):
-    """``kernel-lab ARGS`` in this process: (exit status, stdout, stderr)."""
-    rc = cli.main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
-def error_line(err: str) -> str:
-    lines = [ln for ln in err.strip().splitlines() if ln.startswith("kernel-lab: error:")]
-    assert len(lines) == 1 and "Traceback" not in err, err
-    return lines[0]
 
 
 def same_bits(a, b) -> bool:
@@ -260,7 +249,7 @@ def test_a_bad_file_is_one_error_line_naming_the_key(tmp_path, capsys, case):
     path = capture.save(tmp_path / "bad.npz", arrays, strings)
     rc, _, err = main(capsys, "conform", "--inputs", path, "--family", family, "--op", op,
                       "--backend", "numpy-ref", "--out", tmp_path / "run")
-    line = error_line(err)
+    line = one_error_line(err)
     assert rc == 2 and f"--inputs {path}: " in line and expected in line, line
     assert not (tmp_path / "run" / "cells.jsonl").exists()
 
@@ -284,7 +273,7 @@ def test_an_unreadable_file_or_request_is_one_error_line(tmp_path, capsys, name,
     elif content is not None:
         path.write_bytes(content)
     rc, _, err = main(capsys, "conform", "--inputs", path, *args, "--backend", "numpy-ref", "--out", tmp_path / "r")
-    assert rc == 2 and expected in error_line(err)
+    assert rc == 2 and expected in one_error_line(err)
 
 
 # ---------------------------------------------------------------- capture from a torch module, end to end
@@ -365,7 +354,7 @@ def test_the_readme_capture_of_a_torch_layer_runs_on_every_backend_and_the_plant
     assert rc == 1 and "0 to run, 0 skip, 3 already recorded" in err
     capture.save(path, {**arrays, "state": arrays["state"] * 2})
     rc, _, err = main(capsys, *args, "--resume")
-    assert rc == 2 and f"inputs was 'sha256:{digest}'" in error_line(err)
+    assert rc == 2 and f"inputs was 'sha256:{digest}'" in one_error_line(err)
 
 
 def test_a_captured_turboquant_decode_runs_its_backends_and_the_planted_bug_fails(tmp_path, capsys, planted):
