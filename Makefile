@@ -10,7 +10,7 @@ FLYDSL_PIN := flydsl==0.2.4
 # rich draws the commands' text tables.
 REPORT_PINS := Jinja2==3.1.6 matplotlib==3.10.8 playwright==1.57.0 junitparser==4.0.2 pygal==3.1.3 pygaljs==1.0.2 \
                rich==15.0.0
-# conform --inputs FILE.safetensors (conformance/tensor_files.py).
+# conform --inputs FILE.safetensors (conformance/inputs/tensor_files.py).
 SAFETENSORS_PIN := safetensors==0.8.0
 # One pinned pip line. torch==2.13.0 resolves to the CPU wheel on x86-64 Linux CPU machines.
 PINS := torch==2.13.0 triton==3.8.0 jax==0.10.2 jaxlib==0.10.2 numpy==2.4.6 ml_dtypes==0.6.0 \

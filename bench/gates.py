@@ -156,7 +156,7 @@ def reading(false_alarm_rate: str) -> str:
 def table(results: list[dict]) -> str:
     """One row per gate: gate, ratio, threshold, verdict, spread, reason (a text table whose columns
     fit the longest gate name)."""
-    from conformance.counts import text_table
+    from conformance.run.counts import text_table
 
     rows = []
     for r in results:

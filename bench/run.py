@@ -14,7 +14,7 @@ from pathlib import Path
 
 from bench import baselines, gates, machine, registry
 from bench.measure import Record, measure
-from conformance.progress import ProgressLine
+from conformance.run.progress import ProgressLine
 
 
 class Progress:

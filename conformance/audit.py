@@ -12,7 +12,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from conformance import families, records
+from conformance import families
+from conformance.run import records
 from conformance.errors import UsageError
 
 FILE_NAME = "tolerance_audit.json"

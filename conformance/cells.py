@@ -37,7 +37,7 @@ def format_value(value: Any) -> str:
 @dataclass(frozen=True)
 class Cell:
     """One matrix point. ``params`` keeps its order: it is the order of the id. ``source``: the
-    file its inputs are read from (``conformance.captured``; None: drawn from ``rng``), not part
+    file its inputs are read from (``conformance.inputs.captured``; None: drawn from ``rng``), not part
     of the id, of equality or of the hash."""
 
     family: str

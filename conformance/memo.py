@@ -1,7 +1,7 @@
 """The oracle/input memo: values computed from a cell's inputs, keyed on the cell AND a digest of
 those inputs, so the same cell with other inputs never gets a stale value back.
 
-The in-process executor (``conformance.inprocess``) owns one and passes it to every family
+The in-process executor (``conformance.run.inprocess``) owns one and passes it to every family
 ``check``; a family asks ``memo.get(cell, inputs, what, compute)``, where ``what`` names the value
 (and holds anything else it depends on, arrays included: they are digested too).
 """

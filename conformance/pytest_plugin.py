@@ -18,7 +18,7 @@ import pytest
 
 from conformance import families, registry
 from conformance.cells import Cell
-from conformance.inprocess import run_one
+from conformance.run.inprocess import run_one
 
 
 @lru_cache(maxsize=None)

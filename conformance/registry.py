@@ -48,7 +48,7 @@ class Backend:
                     (a chain of calls pays seconds_per_cell each call), refined from records.
     work_budget:    cells with more work (a number, or op -> number) skip unless asked for (``--no-budget``,
                     ``--filter``); set for the Triton interpreter, a hundred times slower than compiled code.
-    probe_call:     the probe also makes one tiny call of the kernels (``conformance.probe``): for stacks
+    probe_call:     the probe also makes one tiny call of the kernels (``conformance.run.probe``): for stacks
                     that import but may not run here (the Triton interpreter under a NumPy it breaks on).
     probe_timeout_s: the probe's limit (available() and the tiny call) before it is killed.
     path:           ``path(cell) -> str``: the code path it takes for the cell on this machine
@@ -194,13 +194,13 @@ def get(name: str) -> Backend:
 
 
 def probe(backend: Backend) -> tuple[bool, str]:
-    """Whether ``backend`` can run here, and why (``conformance.probe``: in a worker, with a time
+    """Whether ``backend`` can run here, and why (``conformance.run.probe``: in a worker, with a time
     limit; a hang, a crash or an exception is 'unavailable' with the reason)."""
     return probe_all([backend])[backend.name]
 
 
 def probe_all(backends: list[Backend]) -> dict[str, tuple[bool, str]]:
     """``probe`` of several backends (those sharing an environment share a worker)."""
-    from conformance.probe import probe_all as in_workers
+    from conformance.run.probe import probe_all as in_workers
 
     return in_workers(list(backends))

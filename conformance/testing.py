@@ -18,7 +18,7 @@ from typing import Iterable
 from conformance import families
 from conformance.cells import Cell
 from conformance.compare import Comparison, Tolerance, Verdict, compare
-from conformance.inprocess import inputs_copy
+from conformance.run.inprocess import inputs_copy
 from conformance.memo import Memo
 from conformance.planting import PlantedBug
 

@@ -24,8 +24,8 @@ from collections import Counter
 from pathlib import Path
 
 from bench import cli as bench_cli
-from conformance import (audit, counts, executors, families, fingerprint, merge, node_report, records, registry,
-                         runner, selection, studies)
+from conformance import audit, families, registry, studies
+from conformance.run import counts, executors, fingerprint, merge, node_report, records, runner, selection
 from conformance.errors import RunStopped, UsageError, needs
 from optimized.flydsl import cli as flydsl_cli
 from planner import cli as planner_cli
@@ -306,7 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--config", help="also cells in the shapes of this config.json")
     c.add_argument("--inputs", metavar="FILE", help="run one cell whose inputs are the tensors of FILE (.npz or "
                    ".safetensors, keyed by the reference's argument names; with --family and --op; "
-                   "conformance/capture.py writes one)")
+                   "conformance/inputs/capture.py writes one)")
     c.set_defaults(func=cmd_conform)
 
     n = sub.add_parser("node", help="the `ray start` line that joins this machine to a lab cluster")

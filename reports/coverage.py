@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from conformance.records import BAD_STATUSES
+from conformance.run.records import BAD_STATUSES
 from reports import overview
 from reports.load import Run
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 
-from conformance.records import BAD_STATUSES
+from conformance.run.records import BAD_STATUSES
 
 MARGIN_FLOOR = 1e-3
 MARGIN_RATIO = 2.0

@@ -13,7 +13,7 @@ from pathlib import Path
 import jinja2
 from markupsafe import Markup
 
-from conformance.records import STATUSES
+from conformance.run.records import STATUSES
 from bench import gates
 from reports import agreement, coverage, figures, matrix, overview
 from reports.load import Run

@@ -4,7 +4,7 @@ A run folder holds ``run.json`` (fingerprint, selection, backends, counts; writt
 again at the end) and ``cells.jsonl`` (one record per line). What a killed or unfinished run
 leaves (no run.json, no finish time, a half-written last line, no records) is listed in
 ``Run.problems`` and the report still renders; a corrupt file (not JSON, not UTF-8, a folder)
-is refused with ``conformance.records.RecordsError`` naming it, as every command does.
+is refused with ``conformance.run.records.RecordsError`` naming it, as every command does.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from conformance import records
+from conformance.run import records
 
 UNAVAILABLE_PREFIX = "backend unavailable: "
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from collections import Counter, defaultdict
 
-from conformance import records
+from conformance.run import records
 from reports import coverage
 from reports.load import Run
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 
-from conformance.records import STATUSES
+from conformance.run.records import STATUSES
 from reports import overview
 from reports.load import Run
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 
-from conformance.records import BAD_STATUSES, STATUSES
+from conformance.run.records import BAD_STATUSES, STATUSES
 from reports import repro
 from reports.load import Run
 

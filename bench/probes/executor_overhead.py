@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from conformance import fingerprint, records
+from conformance.run import fingerprint, records
 
 ROOT = Path(__file__).resolve().parents[2]
 

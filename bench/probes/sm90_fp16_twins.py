@@ -22,8 +22,9 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=8)
     args = ap.parse_args(argv)
     os.environ["KERNEL_LAB_BACKEND_MODULES"] = "bench.probes.sm90_variants"
-    from conformance import fingerprint, registry
-    from conformance.runner import run_in_workers, select_cells
+    from conformance import registry
+    from conformance.run import fingerprint
+    from conformance.run.runner import run_in_workers, select_cells
     from bench.probes.sm90_variants import fp16_twins
 
     default = registry.get("triton-sm90")

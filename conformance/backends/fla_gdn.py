@@ -34,7 +34,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from conformance import fingerprint, paths
+from conformance import paths
+from conformance.run import fingerprint
 from conformance.cells import activation
 from conformance.families.gdn.models import defined_for
 from conformance.registry import Backend, register

@@ -35,7 +35,8 @@ import os
 import sys
 import types
 
-from conformance import fingerprint, paths
+from conformance import paths
+from conformance.run import fingerprint
 from conformance.cells import activation
 from conformance.registry import Backend, register
 from conformance.torch_arrays import to_numpy

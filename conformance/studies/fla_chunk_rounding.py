@@ -53,7 +53,7 @@ def check(args) -> None:
     """--record must be a readable cells.jsonl (checked against the record schema), before any work."""
     from pathlib import Path
 
-    from conformance import records
+    from conformance.run import records
 
     if not Path(args.record).is_file():
         raise ValueError(f"--record {args.record}: not a file (a cells.jsonl with fla chunked records)")
@@ -61,7 +61,7 @@ def check(args) -> None:
 
 
 def run(args) -> dict:
-    from conformance import records as run_records
+    from conformance.run import records as run_records
     from conformance.cells import make_cell
 
     records = run_records.read(args.record)

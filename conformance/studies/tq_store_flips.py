@@ -25,7 +25,7 @@ def add_arguments(parser) -> None:
 def _cell_row(cell, backend) -> dict:
     from conformance.families import turboquant as tq
     from conformance.families.turboquant.tolerances import tie_margins
-    from conformance.inprocess import inputs_copy
+    from conformance.run.inprocess import inputs_copy
     from conformance.numerics import fp16_ordinal
     from reference.turboquant import numpy_ref
     from reference.turboquant.presets import preset as lookup

@@ -6,7 +6,8 @@ import re
 
 import pytest
 
-from conformance import estimate, families, registry
+from conformance import families, registry
+from conformance.run import estimate
 from conformance.pytest_plugin import check_pair
 
 

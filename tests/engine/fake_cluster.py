@@ -14,9 +14,9 @@ import sys
 import threading
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
-from conformance import executors
-from conformance.remote import RemoteExecutor, RemoteSlot, SlotLost
-from conformance.slot_host import SlotHost
+from conformance.run import executors
+from conformance.run.remote import RemoteExecutor, RemoteSlot, SlotLost
+from conformance.run.slot_host import SlotHost
 
 
 class FakeEngine:

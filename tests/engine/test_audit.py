@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from conformance import audit, families, records
+from conformance import audit, families
+from conformance.run import records
 from kernel_lab import cli
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance import records
+from conformance.run import records
 from conformance.cells import make_cell
 from conformance.registry import Backend, validate
 from reports import repro

@@ -112,7 +112,7 @@ def test_a_comparison_passes_exactly_when_its_margin_is_at_most_one(seed):
 
 def test_a_record_names_the_output_and_criterion_that_decided_it():
     from conformance import families
-    from conformance.inprocess import run_one
+    from conformance.run.inprocess import run_one
 
     cell = next(c for c in families.get("gdn").cells("smoke") if c.op == "chunked")
     rec = run_one(cell, "numpy-ref")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance import records
+from conformance.run import records
 from tests.engine.test_runner import ENV, ROOT, kl, statuses
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (make setup installs it)")

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conformance import records
+from conformance.run import records
 
 ROOT = Path(__file__).resolve().parents[2]
 

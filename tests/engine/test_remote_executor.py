@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance import records, selection
+from conformance.run import records, selection
 from conformance.errors import UsageError
 from tests.engine.test_runner import ENV, ROOT, kl, statuses
 
@@ -228,7 +228,7 @@ def test_cost_shards_balance_the_estimate_longest_first():
     ({"gpus": [], "cpu": {"flags": ["avx2"]}}, "cpu"),
 ])
 def test_device_class_from_the_fingerprint(fp, want):
-    from conformance import node_report
+    from conformance.run import node_report
     assert node_report.device_class(fp) == want
     assert node_report.device_class(fp, "lab-7") == "lab-7"
 

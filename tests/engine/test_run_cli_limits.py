@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from conformance import patterns, records
+from conformance import patterns
+from conformance.run import records
 from kernel_lab import cli
 from tests.engine.test_run_folders import SMOKE, main, one_error_line, toy_lab  # noqa: F401
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance import estimate, records, run_folder, selection
+from conformance.run import estimate, records, run_folder, selection
 from conformance.cells import make_cell
 from conformance.errors import UsageError
 from conformance.registry import Backend

@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from conformance import records, run_folder
+from conformance.run import records, run_folder
 from tests.engine.test_run_folders import ROOT
 
 BACKENDS = "toy-good,toy-wrong,toy-bf16-x,toy-wrong-known,toy-good-marked,toy-unsupported"
@@ -84,7 +84,7 @@ def test_a_failed_write_leaves_no_half_line_buffered_for_later(tmp_path):
     record and closing it adds nothing."""
     code = f"""
 import resource, sys
-from conformance import records
+from conformance.run import records
 resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
 w = records.Writer({str(tmp_path / 'cells.jsonl')!r})
 n = 0

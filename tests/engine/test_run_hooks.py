@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from conformance import records, registry, run_folder, runner
+from conformance import registry
+from conformance.run import records, run_folder, runner
 from tests.engine.test_run_folders import ROOT, SMOKE, main, toy_lab  # noqa: F401
 
 

@@ -8,7 +8,7 @@ import signal
 
 import pytest
 
-from conformance import records, run_folder, runner, schema
+from conformance.run import records, run_folder, runner, schema
 from tests.engine.test_run_folders import SMOKE, main, one_error_line, toy_lab  # noqa: F401
 
 GOOD = {"id": "toy/scale/n=1/seed=0", "family": "toy", "op": "scale", "params": {"n": 1}, "seed": 0,

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from conformance import records, run_folder, schema
+from conformance.run import records, run_folder, schema
 from conformance.errors import UsageError
 from reports import build
 from tests.engine.test_runner import kl

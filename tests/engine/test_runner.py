@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance import records
+from conformance.run import records
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "KERNEL_LAB_FAMILY_MODULES": "tests.engine.toy_family",

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conformance.records import STATUSES
+from conformance.run.records import STATUSES
 
 # window.__pwned is set only if any of this ever runs as script in the page
 PAYLOAD = ("<!--<script>window.__pwned=1</script> <<FIELD>> </script><script>window.__pwned=2</script>"

@@ -9,7 +9,7 @@ import shutil
 
 from PIL import Image
 
-from conformance import selection
+from conformance.run import selection
 from tests.report.conftest import ARTIFACTS, kernel_lab, shown_records
 
 DRAWN = """() => [[...document.querySelectorAll('#families .m')].map(e => +e.dataset.i),

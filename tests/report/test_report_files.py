@@ -8,7 +8,7 @@ import pytest
 from junitparser import Error, Failure, JUnitXml, Skipped
 
 from kernel_lab import cli
-from conformance.records import RecordsError
+from conformance.run.records import RecordsError
 from reports import agreement, build, diff, load, perf, studies
 from tests.report import synthetic
 from tests.report.conftest import kernel_lab

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 import optimized.cpu as cpu
-from conformance.estimate import cell_work
+from conformance.run.estimate import cell_work
 from conformance.families import gdn
-from conformance.inprocess import run_one
+from conformance.run.inprocess import run_one
 
 BUILT, WHY = cpu.extension_status()
 pytestmark = pytest.mark.skipif(not BUILT, reason=WHY)

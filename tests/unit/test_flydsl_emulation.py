@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from conformance import registry
-from conformance.inprocess import inputs_copy
+from conformance.run.inprocess import inputs_copy
 from conformance.testing import PLANTED, first_failing_cell
 from conformance.cells import make_cell
 from conformance.families import turboquant as fam

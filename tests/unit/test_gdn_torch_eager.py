@@ -8,7 +8,7 @@ torch = pytest.importorskip("torch")
 from conformance import registry  # noqa: E402
 from conformance.cells import make_cell  # noqa: E402
 from conformance.families import gdn  # noqa: E402
-from conformance.inprocess import inputs_copy  # noqa: E402
+from conformance.run.inprocess import inputs_copy  # noqa: E402
 from optimized.torch.gdn_chunked import chunked  # noqa: E402
 
 

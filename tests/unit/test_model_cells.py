@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from conformance import model_cells
+from conformance.inputs import model_cells
 from kernel_lab.cli import main
 from planner.model_configs import CONFIG_DIR
 

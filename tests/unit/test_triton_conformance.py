@@ -8,7 +8,7 @@ import pytest
 from conformance import registry
 from conformance.backends import triton_kernels
 from conformance.families import turboquant as F
-from conformance.inprocess import run_one
+from conformance.run.inprocess import run_one
 from conformance.testing import PLANTED, first_failing_cell
 
 from tests.unit.tq_triton_helpers import DEVICE

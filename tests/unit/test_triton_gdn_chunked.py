@@ -24,7 +24,7 @@ from conformance import registry  # noqa: E402
 from conformance.backends.triton_gdn import TritonGdnImpl  # noqa: E402
 from conformance.cells import make_cell  # noqa: E402
 from conformance.families import gdn  # noqa: E402
-from conformance.runner import cell_work  # noqa: E402
+from conformance.run.runner import cell_work  # noqa: E402
 from conformance.testing import PLANTED, first_failing_cell  # noqa: E402
 from conformance.torch_arrays import to_numpy, to_torch  # noqa: E402
 from optimized.triton import gdn_chunked as C  # noqa: E402

@@ -6,7 +6,7 @@ import pytest
 from conformance import registry
 from conformance.families import gdn
 from conformance.families import turboquant as F
-from conformance.inprocess import run_one
+from conformance.run.inprocess import run_one
 
 from tests.unit.tq_triton_helpers import DEVICE
 

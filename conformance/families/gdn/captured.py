@@ -1,4 +1,4 @@
-"""GDN inputs from a file (``conformance.captured``): an op's arguments, keyed by the reference's names.
+"""GDN inputs from a file (``conformance.inputs.captured``): an op's arguments, keyed by the reference's names.
 
 Activations q, k [T,H,K], v [T,HV,V] and beta [T,HV] (recurrent, chunked) or a, b [T,HV] and dt_bias
 [HV] (decode, spec_decode) are of one activation dtype (bfloat16, float16 or float32); g [T,HV]
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from conformance.captured import InputsError, check_keys, dtype_in, index_table
+from conformance.inputs.captured import InputsError, check_keys, dtype_in, index_table
 from conformance.families.gdn.matrix import CHUNK
 from conformance.numerics import ACTIVATIONS
 from reference.gdn import arguments

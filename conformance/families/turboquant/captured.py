@@ -1,4 +1,4 @@
-"""TurboQuant inputs from a file (``conformance.captured``): an op's arguments, keyed by the
+"""TurboQuant inputs from a file (``conformance.inputs.captured``): an op's arguments, keyed by the
 reference's names.
 
     store:         kv_cache, key, value, slot_mapping; rotation
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from conformance.captured import InputsError, check_keys, dtype_in, index_table
+from conformance.inputs.captured import InputsError, check_keys, dtype_in, index_table
 from conformance.families.turboquant.inputs import token_slots
 from conformance.numerics import ACTIVATIONS
 from reference.turboquant import numpy_ref, rotation, validate

@@ -15,7 +15,8 @@ import os
 import re
 from pathlib import Path
 
-from conformance import fingerprint, registry
+from conformance import registry
+from conformance.run import fingerprint
 
 CLASS_ENV = "KERNEL_LAB_DEVICE_CLASS"
 

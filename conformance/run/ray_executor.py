@@ -1,7 +1,7 @@
-"""The Ray engine of the remote executor (``conformance.remote``): on every alive node of the
+"""The Ray engine of the remote executor (``conformance.run.remote``): on every alive node of the
 cluster, one actor per GPU (``num_gpus=1``: Ray picks the device and sets CUDA_VISIBLE_DEVICES)
 and one CPU actor if the node offers a CPU, each pinned to its node and holding a
-``conformance.slot_host.SlotHost``. Ray's own retries are off (``max_restarts=0``,
+``conformance.run.slot_host.SlotHost``. Ray's own retries are off (``max_restarts=0``,
 ``max_task_retries=0``, no exception retries): a lost actor is the driver's business.
 
 ``address``: a running cluster (``ray start --head`` ...; default ``$RAY_ADDRESS``, else ``auto``),
@@ -15,9 +15,9 @@ from pathlib import Path
 
 from conformance.cells import Cell
 from conformance.errors import UsageError
-from conformance.node_report import CLASS_ENV
-from conformance.remote import RemoteSlot, SlotLost
-from conformance.slot_host import SlotHost
+from conformance.run.node_report import CLASS_ENV
+from conformance.run.remote import RemoteSlot, SlotLost
+from conformance.run.slot_host import SlotHost
 
 START_TIMEOUT_S = 300.0     # for every slot to start and report
 # Variables of the driver that every slot needs too (backend and family modules named for a run).

@@ -20,9 +20,10 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from pathlib import Path
 
-from conformance import fingerprint, records, registry, spawn
+from conformance import registry
+from conformance.run import fingerprint, records, spawn
 from conformance.cells import Cell
-from conformance.inprocess import run_one, static_record
+from conformance.run.inprocess import run_one, static_record
 
 MAX_WARNINGS = 20
 

@@ -22,10 +22,10 @@ import stat
 from pathlib import Path
 from typing import Any, Iterable
 
-from conformance import schema
+from conformance.run import schema
 from conformance.cells import refuse_control_characters
 from conformance.errors import UsageError
-from conformance.schema import STATUSES
+from conformance.run.schema import STATUSES
 
 BAD_STATUSES = ("fail", "xpass", "error", "crash")
 MAX_TEXT = 2000

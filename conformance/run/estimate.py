@@ -9,7 +9,7 @@ from typing import Mapping
 
 from conformance import registry
 from conformance.cells import Cell
-from conformance.progress import ProgressLine
+from conformance.run.progress import ProgressLine
 
 
 CHUNK_TOKENS = 64   # a chunked op computes whole chunks of this many tokens

@@ -8,11 +8,11 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from conformance import fingerprint, records, schema
-from conformance.counts import count
+from conformance.run import fingerprint, records, schema
+from conformance.run.counts import count
 from conformance.errors import RunStopped, UsageError
-from conformance.run_folder import check_out, make_out
-from conformance.selection import SELECTION_KEYS, Selection, parse_shard, selection_differences
+from conformance.run.run_folder import check_out, make_out
+from conformance.run.selection import SELECTION_KEYS, Selection, parse_shard, selection_differences
 
 
 def shard_runs(inputs: list[str]) -> list[tuple[str, dict, list[dict]]]:

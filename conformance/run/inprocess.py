@@ -28,7 +28,7 @@ def cell_inputs(cell: Cell, memo: Memo = MEMO) -> dict:
     """The family's inputs of ``cell`` (drawn, or read from its file, once per cell while the memo
     keeps them; do not mutate)."""
     if cell.source is not None:
-        from conformance import captured
+        from conformance.inputs import captured
 
         return memo.inputs(cell, captured.load_inputs)
     return memo.inputs(cell, families.get(cell.family).make_inputs)

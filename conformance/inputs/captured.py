@@ -1,6 +1,6 @@
 """Cells whose inputs come from a file (``kernel-lab conform --inputs FILE --family F --op OP``): the
 tensors a layer was called with in a real model, keyed by the reference's argument names (read by
-``conformance.tensor_files``: ``.npz`` or ``.safetensors``).
+``conformance.inputs.tensor_files``: ``.npz`` or ``.safetensors``).
 
 A family takes files for the ops its ``captured`` module (``conformance.families.<family>.captured``)
 lists in ``OPS``; that module's ``derive(op, arrays, strings) -> (params, inputs)`` checks the file
@@ -22,7 +22,8 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
-from conformance import families, tensor_files
+from conformance import families
+from conformance.inputs import tensor_files
 from conformance.cells import Cell, make_cell
 from conformance.errors import UsageError
 

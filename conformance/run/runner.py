@@ -1,6 +1,6 @@
 """The conformance run: the selection's pairs planned (skips recorded at once, the rest to run),
-executed by an executor (``conformance.executors``: this machine's pool or a cluster's slots) into
-one run folder (``conformance.run_folder``), with the ETA (``conformance.estimate``) and run.json
+executed by an executor (``conformance.run.executors``: this machine's pool or a cluster's slots) into
+one run folder (``conformance.run.run_folder``), with the ETA (``conformance.run.estimate``) and run.json
 written before and after. The runner is the only writer of the folder: the first record of each
 (cell, backend) is kept, a later one is dropped and counted (``duplicates_dropped`` in run.json).
 
@@ -17,15 +17,16 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from conformance import executors, fingerprint, records, registry, schema
+from conformance import registry
+from conformance.run import executors, fingerprint, records, schema
 from conformance.cells import Cell
-from conformance.counts import count
+from conformance.run.counts import count
 from conformance.errors import RunStopped, UsageError
-from conformance.estimate import Estimator, Progress, cell_work, hms, work_budget
-from conformance.inprocess import static_record
-from conformance.run_folder import (acquire_lock, free_reserve, hold_reserve, make_out, previous_records, release_lock,
+from conformance.run.estimate import Estimator, Progress, cell_work, hms, work_budget
+from conformance.run.inprocess import static_record
+from conformance.run.run_folder import (acquire_lock, free_reserve, hold_reserve, make_out, previous_records, release_lock,
                                    write_run_json)
-from conformance.selection import Selection
+from conformance.run.selection import Selection
 
 
 NOTHING_RAN = 5   # exit status: no pair of the folder ran (every record a skip), as pytest's "no tests ran"

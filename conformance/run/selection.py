@@ -1,5 +1,5 @@
 """What a run covers: the cells of a tier filtered by family, op and id, sharded (or the one cell of a
-file of captured tensors, ``--inputs``: ``conformance.captured``), and the backends named; the
+file of captured tensors, ``--inputs``: ``conformance.inputs.captured``), and the backends named; the
 ``Selection`` recorded in run.json, which ``--resume`` and ``merge`` check (of a file, its SHA-256).
 
 Shards: ``K/N`` takes cell i when i mod N = K-1 (``shard_by`` None), or, with ``shard_by="cost"``,
@@ -12,10 +12,11 @@ import re
 from dataclasses import dataclass
 from typing import Mapping
 
-from conformance import families, model_cells, patterns, registry
+from conformance import families, patterns, registry
+from conformance.inputs import model_cells
 from conformance.cells import Cell
 from conformance.errors import UsageError
-from conformance.estimate import first_estimate
+from conformance.run.estimate import first_estimate
 
 SELECTION_KEYS = ("tier", "family", "op", "backends", "filter", "shard", "shard_by", "model", "config", "inputs")
 SHARD_BY = ("index", "cost")
@@ -145,11 +146,11 @@ class Selection:
     backends: tuple[str, ...] | None = None   # None: every registered backend
     filter: str | None = None
     shard: str | None = None                   # "K/N"
-    model: str | None = None                   # also a model's cells (conformance.model_cells)
+    model: str | None = None                   # also a model's cells (conformance.inputs.model_cells)
     config: str | None = None                  # ... or those of a config.json
     shard_by: str | None = None                # None: cell i mod N; "cost": balanced estimated time
     shard_from: str | None = None              # the scheduler variables --shard env read (not compared)
-    inputs: str | None = None                  # a file of captured tensors: its one cell (conformance.captured)
+    inputs: str | None = None                  # a file of captured tensors: its one cell (conformance.inputs.captured)
     inputs_sha256: str | None = None           # ... its digest (read when not given), compared (the path is not)
 
     def __post_init__(self):
@@ -166,7 +167,7 @@ class Selection:
             if beside:
                 raise UsageError(f"--inputs runs the file's one cell: leave out {', '.join(beside)}")
             if self.inputs_sha256 is None:
-                from conformance import captured
+                from conformance.inputs import captured
 
                 object.__setattr__(self, "inputs_sha256", captured.sha256(self.inputs))
 
@@ -186,7 +187,7 @@ class Selection:
         """Its cells and backends; a selection without a cell, or without a backend, is a usage error."""
         backends = select_backends(list(self.backends) if self.backends is not None else None)
         if self.inputs is not None:
-            from conformance import captured
+            from conformance.inputs import captured
 
             cells = [captured.file_cell(self.inputs, self.family, self.op, self.inputs_sha256)]
             self._implemented(cells, backends)

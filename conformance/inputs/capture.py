@@ -19,7 +19,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from conformance import tensor_files
+from conformance.inputs import tensor_files
 
 
 def as_array(name: str, value: Any) -> np.ndarray:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import sys
 from collections import Counter
 
-from conformance import records
+from conformance.run import records
 
 
 def count(recs) -> dict[str, Counter]:

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import os
 
-from conformance import fingerprint, node_report, registry
+from conformance import registry
+from conformance.run import fingerprint, node_report
 from conformance.cells import Cell
-from conformance.workers import LocalPool
+from conformance.run.workers import LocalPool
 
 
 def visible_devices_var() -> str:

@@ -13,9 +13,9 @@ import socket
 import time
 from pathlib import Path
 
-from conformance import records, schema
+from conformance.run import records, schema
 from conformance.errors import RunStopped, UsageError
-from conformance.selection import selection_differences
+from conformance.run.selection import selection_differences
 
 LOCK_NAME = ".kernel-lab.lock"
 RESERVE_NAME = ".kernel-lab.reserve"

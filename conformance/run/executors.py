@@ -1,5 +1,5 @@
-"""Where a run's pairs execute: ``local`` (the worker pool of this machine, ``conformance.workers``)
-or ``ray`` (the slots of a Ray cluster, ``conformance.remote`` over ``conformance.ray_executor``).
+"""Where a run's pairs execute: ``local`` (the worker pool of this machine, ``conformance.run.workers``)
+or ``ray`` (the slots of a Ray cluster, ``conformance.run.remote`` over ``conformance.run.ray_executor``).
 
 An executor is started on the selected backends, then says which device classes it has and which
 backends it can run (``probes``), runs the planned pairs (``run(work, emit)``, one record per pair
@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import socket
 
-from conformance import fingerprint, node_report, registry
+from conformance import registry
+from conformance.run import fingerprint, node_report
 from conformance.cells import Cell
 from conformance.errors import UsageError
-from conformance.workers import LocalPool
+from conformance.run.workers import LocalPool
 
 EXECUTORS = ("local", "ray")
 
@@ -82,7 +83,7 @@ def make(name: str, *, jobs: int | None = None, timeout_s: float | None = None, 
         if jobs is not None:
             raise UsageError("--jobs: only with --executor local (the ray executor runs one slot per GPU "
                              "and one CPU slot per node)")
-        from conformance import ray_executor, remote
+        from conformance.run import ray_executor, remote
 
         ray_executor.import_ray()
         return remote.RemoteExecutor(ray_executor.RayEngine(address, timeout_s))

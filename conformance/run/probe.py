@@ -17,7 +17,8 @@ import sys
 import traceback
 import warnings
 
-from conformance import registry, spawn
+from conformance import registry
+from conformance.run import spawn
 
 VERSIONED = ("numpy", "torch", "triton", "jax", "flydsl", "vllm", "fla")
 
@@ -40,7 +41,7 @@ def _hook_error(what: str, exc: BaseException) -> str:
 def tiny_call(backend: registry.Backend) -> None:
     """``backend.run`` on its smallest supported ci-tier cell (a decode when it has one)."""
     from conformance import families
-    from conformance.estimate import cell_work
+    from conformance.run.estimate import cell_work
 
     for family, ops in backend.ops.items():
         fam = families.get(family)

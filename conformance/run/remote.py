@@ -1,7 +1,7 @@
 """The remote executor: the driver's side of a run over the slots of several machines, whatever
-engine starts and reaches them (``conformance.ray_executor``, or the tests' in-process one).
+engine starts and reaches them (``conformance.run.ray_executor``, or the tests' in-process one).
 
-An engine starts slots (one per GPU of each node, one CPU slot per node; ``conformance.slot_host``
+An engine starts slots (one per GPU of each node, one CPU slot per node; ``conformance.run.slot_host``
 runs on the other side) and carries one call at a time to each. This module decides everything
 else, the same for every engine:
 - every node answers for itself: its identity (a node whose kernel-lab version, commit or C++
@@ -19,10 +19,11 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Protocol
 
-from conformance import node_report, registry
+from conformance import registry
+from conformance.run import node_report
 from conformance.cells import Cell
 from conformance.errors import UsageError
-from conformance.inprocess import static_record
+from conformance.run.inprocess import static_record
 
 
 class SlotLost(Exception):
