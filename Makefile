@@ -173,8 +173,9 @@ peers-carry: $(VENV)/.peers
 	$(VPY) -m pip download -q --disable-pip-version-check --no-deps -d .whl fla-core==0.6.0 einops==0.8.2 psutil==7.2.2
 	for v in 3.11 3.12 3.13 3.14; do $(VPY) -m pip download -q --disable-pip-version-check --no-deps \
 	  --only-binary=:all: --python-version $$v -d .whl regex==2026.11.19 pyzmq==27.3.0 || true; done
-	TRITON_INTERPRET=1 $(VPY) -c "import sys; from conformance.backends.vllm_triton_tq import carry; \
-	  print(len(carry(sys.argv[1])), 'files ->', sys.argv[1])" .whl/vllm-tq
+	TRITON_INTERPRET=1 $(VPY) -c "import sys; from conformance.backends import vllm_gdn, vllm_import, vllm_triton_tq; \
+	  print(len(vllm_import.carry(sys.argv[1], vllm_triton_tq.KERNEL_MODULES, vllm_gdn.KERNEL_MODULES)), \
+	  'files ->', sys.argv[1])" .whl/vllm-tq
 
 clean:
 	rm -rf $(VENV) build reports/out

@@ -6,7 +6,7 @@ import functools
 import os
 import re
 
-from conformance.run import fingerprint as fp
+from conformance import fingerprint as fp
 
 
 def _slug(text: str) -> str:

@@ -13,8 +13,8 @@ import re
 from pathlib import Path
 
 from conformance import families
-from conformance.run import records
 from conformance.errors import UsageError
+from conformance.run import records
 
 FILE_NAME = "tolerance_audit.json"
 JUDGED = ("pass", "fail")

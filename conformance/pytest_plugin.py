@@ -18,12 +18,13 @@ import pytest
 
 from conformance import families, registry
 from conformance.cells import Cell
+from conformance.run import probe
 from conformance.run.inprocess import run_one
 
 
 @lru_cache(maxsize=None)
 def _probe(name: str) -> tuple[bool, str]:
-    return registry.probe(registry.get(name))
+    return probe.probe(registry.get(name))
 
 
 def check_pair(cell: Cell, backend_name: str) -> dict:

@@ -191,16 +191,3 @@ def get(name: str) -> Backend:
     if name not in all_:
         raise UsageError(f"unknown backend {name!r}; known: {', '.join(all_)}")
     return all_[name]
-
-
-def probe(backend: Backend) -> tuple[bool, str]:
-    """Whether ``backend`` can run here, and why (``conformance.run.probe``: in a worker, with a time
-    limit; a hang, a crash or an exception is 'unavailable' with the reason)."""
-    return probe_all([backend])[backend.name]
-
-
-def probe_all(backends: list[Backend]) -> dict[str, tuple[bool, str]]:
-    """``probe`` of several backends (those sharing an environment share a worker)."""
-    from conformance.run.probe import probe_all as in_workers
-
-    return in_workers(list(backends))

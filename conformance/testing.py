@@ -18,9 +18,9 @@ from typing import Iterable
 from conformance import families
 from conformance.cells import Cell
 from conformance.compare import Comparison, Tolerance, Verdict, compare
-from conformance.run.inprocess import inputs_copy
 from conformance.memo import Memo
 from conformance.planting import PlantedBug
+from conformance.run.inprocess import inputs_copy
 
 
 def assert_close(name: str, actual, expected, tol: Tolerance) -> Comparison:

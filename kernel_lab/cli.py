@@ -24,9 +24,9 @@ from collections import Counter
 from pathlib import Path
 
 from bench import cli as bench_cli
-from conformance import audit, families, registry, studies
-from conformance.run import counts, executors, fingerprint, merge, node_report, records, runner, selection
+from conformance import audit, families, fingerprint, registry, studies
 from conformance.errors import RunStopped, UsageError, needs
+from conformance.run import counts, executors, merge, node_report, probe, records, runner, selection
 from optimized.flydsl import cli as flydsl_cli
 from planner import cli as planner_cli
 
@@ -60,7 +60,7 @@ def cmd_doctor(args) -> int:
     print("versions " + ", ".join(f"{k} {v}" for k, v in fp["versions"].items() if v))
     print(f"commit   {fp['git']['commit']}{' (dirty)' if fp['git']['dirty'] else ''}")
     print("backends")
-    probes = registry.probe_all(list(registry.backends().values()))
+    probes = probe.probe_all(list(registry.backends().values()))
     for name, b in registry.backends().items():
         ok, why = probes[name]
         fams = ", ".join(f"{f}: {' '.join(ops)}" for f, ops in b.ops.items())
@@ -198,7 +198,7 @@ def cmd_merge(args) -> int:
 
 def cmd_report(args) -> int:
     needs("kernel-lab report", "report", "jinja2", "matplotlib")
-    from reports import build   # Jinja2 and matplotlib: needed by this command only
+    from reports import build  # Jinja2 and matplotlib: needed by this command only
 
     if args.fail_on_new and args.baseline is None:
         raise UsageError("--fail-on-new: needs --baseline RUN_DIR to compare with")

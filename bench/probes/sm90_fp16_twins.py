@@ -22,10 +22,9 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=8)
     args = ap.parse_args(argv)
     os.environ["KERNEL_LAB_BACKEND_MODULES"] = "bench.probes.sm90_variants"
-    from conformance import registry
-    from conformance.run import fingerprint
-    from conformance.run.runner import run_in_workers, select_cells
     from bench.probes.sm90_variants import fp16_twins
+    from conformance import fingerprint, registry
+    from conformance.run.runner import run_in_workers, select_cells
 
     default = registry.get("triton-sm90")
     cells = fp16_twins([c for c in select_cells("full", "turboquant") if default.skip_reason(c) is None])

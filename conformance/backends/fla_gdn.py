@@ -34,8 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from conformance import paths
-from conformance.run import fingerprint
+from conformance import fingerprint, paths
 from conformance.cells import activation
 from conformance.families.gdn.models import defined_for
 from conformance.registry import Backend, register

@@ -28,8 +28,7 @@ from __future__ import annotations
 import importlib
 import os
 
-from conformance import families, paths
-from conformance.run import fingerprint
+from conformance import families, fingerprint, paths
 from conformance.cells import activation
 from conformance.registry import Backend, register
 from conformance.torch_arrays import to_numpy, to_torch

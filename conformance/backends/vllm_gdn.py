@@ -14,7 +14,7 @@
   h0 once a sequence has more than one token: the H200 run of 2026-12-01 that called it so hit an
   illegal address (and wrong outputs before it); vLLM itself always passes the slot table.
 
-Imported like the TurboQuant peers (``vllm_triton_tq.real_triton_import``: ``vllm.triton_utils``
+Imported like the TurboQuant peers (``vllm_import.real_triton_import``: ``vllm.triton_utils``
 bound to the real Triton; on a GPU box without a package index from the .py files ``make peers-carry``
 collects). What the adapter translates, each a difference of vLLM's conventions from the reference's:
 
@@ -41,8 +41,7 @@ import os
 import numpy as np
 
 from conformance import paths
-from conformance.run import fingerprint
-from conformance.cells import activation
+from conformance.backends.vllm_import import probe_kernels, real_triton_import
 from conformance.registry import Backend, register
 from conformance.torch_arrays import to_numpy, to_torch
 
@@ -58,14 +57,10 @@ INTERPRET_COST = {"seconds_per_cell": 2.0, "seconds_per_work": 1e-5, "work_budge
 
 
 def kernel_modules() -> dict:
-    from conformance.backends.vllm_triton_tq import real_triton_import
-
     return real_triton_import(KERNEL_MODULES)
 
 
 def probe(interpret: bool) -> tuple[bool, str]:
-    from conformance.backends.vllm_triton_tq import probe_kernels
-
     return probe_kernels(interpret, kernel_modules, "GDN (third_party/flash_linear_attention)", "vllm-gdn-interpret runs")
 
 

@@ -11,7 +11,6 @@ from conformance import registry
 from conformance.cells import Cell
 from conformance.run.progress import ProgressLine
 
-
 CHUNK_TOKENS = 64   # a chunked op computes whole chunks of this many tokens
 
 

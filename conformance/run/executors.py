@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import socket
 
-from conformance import registry
-from conformance.run import fingerprint, node_report
+from conformance import fingerprint, registry
 from conformance.cells import Cell
 from conformance.errors import UsageError
+from conformance.run import node_report, probe
 from conformance.run.workers import LocalPool
 
 EXECUTORS = ("local", "ray")
@@ -39,7 +39,7 @@ class LocalExecutor:
         self.device_class = None
 
     def start(self, backends: list[registry.Backend]) -> None:
-        self._probes = registry.probe_all(backends)
+        self._probes = probe.probe_all(backends)
         self.jobs = (self.requested_jobs if self.requested_jobs is not None
                      else default_jobs(backends, self.devices, self._probes))
         self.device_class = node_report.local_device_class()

@@ -8,9 +8,10 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from conformance.run import fingerprint, records, schema
-from conformance.run.counts import count
+from conformance import fingerprint
 from conformance.errors import RunStopped, UsageError
+from conformance.run import records, schema
+from conformance.run.counts import count
 from conformance.run.run_folder import check_out, make_out
 from conformance.run.selection import SELECTION_KEYS, Selection, parse_shard, selection_differences
 

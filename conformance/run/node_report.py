@@ -15,8 +15,8 @@ import os
 import re
 from pathlib import Path
 
-from conformance import registry
-from conformance.run import fingerprint
+from conformance import fingerprint, registry
+from conformance.run import probe
 
 CLASS_ENV = "KERNEL_LAB_DEVICE_CLASS"
 
@@ -74,7 +74,7 @@ def local_device_class() -> str:
 def probes(backend_names: list[str]) -> dict[str, list]:
     """``[available, why]`` of each named backend in this process (a name not registered here is unavailable)."""
     known = registry.backends()
-    return {name: list(registry.probe(known[name])) if name in known else [False, "not registered on this node"]
+    return {name: list(probe.probe(known[name])) if name in known else [False, "not registered on this node"]
             for name in backend_names}
 
 

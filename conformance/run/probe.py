@@ -135,3 +135,9 @@ def probe_all(backends: list[registry.Backend]) -> dict[str, tuple[bool, str]]:
         if worker is not None:
             worker.stop()
     return out
+
+
+def probe(backend: registry.Backend) -> tuple[bool, str]:
+    """Whether ``backend`` can run here, and why (in a worker, with a time limit; a hang, a crash or an
+    exception is 'unavailable' with the reason)."""
+    return probe_all([backend])[backend.name]

@@ -22,9 +22,9 @@ import stat
 from pathlib import Path
 from typing import Any, Iterable
 
-from conformance.run import schema
 from conformance.cells import refuse_control_characters
 from conformance.errors import UsageError
+from conformance.run import schema
 from conformance.run.schema import STATUSES
 
 BAD_STATUSES = ("fail", "xpass", "error", "crash")

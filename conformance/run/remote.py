@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from conformance import registry
-from conformance.run import node_report
 from conformance.cells import Cell
 from conformance.errors import UsageError
+from conformance.run import node_report
 from conformance.run.inprocess import static_record
 
 

@@ -13,8 +13,8 @@ import socket
 import time
 from pathlib import Path
 
-from conformance.run import records, schema
 from conformance.errors import RunStopped, UsageError
+from conformance.run import records, schema
 from conformance.run.selection import selection_differences
 
 LOCK_NAME = ".kernel-lab.lock"

@@ -17,17 +17,23 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from conformance import registry
-from conformance.run import executors, fingerprint, records, schema
+from conformance import fingerprint, registry
 from conformance.cells import Cell
-from conformance.run.counts import count
 from conformance.errors import RunStopped, UsageError
+from conformance.run import executors, records, schema
+from conformance.run.counts import count
 from conformance.run.estimate import Estimator, Progress, cell_work, hms, work_budget
 from conformance.run.inprocess import static_record
-from conformance.run.run_folder import (acquire_lock, free_reserve, hold_reserve, make_out, previous_records, release_lock,
-                                   write_run_json)
+from conformance.run.run_folder import (
+    acquire_lock,
+    free_reserve,
+    hold_reserve,
+    make_out,
+    previous_records,
+    release_lock,
+    write_run_json,
+)
 from conformance.run.selection import Selection
-
 
 NOTHING_RAN = 5   # exit status: no pair of the folder ran (every record a skip), as pytest's "no tests ran"
 

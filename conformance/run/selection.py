@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from conformance import families, patterns, registry
-from conformance.inputs import model_cells
 from conformance.cells import Cell
 from conformance.errors import UsageError
+from conformance.inputs import model_cells
 from conformance.run.estimate import first_estimate
 
 SELECTION_KEYS = ("tier", "family", "op", "backends", "filter", "shard", "shard_by", "model", "config", "inputs")

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import os
 
-from conformance import registry
-from conformance.run import fingerprint, node_report
+from conformance import fingerprint, registry
 from conformance.cells import Cell
+from conformance.run import node_report
 from conformance.run.workers import LocalPool
 
 

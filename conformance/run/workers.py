@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from pathlib import Path
 
-from conformance import registry
-from conformance.run import fingerprint, records, spawn
+from conformance import fingerprint, registry
 from conformance.cells import Cell
+from conformance.run import records, spawn
 from conformance.run.inprocess import run_one, static_record
 
 MAX_WARNINGS = 20

@@ -29,8 +29,8 @@ def cell_row(cell, recorded: dict) -> dict:
     """The emulation of one fla chunked cell beside its record."""
     from conformance.families.gdn.check import check, real_rows, written_slots
     from conformance.families.gdn.inputs import make_inputs
-    from conformance.families.gdn.oracle import oracle
     from conformance.families.gdn.models import MODELS
+    from conformance.families.gdn.oracle import oracle
     from conformance.families.gdn.tolerances import o_and_state
     from conformance.memo import Memo
     from conformance.numerics import rel_l2
@@ -61,8 +61,8 @@ def check(args) -> None:
 
 
 def run(args) -> dict:
-    from conformance.run import records as run_records
     from conformance.cells import make_cell
+    from conformance.run import records as run_records
 
     records = run_records.read(args.record)
     rows = [cell_row(make_cell("gdn", "chunked", seed=r["seed"], **r["params"]), r) for r in records

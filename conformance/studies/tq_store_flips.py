@@ -25,8 +25,8 @@ def add_arguments(parser) -> None:
 def _cell_row(cell, backend) -> dict:
     from conformance.families import turboquant as tq
     from conformance.families.turboquant.tolerances import tie_margins
-    from conformance.run.inprocess import inputs_copy
     from conformance.numerics import fp16_ordinal
+    from conformance.run.inprocess import inputs_copy
     from reference.turboquant import numpy_ref
     from reference.turboquant.presets import preset as lookup
 
@@ -66,9 +66,10 @@ def check(args) -> None:
 def run(args) -> dict:
     from conformance import registry
     from conformance.families import turboquant as tq
+    from conformance.run import probe
 
     backend = registry.get(args.backend)
-    ok, why = registry.probe(backend)
+    ok, why = probe.probe(backend)
     if not ok:
         raise SystemExit(f"{args.backend} unavailable: {why}")
     wrong = {k: v for k, v in backend.env.items() if os.environ.get(k) != v}

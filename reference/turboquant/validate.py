@@ -10,6 +10,7 @@ import numpy as np
 from reference.arguments import array, indices
 from reference.turboquant.layout import check_cache, check_layout
 from reference.turboquant.presets import Preset, check_head_size, preset
+from reference.turboquant.quantizers import mse_key_codes
 from reference.turboquant.rotation import check_rotation
 
 FP32_MAX = float(np.finfo(np.float32).max)
@@ -159,8 +160,6 @@ def folded_norm(key, p: Preset, rotation) -> None:
     """An SoA norm-corrected store writes ``||k|| / sqrt(sum_j c[idx_j]^2 + 1e-16)``, larger than the norm,
     into the fp16 k_norm field: ValueError naming ``key`` when the largest (codes and float32 arithmetic as
     ``numpy_ref`` picks them) is beyond float16's range (the stored scalar would be Inf)."""
-    from reference.turboquant.numpy_ref import mse_key_codes  # numpy_ref imports this module
-
     _, scalar = mse_key_codes(key, p, "soa", rotation)
     largest = float(np.max(scalar, initial=0.0))
     if not largest <= FP16_MAX:

@@ -7,9 +7,8 @@ import re
 import pytest
 
 from conformance import families, registry
-from conformance.run import estimate
 from conformance.pytest_plugin import check_pair
-
+from conformance.run import estimate
 
 SLOW_S = 30.0
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from conformance.run import records
 from conformance.cells import make_cell
 from conformance.registry import Backend, validate
+from conformance.run import records
 from reports import repro
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from conformance.run import records, selection
 from conformance.errors import UsageError
+from conformance.run import records, selection
 from tests.engine.test_runner import ENV, ROOT, kl, statuses
 
 TOY = ["conform", "--family", "toy", "--tier", "smoke"]

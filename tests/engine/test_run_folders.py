@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from conformance.run import estimate, records, run_folder, selection
 from conformance.cells import make_cell
 from conformance.errors import UsageError
 from conformance.registry import Backend
+from conformance.run import estimate, records, run_folder, selection
 from kernel_lab import cli
 from tests.cli_in_process import main, one_error_line
 

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from conformance import registry
-from conformance.run import records, run_folder, runner
+from conformance.run import probe, records, run_folder, runner
 from tests.engine.test_run_folders import ROOT, SMOKE, main, toy_lab  # noqa: F401
 
 
@@ -61,7 +61,7 @@ def test_a_stack_that_cannot_run_is_unavailable_with_the_versions_found(capsys, 
 
 
 def test_the_probe_answers_in_a_worker_each_backend_alone():
-    got = registry.probe_all([registry.get(n) for n in ("toy-avail-hangs", "toy-good", "toy-avail-aborts",
+    got = probe.probe_all([registry.get(n) for n in ("toy-avail-hangs", "toy-good", "toy-avail-aborts",
                                                        "toy-absent", "toy-avail-raises")])
     assert got["toy-good"] == (True, "always")
     assert got["toy-absent"] == (False, "needs hardware this machine lacks")

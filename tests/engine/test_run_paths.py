@@ -6,8 +6,8 @@ import shutil
 
 import pytest
 
-from conformance.run import records, run_folder, schema
 from conformance.errors import UsageError
+from conformance.run import records, run_folder, schema
 from reports import build
 from tests.engine.test_runner import kl
 

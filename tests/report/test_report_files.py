@@ -7,8 +7,8 @@ import json
 import pytest
 from junitparser import Error, Failure, JUnitXml, Skipped
 
-from kernel_lab import cli
 from conformance.run.records import RecordsError
+from kernel_lab import cli
 from reports import agreement, build, diff, load, perf, studies
 from tests.report import synthetic
 from tests.report.conftest import kernel_lab

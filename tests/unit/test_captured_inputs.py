@@ -10,17 +10,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conformance.inputs import capture, captured, tensor_files
-from conformance.run import records
-from conformance.families.gdn import make_inputs as gdn_inputs
-from conformance.families.gdn import matrix as gdn_matrix
+from conformance.families.gdn import make_inputs as gdn_inputs, matrix as gdn_matrix
 from conformance.families.gdn.captured import KEYS as GDN_FILE_KEYS
-from conformance.families.turboquant import make_inputs as tq_inputs
-from conformance.families.turboquant import matrix as tq_matrix
-from conformance.families.turboquant.captured import KEYS as TQ_FILE_KEYS
-from conformance.families.turboquant.captured import OPTIONAL_KEYS as TQ_OPTIONAL
-from conformance.run.inprocess import run_one
+from conformance.families.turboquant import make_inputs as tq_inputs, matrix as tq_matrix
+from conformance.families.turboquant.captured import KEYS as TQ_FILE_KEYS, OPTIONAL_KEYS as TQ_OPTIONAL
+from conformance.inputs import capture, captured, tensor_files
 from conformance.memo import Memo
+from conformance.run import records
+from conformance.run.inprocess import run_one
 from tests.cli_in_process import main, one_error_line
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import optimized.cpu as cpu
-from conformance.run.estimate import cell_work
 from conformance.families import gdn
+from conformance.run.estimate import cell_work
 from conformance.run.inprocess import run_one
 
 BUILT, WHY = cpu.extension_status()

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from conformance import registry
-from conformance.run.inprocess import inputs_copy
-from conformance.testing import PLANTED, first_failing_cell
 from conformance.cells import make_cell
 from conformance.families import turboquant as fam
+from conformance.run.inprocess import inputs_copy
+from conformance.testing import PLANTED, first_failing_cell
 from optimized.flydsl import emulation, plan
 
 BACKEND = registry.get("flydsl-emulated")

@@ -3,14 +3,13 @@ the adversarial draws: each does what its name says, and each named new ci cell 
 import numpy as np
 import pytest
 
-from conformance.families.turboquant import make_inputs
-from conformance.families.turboquant import matrix as M
+from conformance.families.turboquant import make_inputs, matrix as M
 from conformance.families.turboquant.oracle import dequantized, expected_cache, rotated_query
 from conformance.families.turboquant.tolerances import attention_atol, ties
-from conformance.numerics import U32
 from conformance.memo import Memo
+from conformance.numerics import U32
 from conformance.testing import PLANTED, first_failing_cell, reference_impl, verdict_of
-from reference.turboquant import jax_ref, numpy_ref, rotation
+from reference.turboquant import jax_ref, numpy_ref, quantizers, rotation
 from reference.turboquant.presets import preset
 
 
@@ -47,7 +46,7 @@ def test_a_key_whose_soa_folded_norm_overflows_float16_is_refused_and_the_aos_st
     key = np.random.default_rng(1).standard_normal((16, 1, D))
     key = (key / np.linalg.norm(key, axis=-1, keepdims=True) * 65400).astype(np.float32)  # norm below 65504
     R = numpy_ref.default_rotation(D)
-    assert numpy_ref.mse_key_codes(key, p, "soa", R)[1].max() > 65504  # ||k|| / sqrt(sum c^2) is not
+    assert quantizers.mse_key_codes(key, p, "soa", R)[1].max() > 65504  # ||k|| / sqrt(sum c^2) is not
     for layout in ("aos", "soa"):
         cache = np.zeros((1, 16, 1, p.slot_size(D)), np.uint8)
         if layout == "aos":

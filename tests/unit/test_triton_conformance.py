@@ -10,7 +10,6 @@ from conformance.backends import triton_kernels
 from conformance.families import turboquant as F
 from conformance.run.inprocess import run_one
 from conformance.testing import PLANTED, first_failing_cell
-
 from tests.unit.tq_triton_helpers import DEVICE
 
 pytestmark = pytest.mark.skipif(DEVICE != "cpu", reason="the interpreter backends run on machines without a GPU")

@@ -13,12 +13,8 @@ import re
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
-from tests.unit.tq_triton_helpers import DEVICE  # noqa: E402  (sets TRITON_INTERPRET)
-
 import torch  # noqa: E402
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from conformance import registry  # noqa: E402
 from conformance.backends.triton_gdn import TritonGdnImpl  # noqa: E402
@@ -29,6 +25,7 @@ from conformance.testing import PLANTED, first_failing_cell  # noqa: E402
 from conformance.torch_arrays import to_numpy, to_torch  # noqa: E402
 from optimized.triton import gdn_recurrent as K  # noqa: E402
 from reference.gdn import numpy_ref  # noqa: E402
+from tests.unit.tq_triton_helpers import DEVICE  # noqa: E402  (sets TRITON_INTERPRET)
 
 pytestmark = pytest.mark.skipif(DEVICE != "cpu", reason="the interpreter runs on machines without a GPU")
 GUARD, LEAD, TAIL = 0xA5, 4, 16

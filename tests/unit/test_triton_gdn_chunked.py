@@ -12,13 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-
-from tests.unit.test_triton_gdn import FEW, _guarded, _names, _t  # noqa: E402  (sets TRITON_INTERPRET)
-from tests.unit.tq_triton_helpers import DEVICE  # noqa: E402
-
 import torch  # noqa: E402
+from hypothesis import given, strategies as st
 
 from conformance import registry  # noqa: E402
 from conformance.backends.triton_gdn import TritonGdnImpl  # noqa: E402
@@ -28,6 +23,8 @@ from conformance.run.runner import cell_work  # noqa: E402
 from conformance.testing import PLANTED, first_failing_cell  # noqa: E402
 from conformance.torch_arrays import to_numpy, to_torch  # noqa: E402
 from optimized.triton import gdn_chunked as C  # noqa: E402
+from tests.unit.test_triton_gdn import FEW, _guarded, _names, _t  # noqa: E402  (sets TRITON_INTERPRET)
+from tests.unit.tq_triton_helpers import DEVICE  # noqa: E402
 
 pytestmark = pytest.mark.skipif(DEVICE != "cpu", reason="the interpreter runs on machines without a GPU")
 MODEL = registry.get("triton-gdn-interpret").rounding_model("gdn")

@@ -4,10 +4,9 @@ that makes vLLM's unchanged kernel modules see the real Triton."""
 import pytest
 
 from conformance import registry
-from conformance.families import gdn
-from conformance.families import turboquant as F
+from conformance.families import gdn, turboquant as F
+from conformance.run import probe
 from conformance.run.inprocess import run_one
-
 from tests.unit.tq_triton_helpers import DEVICE
 
 pytestmark = pytest.mark.skipif(DEVICE != "cpu", reason="the interpreter backends run on machines without a GPU")
@@ -46,7 +45,7 @@ CARRIED_STATE_CELL = ("gdn/spec_decode/state=float16/H=16/HV=32/K=64/drafts=1+3+
 
 
 def _backend(name):
-    ok, why = registry.probe(registry.get(name))
+    ok, why = probe.probe(registry.get(name))
     if not ok:
         pytest.skip(f"{name} unavailable: {why}")
 

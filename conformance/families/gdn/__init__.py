@@ -3,8 +3,9 @@
 matrix (axes, validity, corners, tiers), inputs (``make_inputs``), driver (``run_with``), oracle
 (the float64 oracles), models (the rounding models, one record each: ``MODELS``, ``ROUNDING_MODELS``),
 terms (the sum of |terms| behind o and the state), tolerances (each bound as data: ``SPECS``), check,
-planted (the family's planted bugs: ``PLANTED``).
+planted (the family's planted bugs: ``PLANTED``), captured (its inputs from a file: ``CAPTURED``).
 """
+from conformance.families.gdn import captured as CAPTURED
 from conformance.families.gdn.check import check
 from conformance.families.gdn.driver import run_with
 from conformance.families.gdn.inputs import make_inputs
@@ -13,5 +14,5 @@ from conformance.families.gdn.models import MODELS, ROUNDING_MODELS
 from conformance.families.gdn.planted import PLANTED
 from conformance.families.gdn.tolerances import SPECS
 
-__all__ = ["CHUNK", "FAMILY", "MODELS", "OPS", "PLANTED", "ROUNDING_MODELS", "SPECS", "cells", "check", "make_inputs",
-           "run_with"]
+__all__ = ["CAPTURED", "CHUNK", "FAMILY", "MODELS", "OPS", "PLANTED", "ROUNDING_MODELS", "SPECS", "cells", "check",
+           "make_inputs", "run_with"]

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from conformance.inputs.captured import InputsError, check_keys, dtype_in, index_table
 from conformance.families.gdn.matrix import CHUNK
+from conformance.inputs.checks import InputsError, check_keys, dtype_in, index_table
 from conformance.numerics import ACTIVATIONS
 from reference.gdn import arguments
 from reference.gdn.arguments import STATE_DTYPES

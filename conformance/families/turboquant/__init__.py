@@ -2,8 +2,9 @@
 
 matrix (axes, validity, corners, tiers), inputs (``make_inputs``), driver (``run_with``), oracle
 (the float64 oracles), models (the rounding models, one record each: ``MODELS``, ``ROUNDING_MODELS``),
-tolerances (each bound as data: ``SPECS``), check, planted (the family's planted bugs: ``PLANTED``).
+tolerances (each bound as data: ``SPECS``), check, planted (the family's planted bugs: ``PLANTED``), captured (its inputs from a file: ``CAPTURED``).
 """
+from conformance.families.turboquant import captured as CAPTURED
 from conformance.families.turboquant.check import check
 from conformance.families.turboquant.driver import run_with
 from conformance.families.turboquant.inputs import make_inputs
@@ -12,5 +13,5 @@ from conformance.families.turboquant.models import MODELS, ROUNDING_MODELS
 from conformance.families.turboquant.planted import PLANTED
 from conformance.families.turboquant.tolerances import SPECS
 
-__all__ = ["FAMILY", "MODELS", "OPS", "PLANTED", "PRESET_NAMES", "ROUNDING_MODELS", "SPECS", "cells", "check",
-           "make_inputs", "run_with"]
+__all__ = ["CAPTURED", "FAMILY", "MODELS", "OPS", "PLANTED", "PRESET_NAMES", "ROUNDING_MODELS", "SPECS", "cells",
+           "check", "make_inputs", "run_with"]

@@ -27,13 +27,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from conformance.inputs.captured import InputsError, check_keys, dtype_in, index_table
 from conformance.families.turboquant.inputs import token_slots
+from conformance.inputs.checks import InputsError, check_keys, dtype_in, index_table
 from conformance.numerics import ACTIVATIONS
 from reference.turboquant import numpy_ref, rotation, validate
 from reference.turboquant.layout import LAYOUTS, check_layout
-from reference.turboquant.presets import PRESETS, Preset, check_head_size
-from reference.turboquant.presets import preset as lookup
+from reference.turboquant.presets import PRESETS, Preset, check_head_size, preset as lookup
 
 _STORE = ("kv_cache", "key", "value", "slot_mapping")
 _DECODE = ("query", "kv_cache", "block_table", "seq_lens")
