@@ -103,7 +103,7 @@ test-ray: setup
 	$(VPY) -m pytest -q -m ray tests/engine/test_ray_executor.py
 
 # Every perf gate of bench/gates.toml and the regression gates against this machine's saved run
-# (reports/baselines/<fingerprint>/): one table (gate, ratio, threshold, verdict, spread), and
+# (baselines/<fingerprint>/): one table (gate, ratio, threshold, verdict, spread), and
 # reports/out/perf.json (pytest-benchmark's JSON plus kernel_lab_gates) and reports/out/gates.json.
 # OMP_WAIT_POLICY=PASSIVE: torch's OpenMP threads sleep after the torch baseline's parallel regions
 # instead of spinning beside the kernels' own thread pool. GPU gates skip without a GPU.

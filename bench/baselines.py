@@ -1,11 +1,13 @@
 """Saved runs per machine fingerprint, the regression gates against them, and their A/A noise.
 
-``reports/baselines/<key>/perf.json``: a saved run (the perf JSON of ``bench.run``) of the machine
+``baselines/<key>/perf.json``: a saved run (the perf JSON of ``bench.run``) of the machine
 whose fingerprint key is ``<key>`` (``bench.machine``). ``noise.json`` beside it: per record id the
 ratios of A/A pairs (the same code measured twice in a row, at least 20 pairs), the regression
 threshold derived from them (the largest A/A slowdown plus 5%, at least 1.05) and the false-alarm
 rate at that threshold. A regression gate compares a record's time with the saved run of the same
-key only: ``current / saved <= threshold``.
+key only: ``current / saved <= threshold``. Saved runs are data, not part of the package: they
+are read from and written to ``baselines/`` under the current folder (the repository's, run from
+its root), or the folder ``$KERNEL_LAB_BASELINES`` names.
 """
 from __future__ import annotations
 
@@ -20,15 +22,15 @@ import numpy as np
 from bench.gates import point_time
 from bench.measure import Record
 
-BASELINES = Path(__file__).resolve().parent.parent / "reports" / "baselines"   # the saved runs shipped
+BASELINES = Path("baselines")   # under the current folder
 VARIABLE = "KERNEL_LAB_BASELINES"
 MIN_PAIRS = 20
 GATED_ROLES = ("ours", "baseline", "peer")
 
 
 def root() -> Path:
-    """Where saved runs are read: ``$KERNEL_LAB_BASELINES`` (``kernel-lab bench --baselines DIR``
-    sets it), else the ones shipped with kernel-lab."""
+    """Where saved runs are read and written: ``$KERNEL_LAB_BASELINES`` (``kernel-lab bench
+    --baselines DIR`` sets it), else ``baselines/`` under the current folder."""
     return Path(os.environ.get(VARIABLE) or BASELINES)
 
 

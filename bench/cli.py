@@ -27,8 +27,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="measure PAIRS A/A pairs (>= 20): write <baselines>/<key>/noise.json and the "
                         "saved run perf.json, and print each gate's false-alarm count")
     p.add_argument("--baselines", metavar="DIR",
-                   help="saved runs and A/A noise per machine: read from DIR (default: those shipped with "
-                        "kernel-lab); --aa writes into DIR (default: reports/baselines under the current folder)")
+                   help="saved runs and A/A noise per machine: read from DIR, and --aa writes into DIR "
+                        "(default: baselines/ under the current folder)")
     p.add_argument("--load", default="", help="with --aa: the machine load to record (free text)")
 
 
@@ -118,8 +118,7 @@ def _aa(names: list[str], gate_list, args) -> int:
         noise["gates"] = {g.name: gate_noise[g.name] for g in mine
                           if all(benches[b].device == device for b in g.benches)}
         last = {r.rid: r for r in on(pairs[-1][1])}
-        target = Path(args.baselines or Path("reports") / "baselines")
-        print(f"saved run and noise: {baselines.save(key, run.perf_json(last, []), noise, target)}")
+        print(f"saved run and noise: {baselines.save(key, run.perf_json(last, []), noise)}")
         for rid, n in noise["records"].items():
             print(f"  {rid:50} threshold {n['threshold']:.2f}  false alarms {n['false_alarm_rate']}  "
                   f"A/A ratios {min(n['ratios']):.3f}-{max(n['ratios']):.3f}")

@@ -1,5 +1,5 @@
 """The machine fingerprint of a perf run, and its key: the folder of its saved runs under
-``reports/baselines/`` (CPU benches: the CPU model and usable cores; GPU benches: the GPU name)."""
+``baselines/`` (CPU benches: the CPU model and usable cores; GPU benches: the GPU name)."""
 from __future__ import annotations
 
 import functools

@@ -1,6 +1,6 @@
 """The TurboQuant decode to run for a device and a request: the fastest conformant kernel that serves it.
 
-Preference, fastest first (H200 measurements in reports/baselines/h200/README.md):
+Preference, fastest first (H200 measurements in ledger/h200/README.md):
 ``triton-sm90`` (Gluon, operands in registers; NVIDIA compute capability 9.0, SoA turboquant_4bit_nc, bfloat16
 or float16 queries), ``flydsl-gfx950`` (AMD gfx950, SoA turboquant_4bit_nc, D=128, block 16/32, G in {6, 8, 16}, no sinks,
 bfloat16 queries),

@@ -1,5 +1,5 @@
 """Measurements beyond the benchmark registry (``bench.registry``), each a module with a ``main()``
-that does its work only when run, writing the file committed under reports/baselines/<machine>/:
+that does its work only when run, writing the file kept in the ledger under ledger/<machine>/:
 
 - ``decode_parts``: the parts of one grouped decode step timed alone -> ``tq_decode_parts.json``;
 - ``decode_floor_standalone``: streaming kernels with no arithmetic over the same cache ->
@@ -20,7 +20,13 @@ that does its work only when run, writing the file committed under reports/basel
 - ``operand_path_sm90``: bytes through shared memory per loop iteration, from sm_90 SASS compiled
   on any machine -> printed (``loop_shared_bytes`` is reusable);
 - ``gdn_prefill``: the C++ GDN chunked prefill against vLLM's CPU kernel, fraction of the AMX tile
-  peak, 1 -> 2 thread scaling -> ``gdn_prefill_bench_*.json``.
+  peak, 1 -> 2 thread scaling -> ``gdn_cpu_prefill.json`` (``--out FILE``);
+- ``decode_variants``: the grouped decode's configurations beside SDPA and the ceilings ->
+  ``tq_decode_variants.json``;
+- ``gdn_decode_configs``: the GPU GDN decode's tiles -> ``gdn_decode_gpu_configs.json``;
+- ``gdn_decode_plans``: the C++ decode plans beside the in-place stream -> ``gdn_cpu_decode_plans.json``;
+- ``gdn_chunked_stages``: the GPU chunked prefill and each of its stages alone -> ``gdn_chunked_gpu.json``;
+- ``executor_overhead``: the ray executor against the local pool -> ``executor_overhead.json``.
 
 Run from the repository root, e.g. ``python -m bench.probes.decode_parts --out DIR``.
 """

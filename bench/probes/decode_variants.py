@@ -1,7 +1,7 @@
 """Configurations of the Triton TurboQuant decodes beside the registry's ``turboquant/decode``
 bench (the default grouped decode, SDPA, the ceilings), in the same run: the grouped decode with
 the pair table, BLOCK_N 64, 8 warps, 2 or 8 splits; the split-KV decode (exact); unified attention
-as decode. Registered for this run only. Writes ``tq_decode_perf.json`` (the perf-JSON records):
+as decode. Registered for this run only. Writes ``tq_decode_variants.json`` (the perf-JSON records):
 ``python -m bench.probes.decode_variants --out DIR [--quick]`` (on a GPU; ``--quick``:
 L=8192 and the grouped variants only)."""
 from __future__ import annotations
@@ -50,7 +50,7 @@ def main(argv=None) -> int:
     from bench.probes.common import write_json
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=".", help="folder for tq_decode_perf.json")
+    ap.add_argument("--out", default=".", help="folder for tq_decode_variants.json")
     ap.add_argument("--quick", action="store_true", help="L=8192, grouped variants only")
     args = ap.parse_args(argv)
     with registry.registered(*variants(args.quick)):
@@ -62,7 +62,7 @@ def main(argv=None) -> int:
         print(f"{rid:50} {line}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    write_json(out / "tq_decode_perf.json", run.perf_json(records, []))
+    write_json(out / "tq_decode_variants.json", run.perf_json(records, []))
     return 0
 
 

@@ -1,6 +1,6 @@
 """Tile configurations of our GDN decode (``optimized.triton.gdn_recurrent.decode``: V-tile BV and
 warps) beside the registry's ``gdn/decode-gpu`` bench (our default, the peers, the copy ceiling), in
-the same run; registered for this run only. Writes ``gdn_decode_configs.json`` (perf-JSON records) and
+the same run; registered for this run only. Writes ``gdn_decode_gpu_configs.json`` (perf-JSON records) and
 prints ms and % of copy: ``python -m bench.probes.gdn_decode_configs --out DIR [--shapes LABEL ...]`` (on a GPU)."""
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def main(argv=None) -> int:
     with registry.registered(*impls):
         records = {r.rid: r for r in measure(BENCH, shapes=args.shapes)}
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    (Path(args.out) / "gdn_decode_configs.json").write_text(json.dumps(run.perf_json(records, []), indent=1) + "\n")
+    (Path(args.out) / "gdn_decode_gpu_configs.json").write_text(json.dumps(run.perf_json(records, []), indent=1) + "\n")
     for rid, r in records.items():
         if r.skip:
             print(f"{rid:70} skip: {r.skip[:100]}")

@@ -6,7 +6,7 @@ scale and exp(g) applied to fp32 dot products; the state increment's bf16(v_new 
 the unrounded v_new. The emulation is the ``fla-chunk`` model's oracle
 (``numpy_ref.chunked(operand_dtype="bfloat16", rounding_points="fla")`` in float64).
 
-For each fla chunked cell a record ran (default: the H200 run, reports/baselines/h200/peers_full_cells.jsonl),
+For each fla chunked cell a record ran (default: the H200 run, ledger/h200/peers_full_cells.jsonl),
 the emulation's outputs go through the gdn check against the ``bf16-operands`` oracle: its verdict and
 o / state rel_l2, beside the recorded ones and the cell's o bound under each model.
 """
@@ -17,7 +17,7 @@ import os
 NAME = "fla-chunk-rounding"
 DESCRIPTION = ("FLA's chunk form emulated with its bf16 roundings (output, q/k after the l2 norm, the state "
                "increment), checked against the bf16-operands oracle beside a record of the real FLA")
-RECORD = os.path.join("reports", "baselines", "h200", "peers_full_cells.jsonl")
+RECORD = os.path.join("ledger", "h200", "peers_full_cells.jsonl")
 
 
 def add_arguments(parser) -> None:

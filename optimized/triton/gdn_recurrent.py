@@ -38,7 +38,7 @@ STATE_DTYPES = ("float32", "bfloat16", "float16")
 MAX_HEAD = 256
 WARPS = (1, 2, 4, 8, 16)
 # The default tile on a GPU, BK * BV = 4096 elements (16 KiB of fp32 state) in 2 warps: the fastest of BV 16, 32,
-# 64 x 2, 4, 8 warps at K = V = 128 on the H200 for fp32 and bf16 pools (reports/baselines/h200/README.md)
+# 64 x 2, 4, 8 warps at K = V = 128 on the H200 for fp32 and bf16 pools (ledger/h200/README.md)
 TILE_ELEMENTS = 4096
 FLAGS = 8                     # NaN/Inf flags of one launch's float inputs
 

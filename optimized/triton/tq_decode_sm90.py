@@ -630,7 +630,7 @@ def decode_sm90(query, kv_cache, block_table, seq_lens, *, preset, layout, rotat
     """Like ``tq_decode_split.decode_split`` (same arguments and result) for SoA ``turboquant_4bit_nc``
     caches on sm_90, MMA operands in the query's dtype (bfloat16 or float16); ``block_n`` in ``BLOCK_NS``
     (tokens per loop step); by default about ``programs_per_sm`` one-warp programs per multiprocessor (the
-    defaults are the fastest configuration measured on the H200, reports/baselines/h200/README.md); ``stages``
+    defaults are the fastest configuration measured on the H200, ledger/h200/README.md); ``stages``
     1 prefetches the next tile into
     registers, 2 to ``MAX_STAGES`` stream tiles through a shared-memory ring (cp.async) ``stages - 1``
     ahead; ``fp16_values`` the float16 value operands (``FP16_VALUES``: exact codes as fp16 subnormals,

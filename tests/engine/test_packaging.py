@@ -1,6 +1,7 @@
 """What an installed kernel-lab needs: pyproject declares each command's dependencies (extras where
 optional) and a Python with tomllib; a command whose extra is missing says so in one line; the
-gates file ships inside the package; saved runs are read from and written to a chosen folder."""
+gates file ships inside the package; saved runs and the measurement ledger stay outside every package,
+and saved runs are read from and written to a chosen folder."""
 from __future__ import annotations
 
 import os
@@ -25,6 +26,14 @@ def test_pyproject_declares_what_each_command_imports():
 
 def test_the_gates_file_is_inside_a_package():
     assert gates.GATES_TOML.parent == Path(gates.__file__).parent and gates.GATES_TOML.is_file()
+
+
+def test_saved_runs_and_the_ledger_are_not_in_a_package():
+    packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["scikit-build"]["wheel"]["packages"]
+    assert (ROOT / "baselines").is_dir() and (ROOT / "ledger").is_dir()
+    assert {"baselines", "ledger"}.isdisjoint(packages)
+    records = [p for pkg in packages for p in (ROOT / pkg).rglob("*") if p.suffix == ".jsonl" or p.name == "baselines"]
+    assert records == [], records
 
 
 def test_a_missing_extra_is_one_line_naming_it(tmp_path):
@@ -54,4 +63,6 @@ def test_saved_runs_are_read_and_written_where_asked(tmp_path, monkeypatch):
     other = baselines.save("some-machine", {"benchmarks": []}, base=tmp_path / "elsewhere")
     assert other == tmp_path / "elsewhere" / "some-machine"
     monkeypatch.delenv(baselines.VARIABLE)
-    assert baselines.root() == baselines.BASELINES
+    monkeypatch.chdir(tmp_path)
+    assert baselines.root() == Path("baselines") and baselines.save("m", {"benchmarks": []}) == Path("baselines/m")
+    assert (tmp_path / "baselines" / "m" / "perf.json").is_file()

@@ -18,7 +18,7 @@ registry.load()
 
 
 def test_turboquant_cost_matches_the_recorded_h200_bytes():
-    # reports/baselines/h200/tq_decode_perf.json recorded tq_bytes 281018368 at L=8192 (cache only)
+    # ledger/h200/tq_decode_variants.json recorded tq_bytes 281018368 at L=8192 (cache only)
     shape = dict(B=32, Hk=8, G=8, D=128, L=8192, preset="turboquant_4bit_nc")
     assert tq_cost.decode(shape).bytes == 281018368 + 2 * 2 * 32 * 64 * 128
 

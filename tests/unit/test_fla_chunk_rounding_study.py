@@ -1,5 +1,5 @@
 """The fla-chunk-rounding study's emulation of FLA's chunk form (the ``fla-chunk`` oracle) reproduces
-the H200 record of FLA itself (reports/baselines/h200/peers_full_cells.jsonl) on small cells: same
+the H200 record of FLA itself (ledger/h200/peers_full_cells.jsonl) on small cells: same
 verdict under ``bf16-operands``, o rel_l2 within 0.0004."""
 import json
 import pathlib

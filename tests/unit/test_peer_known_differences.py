@@ -1,5 +1,5 @@
 """The known differences of the GPU peers against the H200 record of 2026-12-01
-(reports/baselines/h200/peers_full_cells.jsonl). ``fla`` chunked: held to the ``fla-chunk`` model, which
+(ledger/h200/peers_full_cells.jsonl). ``fla`` chunked: held to the ``fla-chunk`` model, which
 follows FLA's rounding points, so it declares nothing; on the CPU the model's emulation of FLA passes
 under it (and fails under ``bf16-operands``, as FLA did on the H200), and FLA's naive reference with a
 planted bug fails under it. ``vllm-triton-tq-unified`` at D=256: skips exactly the cells that ran out of
@@ -12,7 +12,7 @@ import pytest
 from conformance import registry
 from conformance.cells import make_cell
 
-RECORD = pathlib.Path(__file__).parents[2] / "reports/baselines/h200/peers_full_cells.jsonl"
+RECORD = pathlib.Path(__file__).parents[2] / "ledger/h200/peers_full_cells.jsonl"
 
 
 def _records(backend, op=None):
