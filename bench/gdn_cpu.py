@@ -23,7 +23,7 @@ from conformance.cost import Cost
 from conformance.families.gdn import cost
 from conformance.numerics import ACTIVATIONS
 from conformance.torch_arrays import to_torch
-from reference.gdn.arguments import STATE_DTYPES
+from reference.gdn.arguments import POOL_DTYPES
 HEADS = dict(H=16, HV=32, K=128, V=128)
 THREADS = 2
 DECODE_BATCH = 128
@@ -60,7 +60,7 @@ def decode_inputs(shape: dict) -> dict:
                 v=rng.normal(size=(N, HV, V)).astype(act), A_log=rng.normal(size=HV).astype(np.float32),
                 a=rng.normal(size=(N, HV)).astype(act), b=rng.normal(size=(N, HV)).astype(act),
                 dt_bias=rng.normal(size=HV).astype(act), state_indices=rng.permutation(N).astype(np.int32))
-    pool = (0.5 * rng.standard_normal((N, HV, K, V), np.float32)).astype(STATE_DTYPES[shape["state_dtype"]])
+    pool = (0.5 * rng.standard_normal((N, HV, K, V), np.float32)).astype(POOL_DTYPES[shape["state_dtype"]])
     return dict(args=args, state=pool)
 
 
@@ -73,7 +73,7 @@ def _decode_cpu(shape, inputs):
 register_bench(Bench(
     name="gdn/decode", device="cpu", cost=cost.decode, inputs=decode_inputs, reps=15,
     shapes={**{f"state={d}": dict(N=DECODE_BATCH, **HEADS, state_dtype=d, act="bfloat16", threads=THREADS)
-               for d in STATE_DTYPES},
+               for d in POOL_DTYPES},
             "state=bfloat16/act=float16": dict(N=DECODE_BATCH, **HEADS, state_dtype="bfloat16", act="float16",
                                                threads=THREADS)}))
 register_impl(Impl(bench="gdn/decode", name="cpu", role="ours", prepare=_decode_cpu, available=_extension))
@@ -93,7 +93,7 @@ def chunked_inputs(shape: dict) -> dict:
                 beta=rng.uniform(0.1, 0.9, (T, HV)).astype(act),
                 cu_seqlens=np.concatenate([[0], np.cumsum(lens)]).astype(np.int32),
                 state_indices=np.arange(len(lens), dtype=np.int32))
-    return dict(args=args, state=np.zeros((len(lens), HV, K, V), STATE_DTYPES[shape["state_dtype"]]))
+    return dict(args=args, state=np.zeros((len(lens), HV, K, V), POOL_DTYPES[shape["state_dtype"]]))
 
 
 def _chunked_cpu(shape, inputs):

@@ -29,7 +29,7 @@ from typing import Mapping
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 MODEL_DTYPES = ("float32", "bfloat16", "float16")
-STATE_DTYPES = ("float32", "bfloat16", "float16")
+STATE_DTYPE_CHOICES = ("float32", "bfloat16", "float16")
 LAYER_KINDS = ("full_attention", "linear_attention", "mamba", "mlp", "moe")
 _PATTERN_KINDS = {"M": "mamba", "*": "full_attention", "-": "mlp", "E": "moe"}
 
@@ -210,8 +210,8 @@ def parse_config(config: Mapping) -> ModelConfig:
     if recurrent.conv_kernel < 2:
         raise ValueError(f"conv kernel width {recurrent.conv_kernel}: expected at least 2")
     declared = fields.get("mamba_ssm_dtype", fields.get("mamba_ssm_cache_dtype"))
-    if declared is not None and declared not in STATE_DTYPES:
-        raise ValueError(f"config declares state dtype {declared!r}: expected one of {STATE_DTYPES}")
+    if declared is not None and declared not in STATE_DTYPE_CHOICES:
+        raise ValueError(f"config declares state dtype {declared!r}: expected one of {STATE_DTYPE_CHOICES}")
     return ModelConfig(
         model_type=config["model_type"],
         model_dtype=_dtype_field(fields, config),

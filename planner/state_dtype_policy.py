@@ -20,9 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
-from planner.model_configs import STATE_DTYPES, ModelConfig, parse_config
+from planner.model_configs import STATE_DTYPE_CHOICES, ModelConfig, parse_config
 
-REQUESTS = ("auto",) + STATE_DTYPES
+REQUESTS = ("auto",) + STATE_DTYPE_CHOICES
 PLATFORMS = ("cpu-avx512bf16", "cpu", "gpu")
 
 Contract = Callable[[ModelConfig, str], tuple[str, str]]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from conformance.run import records
 
-UNAVAILABLE_PREFIX = "backend unavailable: "
+OLD_UNAVAILABLE_PREFIX = "backend unavailable: "   # how records before schema version 3 said it
 
 
 @dataclass
@@ -38,15 +38,13 @@ class Run:
         """Backend -> reason, for backends unavailable on the run's machine.
 
         From run.json's probe results; without run.json, a backend whose every record is a skip
-        saying "backend unavailable: ..." counts as unavailable with that reason."""
+        of an unavailable backend (its ``unavailable`` field) counts as unavailable with that reason."""
         if "backends" in self.info:
             return {n: b.get("reason", "(no reason recorded)")
                     for n, b in self.info["backends"].items() if not b.get("available", True)}
         reasons: dict[str, set] = {}
         for r in self.records:
-            reason = r.get("reason") or ""
-            ok = r["status"] == "skip" and reason.startswith(UNAVAILABLE_PREFIX)
-            reasons.setdefault(r["backend"], set()).add(reason[len(UNAVAILABLE_PREFIX):] if ok else None)
+            reasons.setdefault(r["backend"], set()).add(r.get("unavailable") if r["status"] == "skip" else None)
         return {b: next(iter(rs)) for b, rs in reasons.items() if len(rs) == 1 and None not in rs}
 
 
@@ -76,10 +74,19 @@ def _upgrade_margin(rec: dict) -> None:
     rec.setdefault("decided_by", {"output": output, "criterion": criterion})
 
 
+def _upgrade_unavailable(rec: dict) -> None:
+    """A record written before schema version 3 says that its backend was unavailable only in its
+    reason: give it the ``unavailable`` field."""
+    reason = rec.get("reason") or ""
+    if "unavailable" not in rec and rec["status"] == "skip" and reason.startswith(OLD_UNAVAILABLE_PREFIX):
+        rec["unavailable"] = reason[len(OLD_UNAVAILABLE_PREFIX):]
+
+
 def _normalise(rec: dict) -> dict:
     """Family, op and params from the id when a record lacks them (``family/op/k=v/.../seed=s``);
-    the margin over every criterion (``_upgrade_margin``)."""
+    the margin over every criterion (``_upgrade_margin``); ``unavailable`` (``_upgrade_unavailable``)."""
     _upgrade_margin(rec)
+    _upgrade_unavailable(rec)
     parts = rec["id"].split("/")
     rec.setdefault("family", parts[0])
     rec.setdefault("op", parts[1] if len(parts) > 1 else "?")

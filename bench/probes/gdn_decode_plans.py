@@ -30,7 +30,7 @@ from bench.timing import interleaved, summary
 from conformance.families.gdn import cost
 from optimized.cpu import ceilings
 
-STATE_DTYPES = ("float32", "bfloat16", "float16")
+TIMED_STATE_DTYPES = ("float32", "bfloat16", "float16")
 PLAN_VARIABLE = "KERNEL_LAB_GDN_DECODE_PLAN"
 
 
@@ -103,7 +103,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=".", help="folder for gdn_cpu_decode_plans.json")
     ap.add_argument("--plans", default=",".join(cpu.DECODE_PLANS), help="comma-separated, of " + ",".join(cpu.DECODE_PLANS))
-    ap.add_argument("--dtypes", default=",".join(STATE_DTYPES), help="state dtypes, comma-separated")
+    ap.add_argument("--dtypes", default=",".join(TIMED_STATE_DTYPES), help="state dtypes, comma-separated")
     ap.add_argument("--threads", type=int, default=THREADS)
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--hot-reps", type=int, default=30)
@@ -114,8 +114,8 @@ def main(argv=None) -> int:
     if bad:
         ap.error(f"--plans: unknown {bad}; expected some of {cpu.DECODE_PLANS}")
     dtypes = [d for d in a.dtypes.split(",") if d]
-    if any(d not in STATE_DTYPES for d in dtypes):
-        ap.error(f"--dtypes: expected some of {STATE_DTYPES}, got {a.dtypes!r}")
+    if any(d not in TIMED_STATE_DTYPES for d in dtypes):
+        ap.error(f"--dtypes: expected some of {TIMED_STATE_DTYPES}, got {a.dtypes!r}")
     built, why = cpu.extension_status()
     if not built:
         print(why, file=sys.stderr)

@@ -31,7 +31,7 @@ BF16 = ACTIVATIONS["bfloat16"]
 C = 64
 H, HV, K, V = (HEADS[n] for n in ("H", "HV", "K", "V"))
 BATCHES = {"1x8192": (1, 8192), "4x2048": (4, 2048)}
-STATE_DTYPES = ("float32", "bfloat16")
+TIMED_STATE_DTYPES = ("float32", "bfloat16")
 
 
 def prefill_flops(N: int, L: int) -> float:
@@ -103,7 +103,7 @@ def main(argv=None) -> int:
     ap.add_argument("--isa", default="auto", help="our code path: auto, amx, avx512, scalar")
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--batches", nargs="+", default=list(BATCHES), choices=list(BATCHES))
-    ap.add_argument("--states", nargs="+", default=list(STATE_DTYPES), choices=STATE_DTYPES)
+    ap.add_argument("--states", nargs="+", default=list(TIMED_STATE_DTYPES), choices=TIMED_STATE_DTYPES)
     ap.add_argument("--vllm-lib", help="vLLM's _C extension library (leave out: ours alone)")
     ap.add_argument("--reuse-out", action="store_true",
                     help="also time ours writing into one preallocated output (no first-touch page faults)")

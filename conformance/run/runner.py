@@ -103,9 +103,11 @@ def plan(cells: list[Cell], backends: list[registry.Backend], done: set, probes:
             if (cell.id, b.name) in done:
                 continue
             ok, why = probes[b.name]
-            reason = None if ok else f"backend unavailable: {why}"
+            if not ok:
+                statics.append({**static_record(cell, b, "skip", f"backend unavailable: {why}"), "unavailable": why})
+                continue
             try:
-                reason = reason or b.skip_reason(cell)
+                reason = b.skip_reason(cell)
             except registry.HookError as exc:
                 statics.append(static_record(cell, b, "error", str(exc)))
                 continue

@@ -13,13 +13,16 @@ and resume: records of an older version are kept as they are and the report show
 - 1: the first.
 - 2: every record has ``path``, the code path that ran (``conformance.paths``), or for a skip the
   one that would have run; records of version 1 have none (the report shows "not recorded").
+- 3: a skip because the backend is unavailable on the machine has ``unavailable``, the probe's
+  reason; records of versions 1 and 2 say it only in ``reason`` ("backend unavailable: " and the
+  probe's reason), which the report reads as the same field.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
-VERSION = 2
+VERSION = 3
 STATUSES = ("pass", "fail", "skip", "xfail", "xpass", "error", "crash")
 MAX_DEPTH = 8
 NONFINITE = ("nan", "inf", "-inf")
@@ -60,7 +63,7 @@ RECORD = Obj({
     "duration_s": (number, None), "device": (str, None), "retried_from": (str, None),
     "warnings": (List(str), None), "output": (str, None),
     "decided_by": (Obj({"output": (str, None), "criterion": (str, None)}), None),
-    "wall_s": (number, None), "first_in_worker": (bool, None), "path": (str, None)},
+    "wall_s": (number, None), "first_in_worker": (bool, None), "path": (str, None), "unavailable": (str, None)},
     required=("id", "backend", "status"))
 
 _GPU = Obj({"name": (str, None), "compute_capability": (str, None), "arch": (str, None),

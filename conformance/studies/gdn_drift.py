@@ -65,10 +65,10 @@ def _prefill(x: dict, bounds: list[int], state_dtype: str):
 
     Returns (o float32 [T,HV,V], float32 copies of the stored state after each segment)."""
     from reference.gdn import jax_ref
-    from reference.gdn.arguments import STATE_DTYPES
+    from reference.gdn.arguments import POOL_DTYPES
 
     HV, K = x["v"].shape[1], x["v"].shape[2]
-    pool = np.zeros((1, HV, K, K), STATE_DTYPES[state_dtype])
+    pool = np.zeros((1, HV, K, K), POOL_DTYPES[state_dtype])
     outs, states = [], []
     for a, b in zip(bounds[:-1], bounds[1:]):
         o, pool = jax_ref.chunked(*(x[n][a:b] for n in ("q", "k", "v", "g", "beta")),
@@ -145,7 +145,7 @@ def overflow_probe(x: dict) -> dict:
     return out
 
 
-STATE_DTYPES = ("float32", "bfloat16", "float16")
+CHAIN_STATE_DTYPES = ("float32", "bfloat16", "float16")   # the pools the decode chains run
 
 
 def decode_chain(H: int, HV: int, K: int, N: int, steps: list[int], seed: int) -> list[dict]:
@@ -155,7 +155,7 @@ def decode_chain(H: int, HV: int, K: int, N: int, steps: list[int], seed: int) -
     from conformance.families.gdn.matrix import cell_of
     from conformance.families.gdn.oracle import Float64Oracle
     from reference.gdn import numpy_ref
-    from reference.gdn.arguments import STATE_DTYPES as POOL_DTYPES
+    from reference.gdn.arguments import POOL_DTYPES
 
     cell = cell_of("decode", dict(state="float32", heads=(H, HV), KV=(K, K), N=N, decay="near-one",
                                   slots="shuffled", qk="unit", act="bfloat16", steps=max(steps), seed=seed))
@@ -176,7 +176,7 @@ def decode_chain(H: int, HV: int, K: int, N: int, steps: list[int], seed: int) -
 
     o_truth, s_truth = run(Float64Oracle("float32"), "float32")
     rows = []
-    for dtype in STATE_DTYPES:
+    for dtype in CHAIN_STATE_DTYPES:
         o, pools = run(numpy_ref, dtype)
         for n in steps:
             seen = slice(0, n * N)

@@ -73,7 +73,7 @@ _DTYPE_NAMES = ("float32", "bfloat16", "float16")
 __all__ = ["gdn_gating", "gdn_decode", "gdn_spec_decode", "gdn_chunk_prefill", "isa_status", "dispatch_counts",
            "default_threads",
            "decode_plan", "DECODE_PLANS",
-           "extension_status", "head_limits", "problem", "amx_tile_peak_flops", "gemm_bf16", "ISAS"]
+           "extension_status", "head_limits", "problem", "gemm_bf16", "ISAS"]
 
 
 def extension_status() -> tuple[bool, str]:
@@ -341,13 +341,7 @@ def gdn_chunk_prefill(q, k, v, g, beta, cu_seqlens, state, state_indices, *, sca
     return _returned(q, out)
 
 
-# ---------------------------------------------------------------- ceilings and test hooks
-
-def amx_tile_peak_flops(iters: int = 200_000, num_threads: int = 1) -> float:
-    """FLOP/s of tdpbf16ps on register-resident tiles (16x16x32 per instruction) on num_threads."""
-    seconds = _ext().amx_tile_peak_seconds(int(iters), int(num_threads))
-    return iters * 4 * (2 * 16 * 16 * 32) * num_threads / seconds
-
+# ---------------------------------------------------------------- test hooks
 
 def gemm_bf16(a: np.ndarray, b: np.ndarray, isa: str = "auto") -> np.ndarray:
     """bf16(a) @ bf16(b) with fp32 accumulation through one ISA's packing and GEMM (float32 in/out;

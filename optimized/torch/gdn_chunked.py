@@ -22,7 +22,7 @@ import torch
 from reference.arguments import indices
 from reference.gdn.arguments import scalars
 
-_STATE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_POOL_TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def _check(q, k, v, g, beta, cu_seqlens, state, state_indices, state_dtype, chunk_size, interval, scale,
@@ -48,7 +48,7 @@ def _check(q, k, v, g, beta, cu_seqlens, state, state_indices, state_dtype, chun
         raise ValueError(f"v: HV={HV} value heads is not a multiple of H={H} key heads")
     if g.shape != (T, HV) or beta.shape != (T, HV):
         raise ValueError(f"g, beta: expected [T={T}, HV={HV}], got {tuple(g.shape)}, {tuple(beta.shape)}")
-    if state_dtype not in _STATE_DTYPES or state.dtype != _STATE_DTYPES[state_dtype]:
+    if state_dtype not in _POOL_TORCH_DTYPES or state.dtype != _POOL_TORCH_DTYPES[state_dtype]:
         raise TypeError(f"state: expected dtype {state_dtype} (state_dtype), got {state.dtype}")
     if tuple(state.shape[1:]) != (HV, K, V):
         raise ValueError(f"state: expected [S, {HV}, {K}, {V}], got {tuple(state.shape)}")
@@ -141,7 +141,7 @@ def chunked(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, u
 
     # inter-chunk recurrence: one step per chunk position, batched over sequences and heads
     S = state[idx[seqs]].float()                                        # [N, HV, K, V]
-    sdt = _STATE_DTYPES[state_dtype]
+    sdt = _POOL_TORCH_DTYPES[state_dtype]
     o_grid = torch.empty(len(seqs), pos.shape[1], HV, C, V)
     for c in range(pos.shape[1]):
         S_op = S.to(bf16)

@@ -34,7 +34,7 @@ from optimized.triton.checks import (FLOAT_DTYPES, capturing, check_no_overlap, 
                                      check_tensor, index_tensor)
 from optimized.triton.tq_decode_launch import interpreting
 
-STATE_DTYPES = ("float32", "bfloat16", "float16")
+SUPPORTED_POOL_DTYPES = ("float32", "bfloat16", "float16")
 MAX_HEAD = 256
 WARPS = (1, 2, 4, 8, 16)
 # The default tile on a GPU, BK * BV = 4096 elements (16 KiB of fp32 state) in 2 warps: the fastest of BV 16, 32,
@@ -50,8 +50,8 @@ def problem(K: int, V: int, state_dtype: str, act_dtype: str, H: int | None = No
         return f"q: key head size K={K} is outside [1, {MAX_HEAD}]"
     if not 1 <= V <= MAX_HEAD:
         return f"v: value head size V={V} is outside [1, {MAX_HEAD}]"
-    if state_dtype not in STATE_DTYPES:
-        return f"state: dtype {state_dtype} is not one of {STATE_DTYPES}"
+    if state_dtype not in SUPPORTED_POOL_DTYPES:
+        return f"state: dtype {state_dtype} is not one of {SUPPORTED_POOL_DTYPES}"
     if act_dtype not in FLOAT_DTYPES:
         return f"q: dtype {act_dtype} is not one of {FLOAT_DTYPES}"
     if H is not None and HV is not None and (H < 1 or HV % H):
@@ -216,7 +216,7 @@ def _scalars(scale, l2norm_eps, K: int) -> tuple[float, float]:
 
 
 def _pool(state, HV: int, K: int, V: int, dev):
-    check_tensor("state", state, (None, HV, K, V), STATE_DTYPES, dev)
+    check_tensor("state", state, (None, HV, K, V), SUPPORTED_POOL_DTYPES, dev)
     if state.shape[0] < 1:
         raise ValueError("state must hold at least one slot, got shape [0, ...]")
     if tuple(state.stride()[1:]) != (K * V, V, 1):

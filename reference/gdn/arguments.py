@@ -13,8 +13,9 @@ import numpy as np
 
 from reference.arguments import array, indices
 
-STATE_DTYPES = {"float32": np.dtype(np.float32), "bfloat16": np.dtype(ml_dtypes.bfloat16),
-                "float16": np.dtype(np.float16)}
+# the NumPy dtype of a state pool, per state_dtype name
+POOL_DTYPES = {"float32": np.dtype(np.float32), "bfloat16": np.dtype(ml_dtypes.bfloat16),
+               "float16": np.dtype(np.float16)}
 COMPUTE_DTYPES = {"float32": np.dtype(np.float32), "float64": np.dtype(np.float64)}
 OPERAND_DTYPES = ("float32", "bfloat16", "float16")
 ROUNDING_POINTS = ("cpu", "fla")
@@ -33,9 +34,9 @@ class Dims:
 
 
 def state_dtype(name: str) -> np.dtype:
-    if name not in STATE_DTYPES:
-        raise ValueError(f"state_dtype: expected one of {sorted(STATE_DTYPES)}, got {name!r}")
-    return STATE_DTYPES[name]
+    if name not in POOL_DTYPES:
+        raise ValueError(f"state_dtype: expected one of {sorted(POOL_DTYPES)}, got {name!r}")
+    return POOL_DTYPES[name]
 
 
 def compute_dtype(name: str) -> np.dtype:

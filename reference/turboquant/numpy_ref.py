@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from reference.arguments import in_place
-from reference.turboquant import layout as _layout, validate
+from reference.turboquant import layout as _layout, presets as _presets, validate
 from reference.turboquant.lloyd_max import centroids, midpoints
 from reference.turboquant.presets import PRESETS, Preset, preset
 from reference.turboquant.quantizers import dequantize_fields, quantize_keys, quantize_values
@@ -35,7 +35,7 @@ from reference.turboquant.rotation import default_rotation, hadamard, random_rot
 
 __all__ = ["preset", "PRESETS", "hadamard", "random_rotation", "default_rotation", "centroids", "midpoints", "store",
            "dequantize", "decode", "decode_partials", "reduce_partials", "convert_layout", "read_fields",
-           "pack_codes", "unpack_codes"]
+           "pack_codes", "unpack_codes", "rotate_query"]
 
 F32 = np.float32
 
@@ -142,6 +142,13 @@ def dequantize(kv_cache, block_table, seq_lens, preset, layout, rotation, *, rot
     return keys, values
 
 
+def rotate_query(query, preset, rotation, dtype=F32) -> np.ndarray:
+    """The query in the space of the stored keys, computed in ``dtype``: ``q_rot = q @ R`` (FP8-key
+    presets: ``q`` itself, unrotated). query ``[..., D]``, rotation ``[D, D]``."""
+    q = np.asarray(query, dtype)
+    return q if _presets.preset(preset).key_fp8 else q @ np.asarray(rotation, dtype)
+
+
 def decode_partials(query, kv_cache, block_table, seq_lens, preset, layout, rotation, scale=None,
                     num_kv_splits: int = 1):
     """Split-KV stage 1: split s of sequence b covers tokens ``[s*S_b, min((s+1)*S_b, L_b))`` with
@@ -152,9 +159,7 @@ def decode_partials(query, kv_cache, block_table, seq_lens, preset, layout, rota
         query, kv_cache, block_table, seq_lens, preset, layout, rotation, scale, None, num_kv_splits)
     scale = F32(scale)
     G = Hq // Hk
-    q = np.asarray(query, dtype=F32)
-    if not p.key_fp8:
-        q = q @ np.asarray(rotation, dtype=F32)
+    q = rotate_query(query, p, rotation)
     out = np.zeros((B, Hq, num_kv_splits, D), dtype=F32)
     lse = np.full((B, Hq, num_kv_splits), -np.inf, dtype=F32)
     for b, L in enumerate(lens):

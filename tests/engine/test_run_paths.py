@@ -29,7 +29,7 @@ def test_records_hold_the_path_taken_or_declared_and_run_json_the_schema_version
         ("toy-path", 10): ("skip", "toy-declared")}
     # no path declared: "unknown", run or skipped (unavailable)
     assert {v for k, v in got.items() if k[0] != "toy-path"} == {("pass", "unknown"), ("skip", "unknown")}
-    assert json.loads((run_dir / "run.json").read_text())["schema"] == schema.VERSION == 2
+    assert json.loads((run_dir / "run.json").read_text())["schema"] == schema.VERSION == 3
 
 
 def test_a_version_1_folder_resumes_as_it_is_and_a_newer_one_is_refused(run_dir, tmp_path):

@@ -63,7 +63,7 @@ def make_run(path: Path, n_records: int, seed: int = 0, finished: bool = True) -
             recs.append(_record(rng, family, op, params, b, i // len(combos)))
         for b, why in UNAVAILABLE.items():
             recs.append({**_record(rng, family, op, params, b, i // len(combos)), "status": "skip",
-                         "reason": f"backend unavailable: {why}", "duration_s": 0.0})
+                         "reason": f"backend unavailable: {why}", "unavailable": why, "duration_s": 0.0})
     (path / "cells.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     info = {"cpu": {"model": "synthetic CPU", "flags": ["avx512f"], "cores": 2}, "gpus": [],
             "versions": {"python": "3.11"}, "git": {"commit": "0" * 40, "dirty": False},

@@ -44,8 +44,13 @@ def test_loader_keeps_readable_records_and_says_what_is_missing(tmp_path):
     assert "recorded twice" in text and "cut short" in text and "no finish time" in text
     assert len(got.records) == len(recs)
     assert got.unavailable() == {"flydsl-gfx950": "no ROCm GPU visible to torch"}
-    (run / "run.json").unlink()  # without run.json, unavailability comes from the skip reasons
+    (run / "run.json").unlink()  # without run.json, unavailability comes from the skips' ``unavailable``
     assert load.load(run).unavailable() == {"flydsl-gfx950": "no ROCm GPU visible to torch"}
+    old = tmp_path / "old"  # records of schema version 2 say it only in the reason
+    old.mkdir()
+    (old / "cells.jsonl").write_text("".join(json.dumps({k: v for k, v in r.items() if k != "unavailable"}) + "\n"
+                                             for r in recs))
+    assert load.load(old).unavailable() == {"flydsl-gfx950": "no ROCm GPU visible to torch"}
     with pytest.raises(ValueError, match="RUN_DIR"):
         load.load(tmp_path / "absent")
     # corruption (not a kill) is refused, naming the file and line

@@ -168,7 +168,7 @@ def _spec(change):
 
 def _store(change, strings=None):
     def make():
-        x = tq_inputs(tq_matrix.cells("smoke")[0])
+        x = tq_inputs(next(c for c in tq_matrix.cells("smoke") if c.op == "store"))
         arrays = {k: x[k] for k in TQ_FILE_KEYS["store"] + TQ_OPTIONAL["store"]}
         change(arrays)
         return "turboquant/store", arrays, strings or {}

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import re
 
-import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
@@ -26,12 +25,11 @@ from conformance.compare import compare
 from conformance.families.gdn.models import MODELS
 from conformance.families.gdn.tolerances import o_and_state
 from conformance.testing import assert_close
+from reference.gdn.arguments import POOL_DTYPES
 
 BUILT, WHY = cpu.extension_status()
 pytestmark = pytest.mark.skipif(not BUILT, reason=WHY)
 ISAS = sorted(isa for isa, (ok, _) in cpu.isa_status().items() if ok) if BUILT else ["scalar"]
-STATE_DTYPES = {"float32": np.dtype(np.float32), "bfloat16": np.dtype(ml_dtypes.bfloat16),
-                "float16": np.dtype(np.float16)}
 GUARD = 0xA5  # every guard byte; as float32 / bf16 / fp16 a finite number nobody computes
 LEAD, TAIL = 3, 5  # guard elements before and after each output view
 PROPERTY = settings(max_examples=20, deadline=None, database=None, suppress_health_check=list(HealthCheck))
@@ -111,7 +109,7 @@ def decode_cases(draw, op: str):
     else:
         K, V = draw(st.integers(1, 40)), draw(st.integers(1, 40))
         lens = draw(st.lists(st.integers(1, 1 if op == "decode" else 3), min_size=1, max_size=3))
-        state = draw(st.sampled_from(sorted(STATE_DTYPES))) if op == "decode" else "float32"
+        state = draw(st.sampled_from(sorted(POOL_DTYPES))) if op == "decode" else "float32"
     N, T = len(lens), sum(lens)
     cols = max(lens) + (1 if op == "spec_decode" else 0)
     slots_needed = N * cols if op == "spec_decode" else N
@@ -130,7 +128,7 @@ def decode_cases(draw, op: str):
         a.update(A_log=np.log(rng.uniform(1, 16, HV)).astype(np.float32),
                  a=rng.standard_normal((T, HV)).astype(np.float32), b=rng.standard_normal((T, HV)).astype(np.float32),
                  dt_bias=(0.5 * rng.standard_normal(HV)).astype(np.float32))
-    buf, pool = _pool(rng, S, HV, K, V, STATE_DTYPES[state], draw(st.integers(0, 5)))
+    buf, pool = _pool(rng, S, HV, K, V, POOL_DTYPES[state], draw(st.integers(0, 5)))
     perm = rng.permutation(S).astype(np.int32)
     if op == "spec_decode":
         spec = perm[:N * cols].reshape(N, cols)

@@ -102,8 +102,13 @@ def test_check_refuses_an_output_neither_float32_nor_the_activation_dtype():
     assert result.status == "fail" and "o: dtype bfloat16, expected float32 or float16" in result.reason
 
 
+def _smoke(op: str, **params):
+    """The smoke cell of ``op`` with these axis values."""
+    return next(c for c in gdn.cells("smoke") if c.op == op and all(c.get(k) == v for k, v in params.items()))
+
+
 def test_check_passes_the_reference_and_names_its_oracle():
-    cell = gdn.cells("smoke")[2]
+    cell = _smoke("chunked", state="bfloat16")
     x = gdn.make_inputs(cell)
     out = gdn.run_with(numpy_ref, cell, {**x, "state": x["state"].copy()})
     result = gdn.check(cell, "exact", x, out)
@@ -113,7 +118,7 @@ def test_check_passes_the_reference_and_names_its_oracle():
 
 
 def test_check_fails_a_write_to_an_untouched_slot():
-    cell = gdn.cells("smoke")[1]
+    cell = _smoke("recurrent", slots="padded")
     x = gdn.make_inputs(cell)
     out = gdn.run_with(numpy_ref, cell, {**x, "state": x["state"].copy()})
     idx = x["state_indices"]
@@ -124,15 +129,15 @@ def test_check_fails_a_write_to_an_untouched_slot():
 
 
 def test_bf16_operand_backends_get_the_operand_oracle_and_others_the_exact_one():
-    chunk = gdn.cells("smoke")[2]
+    chunk = _smoke("chunked")
     assert oracle_kind(chunk, "bf16-operands") == "bf16-operands"
-    assert oracle_kind(gdn.cells("smoke")[3], "bf16-operands") == "exact"
+    assert oracle_kind(_smoke("decode"), "bf16-operands") == "exact"
     with pytest.raises(ValueError, match="rounding_model"):
         oracle_kind(chunk, "fp8")
 
 
 def test_oracles_are_memoised_per_cell_inputs_and_kind_and_never_stale():
-    cell = gdn.cells("smoke")[3]
+    cell = _smoke("decode")
     x = gdn.make_inputs(cell)
     memo = Memo()
     first = oracle(cell, x, "exact", memo)

@@ -13,19 +13,19 @@ import re
 
 import numpy as np
 import pytest
-import torch  # noqa: E402
+import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from conformance import registry  # noqa: E402
-from conformance.backends.triton_gdn import TritonGdnImpl  # noqa: E402
-from conformance.cells import make_cell  # noqa: E402
-from conformance.families import gdn  # noqa: E402
-from conformance.run.runner import cell_work  # noqa: E402
-from conformance.testing import PLANTED, first_failing_cell  # noqa: E402
-from conformance.torch_arrays import to_numpy, to_torch  # noqa: E402
-from optimized.triton import gdn_recurrent as K  # noqa: E402
-from reference.gdn import numpy_ref  # noqa: E402
-from tests.unit.tq_triton_helpers import DEVICE  # noqa: E402  (sets TRITON_INTERPRET)
+from conformance import registry
+from conformance.backends.triton_gdn import TritonGdnImpl
+from conformance.cells import make_cell
+from conformance.families import gdn
+from conformance.run.runner import cell_work
+from conformance.testing import PLANTED, first_failing_cell
+from conformance.torch_arrays import to_numpy, to_torch
+from optimized.triton import gdn_recurrent as K
+from reference.gdn import numpy_ref
+from tests.unit.tq_triton_helpers import DEVICE
 
 pytestmark = pytest.mark.skipif(DEVICE != "cpu", reason="the interpreter runs on machines without a GPU")
 GUARD, LEAD, TAIL = 0xA5, 4, 16

@@ -12,19 +12,19 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch  # noqa: E402
+import torch
 from hypothesis import given, strategies as st
 
-from conformance import registry  # noqa: E402
-from conformance.backends.triton_gdn import TritonGdnImpl  # noqa: E402
-from conformance.cells import make_cell  # noqa: E402
-from conformance.families import gdn  # noqa: E402
-from conformance.run.runner import cell_work  # noqa: E402
-from conformance.testing import PLANTED, first_failing_cell  # noqa: E402
-from conformance.torch_arrays import to_numpy, to_torch  # noqa: E402
-from optimized.triton import gdn_chunked as C  # noqa: E402
-from tests.unit.test_triton_gdn import FEW, _guarded, _names, _t  # noqa: E402  (sets TRITON_INTERPRET)
-from tests.unit.tq_triton_helpers import DEVICE  # noqa: E402
+from conformance import registry
+from conformance.backends.triton_gdn import TritonGdnImpl
+from conformance.cells import make_cell
+from conformance.families import gdn
+from conformance.run.runner import cell_work
+from conformance.testing import PLANTED, first_failing_cell
+from conformance.torch_arrays import to_numpy, to_torch
+from optimized.triton import gdn_chunked as C
+from tests.unit.test_triton_gdn import FEW, _guarded, _names, _t
+from tests.unit.tq_triton_helpers import DEVICE
 
 pytestmark = pytest.mark.skipif(DEVICE != "cpu", reason="the interpreter runs on machines without a GPU")
 MODEL = registry.get("triton-gdn-interpret").rounding_model("gdn")

@@ -27,7 +27,7 @@ from conformance.families.gdn.matrix import CHUNK
 from conformance.inputs.checks import InputsError, check_keys, dtype_in, index_table
 from conformance.numerics import ACTIVATIONS
 from reference.gdn import arguments
-from reference.gdn.arguments import STATE_DTYPES
+from reference.gdn.arguments import POOL_DTYPES
 
 _VARLEN = ("q", "k", "v", "g", "beta", "cu_seqlens", "state", "state_indices")
 _GATED = ("q", "k", "v", "A_log", "a", "b", "dt_bias", "state")
@@ -45,7 +45,7 @@ def _dtypes(op: str, arrays: dict) -> dict:
     same = ("k", "v", "beta") if op in ("recurrent", "chunked") else ("k", "v", "a", "b", "dt_bias")
     for name in same:
         dtype_in(name, arrays[name], (act,), " (the dtype of q)")
-    dtype_in("state", arrays["state"], STATE_DTYPES)
+    dtype_in("state", arrays["state"], POOL_DTYPES)
     out = dict(arrays)
     if "g" in arrays:
         dtype_in("g", arrays["g"], ("float32",))

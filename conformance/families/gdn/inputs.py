@@ -27,7 +27,7 @@ import numpy as np
 from conformance.cells import Cell, activation
 from conformance.families.gdn.matrix import CHUNK, OPS
 from conformance.numerics import bf16_round, to_activation
-from reference.gdn.arguments import STATE_DTYPES
+from reference.gdn.arguments import POOL_DTYPES
 
 
 def head_magnitudes(n: int) -> np.ndarray:
@@ -128,7 +128,7 @@ def _generators(cell: Cell) -> dict:
 def state_pool(rng, state: str, slots: int, HV: int, K: int, V: int) -> np.ndarray:
     """A pool [slots, HV, K, V] in the state dtype ``state``, per-head magnitudes."""
     S = rng.normal(0.0, 0.5, (slots, HV, K, V)) * head_magnitudes(HV)[None, :, None, None]
-    return S.astype(np.float32).astype(STATE_DTYPES[state])
+    return S.astype(np.float32).astype(POOL_DTYPES[state])
 
 
 def _options(cell: Cell) -> dict:

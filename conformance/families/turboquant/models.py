@@ -11,7 +11,6 @@ from conformance.families.turboquant import tolerances as tol
 from conformance.families.turboquant.oracle import DEQUANTIZED_ACT, UNQUANTIZED, attention64, unquantized
 from conformance.rounding import RoundingModel, by_name, lookup
 from reference.turboquant import numpy_ref
-from reference.turboquant.presets import preset as preset_of
 
 
 class ActMmaReference:
@@ -30,10 +29,9 @@ class ActMmaReference:
             return np.asarray(x, np.float32).astype(act).astype(np.float64)
 
         keys, values = numpy_ref.dequantize(kv_cache, block_table, seq_lens, preset, layout, rotation, rotated=True)
-        q = np.asarray(query, np.float32)
-        q_rot = q if preset_of(preset).key_fp8 else q @ np.asarray(rotation, np.float32)
-        scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
-        G = q.shape[1] // kv_cache.shape[2]
+        q_rot = numpy_ref.rotate_query(query, preset, rotation)
+        scale = 1.0 / np.sqrt(q_rot.shape[-1]) if scale is None else scale
+        G = q_rot.shape[1] // kv_cache.shape[2]
         out = attention64(rounded(q_rot), [rounded(k) for k in keys], [rounded(v) for v in values], G, scale,
                           None if sinks is None else np.asarray(sinks, np.float64))
         return out.astype(np.float32)

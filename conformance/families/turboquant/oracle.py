@@ -23,7 +23,6 @@ from conformance.compare import Tolerance
 from conformance.numerics import ACTIVATIONS, UNIT, to_activation
 from conformance.rounding import RoundingModel
 from reference.turboquant import numpy_ref
-from reference.turboquant.presets import preset as lookup
 
 @dataclass(frozen=True)
 class DecodeOracle:
@@ -96,8 +95,7 @@ def unquantized(inputs: dict) -> tuple[list, list]:
 
 def rotated_query(inputs: dict, dtype=np.float64) -> np.ndarray:
     """``q @ R`` computed in ``dtype`` (FP8-key presets: q itself, unrotated)."""
-    q = inputs["query"].astype(dtype)
-    return q if lookup(inputs["preset"]).key_fp8 else q @ np.asarray(inputs["rotation"], dtype)
+    return numpy_ref.rotate_query(inputs["query"], inputs["preset"], inputs["rotation"], dtype)
 
 
 def _sinks64(inputs: dict):

@@ -147,10 +147,9 @@ def decode_agreement(query, kv_cache, block_table, seq_lens, preset, layout, rot
     """``attention_agreement`` of two fp32 decodes of the same TurboQuant cache (NumPy arguments as
     ``numpy_ref.decode`` takes them)."""
     keys, values = numpy_ref.dequantize(kv_cache, block_table, seq_lens, preset, layout, rotation, rotated=True)
-    q = np.asarray(query, np.float64)
-    q_rot = q if lookup(preset).key_fp8 else q @ np.asarray(rotation, np.float64)
-    scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
-    return attention_agreement(q_rot, keys, values, q.shape[1] // kv_cache.shape[2], scale)
+    q_rot = numpy_ref.rotate_query(query, preset, rotation, np.float64)
+    scale = 1.0 / np.sqrt(q_rot.shape[-1]) if scale is None else scale
+    return attention_agreement(q_rot, keys, values, q_rot.shape[1] // kv_cache.shape[2], scale)
 
 
 def decode_tolerance(terms: tuple[ToleranceSpec, ...], atol: float, vmax: float, xmax: float,
