@@ -55,7 +55,8 @@ class DecodeFigures:
 
 
 def _decode_exact(f: DecodeFigures, tol: Tolerance) -> Tolerance:
-    return tol.term(DECODE_EXACT, "fp32 attention vs float64 on the same cache", atol=tol.atol + f.atol)
+    return tol.term(DECODE_EXACT, f"fp32 attention vs float64 on the same cache: {DECODE_EXACT.bound}",
+                    atol=tol.atol + f.atol)
 
 
 DECODE_EXACT = ToleranceSpec(
@@ -69,7 +70,7 @@ DECODE_EXACT = ToleranceSpec(
 
 
 def _decode_act_mma(f: DecodeFigures, tol: Tolerance) -> Tolerance:
-    return tol.term(DECODE_ACT_MMA, f"u_act={f.unit:g}", atol=tol.atol + f.vmax * f.unit,
+    return tol.term(DECODE_ACT_MMA, f"u_act={f.unit:g}: {DECODE_ACT_MMA.bound}", atol=tol.atol + f.vmax * f.unit,
                     rtol=tol.rtol + ACT_RTOL * f.unit)
 
 
@@ -84,8 +85,8 @@ DECODE_ACT_MMA = ToleranceSpec(
 
 
 def _decode_act_sdpa(f: DecodeFigures, tol: Tolerance) -> Tolerance:
-    return tol.term(DECODE_ACT_SDPA, f"u_act={f.unit:g}", atol=tol.atol + f.vmax * f.unit * (1 + WEIGHT_SHIFT * f.xmax),
-                    rtol=tol.rtol + ACT_RTOL * f.unit)
+    return tol.term(DECODE_ACT_SDPA, f"u_act={f.unit:g}: {DECODE_ACT_SDPA.bound}",
+                    atol=tol.atol + f.vmax * f.unit * (1 + WEIGHT_SHIFT * f.xmax), rtol=tol.rtol + ACT_RTOL * f.unit)
 
 
 DECODE_ACT_SDPA = ToleranceSpec(
@@ -107,7 +108,7 @@ class OutputFigures:
 
 def _output_rounding(f: OutputFigures, tol: Tolerance) -> Tolerance:
     u = UNIT[f.act]
-    return tol.term(OUTPUT_ROUNDING, f.act, atol=tol.atol + u * f.top,
+    return tol.term(OUTPUT_ROUNDING, f"{f.act}: {OUTPUT_ROUNDING.bound}", atol=tol.atol + u * f.top,
                     rel_l2=None if tol.rel_l2 is None else tol.rel_l2 + u)
 
 
