@@ -2,14 +2,14 @@
 the records of one tier reached where that term was part of the deciding tolerance, with its cell
 and backend, and the tier, commit and date the records were measured on.
 
-A record's ``tolerance.source`` names the terms it adds up (``gdn.fp32 (...); gdn.state-16bit (...)``),
-so each passing or failing record counts for every term named there. ``kernel-lab audit-tolerances
+A record's ``tolerance.terms`` names the terms its deciding tolerance adds up (``["gdn.fp32",
+"gdn.state-16bit"]``), so each passing or failing record counts for every term named there (a record
+written before tolerances named their terms counts for none). ``kernel-lab audit-tolerances
 RUN_DIR...`` writes the result beside each family's tolerances (``tolerance_audit.json``); a term no
 record used is listed with ``records: 0`` and no margin.
 """
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from conformance import families
@@ -18,11 +18,6 @@ from conformance.run import records
 
 FILE_NAME = "tolerance_audit.json"
 JUDGED = ("pass", "fail")
-
-
-def mentions(source: str, name: str) -> bool:
-    """Whether the tolerance ``source`` names the term ``name`` (not a longer name it begins)."""
-    return re.search(rf"(?<![\w.-]){re.escape(name)}(?![\w-])", source) is not None
 
 
 def read_runs(run_dirs: list[str]) -> tuple[list[dict], dict]:
@@ -51,7 +46,7 @@ def audit(family: str, recs: list[dict], measured_on: dict) -> dict:
     mine = [r for r in recs if r.get("family") == family and r["status"] in JUDGED]
     terms = {}
     for spec in families.get(family).SPECS:
-        used = [r for r in mine if mentions(str((r.get("tolerance") or {}).get("source", "")), spec.name)]
+        used = [r for r in mine if spec.name in ((r.get("tolerance") or {}).get("terms") or ())]
         worst = max(used, key=lambda r: float(r["metrics"]["margin"]), default=None)
         terms[spec.name] = {"records": len(used), "worst_margin": None, "worst_cell": None, "worst_backend": None}
         if worst is not None:

@@ -15,9 +15,9 @@ refusal without metrics, e.g. a wrong dtype or shape, has margin Inf). NaN or In
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 import math
-from typing import Any
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
@@ -28,22 +28,33 @@ from conformance.numerics import l2_metrics
 class Tolerance:
     """Elementwise bound ``atol + rtol * |expected|``; ``max_mismatch`` is the fraction of
     elements allowed outside it (0 by default); ``rel_l2`` an optional bound on the relative
-    L2 error. ``source`` says where the numbers come from (a rounding argument, not a guess)."""
+    L2 error. ``source`` says where the numbers come from (a rounding argument, not a guess);
+    ``terms`` names the tolerance terms (``ToleranceSpec.name``) it adds up, in the order they were
+    applied."""
 
     atol: float
     rtol: float
     source: str
     max_mismatch: float = 0.0
     rel_l2: float | None = None
+    terms: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "terms": list(self.terms)}
 
     def between_two(self) -> "Tolerance":
         """The bound between two results that are each within this one of the same oracle
         (triangle inequality: every bound doubled)."""
         return Tolerance(2 * self.atol, 2 * self.rtol, f"two results each within: {self.source}",
-                         min(1.0, 2 * self.max_mismatch), None if self.rel_l2 is None else 2 * self.rel_l2)
+                         min(1.0, 2 * self.max_mismatch), None if self.rel_l2 is None else 2 * self.rel_l2,
+                         self.terms)
+
+    def term(self, spec: "ToleranceSpec", note: str = "", **values) -> "Tolerance":
+        """This tolerance with ``values`` (atol, rtol, rel_l2, max_mismatch) set by the term ``spec``:
+        its name appended to ``terms``, and to ``source`` with ``note`` (the figures it used)."""
+        said = f"{spec.name} ({note})" if note else spec.name
+        return replace(self, **values, source=f"{self.source}; {said}" if self.source else said,
+                       terms=self.terms + (spec.name,))
 
 
 EXACT = Tolerance(0.0, 0.0, "bit-exact: same integer codes / bytes expected")
@@ -51,18 +62,29 @@ EXACT = Tolerance(0.0, 0.0, "bit-exact: same integer codes / bytes expected")
 
 @dataclass(frozen=True)
 class ToleranceSpec:
-    """One tolerance of a family as data a reviewer reads on one screen.
+    """One tolerance term of a family as data a reviewer reads on one screen.
 
-    name:     the tolerance's name (``<family>.<what>``), recorded in every verdict's source.
-    bound:    the bound as a formula.
+    name:     the term's name (``<family>.<what>``), recorded in every verdict's tolerance (``terms``).
+    bound:    the bound as a formula (written from the same constants as ``apply``).
     argument: the rounding argument it comes from.
     caught:   names of the planted bugs (``conformance.testing.PLANTED``) shown to exceed it.
+    apply:    the formula, ``apply(figures, accumulated) -> accumulated``: what the term adds to the
+              tolerance the terms before it built (``fold``), from the cell's ``figures`` (a family's
+              record of what its terms read); None for a tolerance that stands alone.
     """
 
     name: str
     bound: str
     argument: str
     caught: tuple[str, ...]
+    apply: Callable[[Any, Any], Any] | None = None
+
+
+def fold(terms: Iterable[ToleranceSpec], figures: Any, start: Any) -> Any:
+    """Apply ``terms`` in order to ``start``: each one's ``apply(figures, accumulated)``."""
+    for spec in terms:
+        start = spec.apply(figures, start)
+    return start
 
 
 @dataclass

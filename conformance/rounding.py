@@ -8,10 +8,17 @@ choices and the planted-bug runs of ``tests/conformance/test_planted_bugs.py``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Protocol
 
 from conformance.cells import Cell, activation
 from conformance.compare import ToleranceSpec
+
+
+class Oracle(Protocol):
+    """One oracle variant of a family (``families.<family>.oracle``): a record with a name, and what the
+    family's check needs to compute it."""
+
+    name: str
 
 
 @dataclass(frozen=True)
@@ -21,7 +28,8 @@ class RoundingModel:
     activations:  the activation dtypes it is defined for (None: every one).
     differs_on:   the ops where its oracle or tolerance differs from "exact" (None: every op);
                   elsewhere a backend of this model is judged as an exact one.
-    oracle:       op -> the family's oracle for it (``"*"``: every other op; absent: the exact one).
+    oracle:       op -> the family's oracle record for it (``Oracle``; ``"*"``: every other op; absent: the
+                  exact one).
     terms:        op -> the tolerance terms it adds to the exact ones (``"*"``: every other op).
     reference:    builds the NumPy implementation that computes like the model: the base the
                   planted bugs are planted into.
@@ -34,7 +42,7 @@ class RoundingModel:
     reference: Callable[[], Any]
     activations: tuple[str, ...] | None = None
     differs_on: tuple[str, ...] | None = ()
-    oracle: Mapping[str, Any] = field(default_factory=dict)
+    oracle: Mapping[str, Oracle] = field(default_factory=dict)
     terms: Mapping[str, tuple[ToleranceSpec, ...]] = field(default_factory=dict)
     unread: frozenset[str] = frozenset()
     undetectable: frozenset[str] = frozenset()
@@ -43,7 +51,7 @@ class RoundingModel:
         """Whether the model is defined for the cell's activation dtype."""
         return self.activations is None or activation(cell) in self.activations
 
-    def oracle_on(self, op: str, exact: Any) -> Any:
+    def oracle_on(self, op: str, exact: Oracle) -> Oracle:
         """The oracle of ``op`` (``exact`` where the model names none)."""
         return self.oracle.get(op, self.oracle.get("*", exact))
 

@@ -4,7 +4,7 @@ Record fields: id, family, op, params, seed, backend, rounding_model, status (pa
 xpass error crash), reason, metrics (of the deciding output: the failing one, else the one with the
 largest margin), decided_by (that output's name and the criterion that set its margin:
 elementwise, mismatch, rel_l2, nonfinite, shape or refused), outputs (metrics per output),
-tolerance (atol, rtol, max_mismatch, rel_l2, source), quality (secondary errors, e.g. against the
+tolerance (atol, rtol, max_mismatch, rel_l2, source, terms), quality (secondary errors, e.g. against the
 float32-state truth or the unquantized attention), duration_s, device (``cpu`` or ``cuda:N`` /
 ``hip:N``, the visible device the worker was pinned to), retried_from (the device whose worker
 died on this pair before it was retried, when it was), warnings (what the worker warned while

@@ -59,7 +59,7 @@ RECORD = Obj({
     "backend": str, "rounding_model": (str, None),
     "status": STATUSES,
     "reason": (str, None), "traceback": (str, None), "metrics": (METRICS, None),
-    "outputs": (Map((METRICS, None)), None), "tolerance": (Map(SCALAR), None), "quality": (Map(ANY), None),
+    "outputs": (Map((METRICS, None)), None), "tolerance": (Map((SCALAR, List(str))), None), "quality": (Map(ANY), None),
     "duration_s": (number, None), "device": (str, None), "retried_from": (str, None),
     "warnings": (List(str), None), "output": (str, None),
     "decided_by": (Obj({"output": (str, None), "criterion": (str, None)}), None),

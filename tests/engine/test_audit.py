@@ -17,17 +17,18 @@ def _run(folder, tier, recs, commit="abc1234"):
     return folder
 
 
-def _rec(cell, backend, status, margin, source):
+def _rec(cell, backend, status, margin, terms):
     return {"id": cell, "family": "gdn", "op": "decode", "backend": backend, "status": status,
-            "metrics": {"margin": margin}, "tolerance": {"source": source}}
+            "metrics": {"margin": margin}, "tolerance": {"source": "; ".join(terms), "terms": terms}}
 
 
 def test_worst_margin_per_term_with_cell_backend_commit_and_date(tmp_path):
     run = _run(tmp_path / "run", "ci", [
-        _rec("a", "x", "pass", 0.2, "gdn.fp32 (L=1); gdn.state-16bit (bfloat16, R=1)"),
-        _rec("b", "y", "pass", 0.7, "gdn.fp32 (L=9)"),
-        _rec("c", "y", "skip", 9.0, "gdn.fp32"),                      # a skip measured nothing
-        _rec("d", "y", "pass", 0.9, "gdn.fp32x (a longer name)")])
+        _rec("a", "x", "pass", 0.2, ["gdn.fp32", "gdn.state-16bit"]),
+        _rec("b", "y", "pass", 0.7, ["gdn.fp32"]),
+        _rec("c", "y", "skip", 9.0, ["gdn.fp32"]),                     # a skip measured nothing
+        _rec("d", "y", "pass", 0.9, ["gdn.fp32x"]),                    # a longer name is another term
+        {**_rec("e", "y", "pass", 0.95, []), "tolerance": {"source": "gdn.fp32 (L=1)"}}])   # terms not recorded
     result = audit.audit("gdn", *audit.read_runs([str(run)]))
     assert result["tier"] == "ci" and result["commit"] == "abc1234" and result["date"] == "2026-12-01"
     assert result["terms"]["gdn.fp32"] == {"records": 2, "worst_margin": 0.7, "worst_cell": "b", "worst_backend": "y"}
@@ -38,7 +39,7 @@ def test_worst_margin_per_term_with_cell_backend_commit_and_date(tmp_path):
 
 
 def test_the_command_writes_one_file_per_family_and_refuses_mixed_tiers(tmp_path, capsys):
-    ci = _run(tmp_path / "ci", "ci", [_rec("a", "x", "pass", 0.5, "gdn.gating: rtol 16 u32")])
+    ci = _run(tmp_path / "ci", "ci", [_rec("a", "x", "pass", 0.5, ["gdn.gating"])])
     assert cli.main(["audit-tolerances", str(ci), "--family", "gdn", "--out", str(tmp_path / "out")]) == 0
     written = json.loads((tmp_path / "out" / "gdn.json").read_text())
     assert written["terms"]["gdn.gating"]["worst_margin"] == 0.5

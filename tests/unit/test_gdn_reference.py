@@ -10,7 +10,7 @@ import reference.gdn.numpy_ref as numpy_ref
 from conformance.cells import make_cell
 from conformance.families import gdn
 from conformance.families.gdn.models import MODELS
-from conformance.families.gdn.tolerances import GATING_TOL, o_and_state
+from conformance.families.gdn.tolerances import gating, o_and_state
 from conformance.numerics import UBF16, bf16_round, rel_l2
 from conformance.testing import assert_close
 
@@ -53,10 +53,10 @@ def test_numpy_and_jax_agree_with_float32_state(op):
 
 def test_numpy_and_jax_gating_agree():
     cell = make_cell("gdn", "gating", HV=12, T=65)
-    a, _ = _run_gating(numpy_ref, cell)
+    a, inputs = _run_gating(numpy_ref, cell)
     b, _ = _run_gating(jax_ref, cell)
-    for name in ("g", "beta"):
-        assert_close(name, b[name], a[name], GATING_TOL.between_two())
+    for name, tol in zip(("g", "beta"), gating(cell, inputs, MODELS["exact"])):
+        assert_close(name, b[name], a[name], tol.between_two())
 
 
 def _run_gating(impl, cell):
@@ -71,8 +71,10 @@ def test_gating_formula_and_softplus_threshold():
     b = np.array([[0.0, 2.0], [-3.0, 40.0]], np.float32)
     g, beta = numpy_ref.gating(A_log, a, b, dt_bias)
     softplus = np.array([[25.0, np.exp(-25.0)], [np.log(2.0), np.log1p(np.e)]])
-    assert_close("g", g, -np.exp(A_log.astype(np.float64)) * softplus, GATING_TOL)
-    assert_close("beta", beta, 1 / (1 + np.exp(-b.astype(np.float64))), GATING_TOL)
+    g_tol, beta_tol = gating(make_cell("gdn", "gating", HV=2, T=2, act="float32"),
+                             {"A_log": A_log, "a": a, "b": b, "dt_bias": dt_bias}, MODELS["exact"])
+    assert_close("g", g, -np.exp(A_log.astype(np.float64)) * softplus, g_tol)
+    assert_close("beta", beta, 1 / (1 + np.exp(-b.astype(np.float64))), beta_tol)
 
 
 @pytest.mark.parametrize("impl", [numpy_ref, jax_ref], ids=["numpy", "jax"])

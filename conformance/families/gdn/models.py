@@ -9,7 +9,7 @@ import numpy as np
 
 from conformance.cells import Cell, activation
 from conformance.families.gdn import tolerances as tol
-from conformance.families.gdn.oracle import VLLM_L2NORM_EPS, Float64Oracle, vllm_decode_beta
+from conformance.families.gdn.oracle import ORACLES, VLLM_L2NORM_EPS, Float64Oracle, vllm_decode_beta
 from conformance.rounding import RoundingModel, by_name, lookup
 from reference.gdn import numpy_ref
 
@@ -59,13 +59,13 @@ MODELS = by_name((
                   _numpy_ref, differs_on=None),
     RoundingModel("bf16-operands", "chunked: GEMM operands rounded to bf16, fp32 accumulation (the C++ chunk "
                   "kernel); other ops as exact", Bf16OperandReference, differs_on=("chunked",),
-                  oracle={"chunked": "bf16-operands"}, terms={"chunked": (tol.BF16_OPERANDS,)}),
+                  oracle={"chunked": ORACLES["bf16-operands"]}, terms={"chunked": (tol.BF16_OPERANDS,)}),
     # torch-eager's bf16 GEMM results carry ~u_bf16 noise, the size of a truncating store's error, of
     # reading fp16 activations as bf16 (a bf16-gemm kernel rounds its operands to bf16 whatever they come in)
     # and of rounding beta to bf16
     RoundingModel("bf16-gemm", "chunked: bf16 GEMM operands and bf16-rounded GEMM results (torch eager); other "
                   "ops as exact", Bf16OperandReference, differs_on=("chunked",),
-                  oracle={"chunked": "bf16-operands"}, terms={"chunked": (tol.BF16_GEMM,)},
+                  oracle={"chunked": ORACLES["bf16-operands"]}, terms={"chunked": (tol.BF16_GEMM,)},
                   undetectable=frozenset({"gdn.truncating-store", "gdn.fp16-read-as-bf16", "gdn.beta-through-bf16"})),
     # FLA's float32 path runs TF32 dots (fla/ops/gated_delta_rule/chunk_fwd.py: SOLVE_TRIL_DOT_PRECISION =
     # 'tf32'), not emulated here: the model is defined for 16-bit activations only
@@ -73,12 +73,14 @@ MODELS = by_name((
                   "(bf16 or fp16): q/k after the l2 norm with the scale on fp32 products, T, W, U, chunk-start "
                   "state, readout v_new and state increment, the output; other ops as exact",
                   FlaChunkReference, activations=("bfloat16", "float16"), differs_on=("chunked",),
-                  oracle={"chunked": "fla-chunk"}, terms={"chunked": (tol.BF16_OPERANDS, tol.FLA_CHUNK)}),
+                  oracle={"chunked": ORACLES["fla-chunk"]}, terms={"chunked": (tol.FLA_CHUNK,)}),
+    # vLLM's own softplus is log(1 + exp(x)): VLLM_GATING allows exactly what a softplus without log1p does
     RoundingModel("vllm-cpu", "vLLM's CPU ops: l2 norm epsilon 1e-5, decode's beta in the activations' 16-bit "
                   "arithmetic, chunked with bf16 operands, outputs rounded to the activation dtype, gating's "
                   "vectorised softplus log(1 + exp(x))", VllmCpuReference, differs_on=None,
-                  oracle={"chunked": "vllm-cpu-bf16-operands", "*": "vllm-cpu"},
-                  terms={"chunked": (tol.BF16_OPERANDS, tol.VLLM_SOLVE), "gating": (tol.VLLM_GATING,)}),
+                  oracle={"chunked": ORACLES["vllm-cpu-bf16-operands"], "*": ORACLES["vllm-cpu"]},
+                  terms={"chunked": (tol.BF16_OPERANDS, tol.VLLM_SOLVE), "gating": (tol.VLLM_GATING,)},
+                  undetectable=frozenset({"gdn.softplus-without-log1p"})),
 ))
 ROUNDING_MODELS = {m.name: m.words for m in MODELS.values()}
 
@@ -99,4 +101,4 @@ def oracle_kind(cell: Cell, rounding_model: str) -> str:
     if cell.op == "chunked" and not m.defined_for(cell):
         raise ValueError(f"rounding_model: {rounding_model!r} is defined for activations in "
                          f"{m.activations}, not {activation(cell)} ({cell.id})")
-    return m.oracle_on(cell.op, "exact")
+    return m.oracle_on(cell.op, ORACLES["exact"]).name

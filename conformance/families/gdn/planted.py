@@ -8,6 +8,7 @@ import numpy as np
 from conformance.cells import activation
 from conformance.numerics import bf16_round
 from conformance.planting import PlantedBug, Wrapped, fp16_as_bf16
+from reference.gdn.numpy_ref import prepare_qk
 
 
 def _result(res, state):
@@ -236,6 +237,61 @@ def _beta_through_bf16(impl):
     return _wrap_pool_ops(impl, _VARLEN, around)
 
 
+def _stored_readout(pool, slots, qs) -> np.ndarray:
+    """o rows [n, HV, V] read out of the pool's ``slots`` [n] as stored, with prepared queries ``qs`` [n, HV, K]."""
+    return np.einsum("nhkv,nhk->nhv", np.asarray(pool, np.float32)[slots], qs).astype(np.float32)
+
+
+def _o_from_stored_state(impl):
+    """The token-by-token ops read the o of every token whose state they write back from the state as
+    stored (rounded to the 16-bit pool dtype) instead of the fp32 state they just computed; recurrent runs
+    in pieces of one write interval so that each piece's last token is a write-back."""
+    def around(name, fn, pos, args, kw):
+        q, k, v = args[:3]
+        qs, _ = prepare_qk(q, k, np.asarray(v).shape[1], kw.get("scale"), kw.get("use_qk_l2norm", True),
+                           kw.get("l2norm_eps", 1e-6), np.dtype(np.float32))
+        pool = args[pos]
+        if name == "recurrent":
+            cu, idx = np.asarray(args[5]).astype(np.int64), np.asarray(args[7])
+
+            def piece(lo, hi, state):
+                tokens, o, state = _token_call(fn, args, kw, state, lo, hi)
+                ends = np.minimum(cu[:-1] + hi, cu[1:])
+                last, slots = ends - 1, idx
+                keep = (ends > np.minimum(cu[:-1] + lo, cu[1:])) & (slots >= 0)
+                where = np.searchsorted(tokens, last[keep])
+                o[where] = _stored_readout(state, slots[keep], qs[last[keep]])
+                return tokens, o, state
+            longest = int(np.max(np.diff(cu)))
+            o, state = _pieces(args, range(0, longest, kw.get("state_write_interval") or 1), piece)
+            return _written(pool, state, o)
+        res, state = _result(fn(*args, **kw), pool)
+        o = np.array(res, np.float32)
+        if name == "decode":
+            idx = np.asarray(args[pos + 1])
+            real = np.flatnonzero(idx >= 0)
+            o[real] = _stored_readout(state, idx[real], qs[real])
+        else:                                   # spec_decode: token t of sequence n is stored in spec[n, t]
+            spec, acc, cu = (np.asarray(x) for x in args[pos + 1:pos + 4])
+            start = spec[np.arange(len(acc)), np.maximum(acc - 1, 0)]
+            for n in np.flatnonzero(start >= 0):
+                rows = np.arange(cu[n], cu[n + 1])
+                o[rows] = _stored_readout(state, spec[n, : len(rows)], qs[rows])
+        return _written(pool, state, o.astype(np.asarray(res).dtype))
+    return _wrap_pool_ops(impl, _TOKEN_OPS, around)
+
+
+def _softplus_without_log1p(impl):
+    """gating's softplus as log(1 + exp(x)) in float32: 1 + exp(x) rounds exp(x) away below 2^-24 times 1
+    (softplus 0 for x < -16.6) and keeps only u32 / exp(x) of it relative above."""
+    def gating(A_log, a, b, dt_bias):
+        _, beta = impl.gating(A_log, a, b, dt_bias)
+        x = np.asarray(a, np.float32) + np.asarray(dt_bias, np.float32)
+        softplus = np.where(x > 20, x, np.log(np.float32(1) + np.exp(np.minimum(x, np.float32(20)))))
+        return (-np.exp(np.asarray(A_log, np.float32)) * softplus).astype(np.float32), beta
+    return Wrapped(impl, gating=gating)
+
+
 def _act(*names):
     return lambda c: activation(c) in names
 
@@ -271,6 +327,11 @@ PLANTED = (
          _act("float16")),
     _gdn("beta-through-bf16", "the varlen ops round beta to bf16 before use", _VARLEN, _beta_through_bf16,
          _act("float32", "float16")),
+    _gdn("o-from-stored-state", "the token-by-token ops read a written-back token's o from the state as stored in "
+         "the 16-bit pool, not from the fp32 state just computed", _TOKEN_OPS, _o_from_stored_state,
+         lambda c: c["state"] != "float32"),
+    _gdn("softplus-without-log1p", "gating's softplus is log(1 + exp(x)) in float32, not log1p(exp(x))",
+         ("gating",), _softplus_without_log1p),
     _gdn("gating-in-input-dtype", "gating's softplus and sigmoid are computed in the activations' 16-bit dtype",
          ("gating",), _gating_in_input_dtype, _act("float16", "bfloat16")),
 )

@@ -75,7 +75,7 @@ def quality(inputs: dict, cache, G: int) -> dict:
     deq, ref = dequantized_vs_unquantized(inputs, cache, G)
     bound = quant_bound(inputs["preset"])
     c = compare("quant_error", deq, ref, Tolerance(float("inf"), 0.0, f"{QUANT_ERROR.name}: reported",
-                                                   rel_l2=bound))
+                                                   rel_l2=bound, terms=(QUANT_ERROR.name,)))
     return {"quant_error": c.metrics, "quant_bound_rel_l2": bound, "quant_within_bound": c.passed}
 
 
