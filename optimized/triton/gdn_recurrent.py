@@ -43,17 +43,19 @@ TILE_ELEMENTS = 4096
 FLAGS = 8                     # NaN/Inf flags of one launch's float inputs
 
 
-def problem(K: int, V: int, state_dtype: str, act_dtype: str, H: int | None = None, HV: int | None = None) -> str | None:
+def problem(*, K: int, V: int, state_dtype: str, act: str, H: int | None = None, HV: int | None = None,
+            device=None) -> str | None:
     """Why these kernels cannot serve a call with head sizes K, V, a pool of ``state_dtype`` and
-    activations of ``act_dtype`` (dtype names), H key and HV value heads; None when they can."""
+    activations of ``act`` (dtype names), H key and HV value heads; None when they can. Any
+    ``device`` Triton runs on is served (a GPU, or the CPU through the interpreter)."""
     if not 1 <= K <= MAX_HEAD:
         return f"q: key head size K={K} is outside [1, {MAX_HEAD}]"
     if not 1 <= V <= MAX_HEAD:
         return f"v: value head size V={V} is outside [1, {MAX_HEAD}]"
     if state_dtype not in STATE_DTYPES:
         return f"state: dtype {state_dtype} is not one of {STATE_DTYPES}"
-    if act_dtype not in FLOAT_DTYPES:
-        return f"q: dtype {act_dtype} is not one of {FLOAT_DTYPES}"
+    if act not in FLOAT_DTYPES:
+        return f"q: dtype {act} is not one of {FLOAT_DTYPES}"
     if H is not None and HV is not None and (H < 1 or HV % H):
         return f"v: HV={HV} value heads is not a multiple of H={H} key heads"
     return None
@@ -281,7 +283,8 @@ def _common(q, k, v, state, dev):
     check_tensor("v", v, (T, None, None), (str(q.dtype).removeprefix("torch."),), dev)
     HV, V = v.shape[1], v.shape[2]
     check_positive("T (tokens in q)", T)
-    why = problem(K, V, str(state.dtype).removeprefix("torch."), str(q.dtype).removeprefix("torch."), H, HV)
+    why = problem(K=K, V=V, state_dtype=str(state.dtype).removeprefix("torch."),
+                  act=str(q.dtype).removeprefix("torch."), H=H, HV=HV)
     if why:
         raise ValueError(why)
     for name, x in (("q", q), ("k", k), ("v", v)):
@@ -430,4 +433,31 @@ def recurrent(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None,
         out.stride(0), out.stride(1), state.stride(0), 1, every, scale, eps,
         H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, GATED=False, SPEC=False, VARLEN=True, L2NORM=bool(use_qk_l2norm),
         BF16_BITS=interpreting(), num_warps=warps)
+    return out
+
+
+ENTRY_POINTS = {"decode": decode, "spec_decode": spec_decode, "recurrent": recurrent}
+
+
+def compile_specs():
+    """The kernel at Qwen3-Next's heads (H=16, HV=32, K=V=128) with bf16 activations and o: decode and spec
+    decode (fused gating) and recurrent, for each state dtype, and the NaN/Inf flag kernel (``compile_check``)."""
+    from optimized.triton.compile_check import CompileSpec
+
+    strides = {n: "i32" for n in ("sq_t", "sq_h", "sk_t", "sk_h", "sv_t", "sv_h", "sx_t", "sy_t", "so_t", "so_h",
+                                  "s_slot", "s_table", "interval")}
+    BK, BV, _ = _config(128, 128, None, None)
+    out = []
+    for op, gated, spec in (("decode", True, False), ("spec_decode", True, True), ("recurrent", False, False)):
+        for state in ("fp32", "bf16", "fp16"):
+            types = dict(q_ptr="*bf16", k_ptr="*bf16", v_ptr="*bf16", x_ptr="*bf16" if gated else "*fp32",
+                         y_ptr="*bf16", A_log_ptr="*fp32", dt_bias_ptr="*bf16", state_ptr=f"*{state}",
+                         table_ptr="*i32", cu_ptr="*i32", acc_ptr="*i32", o_ptr="*bf16", scale="fp32", eps="fp32",
+                         **strides)
+            out.append(CompileSpec(f"gdn {op} state={state}", _gdn_kernel, types, dict(
+                H=16, HV=32, K=128, V=128, BK=BK, BV=BV, GATED=gated, SPEC=spec, VARLEN=spec or not gated,
+                L2NORM=True, BF16_BITS=False)))
+    out.append(CompileSpec("gdn nonfinite flags", _nonfinite_kernel, dict(
+        x_ptr="*bf16", flags_ptr="*i32", flag="i32", rows="i32", B="i32", s0="i32", s1="i32"),
+        dict(C=128, BLOCK_R=64, BLOCK_C=128)))
     return out

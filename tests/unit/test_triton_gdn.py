@@ -216,8 +216,9 @@ def test_bad_spec_decode_and_recurrent_input_is_refused_by_name(op, name, value)
 
 
 def test_problem_names_what_the_kernels_cannot_serve():
-    assert K.problem(128, 128, "bfloat16", "float16", 16, 32) is None
-    assert K.problem(300, 128, "float32", "bfloat16").startswith("q: key head size K=300")
-    assert K.problem(64, 512, "float32", "bfloat16").startswith("v: value head size V=512")
-    assert K.problem(64, 64, "float64", "bfloat16").startswith("state: dtype float64")
-    assert K.problem(64, 64, "float32", "bfloat16", 3, 4).startswith("v: HV=4 value heads is not a multiple")
+    assert K.problem(K=128, V=128, state_dtype="bfloat16", act="float16", H=16, HV=32) is None
+    assert K.problem(K=300, V=128, state_dtype="float32", act="bfloat16").startswith("q: key head size K=300")
+    assert K.problem(K=64, V=512, state_dtype="float32", act="bfloat16").startswith("v: value head size V=512")
+    assert K.problem(K=64, V=64, state_dtype="float64", act="bfloat16").startswith("state: dtype float64")
+    assert K.problem(K=64, V=64, state_dtype="float32", act="bfloat16", H=3, HV=4).startswith(
+        "v: HV=4 value heads is not a multiple")
