@@ -56,6 +56,8 @@ class Backend:
     probe_call:     the probe also makes one tiny call of the kernels (``conformance.run.probe``): for stacks
                     that import but may not run here (the Triton interpreter under a NumPy it breaks on).
     probe_timeout_s: the probe's limit (available() and the tiny call) before it is killed.
+    argument_contract: it refuses what its families' ``REFUSALS`` list (``conformance.refusals``), as the
+                    references do; False for peers, whose arguments are their own.
     path:           ``path(cell) -> str``: the code path it takes for the cell on this machine
                     (``conformance.paths``: ``amx``, ``sm_90``, ``interpreter``, ``numpy`` ...), asked
                     where the record is made (the worker after a run, the runner for a skip); a run
@@ -80,6 +82,7 @@ class Backend:
     work_budget: float | Mapping[str, float] | None = None
     probe_call: bool = False
     probe_timeout_s: float = 120.0
+    argument_contract: bool = True
     path: Callable[[Cell], str] = _undeclared
 
     def code_path(self, cell: Cell) -> str:

@@ -185,7 +185,8 @@ def _make(name: str, interpret: bool) -> Backend:
         name=name, ops={"gdn": ("recurrent", "decode", "spec_decode")}, available=lambda: probe(interpret), run=run,
         supports=_supports(interpret), rounding_models={"gdn": "exact"},
         env=INTERPRET_ENV if interpret else {}, timeout_s=1800.0 if interpret else 600.0, uses_gpu=not interpret,
-        path=paths.fixed("interpreter") if interpret else paths.on_gpu, **(INTERPRET_COST if interpret else {})))
+        argument_contract=False, path=paths.fixed("interpreter") if interpret else paths.on_gpu,
+        **(INTERPRET_COST if interpret else {})))
 
 
 _make("vllm-gdn", interpret=False)

@@ -217,7 +217,7 @@ def _make(name: str, kernel: str, interpret: bool) -> Backend:
         name=name, ops={"turboquant": ops}, available=lambda: probe(interpret), run=run,
         supports=_supports(kernel, interpret), rounding_models={"turboquant": model},
         env=INTERPRET_ENV if interpret else {}, timeout_s=1800.0 if interpret else 600.0, uses_gpu=not interpret,
-        probe_call=interpret, path=paths.fixed("interpreter") if interpret else paths.on_gpu,
+        probe_call=interpret, argument_contract=False, path=paths.fixed("interpreter") if interpret else paths.on_gpu,
         **(INTERPRET_COST if interpret else {})))
 
 
