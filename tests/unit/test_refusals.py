@@ -6,6 +6,7 @@ a family without ``REFUSALS`` has none. The cell is the smallest ci cell of the 
 no 16-bit activations, whose range would turn a spoiled value into another refusal)."""
 from functools import lru_cache
 
+import numpy as np
 import pytest
 
 from conformance import families, registry
@@ -67,8 +68,6 @@ def test_every_implementation_refuses_the_familys_bad_inputs(family, op, backend
 
 def test_the_refusal_check_has_teeth():
     """A call that accepts the input, names another argument, or writes the pool before refusing fails."""
-    import numpy as np
-
     from conformance.families.gdn import REFUSALS
 
     row = next(r for r in REFUSALS if r.label == "NaN in q")
@@ -83,3 +82,31 @@ def test_the_refusal_check_has_teeth():
                                            "state")
     assert problem(row, writes_then_refuses, inputs, "state") == "refused it, but wrote into state"
     assert names_argument("A_log, a, dt_bias: the gate", "a") and not names_argument("a way", "y")
+
+
+LARGE_GATES = {  # legitimate inputs near the refusals' edges: each implementation runs them, the pool stays finite
+    "decode": ("a + dt_bias of 10^4 (softplus(x) = x above 20)", lambda x: _token0(x, "a", 1e4)),
+    "recurrent": ("g of -10^30 (the state decays to 0)", lambda x: _token0(x, "g", -1e30)),
+    "chunked": ("g of -10^30 (the state decays to 0)", lambda x: _token0(x, "g", -1e30)),
+}
+
+
+def _token0(x: dict, name: str, value: float) -> None:
+    arr = np.array(x[name])
+    arr[0] = value
+    x[name] = arr
+
+
+@pytest.mark.parametrize("op", list(LARGE_GATES))
+@pytest.mark.parametrize("backend", [b.name for b in _contract_backends("gdn")])
+def test_large_legitimate_gates_are_not_refused(op, backend):
+    why = _runnable(backend)
+    if why or op not in registry.get(backend).ops["gdn"]:
+        pytest.skip(why or f"{backend} does not run gdn/{op}")
+    cell = _cell("gdn", op, backend)
+    if cell is None:
+        pytest.skip(f"{backend} runs no one-call ci cell of gdn/{op}")
+    inputs = dict(cell_inputs(cell))
+    LARGE_GATES[op][1](inputs)
+    outputs = registry.get(backend).run(cell, inputs)
+    assert np.isfinite(outputs["state"]).all() and np.isfinite(np.asarray(outputs["o"], np.float32)).all()

@@ -16,7 +16,8 @@ from optimized.triton.compile_check import TARGETS
 ROOT = Path(__file__).resolve().parents[2]
 KERNELS = {"store", "split decode", "grouped decode keys=gather mma=bf16", "grouped decode keys=pair mma=bf16",
            "grouped decode keys=gather mma=fp16", "unified attention mma=bf16", "unified attention mma=fp16",
-           "validate", "rotate", "reduce", "gdn nonfinite flags"} | {
+           "validate", "rotate", "reduce", "gdn nonfinite flags", "gdn decay flags gated=True",
+           "gdn decay flags gated=False"} | {
     f"gdn {op} state={s}" for op in ("decode", "spec_decode", "recurrent") for s in ("fp32", "bf16", "fp16")} | {
     "gdn chunked solve", "gdn chunked w/u", "gdn chunked output"} | {
     f"gdn chunked state pass state={s}" for s in ("fp32", "bf16", "fp16")}

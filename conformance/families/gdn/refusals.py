@@ -1,6 +1,11 @@
 """The GDN argument contract as refusal rows (``conformance.refusals``): what every implementation of an op
 refuses, with the error type and the argument its message names, before it touches the pool.
 
+The gate contract (``reference.gdn.arguments``): a log-decay g, given (recurrent, chunked) or computed as
+-exp(A_log) softplus(a + dt_bias) (gating, decode, spec_decode), lies in [``G_MIN``, 0]: above 0 it is a
+growth, not a decay; below ``G_MIN`` = -float32 max / 64 its sum over a 64-token chunk overflows float32.
+exp(A_log) and a + dt_bias must be finite in float32. Large legitimate gates run: softplus(x) = x above 20,
+so a + dt_bias of 100 or 10^4 gives g = -exp(A_log) x, far inside the range.
 Spoils change token 0, which the first call of a driver's chain always holds.
 """
 from __future__ import annotations
@@ -31,6 +36,13 @@ def _replace(name: str, value):
     return spoil
 
 
+def _both(*spoils):
+    def spoil(x: dict) -> None:
+        for s in spoils:
+            s(x)
+    return spoil
+
+
 def _slot_out_of_range(x: dict) -> None:
     idx = np.array(x["state_indices"])
     idx[0] = x["state"].shape[0]
@@ -57,6 +69,17 @@ REFUSALS = (
     Refusal("NaN in b", GATED, _set("b", np.nan), ValueError, "b"),
     Refusal("k with one head dimension fewer than q", ALL, _replace("k", lambda x: x["k"][..., :-1].copy()),
             ValueError, "k"),
+    # the gate contract: g in [G_MIN, 0], exp(A_log) and a + dt_bias finite in float32
+    Refusal("g above 0 (a growth, +50)", GIVEN_G, _set("g", 50.0), ValueError, "g"),
+    Refusal("NaN in g", GIVEN_G, _set("g", np.nan), ValueError, "g"),
+    Refusal("g below -float32 max / 64 (a chunk's sum overflows)", GIVEN_G, _set("g", -1e37), ValueError, "g"),
+    Refusal("exp(A_log) overflows float32 (A_log 100, a -200)", GATED,
+            _both(_set("A_log", 100.0), _set("a", -200.0)), ValueError, "A_log"),
+    Refusal("exp(A_log) overflows float32 (A_log 89)", GATED, _set("A_log", 89.0), ValueError, "A_log"),
+    Refusal("the gate overflows (A_log 60, a 3e12)", GATED, _both(_set("A_log", 60.0), _set("a", 3e12)),
+            ValueError, "a"),
+    Refusal("a + dt_bias overflows float32", GATED, _both(_set("a", 3e38), _set("dt_bias", 3e38)),
+            ValueError, "dt_bias"),
     # tables and scalars
     Refusal("a state slot past the pool", SLOTTED, _slot_out_of_range, ValueError, "state_indices"),
     Refusal("cu_seqlens ending past T", PACKED, _cu_past_t, ValueError, "cu_seqlens"),
