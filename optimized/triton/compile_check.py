@@ -12,9 +12,8 @@ shapes (TurboQuant: D=128, Hk=8, block size 16, the presets and layouts each ker
 heads, every op and state dtype) and the vendors it runs on: the NVIDIA-only Gluon decode (``tq_decode_sm90``:
 inline PTX, ``mma.sync``) is compiled for the CUDA target only, with Gluon's ahead-of-time source
 (``GluonASTSource``). A test holds every jit function of ``optimized/triton`` to a spec (or a spec'd kernel
-that calls it). Needs a process without
-``TRITON_INTERPRET=1`` (the interpreter replaces the kernels). Triton bundles ``ptxas`` and links
-AMD code objects itself, so neither CUDA nor ROCm has to be installed.
+that calls it). Needs a process without ``TRITON_INTERPRET=1`` (the interpreter replaces the kernels). Triton
+bundles ``ptxas`` and links AMD code objects itself, so neither CUDA nor ROCm has to be installed.
 """
 from __future__ import annotations
 
