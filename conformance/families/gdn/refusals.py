@@ -66,6 +66,7 @@ REFUSALS = (
     Refusal("Inf in k", ALL, _set("k", np.inf), ValueError, "k"),
     Refusal("NaN in v", ALL, _set("v", np.nan), ValueError, "v"),
     Refusal("NaN in beta", GIVEN_G, _set("beta", np.nan), ValueError, "beta"),
+    Refusal("NaN in a", GATED, _set("a", np.nan), ValueError, "a"),
     Refusal("NaN in b", GATED, _set("b", np.nan), ValueError, "b"),
     Refusal("k with one head dimension fewer than q", ALL, _replace("k", lambda x: x["k"][..., :-1].copy()),
             ValueError, "k"),
@@ -86,5 +87,6 @@ REFUSALS = (
     Refusal("num_accepted_tokens past the slot columns", ("spec_decode",), _accepted_past_columns, ValueError,
             "num_accepted_tokens"),
     Refusal("scale beyond float32", ALL, _replace("scale", lambda x: 1e39), ValueError, "scale"),
+    Refusal("a NaN scale", ALL, _replace("scale", lambda x: float("nan")), ValueError, "scale"),
     Refusal("a negative l2norm_eps", ALL, _replace("l2norm_eps", lambda x: -1.0), ValueError, "l2norm_eps"),
 )
