@@ -58,6 +58,7 @@ REFUSALS = (
     Refusal("a sequence longer than its block table", DECODE, _seq_len_past_table, ValueError, "seq_lens"),
     Refusal("a sequence of no tokens", DECODE, _set("seq_lens", 0), ValueError, "seq_lens"),
     Refusal("a softmax scale beyond float32", DECODE, _replace("scale", lambda x: 1e39), ValueError, "scale"),
+    Refusal("a NaN softmax scale", DECODE, _replace("scale", lambda x: float("nan")), ValueError, "scale"),
     Refusal("NaN in a key", STORES, _nan_key, ValueError, "key"),
     Refusal("a slot past the cache", STORES, _slot_past_cache, ValueError, "slot_mapping"),
 )
