@@ -10,6 +10,7 @@ happen inside ``available()`` and ``run()``.
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
@@ -17,6 +18,9 @@ from typing import Callable, Mapping
 from conformance import paths, plugins
 from conformance.cells import Cell, refuse_control_characters
 from conformance.errors import UsageError
+
+
+INTERPRET_ENV = {"TRITON_INTERPRET": "1"}   # the ``env`` of backends that run Triton kernels in its interpreter
 
 
 def _always(cell: Cell) -> str | None:
@@ -40,7 +44,8 @@ class Backend:
     xfail:          ``None``, or the reason the cell is a known failure.
     rounding_models: family -> the name of the oracle variant this backend is held to, one of that
                     family's ``ROUNDING_MODELS``; a family left out is held to "exact".
-    env:            environment variables its worker process needs (e.g. TRITON_INTERPRET=1).
+    env:            environment variables its worker process needs (e.g. ``INTERPRET_ENV``); the worker
+                    that runs a pair refuses to run it in a process without them (``env_problem``).
     timeout_s:      per-cell wall-clock limit; past it the worker is killed and the cell is a crash.
     uses_gpu:       runs on a GPU: the runner pins each of its workers to one visible device.
     seconds_per_cell, seconds_per_work: the ETA's first estimate of one cell,
@@ -51,6 +56,8 @@ class Backend:
     probe_call:     the probe also makes one tiny call of the kernels (``conformance.run.probe``): for stacks
                     that import but may not run here (the Triton interpreter under a NumPy it breaks on).
     probe_timeout_s: the probe's limit (available() and the tiny call) before it is killed.
+    argument_contract: it refuses what its families' ``REFUSALS`` list (``conformance.refusals``), as the
+                    references do; False for peers, whose arguments are their own.
     path:           ``path(cell) -> str``: the code path it takes for the cell on this machine
                     (``conformance.paths``: ``amx``, ``sm_90``, ``interpreter``, ``numpy`` ...), asked
                     where the record is made (the worker after a run, the runner for a skip); a run
@@ -75,6 +82,7 @@ class Backend:
     work_budget: float | Mapping[str, float] | None = None
     probe_call: bool = False
     probe_timeout_s: float = 120.0
+    argument_contract: bool = True
     path: Callable[[Cell], str] = _undeclared
 
     def code_path(self, cell: Cell) -> str:
@@ -85,6 +93,15 @@ class Backend:
         except Exception as exc:
             return f"{paths.UNKNOWN}: path() raised {type(exc).__name__}: {exc}"
         return answer if isinstance(answer, str) and answer else f"{paths.UNKNOWN}: path() returned {answer!r}"
+
+    def env_problem(self) -> str | None:
+        """Why this process cannot run the backend's pairs (a variable of ``env`` unset or other), or None."""
+        wrong = {k: v for k, v in self.env.items() if os.environ.get(k) != v}
+        if not wrong:
+            return None
+        needs = " ".join(f"{k}={v}" for k, v in wrong.items())
+        has = " ".join(f"{k}={os.environ[k]}" if k in os.environ else f"{k} unset" for k in wrong)
+        return f"{self.name} needs {needs} in its process ({has})"
 
     def rounding_model(self, family: str) -> str:
         """The rounding model this backend is held to in ``family``."""

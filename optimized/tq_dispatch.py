@@ -1,20 +1,18 @@
 """The TurboQuant decode to run for a device and a request: the fastest conformant kernel that serves it.
 
-Preference, fastest first (H200 measurements in ledger/h200/README.md):
-``triton-sm90`` (Gluon, operands in registers; NVIDIA compute capability 9.0, SoA turboquant_4bit_nc, bfloat16
-or float16 queries), ``flydsl-gfx950`` (AMD gfx950, SoA turboquant_4bit_nc, D=128, block 16/32, G in {6, 8, 16}, no sinks,
-bfloat16 queries),
-``triton-grouped`` (portable grouped decode, SoA turboquant_4bit_nc), ``triton-split`` (portable, every
-preset and layout). ``decode(..., kernel="auto")`` runs the first that serves the request; naming a kernel
-runs that one or raises ValueError saying why it cannot serve the request.
+The kernels are the TurboQuant launchers of ``optimized.launchers.LAUNCHERS`` with a ``decode`` entry point,
+fastest first (H200 measurements in ledger/h200/README.md): ``triton-sm90`` (Gluon, operands in
+registers; NVIDIA compute capability 9.0, SoA turboquant_4bit_nc, bfloat16 or float16 queries),
+``flydsl-gfx950`` (AMD gfx950, SoA turboquant_4bit_nc, D=128, block 16/32, G in {6, 8, 16}, no sinks,
+bfloat16 queries), ``triton-grouped`` (portable grouped decode, SoA turboquant_4bit_nc), ``triton-split``
+(portable, every preset and layout). ``decode(..., kernel="auto")`` runs the first that serves the request;
+naming a kernel runs that one or raises ValueError saying why it cannot serve the request.
 """
 from __future__ import annotations
 
-import importlib
+from optimized import launchers
 
-KERNELS = ("triton-sm90", "flydsl-gfx950", "triton-grouped", "triton-split")
-LAUNCHERS = {"triton-sm90": "optimized.triton.tq_decode_sm90", "flydsl-gfx950": "optimized.flydsl.launcher",
-             "triton-grouped": "optimized.triton.tq_decode_grouped", "triton-split": "optimized.triton.tq_decode_split"}
+KERNELS = launchers.serving("turboquant", "decode")
 
 
 def problem(kernel: str, query, kv_cache, *, preset: str, layout: str, sinks=None) -> str | None:
@@ -24,14 +22,14 @@ def problem(kernel: str, query, kv_cache, *, preset: str, layout: str, sinks=Non
     from optimized.triton.checks import FLOAT_DTYPES, check_tensor
     from reference.turboquant.presets import preset as lookup
 
-    if kernel not in LAUNCHERS:
+    if kernel not in KERNELS:
         raise ValueError(f"kernel must be 'auto' or one of {KERNELS}, got {kernel!r}")
     check_tensor("query", query, (None, None, None), FLOAT_DTYPES)
     check_tensor("kv_cache", kv_cache, (None, None, None, None), ("uint8",))
-    launcher = importlib.import_module(LAUNCHERS[kernel])
-    return launcher.problem(preset=lookup(preset).name, layout=layout, D=query.shape[-1], block_size=kv_cache.shape[1],
-                            G=query.shape[1] // max(kv_cache.shape[2], 1), sinks=sinks is not None,
-                            act=str(query.dtype).removeprefix("torch."), device=kv_cache.device)
+    return launchers.module(kernel).problem(
+        preset=lookup(preset).name, layout=layout, D=query.shape[-1], block_size=kv_cache.shape[1],
+        G=query.shape[1] // max(kv_cache.shape[2], 1), sinks=sinks is not None,
+        act=str(query.dtype).removeprefix("torch."), device=kv_cache.device)
 
 
 def choose(query, kv_cache, *, preset: str, layout: str, sinks=None) -> str:
@@ -49,45 +47,13 @@ def choose(query, kv_cache, *, preset: str, layout: str, sinks=None) -> str:
 def decode(query, kv_cache, block_table, seq_lens, *, preset: str, layout: str, rotation=None, scale=None,
            sinks=None, kernel: str = "auto", **launch):
     """Decode with ``kernel`` (``"auto"``: ``choose``); the arguments and result of
-    ``tq_decode_split.decode_split``. ``launch`` (workspace, out, num_kv_splits, ...) goes to the Triton
-    launchers; the FlyDSL launcher takes ``out`` only."""
+    ``tq_decode_split.decode_split``. ``launch`` (workspace, out, num_kv_splits, ...) goes to the kernel's
+    launcher (the FlyDSL launcher takes ``out`` only)."""
     if kernel == "auto":
         kernel = choose(query, kv_cache, preset=preset, layout=layout, sinks=sinks)
     else:
         why = problem(kernel, query, kv_cache, preset=preset, layout=layout, sinks=sinks)
         if why:
             raise ValueError(f"kernel {kernel!r} cannot serve this decode: {why}")
-    args = (query, kv_cache, block_table, seq_lens)
-    kw = dict(preset=preset, layout=layout, rotation=rotation, scale=scale, sinks=sinks)
-    if kernel == "triton-sm90":
-        from optimized.triton.tq_decode_sm90 import decode_sm90
-
-        return decode_sm90(*args, **kw, **launch)
-    if kernel == "triton-grouped":
-        from optimized.triton.tq_decode_grouped import decode_grouped
-
-        return decode_grouped(*args, **kw, **launch)
-    if kernel == "triton-split":
-        from optimized.triton.tq_decode_split import decode_split
-
-        return decode_split(*args, **kw, **launch)
-    return _flydsl(args, kw, launch)
-
-
-def _flydsl(args, kw, launch):
-    import torch
-
-    from optimized.flydsl import launcher
-    from optimized.triton.checks import FLOAT_DTYPES, check_output
-
-    extra = sorted(set(launch) - {"out"})
-    if extra:
-        raise ValueError(f"flydsl-gfx950 takes no {extra} (its launcher sizes its own partitions)")
-    query, out = args[0], launch.get("out")
-    if out is not None:
-        check_output("out", out, tuple(query.shape), FLOAT_DTYPES, query.device)
-    res = torch.from_numpy(launcher.decode(*args, **kw)).to(query.device)
-    if out is None:
-        return res.to(query.dtype)
-    out.copy_(res)
-    return out
+    return launchers.entry(kernel, "decode")(query, kv_cache, block_table, seq_lens, preset=preset, layout=layout,
+                                             rotation=rotation, scale=scale, sinks=sinks, **launch)

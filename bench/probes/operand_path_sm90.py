@@ -77,9 +77,10 @@ def loop_shared_bytes(k, num_warps: int = 4) -> dict:
 
 def main() -> int:
     print(f"triton {triton.__version__}, target cuda:90; bytes through shared memory per loop iteration (4 warps)")
-    for name, fn, types, consts in kernels():
-        if name.startswith("grouped"):
-            print(f"{name:26} tile of {consts['BLOCK_N']} tokens: {loop_shared_bytes(compiled(fn, types, consts, 'cuda:90'))}")
+    for spec in kernels():
+        if spec.name.startswith("grouped"):
+            print(f"{spec.name:26} tile of {spec.consts['BLOCK_N']} tokens: "
+                  f"{loop_shared_bytes(compiled(spec.fn, spec.types, spec.consts, 'cuda:90'))}")
     types = {"w_ptr": "*i32", "b_ptr": "*bf16", "c_ptr": "*fp32"}
     for packed in (False, True):
         k = compiled(_probe, types, dict(PACKED=packed, M=128, K=128, N=16), "cuda:90")

@@ -179,7 +179,7 @@ def _make(name: str, gpu: bool) -> Backend:
         name=name, ops={"gdn": ("recurrent", "chunked")}, available=_available(gpu), run=run,
         supports=_supports if gpu else _whole_call, **({"xfail": _xfail} if gpu else {}),
         rounding_models={"gdn": "fla-chunk" if gpu else "exact"}, uses_gpu=gpu,
-        path=paths.on_gpu if gpu else paths.fixed("cpu")))
+        argument_contract=False, path=paths.on_gpu if gpu else paths.fixed("cpu")))
 
 
 _make("fla", gpu=True)

@@ -11,12 +11,10 @@ the other ops (where the model is ``exact``) fp32 arithmetic, one rounding per s
 """
 from __future__ import annotations
 
-import os
-
 from conformance import paths
-from conformance.backends.triton_kernels import INTERPRET_ENV, _gpu_available, _interpret_available
+from conformance.backends.triton_kernels import _gpu_available, _interpret_available
 from conformance.cells import activation
-from conformance.registry import Backend, register
+from conformance.registry import INTERPRET_ENV, Backend, register
 from conformance.torch_arrays import to_numpy, to_torch
 
 OPS = ("recurrent", "chunked", "decode", "spec_decode")
@@ -33,8 +31,9 @@ INTERPRET_COST = {"seconds_per_cell": 1.0, "seconds_per_work": 4e-6,
 
 
 class TritonGdnImpl:
-    """The reference's ``decode``/``spec_decode``/``recurrent`` (NumPy form: the pool updated in place,
-    o returned) over the launchers, on ``device`` ("cpu": the interpreter, or "cuda")."""
+    """The reference's ``decode``/``spec_decode``/``recurrent``/``chunked`` (NumPy form: the pool updated in
+    place, o returned) over the GDN dispatcher (``optimized.gdn_dispatch``: the fastest launcher that serves
+    the call), on ``device`` ("cpu": the interpreter, or "cuda")."""
 
     def __init__(self, device: str):
         self.device = device
@@ -56,40 +55,45 @@ class TritonGdnImpl:
         return to_numpy(out)
 
     def decode(self, q, k, v, A_log, a, b, dt_bias, state, state_indices, *, state_dtype, **kw):
-        from optimized.triton.gdn_recurrent import decode
+        from optimized import gdn_dispatch
 
-        return self._call(decode, (q, k, v, A_log, a, b, dt_bias), state, (state_indices,), state_dtype, **kw)
+        return self._call(gdn_dispatch.decode, (q, k, v, A_log, a, b, dt_bias), state, (state_indices,), state_dtype,
+                          **kw)
 
     def spec_decode(self, q, k, v, A_log, a, b, dt_bias, state, spec_state_indices, num_accepted_tokens,
                     cu_seqlens, *, state_dtype, **kw):
-        from optimized.triton.gdn_recurrent import spec_decode
+        from optimized import gdn_dispatch
 
-        return self._call(spec_decode, (q, k, v, A_log, a, b, dt_bias), state,
+        return self._call(gdn_dispatch.spec_decode, (q, k, v, A_log, a, b, dt_bias), state,
                           (spec_state_indices, num_accepted_tokens, cu_seqlens), state_dtype, **kw)
 
     def recurrent(self, q, k, v, g, beta, cu_seqlens, state, state_indices, *, state_dtype, **kw):
-        from optimized.triton.gdn_recurrent import recurrent
+        from optimized import gdn_dispatch
 
-        return self._call(recurrent, (q, k, v, g, beta, cu_seqlens), state, (state_indices,), state_dtype, **kw)
+        return self._call(gdn_dispatch.recurrent, (q, k, v, g, beta, cu_seqlens), state, (state_indices,),
+                          state_dtype, **kw)
 
     def chunked(self, q, k, v, g, beta, cu_seqlens, state, state_indices, *, state_dtype, **kw):
-        from optimized.triton.gdn_chunked import chunked
+        from optimized import gdn_dispatch
 
-        return self._call(chunked, (q, k, v, g, beta, cu_seqlens), state, (state_indices,), state_dtype, **kw)
+        return self._call(gdn_dispatch.chunked, (q, k, v, g, beta, cu_seqlens), state, (state_indices,), state_dtype,
+                          **kw)
 
 
 def _supports(cell) -> str | None:
-    from optimized.triton.gdn_recurrent import problem
+    """The reason of the first GDN launcher for the cell's op (``optimized.launchers``) when none serves it."""
+    from optimized import launchers
 
-    return problem(cell["K"], cell.get("V", cell["K"]), cell["state"], activation(cell), cell["H"], cell["HV"])
+    reasons = [launchers.module(name).problem(K=cell["K"], V=cell.get("V", cell["K"]), state_dtype=cell["state"],
+                                              act=activation(cell), H=cell["H"], HV=cell["HV"])
+               for name in launchers.serving("gdn", cell.op)]
+    return None if None in reasons else reasons[0]
 
 
 def _make(name: str, interpret: bool) -> Backend:
     def run(cell, inputs):
         from conformance.families import gdn
 
-        if interpret and os.environ.get("TRITON_INTERPRET") != "1":
-            raise RuntimeError(f"{name} needs TRITON_INTERPRET=1 in its process")
         return gdn.run_with(TritonGdnImpl("cpu" if interpret else "cuda"), cell, inputs)
 
     return register(Backend(

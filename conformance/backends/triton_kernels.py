@@ -25,15 +25,11 @@ interpreter, whose fp32 -> bf16 conversion truncates instead of rounding to near
 """
 from __future__ import annotations
 
-import importlib
-import os
-
 from conformance import families, fingerprint, paths
 from conformance.cells import activation
-from conformance.registry import Backend, register
+from conformance.registry import INTERPRET_ENV, Backend, register
 from conformance.torch_arrays import to_numpy, to_torch
 
-INTERPRET_ENV = {"TRITON_INTERPRET": "1"}
 # The interpreter runs every program instance in Python. On 2 CPU cores (2026-12-01) a store cell
 # took about 1.5e-4 s per unit of tokens*heads*dims (10 s for 64 tokens x 8 heads x 128), a decode
 # cell 3e-6 to 1.4e-5 s per unit (6 s for 2M), plus 2 s of tracing and compiling; the runner rescales
@@ -46,26 +42,32 @@ INTERPRET_COST = {"seconds_per_cell": 2.0, "seconds_per_work": 1e-5,
 INTERPRETER_BF16 = "the Triton interpreter converts fp32 to bf16 by truncation, not round to nearest even"
 
 
+# kernel -> (launcher in optimized.launchers.LAUNCHERS, its extra options, whether it takes ``precision``)
+KERNELS = {"split": ("triton-split", {}, False), "grouped": ("triton-grouped", {"keys": "gather"}, True),
+           "lut": ("triton-grouped", {"keys": "pair"}, True), "unified": ("triton-unified", {}, True),
+           "sm90": ("triton-sm90", {}, False)}
+
+
 class TritonImpl:
     """The reference's ``store``/``decode`` signatures (NumPy in, NumPy out) over the launchers.
 
-    kernel: "split", "grouped", "lut", "unified" or "sm90"; device: "cpu" (the interpreter) or "cuda";
-    precision: "exact" (fp32) or "act" (MMA operands in the query's dtype); options: more keyword
-    arguments of the decode launcher (a configuration: stages, block_n, ...)."""
+    kernel: a key of ``KERNELS``; device: "cpu" (the interpreter) or "cuda"; precision: "exact" (fp32) or
+    "act" (MMA operands in the query's dtype); options: more keyword arguments of the decode launcher (a
+    configuration: stages, block_n, ...)."""
 
     def __init__(self, kernel: str, device: str, precision: str, options: dict | None = None):
         self.kernel, self.device, self.precision = kernel, device, precision
-        self.options = dict(options or {})
-        self.keys = {"grouped": "gather", "lut": "pair"}.get(kernel)
+        self.launcher, extra, takes_precision = KERNELS[kernel]
+        self.options = {**extra, **({"precision": precision} if takes_precision else {}), **(options or {})}
 
     def _t(self, x):
         return to_torch(x, self.device)
 
     def store(self, kv_cache, key, value, slot_mapping, preset, layout, rotation):
-        from optimized.triton.tq_store import store
+        from optimized import launchers
 
         cache = self._t(kv_cache)
-        store(cache, self._t(key), self._t(value), self._t(slot_mapping), preset=preset, layout=layout,
+        launchers.entry("triton-store", "store")(cache, self._t(key), self._t(value), self._t(slot_mapping), preset=preset, layout=layout,
               rotation=self._t(rotation))
         return to_numpy(cache)
 
@@ -73,23 +75,16 @@ class TritonImpl:
         import torch
 
         from conformance.poison import poisoned
-        from optimized.triton.tq_decode_grouped import decode_grouped
-        from optimized.triton.tq_decode_sm90 import decode_sm90
-        from optimized.triton.tq_decode_split import decode_split
-        from optimized.triton.tq_unified import unified_attention
+        from optimized import launchers
 
         q, cache, bt, lens = self._t(query), self._t(kv_cache), self._t(block_table), self._t(seq_lens)
         kw = dict(preset=preset, layout=layout, rotation=self._t(rotation), scale=scale, sinks=self._t(sinks),
                   out=self._t(poisoned(query.shape, "float32" if self.device == "cpu" else query.dtype)), **self.options)
-        if self.kernel == "split":
-            out = decode_split(q, cache, bt, lens, **kw)
-        elif self.kernel == "sm90":
-            out = decode_sm90(q, cache, bt, lens, **kw)
-        elif self.keys:
-            out = decode_grouped(q, cache, bt, lens, precision=self.precision, keys=self.keys, **kw)
-        else:
+        if self.kernel == "unified":   # unified attention run as a decode: one query token per sequence
             qsl = torch.arange(q.shape[0] + 1, dtype=torch.int32, device=self.device)
-            out = unified_attention(q, cache, bt, qsl, lens, 1, precision=self.precision, **kw)
+            out = launchers.entry(self.launcher, "unified_attention")(q, cache, bt, qsl, lens, 1, **kw)
+        else:
+            out = launchers.entry(self.launcher, "decode")(q, cache, bt, lens, **kw)
         return to_numpy(out)
 
 
@@ -126,15 +121,12 @@ def _interpret_available() -> tuple[bool, str]:
                   "instance runs in Python, ~1 ms each; bf16 arithmetic upcast to fp32 after loads)")
 
 
-LAUNCHERS = {"split": "optimized.triton.tq_decode_split", "grouped": "optimized.triton.tq_decode_grouped",
-             "lut": "optimized.triton.tq_decode_grouped", "unified": "optimized.triton.tq_unified",
-             "sm90": "optimized.triton.tq_decode_sm90"}
-
-
 def _supports(kernel: str):
     def supports(cell) -> str | None:
-        launcher = "optimized.triton.tq_store" if cell.op == "store" else LAUNCHERS[kernel]
-        return importlib.import_module(launcher).problem(
+        from optimized import launchers
+
+        launcher = "triton-store" if cell.op == "store" else KERNELS[kernel][0]
+        return launchers.module(launcher).problem(
             preset=cell["preset"], layout=cell["layout"], D=cell["D"], block_size=cell["bs"], G=cell.get("G"),
             sinks=bool(cell.get("sinks")), act=activation(cell))
 
@@ -145,8 +137,6 @@ def _make(name: str, kernel: str, interpret: bool, ops: tuple[str, ...]) -> Back
     precision = "exact" if interpret or kernel == "split" else "act"
 
     def run(cell, inputs):
-        if interpret and os.environ.get("TRITON_INTERPRET") != "1":
-            raise RuntimeError(f"{name} needs TRITON_INTERPRET=1 in its process")
         impl = TritonImpl(kernel, "cpu" if interpret else "cuda", precision)
         return families.get(cell.family).run_with(impl, cell, inputs)
 

@@ -36,13 +36,11 @@ Rounding model ``exact``.
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
 from conformance import paths
 from conformance.backends.vllm_import import probe_kernels, real_triton_import
-from conformance.registry import Backend, register
+from conformance.registry import INTERPRET_ENV, Backend, register
 from conformance.torch_arrays import to_numpy, to_torch
 
 SOURCE = "https://github.com/vllm-project/vllm/blob/v0.32.0/vllm/model_executor/layers/fla/ops"
@@ -50,7 +48,6 @@ KERNEL_MODULES = {
     "gating": "vllm.third_party.flash_linear_attention.ops.fused_sigmoid_gating",
     "recurrent": "vllm.third_party.flash_linear_attention.ops.fused_recurrent",
 }
-INTERPRET_ENV = {"TRITON_INTERPRET": "1"}
 # vLLM's kernels in the interpreter (2026-12-01, 2 loaded cores): 1 to 60 s a ci cell; the budget of
 # triton-gdn-interpret (every ci cell); pytest marks them all slow, tests/unit/test_vllm_peers.py runs a named few
 INTERPRET_COST = {"seconds_per_cell": 2.0, "seconds_per_work": 1e-5, "work_budget": 80_000_000}
@@ -182,15 +179,14 @@ def _make(name: str, interpret: bool) -> Backend:
     def run(cell, inputs):
         from conformance.families import gdn
 
-        if interpret and os.environ.get("TRITON_INTERPRET") != "1":
-            raise RuntimeError(f"{name} needs TRITON_INTERPRET=1 in its process")
         return gdn.run_with(VllmGdnImpl("cpu" if interpret else "cuda"), cell, inputs)
 
     return register(Backend(
         name=name, ops={"gdn": ("recurrent", "decode", "spec_decode")}, available=lambda: probe(interpret), run=run,
         supports=_supports(interpret), rounding_models={"gdn": "exact"},
         env=INTERPRET_ENV if interpret else {}, timeout_s=1800.0 if interpret else 600.0, uses_gpu=not interpret,
-        path=paths.fixed("interpreter") if interpret else paths.on_gpu, **(INTERPRET_COST if interpret else {})))
+        argument_contract=False, path=paths.fixed("interpreter") if interpret else paths.on_gpu,
+        **(INTERPRET_COST if interpret else {})))
 
 
 _make("vllm-gdn", interpret=False)

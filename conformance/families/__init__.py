@@ -20,6 +20,9 @@ A family exports:
         # inputs: the pristine inputs (the backend ran on a copy); outputs: what the backend returned;
         # rounding_model: one of ROUNDING_MODELS; memo: a conformance.memo.Memo for oracles (None: none
         # kept). Compares with conformance.compare.compare under tolerances derived from numerics.
+    REFUSALS: tuple[Refusal, ...], POOL: str     # optional: the bad inputs every implementation of an op refuses
+        # (conformance.refusals), and the input a refused call must leave as it was; tests/unit/test_refusals.py
+        # runs every row against every registered backend that holds the argument contract
     CAPTURED: module | None                       # optional: the ops that take captured tensors from a file
         # (``conform --inputs``): OPS and derive(op, arrays, strings) -> (params, inputs), checked with
         # conformance.inputs.checks; conformance.inputs.captured turns a file into a cell. None or absent:

@@ -57,6 +57,9 @@ def run_one(cell: Cell, backend_name: str, memo: Memo = MEMO) -> dict:
         return {**record, "status": "error", "reason": str(exc), "duration_s": 0.0, "path": backend.code_path(cell)}
     if reason is not None:
         return {**record, "status": "skip", "reason": reason, "duration_s": 0.0, "path": backend.code_path(cell)}
+    wrong_env = backend.env_problem()
+    if wrong_env is not None:
+        return {**record, "status": "error", "reason": wrong_env, "duration_s": 0.0, "path": backend.code_path(cell)}
     family = families.get(cell.family)
     start = time.perf_counter()
     taken: list[str] = []   # the paths the run reported (paths.took); else the one it declares

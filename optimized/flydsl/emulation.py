@@ -25,6 +25,7 @@ import numpy as np
 from optimized.flydsl import plan
 from optimized.flydsl.tq_decode_kernel import HEAD_DIM, LOG2E, TILE_TOKENS
 from reference.turboquant import layout as tq_layout
+from reference.turboquant import validate
 from reference.turboquant.lloyd_max import centroids
 from reference.turboquant.numpy_ref import read_fields
 from reference.turboquant.presets import preset as get_preset
@@ -115,12 +116,8 @@ def decode(query, kv_cache, block_table, seq_lens, preset, layout, rotation, sca
                                        sinks=sinks is not None, act=q.dtype.name)
     D = q.shape[2]
     tq_layout.check_cache(kv_cache, get_preset(preset), D, Hk)
-    bt = np.asarray(block_table)
-    lens = np.asarray(seq_lens)
-    if bt.ndim != 2 or bt.shape[0] != B or lens.shape != (B,):
-        raise ValueError(f"block_table must be [B={B}, M] and seq_lens [B={B}], got {list(bt.shape)} and {list(lens.shape)}")
-    if np.any(lens < 1) or np.any(lens > bt.shape[1] * BS):
-        raise ValueError(f"seq_lens must be in [1, {bt.shape[1] * BS}]")
-    scale = 1.0 / np.sqrt(D) if scale is None else float(scale)
+    bt, lens = validate.tables(block_table, seq_lens, kv_cache.shape[0], BS, B)   # the launcher's checks
+    validate.floats("query", q.astype(F32), 3, "[B, Hq, 128]")
+    scale = validate.softmax_scale(scale, D)
     o, m, l = partitions(rotate_query(q, rotation), kv_cache, bt, lens, scale, Hq // Hk)
     return reduce_partitions(o, m, l)

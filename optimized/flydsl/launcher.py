@@ -72,6 +72,32 @@ def decode(query, kv_cache, block_table, seq_lens, preset, layout, rotation, sca
     return reduce_partitions(o[..., :G, :].cpu().numpy(), m[..., :G].cpu().numpy(), l[..., :G].cpu().numpy())
 
 
+def decode_into(query, kv_cache, block_table, seq_lens, *, preset, layout, rotation, scale=None, sinks=None,
+                out=None):
+    """``decode`` with the Triton decodes' result: a tensor of the query's dtype on its device, or
+    ``out`` (checked like theirs: ``checks.check_output``) written in place."""
+    import torch
+
+    from optimized.triton.checks import FLOAT_DTYPES, check_output
+
+    if out is not None:
+        check_output("out", out, tuple(query.shape), FLOAT_DTYPES, query.device)
+    res = torch.from_numpy(decode(query, kv_cache, block_table, seq_lens, preset, layout, rotation, scale=scale,
+                                  sinks=sinks)).to(query.device)
+    if out is None:
+        return res.to(query.dtype)
+    out.copy_(res)
+    return out
+
+
+ENTRY_POINTS = {"decode": decode_into}
+
+
+def compile_specs():
+    """None: FlyDSL kernels are compiled by ``optimized.flydsl.build``, not by Triton's compile check."""
+    return []
+
+
 def problem(*, preset: str, layout: str, D: int, block_size: int, G: int, sinks: bool = False,
             act: str = "bfloat16", device=None) -> str | None:
     """Why this kernel cannot serve a request (None if it can): the shapes and dtype it is built for

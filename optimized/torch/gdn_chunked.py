@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 
 from reference.arguments import indices
-from reference.gdn.arguments import scalars
+from reference.gdn.arguments import decays, scalars
 
 _POOL_TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -73,6 +73,7 @@ def _check(q, k, v, g, beta, cu_seqlens, state, state_indices, state_dtype, chun
     for name, x in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta)):
         if not bool(torch.isfinite(x).all()):
             raise ValueError(f"{name}: contains NaN or Inf")
+    decays(g.detach().float().cpu().numpy())
     return cu, idx
 
 

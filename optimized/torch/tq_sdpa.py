@@ -24,7 +24,7 @@ def paged_sdpa_decode(query: torch.Tensor, key_cache: torch.Tensor, value_cache:
     """One-token decode per sequence, all sequences in one SDPA call (padded to the longest,
     padding masked out; a sink is an extra zero key/value column whose additive bias is the sink
     logit). Returns ``[B, Hq, D]`` in ``query.dtype``. ``block_table`` and ``seq_lens`` may be Python
-    lists (converted); a NaN or Inf in ``scale`` or ``sinks`` is refused by name."""
+    lists (converted); a NaN or Inf in ``query``, ``scale`` or ``sinks`` is refused by name."""
     for name, x in (("query", query), ("key_cache", key_cache), ("value_cache", value_cache)):
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"{name}: expected a torch tensor, got {type(x).__name__}")
@@ -37,6 +37,8 @@ def paged_sdpa_decode(query: torch.Tensor, key_cache: torch.Tensor, value_cache:
         raise ValueError(f"key_cache/value_cache must both be [num_blocks, block_size, Hk, D={D}], "
                          f"got {list(key_cache.shape)} and {list(value_cache.shape)}")
     scale = softmax_scale(scale, D)
+    if not bool(torch.isfinite(query).all()):
+        raise ValueError("query holds NaN or Inf")
     if sinks is not None and not bool(torch.isfinite(sinks).all()):
         raise ValueError("sinks holds NaN or Inf")
     num_blocks, bs, Hk, _ = key_cache.shape

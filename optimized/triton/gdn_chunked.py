@@ -47,9 +47,10 @@ STATE_BV = 32                  # V-tile of the state pass
 WARPS = 4
 
 
-def problem(K: int, V: int, state_dtype: str, act_dtype: str, H: int | None = None, HV: int | None = None) -> str | None:
+def problem(*, K: int, V: int, state_dtype: str, act: str, H: int | None = None, HV: int | None = None,
+            device=None) -> str | None:
     """Why these kernels cannot serve a call (dtype names, head sizes and counts); None when they can."""
-    return recurrent_problem(K, V, state_dtype, act_dtype, H, HV)
+    return recurrent_problem(K=K, V=V, state_dtype=state_dtype, act=act, H=H, HV=HV, device=device)
 
 
 def stage_bytes(T: int, chunks: int, HV: int, K: int, V: int) -> int:
@@ -420,3 +421,30 @@ def stages(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, us
             L2NORM=norm, BITS=bits, num_warps=WARPS)
 
     return out, [("solve", solve), ("wu", wu), ("state", state_pass), ("output", output)]
+
+
+ENTRY_POINTS = {"chunked": chunked}
+
+
+def compile_specs():
+    """The four stages at Qwen3-Next's heads (H=16, HV=32, K=V=128), bf16 activations and o, the state pass
+    for each state dtype (the other stages do not read the pool) (``compile_check``)."""
+    from optimized.triton.compile_check import CompileSpec
+
+    i32 = "i32"
+    common = dict(cu_ptr="*i32", chunk_cu_ptr="*i32", idx_ptr="*i32", G_ptr="*fp32", N=i32, H=i32, HV=i32,
+                  eps="fp32")
+    strides = {n: i32 for n in ("sk_t", "sk_h", "sg_t", "sb_t", "sG_t", "sT_t", "sv_t", "sv_h", "sW_t", "sU_t",
+                                "sq_t", "sq_h", "so_t", "so_h", "s_slot", "interval")}
+    act = dict(q_ptr="*bf16", k_ptr="*bf16", v_ptr="*bf16", g_ptr="*fp32", beta_ptr="*bf16", T_ptr="*bf16",
+               W_ptr="*bf16", U_ptr="*bf16", h_ptr="*bf16", vn_ptr="*bf16", o_ptr="*bf16", scale="fp32")
+    types = {**common, **strides, **act}
+    BK, BV = _blocks(128, 128)
+    consts = dict(K=128, BK=BK, L2NORM=True, BITS=False)
+    out = [CompileSpec("gdn chunked solve", _solve_kernel, types, consts),
+           CompileSpec("gdn chunked w/u", _wu_kernel, types, dict(consts, V=128, BV=BV)),
+           CompileSpec("gdn chunked output", _output_kernel, types, dict(consts, V=128, BV=BV))]
+    for state in ("fp32", "bf16", "fp16"):
+        out.append(CompileSpec(f"gdn chunked state pass state={state}", _state_kernel,
+                               {**types, "state_ptr": f"*{state}"}, dict(consts, V=128, BV=STATE_BV)))
+    return out

@@ -20,7 +20,9 @@ Rounding model "exact".
 
 Inputs are checked before launch (``ValueError``/``TypeError`` naming the argument): shapes, dtypes,
 device, strides (last dimension contiguous; a pool slot contiguous), outputs overlapping inputs or
-the pool, slot tables, NaN/Inf activations and scalars. The checks that read values copy the index
+the pool, slot tables, NaN/Inf activations and scalars, log-decays outside the gate contract
+(``reference.gdn.arguments``: g in [G_MIN, 0], exp(A_log) and a + dt_bias finite; checked on the device as the
+kernel computes g), all before the pool is touched. The checks that read values copy the index
 tables to the host and read one flag buffer of ``Workspace``; they are skipped while a CUDA graph is
 captured (a captured call replays the shapes a checked call validated). With a ``Workspace`` and
 ``out`` given, ``decode`` allocates nothing on the device.
@@ -40,20 +42,23 @@ WARPS = (1, 2, 4, 8, 16)
 # The default tile on a GPU, BK * BV = 4096 elements (16 KiB of fp32 state) in 2 warps: the fastest of BV 16, 32,
 # 64 x 2, 4, 8 warps at K = V = 128 on the H200 for fp32 and bf16 pools (ledger/h200/README.md)
 TILE_ELEMENTS = 4096
-FLAGS = 8                     # NaN/Inf flags of one launch's float inputs
+FLAGS = 8                     # NaN/Inf flags of one launch's float inputs, the last one its log-decays
+DECAY_BLOCK = 1024            # log-decays per program of the decay check
 
 
-def problem(K: int, V: int, state_dtype: str, act_dtype: str, H: int | None = None, HV: int | None = None) -> str | None:
+def problem(*, K: int, V: int, state_dtype: str, act: str, H: int | None = None, HV: int | None = None,
+            device=None) -> str | None:
     """Why these kernels cannot serve a call with head sizes K, V, a pool of ``state_dtype`` and
-    activations of ``act_dtype`` (dtype names), H key and HV value heads; None when they can."""
+    activations of ``act`` (dtype names), H key and HV value heads; None when they can. Any
+    ``device`` Triton runs on is served (a GPU, or the CPU through the interpreter)."""
     if not 1 <= K <= MAX_HEAD:
         return f"q: key head size K={K} is outside [1, {MAX_HEAD}]"
     if not 1 <= V <= MAX_HEAD:
         return f"v: value head size V={V} is outside [1, {MAX_HEAD}]"
     if state_dtype not in SUPPORTED_POOL_DTYPES:
         return f"state: dtype {state_dtype} is not one of {SUPPORTED_POOL_DTYPES}"
-    if act_dtype not in FLOAT_DTYPES:
-        return f"q: dtype {act_dtype} is not one of {FLOAT_DTYPES}"
+    if act not in FLOAT_DTYPES:
+        return f"q: dtype {act} is not one of {FLOAT_DTYPES}"
     if H is not None and HV is not None and (H < 1 or HV % H):
         return f"v: HV={HV} value heads is not a multiple of H={H} key heads"
     return None
@@ -169,6 +174,27 @@ def _gdn_kernel(q_ptr, k_ptr, v_ptr, x_ptr, y_ptr, A_log_ptr, dt_bias_ptr, state
 
 
 @triton.jit
+def _decay_kernel(x_ptr, A_log_ptr, dt_bias_ptr, flags_ptr, flag, rows, HV, sx_t, g_min, GATED: tl.constexpr,
+                  BLOCK: tl.constexpr):
+    """flags[flag] = max(flags[flag], 1 if a log-decay of this program's BLOCK of the [rows, HV] x breaks the gate
+    contract (``reference.gdn.arguments``): g = x (not GATED) or g = -exp(A_log) softplus(x + dt_bias) (GATED,
+    computed as ``_gdn_kernel`` computes it) outside [g_min, 0] or NaN; exp(A_log) or x + dt_bias not finite."""
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    live = i < rows * HV
+    t = (i // HV).to(tl.int64)
+    hv = i % HV
+    x = tl.load(x_ptr + t * sx_t + hv, mask=live, other=0.0).to(tl.float32)
+    if GATED:
+        A = tl.exp(tl.load(A_log_ptr + hv, mask=live, other=0.0).to(tl.float32))
+        x = x + tl.load(dt_bias_ptr + hv, mask=live, other=0.0).to(tl.float32)
+        g = -A * tl.where(x > 20.0, x, _log1p(tl.exp(tl.minimum(x, 20.0))))
+        bad = (A == float("inf")) | (tl.abs(x) == float("inf")) | (x != x) | (g != g) | (g < g_min)
+    else:
+        bad = (x != x) | (x > 0.0) | (x < g_min)
+    tl.atomic_max(flags_ptr + flag, tl.max((bad & live).to(tl.int32), axis=0))
+
+
+@triton.jit
 def _nonfinite_kernel(x_ptr, flags_ptr, flag, rows, B, s0, s1, C: tl.constexpr, BLOCK_R: tl.constexpr,
                       BLOCK_C: tl.constexpr):
     """flags[flag] = max(flags[flag], 1 if a NaN/Inf is among x[r // B, r % B, :C], rows r of this program)."""
@@ -248,9 +274,14 @@ def _config(K: int, V: int, block_v, num_warps) -> tuple[int, int, int]:
     return BK, block_v, num_warps
 
 
-def _finite(named: dict, workspace) -> None:
-    """ValueError naming the first of ``named`` (name -> tensor, at most FLAGS, last dimension
-    contiguous, up to 3-d) that holds a NaN or Inf: one flag kernel per tensor, one host read."""
+def _finite(named: dict, workspace, decay: tuple) -> None:
+    """ValueError naming the first of ``named`` (name -> tensor, at most FLAGS - 1, last dimension
+    contiguous, up to 3-d) that holds a NaN or Inf, else naming the gate arguments when a log-decay breaks the
+    gate contract (``reference.gdn.arguments``: g in [G_MIN, 0], exp(A_log) and a + dt_bias finite): ``decay``
+    is ``(g, None, None)`` or ``(a, A_log, dt_bias)`` (fused gating). One flag kernel per tensor and one for the
+    decays, one host read."""
+    from reference.gdn.arguments import G_MIN
+
     flags = workspace.flags
     flags.zero_()
     for i, (name, x) in enumerate(named.items()):
@@ -261,10 +292,23 @@ def _finite(named: dict, workspace) -> None:
         block_r = 64
         _nonfinite_kernel[(triton.cdiv(rows, block_r),)](v, flags, i, rows, B, s0, s1, C=C, BLOCK_R=block_r,
                                                          BLOCK_C=min(triton.next_power_of_2(C), 256))
+    x, A_log, dt_bias = decay
+    gated = A_log is not None
+    rows, HV = x.shape
+    _decay_kernel[(triton.cdiv(rows * HV, DECAY_BLOCK),)](x, A_log if gated else x, dt_bias if gated else x, flags,
+                                                         FLAGS - 1, rows, HV, x.stride(0), G_MIN, GATED=gated,
+                                                         BLOCK=DECAY_BLOCK)
     bad = flags.cpu().tolist()
     for i, name in enumerate(named):
         if bad[i]:
             raise ValueError(f"{name} holds NaN or Inf")
+    if bad[FLAGS - 1] and gated:
+        raise ValueError(f"A_log, a, dt_bias: the gate -exp(A_log) * softplus(a + dt_bias) overflows float32 "
+                         f"(exp(A_log) or a + dt_bias beyond float32, or g below {G_MIN:.4g}, where a 64-token "
+                         "chunk's sum of g overflows)")
+    if bad[FLAGS - 1]:
+        raise ValueError(f"g: expected log-decays in [{G_MIN:.4g}, 0] (above 0 the state grows; below, a 64-token "
+                         "chunk's sum of g overflows float32)")
 
 
 def _host(t):
@@ -281,7 +325,8 @@ def _common(q, k, v, state, dev):
     check_tensor("v", v, (T, None, None), (str(q.dtype).removeprefix("torch."),), dev)
     HV, V = v.shape[1], v.shape[2]
     check_positive("T (tokens in q)", T)
-    why = problem(K, V, str(state.dtype).removeprefix("torch."), str(q.dtype).removeprefix("torch."), H, HV)
+    why = problem(K=K, V=V, state_dtype=str(state.dtype).removeprefix("torch."),
+                  act=str(q.dtype).removeprefix("torch."), H=H, HV=HV)
     if why:
         raise ValueError(why)
     for name, x in (("q", q), ("k", k), ("v", v)):
@@ -329,7 +374,7 @@ def decode(q, k, v, A_log, a, b, dt_bias, state, state_indices, *, scale=None, u
         from reference.gdn.arguments import slot_indices
 
         workspace = workspace or Workspace(dev)
-        _finite({n: inputs[n] for n in ("q", "k", "v", "A_log", "a", "b", "dt_bias")}, workspace)
+        _finite({n: inputs[n] for n in ("q", "k", "v", "A_log", "a", "b", "dt_bias")}, workspace, (a, A_log, dt_bias))
         slot_indices("state_indices", _host(state_indices), (N,), state.shape[0])
     BK, BV, warps = _config(K, V, block_v, num_warps)
     _gdn_kernel[(N * HV * triton.cdiv(V, BV),)](
@@ -369,7 +414,8 @@ def spec_decode(q, k, v, A_log, a, b, dt_bias, state, spec_state_indices, num_ac
     if not capturing(state):
         from reference.gdn.arguments import spec_tables
 
-        _finite({n: inputs[n] for n in ("q", "k", "v", "A_log", "a", "b", "dt_bias")}, workspace or Workspace(dev))
+        _finite({n: inputs[n] for n in ("q", "k", "v", "A_log", "a", "b", "dt_bias")}, workspace or Workspace(dev),
+                (a, A_log, dt_bias))
         spec_tables(_host(cu), _host(spec), _host(acc),
                     T, state.shape[0])
     BK, BV, warps = _config(K, V, block_v, num_warps)
@@ -407,7 +453,7 @@ def _packed(q, k, v, g, beta, cu_seqlens, state, state_indices, scale, l2norm_ep
     if not capturing(state):
         from reference.gdn.arguments import cu_seqlens as check_cu, slot_indices
 
-        _finite({n: inputs[n] for n in ("q", "k", "v", "g", "beta")}, workspace or Workspace(dev))
+        _finite({n: inputs[n] for n in ("q", "k", "v", "g", "beta")}, workspace or Workspace(dev), (g, None, None))
         check_cu(_host(cu), T)
         slot_indices("state_indices", _host(idx), (N,), state.shape[0])
     return dev, (T, H, HV, K, V, N), cu, idx, scale, eps, out
@@ -430,4 +476,35 @@ def recurrent(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None,
         out.stride(0), out.stride(1), state.stride(0), 1, every, scale, eps,
         H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, GATED=False, SPEC=False, VARLEN=True, L2NORM=bool(use_qk_l2norm),
         BF16_BITS=interpreting(), num_warps=warps)
+    return out
+
+
+ENTRY_POINTS = {"decode": decode, "spec_decode": spec_decode, "recurrent": recurrent}
+
+
+def compile_specs():
+    """The kernel at Qwen3-Next's heads (H=16, HV=32, K=V=128) with bf16 activations and o: decode and spec
+    decode (fused gating) and recurrent, for each state dtype, and the NaN/Inf flag kernel (``compile_check``)."""
+    from optimized.triton.compile_check import CompileSpec
+
+    strides = {n: "i32" for n in ("sq_t", "sq_h", "sk_t", "sk_h", "sv_t", "sv_h", "sx_t", "sy_t", "so_t", "so_h",
+                                  "s_slot", "s_table", "interval")}
+    BK, BV, _ = _config(128, 128, None, None)
+    out = []
+    for op, gated, spec in (("decode", True, False), ("spec_decode", True, True), ("recurrent", False, False)):
+        for state in ("fp32", "bf16", "fp16"):
+            types = dict(q_ptr="*bf16", k_ptr="*bf16", v_ptr="*bf16", x_ptr="*bf16" if gated else "*fp32",
+                         y_ptr="*bf16", A_log_ptr="*fp32", dt_bias_ptr="*bf16", state_ptr=f"*{state}",
+                         table_ptr="*i32", cu_ptr="*i32", acc_ptr="*i32", o_ptr="*bf16", scale="fp32", eps="fp32",
+                         **strides)
+            out.append(CompileSpec(f"gdn {op} state={state}", _gdn_kernel, types, dict(
+                H=16, HV=32, K=128, V=128, BK=BK, BV=BV, GATED=gated, SPEC=spec, VARLEN=spec or not gated,
+                L2NORM=True, BF16_BITS=False)))
+    out.append(CompileSpec("gdn nonfinite flags", _nonfinite_kernel, dict(
+        x_ptr="*bf16", flags_ptr="*i32", flag="i32", rows="i32", B="i32", s0="i32", s1="i32"),
+        dict(C=128, BLOCK_R=64, BLOCK_C=128)))
+    for gated, x in ((True, "*bf16"), (False, "*fp32")):
+        out.append(CompileSpec(f"gdn decay flags gated={gated}", _decay_kernel, dict(
+            x_ptr=x, A_log_ptr="*fp32", dt_bias_ptr="*bf16", flags_ptr="*i32", flag="i32", rows="i32", HV="i32",
+            sx_t="i32", g_min="fp32"), dict(GATED=gated, BLOCK=DECAY_BLOCK)))
     return out

@@ -332,3 +332,19 @@ def problem(*, preset: str, layout: str, D: int, block_size: int | None = None, 
     if why is None and (lookup(preset).name not in PRESETS or layout != "soa"):
         why = f"the grouped decode reads {'/'.join(PRESETS)} caches in the SoA layout, got {preset}/{layout}"
     return why
+
+
+ENTRY_POINTS = {"decode": decode_grouped}
+
+
+def compile_specs():
+    """The grouped decode with gathered and paired keys, bf16 and fp16 MMA operands (``compile_check``)."""
+    from optimized.triton.compile_check import BS, D, G, HK, HQ, CompileSpec, cache_spec
+
+    spec = cache_spec("turboquant_4bit_nc", "soa")
+    return [CompileSpec(f"grouped decode keys={keys} mma={mma}", _grouped_kernel, dict(
+        q_ptr="*fp32", cache_ptr="*u8", bt_ptr="*i32", seq_lens_ptr="*i32", table_ptr="*i32",
+        sinks_ptr="*fp32", part_ptr="*fp32", stride_blk="i32", stride_bt="i32", scale="fp32"),
+        dict(D=D, HK=HK, BS=BS, KEY_BYTES=spec.key_bytes, VAL_BYTES=spec.value_bytes, HQ=HQ, G=G, S=4, MAXS=32,
+             HAS_SINKS=True, GP=G, BLOCK_N=128, KEYS=keys, TABLE=256 if keys == "pair" else 16, MMA=mma))
+        for keys, mma in (("gather", "bf16"), ("pair", "bf16"), ("gather", "fp16"))]

@@ -664,3 +664,27 @@ def decode_sm90(query, kv_cache, block_table, seq_lens, *, preset, layout, rotat
         "torch.")], stages, fp16_values)
     reduce_partials(ws, a.seq_lens, out, S, align=block_n)
     return out
+
+
+ENTRY_POINTS = {"decode": decode_sm90}
+# (G, block size, MMA operands, VALUES, STAGES) of the configurations the compile check builds: the shape
+# G=8, block 16 and G=16, block 32, bf16 and fp16 operands (both fp16 value codes), register prefetch
+# (stages 1) and cp.async rings
+COMPILED_CONFIGS = ((8, 16, "bf16", 0, 1), (8, 16, "bf16", 0, 4), (8, 16, "fp16", 1, 1), (8, 16, "fp16", 2, 4),
+                    (16, 32, "bf16", 0, 3), (16, 32, "fp16", 1, 1))
+
+
+def compile_specs():
+    """The sm_90 decode in ``COMPILED_CONFIGS``, for CUDA only (inline PTX, ``mma.sync``), one warp, the
+    pointers and strides aligned as a launch aligns them (``compile_check``)."""
+    from optimized.triton.compile_check import ALIGNED, D, HK, CompileSpec, cache_spec
+
+    spec = cache_spec(PRESET, "soa")
+    types = dict(q_ptr="*fp32", cache_ptr="*u8", bt_ptr="*i32", seq_lens_ptr="*i32", table_ptr="*i32",
+                 sinks_ptr="*fp32", part_ptr="*fp32", stride_blk="i32", stride_bt="i32", scale="fp32")
+    return [CompileSpec(f"sm90 decode G={g} block={bs} mma={mma} values={VALUE_CODES[values]} stages={stages}",
+                        _sm90_kernel, types,
+                        dict(D=D, HK=HK, BS=bs, KEY_BYTES=spec.key_bytes, VAL_BYTES=spec.value_bytes, HQ=HK * g, G=g,
+                             S=4, MAXS=32, HAS_SINKS=True, BLOCK_N=16, VALUES=values, STAGES=stages),
+                        vendors=("cuda",), warps=1, aligned=ALIGNED)
+            for g, bs, mma, values, stages in COMPILED_CONFIGS]

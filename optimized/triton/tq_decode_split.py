@@ -88,3 +88,34 @@ def problem(*, preset: str, layout: str, D: int, block_size: int | None = None, 
     ``D`` and block size, query heads per kv head ``G``, whether there are sinks, the activation
     dtype ``act`` (a name) and, when given, the torch ``device`` it would run on."""
     return head_size_problem(D)
+
+
+ENTRY_POINTS = {"decode": decode_split}
+
+
+def compile_specs():
+    """The split decode for each preset (``compile_check``), and the kernels of ``tq_decode_launch`` every
+    split-KV decode launches (value checks, query rotation, the reduce)."""
+    from optimized.triton import tq_decode_launch as launch
+    from optimized.triton.compile_check import BS, D, G, HQ, CompileSpec, cache_spec
+
+    out = []
+    for preset, layout in (("turboquant_4bit_nc", "soa"), ("turboquant_k3v4_nc", "aos"),
+                           ("turboquant_3bit_nc", "soa"), ("turboquant_k8v4", "aos")):
+        spec = cache_spec(preset, layout)
+        out.append(CompileSpec(f"split decode {preset}/{layout}", _split_kernel, dict(
+            q_ptr="*fp32", cache_ptr="*u8", bt_ptr="*i32", seq_lens_ptr="*i32", cent_ptr="*fp32",
+            sinks_ptr="*fp32", part_ptr="*fp32", stride_blk="i32", stride_pos="i32", stride_head="i32",
+            stride_bt="i32", scale="fp32"),
+            dict(HQ=HQ, G=G, S=4, MAXS=32, NORM_AT_DECODE=(not spec.soa) and spec.preset.norm_correction,
+                 HAS_SINKS=True, BLOCK_N=32, **spec.constexprs())))
+    out.append(CompileSpec("validate", launch._validate_kernel, dict(
+        q_ptr="*bf16", bt_ptr="*i32", seq_lens_ptr="*i32", sinks_ptr="*fp32", flags_ptr="*i32", stride_bt="i32",
+        num_blocks="i32"), dict(ROWS_PER_SEQ=1, M=512, BS=BS, HQD=HQ * D, HQ=HQ, HAS_SINKS=True, CHUNK=256)))
+    out.append(CompileSpec("rotate", launch._rotate_kernel, dict(
+        q_ptr="*bf16", r_ptr="*fp32", out_ptr="*fp32", sq_b="i32", sq_h="i32", ROWS="i32"),
+        dict(HQ=HQ, D=D, ROTATE=True, BLOCK_R=launch.ROTATE_ROWS, CHUNK=launch.ROTATE_CHUNK)))
+    out.append(CompileSpec("reduce", launch._reduce_kernel, dict(
+        part_ptr="*fp32", seq_lens_ptr="*i32", out_ptr="*bf16", so_b="i32", so_h="i32"),
+        dict(HQ=HQ, D=D, S=4, MAXS=32, S_P2=4, ALIGN=128)))
+    return out

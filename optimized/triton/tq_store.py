@@ -156,3 +156,22 @@ def problem(*, preset: str, layout: str, D: int, block_size: int | None = None, 
     """Why the store cannot serve a request (None if it can): it takes every preset and layout, and
     the Triton kernels' head sizes."""
     return head_size_problem(D)
+
+
+ENTRY_POINTS = {"store": store}
+
+
+def compile_specs():
+    """The store kernel for each preset, in the layout the spec names (``compile_check``)."""
+    from optimized.triton.compile_check import HK, CompileSpec, cache_spec
+
+    out = []
+    for preset, layout in (("turboquant_4bit_nc", "soa"), ("turboquant_k3v4_nc", "aos"),
+                           ("turboquant_3bit_nc", "soa"), ("turboquant_k8v4", "aos")):
+        spec = cache_spec(preset, layout)
+        out.append(CompileSpec(f"store {preset}/{layout}", _store_kernel, dict(
+            cache_ptr="*u8", y_ptr="*fp32", norm_ptr="*fp32", k8_ptr="*u8" if spec.preset.key_fp8 else "*fp32",
+            v_ptr="*bf16", slot_ptr="*i64", mid_ptr="*fp32", cent_ptr="*fp32", stride_blk="i32", stride_pos="i32",
+            stride_head="i32", sv_n="i32", sv_h="i32", sv_d="i32"),
+            dict(FOLD_NORM=spec.soa and spec.preset.norm_correction, BLOCK_H=HK, **spec.constexprs())))
+    return out

@@ -145,3 +145,19 @@ def problem(*, preset: str, layout: str, D: int, block_size: int | None = None, 
     if why is None and layout != "soa":
         why = f"unified attention reads the SoA layout only, got {layout}"
     return why
+
+
+ENTRY_POINTS = {"unified_attention": unified_attention}
+
+
+def compile_specs():
+    """Unified attention with bf16 and fp16 MMA operands (``compile_check``)."""
+    from optimized.triton.compile_check import G, HQ, CompileSpec, cache_spec
+
+    spec = cache_spec("turboquant_4bit_nc", "soa")
+    return [CompileSpec(f"unified attention mma={mma}", _unified_kernel, dict(
+        q_ptr="*fp32", cache_ptr="*u8", bt_ptr="*i32", qsl_ptr="*i32", seq_lens_ptr="*i32", cent_ptr="*fp32",
+        sinks_ptr="*fp32", out_ptr=out_type, stride_blk="i32", stride_bt="i32", so_t="i32", so_h="i32",
+        scale="fp32"),
+        dict(HQ=HQ, G=G, HAS_SINKS=True, BLOCK_M=64, BLOCK_Q=64 // G, BLOCK_N=32, MMA=mma, **spec.constexprs()))
+        for mma, out_type in (("bf16", "*bf16"), ("fp16", "*fp16"))]

@@ -1,7 +1,16 @@
-"""Validation of GDN reference arguments, shared by ``numpy_ref`` and ``jax_ref``.
+"""Validation of GDN reference arguments, shared by ``numpy_ref`` and ``jax_ref`` and reused by the launchers.
 
-Only shapes, dtypes and index values are checked here (host-side NumPy); the math lives in the
-two references. Every error names the argument and what was expected.
+Only shapes, dtypes and values are checked here (host-side NumPy); the math lives in the two references.
+Every error names the argument and what was expected.
+
+The gate contract, the same for every GDN implementation (the family's refusal table,
+``conformance.families.gdn.REFUSALS``, holds each one to it): every log-decay g, given (recurrent, chunked:
+``decays``) or computed in float32 as -exp(A_log) softplus(a + dt_bias) (gating, decode, spec_decode:
+``gate_product``), lies in [``G_MIN``, 0]. Above 0 it is a growth, not a decay (the state blows up); below
+``G_MIN`` = -float32 max / 64 the sum of one 64-token chunk's log-decays (the chunked form's cumulative
+decay) overflows float32 and exp(G_i - G_j) is NaN. exp(A_log) and a + dt_bias must be finite in float32.
+Nothing else is refused: softplus(x) = x above 20, so a + dt_bias of 100 or 10^4 gives g = -exp(A_log) x,
+far inside the range, and a g of -10^30 decays the state to 0 as the math says.
 """
 from __future__ import annotations
 
@@ -20,6 +29,8 @@ COMPUTE_DTYPES = {"float32": np.dtype(np.float32), "float64": np.dtype(np.float6
 OPERAND_DTYPES = ("float32", "bfloat16", "float16")
 ROUNDING_POINTS = ("cpu", "fla")
 FP32_MAX = float(np.finfo(np.float32).max)
+CHUNK = 64                     # tokens of the chunked form's chunk
+G_MIN = -FP32_MAX / CHUNK      # the most negative log-decay: a chunk's sum stays finite in float32
 
 
 @dataclass(frozen=True)
@@ -130,24 +141,35 @@ def gating(A_log, a, b, dt_bias) -> int:
 
 
 def gate_product(A_log: np.ndarray, a: np.ndarray, dt_bias: np.ndarray) -> None:
-    """ValueError naming the gate arguments when g = -exp(A_log) * softplus(a + dt_bias) is not
-    finite in float32 (the kernels compute it there: an overflow gives -Inf, or NaN as Inf * 0).
-    Float32 host arrays A_log, dt_bias [HV], a [T, HV]."""
+    """ValueError naming the gate arguments unless exp(A_log) and a + dt_bias are finite in float32 and
+    g = -exp(A_log) * softplus(a + dt_bias) is at least ``G_MIN`` (the gate contract: the kernels compute g in
+    float32, where an overflow gives -Inf, or NaN as Inf * 0, that poisons the state). Float32 host arrays
+    A_log, dt_bias [HV], a [T, HV]."""
     x = a.astype(np.float64) + dt_bias.astype(np.float64)
     softplus = np.where(x > 20.0, x, np.log1p(np.exp(np.minimum(x, 20.0))))
     decay = np.exp(A_log.astype(np.float64))
     g = decay * softplus
-    if decay.max(initial=0.0) > FP32_MAX or g.max(initial=0.0) > FP32_MAX or \
-            np.max(np.abs(x), initial=0.0) > FP32_MAX:
+    if decay.max(initial=0.0) > FP32_MAX or np.max(np.abs(x), initial=0.0) > FP32_MAX or \
+            g.max(initial=0.0) > -G_MIN:
         raise ValueError(f"A_log, a, dt_bias: the gate -exp(A_log) * softplus(a + dt_bias) overflows float32 "
-                         f"(largest |g| {g.max(initial=0.0):.4g}, float32 holds {FP32_MAX:.4g})")
+                         f"(largest exp(A_log) {decay.max(initial=0.0):.4g}, |a + dt_bias| "
+                         f"{np.max(np.abs(x), initial=0.0):.4g}, |g| {g.max(initial=0.0):.4g}; float32 holds "
+                         f"{FP32_MAX:.4g}, and a 64-token chunk's sum of g must too: |g| <= {-G_MIN:.4g})")
 
 
 def decays(g) -> None:
-    """ValueError naming ``g`` unless every log-decay is <= 0 (exp(g) <= 1: the state decays)."""
-    largest = float(np.max(np.asarray(g, np.float32), initial=-np.inf))
+    """ValueError naming ``g`` unless every log-decay is finite and in [``G_MIN``, 0] (the gate contract:
+    exp(g) <= 1, the state decays; a 64-token chunk's sum of g is finite in float32)."""
+    g = np.asarray(g, np.float32)
+    if not np.all(np.isfinite(g)):
+        raise ValueError("g: contains NaN or Inf")
+    largest = float(np.max(g, initial=-np.inf))
     if largest > 0:
         raise ValueError(f"g: expected log-decays <= 0 (exp(g) <= 1), got a largest value {largest:.4g}")
+    smallest = float(np.min(g, initial=0.0))
+    if smallest < G_MIN:
+        raise ValueError(f"g: expected log-decays >= {G_MIN:.4g} (a 64-token chunk's sum must be finite in "
+                         f"float32), got a smallest value {smallest:.4g}")
 
 
 def qkv(q, k, v) -> tuple[int, int, int, int, int]:
@@ -228,6 +250,7 @@ def varlen(q, k, v, g, beta, cu, state, state_indices, state_dtype_name, scale, 
     """All checks of recurrent/chunked; returns (Dims, cu_seqlens int64, state_indices int64)."""
     T, H, HV, K, V = qkv(q, k, v)
     per_token("g", g, T, HV)
+    decays(g)
     per_token("beta", beta, T, HV)
     cu = cu_seqlens(cu, T)
     S = pool(state, state_dtype_name, HV, K, V)

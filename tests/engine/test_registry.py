@@ -96,3 +96,21 @@ def test_memo_draws_inputs_once_and_forgets_them_past_its_size(monkeypatch):
     memo.inputs(c1, make)
     memo.inputs(c2, make)                      # c0's inputs are evicted
     assert memo.inputs(c0, make) is not x and drawn == [c0, c1, c2, c0] and len(memo) == 2
+
+
+def test_the_worker_runs_a_pair_only_under_its_backends_env(monkeypatch):
+    """``Backend.env`` is enforced once, where a pair runs (``inprocess.run_one``): a backend that needs the
+    Triton interpreter is an ``error`` naming the variable in a process without it, and never runs."""
+    from conformance.run.inprocess import run_one
+
+    ran = []
+    backend = _backend(name="env-test", ops={"gdn": ("gating",)}, env=registry.INTERPRET_ENV,
+                       run=lambda cell, inputs: ran.append(cell))
+    monkeypatch.setitem(registry._REGISTRY, backend.name, backend)
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    cell = next(c for c in gdn.cells("smoke") if c.op == "gating")
+    record = run_one(cell, backend.name)
+    assert record["status"] == "error" and not ran
+    assert record["reason"] == "env-test needs TRITON_INTERPRET=1 in its process (TRITON_INTERPRET unset)"
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    assert run_one(cell, backend.name)["reason"].endswith("(TRITON_INTERPRET=0)") and not ran

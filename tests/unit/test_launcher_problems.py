@@ -1,28 +1,75 @@
-"""One verifier per launcher: each exports ``problem(...)`` (why it cannot serve a request, or None),
-the backends and the dispatch ask it, and the kernels' limits are stated once."""
+"""One protocol per launcher (``optimized.launchers``): each module in ``LAUNCHERS`` exports ``problem(...)``
+(why it cannot serve a request, or None) with its family's keywords, ``ENTRY_POINTS`` and ``compile_specs()``;
+the backends and the dispatchers ask it, the kernels' limits are stated once, and no Triton or Gluon kernel of
+``optimized/triton`` is left out of the ahead-of-time compile check."""
+import importlib
 import inspect
+import pkgutil
+import re
 
 import pytest
+import triton
 
+import optimized.triton
 from conformance import registry
 from conformance.backends import triton_kernels
 from conformance.cells import make_cell
-from optimized import cpu, tq_dispatch
+from optimized import cpu, launchers, tq_dispatch
 from optimized.triton import tq_cache, tq_decode_sm90
 
-KEYWORDS = ["preset", "layout", "D", "block_size", "G", "sinks", "act", "device"]
+
+@pytest.mark.parametrize("name", list(launchers.LAUNCHERS))
+def test_every_launcher_exports_problem_entry_points_and_compile_specs(name):
+    module = launchers.module(name)
+    family = launchers.LAUNCHERS[name].family
+    params = inspect.signature(module.problem).parameters
+    assert list(params) == list(launchers.PROBLEM_KEYWORDS[family])
+    assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in params.values())
+    assert module.ENTRY_POINTS and all(callable(fn) for fn in module.ENTRY_POINTS.values())
+    assert all(spec.fn.fn.__module__.startswith("optimized.triton.") for spec in module.compile_specs())
 
 
-@pytest.mark.parametrize("module", sorted(set(tq_dispatch.LAUNCHERS.values()) | set(triton_kernels.LAUNCHERS.values())
-                                          | {"optimized.triton.tq_store"}))
-def test_every_turboquant_launcher_exports_problem_with_the_request_keywords(module):
-    problem = __import__(module, fromlist=["problem"]).problem
-    assert list(inspect.signature(problem).parameters) == KEYWORDS
+def _jit_functions() -> dict:
+    """Every Triton and Gluon jit function defined in a module of optimized/triton: qualified name -> object."""
+    found = {}
+    for info in pkgutil.iter_modules(optimized.triton.__path__):
+        module = importlib.import_module(f"optimized.triton.{info.name}")
+        for name, obj in vars(module).items():
+            if isinstance(obj, triton.runtime.jit.KernelInterface) and obj.fn.__module__ == module.__name__:
+                found[f"{module.__name__}.{name}"] = obj
+    return found
+
+
+def test_every_triton_kernel_is_compiled_by_the_compile_check():
+    """A jit function is covered when a launcher's compile spec names it, or a covered one calls it: a kernel
+    added to optimized/triton without a spec (or a launcher left out of LAUNCHERS) fails here."""
+    from optimized.triton.compile_check import kernels
+
+    jitted = _jit_functions()
+    covered = {id(spec.fn) for spec in kernels()}
+    grew = True
+    while grew:
+        sources = "\n".join(inspect.getsource(obj.fn) for obj in jitted.values() if id(obj) in covered)
+        called = {id(obj) for qual, obj in jitted.items() if re.search(rf"\b{qual.rsplit('.', 1)[1]}\(", sources)}
+        grew = not called <= covered
+        covered |= called
+    left_out = sorted(qual for qual, obj in jitted.items() if id(obj) not in covered)
+    assert not left_out, f"jit functions no launcher's compile_specs() compiles: {left_out}"
+    assert len(jitted) > 20
+
+
+def test_the_dispatchers_take_their_kernels_from_the_table():
+    from optimized import gdn_dispatch
+
+    assert tq_dispatch.KERNELS == ("triton-sm90", "flydsl-gfx950", "triton-grouped", "triton-split")
+    assert gdn_dispatch.kernels("decode") == ("triton-gdn",) and gdn_dispatch.kernels("chunked") == (
+        "triton-gdn-chunked",)
 
 
 def test_head_sizes_are_stated_once():
     assert tq_decode_sm90.HEAD_SIZES is tq_cache.HEAD_SIZES
     assert not hasattr(tq_dispatch, "HEAD_SIZES") and not hasattr(triton_kernels, "LUT_PRESETS")
+    assert not hasattr(tq_dispatch, "LAUNCHERS") and not hasattr(triton_kernels, "LAUNCHERS")
 
 
 def _tq_cell(**kw):

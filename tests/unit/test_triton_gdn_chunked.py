@@ -186,8 +186,8 @@ def test_state_pass_configuration_is_checked_by_name():
 
 
 def test_problem_and_stage_bytes():
-    assert C.problem(128, 128, "bfloat16", "bfloat16", 16, 32) is None
-    assert C.problem(64, 64, "float64", "bfloat16").startswith("state: dtype float64")
+    assert C.problem(K=128, V=128, state_dtype="bfloat16", act="bfloat16", H=16, HV=32) is None
+    assert C.problem(K=64, V=64, state_dtype="float64", act="bfloat16").startswith("state: dtype float64")
     # G fp32, T, W, U and v_new bf16 per token and value head, h bf16 per chunk; written once and read once
     assert C.stage_bytes(64, 1, 1, 16, 16) == 2 * (64 * (4 + 128 + 32 + 32 + 32) + 16 * 16 * 2)
     assert np.isclose(C.stage_bytes(8192, 128, 32, 128, 128) / 1e6, 740.3, atol=0.1)
