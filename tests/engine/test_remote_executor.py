@@ -207,16 +207,12 @@ def test_shard_env_records_the_resolved_part_and_cost_shards_merge_to_the_whole_
 
 def test_cost_shards_balance_the_estimate_longest_first():
     from conformance.cells import make_cell
+    from conformance.registry import Backend
 
-    class B:
-        name = "b"
-        seconds_per_cell, seconds_per_work = 0.0, 1.0
-
-        def skip_reason(self, cell):
-            return None
-
+    b = Backend("b", {"toy": ("scale",)}, lambda: (True, ""), lambda cell, inputs: {},
+                seconds_per_cell=0.0, seconds_per_work=1.0)
     cells = [make_cell("toy", "scale", n=n, factor=1.0, seed=0) for n in (9, 1, 8, 2, 7, 3)]
-    parts = [selection.cost_shard(cells, [B()], k, 2) for k in (1, 2)]
+    parts = [selection.cost_shard(cells, [b], k, 2) for k in (1, 2)]
     assert [[c["n"] for c in p] for p in parts] == [[9, 1, 2, 3], [8, 7]]   # 15 and 15
 
 
