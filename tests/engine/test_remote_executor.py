@@ -3,6 +3,8 @@ device-class split, late duplicates dropped, a lost node retired and its pairs r
 another build refused, resume across executors; and `--shard env`, `--shard-by cost`, and
 `--executor ray` without Ray."""
 import json
+import os
+import shlex
 import subprocess
 import sys
 from collections import Counter
@@ -232,6 +234,33 @@ def test_device_class_from_the_fingerprint(fp, want):
 def test_node_prints_the_ray_start_line_from_doctor():
     from kernel_lab import cli
     fp = {"gpus": [{"name": "NVIDIA H200"}] * 8, "cpu": {"cores": 128, "usable_cores": 96}}
-    assert cli.node_command(fp, "h200", "head:6379") == (
-        "KERNEL_LAB_DEVICE_CLASS=h200 ray start --address head:6379 --num-gpus 8 --num-cpus 96 --disable-usage-stats")
-    assert "--head --port 6379 --num-gpus 8" in cli.node_command(fp, "h200", None)
+    assert cli.node_command(fp, "head:6379") == [
+        "ray", "start", "--address", "head:6379", "--num-gpus", "8", "--num-cpus", "96", "--disable-usage-stats"]
+    assert cli.node_command(fp, None)[2:7] == ["--head", "--port", "6379", "--num-gpus", "8"]
+
+
+def test_node_start_runs_ray_with_its_arguments_as_given_never_a_shell(tmp_path):
+    # a fake `ray` first on PATH writes down its argv and the class it was given
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ray").write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$0.argv"\n'
+                                 'printf "%s" "$KERNEL_LAB_DEVICE_CLASS" > "$0.class"\n')
+    (bin_dir / "ray").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT)}
+    hostile_address = "head:6379 --head; touch PWNED"
+    res = subprocess.run([sys.executable, "-m", "kernel_lab", "node", "--start", "--address", hostile_address,
+                          "--device-class", "h200"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr
+    argv = (bin_dir / "ray.argv").read_text().splitlines()
+    assert argv[:3] == ["start", "--address", hostile_address] and (bin_dir / "ray.class").read_text() == "h200"
+    line = res.stdout.splitlines()[-1]
+    assert shlex.split(line) == ["KERNEL_LAB_DEVICE_CLASS=h200", "ray", *argv]   # printed quoted: it round-trips
+    assert not (tmp_path / "PWNED").exists()
+    # a class that would run a shell (or name another folder) is refused in one line, nothing started
+    (bin_dir / "ray.argv").unlink()
+    res = subprocess.run([sys.executable, "-m", "kernel_lab", "node", "--start", "--device-class",
+                          "x sh -c 'touch PWNED' sh"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 2 and len(res.stderr.splitlines()) == 1 and "--device-class" in res.stderr
+    assert not (bin_dir / "ray.argv").exists() and not (tmp_path / "PWNED").exists()
