@@ -141,8 +141,9 @@ def _run_locked(selection, cells, backends, out_dir, executor, *, resume, timeou
             "timeout_s": timeout_s, "work_budget": budget, **executor.info(),
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     if old_info is not None:
-        # its nodes' fingerprints stay in its own run.json's history only: run.json is read to a limited depth
-        info["previous_run"] = {k: v for k, v in old_info.items() if k != "nodes"}
+        # the runs before, a flat list (run.json is read to a limited depth); their nodes' fingerprints left out
+        info["previous_runs"] = [*old_info.get("previous_runs", []),
+                                 {k: v for k, v in old_info.items() if k not in ("nodes", "previous_runs")}]
     probes = executor.probes(backends)
     info["backends"] = {b.name: {"available": probes[b.name][0], "reason": probes[b.name][1],
                                  "ops": {family: list(ops) for family, ops in b.ops.items()}} for b in backends}
