@@ -26,7 +26,7 @@ from pathlib import Path
 
 from bench import cli as bench_cli
 from conformance import audit, families, fingerprint, registry, studies
-from conformance.errors import RunStopped, UsageError, needs
+from conformance.errors import RunStopped, UsageError, escaped, needs
 from conformance.run import counts, executors, merge, node_report, probe, records, runner, selection
 from optimized.flydsl import cli as flydsl_cli
 from planner import cli as planner_cli
@@ -208,7 +208,7 @@ def cmd_report(args) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     for p in w.problems:
-        print(f"note: {p}", file=sys.stderr)
+        print(f"note: {escaped(p)}", file=sys.stderr)
     print(f"report: {w.index.resolve()} ({w.index.stat().st_size / 1e6:.2f} MB, {w.records} records)\n"
           f"junit:  {w.junit}\nsummary: {w.summary}")
     if args.fail_on_new and w.new_failures:
@@ -401,10 +401,10 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()   # a closed pipe shows here, not at the interpreter's exit
         return status
     except UsageError as exc:
-        sys.stderr.write(f"kernel-lab: error: {exc}\n")
+        sys.stderr.write(f"kernel-lab: error: {escaped(str(exc))}\n")
         return 2
     except RunStopped as exc:
-        sys.stderr.write(f"kernel-lab: error: {exc}\n")
+        sys.stderr.write(f"kernel-lab: error: {escaped(str(exc))}\n")
         return 3
     except KeyboardInterrupt:
         sys.stderr.write("\n" + _interrupted(argv, args) + "\n")

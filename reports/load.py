@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from conformance.errors import shown
 from conformance.run import records
 
 UNAVAILABLE_PREFIX = "backend unavailable: "
@@ -98,7 +99,7 @@ def read_records(path: Path) -> tuple[list[dict], list[str]]:
     for rec in recs:
         k = records.key(rec)
         if k in out:
-            problems.append(f"{rec['id']} on {rec['backend']} recorded twice; the later kept")
+            problems.append(f"{shown(rec['id'])} on {shown(rec['backend'])} recorded twice; the later kept")
         out[k] = _normalise(rec)
     return list(out.values()), problems
 

@@ -162,3 +162,30 @@ def test_a_run_json_field_nested_950_deep_is_one_line_on_resume_not_a_recursion_
         assert res.stderr.strip().splitlines() == [
             f"kernel-lab: error: {tmp_path / 'run.json'}: not a valid run.json "
             f"(from_a_newer_version{'.a' * 9}: nested deeper than {schema.MAX_DEPTH} levels)"]
+
+
+ESCAPES = "\x1b]0;retitled\x07\x1b[2J\x1b[31m\u2028\r"   # retitle, clear, colour, split the line
+
+
+def test_ids_and_backends_with_escape_sequences_reach_the_console_escaped(tmp_path):
+    # report's duplicate note and merge's errors, from `kernel-lab` in its own process as a terminal sees it
+    from tests.engine.test_runner import kl
+
+    rec = {**GOOD, "id": f"toy/scale/n={ESCAPES}/seed=0", "params": {"n": ESCAPES}, "backend": f"toy{ESCAPES}"}
+    runs = []
+    for k in (1, 2):
+        run = tmp_path / f"s{k}"
+        run.mkdir()
+        (run / "cells.jsonl").write_text(json.dumps(rec) + "\n")
+        records.dump_json(run / "run.json", {"selection": runner.Selection("smoke", "toy", shard=f"{k}/2").as_dict(),
+                                             "finished": "2026-12-01T00:00:00", "counts": {}})
+        runs.append(run)
+    (runs[0] / "cells.jsonl").write_text(json.dumps(rec) + "\n" + json.dumps(rec) + "\n")   # recorded twice
+    report = kl("report", str(runs[0]), "--out", str(tmp_path / "report"))
+    merged = kl("merge", "--out", str(tmp_path / "merged"), *map(str, runs))
+    for res in (report, merged):
+        assert "\x1b" not in res.stderr and "\x07" not in res.stderr and "\u2028" not in res.stderr
+        assert "\r" not in res.stderr and "Traceback" not in res.stderr, res.stderr
+    assert report.returncode == 0 and "on 'toy\\x1b]0;retitled\\x07\\x1b[2J\\x1b[31m\\u2028\\r' recorded twice" \
+        in report.stderr
+    assert merged.returncode == 2 and len(merged.stderr.splitlines()) == 1 and "\\x1b[2J" in merged.stderr

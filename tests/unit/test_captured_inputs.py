@@ -193,7 +193,7 @@ def _poke(key, index, value):
 
 BAD = {
     "missing": (_gdn(lambda a: a.pop("state_indices")), "state_indices: missing"),
-    "extra": (_gdn(_set("g", lambda a: np.zeros((4, 4), np.float32))), "g: not an argument of this op"),
+    "extra": (_gdn(_set("g", lambda a: np.zeros((4, 4), np.float32))), "'g': not an argument of this op"),
     "act-dtype": (_gdn(_set("q", lambda a: a["q"].astype(np.float64))),
                   "q: dtype float64, expected bfloat16 or float16 or float32"),
     "mixed-act": (_gdn(_set("k", lambda a: a["k"].astype(np.float16))), "k: dtype float16, expected bfloat16"),
@@ -234,7 +234,7 @@ BAD = {
     "query-heads": (_tq(_set("query", lambda a: a["query"][:, :15])), "query heads Hq=15 must be a multiple"),
     "cache-dtype": (_tq(_set("kv_cache", lambda a: a["kv_cache"].astype(np.int16))),
                     "kv_cache: dtype int16, expected uint8"),
-    "string": (_tq(lambda a: None, {"bits": "4"}), "bits: an unexpected string"),
+    "string": (_tq(lambda a: None, {"bits": "4"}), "'bits': an unexpected string"),
     "scale": (_tq(lambda a: None, {"scale": "one"}), "scale: 'one' is not a number"),
 }
 
@@ -372,3 +372,18 @@ def test_the_repro_command_of_a_captured_cell_names_its_file():
     cell_id = "turboquant/decode/preset=turboquant_4bit_nc/layout=soa/inputs=029c86851720/seed=0"
     assert repro.command(cell_id, "triton", "ci", inputs="/data/layer 3.npz") == (
         "kernel-lab conform --inputs '/data/layer 3.npz' --family turboquant --op decode --backend triton")
+
+
+def test_a_file_key_with_escape_sequences_reaches_the_console_escaped(tmp_path):
+    import subprocess
+    import sys
+
+    arrays = gdn_arrays()
+    arrays["\x1b]0;retitled\x07\x1b[2J"] = np.zeros(2, np.float32)
+    path = tensor_files.write(tmp_path / "odd.npz", arrays)
+    res = subprocess.run([sys.executable, "-m", "kernel_lab", "conform", "--family", "gdn", "--op", GDN_CELL.op,
+                          "--inputs", str(path), "--backend", "numpy-ref", "--out", str(tmp_path / "run")],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 2 and "\x1b" not in res.stderr and "\x07" not in res.stderr, res.stderr
+    assert len(res.stderr.splitlines()) == 1
+    assert "'\\x1b]0;retitled\\x07\\x1b[2J': not an argument of this op" in res.stderr
