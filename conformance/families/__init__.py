@@ -21,7 +21,8 @@ A family exports:
         # rounding_model: one of ROUNDING_MODELS; memo: a conformance.memo.Memo for oracles (None: none
         # kept). Compares with conformance.compare.compare under tolerances derived from numerics.
     CAPTURED: module | None                       # optional: the ops that take captured tensors from a file
-        # (``conform --inputs``): OPS and derive(op, arrays, strings) -> (params, inputs), checked with
+        # (``conform --inputs``): OPS, keys(op) -> (required, optional, strings) names (checked against the
+        # file's headers before its data is read) and derive(op, arrays, strings) -> (params, inputs), checked with
         # conformance.inputs.checks; conformance.inputs.captured turns a file into a cell. None or absent:
         # the family takes no file.
 """
