@@ -7,14 +7,19 @@ and one CPU actor if the node offers a CPU, each pinned to its node and holding 
 ``address``: a running cluster (``ray start --head`` ...; default ``$RAY_ADDRESS``, else ``auto``),
 or ``local`` for a private single-node Ray started for this run. Ray is an optional extra
 (``pip install 'kernel-lab[ray]'``).
+
+A ``local`` Ray is the driver's own: a reaper process (``_reap``) holds the list of its processes and
+ends them when the driver dies without closing it (kill -9), since Ray's agents outlive their raylet.
 """
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 from conformance.cells import Cell
 from conformance.errors import UsageError
+from conformance.run import spawn
 from conformance.run.node_report import CLASS_ENV
 from conformance.run.remote import RemoteSlot, SlotLost
 from conformance.run.slot_host import SlotHost
@@ -43,6 +48,54 @@ def _undo_thread_limit() -> None:
         return
     if not any(v.startswith(b"OMP_NUM_THREADS=") for v in node_env):
         os.environ.pop("OMP_NUM_THREADS", None)
+
+
+def _started(pid: int) -> str | None:
+    """The start time of process ``pid`` (field 22 of /proc/PID/stat), None when it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def descendants(pid: int) -> dict[int, str]:
+    """Every living descendant of ``pid``: pid -> its start time (tells a reused pid apart)."""
+    out: dict[int, str] = {}
+    todo = [pid]
+    while todo:
+        parent = todo.pop()
+        for task in Path(f"/proc/{parent}/task").glob("*"):
+            try:
+                children = [int(c) for c in (task / "children").read_text().split()]
+            except OSError:
+                continue
+            for child in children:
+                started = _started(child)
+                if started is not None and child not in out:
+                    out[child] = started
+                    todo.append(child)
+    return out
+
+
+def _reap(conn) -> None:
+    """The reaper: takes {pid: start time} lists; on None it ends (the driver closed Ray itself), on
+    the pipe's end (the driver died) it kills each listed process that is still the one listed."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the driver's to handle
+    listed: dict[int, str] = {}
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            break
+        if msg is None:
+            return
+        listed.update(msg)
+    for pid, started in listed.items():
+        if _started(pid) == started:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
 
 
 class _Slot:
@@ -84,6 +137,7 @@ class RayEngine:
         self.ray = None
         self.actors: list = []
         self.node_ids: dict[str, str] = {}   # node name -> Ray node id
+        self.reaper = None                   # (process, pipe) while a local Ray of this driver runs
 
     def _connect(self) -> None:
         ray = self.ray = import_ray()
@@ -98,6 +152,16 @@ class RayEngine:
         except ConnectionError as exc:
             raise UsageError(f"--address {self.address}: no Ray cluster reached ({exc}); start one with "
                              "`ray start --head`, or pass --address local for a Ray on this machine only") from None
+        if self.address == "local":
+            self.reaper = spawn.start(_reap, (), {})
+            self._list_for_reaper()
+
+    def _list_for_reaper(self) -> None:
+        """Give the reaper the driver's Ray processes alive now (the reaper itself left out)."""
+        if self.reaper is not None:
+            found = descendants(os.getpid())
+            found.pop(self.reaper[0].pid, None)
+            self.reaper[1].send(found)
 
     def start_slots(self, backend_names: list[str]) -> list[RemoteSlot]:
         self._connect()
@@ -133,6 +197,7 @@ class RayEngine:
                 raise UsageError(f"--executor ray: a slot on node {name} failed to start: "
                                  f"{str(exc).splitlines()[0]}") from None
             slots.append(RemoteSlot(name, report["device"], report, a))
+        self._list_for_reaper()
         return slots
 
     def submit(self, slot: RemoteSlot, cell: Cell, backend_names: list[str]):
@@ -174,3 +239,6 @@ class RayEngine:
         self.actors = []
         ray.shutdown()
         self.ray = None
+        if self.reaper is not None:
+            spawn.stop(*self.reaper)
+            self.reaper = None

@@ -105,19 +105,23 @@ def test_a_lost_node_is_retired_and_its_pair_retried_once_elsewhere(tmp_path):
     assert "warning: slot a/cuda:0 retired" in res.stderr
 
 
-def test_a_pair_lost_twice_is_a_crash_naming_both_slots(tmp_path):
+def test_a_pair_lost_twice_is_a_crash_and_pairs_never_started_stay_unrecorded_for_resume(tmp_path):
     # a is lost at once; its pair goes to b, which is lost on that second call: nothing is left
     spec = {"nodes": [{"name": "a", "class": "lab", "lose_on_call": 1}, {"name": "b", "class": "lab", "lose_on_call": 2}]}
     res = fake(tmp_path, spec, *TOY, "--backend", "toy-good", "--out", str(tmp_path / "o"))
-    assert res.returncode == 1, res.stderr
+    assert res.returncode == 3, res.stderr
     got = recs(tmp_path / "o")
-    assert len(got) == 3 and len({records.key(r) for r in got}) == 3
-    assert Counter(r["status"] for r in got) == {"pass": 1, "crash": 2}
-    twice, left = [r for r in got if r["status"] == "crash"]
+    assert len(got) == 2 and len({records.key(r) for r in got}) == 2
+    assert Counter(r["status"] for r in got) == {"pass": 1, "crash": 1}
+    (twice,) = [r for r in got if r["status"] == "crash"]
     assert (twice["node"], twice["retried_from"]) == ("b", "a/cpu")
     assert twice["reason"].startswith("slot b/cpu lost: node b stopped answering; lost before on a/cpu")
-    assert left["reason"] == (f"no slot left to run on: a/cpu retired (node a stopped answering on {twice['id']} "
-                              f"(toy-good)), b/cpu retired (node b stopped answering on {twice['id']} (toy-good))")
+    stopped = run_json(tmp_path / "o")["stopped"]
+    assert stopped.startswith(f"no slot left to run on (a/cpu retired (node a stopped answering on {twice['id']} "
+                              "(toy-good)), b/cpu retired (") and "1 pair(s) never started" in stopped
+    assert res.stderr.strip().splitlines()[-1] == f"kernel-lab: error: {stopped}"
+    res = kl(*TOY, "--backend", "toy-good", "--out", str(tmp_path / "o"), "--resume")
+    assert res.returncode == 1 and len(recs(tmp_path / "o")) == 3, res.stderr   # the third pair ran
 
 
 def test_a_node_of_another_build_is_refused_by_name(tmp_path):
