@@ -32,6 +32,7 @@ from conformance.run.run_folder import (
     previous_records,
     release_lock,
     write_run_json,
+    write_stopped,
 )
 from conformance.run.selection import Selection
 
@@ -149,7 +150,11 @@ def _run_locked(selection, cells, backends, out_dir, executor, *, resume, timeou
                                  "ops": {family: list(ops) for family, ops in b.ops.items()}} for b in backends}
     info["rounding_models"] = {b.name: {family: b.rounding_model(family) for family in b.ops} for b in backends}
     write_run_json(run_path, info)
-    hold_reserve(out_dir)
+    try:
+        hold_reserve(out_dir)
+    except RunStopped as exc:
+        write_stopped(run_path, info, exc)
+        raise
 
     todo, statics, declared = plan(cells, backends, done, probes, budget)
     pairs = [(c, b) for c, bks in todo for b in bks]
@@ -203,11 +208,7 @@ def _run_locked(selection, cells, backends, out_dir, executor, *, resume, timeou
                 duplicates_dropped=dropped)
     free_reserve(out_dir)   # the room run.json needs on a full disk
     if stopped is not None:
-        info["stopped"] = str(stopped)
-        try:
-            records.dump_json(run_path, info)
-        except OSError:
-            pass  # the record file's message says what to do
+        write_stopped(run_path, info, stopped)
         raise stopped
     write_run_json(run_path, info)
     for slot, why in executor.retired.items():
