@@ -77,9 +77,22 @@ def _upgrade_margin(rec: dict) -> None:
     rec.setdefault("decided_by", {"output": output, "criterion": criterion})
 
 
+def clipped(value):
+    """``value`` with every string in it (keys too) cut to ``records.MAX_TEXT`` characters: the writer
+    clips what it writes, but a folder may come from elsewhere, and a page is built from what is read."""
+    if isinstance(value, str):
+        return records.clip(value)
+    if isinstance(value, dict):
+        return {records.clip(k): clipped(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [clipped(v) for v in value]
+    return value
+
+
 def _normalise(rec: dict) -> dict:
-    """Family, op and params from the id when a record lacks them (``family/op/k=v/.../seed=s``);
-    the margin over every criterion (``_upgrade_margin``)."""
+    """Strings clipped (``clipped``); family, op and params from the id when a record lacks them
+    (``family/op/k=v/.../seed=s``); the margin over every criterion (``_upgrade_margin``)."""
+    rec = clipped(rec)
     _upgrade_margin(rec)
     parts = rec["id"].split("/")
     rec.setdefault("family", parts[0])
@@ -113,7 +126,7 @@ def load(run_dir: str | Path) -> Run:
     info: dict = {}
     run_json = path / "run.json"
     if run_json.exists():
-        info = records.read_json(run_json)
+        info = clipped(records.read_json(run_json))
     else:
         problems.append("no run.json: machine fingerprint, versions, command and backend availability unknown")
     recs, rec_problems = read_records(path / "cells.jsonl")
