@@ -13,8 +13,13 @@ ends them when the driver dies without closing it (kill -9), since Ray's agents 
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import signal
+import socket
+import sys
+import tempfile
 from pathlib import Path
 
 from conformance.cells import Cell
@@ -25,6 +30,7 @@ from conformance.run.remote import RemoteSlot, SlotLost
 from conformance.run.slot_host import SlotHost
 
 START_TIMEOUT_S = 300.0     # for every slot to start and report
+REACH_TIMEOUT_S = 10.0      # for a TCP connection to a host:port address before Ray is asked
 # Variables of the driver that every slot needs too (backend and family modules named for a run).
 FORWARDED_PREFIX = "KERNEL_LAB_"
 NOT_FORWARDED = (CLASS_ENV, "KERNEL_LAB_FAKE_DEVICES")
@@ -37,6 +43,37 @@ def import_ray():
         raise UsageError("--executor ray needs Ray, which is not installed: pip install 'kernel-lab[ray]' "
                          "(make setup installs it)") from None
     return ray
+
+
+def unreachable(address: str) -> str | None:
+    """Why a ``host:port`` (or ``ray://host:port``) address takes no TCP connection within
+    ``REACH_TIMEOUT_S``, or None (reached, or an address of another form: ``auto``, ``local``)."""
+    m = re.fullmatch(r"(?:ray://)?\[?([^\[\]]+?)\]?:(\d+)", address)
+    if not m:
+        return None
+    try:
+        socket.create_connection((m[1], int(m[2])), timeout=REACH_TIMEOUT_S).close()
+    except OSError as exc:
+        return exc.strerror or str(exc) or type(exc).__name__
+    return None
+
+
+@contextlib.contextmanager
+def _stderr_held():
+    """Ray's log while it connects (its C++ core writes to fd 2 itself) held in a file, written out only
+    when the connection succeeds: a failure is one line, not Ray's retries."""
+    with tempfile.TemporaryFile() as held:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        held.seek(0)
+        sys.stderr.write(held.read().decode("utf-8", "replace"))
+        sys.stderr.flush()
 
 
 def _undo_thread_limit() -> None:
@@ -140,18 +177,24 @@ class RayEngine:
         self.reaper = None                   # (process, pipe) while a local Ray of this driver runs
 
     def _connect(self) -> None:
-        ray = self.ray = import_ray()
+        ray = import_ray()
         env = {k: v for k, v in os.environ.items() if k.startswith(FORWARDED_PREFIX) and k not in NOT_FORWARDED}
         runtime_env = {"env_vars": env} if env else None
+        advice = "start one with `ray start --head`, or pass --address local for a Ray on this machine only"
+        why = unreachable(self.address)
+        if why is not None:
+            raise UsageError(f"--address {self.address}: no Ray cluster reached ({why}); {advice}")
         try:
-            if self.address == "local":
-                ray.init(address="local", include_dashboard=False, log_to_driver=False, runtime_env=runtime_env,
-                         object_store_memory=100 << 20)
-            else:
-                ray.init(address=self.address, log_to_driver=False, runtime_env=runtime_env)
+            with _stderr_held():
+                if self.address == "local":
+                    ray.init(address="local", include_dashboard=False, log_to_driver=False,
+                             runtime_env=runtime_env, object_store_memory=100 << 20)
+                else:
+                    ray.init(address=self.address, log_to_driver=False, runtime_env=runtime_env)
         except ConnectionError as exc:
-            raise UsageError(f"--address {self.address}: no Ray cluster reached ({exc}); start one with "
-                             "`ray start --head`, or pass --address local for a Ray on this machine only") from None
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise UsageError(f"--address {self.address}: no Ray cluster reached ({first}); {advice}") from None
+        self.ray = ray   # connected: close() disconnects (before, a call to Ray would start one here)
         if self.address == "local":
             self.reaper = spawn.start(_reap, (), {})
             self._list_for_reaper()

@@ -235,3 +235,19 @@ def test_no_ray_process_outlives_a_driver_killed_with_sigkill_that_started_its_o
             proc.wait()
     left = {pid: cmd for pid, cmd in _processes().items() if pid in started}
     assert not left, left
+
+
+def test_an_unreachable_address_is_one_line_and_starts_no_ray(tmp_path):
+    import socket
+
+    with socket.socket() as s:   # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    start = time.monotonic()
+    res = subprocess.run([sys.executable, "-m", "kernel_lab", "conform", "--family", "toy", "--tier", "smoke",
+                          "--backend", "toy-good", "--out", str(tmp_path / "o"), "--executor", "ray", "--address",
+                          f"127.0.0.1:{port}"], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and res.stderr.splitlines() == [
+        f"kernel-lab: error: --address 127.0.0.1:{port}: no Ray cluster reached (Connection refused); start one "
+        "with `ray start --head`, or pass --address local for a Ray on this machine only"], res.stderr
+    assert time.monotonic() - start < 60
