@@ -197,6 +197,25 @@ def finite(name: str, actual: Any) -> Comparison:
     return Comparison(name, True, "", metrics, FINITE)
 
 
+def identical(name: str, actual: Any, expected: Any, tol: Tolerance) -> Comparison:
+    """Elements the op never touches (e.g. pool slots no sequence writes): each keeps its bits, compared
+    as float32 (exact for float32, bfloat16 and float16), a NaN matching a NaN of any payload. Not
+    through a tolerance: garbage in a slot no one reads (NaN, Inf) passes when left as it was."""
+    a = np.asarray(actual).astype(np.float32)
+    e = np.asarray(expected).astype(np.float32)
+    if a.shape != e.shape:
+        return Comparison(name, False, f"{name}: shape {a.shape}, expected {e.shape}",
+                          {"max_abs": float("inf"), "margin": float("inf"), "criterion": "shape"}, tol)
+    kept = (a.view(np.uint32) == e.view(np.uint32)) | (np.isnan(a) & np.isnan(e))
+    changed = int(a.size - np.count_nonzero(kept))
+    metrics = {"mismatch": changed / max(a.size, 1), "margin": float("inf") if changed else 0.0,
+               "criterion": "mismatch" if changed else "elementwise", "size": int(a.size)}
+    if changed:
+        return Comparison(name, False, f"{name}: {changed}/{a.size} elements changed (expected bit-identical)",
+                          metrics, tol)
+    return Comparison(name, True, "", metrics, tol)
+
+
 @dataclass
 class Verdict:
     """Outcome of one cell on one backend, before the runner adds ids and timing."""

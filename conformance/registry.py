@@ -55,12 +55,14 @@ class Backend:
                     ``--filter``); set for the Triton interpreter, a hundred times slower than compiled code.
     probe_call:     the probe also makes one tiny call of the kernels (``conformance.run.probe``): for stacks
                     that import but may not run here (the Triton interpreter under a NumPy it breaks on).
-    probe_timeout_s: the probe's limit (available() and the tiny call) before it is killed.
+    probe_timeout_s: the probe's limit (available() and the tiny call) before it is killed, and that of
+                    each supports() / path() answer the runner asks (``conformance.run.hook_answers``).
     argument_contract: it refuses what its families' ``REFUSALS`` list (``conformance.refusals``), as the
                     references do; False for peers, whose arguments are their own.
     path:           ``path(cell) -> str``: the code path it takes for the cell on this machine
                     (``conformance.paths``: ``amx``, ``sm_90``, ``interpreter``, ``numpy`` ...), asked
-                    where the record is made (the worker after a run, the runner for a skip); a run
+                    in a worker process (the pair's after a run; for a skip or a crash, the one the
+                    runner asks its hooks in); a run
                     that reports the path it took (``paths.took``) records that instead.
 
     ``supports`` and ``xfail`` that raise, or return something other than None or a string, make

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import os
+import re
 import shlex
 import sys
 import time
@@ -25,7 +26,7 @@ from pathlib import Path
 
 from bench import cli as bench_cli
 from conformance import audit, families, fingerprint, registry, studies
-from conformance.errors import RunStopped, UsageError, needs
+from conformance.errors import RunStopped, UsageError, escaped, needs
 from conformance.run import counts, executors, merge, node_report, probe, records, runner, selection
 from optimized.flydsl import cli as flydsl_cli
 from planner import cli as planner_cli
@@ -159,32 +160,32 @@ def cmd_conform(args) -> int:
     return status
 
 
-def node_command(fp: dict, device_class: str, address: str | None) -> str:
-    """The `ray start` line that joins this machine (fingerprint ``fp``) to a lab cluster at
-    ``address`` (None: as the head), with its GPUs, CPUs and device class."""
+def node_command(fp: dict, address: str | None) -> list[str]:
+    """The `ray start` argument list that joins this machine (fingerprint ``fp``) to a lab cluster at
+    ``address`` (None: as the head), with its GPUs and CPUs; the device class goes in its environment."""
     gpus, cpus = len(fp["gpus"]), fp["cpu"].get("usable_cores") or fp["cpu"]["cores"]
-    where = f"--address {address}" if address else "--head --port 6379"
-    return (f"{node_report.CLASS_ENV}={device_class} ray start {where} --num-gpus {gpus} --num-cpus {cpus} "
-            "--disable-usage-stats")
+    where = ["--address", address] if address else ["--head", "--port", "6379"]
+    return ["ray", "start", *where, "--num-gpus", str(gpus), "--num-cpus", str(cpus), "--disable-usage-stats"]
 
 
 def cmd_node(args) -> int:
     fp = fingerprint.fingerprint()
     ident = node_report.identity()
     device_class = args.device_class or node_report.local_device_class()
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", device_class):
+        raise UsageError(f"--device-class {device_class!r}: expected letters, digits, '.', '_' or '-' (it names "
+                         "the class's run folder)")
     print(f"# class {device_class}: {len(fp['gpus'])} GPU(s), {fp['cpu']['model']}; kernel-lab {ident['version']} "
           f"commit {ident['commit']}{' (dirty)' if ident['dirty'] else ''}, C++ build {ident['cpp_build']}")
-    line = node_command(fp, device_class, args.address)
-    print(line)
+    argv = node_command(fp, args.address)
+    print(shlex.join([f"{node_report.CLASS_ENV}={device_class}", *argv]))
     if not args.start:
         return 0
-    import shlex
     import subprocess
 
-    words = shlex.split(line)
     env = {**os.environ, node_report.CLASS_ENV: device_class}
     try:
-        return subprocess.run(words[1:], env=env).returncode
+        return subprocess.run(argv, env=env).returncode
     except FileNotFoundError:
         raise UsageError("node --start: the `ray` command is not on PATH (pip install 'kernel-lab[ray]')") from None
 
@@ -207,7 +208,7 @@ def cmd_report(args) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     for p in w.problems:
-        print(f"note: {p}", file=sys.stderr)
+        print(f"note: {escaped(p)}", file=sys.stderr)
     print(f"report: {w.index.resolve()} ({w.index.stat().st_size / 1e6:.2f} MB, {w.records} records)\n"
           f"junit:  {w.junit}\nsummary: {w.summary}")
     if args.fail_on_new and w.new_failures:
@@ -400,10 +401,10 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()   # a closed pipe shows here, not at the interpreter's exit
         return status
     except UsageError as exc:
-        sys.stderr.write(f"kernel-lab: error: {exc}\n")
+        sys.stderr.write(f"kernel-lab: error: {escaped(str(exc))}\n")
         return 2
     except RunStopped as exc:
-        sys.stderr.write(f"kernel-lab: error: {exc}\n")
+        sys.stderr.write(f"kernel-lab: error: {escaped(str(exc))}\n")
         return 3
     except KeyboardInterrupt:
         sys.stderr.write("\n" + _interrupted(argv, args) + "\n")

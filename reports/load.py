@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from conformance.errors import shown
 from conformance.run import records
 
 OLD_UNAVAILABLE_PREFIX = "backend unavailable: "   # how records before schema version 3 said it
@@ -82,9 +83,23 @@ def _upgrade_unavailable(rec: dict) -> None:
         rec["unavailable"] = reason[len(OLD_UNAVAILABLE_PREFIX):]
 
 
+def clipped(value):
+    """``value`` with every string in it (keys too) cut to ``records.MAX_TEXT`` characters: the writer
+    clips what it writes, but a folder may come from elsewhere, and a page is built from what is read."""
+    if isinstance(value, str):
+        return records.clip(value)
+    if isinstance(value, dict):
+        return {records.clip(k): clipped(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [clipped(v) for v in value]
+    return value
+
+
 def _normalise(rec: dict) -> dict:
-    """Family, op and params from the id when a record lacks them (``family/op/k=v/.../seed=s``);
-    the margin over every criterion (``_upgrade_margin``); ``unavailable`` (``_upgrade_unavailable``)."""
+    """Strings clipped (``clipped``); family, op and params from the id when a record lacks them
+    (``family/op/k=v/.../seed=s``); the margin over every criterion (``_upgrade_margin``); ``unavailable``
+    (``_upgrade_unavailable``)."""
+    rec = clipped(rec)
     _upgrade_margin(rec)
     _upgrade_unavailable(rec)
     parts = rec["id"].split("/")
@@ -105,7 +120,7 @@ def read_records(path: Path) -> tuple[list[dict], list[str]]:
     for rec in recs:
         k = records.key(rec)
         if k in out:
-            problems.append(f"{rec['id']} on {rec['backend']} recorded twice; the later kept")
+            problems.append(f"{shown(rec['id'])} on {shown(rec['backend'])} recorded twice; the later kept")
         out[k] = _normalise(rec)
     return list(out.values()), problems
 
@@ -119,7 +134,7 @@ def load(run_dir: str | Path) -> Run:
     info: dict = {}
     run_json = path / "run.json"
     if run_json.exists():
-        info = records.read_json(run_json)
+        info = clipped(records.read_json(run_json))
     else:
         problems.append("no run.json: machine fingerprint, versions, command and backend availability unknown")
     recs, rec_problems = read_records(path / "cells.jsonl")

@@ -24,7 +24,8 @@ A family exports:
         # (conformance.refusals), and the input a refused call must leave as it was; tests/unit/test_refusals.py
         # runs every row against every registered backend that holds the argument contract
     CAPTURED: module | None                       # optional: the ops that take captured tensors from a file
-        # (``conform --inputs``): OPS and derive(op, arrays, strings) -> (params, inputs), checked with
+        # (``conform --inputs``): OPS, keys(op) -> (required, optional, strings) names (checked against the
+        # file's headers before its data is read) and derive(op, arrays, strings) -> (params, inputs), checked with
         # conformance.inputs.checks; conformance.inputs.captured turns a file into a cell. None or absent:
         # the family takes no file.
 """

@@ -6,6 +6,8 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
+from conformance.errors import shown
+
 
 class InputsError(ValueError):
     """A file's tensors that do not make the op's inputs: the message names the key."""
@@ -23,12 +25,12 @@ def check_keys(arrays: Mapping, strings: Mapping, required: Iterable[str], optio
                               + (f" (optional: {', '.join(optional)})" if optional else ""))
     extra = sorted(set(arrays) - set(required) - set(optional))
     if extra:
-        raise InputsError(f"{', '.join(extra)}: not an argument of this op; expected arrays "
+        raise InputsError(f"{', '.join(map(shown, extra))}: not an argument of this op; expected arrays "
                           f"{', '.join(required + optional)}")
     extra = sorted(set(strings) - set(optional_strings))
     if extra:
         known = f"expected strings: {', '.join(optional_strings)}" if optional_strings else "expected none"
-        raise InputsError(f"{', '.join(extra)}: an unexpected string; {known}")
+        raise InputsError(f"{', '.join(map(shown, extra))}: an unexpected string; {known}")
 
 
 def dtype_in(name: str, a: np.ndarray, allowed: Iterable[str], what: str = "") -> str:

@@ -40,11 +40,12 @@ def base_record(cell: Cell, backend: registry.Backend) -> dict:
             "seed": cell.seed, "backend": backend.name, "rounding_model": backend.rounding_model(cell.family)}
 
 
-def static_record(cell: Cell, backend: registry.Backend, status: str, reason: str) -> dict:
+def static_record(cell: Cell, backend: registry.Backend, status: str, reason: str,
+                  path: str = paths.UNKNOWN) -> dict:
     """A record decided without running the kernel (skip) or without a record from the worker
-    (crash): its path is the one the backend would take (``Backend.code_path``)."""
-    return {**base_record(cell, backend), "status": status, "reason": reason, "duration_s": 0.0,
-            "path": backend.code_path(cell)}
+    (crash): ``path`` is the one the backend would take, as its worker answered ``Backend.code_path``
+    (``conformance.run.hook_answers``; this process never runs a backend's hook)."""
+    return {**base_record(cell, backend), "status": status, "reason": reason, "duration_s": 0.0, "path": path}
 
 
 def run_one(cell: Cell, backend_name: str, memo: Memo = MEMO) -> dict:

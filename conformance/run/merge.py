@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from conformance import fingerprint
-from conformance.errors import RunStopped, UsageError
+from conformance.errors import RunStopped, UsageError, shown
 from conformance.run import records, schema
 from conformance.run.counts import count
 from conformance.run.run_folder import check_out, make_out
@@ -58,7 +58,7 @@ def shard_runs(inputs: list[str]) -> list[tuple[str, dict, list[dict]]]:
         for r in recs:
             k = records.key(r)
             if k in seen:
-                raise UsageError(f"merge: {r['id']} on {r['backend']} is in both {seen[k]} and {src}")
+                raise UsageError(f"merge: {shown(r['id'])} on {shown(r['backend'])} is in both {seen[k]} and {src}")
             seen[k] = src
     for src, info, recs in runs:
         _agrees_with_run_json(src, info, recs)
@@ -83,7 +83,7 @@ def _agrees_with_run_json(src: str, info: dict, recs: list[dict]) -> None:
     ids, names = {c.id for c in cells}, {b.name for b in backends}
     for n, r in enumerate(recs, 1):
         if r["id"] not in ids or r["backend"] not in names:
-            raise UsageError(f"merge: {src}/cells.jsonl:{n}: {r['id']} on {r['backend']} is outside the "
+            raise UsageError(f"merge: {src}/cells.jsonl:{n}: {shown(r['id'])} on {shown(r['backend'])} is outside the "
                              f"shard's selection ({sel.get('tier')} tier, shard {sel.get('shard')})")
 
 

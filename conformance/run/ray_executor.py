@@ -7,19 +7,30 @@ and one CPU actor if the node offers a CPU, each pinned to its node and holding 
 ``address``: a running cluster (``ray start --head`` ...; default ``$RAY_ADDRESS``, else ``auto``),
 or ``local`` for a private single-node Ray started for this run. Ray is an optional extra
 (``pip install 'kernel-lab[ray]'``).
+
+A ``local`` Ray is the driver's own: a reaper process (``_reap``) holds the list of its processes and
+ends them when the driver dies without closing it (kill -9), since Ray's agents outlive their raylet.
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import re
+import signal
+import socket
+import sys
+import tempfile
 from pathlib import Path
 
 from conformance.cells import Cell
 from conformance.errors import UsageError
+from conformance.run import spawn
 from conformance.run.node_report import CLASS_ENV
 from conformance.run.remote import RemoteSlot, SlotLost
 from conformance.run.slot_host import SlotHost
 
 START_TIMEOUT_S = 300.0     # for every slot to start and report
+REACH_TIMEOUT_S = 10.0      # for a TCP connection to a host:port address before Ray is asked
 # Variables of the driver that every slot needs too (backend and family modules named for a run).
 FORWARDED_PREFIX = "KERNEL_LAB_"
 NOT_FORWARDED = (CLASS_ENV, "KERNEL_LAB_FAKE_DEVICES")
@@ -34,6 +45,37 @@ def import_ray():
     return ray
 
 
+def unreachable(address: str) -> str | None:
+    """Why a ``host:port`` (or ``ray://host:port``) address takes no TCP connection within
+    ``REACH_TIMEOUT_S``, or None (reached, or an address of another form: ``auto``, ``local``)."""
+    m = re.fullmatch(r"(?:ray://)?\[?([^\[\]]+?)\]?:(\d+)", address)
+    if not m:
+        return None
+    try:
+        socket.create_connection((m[1], int(m[2])), timeout=REACH_TIMEOUT_S).close()
+    except OSError as exc:
+        return exc.strerror or str(exc) or type(exc).__name__
+    return None
+
+
+@contextlib.contextmanager
+def _stderr_held():
+    """Ray's log while it connects (its C++ core writes to fd 2 itself) held in a file, written out only
+    when the connection succeeds: a failure is one line, not Ray's retries."""
+    with tempfile.TemporaryFile() as held:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        held.seek(0)
+        sys.stderr.write(held.read().decode("utf-8", "replace"))
+        sys.stderr.flush()
+
+
 def _undo_thread_limit() -> None:
     """Ray sets OMP_NUM_THREADS to an actor's CPUs (1 for the slots here) where the node's own
     environment does not set it; the local pool's workers inherit no such limit, nor do ours."""
@@ -43,6 +85,54 @@ def _undo_thread_limit() -> None:
         return
     if not any(v.startswith(b"OMP_NUM_THREADS=") for v in node_env):
         os.environ.pop("OMP_NUM_THREADS", None)
+
+
+def _started(pid: int) -> str | None:
+    """The start time of process ``pid`` (field 22 of /proc/PID/stat), None when it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def descendants(pid: int) -> dict[int, str]:
+    """Every living descendant of ``pid``: pid -> its start time (tells a reused pid apart)."""
+    out: dict[int, str] = {}
+    todo = [pid]
+    while todo:
+        parent = todo.pop()
+        for task in Path(f"/proc/{parent}/task").glob("*"):
+            try:
+                children = [int(c) for c in (task / "children").read_text().split()]
+            except OSError:
+                continue
+            for child in children:
+                started = _started(child)
+                if started is not None and child not in out:
+                    out[child] = started
+                    todo.append(child)
+    return out
+
+
+def _reap(conn) -> None:
+    """The reaper: takes {pid: start time} lists; on None it ends (the driver closed Ray itself), on
+    the pipe's end (the driver died) it kills each listed process that is still the one listed."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the driver's to handle
+    listed: dict[int, str] = {}
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            break
+        if msg is None:
+            return
+        listed.update(msg)
+    for pid, started in listed.items():
+        if _started(pid) == started:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
 
 
 class _Slot:
@@ -84,20 +174,37 @@ class RayEngine:
         self.ray = None
         self.actors: list = []
         self.node_ids: dict[str, str] = {}   # node name -> Ray node id
+        self.reaper = None                   # (process, pipe) while a local Ray of this driver runs
 
     def _connect(self) -> None:
-        ray = self.ray = import_ray()
+        ray = import_ray()
         env = {k: v for k, v in os.environ.items() if k.startswith(FORWARDED_PREFIX) and k not in NOT_FORWARDED}
         runtime_env = {"env_vars": env} if env else None
+        advice = "start one with `ray start --head`, or pass --address local for a Ray on this machine only"
+        why = unreachable(self.address)
+        if why is not None:
+            raise UsageError(f"--address {self.address}: no Ray cluster reached ({why}); {advice}")
         try:
-            if self.address == "local":
-                ray.init(address="local", include_dashboard=False, log_to_driver=False, runtime_env=runtime_env,
-                         object_store_memory=100 << 20)
-            else:
-                ray.init(address=self.address, log_to_driver=False, runtime_env=runtime_env)
+            with _stderr_held():
+                if self.address == "local":
+                    ray.init(address="local", include_dashboard=False, log_to_driver=False,
+                             runtime_env=runtime_env, object_store_memory=100 << 20)
+                else:
+                    ray.init(address=self.address, log_to_driver=False, runtime_env=runtime_env)
         except ConnectionError as exc:
-            raise UsageError(f"--address {self.address}: no Ray cluster reached ({exc}); start one with "
-                             "`ray start --head`, or pass --address local for a Ray on this machine only") from None
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise UsageError(f"--address {self.address}: no Ray cluster reached ({first}); {advice}") from None
+        self.ray = ray   # connected: close() disconnects (before, a call to Ray would start one here)
+        if self.address == "local":
+            self.reaper = spawn.start(_reap, (), {})
+            self._list_for_reaper()
+
+    def _list_for_reaper(self) -> None:
+        """Give the reaper the driver's Ray processes alive now (the reaper itself left out)."""
+        if self.reaper is not None:
+            found = descendants(os.getpid())
+            found.pop(self.reaper[0].pid, None)
+            self.reaper[1].send(found)
 
     def start_slots(self, backend_names: list[str]) -> list[RemoteSlot]:
         self._connect()
@@ -133,6 +240,7 @@ class RayEngine:
                 raise UsageError(f"--executor ray: a slot on node {name} failed to start: "
                                  f"{str(exc).splitlines()[0]}") from None
             slots.append(RemoteSlot(name, report["device"], report, a))
+        self._list_for_reaper()
         return slots
 
     def submit(self, slot: RemoteSlot, cell: Cell, backend_names: list[str]):
@@ -174,3 +282,6 @@ class RayEngine:
         self.actors = []
         ray.shutdown()
         self.ray = None
+        if self.reaper is not None:
+            spawn.stop(*self.reaper)
+            self.reaper = None

@@ -22,7 +22,7 @@ import stat
 from pathlib import Path
 from typing import Any, Iterable
 
-from conformance.cells import refuse_control_characters
+from conformance.cells import format_value, refuse_control_characters
 from conformance.errors import UsageError
 from conformance.run import schema
 from conformance.run.schema import STATUSES
@@ -63,6 +63,39 @@ def clip(text: str, limit: int = MAX_TEXT) -> str:
 
 def key(record: dict) -> tuple[str, str]:
     return record["id"], record["backend"]
+
+
+def _margin(metrics) -> float | None:
+    value = (metrics or {}).get("margin")
+    if isinstance(value, str):
+        return float(value)   # the writer's "nan" / "inf" (the schema admits no other string)
+    return value
+
+
+def contradiction(record: dict) -> str | None:
+    """What in ``record`` disagrees with the rest of it, or None: an id other than the one its family,
+    op, params and seed make; a pass (or xpass) with an output that failed or a margin above 1 (a
+    comparison passes exactly when its margin is at most 1: ``conformance.compare``); a fail (or
+    xfail) whose outputs all passed."""
+    parts = [record.get(k) for k in ("family", "op", "params", "seed")]
+    if None not in parts and isinstance(parts[2], dict):
+        family, op, params, seed = parts
+        made = "/".join([family, op, *(f"{k}={format_value(v)}" for k, v in params.items()), f"seed={seed}"])
+        if made != record["id"]:
+            return f"its family, op, params and seed make the id {made!r}"
+    status = record["status"]
+    outputs = {name: m for name, m in (record.get("outputs") or {}).items() if m}
+    if status in ("pass", "xpass"):
+        failed = [name for name, m in outputs.items() if m.get("passed") is False]
+        if failed:
+            return f"status {status}, but output {failed[0]!r} failed"
+        for name, m in [("metrics", record.get("metrics")), *outputs.items()]:
+            margin = _margin(m)
+            if margin is not None and not margin <= 1:
+                return f"status {status}, but {name} has margin {margin:g} (above 1 fails)"
+    if status in ("fail", "xfail") and outputs and all(m.get("passed") is True for m in outputs.values()):
+        return f"status {status}, but every output passed"
+    return None
 
 
 def _read_bytes(path: Path) -> bytes:
@@ -128,6 +161,9 @@ def read_partial(path: str | os.PathLike) -> tuple[list[dict], str | None]:
         wrong = schema.problem(rec, schema.RECORD)
         if wrong:
             raise RecordsError(f"{p}:{n}: not a valid cell record ({wrong})")
+        wrong = contradiction(rec)
+        if wrong:
+            raise RecordsError(f"{p}:{n}: a record that contradicts itself ({wrong}); was it edited?")
         out.append(rec)
     return out, partial
 

@@ -10,7 +10,9 @@ else, the same for every engine:
 - a run covers one device class (``use_class``); nodes of another class take no part;
 - a pair runs once; when the engine loses a slot (its process or its machine) with an item in
   flight, the slot is retired and the item retried once on another slot (``retried_from`` names
-  the lost slot, ``node/device``); lost twice, or with no slot left to take it, it is a ``crash``.
+  the lost slot, ``node/device``); lost twice, or with no slot left to take it, it is a ``crash``;
+- pairs that never started when no slot is left stay unrecorded and the run stops (``RunStopped``:
+  run.json says ``stopped``), so ``--resume`` runs them.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from typing import Protocol
 
 from conformance import registry
 from conformance.cells import Cell
-from conformance.errors import UsageError
+from conformance.errors import RunStopped, UsageError
 from conformance.run import node_report
 from conformance.run.inprocess import static_record
 
@@ -228,12 +230,12 @@ class RemoteExecutor:
                 for rec in recs:
                     emit(self._record(rec, slot, item))
                 idle.append(slot)
-        for item in queue:
+        if queue:
+            # pairs that never started say nothing about their kernels: unrecorded, a --resume runs them
             why = ", ".join(f"{label} retired ({why})" for label, why in self.retired.items())
-            for b in item.backends:
-                rec = {**static_record(item.cell, b, "crash", "no slot left to run on: " + (why or "none can")),
-                       "device": "none"}
-                emit({**rec, **({"retried_from": item.retried_from} if item.retried_from else {})})
+            pairs = sum(len(item.backends) for item in queue)
+            raise RunStopped(f"no slot left to run on ({why or 'none can run them'}); {pairs} pair(s) never "
+                             "started and are not recorded: continue with --resume once slots are back")
 
     def _lost(self, slot: RemoteSlot, item: _Item, reason: str, duration: float, queue: deque, emit) -> None:
         """The engine lost ``slot`` running ``item``: retire it (and every slot of its node if the

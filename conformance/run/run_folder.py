@@ -134,6 +134,16 @@ def previous_records(out_dir: Path, selection: dict, resume: bool, warn) -> tupl
     return recs, info
 
 
+def write_stopped(path: Path, info: dict, stopped: Exception) -> None:
+    """run.json with ``stopped`` saying why the run stopped, if the disk takes it (else the error's
+    own message says what to do)."""
+    info["stopped"] = str(stopped)
+    try:
+        records.dump_json(path, info)
+    except OSError:
+        pass
+
+
 def write_run_json(path: Path, info: dict) -> None:
     """run.json, or a usage error if it is a folder, or RunStopped if it cannot be written (disk full)."""
     try:
@@ -142,8 +152,6 @@ def write_run_json(path: Path, info: dict) -> None:
         raise records.RecordsError(f"{path}: is a folder, expected a file") from None
     except OSError as exc:
         raise RunStopped(f"{path}: cannot write ({exc.strerror or exc})") from None
-
-
 
 
 def hold_reserve(out_dir: Path) -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 from conformance import fingerprint, registry
 from conformance.cells import Cell
 from conformance.errors import RunStopped, UsageError
-from conformance.run import executors, records, schema
+from conformance.run import executors, hook_answers, records, schema
 from conformance.run.counts import count
 from conformance.run.estimate import Estimator, Progress, cell_work, hms, work_budget
 from conformance.run.inprocess import static_record
@@ -32,6 +32,7 @@ from conformance.run.run_folder import (
     previous_records,
     release_lock,
     write_run_json,
+    write_stopped,
 )
 from conformance.run.selection import Selection
 
@@ -92,36 +93,41 @@ def run_each_class(selection: Selection, out: str | os.PathLike, executor, **kwa
 
 
 def plan(cells: list[Cell], backends: list[registry.Backend], done: set, probes: dict, budget: bool
-         ) -> tuple[list[tuple[Cell, list[registry.Backend]]], list[dict]]:
-    """The pairs not ``done`` yet: per cell the backends to run, and the skip records of the rest
-    (backend unavailable per ``probes``, cell not supported, over the interpreter work budget)."""
+         ) -> tuple[list[tuple[Cell, list[registry.Backend]]], list[dict], dict[tuple[str, str], str]]:
+    """The pairs not ``done`` yet: per cell the backends to run, the skip records of the rest
+    (backend unavailable per ``probes``, cell not supported, over the interpreter work budget), and
+    each pair's declared path. The backends' hooks are asked in workers (``hook_answers``): one that
+    raises or hangs makes its pair an ``error`` record, one that ends its process a ``crash``."""
     todo: list[tuple[Cell, list[registry.Backend]]] = []
     statics: list[dict] = []
+    answers = hook_answers.ask([(c, b, probes[b.name][0]) for c in cells for b in backends
+                                if (c.id, b.name) not in done])
     for cell in cells:
         run_here = []
         for b in backends:
             if (cell.id, b.name) in done:
                 continue
+            answer = answers[(cell.id, b.name)]
+            if answer.status is not None:
+                statics.append(static_record(cell, b, answer.status, answer.failure, answer.path))
+                continue
             ok, why = probes[b.name]
             if not ok:
-                statics.append({**static_record(cell, b, "skip", f"backend unavailable: {why}"), "unavailable": why})
+                statics.append({**static_record(cell, b, "skip", f"backend unavailable: {why}", answer.path),
+                                "unavailable": why})
                 continue
-            try:
-                reason = b.skip_reason(cell)
-            except registry.HookError as exc:
-                statics.append(static_record(cell, b, "error", str(exc)))
-                continue
+            reason = answer.skip
             work, limit = cell_work(cell), work_budget(cell, b)
             if reason is None and budget and limit is not None and work > limit:
                 reason = (f"over the interpreter work budget ({work:,} > {limit:,.0f} tokens*heads*dims); "
                           "run with --no-budget / --filter to force")
             if reason is not None:
-                statics.append(static_record(cell, b, "skip", reason))
+                statics.append(static_record(cell, b, "skip", reason, answer.path))
             else:
                 run_here.append(b)
         if run_here:
             todo.append((cell, run_here))
-    return todo, statics
+    return todo, statics, {key: a.path for key, a in answers.items()}
 
 
 def _run_locked(selection, cells, backends, out_dir, executor, *, resume, timeout_s, budget, stream):
@@ -139,16 +145,21 @@ def _run_locked(selection, cells, backends, out_dir, executor, *, resume, timeou
             "timeout_s": timeout_s, "work_budget": budget, **executor.info(),
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     if old_info is not None:
-        # its nodes' fingerprints stay in its own run.json's history only: run.json is read to a limited depth
-        info["previous_run"] = {k: v for k, v in old_info.items() if k != "nodes"}
+        # the runs before, a flat list (run.json is read to a limited depth); their nodes' fingerprints left out
+        info["previous_runs"] = [*old_info.get("previous_runs", []),
+                                 {k: v for k, v in old_info.items() if k not in ("nodes", "previous_runs")}]
     probes = executor.probes(backends)
     info["backends"] = {b.name: {"available": probes[b.name][0], "reason": probes[b.name][1],
                                  "ops": {family: list(ops) for family, ops in b.ops.items()}} for b in backends}
     info["rounding_models"] = {b.name: {family: b.rounding_model(family) for family in b.ops} for b in backends}
     write_run_json(run_path, info)
-    hold_reserve(out_dir)
+    try:
+        hold_reserve(out_dir)
+    except RunStopped as exc:
+        write_stopped(run_path, info, exc)
+        raise
 
-    todo, statics = plan(cells, backends, done, probes, budget)
+    todo, statics, declared = plan(cells, backends, done, probes, budget)
     pairs = [(c, b) for c, bks in todo for b in bks]
     estimator = Estimator(pairs, jobs)
     estimator.learn({c.id: c for c in cells}, {b.name: b for b in backends}, old)
@@ -168,6 +179,8 @@ def _run_locked(selection, cells, backends, out_dir, executor, *, resume, timeou
 
     def emit(record: dict) -> None:
         nonlocal dropped
+        if record["status"] == "crash" and records.key(record) in declared:
+            record = {**record, "path": declared[records.key(record)]}   # the worker died before saying
         if records.key(record) in seen:
             dropped += 1
             return
@@ -198,11 +211,7 @@ def _run_locked(selection, cells, backends, out_dir, executor, *, resume, timeou
                 duplicates_dropped=dropped)
     free_reserve(out_dir)   # the room run.json needs on a full disk
     if stopped is not None:
-        info["stopped"] = str(stopped)
-        try:
-            records.dump_json(run_path, info)
-        except OSError:
-            pass  # the record file's message says what to do
+        write_stopped(run_path, info, stopped)
         raise stopped
     write_run_json(run_path, info)
     for slot, why in executor.retired.items():

@@ -2,10 +2,12 @@
 
 ``RECORD`` is a line of cells.jsonl, ``RUN_INFO`` is run.json. A schema is a tiny type language:
 ``str``, ``int``, ``number`` (int or float, or the strings ``"nan"``/``"inf"``/``"-inf"`` the writer
-makes of non-finite floats), ``bool``, ``None``, a tuple of alternatives, ``List(item)``,
-``Map(value)`` (an object with any string keys) and ``Obj(fields, required)``; ``ANY`` is any JSON
-up to ``MAX_DEPTH`` levels. Fields a schema does not name are allowed (records from newer
-versions), fields it names must have their type. ``problem`` says what is wrong, or None.
+makes of non-finite floats), ``seconds`` (a finite int or float, at least 0: a duration), ``bool``,
+``None``, a tuple of alternatives, ``List(item)``, ``Map(value)`` (an object with any string keys)
+and ``Obj(fields, required, rest)``; ``ANY`` is any JSON up to ``MAX_DEPTH`` levels. Fields an
+``Obj`` does not name are allowed (records from newer versions) as ``rest`` (default ``ANY``: depth
+limited, as every value is), fields it names must have their type: the schema admits only what the
+readers take. ``problem`` says what is wrong, or None.
 
 Versions (run.json's ``schema``; a folder without it is version 1). Every version's folders load,
 and resume: records of an older version are kept as they are and the report shows what they lack.
@@ -19,6 +21,7 @@ and resume: records of an older version are kept as they are and the report show
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,32 +41,42 @@ class Map:
     value: Any
 
 
-@dataclass(frozen=True)
-class Obj:
-    fields: dict
-    required: tuple = field(default=())
-
-
 class _Any:
     def __repr__(self) -> str:
         return "any JSON"
 
 
 ANY = _Any()
+
+
+@dataclass(frozen=True)
+class Obj:
+    fields: dict
+    required: tuple = field(default=())
+    rest: Any = ANY
+
+
 number = "number"
+seconds = "seconds"
 SCALAR = (str, number, bool, None)
-METRICS = Map(SCALAR)
+_MEASURES = ("max_abs", "max_rel", "rel_l2", "cosine", "mismatch", "elementwise", "margin")
+METRICS = Obj({**{name: (number, None) for name in _MEASURES}, "criterion": (str, None),
+               "nonfinite": (int, None), "size": (int, None), "passed": (bool, None)}, rest=SCALAR)
 
 RECORD = Obj({
     "id": str, "family": str, "op": str, "params": Map((SCALAR, List(SCALAR))), "seed": (int, None),
     "backend": str, "rounding_model": (str, None),
     "status": STATUSES,
     "reason": (str, None), "traceback": (str, None), "metrics": (METRICS, None),
-    "outputs": (Map((METRICS, None)), None), "tolerance": (Map((SCALAR, List(str))), None), "quality": (Map(ANY), None),
-    "duration_s": (number, None), "device": (str, None), "retried_from": (str, None),
+    "outputs": (Map((METRICS, None)), None),
+    "tolerance": (Obj({"atol": (number, None), "rtol": (number, None), "max_mismatch": (number, None),
+                       "rel_l2": (number, None), "source": (str, None), "terms": (List(str), None)}, rest=SCALAR), None),
+    "quality": (Map(ANY), None),
+    "duration_s": (seconds, None), "device": (str, None), "retried_from": (str, None),
     "warnings": (List(str), None), "output": (str, None),
     "decided_by": (Obj({"output": (str, None), "criterion": (str, None)}), None),
-    "wall_s": (number, None), "first_in_worker": (bool, None), "path": (str, None), "unavailable": (str, None)},
+    "wall_s": (seconds, None), "first_in_worker": (bool, None), "path": (str, None),
+    "unavailable": (str, None)},
     required=("id", "backend", "status"))
 
 _GPU = Obj({"name": (str, None), "compute_capability": (str, None), "arch": (str, None),
@@ -79,11 +92,13 @@ RUN_INFO = Obj({
     "gpus": (List(_GPU), None), "os": (str, None), "versions": (Map((str, None)), None),
     "git": (Obj({"commit": (str, None), "dirty": (bool, None)}), None),
     "command": (List(str), str, None), "selection": (SELECTION, None), "tier": (str, None),
-    "jobs": (int, None), "timeout_s": (number, None), "devices": (List(str), None),
-    "started": (str, None), "finished": (str, None), "elapsed_s": (number, None),
+    "jobs": (int, None), "timeout_s": (seconds, None), "devices": (List(str), None),
+    "started": (str, None), "finished": (str, None), "elapsed_s": (seconds, None),
     "backends": (Map(_BACKEND), None), "rounding_models": (Map(Map(str)), None),
     "counts": (Map(Map(int)), None), "retired_devices": (Map(str), None), "stopped": (str, None),
-    "merged_from": (List(str), Map(ANY), None)})
+    "merged_from": (List(str), Map(ANY), None),
+    "previous_runs": (List(Map(ANY)), None),   # the runs a --resume continued, oldest first
+    "previous_run": (Map(ANY), None)})         # ... as folders written before that list kept it
 
 
 def version(info: dict) -> int:
@@ -99,6 +114,8 @@ def _name(spec) -> str:
         return {str: "a string", int: "an integer", bool: "true/false"}[spec]
     if spec is number:
         return "a number"
+    if spec is seconds:
+        return "a finite number of seconds"
     if isinstance(spec, str):
         return repr(spec)
     if isinstance(spec, List):
@@ -135,6 +152,8 @@ def _matches(value, spec) -> bool:
         return isinstance(value, str)
     if spec is number:
         return (isinstance(value, (int, float)) and not isinstance(value, bool)) or value in NONFINITE
+    if spec is seconds:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < math.inf
     if isinstance(spec, str):
         return value == spec
     if isinstance(spec, List):
@@ -173,9 +192,8 @@ def problem(value: Any, spec, path: str = "") -> str | None:
         for name in chosen.required:
             if name not in value:
                 return f"{path + '.' if path else ''}{name}: missing"
-        for name, sub in chosen.fields.items():
-            if name in value:
-                found = problem(value[name], sub, f"{path}.{name}" if path else name)
-                if found:
-                    return found
+        for name, v in value.items():
+            found = problem(v, chosen.fields.get(name, chosen.rest), f"{path}.{name}" if path else name)
+            if found:
+                return found
     return None

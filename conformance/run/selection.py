@@ -16,6 +16,7 @@ from conformance import families, patterns, registry
 from conformance.cells import Cell
 from conformance.errors import UsageError
 from conformance.inputs import model_cells
+from conformance.run import hook_answers
 from conformance.run.estimate import first_estimate
 
 SELECTION_KEYS = ("tier", "family", "op", "backends", "filter", "shard", "shard_by", "model", "config", "inputs")
@@ -73,9 +74,13 @@ def shard_from_env(environ: Mapping[str, str], count: int | None = None) -> tupl
 def cost_shard(cells: list[Cell], backends: list[registry.Backend], k: int, n: int) -> list[Cell]:
     """Part K of N by estimated time: cells longest first (ties in list order), each to the part
     with the least estimated time so far (ties to the lowest part); the part's cells in list order.
-    The estimate is each backend's declared cost of the cell, the same on every machine."""
+    The estimate is each backend's declared cost of the cells it supports (asked in a worker:
+    ``hook_answers``), the same on every machine."""
+    answers = hook_answers.ask([(c, b, True) for c in cells for b in backends])
+
     def cost(cell: Cell) -> float:
-        return sum(first_estimate(cell, b) for b in backends if b.skip_reason(cell) is None)
+        return sum(first_estimate(cell, b) for b in backends
+                   if answers[(cell.id, b.name)].skip is None and answers[(cell.id, b.name)].status is None)
 
     load = [0.0] * n
     part_of = {}

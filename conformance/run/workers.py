@@ -28,7 +28,21 @@ from conformance.run.inprocess import run_one, static_record
 MAX_WARNINGS = 20
 
 
-def _worker_main(conn, output: str) -> None:
+def _die_with_parent(parent: int) -> None:
+    """On Linux, have the kernel kill this process when the one that started it dies (kill -9
+    included): a worker running a long kernel never outlives its runner or its Ray slot."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:   # it died before the call
+        os._exit(1)
+
+
+def _worker_main(conn, output: str, parent: int) -> None:
+    _die_with_parent(parent)
     # Ctrl-C reaches the whole process group: the runner stops the workers and says what is kept
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     fd = os.open(output, os.O_WRONLY | os.O_APPEND)
@@ -79,7 +93,7 @@ class Worker:
         self.env = env
         fd, self.output = tempfile.mkstemp(prefix="kernel-lab-worker-", suffix=".out")
         os.close(fd)
-        self.proc, self.conn = spawn.start(_worker_main, (self.output,), env)
+        self.proc, self.conn = spawn.start(_worker_main, (self.output, os.getpid()), env)
 
     def death_reason(self) -> str:
         self.proc.join(timeout=5)

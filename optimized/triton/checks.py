@@ -73,15 +73,21 @@ def check_finite(name: str, t) -> None:
         raise ValueError(f"{name} holds NaN or Inf")
 
 
-_FINITE: dict[int, tuple] = {}  # id -> (weak reference, version counter) of tensors found finite
+_FINITE: dict[int, tuple] = {}  # id -> (weak reference, version counter) of device tensors found finite
 
 
 def check_finite_once(name: str, t) -> None:
-    """``check_finite`` for a tensor that stays the same between calls (a decode's rotation): checked again
-    only when ``t`` is another tensor or torch wrote it in place since (its version counter moved), so
-    repeated calls with the same tensor allocate nothing on the device (``check_finite`` does)."""
+    """``check_finite`` for a tensor that stays the same between calls (a decode's rotation). A tensor
+    in CPU memory is checked every call (cheap, and a NumPy view of it writes without torch knowing).
+    A device tensor is checked again only when ``t`` is another tensor or torch wrote it in place since
+    (its version counter moved), so repeated calls allocate nothing on the device. The contract: a
+    write torch does not make (another library through DLPack, a raw kernel on its pointer) is not
+    seen; pass a fresh tensor after one."""
     import weakref
 
+    if t.device.type == "cpu":
+        check_finite(name, t)
+        return
     seen = _FINITE.get(id(t))
     if seen is not None and seen[0]() is t and seen[1] == t._version:
         return

@@ -172,3 +172,82 @@ def test_the_driver_killed_mid_run_is_finished_by_resume_on_the_local_executor(c
     assert len(got) == 24 and len({records.key(r) for r in got}) == 24 and got[:len(before)] == before
     assert {r["status"] for r in got} == {"pass"}
     assert "stale lock" in res.stderr
+
+
+def _processes() -> dict[int, str]:
+    """pid -> command line of every process of this machine."""
+    out = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                out[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
+            except OSError:
+                pass
+    return out
+
+
+def test_the_only_slot_killed_leaves_the_pairs_never_started_unrecorded_and_resume_runs_them(cluster, nodes,
+                                                                                               tmp_path):
+    nodes(num_cpus=0, num_gpus=1)   # one slot: its actor killed, no slot is left
+    out = tmp_path / "o"
+    sel = [*CI, "--backend", "toy-gpu-slow"]
+    proc = ray_popen(cluster, *sel, "--out", str(out))
+    try:
+        wait_for_records(out / "cells.jsonl", 2, proc)
+        (actor,) = [pid for pid, cmd in _processes().items() if cmd.startswith("ray::_Slot")]
+        os.kill(actor, signal.SIGKILL)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 3, err
+    before = recs(out)
+    # the pair in flight is the crash; the pairs never dispatched are not recorded at all
+    assert [r["status"] for r in before].count("crash") <= 1 and len(before) < 12
+    assert {r["status"] for r in before} <= {"pass", "crash"}
+    info = json.loads((out / "run.json").read_text())
+    assert "pair(s) never started and are not recorded" in info["stopped"] and "Traceback" not in err
+    res = kl(*sel, "--out", str(out), "--resume", "--executor", "local")
+    got = recs(out)
+    assert len(got) == 12 and len({records.key(r) for r in got}) == 12 and got[:len(before)] == before, res.stderr
+
+
+def test_no_ray_process_outlives_a_driver_killed_with_sigkill_that_started_its_own_ray(tmp_path):
+    from conformance.run.ray_executor import descendants
+
+    out = tmp_path / "o"
+    proc = subprocess.Popen([sys.executable, "-m", "kernel_lab", *CI, "--backend", "toy-hang", "--out", str(out),
+                             "--executor", "ray", "--address", "local"], cwd=ROOT, env=ENV,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for_records(out / "cells.jsonl", 1, proc)   # a pair's worker sleeps in its kernel now
+        started = descendants(proc.pid)
+        assert len(started) > 5   # gcs, raylet, agents, the slot's actor, its worker...
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        end = time.monotonic() + 30
+        while time.monotonic() < end and any(Path(f"/proc/{pid}").exists() for pid in started):
+            time.sleep(0.5)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    left = {pid: cmd for pid, cmd in _processes().items() if pid in started}
+    assert not left, left
+
+
+def test_an_unreachable_address_is_one_line_and_starts_no_ray(tmp_path):
+    import socket
+
+    with socket.socket() as s:   # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    start = time.monotonic()
+    res = subprocess.run([sys.executable, "-m", "kernel_lab", "conform", "--family", "toy", "--tier", "smoke",
+                          "--backend", "toy-good", "--out", str(tmp_path / "o"), "--executor", "ray", "--address",
+                          f"127.0.0.1:{port}"], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and res.stderr.splitlines() == [
+        f"kernel-lab: error: --address 127.0.0.1:{port}: no Ray cluster reached (Connection refused); start one "
+        "with `ray start --head`, or pass --address local for a Ray on this machine only"], res.stderr
+    assert time.monotonic() - start < 60

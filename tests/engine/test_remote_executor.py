@@ -3,6 +3,8 @@ device-class split, late duplicates dropped, a lost node retired and its pairs r
 another build refused, resume across executors; and `--shard env`, `--shard-by cost`, and
 `--executor ray` without Ray."""
 import json
+import os
+import shlex
 import subprocess
 import sys
 from collections import Counter
@@ -103,19 +105,23 @@ def test_a_lost_node_is_retired_and_its_pair_retried_once_elsewhere(tmp_path):
     assert "warning: slot a/cuda:0 retired" in res.stderr
 
 
-def test_a_pair_lost_twice_is_a_crash_naming_both_slots(tmp_path):
+def test_a_pair_lost_twice_is_a_crash_and_pairs_never_started_stay_unrecorded_for_resume(tmp_path):
     # a is lost at once; its pair goes to b, which is lost on that second call: nothing is left
     spec = {"nodes": [{"name": "a", "class": "lab", "lose_on_call": 1}, {"name": "b", "class": "lab", "lose_on_call": 2}]}
     res = fake(tmp_path, spec, *TOY, "--backend", "toy-good", "--out", str(tmp_path / "o"))
-    assert res.returncode == 1, res.stderr
+    assert res.returncode == 3, res.stderr
     got = recs(tmp_path / "o")
-    assert len(got) == 3 and len({records.key(r) for r in got}) == 3
-    assert Counter(r["status"] for r in got) == {"pass": 1, "crash": 2}
-    twice, left = [r for r in got if r["status"] == "crash"]
+    assert len(got) == 2 and len({records.key(r) for r in got}) == 2
+    assert Counter(r["status"] for r in got) == {"pass": 1, "crash": 1}
+    (twice,) = [r for r in got if r["status"] == "crash"]
     assert (twice["node"], twice["retried_from"]) == ("b", "a/cpu")
     assert twice["reason"].startswith("slot b/cpu lost: node b stopped answering; lost before on a/cpu")
-    assert left["reason"] == (f"no slot left to run on: a/cpu retired (node a stopped answering on {twice['id']} "
-                              f"(toy-good)), b/cpu retired (node b stopped answering on {twice['id']} (toy-good))")
+    stopped = run_json(tmp_path / "o")["stopped"]
+    assert stopped.startswith(f"no slot left to run on (a/cpu retired (node a stopped answering on {twice['id']} "
+                              "(toy-good)), b/cpu retired (") and "1 pair(s) never started" in stopped
+    assert res.stderr.strip().splitlines()[-1] == f"kernel-lab: error: {stopped}"
+    res = kl(*TOY, "--backend", "toy-good", "--out", str(tmp_path / "o"), "--resume")
+    assert res.returncode == 1 and len(recs(tmp_path / "o")) == 3, res.stderr   # the third pair ran
 
 
 def test_a_node_of_another_build_is_refused_by_name(tmp_path):
@@ -207,16 +213,12 @@ def test_shard_env_records_the_resolved_part_and_cost_shards_merge_to_the_whole_
 
 def test_cost_shards_balance_the_estimate_longest_first():
     from conformance.cells import make_cell
+    from conformance.registry import Backend
 
-    class B:
-        name = "b"
-        seconds_per_cell, seconds_per_work = 0.0, 1.0
-
-        def skip_reason(self, cell):
-            return None
-
+    b = Backend("b", {"toy": ("scale",)}, lambda: (True, ""), lambda cell, inputs: {},
+                seconds_per_cell=0.0, seconds_per_work=1.0)
     cells = [make_cell("toy", "scale", n=n, factor=1.0, seed=0) for n in (9, 1, 8, 2, 7, 3)]
-    parts = [selection.cost_shard(cells, [B()], k, 2) for k in (1, 2)]
+    parts = [selection.cost_shard(cells, [b], k, 2) for k in (1, 2)]
     assert [[c["n"] for c in p] for p in parts] == [[9, 1, 2, 3], [8, 7]]   # 15 and 15
 
 
@@ -236,6 +238,33 @@ def test_device_class_from_the_fingerprint(fp, want):
 def test_node_prints_the_ray_start_line_from_doctor():
     from kernel_lab import cli
     fp = {"gpus": [{"name": "NVIDIA H200"}] * 8, "cpu": {"cores": 128, "usable_cores": 96}}
-    assert cli.node_command(fp, "h200", "head:6379") == (
-        "KERNEL_LAB_DEVICE_CLASS=h200 ray start --address head:6379 --num-gpus 8 --num-cpus 96 --disable-usage-stats")
-    assert "--head --port 6379 --num-gpus 8" in cli.node_command(fp, "h200", None)
+    assert cli.node_command(fp, "head:6379") == [
+        "ray", "start", "--address", "head:6379", "--num-gpus", "8", "--num-cpus", "96", "--disable-usage-stats"]
+    assert cli.node_command(fp, None)[2:7] == ["--head", "--port", "6379", "--num-gpus", "8"]
+
+
+def test_node_start_runs_ray_with_its_arguments_as_given_never_a_shell(tmp_path):
+    # a fake `ray` first on PATH writes down its argv and the class it was given
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ray").write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$0.argv"\n'
+                                 'printf "%s" "$KERNEL_LAB_DEVICE_CLASS" > "$0.class"\n')
+    (bin_dir / "ray").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT)}
+    hostile_address = "head:6379 --head; touch PWNED"
+    res = subprocess.run([sys.executable, "-m", "kernel_lab", "node", "--start", "--address", hostile_address,
+                          "--device-class", "h200"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr
+    argv = (bin_dir / "ray.argv").read_text().splitlines()
+    assert argv[:3] == ["start", "--address", hostile_address] and (bin_dir / "ray.class").read_text() == "h200"
+    line = res.stdout.splitlines()[-1]
+    assert shlex.split(line) == ["KERNEL_LAB_DEVICE_CLASS=h200", "ray", *argv]   # printed quoted: it round-trips
+    assert not (tmp_path / "PWNED").exists()
+    # a class that would run a shell (or name another folder) is refused in one line, nothing started
+    (bin_dir / "ray.argv").unlink()
+    res = subprocess.run([sys.executable, "-m", "kernel_lab", "node", "--start", "--device-class",
+                          "x sh -c 'touch PWNED' sh"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 2 and len(res.stderr.splitlines()) == 1 and "--device-class" in res.stderr
+    assert not (bin_dir / "ray.argv").exists() and not (tmp_path / "PWNED").exists()

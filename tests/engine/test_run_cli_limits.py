@@ -74,9 +74,10 @@ def test_merge_refuses_shards_whose_records_disagree_with_their_run_json(tmp_pat
     if edit == "dropped":
         recs = one[:-1]
     elif edit == "counts":
-        recs = [{**one[0], "status": "fail"}] + one[1:]
+        recs = [{**one[0], "status": "fail",
+                 "outputs": {k: {**m, "passed": False} for k, m in one[0]["outputs"].items()}}] + one[1:]
     elif edit == "foreign id":
-        recs = one + [{**one[0], "id": "toy/scale/n=99/factor=1.0/seed=0"}]
+        recs = one + [{**one[0], "id": "toy/scale/n=99/factor=1.0/seed=0", "params": {"n": 99, "factor": 1.0}}]
     elif edit == "other shard's pair":
         recs, two = one + two[:1], two[1:]
         (s2 / "cells.jsonl").unlink()

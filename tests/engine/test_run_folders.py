@@ -13,6 +13,7 @@ from conformance.cells import make_cell
 from conformance.errors import UsageError
 from conformance.registry import Backend
 from conformance.run import estimate, records, run_folder, selection
+from conformance.run.counts import count
 from kernel_lab import cli
 from tests.cli_in_process import main, one_error_line
 
@@ -134,6 +135,49 @@ def test_merge_checks_selection_finished_shards_all_there_no_overlap_and_leaves_
     assert main(capsys, "merge", "--out", out, *shards)[0] == 0
     assert len(recs(out)) == 3
     assert json.loads((out / "run.json").read_text())["selection"]["shard"] is None
+
+
+def _edit_shard(folder, edit):
+    """Edit the first record of a shard and its run.json's counts to match, as a forger would."""
+    rs = recs(folder)
+    rs[0] = edit(rs[0])
+    (folder / "cells.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rs))
+    info = json.loads((folder / "run.json").read_text())
+    info["counts"] = {b: dict(c) for b, c in count(rs).items()}
+    (folder / "run.json").write_text(json.dumps(info))
+
+
+def _fail_to_pass(r):
+    return {**r, "status": "pass", "reason": ""}
+
+
+def _params_off_the_id(r):
+    return {**r, "params": {**r["params"], "n": r["params"]["n"] + 1}}
+
+
+def _pass_to_fail(r):
+    return {**r, "status": "fail", "reason": "planted"}
+
+
+@pytest.mark.parametrize("edit, backend, words", [
+    (_fail_to_pass, "toy-wrong", "(status pass, but output 'y' failed)"),
+    (_params_off_the_id, "toy-good", "(its family, op, params and seed make the id 'toy/scale/n=9/"),
+    (_pass_to_fail, "toy-good", "(status fail, but every output passed)"),
+])
+def test_a_record_that_contradicts_itself_is_refused_by_merge_report_and_resume(tmp_path, capsys, edit, backend,
+                                                                                words):
+    base = [*SMOKE, "--backend", backend]
+    for k in (1, 2):
+        main(capsys, *base, "--shard", f"{k}/2", "--out", tmp_path / f"s{k}")
+    _edit_shard(tmp_path / "s1", edit)
+    for argv in (["merge", "--out", tmp_path / "merged", tmp_path / "s1", tmp_path / "s2"],
+                 ["report", tmp_path / "s1", "--out", tmp_path / "report"],
+                 [*base, "--shard", "1/2", "--out", tmp_path / "s1", "--resume"]):
+        rc, _, err = main(capsys, *argv)
+        line = one_error_line(err)
+        assert rc == 2 and f"{tmp_path / 's1' / 'cells.jsonl'}:1: a record that contradicts itself " in line, line
+        assert words in line
+    assert not (tmp_path / "merged").exists()
 
 
 # ---------------------------------------------------------------- empty selections, bad input

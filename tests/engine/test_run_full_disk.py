@@ -119,3 +119,16 @@ def test_a_full_disk_during_merge_leaves_nothing_there(small_disk, tmp_path):
     errors = [ln for ln in done.stderr.splitlines() if ln.startswith("kernel-lab: error:")]
     assert done.returncode == 3 and len(errors) == 1 and "Traceback" not in done.stderr, (how, done.stderr[-2000:])
     assert "nothing was left there" in errors[0] and not (disk / "m").exists()
+
+
+def test_no_room_for_a_run_stops_before_any_pair_and_run_json_says_so(tmp_path):
+    # a file-size limit below the 64 KiB the run holds back: run.json is written, the reserve is not
+    out = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-m", "kernel_lab", *ARGS, "--out", str(out)], cwd=ROOT, env=_env(),
+                          capture_output=True, text=True, timeout=600, preexec_fn=_limited(32 << 10))
+    assert done.returncode == 3 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines()[-1].startswith(f"kernel-lab: error: {out}: no room for a run (")
+    info = json.loads((out / "run.json").read_text())
+    assert info["stopped"].startswith(f"{out}: no room for a run (") and "finished" not in info
+    assert not (out / run_folder.LOCK_NAME).exists() and not (out / run_folder.RESERVE_NAME).exists()
+    assert records.read(out / "cells.jsonl") == []

@@ -1,7 +1,7 @@
 """A backend's hooks cannot stop a run: available() that hangs, raises or kills its process, and
-supports() / xfail() that raise or answer nonsense, become records (an error naming the hook, or
-the backend unavailable with the reason); the probe has a time limit; doctor does not hang; no lock
-is left. A stack that imports but cannot run (a tiny call of its kernels raises) is unavailable
+supports() / xfail() that raise or answer nonsense, and supports() / path() that hang, segfault or
+exit, become records (an error or a crash naming the hook, or the backend unavailable with the reason);
+the probe and the hooks have a time limit; doctor does not hang; no lock is left. A stack that imports but cannot run (a tiny call of its kernels raises) is unavailable
 before the run, with the versions found."""
 import json
 import os
@@ -14,6 +14,7 @@ import pytest
 from conformance import registry
 from conformance.run import probe, records, run_folder, runner
 from tests.engine.test_run_folders import ROOT, SMOKE, main, toy_lab  # noqa: F401
+from tests.engine.test_runner import kl
 
 
 def _conform(capsys, tmp_path, backend):
@@ -78,3 +79,30 @@ def test_doctor_does_not_hang_on_a_hanging_probe(tmp_path):
     lines = {ln.split()[1]: ln for ln in done.stdout.splitlines() if ln.startswith("  ") and len(ln.split()) > 2}
     assert lines["toy-avail-hangs"].split()[0] == "no" and "did not answer within 2 s" in lines["toy-avail-hangs"]
     assert lines["toy-avail-aborts"].split()[0] == "no" and lines["toy-good"].split()[0] == "yes"
+
+
+@pytest.mark.parametrize("backend,status,words", [
+    ("toy-supports-hangs", "error", "toy-supports-hangs: supports() did not answer within 2 s; killed"),
+    ("toy-supports-segfaults", "crash", "toy-supports-segfaults: the process asking supports() died (signal SIGSEGV)"),
+    ("toy-supports-exits", "crash", "toy-supports-exits: the process asking supports() died (exit status 3)"),
+    ("toy-path-hangs", "error", "toy-path-hangs: path() did not answer within 2 s; killed"),
+    ("toy-path-segfaults", "crash", "toy-path-segfaults: the process asking path() died (signal SIGSEGV)"),
+])
+def test_supports_or_path_that_hang_or_end_their_process_are_that_pairs_record(tmp_path, backend, status, words):
+    # the run in its own process, as a user starts it: a hook run in the runner would hang or kill it
+    start = time.monotonic()
+    res = kl(*SMOKE, "--backend", backend, "--out", str(tmp_path))
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+    got = {r["params"]["n"]: r for r in records.read(tmp_path / "cells.jsonl")}
+    assert {n: r["status"] for n, r in got.items()} == {8: "pass", 9: status, 10: "pass"}
+    assert got[9]["reason"] == words and got[9]["path"].startswith("unknown: not asked (")
+    info = json.loads((tmp_path / "run.json").read_text())
+    assert "finished" in info and "stopped" not in info and not (tmp_path / run_folder.LOCK_NAME).exists()
+    assert time.monotonic() - start < 60
+
+
+def test_a_hanging_supports_does_not_hang_a_cost_shard(tmp_path):
+    res = kl(*SMOKE, "--backend", "toy-supports-hangs,toy-good", "--shard", "1/2", "--shard-by", "cost",
+             "--out", str(tmp_path), "--timeout", "20")
+    assert res.returncode in (0, 1) and "Traceback" not in res.stderr, res.stderr
+    assert records.read(tmp_path / "cells.jsonl")

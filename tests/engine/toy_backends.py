@@ -145,6 +145,38 @@ register(Backend("toy-stack-broken", {"toy": ("scale",)}, lambda: (True, "import
                  probe_call=True))
 
 
+def _bad_on_9(fault):
+    """A hook that does ``fault`` on the cell n = 9 and answers plainly on the others."""
+    def hook(cell):
+        if cell["n"] == 9:
+            fault()
+        return None if hook.kind == "supports" else "toy-declared"
+    return hook
+
+
+def _sleep():
+    import time
+    time.sleep(60)
+
+
+def _segfault():
+    import signal
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+
+def _exit_3():
+    os._exit(3)   # the runner's own disk-full exit status
+
+
+for _name, _fault, _kind in (("hangs", _sleep, "supports"), ("segfaults", _segfault, "supports"),
+                             ("exits", _exit_3, "supports"), ("hangs", _sleep, "path"),
+                             ("segfaults", _segfault, "path")):
+    _hook = _bad_on_9(_fault)
+    _hook.kind = _kind
+    register(Backend(f"toy-{_kind}-{_name}", {"toy": ("scale",)}, lambda: (True, "always"), _run(_Good),
+                     probe_timeout_s=2.0, **{_kind: _hook}))
+
+
 def _chatty(cell, inputs):
     import sys
     print("x" * (2 << 20))

@@ -28,8 +28,10 @@ RECORD_TEXT = ("id", "family", "op", "backend", "rounding_model", "reason", "tra
 def record(status: str, n: int) -> dict:
     h = lambda f: hostile(f"{f}#{n}")  # noqa: E731
     outputs = {h("output.name"): {"max_abs": 1e-3, "margin": 0.5, "nonfinite": 0}}
-    return {"id": h("id"), "family": h("family"), "op": h("op"),
-            "params": {h("param.key"): h("param.value"), "act": h("param.act")}, "seed": n,
+    params = {"name": h("id"), h("param.key"): h("param.value"), "act": h("param.act")}
+    # the id its parts make (a reader refuses a record whose id they contradict)
+    cid = "/".join([h("family"), h("op"), *(f"{k}={v}" for k, v in params.items()), f"seed={n}"])
+    return {"id": cid, "family": h("family"), "op": h("op"), "params": params, "seed": n,
             "backend": h("backend"), "rounding_model": h("rounding_model"), "status": status,
             "reason": h("reason"), "traceback": h("traceback"), "metrics": outputs[h("output.name")],
             "outputs": outputs, "tolerance": {"atol": 0.0, "rtol": 1e-3, "source": h("tolerance.source")},

@@ -31,11 +31,12 @@ def _record(rng: random.Random, family: str, op: str, params: dict, backend: str
     status = "pass" if u < 0.95 else rng.choice(("fail", "error", "crash", "xfail", "xpass"))
     outputs = {}
     for name in FAMILIES[family]["outputs"]:
-        margin = 10 ** rng.uniform(-4, 0.05) if status == "pass" else 10 ** rng.uniform(0.1, 2)
+        passed = status in ("pass", "xpass")
+        margin = 10 ** rng.uniform(-4, 0.05) if passed else 10 ** rng.uniform(0.1, 2)
         outputs[name] = {"max_abs": margin * 1e-3, "max_rel": margin * 2e-3, "rel_l2": margin * 1e-4,
                          "cosine": 1 - margin * 1e-8, "mismatch": 0.0 if margin <= 1 else 0.01,
-                         "margin": min(margin, 1.0) if status == "pass" else margin, "nonfinite": 0,
-                         "size": 4096, "passed": status == "pass"}
+                         "margin": min(margin, 1.0) if passed else margin, "nonfinite": 0,
+                         "size": 4096, "passed": passed}
     worst = max(outputs.values(), key=lambda m: m["margin"])
     reason = "" if status == "pass" else f"synthetic {status}: o beyond atol + rtol (margin {worst['margin']:.3g})"
     return {**base, "status": status, "reason": reason, "metrics": {k: v for k, v in worst.items() if k != "passed"},

@@ -110,7 +110,7 @@ def test_copy_of_smoke_run_with_baseline(smoke_run, open_page, tmp_path):
     shutil.copytree(smoke_run, base)
     lines = (base / "cells.jsonl").read_text().splitlines(keepends=True)
     i = next(i for i, line in enumerate(lines) if '"status": "pass"' in line)
-    lines[i] = lines[i].replace('"status": "pass"', '"status": "fail"')
+    lines[i] = lines[i].replace('"status": "pass"', '"status": "fail"').replace('"passed": true', '"passed": false')
     (base / "cells.jsonl").write_text("".join(lines))
     out = tmp_path / "report"
     done = kernel_lab("report", str(smoke_run), "--baseline", str(base), "--out", str(out))
@@ -140,8 +140,10 @@ def test_failures_lead_the_page_with_counts_machines_and_repro(smoke_run, open_p
     recs = [json.loads(x) for x in (other / "cells.jsonl").read_text().splitlines()]
     i = next(i for i, r in enumerate(recs) if r["status"] == "pass" and r["backend"] == "numpy-ref")
     recs[i] = {**recs[i], "status": "fail", "reason": "planted", "metrics": {**recs[i]["metrics"], "margin": 3.0},
-               "decided_by": {"output": "o", "criterion": "rel_l2"}}
-    odd = {**recs[i], "id": recs[i]["id"] + "/note=it's odd", "metrics": {"margin": 2.0}}
+               "decided_by": {"output": "o", "criterion": "rel_l2"},
+               "outputs": {name: {**m, "passed": False} for name, m in recs[i]["outputs"].items()}}
+    odd = {**recs[i], "id": recs[i]["id"].replace("/seed=", "/note=it's odd/seed="),
+           "params": {**recs[i]["params"], "note": "it's odd"}, "metrics": {"margin": 2.0}}
     (other / "cells.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs + [odd]))
     out = tmp_path / "report"
     assert kernel_lab("report", str(smoke_run), str(other), "--out", str(out)).returncode == 0

@@ -274,7 +274,8 @@ def test_fail_on_new_and_the_diff_in_summary_md(tmp_path):
     i = next(i for i, r in enumerate(recs) if r["status"] == "pass")
     (tmp_path / "now").mkdir()
     now = [dict(r) for r in recs]
-    now[i] = {**now[i], "status": "fail", "reason": "planted new failure"}
+    now[i] = {**now[i], "status": "fail", "reason": "planted new failure",
+              "outputs": {name: {**m, "passed": False} for name, m in now[i]["outputs"].items()}}
     (tmp_path / "now" / "cells.jsonl").write_text("".join(json.dumps(r) + "\n" for r in now))
     done = kernel_lab("report", str(tmp_path / "now"), "--baseline", str(tmp_path / "base"), "--fail-on-new",
                       "--out", str(tmp_path / "out"))

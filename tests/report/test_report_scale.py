@@ -46,3 +46,23 @@ def test_20k_records(tmp_path, open_page):
           f"Chromium: goto+load {load_s:.2f} s, load event at {nav:.0f} ms, heatmap drawn in {draw_ms:.0f} ms; "
           f"backend filter {filter_s:.2f} s, click to details {click_s:.2f} s")
     assert size_mb < 10 and nav < 10_000
+
+
+def test_a_10_mb_name_read_from_a_folder_is_clipped_on_the_page(tmp_path):
+    # the writer clips what it writes; a folder from elsewhere holds what it likes
+    import json
+
+    from conformance.run import records
+
+    big = "n" * (10 << 20)
+    run = tmp_path / "run"
+    run.mkdir()
+    rec = {"id": f"toy/scale/name={big}/seed=0", "family": "toy", "op": "scale", "params": {"name": big}, "seed": 0,
+           "backend": "b" * (10 << 20), "status": "error", "reason": "r" * (10 << 20), "duration_s": 0.1}
+    (run / "cells.jsonl").write_text(json.dumps(rec) + "\n")
+    (run / "run.json").write_text(json.dumps({"cpu": {"model": "m" * (10 << 20), "flags": []}}))
+    w = build.write([str(run)], str(tmp_path / "report"))
+    for path in (w.index, w.summary, w.junit):
+        assert path.stat().st_size < 1 << 20, (path, path.stat().st_size)
+    assert "more characters cut]" in w.index.read_text()
+    assert records.MAX_TEXT < 10 << 20

@@ -193,7 +193,7 @@ def _poke(key, index, value):
 
 BAD = {
     "missing": (_gdn(lambda a: a.pop("state_indices")), "state_indices: missing"),
-    "extra": (_gdn(_set("g", lambda a: np.zeros((4, 4), np.float32))), "g: not an argument of this op"),
+    "extra": (_gdn(_set("g", lambda a: np.zeros((4, 4), np.float32))), "'g': not an argument of this op"),
     "act-dtype": (_gdn(_set("q", lambda a: a["q"].astype(np.float64))),
                   "q: dtype float64, expected bfloat16 or float16 or float32"),
     "mixed-act": (_gdn(_set("k", lambda a: a["k"].astype(np.float16))), "k: dtype float16, expected bfloat16"),
@@ -234,7 +234,7 @@ BAD = {
     "query-heads": (_tq(_set("query", lambda a: a["query"][:, :15])), "query heads Hq=15 must be a multiple"),
     "cache-dtype": (_tq(_set("kv_cache", lambda a: a["kv_cache"].astype(np.int16))),
                     "kv_cache: dtype int16, expected uint8"),
-    "string": (_tq(lambda a: None, {"bits": "4"}), "bits: an unexpected string"),
+    "string": (_tq(lambda a: None, {"bits": "4"}), "'bits': an unexpected string"),
     "scale": (_tq(lambda a: None, {"scale": "one"}), "scale: 'one' is not a number"),
 }
 
@@ -372,3 +372,121 @@ def test_the_repro_command_of_a_captured_cell_names_its_file():
     cell_id = "turboquant/decode/preset=turboquant_4bit_nc/layout=soa/inputs=029c86851720/seed=0"
     assert repro.command(cell_id, "triton", "ci", inputs="/data/layer 3.npz") == (
         "kernel-lab conform --inputs '/data/layer 3.npz' --family turboquant --op decode --backend triton")
+
+
+def test_a_file_key_with_escape_sequences_reaches_the_console_escaped(tmp_path):
+    import subprocess
+    import sys
+
+    arrays = gdn_arrays()
+    arrays["\x1b]0;retitled\x07\x1b[2J"] = np.zeros(2, np.float32)
+    path = tensor_files.write(tmp_path / "odd.npz", arrays)
+    res = subprocess.run([sys.executable, "-m", "kernel_lab", "conform", "--family", "gdn", "--op", GDN_CELL.op,
+                          "--inputs", str(path), "--backend", "numpy-ref", "--out", str(tmp_path / "run")],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 2 and "\x1b" not in res.stderr and "\x07" not in res.stderr, res.stderr
+    assert len(res.stderr.splitlines()) == 1
+    assert "'\\x1b]0;retitled\\x07\\x1b[2J': not an argument of this op" in res.stderr
+
+
+# ---------------------------------------------------------------- hostile files: bounded reads, each fault named
+
+def _npz(path, members: dict[str, bytes]):
+    """An .npz written member by member (deflated), as a forger would."""
+    import zipfile
+
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+    return path
+
+
+def _npy(shape, dtype="<f4", data: bytes = b"") -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {"descr": dtype, "fortran_order": False, "shape": shape})
+    return buf.getvalue() + data
+
+
+def _good_members() -> dict[str, bytes]:
+    import io
+
+    out = {}
+    for k, a in gdn_arrays().items():
+        buf = io.BytesIO()
+        np.save(buf, a.view(np.uint16) if a.dtype.name == "bfloat16" else a)
+        out[k + ".npy"] = buf.getvalue()
+    return out
+
+
+@pytest.mark.parametrize("case, members, words", [
+    ("1e12 rows", {"q.npy": _npy((10**12, 2, 32), data=b"\0" * 64)},
+     "member 'q.npy': its header declares shape [1000000000000, 2, 32] of float32 (233 TiB) but the member "
+     "holds 64 B of data (truncated or forged)"),
+    ("2^62 rows", {"q.npy": _npy((2**62, 2))}, "member 'q.npy': its header declares shape [4611686018427387904, 2]"),
+    ("negative", {"q.npy": _npy((-3, 4))}, "member 'q.npy': its header declares shape [-3, 4], a negative dimension"),
+    ("truncated", {"q.npy": _npy((4, 2, 32), data=b"\0" * 100)}, "but the member holds 100 B of data (truncated"),
+    ("not .npy", {"q.npy": _npy((1,), data=b"\0" * 4), "notes.txt": b"hello"},
+     "member 'notes.txt' is not a .npy array (an .npz holds .npy members only)"),
+    ("not a header", {"q.npy": b"\x93NUMPY\x01\x00\x10\x00{'descr': 1}    \n"}, "member 'q.npy': not a valid .npy header"),
+])
+def test_a_forged_npz_member_is_named_for_what_is_wrong_with_it(tmp_path, capsys, case, members, words):
+    path = _npz(tmp_path / "forged.npz", {**_good_members(), **members})
+    rc, _, err = main(capsys, "conform", "--family", "gdn", "--op", "decode", "--inputs", path,
+                      "--backend", "numpy-ref", "--out", tmp_path / "run")
+    line = one_error_line(err)
+    assert rc == 2 and words in line and "pickle" not in line, line
+
+
+def test_a_compressed_bomb_under_a_name_the_op_does_not_take_is_refused_before_it_is_decompressed(tmp_path):
+    import tracemalloc
+    import zipfile
+
+    path = tmp_path / "bomb.npz"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, data in _good_members().items():
+            zf.writestr(name, data)
+        with zf.open("junk.npy", "w", force_zip64=True) as fh:   # 256 MiB of zeros, deflated to about 250 KB
+            fh.write(_npy((64 << 20,)))
+            zeros = bytes(16 << 20)
+            for _ in range(16):
+                fh.write(zeros)
+    assert path.stat().st_size < 2 << 20
+    tracemalloc.start()
+    with pytest.raises(captured.UsageError, match="'junk': not an argument of this op"):
+        captured.file_cell(path, "gdn", "decode")
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 16 << 20, peak
+
+
+def test_a_file_whose_arrays_need_more_than_half_the_memory_is_refused_before_it_is_read(tmp_path, monkeypatch):
+    arrays = gdn_arrays()
+    arrays["state"] = np.zeros((4096, *arrays["state"].shape[1:]), arrays["state"].dtype)   # 32 MiB, compresses
+    path = capture.save(tmp_path / "big.npz", arrays)
+    monkeypatch.setattr(tensor_files, "memory_bytes", lambda: 32 << 20)
+    with pytest.raises(tensor_files.TensorFileError, match=r"its arrays need 32.?\d* MiB \(the largest, 'state', 32 MiB\)"
+                       r", more than half this machine's memory \(32 MiB\)"):
+        tensor_files.read(path)
+
+
+def test_nan_in_a_pool_slot_the_op_never_touches_passes_and_a_write_there_still_fails(tmp_path):
+    arrays = gdn_arrays()
+    used = set(arrays["state_indices"][arrays["state_indices"] >= 0].tolist())
+    nan_slot = np.full((1, *arrays["state"].shape[1:]), np.nan, np.float32).astype(arrays["state"].dtype)
+    arrays["state"] = np.concatenate([arrays["state"], nan_slot])   # a free slot of a server's pool: garbage
+    assert arrays["state"].shape[0] - 1 not in used
+    cell = captured.file_cell(capture.save(tmp_path / "garbage.npz", arrays), "gdn", "decode")
+    for backend in ("numpy-ref", "jax-ref"):
+        assert verdict(cell, backend)[0] == "pass"
+    # the same check still catches a backend that touches the untouched slots
+    from conformance import families
+
+    inputs = captured.load_inputs(cell)
+    good = run_one(cell, "numpy-ref", Memo())
+    assert good["outputs"]["untouched_slots"]["passed"] is True
+    outputs = {"o": np.zeros((4, 4, 32), np.float32), "state": np.array(inputs["state"], copy=True)}
+    outputs["state"][-1] = 0
+    result = families.get("gdn").check(cell, "exact", inputs, outputs)
+    assert not next(c for c in result.comparisons if c.name == "untouched_slots").passed

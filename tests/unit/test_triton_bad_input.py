@@ -250,3 +250,15 @@ def test_a_rotation_with_nan_is_refused_also_after_a_good_call_with_it(case):
         _decode(case, rotation=rot)
     with pytest.raises(ValueError, match="rotation holds NaN or Inf"):
         _decode(case, rotation=rot.clone())  # another tensor
+
+
+def test_a_rotation_written_through_a_numpy_view_is_checked_again(case):
+    rot = case["rot"].clone()
+    _decode(case, rotation=rot)
+    if rot.device.type != "cpu":
+        pytest.skip("a NumPy view exists of CPU memory only")
+    version = rot._version
+    rot.numpy()[3, 5] = np.nan   # torch's version counter does not see this write
+    assert rot._version == version
+    with pytest.raises(ValueError, match="rotation holds NaN or Inf"):
+        _decode(case, rotation=rot)

@@ -64,11 +64,16 @@ def _interval(strings: dict) -> int:
         raise InputsError(f"state_write_interval: {text!r}; expected a whole number >= 1") from None
 
 
+def keys(op: str) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """The arrays ``op``'s file must hold, those it may hold, and the strings it may hold."""
+    return KEYS[op], (), STRINGS.get(op, ())
+
+
 def derive(op: str, arrays: dict, strings: dict) -> tuple[dict, dict]:
     """(cell params, inputs) of a file of ``op``'s arguments; InputsError/ValueError/TypeError naming the key."""
     if op not in OPS:
         raise InputsError(f"op: gdn/{op} does not take a file; expected one of {', '.join(OPS)}")
-    check_keys(arrays, strings, KEYS[op], optional_strings=STRINGS.get(op, ()))
+    check_keys(arrays, strings, *keys(op))
     x = _dtypes(op, arrays)
     state = x["state"].dtype.name
     act = x["q"].dtype.name

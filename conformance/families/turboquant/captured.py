@@ -104,11 +104,16 @@ def _stored(cache, table, lens, slot_mapping) -> np.ndarray:
     return slots if slot_mapping is None else np.setdiff1d(slots, slot_mapping[slot_mapping >= 0])
 
 
+def keys(op: str) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """The arrays ``op``'s file must hold, those it may hold, and the strings it may hold."""
+    return KEYS[op], OPTIONAL_KEYS[op], STRINGS[op]
+
+
 def derive(op: str, arrays: dict, strings: dict) -> tuple[dict, dict]:
     """(cell params, inputs) of a file of ``op``'s arguments; InputsError/ValueError/TypeError naming the key."""
     if op not in OPS:
         raise InputsError(f"op: turboquant/{op} does not take a file; expected one of {', '.join(OPS)}")
-    check_keys(arrays, strings, KEYS[op], OPTIONAL_KEYS[op], STRINGS[op])
+    check_keys(arrays, strings, *keys(op))
     reads, stores = op != "store", op != "decode"
     first = "query" if reads else "key"
     act = dtype_in(first, arrays[first], ACTIVATIONS)
