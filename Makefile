@@ -135,14 +135,15 @@ sanitize: setup
 # compute-sanitizer (CUDA toolkit) over our GPU backends (conformance/run/gpu_sanitizer.py): memcheck on
 # each, racecheck on those whose kernels use shared memory, one `kernel-lab conform` run folder and
 # sanitizer log per (tool, backend) under SAN_GPU_OUT; exit 1 on any sanitizer error or failing record.
-# The same SAN_GPU_OUT again continues passes cut short (--resume). Needs no .venv (PYTHONPATH=.).
+# The same SAN_GPU_OUT again continues passes cut short (--resume; SAN_GPU_TIME_LIMIT=S interrupts the
+# pass running after S seconds and starts no other). Needs no .venv (PYTHONPATH=.).
 SAN_GPU_OUT  ?= build/sanitize-gpu/$(STAMP)
 SAN_GPU_TIER ?= full
 SAN_GPU_PY   ?= $(if $(wildcard $(VPY)),$(VPY),$(PYTHON))
 sanitize-gpu:
 	PYTHONPATH=$(CURDIR) $(SAN_GPU_PY) -m conformance.run.gpu_sanitizer --tier $(SAN_GPU_TIER) --out $(SAN_GPU_OUT) \
 	  $(if $(SAN_GPU_TOOL),--tool $(SAN_GPU_TOOL)) $(if $(SAN_GPU_BACKEND),--backend $(SAN_GPU_BACKEND)) \
-	  $(if $(SAN_GPU_CONFORM),-- $(SAN_GPU_CONFORM))
+	  $(if $(SAN_GPU_TIME_LIMIT),--time-limit $(SAN_GPU_TIME_LIMIT)) $(if $(SAN_GPU_CONFORM),-- $(SAN_GPU_CONFORM))
 
 # What `kernel-lab flydsl build` needs (optimized/flydsl/build.py): the pinned FlyDSL in the venv
 # (also for venvs made before the pin) and a ROCM_PATH whose llvm/bin/ld.lld is Debian's lld-19,

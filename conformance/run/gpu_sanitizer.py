@@ -15,16 +15,21 @@ pair is an ``error`` whatever the output holds.
     python -m conformance.run.gpu_sanitizer --out DIR [--tier full] [--tool memcheck,racecheck]
                                             [--backend B,...] [-- CONFORM_OPTIONS...]
 
-Exit status: 1 when a log reports an error or a record fails, errors or crashes; 2 for a bad request;
-else 0.
+``--time-limit S`` interrupts the pass running after S seconds (its records kept) and starts no other.
+
+Exit status: 1 when a log reports an error, a record fails, errors or crashes, or the time limit cut a
+pass short; 2 for a bad request; else 0.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -160,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tool", default=",".join(TOOLS), help="memcheck, racecheck or both (default both)")
     ap.add_argument("--backend", default=",".join(SANITIZED), help=f"of {', '.join(SANITIZED)} (default all)")
     ap.add_argument("--sanitizer", default="compute-sanitizer", help="the compute-sanitizer executable")
+    ap.add_argument("--time-limit", type=float, help="seconds for all passes: the pass running then is "
+                    "interrupted (its records kept; the same command continues it) and no other starts")
     ap.add_argument("conform_options", nargs="*", help="after --: more `kernel-lab conform` options (--jobs, --timeout)")
     args = ap.parse_args(argv)
     tools = tuple(t.strip() for t in args.tool.split(",") if t.strip())
@@ -174,15 +181,45 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpu_sanitizer: error: --sanitizer {args.sanitizer}: not found on PATH (it comes with the CUDA "
               "toolkit)", file=sys.stderr)
         return 2
-    outcomes = []
+    if args.time_limit is not None and not args.time_limit > 0:
+        print(f"gpu_sanitizer: error: --time-limit {args.time_limit}: expected a positive number of seconds",
+              file=sys.stderr)
+        return 2
+    end = time.monotonic() + (args.time_limit if args.time_limit is not None else float("inf"))
+    outcomes, cut = [], []
     for p in passes(tools, backends):
+        if time.monotonic() >= end:
+            cut.append(p.name)
+            continue
         out = Path(args.out) / p.name
         out.mkdir(parents=True, exist_ok=True)
         cmd = command(p, out, args.tier, args.conform_options, args.sanitizer)
         print("$ " + " ".join(cmd), flush=True)
-        outcomes.append(outcome(p, out, subprocess.run(cmd).returncode))
+        returncode = run_until(cmd, end)
+        if returncode is None:
+            cut.append(p.name)
+        outcomes.append(outcome(p, out, 130 if returncode is None else returncode))
     print(table(outcomes))
-    return 1 if any(o.failed for o in outcomes) else 0
+    if cut:
+        print(f"time limit reached: {', '.join(cut)} not finished; the same command continues them")
+    return 1 if cut or any(o.failed for o in outcomes) else 0
+
+
+def run_until(cmd: list[str], end: float) -> int | None:
+    """Run ``cmd`` in its own process group until it exits (its status) or until ``end`` (monotonic
+    seconds): then the group is interrupted (SIGINT, as Ctrl-C: conform keeps its records), killed
+    30 s later if still there, and None is returned."""
+    proc = subprocess.Popen(cmd, start_new_session=True)
+    try:
+        return proc.wait(timeout=None if end == float("inf") else max(0.0, end - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        return None
 
 
 if __name__ == "__main__":

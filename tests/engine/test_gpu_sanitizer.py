@@ -132,3 +132,12 @@ def test_driver_refuses_unknown_names_and_a_missing_sanitizer(tmp_path, capsys):
     assert "unknown tool or backend fla" in capsys.readouterr().err
     assert gs.main(["--out", str(tmp_path), "--sanitizer", str(tmp_path / "none")]) == 2
     assert "not found on PATH" in capsys.readouterr().err
+
+
+def test_a_pass_past_the_time_limit_is_interrupted():
+    import time
+
+    start = time.monotonic()
+    assert gs.run_until([sys.executable, "-c", "import time; time.sleep(60)"], start + 1.0) is None
+    assert time.monotonic() - start < 20
+    assert gs.run_until([sys.executable, "-c", "raise SystemExit(3)"], float("inf")) == 3
