@@ -41,6 +41,12 @@ def _noise(rows: list[dict]) -> tuple[dict | None, str]:
     return (baselines.noise(keys[0]), str(path)) if path.exists() else (None, f"unknown (no {path})")
 
 
+def _gpus(items: list[dict]) -> set[str]:
+    """GPU names of run.json ``gpus`` entries or of perf rows (their fingerprint's ``gpu``)."""
+    return {(x.get("fingerprint", {}).get("gpu") or {}).get("name") if "fingerprint" in x else x.get("name")
+            for x in items} - {None}
+
+
 def across_cards(runs: list[load.Run], perfs: list[perf.Perf], base: load.Run | None,
                  base_rows: list[dict] | None) -> dict | None:
     """Two cards side by side, when the two runs compared carry different hardware fingerprints
@@ -51,6 +57,9 @@ def across_cards(runs: list[load.Run], perfs: list[perf.Perf], base: load.Run | 
     elif len(runs) == 2:
         a, b = runs[0], runs[1:]
         rows_a, rows_b = (perfs[0].benchmarks, perfs[1].benchmarks) if len(perfs) == 2 else (None, None)
+        if rows_a is not None and _gpus(rows_a) == _gpus(runs[1].info.get("gpus") or []) \
+                and _gpus(rows_b) == _gpus(runs[0].info.get("gpus") or []) != _gpus(rows_a):
+            rows_a, rows_b = rows_b, rows_a   # the perf JSON given in the other order than the runs
     else:
         return None
     card_a, card_b = diff.hardware(a.info), diff.hardware(b[0].info)

@@ -31,12 +31,12 @@ def _flip(run: Path, backend: str, n: int, to: str = "fail") -> list[str]:
     return flipped
 
 
-def _perf(path: Path, key: str, slowdown: float = 1.0) -> None:
+def _perf(path: Path, key: str, slowdown: float = 1.0, gpu: str | None = None) -> None:
     synthetic.make_perf(path, slowdown)
     data = json.loads(path.read_text())
     for b in data["benchmarks"]:
         if "fingerprint" in b.get("extra_info", {}):
-            b["extra_info"]["fingerprint"]["key"] = key
+            b["extra_info"]["fingerprint"].update(key=key, gpu={"name": gpu})
             b["name"] = f"{b['extra_info']['bench']}/B=8/{b['extra_info']['impl']}"
     path.write_text(json.dumps(data))
 
@@ -55,8 +55,8 @@ def test_two_cards_side_by_side_in_summary_and_page(tmp_path, monkeypatch):
     _card(b, "NVIDIA H100 80GB HBM3")
     failed_on_b = _flip(b, "triton-grouped", 2)
     passes_on_b_only = _flip(a, "cpu-avx512", 1, to="error")
-    _perf(tmp_path / "pa.json", "h200")
-    _perf(tmp_path / "pb.json", "h100-80gb-hbm3", slowdown=1.5)
+    _perf(tmp_path / "pa.json", "h200", gpu="NVIDIA H200")
+    _perf(tmp_path / "pb.json", "h100-80gb-hbm3", slowdown=1.5, gpu="NVIDIA H100 80GB HBM3")
     monkeypatch.setenv("KERNEL_LAB_BASELINES", str(tmp_path / "baselines"))
     _noise(tmp_path / "baselines", "h200", 1.02)
     _noise(tmp_path / "baselines", "h100-80gb-hbm3", 1.03)
@@ -78,6 +78,9 @@ def test_two_cards_side_by_side_in_summary_and_page(tmp_path, monkeypatch):
     assert "noise unknown" in bench and "is unknown" in bench
     page = w.index.read_text()
     assert 'id="cards"' in page and "Every (cell, backend) on both cards" in page
+    # the perf JSON given in the other order is matched to its card by its GPU name
+    swapped = build.write([str(a), str(b)], str(tmp_path / "out2"), [str(tmp_path / "pb.json"), str(tmp_path / "pa.json")])
+    assert "## Bench rows" + swapped.summary.read_text().split("## Bench rows")[1] == bench
 
 
 def test_same_card_adds_no_cross_card_section(tmp_path):
