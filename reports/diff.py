@@ -86,8 +86,8 @@ def hardware(info: dict) -> str:
     return ", ".join(gpus) or str((info.get("cpu") or {}).get("model") or "")
 
 
-def _side(rec: dict | None) -> dict:
-    return {"status": rec["status"], "margin": _margin(rec), "reason": rec.get("reason", "")} if rec else None
+def _side(rec: dict) -> dict:
+    return {"status": rec["status"], "margin": _margin(rec), "reason": rec.get("reason", "")}
 
 
 def cross_card(a: list[dict], b: list[dict]) -> dict:
