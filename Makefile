@@ -29,7 +29,7 @@ export JAX_COMPILATION_CACHE_DIR ?= $(CURDIR)/build/jax-cache
 STAMP := $(shell date +%Y%m%d-%H%M%S)
 OUT  ?= reports/out/conform-$(STAMP)
 
-.PHONY: setup setup-offline extension conform test test-long test-ray perf sanitize clean flydsl-toolchain chromium peers peers-carry
+.PHONY: setup setup-offline extension conform test test-long test-ray perf sanitize sanitize-gpu clean flydsl-toolchain chromium peers peers-carry
 
 setup: $(VENV)/.deps $(VENV)/.extension $(VENV)/.report $(VENV)/.ray $(VENV)/.safetensors
 
@@ -131,6 +131,19 @@ sanitize: setup
 	  --out $(SAN_DIR)/conform-$(STAMP)
 	$(SAN_ENV) $(VPY) -m pytest -q -p no:cacheprovider tests/unit/test_cpu_gdn_kernels.py \
 	  tests/unit/test_cpu_gdn_properties.py tests/unit/test_cpu_gdn_validation.py tests/unit/test_nonfinite_and_overflow.py
+
+# compute-sanitizer (CUDA toolkit) over our GPU backends (conformance/run/gpu_sanitizer.py): memcheck on
+# each, racecheck on those whose kernels use shared memory, one `kernel-lab conform` run folder and
+# sanitizer log per (tool, backend) under SAN_GPU_OUT; exit 1 on any sanitizer error or failing record.
+# The same SAN_GPU_OUT again continues passes cut short (--resume; SAN_GPU_TIME_LIMIT=S interrupts the
+# pass running after S seconds and starts no other). Needs no .venv (PYTHONPATH=.).
+SAN_GPU_OUT  ?= build/sanitize-gpu/$(STAMP)
+SAN_GPU_TIER ?= full
+SAN_GPU_PY   ?= $(if $(wildcard $(VPY)),$(VPY),$(PYTHON))
+sanitize-gpu:
+	PYTHONPATH=$(CURDIR) $(SAN_GPU_PY) -m conformance.run.gpu_sanitizer --tier $(SAN_GPU_TIER) --out $(SAN_GPU_OUT) \
+	  $(if $(SAN_GPU_TOOL),--tool $(SAN_GPU_TOOL)) $(if $(SAN_GPU_BACKEND),--backend $(SAN_GPU_BACKEND)) \
+	  $(if $(SAN_GPU_TIME_LIMIT),--time-limit $(SAN_GPU_TIME_LIMIT)) $(if $(SAN_GPU_CONFORM),-- $(SAN_GPU_CONFORM))
 
 # What `kernel-lab flydsl build` needs (optimized/flydsl/build.py): the pinned FlyDSL in the venv
 # (also for venvs made before the pin) and a ROCM_PATH whose llvm/bin/ld.lld is Debian's lld-19,

@@ -120,11 +120,41 @@ def held_out_threshold(ratios: list[float]) -> dict:
             "false_alarm_rate": f"{fails}/{len(held)}"}
 
 
+def _bench_of(rid: str) -> str:
+    return rid.rsplit("/", 2)[0]
+
+
+def merged(old_perf: dict | None, old_noise: dict | None, perf_json: dict, noise_json: dict | None) -> tuple[dict, dict | None]:
+    """The saved run and noise after a run of some benches: the new entries of the benches it
+    measured (records, skipped records, A/A ratios, in-run gates), the old entries of every other
+    bench kept (a run of the gated rows of one bench leaves the others' saved runs as they were);
+    ``measured`` says per bench when and under which load its noise was recorded."""
+    benches = {_bench_of(x["name"]) for x in perf_json["benchmarks"] + perf_json.get("skipped", [])}
+    perf = dict(perf_json)
+    if old_perf:
+        perf["benchmarks"] = [b for b in old_perf.get("benchmarks", []) if _bench_of(b["name"]) not in benches] \
+            + perf_json["benchmarks"]
+        perf["skipped"] = [x for x in old_perf.get("skipped", []) if _bench_of(x["name"]) not in benches] \
+            + perf_json.get("skipped", [])
+    if noise_json is None:
+        return perf, None
+    noise = {**noise_json, "measured": {**(old_noise or {}).get("measured", {}),
+                                        **{b: {"date": noise_json["date"], "load": noise_json["load"]} for b in benches}}}
+    if old_noise:
+        noise["records"] = {**{r: n for r, n in old_noise.get("records", {}).items() if _bench_of(r) not in benches},
+                            **noise_json["records"]}
+        noise["gates"] = {**old_noise.get("gates", {}), **noise_json.get("gates", {})}
+    return perf, noise
+
+
 def save(key: str, perf_json: dict, noise_json: dict | None = None, base: Path | None = None) -> Path:
-    """Write the saved run (and the A/A noise) of ``key`` under ``base`` (default ``root()``)."""
+    """Write the saved run (and the A/A noise) of ``key`` under ``base`` (default ``root()``),
+    merged with what is saved there (``merged``)."""
     d = folder(key, base)
     d.mkdir(parents=True, exist_ok=True)
-    (d / "perf.json").write_text(json.dumps(perf_json, indent=1) + "\n")
-    if noise_json is not None:
-        (d / "noise.json").write_text(json.dumps(noise_json, indent=1) + "\n")
+    read = lambda name: json.loads((d / name).read_text()) if (d / name).exists() else None  # noqa: E731
+    perf, noise = merged(read("perf.json"), read("noise.json"), perf_json, noise_json)
+    (d / "perf.json").write_text(json.dumps(perf, indent=1) + "\n")
+    if noise is not None:
+        (d / "noise.json").write_text(json.dumps(noise, indent=1) + "\n")
     return d

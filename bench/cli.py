@@ -4,6 +4,7 @@ write the perf JSON.
     python -m bench --device cpu --out reports/out/perf.json
     python -m bench --device gpu --out $OUT/perf.json
     python -m bench --bench gdn/decode --aa 20 --load "..."   # A/A noise + saved run of this machine
+    python -m bench --device gpu --gated-only --aa 20 --write-gates --load "..."   # the GPU gates' rates
 
 Exit status: 1 when a gate fails, 2 for a bad request, else 0.
 """
@@ -30,6 +31,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="saved runs and A/A noise per machine: read from DIR, and --aa writes into DIR "
                         "(default: baselines/ under the current folder)")
     p.add_argument("--load", default="", help="with --aa: the machine load to record (free text)")
+    p.add_argument("--gated-only", action="store_true",
+                   help="time only the rows the gates read (their numerators and denominators), not the whole "
+                        "registry (with --aa: the saved run and noise hold those rows only)")
+    p.add_argument("--write-gates", action="store_true",
+                   help="with --aa: write each gate's false-alarm rate on this machine into the gates TOML "
+                        "(false_alarm_rate, measured_on and the per-machine false_alarm_rates)")
 
 
 def register(subparsers) -> None:
@@ -72,33 +79,39 @@ def run_command(args) -> int:
     if not path.is_file():
         _usage(f"--gates {path}: no such file")
     gate_list = gates.load(path)
+    if args.write_gates and args.aa is None:
+        _usage("--write-gates: only with --aa PAIRS (the rates come from the A/A pairs)")
+    rows = run.gated_rows(gate_list, names) if args.gated_only else None
+    if rows == {}:
+        _usage(f"--gated-only: no gate of {path} reads the selected benches ({', '.join(names)})")
     if args.aa is not None:
-        return _aa(names, gate_list, args)
-    records = run.measure_all(names, tick=run.Progress(run.planned_calls(names)))
-    results = run.judge_all(records, gate_list, remeasure=not args.no_remeasure)
+        return _aa(names, gate_list, args, path, rows)
+    records = run.measure_all(names, tick=run.Progress(run.planned_calls(names, rows)), rows=rows)
+    results = run.judge_all(records, gate_list, remeasure=not args.no_remeasure, rows=rows)
     run.write(Path(args.out), run.perf_json(records, results))
     print(gates.table(results))
     print(f"perf JSON: {args.out}")
     return 1 if any(r["verdict"] == "fail" for r in results) else 0
 
 
-def _aa(names: list[str], gate_list, args) -> int:
-    """A/A: ``args.aa`` pairs of runs of unchanged code. Each run's gates are judged as deployed
-    (a straddling gate measured again), and a fail counts as a false alarm; the pairs give each
-    record's regression noise (``bench.baselines.aa_noise``)."""
+def _aa(names: list[str], gate_list, args, path: Path, rows: dict | None) -> int:
+    """A/A: ``args.aa`` pairs of runs of unchanged code (``rows``: only those, ``run.gated_rows``).
+    Each run's gates are judged as deployed (a straddling gate measured again), and a fail counts
+    as a false alarm; the pairs give each record's regression noise (``bench.baselines.aa_noise``).
+    ``--write-gates``: each judged gate's rate written into the gates file ``path``."""
     from bench import baselines, gates, machine, registry, run
 
     if args.aa < baselines.MIN_PAIRS:
         _usage(f"--aa {args.aa}: at least {baselines.MIN_PAIRS} pairs")
-    progress = run.Progress(2 * args.aa * run.planned_calls(names))
+    progress = run.Progress(2 * args.aa * run.planned_calls(names, rows))
     mine = [g for g in gate_list if g.benches <= set(names)]
     pairs, verdicts = [], {g.name: [] for g in mine}
     for _ in range(args.aa):
         pair = []
         for _ in range(2):
-            records = run.measure_all(names, tick=progress)
+            records = run.measure_all(names, tick=progress, rows=rows)
             for g in mine:
-                r = gates.judge(g, records, run.remeasurer(dict(records)))
+                r = gates.judge(g, records, run.remeasurer(dict(records), rows))
                 verdicts[g.name].append((r["verdict"], r["ratio"], r["reason"]))
             pair.append(list(records.values()))
         pairs.append(tuple(pair))
@@ -110,7 +123,7 @@ def _aa(names: list[str], gate_list, args) -> int:
                              "ratios": [round(x, 4) for _, x in judged]}
                             if judged else {"skipped": vs[0][2]})
     benches = registry.benches()
-    for device in {benches[n].device for n in names}:
+    for device in {benches[n].device for n in (rows or names)}:
         def on(recs, device=device):
             return [r for r in recs if benches[r.extra_info["bench"]].device == device]
         key = machine.fingerprint(device)["key"]
@@ -129,6 +142,17 @@ def _aa(names: list[str], gate_list, args) -> int:
         else:
             print(f"  {name:44} false alarms {n['false_alarm_rate']}, remeasured {n['remeasured']}, "
                   f"ratios {min(n['ratios']):.3f}-{max(n['ratios']):.3f}")
+    if args.write_gates:
+        rates = {g.name: (gate_noise[g.name]["false_alarm_rate"], machine.fingerprint(benches[next(iter(g.benches))].device)["key"])
+                 for g in mine if "false_alarm_rate" in gate_noise[g.name]}
+        try:
+            path.write_text(gates.with_rates(path.read_text(), rates))
+            print(f"false-alarm rates of {len(rates)} gate(s) written into {path}")
+        except ValueError as exc:
+            known = {g.name: g for g in gate_list}
+            print(f"{path} left as it was ({exc}); the lines to put in each gate's block:")
+            for name, (rate, key) in rates.items():
+                print(f"  [[gate]] {name}:\n" + "\n".join(f"    {line}" for line in gates.rate_lines(known[name], rate, key)))
     return 0
 
 

@@ -13,8 +13,10 @@ with the reason when a capability or an implementation is missing.
 """
 from __future__ import annotations
 
+import json
+import re
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +40,14 @@ class Gate:
     false_alarm_rate: str = "not measured"
     measured_on: str = ""     # the machine key (bench.machine) where false_alarm_rate was measured
     description: str = ""
+    false_alarm_rates: dict = field(default_factory=dict)   # machine key -> its rate "k/N"
+
+    def rate_on(self, key: str | None) -> tuple[str, str]:
+        """(false-alarm rate, machine key it was measured on) for a run on machine ``key``: that
+        machine's own rate when measured, else the gate's ``false_alarm_rate``."""
+        if key in self.false_alarm_rates:
+            return self.false_alarm_rates[key], key
+        return self.false_alarm_rate, self.measured_on
 
     def __post_init__(self):
         if self.quantity not in QUANTITIES:
@@ -55,10 +65,14 @@ class Gate:
         return len(parts) == 2 and parts[0] == "0" and parts[1].isdigit() and int(parts[1]) >= min_pairs
 
 
+def _gate(entry: dict) -> Gate:
+    return Gate(**{**entry, "requires": tuple(entry.get("requires", ()))})
+
+
 def load(path: Path = GATES_TOML) -> list[Gate]:
     with open(path, "rb") as f:
         data = tomllib.load(f)
-    return [Gate(**{**g, "requires": tuple(g.get("requires", ()))}) for g in data["gate"]]
+    return [_gate(g) for g in data["gate"]]
 
 
 def missing_capability(req: str) -> str | None:
@@ -110,9 +124,16 @@ def _result(gate: Gate, **kw) -> dict:
 
 
 def judge(gate: Gate, records: dict[str, Record], remeasure=None) -> dict:
-    """The gate's result dict (the perf-JSON ``kernel_lab_gates`` entry). ``remeasure(gate)``
+    """The gate's result dict (the perf-JSON ``kernel_lab_gates`` entry), with the false-alarm rate
+    measured on the machine of the run when there is one (``Gate.rate_on``). ``remeasure(gate)``
     returns fresh records for the gate's two ids; without it a straddling spread stays
     ``ambiguous``."""
+    here = records.get(gate.numerator)
+    rate, on = gate.rate_on(here.extra_info.get("fingerprint", {}).get("key") if here is not None else None)
+    return {**_judged(gate, records, remeasure), "false_alarm_rate": rate, "measured_on": on}
+
+
+def _judged(gate: Gate, records: dict[str, Record], remeasure=None) -> dict:
     for req in gate.requires:
         why = missing_capability(req)
         if why:
@@ -168,3 +189,49 @@ def table(results: list[dict]) -> str:
             verdict = "fail: unmet target"
         rows.append([r["gate"], ratio_s, threshold, verdict, spread, r["reason"]])
     return text_table(["gate", "ratio", "threshold", "verdict", "spread", "reason"], rows, right=(1, 2, 4))
+
+
+_NAME = re.compile(r'^name\s*=\s*"(.*)"\s*$')
+_RATE_KEYS = ("false_alarm_rate", "measured_on", "false_alarm_rates")
+_RATE_LINE = re.compile(r"^(false_alarm_rate|measured_on|false_alarm_rates)\s*=")
+
+
+def rate_lines(gate: Gate, rate: str, key: str) -> list[str]:
+    """The TOML lines of ``gate`` that say its false-alarm rate ``rate`` measured on machine ``key``
+    (beside the rates of other machines it keeps)."""
+    table = {**gate.false_alarm_rates, key: rate}
+    pairs = ", ".join(f"{json.dumps(k)} = {json.dumps(v)}" for k, v in sorted(table.items()))
+    return [f"false_alarm_rate = {json.dumps(rate)}", f"measured_on = {json.dumps(key)}",
+            f"false_alarm_rates = {{ {pairs} }}"]
+
+
+def with_rates(text: str, rates: dict[str, tuple[str, str]]) -> str:
+    """The gates file ``text`` with, for each gate named in ``rates`` (name -> (rate, machine key)),
+    its ``rate_lines`` in place of its old rate lines; every other line kept as it is. ValueError
+    when a gate is not in the file, or the result does not read back as the same gates with only
+    those rates changed (then nothing should be written)."""
+    old = {g["name"]: g for g in tomllib.loads(text)["gate"]}
+    missing = sorted(set(rates) - set(old))
+    if missing:
+        raise ValueError(f"gates not in the file: {', '.join(missing)}")
+    lines = text.split("\n")
+    starts = [i for i, line in enumerate(lines) if line.strip() == "[[gate]]"] + [len(lines)]
+    out = lines[:starts[0]]
+    for begin, end in zip(starts, starts[1:]):
+        block = lines[begin:end]
+        name = next((m.group(1) for m in map(_NAME.match, block) if m), None)
+        if name in rates:
+            at = next((i for i, line in enumerate(block) if _RATE_LINE.match(line)), None)
+            kept = [line for line in block if not _RATE_LINE.match(line)]
+            if at is None:   # after the block's last non-blank line
+                at = max(i for i, line in enumerate(kept) if line.strip()) + 1
+            block = kept[:at] + rate_lines(_gate(old[name]), *rates[name]) + kept[at:]
+        out += block
+    new_text = "\n".join(out)
+    new = {g["name"]: g for g in tomllib.loads(new_text)["gate"]}
+    for name, g in old.items():
+        same = {k: v for k, v in g.items() if k not in _RATE_KEYS} == \
+               {k: v for k, v in new.get(name, {}).items() if k not in _RATE_KEYS}
+        if not same or (name in rates and (new[name]["false_alarm_rate"], new[name]["measured_on"]) != rates[name]):
+            raise ValueError(f"{name}: the edited file does not read back as intended")
+    return new_text

@@ -28,30 +28,67 @@ class Progress:
         self.line.show(self.done, label[:60])
 
 
-def planned_calls(bench_names: list[str]) -> int:
-    """Progress ticks the run will make: per enabled implementation and shape, each CPU call
-    (warm-up included), or one per GPU timing."""
-    b = registry.benches()
-    return sum(b[n].reps + 1 if b[n].device == "cpu" else 1 for n in bench_names for shape in b[n].shapes.values()
-               for impl in registry.impls(n).values() if registry.capability(impl, shape) is None)
-
-
-def measure_all(bench_names: list[str], tick=None) -> dict[str, Record]:
-    out = {}
-    for name in bench_names:
-        out.update({r.rid: r for r in measure(name, tick=tick)})
+def gated_rows(gate_list: list[gates.Gate], bench_names: list[str]) -> dict[str, dict[str, list[str]]]:
+    """Per bench of ``bench_names``, per shape, the implementations that the gates of ``gate_list``
+    read (numerators and denominators of the gates whose benches are all selected): what a run of
+    ``kernel-lab bench --gated-only`` times."""
+    out: dict[str, dict[str, list[str]]] = {}
+    for g in gate_list:
+        if not g.benches <= set(bench_names):
+            continue
+        for ref in (g.numerator, g.denominator):
+            bench, shape, impl = ref.rsplit("/", 2)
+            impls = out.setdefault(bench, {}).setdefault(shape, [])
+            impls += [impl] if impl not in impls else []
     return out
 
 
-def remeasurer(records: dict[str, Record]):
+def _rows_of(bench: str, rows: dict | None) -> list[tuple[list[str], list[str]]]:
+    """The (shapes, implementations) of the ``measure`` calls of one bench: all of it without
+    ``rows``; a CPU bench's rows in one call (one interleaved run, so ratios across its shapes see
+    the same load: every implementation named at every shape named), a GPU bench's shape by shape
+    (exactly the implementations named there). Shapes the registry lacks are left out (a gate
+    reading one is judged a skip by ``gates.judge``, which says so)."""
+    b = registry.benches()[bench]
+    if rows is None:
+        return [(list(b.shapes), list(registry.impls(bench)))]
+    named = {shape: impls for shape, impls in rows.get(bench, {}).items() if shape in b.shapes}
+    if b.device == "cpu":
+        return [(list(named), sorted({i for impls in named.values() for i in impls}))] if named else []
+    return [([shape], impls) for shape, impls in named.items()]
+
+
+def planned_calls(bench_names: list[str], rows: dict | None = None) -> int:
+    """Progress ticks the run will make: per enabled implementation and shape, each CPU call
+    (warm-up included), or one per GPU timing. ``rows`` (``gated_rows``): only those."""
+    b = registry.benches()
+    total = 0
+    for n in bench_names:
+        known = registry.impls(n)
+        for shapes, impls in _rows_of(n, rows):
+            total += sum(b[n].reps + 1 if b[n].device == "cpu" else 1 for label in shapes for name in impls
+                         if name in known and registry.capability(known[name], b[n].shapes[label]) is None)
+    return total
+
+
+def _measure(bench: str, rows: dict | None, tick=None) -> list[Record]:
+    return [r for shapes, impls in _rows_of(bench, rows) for r in measure(bench, shapes, impls, tick=tick)]
+
+
+def measure_all(bench_names: list[str], tick=None, rows: dict | None = None) -> dict[str, Record]:
+    """Records of every selected bench; with ``rows`` (``gated_rows``) only those."""
+    return {r.rid: r for name in bench_names for r in _measure(name, rows, tick)}
+
+
+def remeasurer(records: dict[str, Record], rows: dict | None = None):
     """``remeasure(gate_or_rid)`` for ``gates.judge`` / ``baselines.regression``: measures the
     benches involved once more, whole (every shape, implementation and ceiling, so that records
-    compared across shapes still come from one interleaved run); the fresh records replace the
-    old ones."""
+    compared across shapes still come from one interleaved run; with ``rows``, every row of it
+    that a run of those rows measures); the fresh records replace the old ones."""
     def again(refs: list[str]) -> dict[str, Record]:
         fresh = {}
         for bench in sorted({ref.rsplit("/", 2)[0] for ref in refs}):
-            fresh.update({r.rid: r for r in measure(bench)})
+            fresh.update({r.rid: r for r in _measure(bench, rows)})
         records.update(fresh)
         return fresh
 
@@ -62,10 +99,12 @@ def remeasurer(records: dict[str, Record]):
     return remeasure
 
 
-def judge_all(records: dict[str, Record], gate_list: list[gates.Gate], remeasure=True) -> list[dict]:
+def judge_all(records: dict[str, Record], gate_list: list[gates.Gate], remeasure=True,
+              rows: dict | None = None) -> list[dict]:
     """Gate results for ``gate_list`` (gates whose benches were not measured are left out) and
-    the regression gates of every measured record."""
-    again = remeasurer(records) if remeasure else None
+    the regression gates of every measured record; ``rows``: what was measured (``gated_rows``),
+    what a remeasurement measures again."""
+    again = remeasurer(records, rows) if remeasure else None
     measured_benches = {rid.rsplit("/", 2)[0] for rid in records}
     results = [gates.judge(g, records, again) for g in gate_list if g.benches <= measured_benches]
     for rec in list(records.values()):

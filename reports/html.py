@@ -135,7 +135,7 @@ def perf_section(perfs: list[Perf]) -> list[dict]:
 
 
 def render(runs: list[Run], perfs: list[Perf], studies: list[dict], study_problems: list[str],
-           diff: dict | None, baseline: Run | None) -> str:
+           diff: dict | None, baseline: Run | None, cards: dict | None = None) -> str:
     all_records = [r for run in runs for r in run.records]
     return _env().get_template("report.html.j2").render(
         generated=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
@@ -144,5 +144,5 @@ def render(runs: list[Run], perfs: list[Perf], studies: list[dict], study_proble
         totals=[(s, sum(r["status"] == s for r in all_records)) for s in STATUSES],
         unavailable=unavailable_list(runs), data=matrix.pack(runs),
         agreement=agreement.agreement(all_records), studies=studies, study_problems=study_problems,
-        perf=perf_section(perfs), diff=diff, baseline=baseline and run_header(baseline),
+        perf=perf_section(perfs), diff=diff, baseline=baseline and run_header(baseline), cards=cards,
         css=(TEMPLATES / "report.css").read_text(), script=(TEMPLATES / "report.js").read_text())

@@ -183,3 +183,55 @@ def changes(diff: dict, baseline: Run) -> str:
             if diff[key]["count"] > len(rows):
                 out.append(f"... and {diff[key]['count'] - len(rows)} more\n")
     return "\n".join(out)
+
+
+def _shape(shape) -> str:
+    return str(shape.get("label") or shape) if isinstance(shape, dict) else _fmt(shape)
+
+
+def across_cards(cards: dict) -> str:
+    """Two cards side by side (``reports.build.across_cards``): per backend the passes on each, the
+    (cell, backend) pairs that pass on one card and not the other with status and margin on each,
+    margins more than 2x apart, and the bench rows whose fraction of their in-run ceiling moved by
+    more than the A/A noise (all rows, largest move first, when the noise is unknown)."""
+    a, b, rec = text(cards["card_a"]), text(cards["card_b"]), cards["records"]
+    out = [f"# Across cards: {a} (a) and {b} (b)", "",
+           f"a: {text(cards['run_a'])}; b: {text(cards['run_b'])}; {rec['unpaired']} (cell, backend) pairs "
+           "recorded on one card only are left out.", "",
+           _table(["backend", "pairs on both", "pass on a", "pass on b", "pass on a only", "pass on b only"],
+                  [[text(n), str(c["both"]), str(c["pass_a"]), str(c["pass_b"]),
+                    f"**{c['a_only']}**" if c["a_only"] else "0", f"**{c['b_only']}**" if c["b_only"] else "0"]
+                   for n, c in rec["per_backend"].items()]), ""]
+    for key, title in (("a_only", f"Pass on {a} and not on {b}"), ("b_only", f"Pass on {b} and not on {a}"),
+                       ("margin_apart", "Pass on both, margins more than 2x apart")):
+        rows = rec[key]["rows"]
+        out += [f"## {title} ({rec[key]['count']})", ""]
+        if rows:
+            out += [_table(["backend", "cell", "status a → b", "margin a → b", "reason (the card that does not pass)"],
+                           [[text(x["backend"]), code(x["id"]), text(f"{x['a']['status']} → {x['b']['status']}"),
+                             text(f"{_fmt(x['a']['margin'])} → {_fmt(x['b']['margin'])}"),
+                             text((x["b"] if x["a"]["status"] == "pass" else x["a"])["reason"][:300])]
+                            for x in rows]), ""]
+            if rec[key]["count"] > len(rows):
+                out.append(f"... and {rec[key]['count'] - len(rows)} more\n")
+    out += ["## Bench rows: fraction of the in-run ceiling on each card", ""]
+    moves = cards["perf"]
+    if moves is None:
+        return "\n".join(out + ["No perf comparison: it needs the perf JSON of each card.", ""])
+    unknown = any(m["beyond"] is None for m in moves)
+    shown = [m for m in moves if m["beyond"] is not False]
+    out += [f"A/A noise: a {text(cards['noise_a'])}; b {text(cards['noise_b'])}. "
+            + (f"The noise of {sum(m['beyond'] is None for m in moves)} row(s) is unknown: they are listed "
+               "with the largest move first. " if unknown else "")
+            + f"{sum(bool(m['beyond']) for m in moves)} of {len(moves)} (row, ceiling) fractions moved beyond "
+            "the A/A noise (b/a outside the product of the row's A/A bands on the two cards).", ""]
+    if shown:
+        out += [_table(["bench", "shape", "impl", "role", "ceiling", "fraction a", "fraction b", "b/a", "A/A band a, b", ""],
+                       [[text(m["bench"]), text(_shape(m["shape"])), text(m["impl"]), text(m["role"]),
+                         text(m["ceiling"]), _fmt(m["fraction_a"]), _fmt(m["fraction_b"]),
+                         f"**{m['move']:.3g}**" if m["beyond"] else f"{m['move']:.3g}",
+                         f"{_fmt(m['band_a'])}, {_fmt(m['band_b'])}",
+                         "beyond noise" if m["beyond"] else "noise unknown"] for m in shown[:MAX_LISTED]]), ""]
+        if len(shown) > MAX_LISTED:
+            out.append(f"... and {len(shown) - MAX_LISTED} more\n")
+    return "\n".join(out)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from conformance import fingerprint, registry
 from conformance.cells import Cell
-from conformance.run import records, spawn
+from conformance.run import gpu_sanitizer, records, spawn
 from conformance.run.inprocess import run_one, static_record
 
 MAX_WARNINGS = 20
@@ -65,6 +65,10 @@ def _worker_main(conn, output: str, parent: int) -> None:
         printed = _printed(output)
         if printed:
             record["output"] = printed
+        report = gpu_sanitizer.report_in(printed)
+        if report and record["status"] not in ("error", "crash"):
+            record.update(status="error", reason=f"compute-sanitizer: {report} (the check said {record['status']}"
+                                                 f"{': ' + record['reason'] if record.get('reason') else ''})")
         if caught:
             seen = Counter(f"{w.category.__name__}: {w.message} ({Path(w.filename).name}:{w.lineno})"
                            for w in caught)

@@ -198,3 +198,14 @@ def _choosing_path(cell, inputs):
 register(Backend("toy-path", {"toy": ("scale",)}, lambda: (True, "always"), _choosing_path,
                  supports=lambda cell: None if cell["n"] < 10 else "only n < 10",
                  path=lambda cell: "toy-declared"))
+
+
+def _sanitizer_reporting(cell, inputs):
+    """Prints what compute-sanitizer's memcheck prints for an out-of-bounds store, on odd n."""
+    if cell["n"] % 2 == 1:
+        print("========= Invalid __global__ write of size 4 bytes\n=========     at toy_kernel+0x70\n"
+              "=========     by thread (3,0,0) in block (0,0,0)", flush=True)
+    return _run(_Good)(cell, inputs)
+
+
+register(Backend("toy-sanitizer-report", {"toy": ("scale",)}, lambda: (True, "always"), _sanitizer_reporting))

@@ -1,0 +1,226 @@
+"""compute-sanitizer over our GPU backends: memcheck on every one, racecheck on those whose kernels
+use shared memory.
+
+Each (tool, backend) is one pass: ``kernel-lab conform --backend B`` under ``compute-sanitizer --tool
+T --target-processes all`` (the pairs run in worker processes, children of the command), in its own
+run folder ``OUT/T-B/`` with the sanitizer's log beside the records (``sanitizer-<pid>.log``, one per
+sanitizer session: a pass continued with ``--resume`` adds one). One backend a pass makes the log's
+errors that backend's. A pass whose folder holds records continues with ``--resume``.
+
+A pair's record turns ``error`` when the worker's output holds a sanitizer report (``report_in``,
+called by the worker), as a C++ sanitizer's report makes a ``crash`` under ``make sanitize``; memcheck
+also destroys the CUDA context on a precise error (its default), so the kernel's call fails and the
+pair is an ``error`` whatever the output holds.
+
+    python -m conformance.run.gpu_sanitizer --out DIR [--tier full] [--tool memcheck,racecheck]
+                                            [--backend B,...] [-- CONFORM_OPTIONS...]
+
+``--time-limit S`` interrupts the pass running after S seconds (its records kept) and starts no other.
+
+Exit status: 1 when a log reports an error, a record fails, errors or crashes, or the time limit cut a
+pass short; 2 for a bad request; else 0.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from conformance.run import records
+
+TOOLS = ("memcheck", "racecheck")
+# Every GPU backend of ours, and where racecheck runs: the kernels that use shared memory (Triton
+# dot operands and pipelined loads; the sm_90 Gluon decode's shared-memory rings), with the ops
+# those kernels serve (None: every op of the backend).
+SANITIZED = ("triton", "triton-grouped", "triton-lut", "triton-unified", "triton-sm90", "triton-gdn")
+RACECHECK = {"triton-grouped": None, "triton-lut": None, "triton-unified": None, "triton-sm90": None,
+             "triton-gdn": ("gdn", "chunked")}
+# The other GPU backends, and why compute-sanitizer does not run them.
+NOT_SANITIZED = {
+    "flydsl-gfx950": "an AMD gfx950 kernel: compute-sanitizer checks NVIDIA GPUs only",
+    "torch-sdpa": "torch's own attention, a baseline, not a kernel of ours",
+    "fla": "a peer's kernels (FLA)", "vllm-gdn": "a peer's kernels (vLLM)",
+    "vllm-triton-tq": "a peer's kernels (vLLM)", "vllm-triton-tq-soa": "a peer's kernels (vLLM)",
+    "vllm-triton-tq-unified": "a peer's kernels (vLLM)",
+}
+LOG = "sanitizer-%p.log"   # %p: the sanitizer's process id, one log per session
+# The first line of each report (one space after the =====; its detail lines are indented further)
+# of memcheck (invalid or misaligned accesses, hardware exceptions, failed API calls, allocation
+# errors) and racecheck ("Error: Race reported ...", "ERROR: Potential WAW hazard ..."; warnings
+# apart), and the summary line.
+_REPORT = re.compile(r"^=+ ((?:ERROR|Error|WARNING|Warning): .*|Invalid __\w+__ .*|Misaligned .*|Program hit .*|"
+                     r"Out-of-range .*|Malloc/Free error.*|Hardware exception.*)$", re.M)
+_SUMMARY = re.compile(r"^=+ +ERROR SUMMARY: (\d+) errors?", re.M)
+
+
+def report_in(text: str) -> str | None:
+    """The first compute-sanitizer error report in ``text`` (a worker's output, a log), or None.
+    Warnings (a racecheck ``Warning:``) are not errors."""
+    for m in _REPORT.finditer(text or ""):
+        line = m.group(1).strip()
+        if not line.lower().startswith("warning"):
+            return line
+    m = next((m for m in _SUMMARY.finditer(text or "") if int(m.group(1)) > 0), None)
+    return m.group(0).lstrip("= ") if m else None
+
+
+def count_errors(text: str) -> int:
+    """Errors a sanitizer log reports: the sum of its ``ERROR SUMMARY`` lines, or the number of
+    error reports when that is larger (a session killed before its summary)."""
+    summed = sum(int(n) for n in _SUMMARY.findall(text))
+    reports = sum(not m.group(1).lower().startswith("warning") for m in _REPORT.finditer(text))
+    return max(summed, reports)
+
+
+@dataclass(frozen=True)
+class Pass:
+    tool: str
+    backend: str
+    family: str | None = None
+    op: str | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.tool}-{self.backend}"
+
+
+def passes(tools: tuple[str, ...] = TOOLS, backends: tuple[str, ...] = SANITIZED) -> list[Pass]:
+    """memcheck on each backend, racecheck on each that uses shared memory (its ops only)."""
+    out = [Pass("memcheck", b) for b in backends if "memcheck" in tools]
+    for b in backends:
+        if "racecheck" in tools and b in RACECHECK:
+            out.append(Pass("racecheck", b, *(RACECHECK[b] or (None, None))))
+    return out
+
+
+def command(p: Pass, out: Path, tier: str, extra: list[str] = (), sanitizer: str = "compute-sanitizer",
+            python: str = sys.executable) -> list[str]:
+    """The command line of one pass: ``kernel-lab conform`` of the backend (its family and op when
+    the pass names them) into ``out``, under compute-sanitizer with every child process followed and
+    its log in ``out``; ``--resume`` when ``out`` already holds records."""
+    conform = [python, "-m", "kernel_lab", "conform", "--tier", tier, "--backend", p.backend, "--out", str(out)]
+    conform += ["--family", p.family] if p.family else []
+    conform += ["--op", p.op] if p.op else []
+    conform += ["--resume"] if (out / "cells.jsonl").exists() else []
+    return [sanitizer, "--tool", p.tool, "--target-processes", "all", "--require-cuda-init", "no",
+            "--log-file", str(out / LOG), *conform, *extra]
+
+
+@dataclass
+class Outcome:
+    """One pass: the records' counts per status, the errors its logs report and the first report."""
+    name: str
+    backend: str
+    tool: str
+    returncode: int
+    statuses: dict
+    sanitizer_errors: int
+    first_report: str | None
+    logs: list[str]
+
+    @property
+    def ran(self) -> int:
+        return sum(n for s, n in self.statuses.items() if s != "skip")
+
+    @property
+    def failed(self) -> bool:
+        bad = sum(self.statuses.get(s, 0) for s in records.BAD_STATUSES)
+        return self.sanitizer_errors > 0 or bad > 0 or self.returncode not in (0, 1, 5)
+
+
+def outcome(p: Pass, out: Path, returncode: int) -> Outcome:
+    """What a pass left in ``out``: its records' statuses and its logs' errors."""
+    recs = records.read_partial(out / "cells.jsonl")[0] if (out / "cells.jsonl").exists() else []
+    statuses: dict[str, int] = {}
+    for r in recs:
+        statuses[r["status"]] = statuses.get(r["status"], 0) + 1
+    logs = sorted(out.glob(LOG.replace("%p", "*")))
+    texts = [log.read_text(errors="replace") for log in logs]
+    first = next((r for r in map(report_in, texts) if r), None)
+    return Outcome(p.name, p.backend, p.tool, returncode, statuses, sum(map(count_errors, texts)), first,
+                   [str(log) for log in logs])
+
+
+def table(outcomes: list[Outcome]) -> str:
+    from conformance.run.counts import text_table
+
+    rows = [[o.backend, o.tool, str(o.ran), str(sum(o.statuses.get(s, 0) for s in records.BAD_STATUSES)),
+             str(o.sanitizer_errors), (o.first_report or "")[:100]
+             or ("nothing ran: every record a skip (cells.jsonl says why)" if not o.ran else "")] for o in outcomes]
+    return text_table(["backend", "tool", "pairs run", "bad records", "sanitizer errors", "first report"], rows,
+                      right=(2, 3, 4))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m conformance.run.gpu_sanitizer", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True, help="folder of the passes' run folders (OUT/TOOL-BACKEND)")
+    ap.add_argument("--tier", default="full", help="tier of every pass (default full)")
+    ap.add_argument("--tool", default=",".join(TOOLS), help="memcheck, racecheck or both (default both)")
+    ap.add_argument("--backend", default=",".join(SANITIZED), help=f"of {', '.join(SANITIZED)} (default all)")
+    ap.add_argument("--sanitizer", default="compute-sanitizer", help="the compute-sanitizer executable")
+    ap.add_argument("--time-limit", type=float, help="seconds for all passes: the pass running then is "
+                    "interrupted (its records kept; the same command continues it) and no other starts")
+    ap.add_argument("conform_options", nargs="*", help="after --: more `kernel-lab conform` options (--jobs, --timeout)")
+    args = ap.parse_args(argv)
+    tools = tuple(t.strip() for t in args.tool.split(",") if t.strip())
+    backends = tuple(b.strip() for b in args.backend.split(",") if b.strip())
+    bad = [t for t in tools if t not in TOOLS] + [b for b in backends if b not in SANITIZED]
+    if bad or not tools or not backends or not args.out.strip():
+        print(f"gpu_sanitizer: error: unknown tool or backend {', '.join(bad)} (tools: {', '.join(TOOLS)}; "
+              f"backends: {', '.join(SANITIZED)}), or an empty --out" if bad else
+              "gpu_sanitizer: error: --tool, --backend and --out need a value", file=sys.stderr)
+        return 2
+    if shutil.which(args.sanitizer) is None:
+        print(f"gpu_sanitizer: error: --sanitizer {args.sanitizer}: not found on PATH (it comes with the CUDA "
+              "toolkit)", file=sys.stderr)
+        return 2
+    if args.time_limit is not None and not args.time_limit > 0:
+        print(f"gpu_sanitizer: error: --time-limit {args.time_limit}: expected a positive number of seconds",
+              file=sys.stderr)
+        return 2
+    end = time.monotonic() + (args.time_limit if args.time_limit is not None else float("inf"))
+    outcomes, cut = [], []
+    for p in passes(tools, backends):
+        if time.monotonic() >= end:
+            cut.append(p.name)
+            continue
+        out = Path(args.out) / p.name
+        out.mkdir(parents=True, exist_ok=True)
+        cmd = command(p, out, args.tier, args.conform_options, args.sanitizer)
+        print("$ " + " ".join(cmd), flush=True)
+        returncode = run_until(cmd, end)
+        if returncode is None:
+            cut.append(p.name)
+        outcomes.append(outcome(p, out, 130 if returncode is None else returncode))
+    print(table(outcomes))
+    if cut:
+        print(f"time limit reached: {', '.join(cut)} not finished; the same command continues them")
+    return 1 if cut or any(o.failed for o in outcomes) else 0
+
+
+def run_until(cmd: list[str], end: float) -> int | None:
+    """Run ``cmd`` in its own process group until it exits (its status) or until ``end`` (monotonic
+    seconds): then the group is interrupted (SIGINT, as Ctrl-C: conform keeps its records), killed
+    30 s later if still there, and None is returned."""
+    proc = subprocess.Popen(cmd, start_new_session=True)
+    try:
+        return proc.wait(timeout=None if end == float("inf") else max(0.0, end - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        return None
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,143 @@
+"""compute-sanitizer over our GPU backends (conformance/run/gpu_sanitizer.py): the passes and their
+command lines, the reports it recognises, a report in a worker's output making the pair an error,
+and the driver end to end with a stand-in for the sanitizer (the real one needs an NVIDIA GPU)."""
+import os
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from conformance import registry
+from conformance.run import gpu_sanitizer as gs
+from conformance.run import records
+from tests.engine.test_runner import kl
+
+ROOT = Path(__file__).resolve().parents[2]
+MEMCHECK = """========= COMPUTE-SANITIZER
+========= Invalid __global__ read of size 2 bytes
+=========     at _grouped_decode_kernel+0x1a30
+=========     by thread (64,0,0) in block (3,1,0)
+=========     Address 0x7f0c00000400 is out of bounds
+=========
+========= Program hit cudaErrorLaunchFailure (error 719) due to "unspecified launch failure" on CUDA API call to cuStreamSynchronize.
+========= ERROR SUMMARY: 2 errors
+"""
+RACECHECK = """========= COMPUTE-SANITIZER
+========= Warning: Race reported between Read access at _chunk_kernel+0x50
+=========     and Write access at _chunk_kernel+0x90 [16 hazards]
+========= Error: Race reported between Write access at _chunk_kernel+0x60
+=========     and Write access at _chunk_kernel+0x60 [4 hazards]
+========= RACECHECK SUMMARY: 2 hazards displayed (1 error, 1 warning)
+========= ERROR SUMMARY: 1 error
+"""
+
+
+def test_every_gpu_backend_is_sanitized_or_says_why_not():
+    gpu = {n for n, b in registry.backends().items() if b.uses_gpu}
+    assert set(gs.SANITIZED) <= gpu and not set(gs.SANITIZED) & set(gs.NOT_SANITIZED)
+    assert gpu - set(gs.SANITIZED) <= set(gs.NOT_SANITIZED), gpu - set(gs.SANITIZED) - set(gs.NOT_SANITIZED)
+    assert set(gs.RACECHECK) <= set(gs.SANITIZED)
+
+
+def test_passes_and_their_command_lines(tmp_path):
+    ps = gs.passes()
+    assert [p.name for p in ps if p.tool == "memcheck"] == [f"memcheck-{b}" for b in gs.SANITIZED]
+    assert {p.backend for p in ps if p.tool == "racecheck"} == set(gs.RACECHECK)
+    gdn = next(p for p in ps if p.name == "racecheck-triton-gdn")
+    out = tmp_path / gdn.name
+    assert gs.command(gdn, out, "full", ["--jobs", "2"], python="python3") == [
+        "compute-sanitizer", "--tool", "racecheck", "--target-processes", "all", "--require-cuda-init", "no",
+        "--log-file", f"{out}/sanitizer-%p.log", "python3", "-m", "kernel_lab", "conform", "--tier", "full",
+        "--backend", "triton-gdn", "--out", str(out), "--family", "gdn", "--op", "chunked", "--jobs", "2"]
+    out.mkdir()
+    (out / "cells.jsonl").write_text("")
+    assert "--resume" in gs.command(gdn, out, "full")   # a pass cut short continues
+    mem = gs.command(gs.Pass("memcheck", "triton-sm90"), tmp_path / "m", "full")
+    assert mem[:3] == ["compute-sanitizer", "--tool", "memcheck"] and "--family" not in mem and "--resume" not in mem
+    assert gs.passes(("racecheck",), ("triton", "triton-sm90")) == [gs.Pass("racecheck", "triton-sm90")]
+
+
+def test_reports_are_recognised_and_counted():
+    assert gs.report_in(MEMCHECK) == "Invalid __global__ read of size 2 bytes" and gs.count_errors(MEMCHECK) == 2
+    assert gs.report_in(RACECHECK).startswith("Error: Race reported between Write access") and gs.count_errors(RACECHECK) == 1
+    clean = "========= COMPUTE-SANITIZER\nhello\n========= ERROR SUMMARY: 0 errors\n"
+    assert gs.report_in(clean) is None and gs.count_errors(clean) == 0
+    warned = RACECHECK.replace("========= Error: Race", "========= Warning: Race").replace("1 error\n", "0 errors\n")
+    assert gs.report_in(warned) is None and gs.count_errors(warned) == 0
+    # a session killed before its summary still counts its reports
+    assert gs.count_errors(MEMCHECK.rsplit("========= ERROR SUMMARY", 1)[0]) == 2
+    assert gs.report_in("") is None and gs.report_in(None) is None
+
+
+def test_a_report_in_a_workers_output_makes_the_pair_an_error(tmp_path):
+    kl("conform", "--family", "toy", "--tier", "smoke", "--backend", "toy-sanitizer-report", "--out", str(tmp_path),
+       check_rc=1)
+    recs = records.read(tmp_path / "cells.jsonl")
+    assert recs and {r["status"] for r in recs} == {"pass", "error"}
+    for r in recs:
+        if r["params"]["n"] % 2:
+            assert r["status"] == "error" and r["reason"].startswith(
+                "compute-sanitizer: Invalid __global__ write of size 4 bytes (the check said pass")
+            assert "toy_kernel+0x70" in r["output"]
+        else:
+            assert r["status"] == "pass" and "output" not in r
+
+
+FAKE = """#!/bin/sh
+# a stand-in for compute-sanitizer: writes a log as it would, with FAKE_ERRORS reports, and runs the command
+while [ "$1" != "--log-file" ]; do shift; done
+log=$(echo "$2" | sed "s/%p/$$/"); shift 2
+echo "========= COMPUTE-SANITIZER" > "$log"
+for i in $(seq 1 ${FAKE_ERRORS:-0}); do echo "========= Invalid __global__ write of size 4 bytes" >> "$log"; done
+"$@"; rc=$?
+echo "========= ERROR SUMMARY: ${FAKE_ERRORS:-0} errors" >> "$log"
+exit $rc
+"""
+
+
+@pytest.fixture
+def fake_sanitizer(tmp_path, monkeypatch):
+    path = tmp_path / "bin" / "compute-sanitizer"
+    path.parent.mkdir()
+    path.write_text(FAKE)
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    monkeypatch.chdir(ROOT)
+    return str(path)
+
+
+def test_driver_runs_each_pass_keeps_its_log_and_fails_on_a_sanitizer_error(tmp_path, fake_sanitizer, monkeypatch, capsys):
+    out = tmp_path / "san"
+    args = ["--out", str(out), "--sanitizer", fake_sanitizer, "--backend", "triton-gdn", "--",
+            "--filter", "gdn/decode/.*N=1/|gdn/chunked/.*lens=64/"]
+    assert gs.main(args) == 0   # no GPU here: every pair a skip, nothing ran, no report
+    printed = capsys.readouterr().out
+    assert f"$ {fake_sanitizer} --tool memcheck --target-processes all" in printed
+    assert f"$ {fake_sanitizer} --tool racecheck" in printed and "--op chunked" in printed
+    logs = sorted((out / "memcheck-triton-gdn").glob("sanitizer-*.log"))
+    assert len(logs) == 1 and (out / "memcheck-triton-gdn" / "cells.jsonl").exists()
+    monkeypatch.setenv("FAKE_ERRORS", "3")
+    assert gs.main(args) == 1   # the same folder continued (--resume), and its log reports 3 errors
+    printed = capsys.readouterr().out
+    assert "--resume" in printed
+    assert len(list((out / "memcheck-triton-gdn").glob("sanitizer-*.log"))) == 2
+    row = next(line for line in printed.splitlines() if "triton-gdn" in line and "memcheck" in line
+               and not line.startswith("$"))
+    assert " 3 " in row and "Invalid __global__ write of size 4 bytes" in row
+
+
+def test_driver_refuses_unknown_names_and_a_missing_sanitizer(tmp_path, capsys):
+    assert gs.main(["--out", str(tmp_path), "--backend", "fla"]) == 2
+    assert "unknown tool or backend fla" in capsys.readouterr().err
+    assert gs.main(["--out", str(tmp_path), "--sanitizer", str(tmp_path / "none")]) == 2
+    assert "not found on PATH" in capsys.readouterr().err
+
+
+def test_a_pass_past_the_time_limit_is_interrupted():
+    import time
+
+    start = time.monotonic()
+    assert gs.run_until([sys.executable, "-c", "import time; time.sleep(60)"], start + 1.0) is None
+    assert time.monotonic() - start < 20
+    assert gs.run_until([sys.executable, "-c", "raise SystemExit(3)"], float("inf")) == 3

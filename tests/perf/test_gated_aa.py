@@ -1,0 +1,134 @@
+"""Timing only the rows the gates read (``kernel-lab bench --gated-only``), the A/A pairs of those rows,
+and each gate's false-alarm rate written into the gates file, per machine."""
+from __future__ import annotations
+
+import difflib
+import json
+import tomllib
+
+import pytest
+
+from bench import baselines, gates, machine, registry, run
+from tests.cli_in_process import main
+
+registry.load()
+GPU_BENCHES = [n for n, b in registry.benches().items() if b.device == "gpu"]
+
+
+def test_gated_rows_are_exactly_what_the_gates_read():
+    gate_list = gates.load()
+    rows = run.gated_rows(gate_list, GPU_BENCHES)
+    timed = {f"{bench}/{shape}/{impl}" for bench, shapes in rows.items() for shape, impls in shapes.items()
+             for impl in impls}
+    read = {ref for g in gate_list if g.benches <= set(GPU_BENCHES) for ref in (g.numerator, g.denominator)}
+    assert timed == read
+    # a GPU bench is timed shape by shape, each with only the implementations its gates read
+    calls = run._rows_of("turboquant/decode", rows)
+    assert (["L=8192,act=float16"], ["gpu-copy", "gpu-copy-eager"]) in calls
+    assert all("gpu-matmul-bf16" not in impls for _, impls in calls)
+    # a CPU bench is one interleaved call over every row named
+    cpu = run._rows_of("gdn/decode", run.gated_rows(gate_list, ["gdn/decode"]))
+    assert len(cpu) == 1 and set(cpu[0][0]) == {"state=float32", "state=bfloat16", "state=float16"}
+    assert run.gated_rows(gate_list, ["gdn/chunked-gpu"]) == {
+        "gdn/chunked-gpu": {"T=8192,state=bfloat16": ["triton-gdn", "fla"],
+                            "varlen=4x2048,state=bfloat16": ["triton-gdn", "fla"]}}
+
+
+def test_rates_written_per_machine_and_nothing_else_changed():
+    text = gates.GATES_TOML.read_text()
+    once = gates.with_rates(text, {"tq-decode-L8192-vs-sdpa": ("1/40", "h200"),
+                                   "gdn-gpu-decode-N32-bf16-vs-copy": ("0/40", "h200")})
+    twice = gates.with_rates(once, {"tq-decode-L8192-vs-sdpa": ("3/40", "h100-80gb-hbm3")})
+    edits = [line for line in difflib.ndiff(text.splitlines(), twice.splitlines()) if line[:2] in ("+ ", "- ")]
+    assert sorted(edits) == sorted(['- false_alarm_rate = "not measured"'] * 2 + [
+        '+ false_alarm_rate = "3/40"', '+ measured_on = "h100-80gb-hbm3"',
+        '+ false_alarm_rates = { "h100-80gb-hbm3" = "3/40", "h200" = "1/40" }',
+        '+ false_alarm_rate = "0/40"', '+ measured_on = "h200"', '+ false_alarm_rates = { "h200" = "0/40" }'])
+    loaded = {g["name"]: g for g in tomllib.loads(twice)["gate"]}
+    before = {g["name"]: g for g in tomllib.loads(text)["gate"]}
+    for name, g in before.items():
+        if name not in ("tq-decode-L8192-vs-sdpa", "gdn-gpu-decode-N32-bf16-vs-copy"):
+            assert loaded[name] == g
+    tq = gates._gate(loaded["tq-decode-L8192-vs-sdpa"])
+    assert tq.false_alarm_rates == {"h200": "1/40", "h100-80gb-hbm3": "3/40"}
+    assert tq.rate_on("h200") == ("1/40", "h200") and tq.rate_on("h100-80gb-hbm3") == ("3/40", "h100-80gb-hbm3")
+    assert tq.rate_on("mi355x") == ("3/40", "h100-80gb-hbm3")   # elsewhere: the last one written, named
+    with pytest.raises(ValueError, match="not in the file: no-such-gate"):
+        gates.with_rates(text, {"no-such-gate": ("0/40", "h200")})
+
+
+def test_a_block_without_rate_lines_gets_them_before_its_blank_line():
+    text = ('[[gate]]\nname = "g"\nnumerator = "b/s/x"\ndenominator = "b/s/y"\nquantity = "time"\n'
+            'direction = "<="\nthreshold = 1.0\n\n[[gate]]\nname = "h"\nnumerator = "b/s/x"\n'
+            'denominator = "b/s/y"\nquantity = "time"\ndirection = "<="\nthreshold = 2.0\n')
+    out = gates.with_rates(text, {"g": ("2/40", "h200")})
+    assert out.split("\n\n")[0].endswith('threshold = 1.0\nfalse_alarm_rate = "2/40"\nmeasured_on = "h200"\n'
+                                         'false_alarm_rates = { "h200" = "2/40" }')
+    assert out.split("\n\n")[1] == text.split("\n\n")[1]
+
+
+def test_judge_reports_the_rate_of_the_machine_it_ran_on():
+    gate = gates.Gate(name="t", numerator="b/s/slow", denominator="b/s/fast", quantity="time", direction=">=",
+                      threshold=1.5, false_alarm_rate="9/40", measured_on="elsewhere",
+                      false_alarm_rates={"here": "1/40", "elsewhere": "9/40"})
+    import numpy as np
+    from bench.measure import Record
+
+    def rec(rid, key, s):
+        return Record(rid, {"fingerprint": {"key": key}}, samples=np.array(s))
+    here = gates.judge(gate, {"b/s/slow": rec("b/s/slow", "here", [2.0] * 3), "b/s/fast": rec("b/s/fast", "here", [1.0] * 3)})
+    assert here["verdict"] == "pass" and (here["false_alarm_rate"], here["measured_on"]) == ("1/40", "here")
+    other = gates.judge(gate, {"b/s/slow": rec("b/s/slow", "new", [2.0] * 3), "b/s/fast": rec("b/s/fast", "new", [1.0] * 3)})
+    assert (other["false_alarm_rate"], other["measured_on"]) == ("9/40", "elsewhere")
+
+
+def test_saving_some_benches_keeps_the_saved_run_of_the_others(tmp_path):
+    def perf(bench, rid):
+        return {"benchmarks": [{"name": rid, "extra_info": {"bench": bench}}], "skipped": []}
+    baselines.save("m", perf("gdn/chunked-gpu", "gdn/chunked-gpu/T/x"),
+                   {"date": "d1", "load": "l1", "records": {"gdn/chunked-gpu/T/x": {"ratios": [1.0]}},
+                    "gates": {"g1": {}}}, base=tmp_path)
+    baselines.save("m", perf("turboquant/decode", "turboquant/decode/L/y"),
+                   {"date": "d2", "load": "l2", "records": {"turboquant/decode/L/y": {"ratios": [1.1]}},
+                    "gates": {"g2": {}}}, base=tmp_path)
+    saved = json.loads((tmp_path / "m" / "perf.json").read_text())
+    noise = json.loads((tmp_path / "m" / "noise.json").read_text())
+    assert [b["name"] for b in saved["benchmarks"]] == ["gdn/chunked-gpu/T/x", "turboquant/decode/L/y"]
+    assert set(noise["records"]) == {"gdn/chunked-gpu/T/x", "turboquant/decode/L/y"} and set(noise["gates"]) == {"g1", "g2"}
+    assert noise["measured"] == {"gdn/chunked-gpu": {"date": "d1", "load": "l1"},
+                                 "turboquant/decode": {"date": "d2", "load": "l2"}}
+    # measuring a bench again replaces its own entries
+    baselines.save("m", perf("gdn/chunked-gpu", "gdn/chunked-gpu/T/z"), None, base=tmp_path)
+    saved = json.loads((tmp_path / "m" / "perf.json").read_text())
+    assert [b["name"] for b in saved["benchmarks"]] == ["turboquant/decode/L/y", "gdn/chunked-gpu/T/z"]
+
+
+def test_aa_of_the_gated_rows_writes_the_rates_into_the_gates_file(tmp_path, monkeypatch, capsys):
+    """The A/A path end to end on a CPU gate, with 2 pairs (the GPU gates take the same code)."""
+    import optimized.cpu as cpu
+
+    built, why = cpu.extension_status()
+    if not built:
+        pytest.skip(why)
+    gate = {g.name: g for g in gates.load()}["gdn-decode-bf16-vs-fp32"]
+    missing = [w for w in map(gates.missing_capability, gate.requires) if w]
+    if missing:
+        pytest.skip("; ".join(missing))
+    lines = gates.GATES_TOML.read_text().split("[[gate]]")
+    one = next(block for block in lines if f'name = "{gate.name}"' in block)
+    gates_file = tmp_path / "gates.toml"
+    gates_file.write_text("[[gate]]" + one)
+    monkeypatch.setattr(baselines, "MIN_PAIRS", 2)
+    rc, out, err = main(capsys, "bench", "--bench", "gdn/decode", "--gated-only", "--aa", "2", "--write-gates",
+                        "--gates", gates_file, "--baselines", tmp_path / "bl", "--load", "test")
+    assert rc == 0, err
+    key = machine.fingerprint("cpu")["key"]
+    written = gates._gate(tomllib.loads(gates_file.read_text())["gate"][0])
+    rate = written.false_alarm_rates[key]
+    assert written.measured_on == key and rate.endswith("/4") and rate == written.false_alarm_rate
+    assert f"{gate.name}" in out and f"false alarms {rate}" in out
+    noise = json.loads((tmp_path / "bl" / key / "noise.json").read_text())
+    saved = json.loads((tmp_path / "bl" / key / "perf.json").read_text())
+    assert set(noise["records"]) == {gate.numerator, gate.denominator}   # only the rows the gate reads
+    assert {b["name"] for b in saved["benchmarks"]} == {gate.numerator, gate.denominator}
+    assert noise["gates"][gate.name]["false_alarm_rate"] == rate
