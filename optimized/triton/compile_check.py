@@ -8,9 +8,9 @@ intrinsics, the same source must compile for ROCm", and a first step on a new ar
 Each kernel is compiled with the argument types and constants its launcher passes on a GPU
 (MMA operands in the query's dtype: bf16 queries and outputs, and the fp16 MMA variants of the grouped
 decode and unified attention) for representative caches: D=128, Hk=8, block size 16, the presets and
-layouts each kernel serves; the GDN kernels (``gdn_kernels``) for every op and state dtype. The NVIDIA-only Gluon decode
-(``tq_decode_sm90``: inline PTX, ``mma.sync``) is compiled for the CUDA target only, with Gluon's
-ahead-of-time source (``GluonASTSource``). Needs a process without
+layouts each kernel serves; the GDN kernels (``gdn_kernels``) for every op and state dtype. The NVIDIA-only Gluon
+kernels (the TurboQuant decode ``tq_decode_sm90``: inline PTX, ``mma.sync``; the GDN decode ``gdn_decode_sm90`` for
+each state dtype) are compiled for the CUDA target only, with Gluon's ahead-of-time source (``GluonASTSource``). Needs a process without
 ``TRITON_INTERPRET=1`` (the interpreter replaces the kernels). Triton bundles ``ptxas`` and links
 AMD code objects itself, so neither CUDA nor ROCm has to be installed.
 """
@@ -87,7 +87,8 @@ def kernels() -> list[tuple[str, object, dict, dict]]:
 # cache block strides, block-table rows), as a launch on a GPU does: the widths of the loads and of the
 # cp.async copies depend on it.
 ALIGNED = ("q_ptr", "cache_ptr", "bt_ptr", "seq_lens_ptr", "table_ptr", "sinks_ptr", "part_ptr", "stride_blk",
-           "stride_bt")
+           "stride_bt", "k_ptr", "v_ptr", "o_ptr", "state_ptr", "sq_t", "sq_h", "sk_t", "sk_h", "sv_t", "sv_h", "so_t",
+           "so_h", "s_slot")
 # (G, block size, MMA operands, VALUES, STAGES) of the sm_90 decode configurations compiled
 SM90_CONFIGS = ((G, BS, "bf16", 0, 1), (G, BS, "bf16", 0, 4), (G, BS, "fp16", 1, 1), (G, BS, "fp16", 2, 4),
                 (16, 32, "bf16", 0, 3), (16, 32, "fp16", 1, 1))
@@ -156,6 +157,24 @@ def nvidia_kernels() -> list[tuple[str, object, dict, dict, int]]:
                     f"stages={stages}", tq_decode_sm90._sm90_kernel, types,
                     dict(D=D, HK=HK, BS=bs, KEY_BYTES=spec.key_bytes, VAL_BYTES=spec.value_bytes, HQ=HK * g, G=g, S=4,
                          MAXS=32, HAS_SINKS=True, BLOCK_N=16, VALUES=values, STAGES=stages), 1))
+    return out + gdn_sm90_kernels()
+
+
+def gdn_sm90_kernels() -> list[tuple[str, object, dict, dict, int]]:
+    """The sm_90 GDN decode (``gdn_decode_sm90``) at Qwen3-Next's heads (H=16, HV=32, K=V=128), bf16
+    activations and o, its default configuration for each state dtype."""
+    from optimized.triton import gdn_decode_sm90 as gd
+
+    i32 = "i32"
+    out = []
+    for state, size in (("fp32", 4), ("bf16", 2), ("fp16", 2)):
+        types = dict(q_ptr="*bf16", k_ptr="*bf16", v_ptr="*bf16", a_ptr="*bf16", b_ptr="*bf16", A_log_ptr="*fp32",
+                     dt_bias_ptr="*bf16", state_ptr=f"*{state}", table_ptr="*i32", o_ptr="*bf16", scale="fp32",
+                     eps="fp32", **{n: i32 for n in ("sq_t", "sq_h", "sk_t", "sk_h", "sv_t", "sv_h", "sa_t", "sb_t",
+                                                      "so_t", "so_h", "s_slot")})
+        vec, lanes, warps, hpp = gd.config(size, 128, 2)
+        out.append((f"sm90 gdn decode state={state}", gd._decode_kernel, types,
+                    dict(H=16, HV=32, K=128, V=128, HPP=hpp, VEC=vec, LANES=lanes, WARPS=warps, L2NORM=True), warps))
     return out
 
 

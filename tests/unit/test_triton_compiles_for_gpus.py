@@ -25,7 +25,8 @@ NVIDIA_ONLY = {"sm90 decode G=8 block=16 mma=bf16 values=bf16-offset stages=1", 
                "sm90 decode G=8 block=16 mma=fp16 values=fp16-subnormal stages=1",
                "sm90 decode G=8 block=16 mma=fp16 values=fp16-integer stages=4",
                "sm90 decode G=16 block=32 mma=bf16 values=bf16-offset stages=3",
-               "sm90 decode G=16 block=32 mma=fp16 values=fp16-subnormal stages=1"}
+               "sm90 decode G=16 block=32 mma=fp16 values=fp16-subnormal stages=1"} | {
+    f"sm90 gdn decode state={s}" for s in ("fp32", "bf16", "fp16")}  # Gluon
 
 
 def _python(args, cwd=ROOT, extra_path=None):
