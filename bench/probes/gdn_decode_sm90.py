@@ -31,7 +31,8 @@ import numpy as np
 U32 = 2.0 ** -24
 UNIT = {"float32": 2.0 ** -24, "bfloat16": 2.0 ** -8, "float16": 2.0 ** -11}
 DTYPES = ("float32", "bfloat16", "float16")
-VARIANTS = {"l8": dict(lanes_k=8), "l16": dict(lanes_k=16), "h1": dict(heads_per_program=1)}
+VARIANTS = {"l8": dict(lanes_k=8), "l16": dict(lanes_k=16), "h1": dict(heads_per_program=1),
+            "p": dict(prefetch=True), "p-l16": dict(prefetch=True, lanes_k=16)}
 
 
 # ---------------------------------------------------------------- cases and the reference

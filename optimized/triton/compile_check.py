@@ -174,7 +174,8 @@ def gdn_sm90_kernels() -> list[tuple[str, object, dict, dict, int]]:
                                                       "so_t", "so_h", "s_slot")})
         vec, lanes, warps, hpp = gd.config(size, 128, 2)
         out.append((f"sm90 gdn decode state={state}", gd._decode_kernel, types,
-                    dict(H=16, HV=32, K=128, V=128, HPP=hpp, VEC=vec, LANES=lanes, WARPS=warps, L2NORM=True), warps))
+                    dict(H=16, HV=32, K=128, V=128, HPP=hpp, VEC=vec, LANES=lanes, WARPS=warps, PREFETCH=False,
+                         L2NORM=True), warps))
     return out
 
 

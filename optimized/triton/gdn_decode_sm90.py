@@ -100,7 +100,8 @@ def _normalised(ptr, eps, K: gl.constexpr, L2NORM: gl.constexpr, FLAT: gl.conste
 def _decode_kernel(q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, state_ptr, table_ptr, o_ptr,
                    sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, sa_t, sb_t, so_t, so_h, s_slot, scale, eps,
                    H: gl.constexpr, HV: gl.constexpr, K: gl.constexpr, V: gl.constexpr, HPP: gl.constexpr,
-                   VEC: gl.constexpr, LANES: gl.constexpr, WARPS: gl.constexpr, L2NORM: gl.constexpr):
+                   VEC: gl.constexpr, LANES: gl.constexpr, WARPS: gl.constexpr, PREFETCH: gl.constexpr,
+                   L2NORM: gl.constexpr):
     """One program per (sequence n, key head h, block of HPP value heads of h) (module docstring)."""
     STATE: gl.constexpr = gl.BlockedLayout([K // LANES, VEC], [LANES, 32 // LANES], [1, WARPS], [1, 0])
     ROW: gl.constexpr = gl.SliceLayout(1, STATE)   # [K]: a thread's rows, replicated along V
@@ -115,27 +116,34 @@ def _decode_kernel(q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, st
     cols = gl.arange(0, V, layout=COL)
     slot = gl.load(table_ptr + n).to(gl.int64)
     if slot >= 0:
+        tile = gl.expand_dims(gl.arange(0, K, layout=ROW), 1) * V + gl.expand_dims(cols, 0)
+        heads = state_ptr + slot * s_slot + hv0 * (K * V) + tile
+        raw = gl.load(heads)  # the first value head's state, in flight while q and k are normalised
         q = _normalised(q_ptr + n64 * sq_t + h * sq_h, eps, K, L2NORM, FLAT, ROW) * scale
         k = _normalised(k_ptr + n64 * sk_t + h * sk_h, eps, K, L2NORM, FLAT, ROW)
         qc = gl.expand_dims(q, 1)
         kc = gl.expand_dims(k, 1)
-        tile = gl.expand_dims(gl.arange(0, K, layout=ROW), 1) * V + gl.expand_dims(cols, 0)
         for j in range(HPP):
             hv = hv0 + j
+            pool = heads + j * (K * V)
+            if PREFETCH:  # the next value head's state, in flight while this one is computed
+                nxt = gl.load(pool + K * V, mask=gl.full([K, V], j + 1 < HPP, gl.int1, STATE))
             x = gl.load(a_ptr + n64 * sa_t + hv).to(gl.float32) + gl.load(dt_bias_ptr + hv).to(gl.float32)
             y = gl.load(b_ptr + n64 * sb_t + hv).to(gl.float32)
             g = -gl.exp(gl.load(A_log_ptr + hv).to(gl.float32)) * gl.where(
                 x > 20.0, x, _log1p(gl.exp(gl.minimum(x, 20.0))))
             beta = 1.0 / (1.0 + gl.exp(-y))
-            pool = state_ptr + slot * s_slot + hv * (K * V) + tile
-            S = gl.load(pool).to(gl.float32)
             v = gl.load(v_ptr + n64 * sv_t + hv * sv_h + cols).to(gl.float32)
-            S = S * gl.exp(g)
+            S = raw.to(gl.float32) * gl.exp(g)
             u = beta * (v - gl.sum(S * kc, axis=0))
             S = S + kc * gl.expand_dims(u, 0)
             o = gl.sum(S * qc, axis=0)
             gl.store(pool, S.to(state_ptr.dtype.element_ty))
             gl.store(o_ptr + n64 * so_t + hv * so_h + cols, o.to(o_ptr.dtype.element_ty))
+            if PREFETCH:
+                raw = nxt
+            else:
+                raw = gl.load(pool + K * V, mask=gl.full([K, V], j + 1 < HPP, gl.int1, STATE))
     else:
         for j in range(HPP):
             gl.store(o_ptr + n64 * so_t + (hv0 + j) * so_h + cols, gl.zeros([V], gl.float32, COL).to(
@@ -149,10 +157,11 @@ def _name(dtype) -> str:
 
 
 def decode(q, k, v, A_log, a, b, dt_bias, state, state_indices, *, scale=None, use_qk_l2norm=True,
-           l2norm_eps=1e-6, out=None, workspace=None, lanes_k=None, heads_per_program=None):
+           l2norm_eps=1e-6, out=None, workspace=None, lanes_k=None, heads_per_program=None, prefetch=False):
     """``gdn_recurrent.decode`` (same arguments, checks and result) on sm_90: q, k ``[N, H, K]``, v ``[N, HV, V]``,
     A_log and dt_bias ``[HV]``, a and b ``[N, HV]``; ``state [S, HV, K, V]`` updated in place; ``state_indices``
-    int32 ``[N]``. Tile options: ``lanes_k`` and ``heads_per_program`` (``config``). ValueError naming the
+    int32 ``[N]``. Tile options: ``lanes_k`` and ``heads_per_program`` (``config``); ``prefetch``: a program's next
+    value head's state is loaded before the current one is computed (else after it is stored). ValueError naming the
     argument for a call ``problem`` leaves to the portable kernel."""
     (N, H, HV, K, V), idx, scale, eps, out = decode_arguments(
         q, k, v, A_log, a, b, dt_bias, state, state_indices, scale, l2norm_eps, out, workspace)
@@ -164,6 +173,7 @@ def decode(q, k, v, A_log, a, b, dt_bias, state, state_indices, *, scale=None, u
         q, k, v, a, b, A_log, dt_bias, state, idx, out,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), a.stride(0), b.stride(0),
         out.stride(0), out.stride(1), state.stride(0), scale, eps,
-        H=H, HV=HV, K=K, V=V, HPP=hpp, VEC=vec, LANES=lanes, WARPS=warps, L2NORM=bool(use_qk_l2norm),
+        H=H, HV=HV, K=K, V=V, HPP=hpp, VEC=vec, LANES=lanes, WARPS=warps, PREFETCH=bool(prefetch),
+        L2NORM=bool(use_qk_l2norm),
         num_warps=warps)
     return out
