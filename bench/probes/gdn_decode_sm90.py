@@ -218,6 +218,7 @@ def checks() -> list[dict]:
     for label, c in cases():
         r = reference(c)
         row = {"case": label}
+        sm90_o = sm90_pool = None
         for name, fn, kw in [("sm90", gdn_decode_sm90.decode, {}), ("today", gdn_recurrent.decode, {})] + [
                 (f"sm90-{v}", gdn_decode_sm90.decode, kw) for v, kw in VARIANTS.items()]:
             try:
@@ -225,7 +226,7 @@ def checks() -> list[dict]:
                 row[name] = check(c, r, o, pool, b0, b1)
                 if name == "sm90":
                     sm90_o, sm90_pool = o, pool
-                elif name == "today":
+                elif name == "today" and sm90_o is not None:
                     row["same_as_today"] = {"o_bits": float(np.mean(sm90_o == o)),
                                             "state_bits": float(np.mean(sm90_pool == pool))}
             except Exception as exc:  # one case's failure does not hide the others
