@@ -31,16 +31,15 @@ import numpy as np
 U32 = 2.0 ** -24
 UNIT = {"float32": 2.0 ** -24, "bfloat16": 2.0 ** -8, "float16": 2.0 ** -11}
 DTYPES = ("float32", "bfloat16", "float16")
-VARIANTS = {"l8": dict(lanes_k=8), "l16": dict(lanes_k=16), "h1": dict(heads_per_program=1),
-            "p": dict(prefetch=True), "p-l16": dict(prefetch=True, lanes_k=16)}
+VARIANTS = {"l8": dict(lanes_k=8), "l16": dict(lanes_k=16), "p-l16": dict(prefetch=True, lanes_k=16)}
 
 
 # ---------------------------------------------------------------- cases and the reference
 
 def case(seed: int, N: int, H: int, HV: int, state: str, act: str, pad: int = 0, l2norm: bool = True,
          scale=None, a_log: str = "float32", extra_slots: int = 3) -> dict:
-    """Host inputs (NumPy; activations already rounded to ``act``) of one decode: a pool of N - pad + extra
-    slots in ``state``, ``pad`` sequences on slot -1."""
+    """Host inputs (NumPy; activations already rounded to ``act``) of one decode: a pool of N + extra slots in
+    ``state``, ``pad`` sequences on slot -1."""
     import ml_dtypes
 
     rng = np.random.default_rng(seed)
@@ -51,7 +50,7 @@ def case(seed: int, N: int, H: int, HV: int, state: str, act: str, pad: int = 0,
         return (s * rng.standard_normal(shape)).astype(np.float32).astype(narrow[act]).astype(np.float32)
 
     qk_scale = 1.0 if l2norm else K ** -0.5
-    slots = N - pad + extra_slots
+    slots = N + extra_slots
     idx = rng.permutation(slots)[:N].astype(np.int32)
     idx[rng.permutation(N)[:pad]] = -1
     return dict(q=act_rows(N, H, K, s=qk_scale), k=act_rows(N, H, K, s=qk_scale), v=act_rows(N, HV, V),
