@@ -16,7 +16,7 @@ key heads tiled instead of repeated, a padding slot written) must fail; it runs 
 Timings: the registry's ``gdn/decode-gpu`` bench (CUDA-graph medians) with ours (``triton-gdn``), the sm_90
 decode (``triton-gdn-sm90``) and its tile variants (registered for this run only), FLA where installed,
 and the copy ceilings. Writes ``gdn_decode_sm90.json`` (checks, planted, perf-JSON records):
-``python -m bench.probes.gdn_decode_sm90 --out DIR [--planted-only] [--shapes LABEL ...]``.
+``python -m bench.probes.gdn_decode_sm90 --out DIR [--planted-only] [--shapes LABEL ...] [--variants NAME ...]``.
 """
 from __future__ import annotations
 
@@ -209,8 +209,8 @@ def cases() -> list[tuple[str, dict]]:
     return out
 
 
-def checks() -> list[dict]:
-    """Every case through the sm_90 decode (default and each variant) and today's kernel."""
+def checks(variants) -> list[dict]:
+    """Every case through the sm_90 decode (default and the named ``variants``) and today's kernel."""
     from optimized.triton import gdn_decode_sm90, gdn_recurrent
 
     rows = []
@@ -219,7 +219,7 @@ def checks() -> list[dict]:
         row = {"case": label}
         sm90_o = sm90_pool = None
         for name, fn, kw in [("sm90", gdn_decode_sm90.decode, {}), ("today", gdn_recurrent.decode, {})] + [
-                (f"sm90-{v}", gdn_decode_sm90.decode, kw) for v, kw in VARIANTS.items()]:
+                (f"sm90-{v}", gdn_decode_sm90.decode, VARIANTS[v]) for v in variants]:
             try:
                 o, pool, b0, b1 = run_kernel(fn, c, **kw)
                 row[name] = check(c, r, o, pool, b0, b1)
@@ -236,8 +236,8 @@ def checks() -> list[dict]:
     return rows
 
 
-def timings(shapes) -> dict:
-    """The gdn/decode-gpu bench with the sm_90 variants registered for this run."""
+def timings(shapes, variants) -> dict:
+    """The gdn/decode-gpu bench with the sm_90 ``variants`` registered for this run."""
     from bench import registry
     from bench.gdn_gpu import BENCH, ours_sm90
     from bench.measure import measure
@@ -245,7 +245,7 @@ def timings(shapes) -> dict:
     from bench.turboquant_gpu import sm90_available
 
     impls = [Impl(bench=BENCH, name=f"triton-gdn-sm90-{n}", role="ours", prepare=functools.partial(ours_sm90, **kw),
-                  available=sm90_available) for n, kw in VARIANTS.items()]
+                  available=sm90_available) for n, kw in VARIANTS.items() if n in variants]
     registry.load()
     with registry.registered(*impls):
         return {r.rid: r for r in measure(BENCH, shapes=shapes)}
@@ -275,6 +275,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--planted-only", action="store_true", help="only the planted-bug checks (no GPU needed)")
     ap.add_argument("--shapes", nargs="*", help="shape labels of the bench (default all)")
+    ap.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=list(VARIANTS),
+                    help="tile variants of the sm_90 decode checked and timed beside its default (default all)")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -284,8 +286,8 @@ def main(argv=None) -> int:
     if not args.planted_only:
         from bench import run
 
-        result["checks"] = checks()
-        records = timings(args.shapes)
+        result["checks"] = checks(args.variants)
+        records = timings(args.shapes, args.variants)
         result["perf"] = run.perf_json(records, [])
         (out / "gdn_decode_sm90.json").write_text(json.dumps(result, indent=1) + "\n")
         bad = [r["case"] for r in result["checks"] if not all(v["ok"] for v in r.values() if isinstance(v, dict)
