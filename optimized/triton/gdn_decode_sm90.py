@@ -16,7 +16,8 @@ program walks its value heads, and for each computes the gating once and updates
 consecutive columns, ``VEC`` = 16 bytes of the pool's dtype (one 16-byte load per row). A column's K
 values are thus in ``LANES_K`` lanes of one warp: the sums over K (``S^T k`` and ``S^T q``) are
 ``K / LANES_K`` in-thread fused multiply-adds and ``log2(LANES_K)`` butterfly shuffles, no shared
-memory and no barrier. The state is read once in its storage dtype and kept in fp32 registers.
+memory and no barrier (only the q/k broadcast, once per program, goes through shared memory). The state is
+read once in its storage dtype, 16 bytes a load, and kept in fp32 registers.
 
 Order of operations per value head, fp32 (``gdn_recurrent``'s): ``S = S exp(g)``; ``u = beta (v - S^T k)``;
 ``S = S + k u^T``; ``o = S^T q`` (the updated, unrounded state); the state stored once, rounded to nearest
@@ -62,8 +63,8 @@ def problem(op: str, K: int, V: int, state_dtype: str, act_dtype: str, H: int | 
 
 def config(element_size: int, V: int, G: int, lanes_k=None, heads_per_program=None) -> tuple[int, int, int, int]:
     """(VEC, LANES_K, warps, value heads per program) for a pool of ``element_size`` bytes: VEC elements are
-    16 bytes; ``lanes_k`` (default ``DEFAULT_LANES_K``) one of ``LANES_K``; warps = V / (32 / LANES_K * VEC)
-    (at least 1); ``heads_per_program`` a divisor of G (default G: q and k normalised once per key head)."""
+    16 bytes; ``lanes_k`` (default ``DEFAULT_LANES_K``) one of ``LANES_K``; warps = V / (32 / LANES_K * VEC);
+    ``heads_per_program`` a divisor of G (default G: q and k normalised once per key head)."""
     vec = 16 // element_size
     lanes_k = DEFAULT_LANES_K[element_size] if lanes_k is None else lanes_k
     if lanes_k not in LANES_K:
