@@ -4,7 +4,8 @@ float16 row), the state pool in float32, bfloat16 or float16 (N slots in a rando
 Shapes ``N=<N>,state=<dtype>[,act=float16]``.
 
 Implementations: ``triton-gdn`` (ours, ``optimized.triton.gdn_recurrent.decode`` with its default
-tile, a preallocated workspace and output: nothing allocated in the timed call), and the peers
+tile, a preallocated workspace and output: nothing allocated in the timed call), ``triton-gdn-sm90`` (ours,
+``optimized.triton.gdn_decode_sm90.decode``, the Gluon decode for sm_90, the same way), and the peers
 ``fla`` (FLA's ``fused_recurrent_gated_delta_rule``, ``bench/peers/fla_peers.py`` with its gating in the kernel,
 ``use_gate_in_kernel`` and ``use_beta_sigmoid_in_kernel``, the pool as ``initial_state`` and
 ``output_final_state=True``: FLA returns the final state as a new float32 tensor, whatever the pool's
@@ -27,6 +28,7 @@ from __future__ import annotations
 from bench import gpu_ceilings
 from bench.machine import gpu_capability
 from bench.registry import Bench, Impl, register_bench, register_impl
+from bench.turboquant_gpu import sm90_available
 from conformance.cost import Cost
 from conformance.families.gdn import cost
 
@@ -58,17 +60,32 @@ def decode_inputs(shape: dict) -> dict:
                 state_indices=torch.randperm(N, generator=gen, device="cuda").to(torch.int32))
 
 
-def ours(shape, inputs, **config):
-    """``Impl.prepare`` of our decode; ``config`` the launcher's tile options (block_v, num_warps)."""
+def _timed_call(decode, inputs, **config):
+    """The call of ``decode`` (a launcher of ``gdn_recurrent.decode``'s arguments) on ``inputs`` into a
+    preallocated output, with a preallocated workspace: nothing allocated in the timed call."""
     import torch
 
-    from optimized.triton.gdn_recurrent import Workspace, decode
+    from optimized.triton.gdn_recurrent import Workspace
 
     x = inputs
     out = torch.empty_like(x["v"])
     ws = Workspace("cuda")
     return lambda: decode(x["q"], x["k"], x["v"], x["A_log"], x["a"], x["b"], x["dt_bias"], x["state"],
                           x["state_indices"], out=out, workspace=ws, **config)
+
+
+def ours(shape, inputs, **config):
+    """``Impl.prepare`` of our decode; ``config`` the launcher's tile options (block_v, num_warps)."""
+    from optimized.triton.gdn_recurrent import decode
+
+    return _timed_call(decode, inputs, **config)
+
+
+def ours_sm90(shape, inputs, **config):
+    """``Impl.prepare`` of the sm_90 decode; ``config`` its tile options (lanes_k, heads_per_program)."""
+    from optimized.triton.gdn_decode_sm90 import decode
+
+    return _timed_call(decode, inputs, **config)
 
 
 def _copy_bytes(shape: dict) -> int:
@@ -95,6 +112,7 @@ SHAPES["N=128,state=bfloat16,act=float16"] = dict(N=128, **HEADS, state_dtype="b
 
 register_bench(Bench(name=BENCH, device="gpu", cost=cost.decode, inputs=decode_inputs, reps=5, shapes=SHAPES))
 register_impl(Impl(bench=BENCH, name="triton-gdn", role="ours", prepare=ours, available=gpu_capability))
+register_impl(Impl(bench=BENCH, name="triton-gdn-sm90", role="ours", prepare=ours_sm90, available=sm90_available))
 register_impl(Impl(bench=BENCH, name="gpu-copy", role="ceiling", prepare=_gpu_copy, available=gpu_capability,
                    cost=_copy_cost))
 register_impl(Impl(bench=BENCH, name="gpu-copy-eager", role="ceiling", prepare=_gpu_copy_eager,

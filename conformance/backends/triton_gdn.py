@@ -1,6 +1,8 @@
 """Our Triton GDN kernels (``optimized.triton.gdn_recurrent``: decode, spec_decode, recurrent;
-``optimized.triton.gdn_chunked``: chunked) as backends of the gdn family: ``triton-gdn`` on a GPU and ``triton-gdn-interpret``, the same kernels
-through the Triton interpreter (``TRITON_INTERPRET=1``) on the CPU.
+``optimized.triton.gdn_chunked``: chunked) as backends of the gdn family: ``triton-gdn`` on a GPU (the GDN
+dispatcher's choice per call) and ``triton-gdn-interpret``, the same kernels through the Triton interpreter
+(``TRITON_INTERPRET=1``) on the CPU; ``triton-gdn-sm90``, the Gluon decode for sm_90 (``gdn_decode_sm90``)
+named to the dispatcher, so it is held to the matrix whatever the dispatcher prefers.
 
 Activations reach the kernels in the cell's dtype, the pool in its own (float32, bfloat16, float16),
 updated in place; o is written into a poisoned buffer (an element never written is NaN) of the
@@ -12,7 +14,7 @@ the other ops (where the model is ``exact``) fp32 arithmetic, one rounding per s
 from __future__ import annotations
 
 from conformance import paths
-from conformance.backends.triton_kernels import _gpu_available, _interpret_available
+from conformance.backends.triton_kernels import _gpu_available, _interpret_available, _sm90_available
 from conformance.cells import activation
 from conformance.registry import INTERPRET_ENV, Backend, register
 from conformance.torch_arrays import to_numpy, to_torch
@@ -33,10 +35,10 @@ INTERPRET_COST = {"seconds_per_cell": 1.0, "seconds_per_work": 4e-6,
 class TritonGdnImpl:
     """The reference's ``decode``/``spec_decode``/``recurrent``/``chunked`` (NumPy form: the pool updated in
     place, o returned) over the GDN dispatcher (``optimized.gdn_dispatch``: the fastest launcher that serves
-    the call), on ``device`` ("cpu": the interpreter, or "cuda")."""
+    the call, or the launcher ``kernel`` names), on ``device`` ("cpu": the interpreter, or "cuda")."""
 
-    def __init__(self, device: str):
-        self.device = device
+    def __init__(self, device: str, kernel: str = "auto"):
+        self.device, self.kernel = device, kernel
 
     def _t(self, x):
         return to_torch(x, self.device)
@@ -50,7 +52,7 @@ class TritonGdnImpl:
         q, v = before[0], before[2]
         pool = self._t(state)
         out = self._t(poisoned((q.shape[0],) + tuple(v.shape[1:]), q.dtype))
-        fn(*map(self._t, before), pool, *map(self._t, after), out=out, **kw)
+        fn(*map(self._t, before), pool, *map(self._t, after), out=out, kernel=self.kernel, **kw)
         state[...] = to_numpy(pool)
         return to_numpy(out)
 
@@ -80,13 +82,18 @@ class TritonGdnImpl:
                           **kw)
 
 
+def _problem(name: str, cell) -> str | None:
+    from optimized import launchers
+
+    return launchers.module(name).problem(K=cell["K"], V=cell.get("V", cell["K"]), state_dtype=cell["state"],
+                                          act=activation(cell), H=cell["H"], HV=cell["HV"])
+
+
 def _supports(cell) -> str | None:
     """The reason of the first GDN launcher for the cell's op (``optimized.launchers``) when none serves it."""
     from optimized import launchers
 
-    reasons = [launchers.module(name).problem(K=cell["K"], V=cell.get("V", cell["K"]), state_dtype=cell["state"],
-                                              act=activation(cell), H=cell["H"], HV=cell["HV"])
-               for name in launchers.serving("gdn", cell.op)]
+    reasons = [_problem(name, cell) for name in launchers.serving("gdn", cell.op)]
     return None if None in reasons else reasons[0]
 
 
@@ -105,3 +112,15 @@ def _make(name: str, interpret: bool) -> Backend:
 
 _make("triton-gdn", interpret=False)
 _make("triton-gdn-interpret", interpret=True)
+
+
+def _run_sm90(cell, inputs):
+    from conformance.families import gdn
+
+    return gdn.run_with(TritonGdnImpl("cuda", kernel="triton-gdn-sm90"), cell, inputs)
+
+
+register(Backend(
+    name="triton-gdn-sm90", ops={"gdn": ("decode",)}, available=_sm90_available, run=_run_sm90,
+    supports=lambda cell: _problem("triton-gdn-sm90", cell), rounding_models={"gdn": "bf16-operands"},
+    timeout_s=600.0, uses_gpu=True, path=paths.fixed("sm_90")))

@@ -353,12 +353,9 @@ def _gating_args(A_log, a, b, dt_bias, T: int, HV: int, dev):
 
 # ---------------------------------------------------------------- the launchers
 
-def decode(q, k, v, A_log, a, b, dt_bias, state, state_indices, *, scale=None, use_qk_l2norm=True,
-           l2norm_eps=1e-6, out=None, workspace=None, block_v=None, num_warps=None):
-    """One decode step of N sequences (module docstring): q, k ``[N, H, K]``, v ``[N, HV, V]`` (one
-    float dtype), A_log and dt_bias ``[HV]``, a and b ``[N, HV]``; ``state [S, HV, K, V]`` float32,
-    bfloat16 or float16, updated in place; ``state_indices`` int32 ``[N]`` (a Python list is
-    converted). Returns ``out`` ``[N, HV, V]`` (default: a new tensor of q's dtype)."""
+def decode_arguments(q, k, v, A_log, a, b, dt_bias, state, state_indices, scale, l2norm_eps, out, workspace):
+    """The checks of ``decode`` (the module docstring's list), for every kernel that serves it: returns
+    ((N, H, HV, K, V), state_indices as an int32 tensor, scale, eps, out)."""
     dev = _device(state)
     N, H, HV, K, V = _common(q, k, v, state, dev)
     _gating_args(A_log, a, b, dt_bias, N, HV, dev)
@@ -376,6 +373,17 @@ def decode(q, k, v, A_log, a, b, dt_bias, state, state_indices, *, scale=None, u
         workspace = workspace or Workspace(dev)
         _finite({n: inputs[n] for n in ("q", "k", "v", "A_log", "a", "b", "dt_bias")}, workspace, (a, A_log, dt_bias))
         slot_indices("state_indices", _host(state_indices), (N,), state.shape[0])
+    return (N, H, HV, K, V), state_indices, scale, eps, out
+
+
+def decode(q, k, v, A_log, a, b, dt_bias, state, state_indices, *, scale=None, use_qk_l2norm=True,
+           l2norm_eps=1e-6, out=None, workspace=None, block_v=None, num_warps=None):
+    """One decode step of N sequences (module docstring): q, k ``[N, H, K]``, v ``[N, HV, V]`` (one
+    float dtype), A_log and dt_bias ``[HV]``, a and b ``[N, HV]``; ``state [S, HV, K, V]`` float32,
+    bfloat16 or float16, updated in place; ``state_indices`` int32 ``[N]`` (a Python list is
+    converted). Returns ``out`` ``[N, HV, V]`` (default: a new tensor of q's dtype)."""
+    (N, H, HV, K, V), state_indices, scale, eps, out = decode_arguments(
+        q, k, v, A_log, a, b, dt_bias, state, state_indices, scale, l2norm_eps, out, workspace)
     BK, BV, warps = _config(K, V, block_v, num_warps)
     _gdn_kernel[(N * HV * triton.cdiv(V, BV),)](
         q, k, v, a, b, A_log, dt_bias, state, state_indices, None, None, out,

@@ -1,0 +1,198 @@
+"""GDN decode (``reference.gdn.numpy_ref.decode``) for NVIDIA sm_90 whose reductions over K stay in registers.
+
+The op and its argument contract are ``gdn_recurrent.decode``'s (one token per sequence, gating fused in:
+g = -exp(A_log) softplus(a + dt_bias), beta = sigmoid(b); q and k l2-normalised (eps added to the sum of
+squares), q scaled; the pool ``[S, HV, K, V]`` float32, bfloat16 or float16 updated in place at
+``state_indices``, -1: padding, no slot read or written, its output rows zero); its checks are that
+module's ``decode_arguments``. Served: K = V = 128, any H and HV = G H, any float activations
+(``problem`` names the rest, which stays on the portable kernel).
+
+Written in Gluon (``triton.experimental.gluon``: explicit layouts), NVIDIA sm_90 only. One program per
+(sequence n, key head h, block of ``heads_per_program`` of its G value heads): q and k are normalised once
+per program in a compact layout (each lane K/32 elements), then broadcast to the state layout; the
+program walks its value heads, and for each computes the gating once and updates the ``[K, V]`` state in
+``V / (TV VEC)`` warps: a warp owns ``TV VEC`` columns, lane ``(i, j)`` (``i < LANES_K`` along K,
+``j < TV = 32 / LANES_K`` along V) owns rows ``[i K / LANES_K, (i + 1) K / LANES_K)`` of ``VEC``
+consecutive columns, ``VEC`` = 16 bytes of the pool's dtype (one 16-byte load per row). A column's K
+values are thus in ``LANES_K`` lanes of one warp: the sums over K (``S^T k`` and ``S^T q``) are
+``K / LANES_K`` in-thread fused multiply-adds and ``log2(LANES_K)`` butterfly shuffles, no shared
+memory and no barrier (only the q/k broadcast, once per program, goes through shared memory). The state is
+read once in its storage dtype, 16 bytes a load, and kept in fp32 registers.
+
+Order of operations per value head, fp32 (``gdn_recurrent``'s): ``S = S exp(g)``; ``u = beta (v - S^T k)``;
+``S = S + k u^T``; ``o = S^T q`` (the updated, unrounded state); the state stored once, rounded to nearest
+even by the conversion instruction; o rounded once to ``out``'s dtype. Rounding model "exact".
+"""
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+
+from optimized.triton.gdn_recurrent import decode_arguments, problem as portable_problem
+
+HEAD = 128                   # the K and V this kernel's layout is built for
+LANES_K = (1, 2, 4, 8, 16, 32)
+# Lanes along K by the pool's element size: 128 fp32 state registers per thread either way (a warp owns 32
+# columns, V / 32 = 4 warps per program)
+DEFAULT_LANES_K = {4: 4, 2: 8}
+
+
+def problem(*, K: int, V: int, state_dtype: str, act: str, H: int | None = None, HV: int | None = None,
+            device=None) -> str | None:
+    """Why this kernel cannot serve a decode with head sizes K, V, a pool of ``state_dtype``, activations of
+    ``act`` (dtype names), H key and HV value heads, on the torch ``device`` (None: not asked); None when it
+    can. Spec decode and recurrent stay on the portable kernel (``gdn_recurrent``): this module's
+    ``ENTRY_POINTS`` hold decode only."""
+    why = portable_problem(K=K, V=V, state_dtype=state_dtype, act=act, H=H, HV=HV)
+    if why:
+        return why
+    if K != HEAD or V != HEAD:
+        return (f"q, v: the sm_90 GDN decode is laid out for K = V = {HEAD}, got K={K}, V={V} (the portable kernel "
+                "serves it)")
+    if device is not None:
+        from optimized.triton.tq_decode_sm90 import device_problem
+
+        why = device_problem(device)
+        return f"state: {why}" if why else None
+    return None
+
+
+def config(element_size: int, V: int, G: int, lanes_k=None, heads_per_program=None) -> tuple[int, int, int, int]:
+    """(VEC, LANES_K, warps, value heads per program) for a pool of ``element_size`` bytes: VEC elements are
+    16 bytes; ``lanes_k`` (default ``DEFAULT_LANES_K``) one of ``LANES_K``; warps = V / (32 / LANES_K * VEC);
+    ``heads_per_program`` a divisor of G (default G: q and k normalised once per key head)."""
+    vec = 16 // element_size
+    lanes_k = DEFAULT_LANES_K[element_size] if lanes_k is None else lanes_k
+    if lanes_k not in LANES_K:
+        raise ValueError(f"lanes_k must be one of {LANES_K}, got {lanes_k!r}")
+    cols = 32 // lanes_k * vec
+    if V % cols:
+        raise ValueError(f"lanes_k={lanes_k}: a warp's {cols} columns do not divide V={V}")
+    hpp = G if heads_per_program is None else heads_per_program
+    if isinstance(hpp, bool) or not isinstance(hpp, int) or hpp < 1 or G % hpp:
+        raise ValueError(f"heads_per_program must divide G={G} (value heads per key head), got {hpp!r}")
+    return vec, lanes_k, V // cols, hpp
+
+
+# ---------------------------------------------------------------- the kernel
+
+@gluon.jit
+def _log1p(y):
+    """log(1 + y) for y >= 0, accurate for small y (Goldberg: log(w) * y / (w - 1), w = 1 + y)."""
+    w = 1.0 + y
+    return gl.where(w == 1.0, y, gl.log(w) * (y / gl.where(w == 1.0, 1.0, w - 1.0)))
+
+
+@gluon.jit
+def _normalised(ptr, eps, K: gl.constexpr, L2NORM: gl.constexpr, FLAT: gl.constexpr, ROW: gl.constexpr):
+    """The ``K`` values at ``ptr`` in fp32, divided by sqrt(sum of squares + eps) when ``L2NORM`` (in the
+    compact layout ``FLAT``), then broadcast to ``ROW``."""
+    x = gl.load(ptr + gl.arange(0, K, layout=FLAT)).to(gl.float32)
+    if L2NORM:
+        x = gl.div_rn(x, gl.sqrt_rn(gl.sum(x * x, axis=0) + eps))
+    return gl.convert_layout(x, ROW)
+
+
+@gluon.jit
+def _decode_kernel(q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, state_ptr, table_ptr, o_ptr,
+                   sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, sa_t, sb_t, so_t, so_h, s_slot, scale, eps,
+                   H: gl.constexpr, HV: gl.constexpr, K: gl.constexpr, V: gl.constexpr, HPP: gl.constexpr,
+                   VEC: gl.constexpr, LANES: gl.constexpr, WARPS: gl.constexpr, PREFETCH: gl.constexpr,
+                   L2NORM: gl.constexpr):
+    """One program per (sequence n, key head h, block of HPP value heads of h) (module docstring)."""
+    STATE: gl.constexpr = gl.BlockedLayout([K // LANES, VEC], [LANES, 32 // LANES], [1, WARPS], [1, 0])
+    ROW: gl.constexpr = gl.SliceLayout(1, STATE)   # [K]: a thread's rows, replicated along V
+    COL: gl.constexpr = gl.SliceLayout(0, STATE)   # [V]: a thread's VEC columns, replicated along K
+    FLAT: gl.constexpr = gl.BlockedLayout([K // 32], [32], [WARPS], [0])
+    G: gl.constexpr = HV // H
+    pid = gl.program_id(0)
+    n = pid // (H * (G // HPP))
+    h = pid // (G // HPP) % H
+    hv0 = h * G + pid % (G // HPP) * HPP
+    n64 = n.to(gl.int64)
+    cols = gl.arange(0, V, layout=COL)
+    slot = gl.load(table_ptr + n).to(gl.int64)
+    if slot >= 0:
+        tile = gl.expand_dims(gl.arange(0, K, layout=ROW), 1) * V + gl.expand_dims(cols, 0)
+        heads = state_ptr + slot * s_slot + hv0 * (K * V) + tile
+        raw = gl.load(heads)  # the first value head's state, in flight while q and k are normalised
+        q = _normalised(q_ptr + n64 * sq_t + h * sq_h, eps, K, L2NORM, FLAT, ROW) * scale
+        k = _normalised(k_ptr + n64 * sk_t + h * sk_h, eps, K, L2NORM, FLAT, ROW)
+        qc = gl.expand_dims(q, 1)
+        kc = gl.expand_dims(k, 1)
+        for j in range(HPP):
+            hv = hv0 + j
+            pool = heads + j * (K * V)
+            if PREFETCH:  # the next value head's state, in flight while this one is computed
+                nxt = gl.load(pool + K * V, mask=gl.full([K, V], j + 1 < HPP, gl.int1, STATE))
+            x = gl.load(a_ptr + n64 * sa_t + hv).to(gl.float32) + gl.load(dt_bias_ptr + hv).to(gl.float32)
+            y = gl.load(b_ptr + n64 * sb_t + hv).to(gl.float32)
+            g = -gl.exp(gl.load(A_log_ptr + hv).to(gl.float32)) * gl.where(
+                x > 20.0, x, _log1p(gl.exp(gl.minimum(x, 20.0))))
+            beta = 1.0 / (1.0 + gl.exp(-y))
+            v = gl.load(v_ptr + n64 * sv_t + hv * sv_h + cols).to(gl.float32)
+            S = raw.to(gl.float32) * gl.exp(g)
+            u = beta * (v - gl.sum(S * kc, axis=0))
+            S = S + kc * gl.expand_dims(u, 0)
+            o = gl.sum(S * qc, axis=0)
+            gl.store(pool, S.to(state_ptr.dtype.element_ty))
+            gl.store(o_ptr + n64 * so_t + hv * so_h + cols, o.to(o_ptr.dtype.element_ty))
+            if PREFETCH:
+                raw = nxt
+            else:
+                raw = gl.load(pool + K * V, mask=gl.full([K, V], j + 1 < HPP, gl.int1, STATE))
+    else:
+        for j in range(HPP):
+            gl.store(o_ptr + n64 * so_t + (hv0 + j) * so_h + cols, gl.zeros([V], gl.float32, COL).to(
+                o_ptr.dtype.element_ty))
+
+
+# ---------------------------------------------------------------- the launcher
+
+def _name(dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def decode(q, k, v, A_log, a, b, dt_bias, state, state_indices, *, scale=None, use_qk_l2norm=True,
+           l2norm_eps=1e-6, out=None, workspace=None, lanes_k=None, heads_per_program=None, prefetch=False):
+    """``gdn_recurrent.decode`` (same arguments, checks and result) on sm_90: q, k ``[N, H, K]``, v ``[N, HV, V]``,
+    A_log and dt_bias ``[HV]``, a and b ``[N, HV]``; ``state [S, HV, K, V]`` updated in place; ``state_indices``
+    int32 ``[N]``. Tile options: ``lanes_k`` and ``heads_per_program`` (``config``); ``prefetch``: a program's next
+    value head's state is loaded before the current one is computed (else after it is stored). ValueError naming the
+    argument for a call ``problem`` leaves to the portable kernel."""
+    (N, H, HV, K, V), idx, scale, eps, out = decode_arguments(
+        q, k, v, A_log, a, b, dt_bias, state, state_indices, scale, l2norm_eps, out, workspace)
+    why = problem(K=K, V=V, state_dtype=_name(state.dtype), act=_name(q.dtype), H=H, HV=HV, device=state.device)
+    if why:
+        raise ValueError(why)
+    vec, lanes, warps, hpp = config(state.element_size(), V, HV // H, lanes_k, heads_per_program)
+    _decode_kernel[(N * H * (HV // H // hpp),)](
+        q, k, v, a, b, A_log, dt_bias, state, idx, out,
+        q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), a.stride(0), b.stride(0),
+        out.stride(0), out.stride(1), state.stride(0), scale, eps,
+        H=H, HV=HV, K=K, V=V, HPP=hpp, VEC=vec, LANES=lanes, WARPS=warps, PREFETCH=bool(prefetch),
+        L2NORM=bool(use_qk_l2norm),
+        num_warps=warps)
+    return out
+
+
+ENTRY_POINTS = {"decode": decode}
+
+
+def compile_specs():
+    """The decode at Qwen3-Next's heads (H=16, HV=32, K=V=128), bf16 activations and o, its default tile for each
+    pool dtype, for CUDA only (Gluon, sm_90) (``compile_check``)."""
+    from optimized.triton.compile_check import CompileSpec
+
+    strides = {n: "i32" for n in ("sq_t", "sq_h", "sk_t", "sk_h", "sv_t", "sv_h", "sa_t", "sb_t", "so_t", "so_h",
+                                  "s_slot")}
+    out = []
+    for state, size in (("fp32", 4), ("bf16", 2), ("fp16", 2)):
+        types = dict(q_ptr="*bf16", k_ptr="*bf16", v_ptr="*bf16", a_ptr="*bf16", b_ptr="*bf16", A_log_ptr="*fp32",
+                     dt_bias_ptr="*bf16", state_ptr=f"*{state}", table_ptr="*i32", o_ptr="*bf16", scale="fp32",
+                     eps="fp32", **strides)
+        vec, lanes, warps, hpp = config(size, 128, 2)
+        out.append(CompileSpec(f"sm90 gdn decode state={state}", _decode_kernel, types,
+                               dict(H=16, HV=32, K=128, V=128, HPP=hpp, VEC=vec, LANES=lanes, WARPS=warps,
+                                    PREFETCH=False, L2NORM=True), vendors=("cuda",), warps=warps))
+    return out
