@@ -95,10 +95,11 @@ struct Avx512Isa {
         }
     }
 
-    // One pass over K rows of NV 16-column vectors (NV even, w <= 16 NV): per row, the update of
-    // `up` (UP) and then the reductions of `red` (RED), whose 2 NV accumulators stay in registers
-    // (the loops over i are fully unrolled); u is read from a stack copy each row. A 16-bit row is widened
-    // and narrowed in the same pass that streams it (load32 / store32). WIDE (one of UP, RED; NV = 4):
+    // One pass over K rows of NV 16-column vectors (NV even, w <= 16 NV), in the row order of
+    // walk_segment (kRowStreams sequential streams side by side): per row, the update of `up` (UP)
+    // and then the reductions of `red` (RED), whose 2 NV accumulators stay in registers (the loops
+    // over i are fully unrolled); u is read from a stack copy each row. A 16-bit row is widened and
+    // narrowed in the same pass that streams it (load32 / store32). WIDE (one of UP, RED; NV = 4):
     // the reduction stores its widened rows to red->wide, the update reads them from up->wide.
     template <DType SD, int NV, bool UP, bool RED, bool WIDE = false>
     static void stream_rows_n(const RowUpdate* up, const RowReduce* red, int64_t K, int64_t w, const void* next) {
@@ -123,39 +124,43 @@ struct Avx512Isa {
         const void* rs = RED ? red->src : nullptr;
         const float *rk = RED ? red->k : nullptr, *rq = RED ? red->q : nullptr;
         const __m512 av = _mm512_set1_ps(UP ? up->alpha : 0.0f);
-        const int64_t stride = (UP ? uld : rld) * eb;
-        for (int64_t r = 0; r < K; ++r) {
-            prefetch_row(next, r, stride, w * eb);
-            if constexpr (UP) {
-                const __m512 kr = _mm512_set1_ps(uk[r]);
+        const int64_t seg = walk_segment(K);
+        for (int64_t j = 0; j < seg; ++j) {
+            for (int s = 0; s < kRowStreams; ++s) {
+                const int64_t r = s * seg + j;
+                if (r >= K) break;
+                if constexpr (RED) prefetch_ahead(rs, next, K, seg, s, j, rld * eb, w * eb);
+                if constexpr (UP) {
+                    const __m512 kr = _mm512_set1_ps(uk[r]);
 #pragma GCC unroll 4
-                for (int i = 0; i < NV; i += 2) {
-                    __m512 s0, s1;
-                    if constexpr (WIDE) {
-                        s0 = _mm512_loadu_ps(uw + r * kDecodeBlock + 16 * i);
-                        s1 = _mm512_loadu_ps(uw + r * kDecodeBlock + 16 * i + 16);
-                    } else {
-                        load32<SD>(us, r * uld + 16 * i, m[i], m[i + 1], s0, s1);
+                    for (int i = 0; i < NV; i += 2) {
+                        __m512 s0, s1;
+                        if constexpr (WIDE) {
+                            s0 = _mm512_loadu_ps(uw + r * kDecodeBlock + 16 * i);
+                            s1 = _mm512_loadu_ps(uw + r * kDecodeBlock + 16 * i + 16);
+                        } else {
+                            load32<SD>(us, r * uld + 16 * i, m[i], m[i + 1], s0, s1);
+                        }
+                        const __m512 n0 = _mm512_fmadd_ps(av, s0, _mm512_mul_ps(kr, _mm512_load_ps(uu + 16 * i)));
+                        const __m512 n1 = _mm512_fmadd_ps(av, s1, _mm512_mul_ps(kr, _mm512_load_ps(uu + 16 * i + 16)));
+                        store32<SD>(ud, r * uld + 16 * i, m[i], m[i + 1], n0, n1);
                     }
-                    const __m512 n0 = _mm512_fmadd_ps(av, s0, _mm512_mul_ps(kr, _mm512_load_ps(uu + 16 * i)));
-                    const __m512 n1 = _mm512_fmadd_ps(av, s1, _mm512_mul_ps(kr, _mm512_load_ps(uu + 16 * i + 16)));
-                    store32<SD>(ud, r * uld + 16 * i, m[i], m[i + 1], n0, n1);
                 }
-            }
-            if constexpr (RED) {
-                const __m512 kr = _mm512_set1_ps(rk[r]), qr = _mm512_set1_ps(rq[r]);
+                if constexpr (RED) {
+                    const __m512 kr = _mm512_set1_ps(rk[r]), qr = _mm512_set1_ps(rq[r]);
 #pragma GCC unroll 4
-                for (int i = 0; i < NV; i += 2) {
-                    __m512 s0, s1;
-                    load32<SD>(rs, r * rld + 16 * i, m[i], m[i + 1], s0, s1);
-                    if constexpr (WIDE) {
-                        _mm512_storeu_ps(rw + r * kDecodeBlock + 16 * i, s0);
-                        _mm512_storeu_ps(rw + r * kDecodeBlock + 16 * i + 16, s1);
+                    for (int i = 0; i < NV; i += 2) {
+                        __m512 s0, s1;
+                        load32<SD>(rs, r * rld + 16 * i, m[i], m[i + 1], s0, s1);
+                        if constexpr (WIDE) {
+                            _mm512_storeu_ps(rw + r * kDecodeBlock + 16 * i, s0);
+                            _mm512_storeu_ps(rw + r * kDecodeBlock + 16 * i + 16, s1);
+                        }
+                        kv[i] = _mm512_fmadd_ps(s0, kr, kv[i]);
+                        kv[i + 1] = _mm512_fmadd_ps(s1, kr, kv[i + 1]);
+                        sq[i] = _mm512_fmadd_ps(s0, qr, sq[i]);
+                        sq[i + 1] = _mm512_fmadd_ps(s1, qr, sq[i + 1]);
                     }
-                    kv[i] = _mm512_fmadd_ps(s0, kr, kv[i]);
-                    kv[i + 1] = _mm512_fmadd_ps(s1, kr, kv[i + 1]);
-                    sq[i] = _mm512_fmadd_ps(s0, qr, sq[i]);
-                    sq[i + 1] = _mm512_fmadd_ps(s1, qr, sq[i + 1]);
                 }
             }
         }

@@ -42,25 +42,29 @@ struct ScalarIsa {
             std::fill(kv, kv + w, 0.0f);
             std::fill(sq, sq + w, 0.0f);
         }
-        for (int64_t r = 0; r < K; ++r) {
-            prefetch_row(next, r, (up ? up->ld : red->ld) * eb, w * eb);
-            if (up) {
-                const float* __restrict row = up->wide ? up->wide + r * kDecodeBlock
-                                                       : row_f32<SD>(static_cast<const char*>(up->src) + r * up->ld * eb, w, buf);
-                const float alpha = up->alpha, kr = up->k[r];
-                for (int64_t j = 0; j < w; ++j) n[j] = alpha * row[j] + kr * u[j];
-                store_row(n, static_cast<char*>(up->dst) + r * up->ld * eb, SD, w);
-            }
-            if (red) {
-                const float* __restrict row = row_f32<SD>(static_cast<const char*>(red->src) + r * red->ld * eb, w, buf);
-                if (red->wide) std::memcpy(red->wide + r * kDecodeBlock, row, size_t(w) * 4);
-                const float kr = red->k[r], qr = red->q[r];
-                for (int64_t j = 0; j < w; ++j) {
-                    kv[j] += row[j] * kr;
-                    sq[j] += row[j] * qr;
+        const int64_t seg = walk_segment(K);
+        for (int64_t i = 0; i < seg; ++i)
+            for (int s = 0; s < kRowStreams; ++s) {
+                const int64_t r = s * seg + i;
+                if (r >= K) break;
+                if (red) prefetch_ahead(red->src, next, K, seg, s, i, red->ld * eb, w * eb);
+                if (up) {
+                    const float* __restrict row = up->wide ? up->wide + r * kDecodeBlock
+                                                           : row_f32<SD>(static_cast<const char*>(up->src) + r * up->ld * eb, w, buf);
+                    const float alpha = up->alpha, kr = up->k[r];
+                    for (int64_t j = 0; j < w; ++j) n[j] = alpha * row[j] + kr * u[j];
+                    store_row(n, static_cast<char*>(up->dst) + r * up->ld * eb, SD, w);
+                }
+                if (red) {
+                    const float* __restrict row = row_f32<SD>(static_cast<const char*>(red->src) + r * red->ld * eb, w, buf);
+                    if (red->wide) std::memcpy(red->wide + r * kDecodeBlock, row, size_t(w) * 4);
+                    const float kr = red->k[r], qr = red->q[r];
+                    for (int64_t j = 0; j < w; ++j) {
+                        kv[j] += row[j] * kr;
+                        sq[j] += row[j] * qr;
+                    }
                 }
             }
-        }
     }
 
     static void transpose_pairs(const uint16_t* src, int64_t R, int64_t C2, uint16_t* dst) {

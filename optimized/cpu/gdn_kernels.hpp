@@ -3,10 +3,12 @@
 // P (defined by each gdn_isa_*.cpp before including this file) provides:
 //   load_row(src, dt, float* dst, n)            n elements of type dt -> fp32
 //   store_row(const float* src, dst, dt, n)     fp32 -> dt, round to nearest even
-//   stream_rows<SD>(up, red, K, w, next)        one pass over K state rows of w <= 128 columns (type SD):
-//                                               row r of `up` (RowUpdate, may be null) is updated, then
-//                                               row r of `red` (RowReduce, may be null) is reduced; the
-//                                               rows of `next` (null: none) are prefetched to L2; with
+//   stream_rows<SD>(up, red, K, w, next)        one pass over K state rows of w <= 128 columns (type SD),
+//                                               in the order of walk_segment / prefetch_ahead: row r of
+//                                               `up` (RowUpdate, may be null) is updated, then row r of
+//                                               `red` (RowReduce, may be null) is reduced; red's rows
+//                                               and the first rows of `next` (the state the next pass
+//                                               reduces, null: none) are prefetched ahead; with
 //                                               `wide` set (w <= kDecodeBlock, one of up, red), the
 //                                               reduction also stores its rows widened to fp32 there
 //                                               and the update reads them from there
@@ -65,13 +67,27 @@ inline void* state_row(const StatePool& s, int64_t slot, int64_t offset) {
     return static_cast<char*>(s.p) + (slot * s.slot_stride + offset) * dtype_bytes(s.dt);
 }
 
-// Prefetch to L2 of the `width` bytes at row r (rows `stride` bytes apart) of the state a thread
-// works on after the one it streams now (null: none): one row per row streamed, so requests go out
-// evenly during the whole pass.
-inline void prefetch_row(const void* next, int64_t r, int64_t stride, int64_t width) {
-    if (!next) return;
-    const char* row = static_cast<const char*>(next) + r * stride;
-    for (int64_t l = 0; l < width; l += 64) __builtin_prefetch(row + l, 0, 2);
+// The order in which a pass walks K state rows: kRowStreams segments of walk_segment(K) rows side
+// by side (row i of each segment, then row i + 1 of each), so that the hardware prefetchers follow
+// kRowStreams sequential streams at once (one stream, walked at the pace of the pass's arithmetic,
+// keeps too few lines in flight to reach the memory's rate); the reductions sum the rows in this order.
+constexpr int kRowStreams = 4;
+// Each row visited prefetches (to L1) the row kPrefetchAhead rows further down its segment of the
+// state the pass streams from memory, and near the segment's end the row as far into the same
+// segment of the state the next pass streams, so the next pass starts on lines already in flight.
+constexpr int64_t kPrefetchAhead = 4;
+
+inline int64_t walk_segment(int64_t K) { return (K + kRowStreams - 1) / kRowStreams; }
+
+// The prefetch of the visit of row i of segment s (of seg rows; K rows in all): `width` bytes of a
+// row, rows `stride` bytes apart, of `cur` (null: none) or, past the segment's end, of `next` (null: none).
+inline void prefetch_ahead(const void* cur, const void* next, int64_t K, int64_t seg, int s, int64_t i,
+                           int64_t stride, int64_t width) {
+    const int64_t a = i + kPrefetchAhead;
+    const char* p = static_cast<const char*>(a < seg ? cur : next);
+    const int64_t r = s * seg + (a < seg ? a : a - seg);
+    if (!p || r >= K) return;
+    for (int64_t l = 0; l < width; l += 64) __builtin_prefetch(p + r * stride + l, 0, 3);
 }
 
 // The two halves of one pass over state rows (stream_rows): the update of one token's state and
@@ -177,8 +193,8 @@ void finish_token(const DecodeArgs& A, Token& tk, int64_t t, int64_t hv) {
 
 // One pass over the [K, V] states: `up`'s update (null: none), then `red`'s reductions (null:
 // none), row by row in column blocks of up to 128 (whole rows at V <= 128, so slots stream in
-// order), prefetching the state `next` (null: none). Row r of up is written before row r of red
-// is read, so red may read the state up writes.
+// order); `next` (null: none) is the state the pass after this one reduces. Row r of up is written
+// before row r of red is read, so red may read the state up writes.
 template <class P, DType SD>
 void state_pass(int64_t K, int64_t V, Token* up, Token* red, const void* next) {
     constexpr int64_t kBlock = 128;
@@ -208,7 +224,8 @@ inline void* decode_state(const DecodeArgs& A, int64_t item) {
 
 // A run of consecutive decode items (sequence, value head) on one thread, software-pipelined: the
 // pass that updates item i's state (read in the pass before, now in cache) reduces item i + 1's
-// (read from memory) and prefetches item i + 2's. Padding sequences are skipped.
+// (read from memory, its rows prefetched a few rows ahead) and starts the prefetch of item i + 2's
+// first rows. Padding sequences are skipped.
 template <class P, DType SD>
 void decode_run(void* ctx, int64_t run, int tid) {
     const auto& c = *static_cast<DecodeCtx*>(ctx);
@@ -236,9 +253,9 @@ void decode_run(void* ctx, int64_t run, int tid) {
     if (cur) state_pass<P, SD>(A.K, A.V, cur, nullptr, nullptr);
 }
 
-// One decode item in blocks of kDecodeBlock columns: per block, the reductions stream its rows
-// (prefetching the same block of `next`, null: none), then u and o of its columns, then the update
-// pass over the block's rows, now in L1. `wide` (null: none; 16-bit states): the block's rows
+// One decode item in blocks of kDecodeBlock columns: per block, the reductions stream its rows, then
+// u and o of its columns, then the update pass over the block's rows, now in L1; `next` (null: none)
+// is the state of the item after this one. `wide` (null: none; 16-bit states): the block's rows
 // widened to fp32 by the reduction pass, read back by the update pass.
 template <class P, DType SD>
 void blocked_item(const DecodeArgs& A, Token& tk, const void* next, float* wide, int64_t t, int64_t hv) {
@@ -249,7 +266,8 @@ void blocked_item(const DecodeArgs& A, Token& tk, const void* next, float* wide,
         const int64_t w = std::min(kDecodeBlock, A.V - j0);
         const char* src = static_cast<const char*>(tk.src) + j0 * eb;
         const RowReduce R{src, A.V, tk.k, tk.q, tk.kv + j0, tk.sq + j0, keep};
-        P::template stream_rows<SD>(nullptr, &R, A.K, w, next ? static_cast<const char*>(next) + j0 * eb : nullptr);
+        const void* then = j0 + w < A.V ? src + w * eb : next;  // what the next reduction streams
+        P::template stream_rows<SD>(nullptr, &R, A.K, w, then);
         finish_columns(tk, kq, j0, j0 + w);
         const RowUpdate U{src, static_cast<char*>(tk.dst) + j0 * eb, A.V, tk.alpha, tk.k, tk.kv + j0, keep};
         P::template stream_rows<SD>(&U, nullptr, A.K, w, nullptr);
@@ -257,8 +275,7 @@ void blocked_item(const DecodeArgs& A, Token& tk, const void* next, float* wide,
     store_output<P>(A, tk, t, hv);
 }
 
-// A run of consecutive decode items, one at a time (blocked_item), prefetching the next valid
-// item's state (BlockedFar: the one after it). Padding sequences are skipped.
+// A run of consecutive decode items, one at a time (blocked_item). Padding sequences are skipped.
 template <class P, DType SD>
 void decode_run_blocked(void* ctx, int64_t run, int tid) {
     const auto& c = *static_cast<DecodeCtx*>(ctx);
@@ -270,18 +287,13 @@ void decode_run_blocked(void* ctx, int64_t run, int tid) {
         while (i < end && decode_slot(A, i) < 0) ++i;
         return i;
     };
-    const bool far = A.plan == DecodePlan::BlockedFar;
-    int64_t item = valid_from(run * c.run);
-    int64_t after = item < end ? valid_from(item + 1) : end;
-    while (item < end) {
-        const int64_t after2 = after < end ? valid_from(after + 1) : end;
-        const int64_t ahead = far ? after2 : after;
+    for (int64_t item = valid_from(run * c.run); item < end;) {
+        const int64_t after = valid_from(item + 1);
         load_token<P>(A, tk, item / A.HV, item % A.HV);
         tk.src = tk.dst = decode_state(A, item);
-        blocked_item<P, SD>(A, tk, ahead < end ? decode_state(A, ahead) : nullptr,
+        blocked_item<P, SD>(A, tk, after < end ? decode_state(A, after) : nullptr,
                             A.plan == DecodePlan::BlockedKeep ? wide : nullptr, item / A.HV, item % A.HV);
         item = after;
-        after = after2;
     }
 }
 
