@@ -78,6 +78,33 @@ struct Avx512Isa {
         }
     }
 
+    // For the reductions: 32 elements at p[i..] as two fp32 vectors in any fixed lane order (lanes
+    // outside m0, m1 read as zero), undone by natural32 on the sums. bf16: the even elements
+    // (a 32-bit word shifted left by 16) and the odd ones (its high half), two shifts or ANDs on
+    // either vector port instead of two word permutes on one; otherwise load32's order.
+    template <DType SD>
+    static void load32_any(const void* p, int64_t i, __mmask16 m0, __mmask16 m1, __m512& a, __m512& b) {
+        if constexpr (SD == DType::BF16) {
+            const __m512i x = _mm512_maskz_loadu_epi16(__mmask32(m0) | (__mmask32(m1) << 16), static_cast<const uint16_t*>(p) + i);
+            a = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+            b = _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32(int(0xFFFF0000u))));
+        } else {
+            load32<SD>(p, i, m0, m1, a, b);
+        }
+    }
+
+    // Sums of load32_any-ordered vectors a, b back to columns in order (bf16: even and odd columns interleaved).
+    template <DType SD>
+    static void natural32(__m512& a, __m512& b) {
+        if constexpr (SD == DType::BF16) {
+            const __m512i lo = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+            const __m512i hi = _mm512_add_epi32(lo, _mm512_set1_epi32(8));
+            const __m512 e = a, o = b;
+            a = _mm512_permutex2var_ps(e, lo, o);
+            b = _mm512_permutex2var_ps(e, hi, o);
+        }
+    }
+
     template <DType SD>
     static void store32(void* p, int64_t i, __mmask16 m0, __mmask16 m1, __m512 a, __m512 b) {
         if constexpr (SD == DType::F32) {
@@ -126,10 +153,11 @@ struct Avx512Isa {
         const __m512 av = _mm512_set1_ps(UP ? up->alpha : 0.0f);
         const int64_t seg = walk_segment(K);
         for (int64_t j = 0; j < seg; ++j) {
+            const Ahead ahead = ahead_of(RED ? rs : nullptr, RED ? next : nullptr, seg, j, rld * eb);
             for (int s = 0; s < kRowStreams; ++s) {
                 const int64_t r = s * seg + j;
                 if (r >= K) break;
-                if constexpr (RED) prefetch_ahead(rs, next, K, seg, s, j, rld * eb, w * eb);
+                if constexpr (RED) prefetch_ahead(ahead, s, seg, K, rld * eb, w * eb);
                 if constexpr (UP) {
                     const __m512 kr = _mm512_set1_ps(uk[r]);
 #pragma GCC unroll 4
@@ -151,7 +179,8 @@ struct Avx512Isa {
 #pragma GCC unroll 4
                     for (int i = 0; i < NV; i += 2) {
                         __m512 s0, s1;
-                        load32<SD>(rs, r * rld + 16 * i, m[i], m[i + 1], s0, s1);
+                        if constexpr (WIDE) load32<SD>(rs, r * rld + 16 * i, m[i], m[i + 1], s0, s1);
+                        else load32_any<SD>(rs, r * rld + 16 * i, m[i], m[i + 1], s0, s1);
                         if constexpr (WIDE) {
                             _mm512_storeu_ps(rw + r * kDecodeBlock + 16 * i, s0);
                             _mm512_storeu_ps(rw + r * kDecodeBlock + 16 * i + 16, s1);
@@ -164,6 +193,12 @@ struct Avx512Isa {
                 }
             }
         }
+        if constexpr (RED && !WIDE)
+#pragma GCC unroll 4
+            for (int i = 0; i < NV; i += 2) {
+                natural32<SD>(kv[i], kv[i + 1]);
+                natural32<SD>(sq[i], sq[i + 1]);
+            }
         if constexpr (RED) {
 #pragma GCC unroll 8
             for (int i = 0; i < NV; ++i) {

@@ -43,11 +43,12 @@ struct ScalarIsa {
             std::fill(sq, sq + w, 0.0f);
         }
         const int64_t seg = walk_segment(K);
-        for (int64_t i = 0; i < seg; ++i)
+        for (int64_t i = 0; i < seg; ++i) {
+            const Ahead ahead = ahead_of(red ? red->src : nullptr, red ? next : nullptr, seg, i, (red ? red->ld : 0) * eb);
             for (int s = 0; s < kRowStreams; ++s) {
                 const int64_t r = s * seg + i;
                 if (r >= K) break;
-                if (red) prefetch_ahead(red->src, next, K, seg, s, i, red->ld * eb, w * eb);
+                prefetch_ahead(ahead, s, seg, K, (red ? red->ld : 0) * eb, w * eb);
                 if (up) {
                     const float* __restrict row = up->wide ? up->wide + r * kDecodeBlock
                                                            : row_f32<SD>(static_cast<const char*>(up->src) + r * up->ld * eb, w, buf);
@@ -65,6 +66,7 @@ struct ScalarIsa {
                     }
                 }
             }
+        }
     }
 
     static void transpose_pairs(const uint16_t* src, int64_t R, int64_t C2, uint16_t* dst) {

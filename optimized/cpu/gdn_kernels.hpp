@@ -4,7 +4,7 @@
 //   load_row(src, dt, float* dst, n)            n elements of type dt -> fp32
 //   store_row(const float* src, dst, dt, n)     fp32 -> dt, round to nearest even
 //   stream_rows<SD>(up, red, K, w, next)        one pass over K state rows of w <= 128 columns (type SD),
-//                                               in the order of walk_segment / prefetch_ahead: row r of
+//                                               in the order of walk_segment / ahead_of: row r of
 //                                               `up` (RowUpdate, may be null) is updated, then row r of
 //                                               `red` (RowReduce, may be null) is reduced; red's rows
 //                                               and the first rows of `next` (the state the next pass
@@ -79,15 +79,27 @@ constexpr int64_t kPrefetchAhead = 4;
 
 inline int64_t walk_segment(int64_t K) { return (K + kRowStreams - 1) / kRowStreams; }
 
-// The prefetch of the visit of row i of segment s (of seg rows; K rows in all): `width` bytes of a
-// row, rows `stride` bytes apart, of `cur` (null: none) or, past the segment's end, of `next` (null: none).
-inline void prefetch_ahead(const void* cur, const void* next, int64_t K, int64_t seg, int s, int64_t i,
-                           int64_t stride, int64_t width) {
-    const int64_t a = i + kPrefetchAhead;
-    const char* p = static_cast<const char*>(a < seg ? cur : next);
-    const int64_t r = s * seg + (a < seg ? a : a - seg);
-    if (!p || r >= K) return;
-    for (int64_t l = 0; l < width; l += 64) __builtin_prefetch(p + r * stride + l, 0, 3);
+// What the visits of row j of the segments prefetch: the rows kPrefetchAhead further down the
+// segments of `cur` (null: none), or past their end, as far into the same segments of `next` (null:
+// none): the address of the one in segment 0 (null: none) and the index within their segments.
+struct Ahead {
+    const char* p;
+    int64_t i;
+};
+
+inline Ahead ahead_of(const void* cur, const void* next, int64_t seg, int64_t j, int64_t stride) {
+    const int64_t a = j + kPrefetchAhead;
+    const char* base = static_cast<const char*>(a < seg ? cur : next);
+    const int64_t i = a < seg ? a : a - seg;
+    return {base ? base + i * stride : nullptr, i};
+}
+
+// Prefetch (to L1) of the `width` bytes of the row `t` names in segment s (of seg rows; K rows in
+// all, rows `stride` bytes apart).
+inline void prefetch_ahead(const Ahead& t, int s, int64_t seg, int64_t K, int64_t stride, int64_t width) {
+    if (!t.p || s * seg + t.i >= K) return;
+    const char* row = t.p + s * seg * stride;
+    for (int64_t l = 0; l < width; l += 64) __builtin_prefetch(row + l, 0, 3);
 }
 
 // The two halves of one pass over state rows (stream_rows): the update of one token's state and
