@@ -32,18 +32,19 @@ struct ScalarIsa {
     }
 
     template <DType SD>
-    static void stream_rows(const RowUpdate* up, const RowReduce* red, int64_t K, int64_t w, const void* next) {
+    static void stream_rows(const RowUpdate* up, const RowReduce* red, int64_t K, int64_t w, const void* next,
+                            int64_t j0, int64_t j1) {
         const int eb = dtype_bytes(SD);
         float buf[128], n[128];
         float* __restrict kv = red ? red->kv : nullptr;
         float* __restrict sq = red ? red->sq : nullptr;
         const float* __restrict u = up ? up->u : nullptr;
-        if (red) {
+        if (red && j0 == 0) {
             std::fill(kv, kv + w, 0.0f);
             std::fill(sq, sq + w, 0.0f);
         }
         const int64_t seg = walk_segment(K);
-        for (int64_t i = 0; i < seg; ++i) {
+        for (int64_t i = j0; i < j1; ++i) {
             const Ahead ahead = ahead_of(red ? red->src : nullptr, red ? next : nullptr, seg, i, (red ? red->ld : 0) * eb);
             for (int s = 0; s < kRowStreams; ++s) {
                 const int64_t r = s * seg + i;
