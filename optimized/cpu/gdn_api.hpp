@@ -37,13 +37,12 @@ struct OpOptions {
 
 // How decode walks the state (every plan computes the same numbers, bit for bit):
 //   Pipelined    one pass over state rows updates item i (read in the pass before) and reduces
-//                item i + 1, prefetching item i + 2 to L2;
+//                item i + 1;
 //   Blocked      per item and block of kDecodeBlock columns, a reduction pass and then the update
-//                pass over the block's rows (still in L1), prefetching the next item to L2;
-//   BlockedFar   Blocked, prefetching the item after the next;
+//                pass over the block's rows (still in L1);
 //   BlockedKeep  Blocked; a 16-bit state's rows are kept widened to fp32 by the reduction pass
 //                and the update reads them from there (no second conversion).
-enum class DecodePlan : int { Pipelined = 0, Blocked = 1, BlockedFar = 2, BlockedKeep = 3 };
+enum class DecodePlan : int { Pipelined = 0, Blocked = 1, BlockedKeep = 2 };
 
 // Decode (one token per sequence, T == N) and spec decode (varlen, several tokens per sequence).
 struct DecodeArgs : OpOptions {

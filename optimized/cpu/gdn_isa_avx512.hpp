@@ -78,6 +78,45 @@ struct Avx512Isa {
         }
     }
 
+    // For the reductions: 32 elements at p[i..] as two fp32 vectors in any fixed lane order (lanes
+    // outside m0, m1 read as zero), undone by natural32 on the sums. bf16: the even elements
+    // (a 32-bit word shifted left by 16) and the odd ones (its high half), two shifts or ANDs on
+    // either vector port instead of two word permutes on one; otherwise load32's order.
+    template <DType SD>
+    static void load32_any(const void* p, int64_t i, __mmask16 m0, __mmask16 m1, __m512& a, __m512& b) {
+        if constexpr (SD == DType::BF16) {
+            const __m512i x = _mm512_maskz_loadu_epi16(__mmask32(m0) | (__mmask32(m1) << 16), static_cast<const uint16_t*>(p) + i);
+            a = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+            b = _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32(int(0xFFFF0000u))));
+        } else {
+            load32<SD>(p, i, m0, m1, a, b);
+        }
+    }
+
+    // Sums of load32_any-ordered vectors a, b back to columns in order (bf16: even and odd columns
+    // interleaved), and the inverse, for sums that a pass continues.
+    template <DType SD>
+    static void natural32(__m512& a, __m512& b) {
+        if constexpr (SD == DType::BF16) {
+            const __m512i lo = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+            const __m512i hi = _mm512_add_epi32(lo, _mm512_set1_epi32(8));
+            const __m512 e = a, o = b;
+            a = _mm512_permutex2var_ps(e, lo, o);
+            b = _mm512_permutex2var_ps(e, hi, o);
+        }
+    }
+
+    template <DType SD>
+    static void any32(__m512& a, __m512& b) {
+        if constexpr (SD == DType::BF16) {
+            const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+            const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+            const __m512 lo = a, hi = b;
+            a = _mm512_permutex2var_ps(lo, even, hi);
+            b = _mm512_permutex2var_ps(lo, odd, hi);
+        }
+    }
+
     template <DType SD>
     static void store32(void* p, int64_t i, __mmask16 m0, __mmask16 m1, __m512 a, __m512 b) {
         if constexpr (SD == DType::F32) {
@@ -95,19 +134,35 @@ struct Avx512Isa {
         }
     }
 
-    // One pass over K rows of NV 16-column vectors (NV even, w <= 16 NV): per row, the update of
-    // `up` (UP) and then the reductions of `red` (RED), whose 2 NV accumulators stay in registers
-    // (the loops over i are fully unrolled); u is read from a stack copy each row. A 16-bit row is widened
-    // and narrowed in the same pass that streams it (load32 / store32). WIDE (one of UP, RED; NV = 4):
-    // the reduction stores its widened rows to red->wide, the update reads them from up->wide.
+    // One pass over the rows j0 <= j < j1 of the segments of K rows of NV 16-column vectors (NV even,
+    // w <= 16 NV), in the row order of walk_segment (kRowStreams sequential streams side by side):
+    // per row, the update of `up` (UP) and then the reductions of `red` (RED), whose 2 NV
+    // accumulators stay in registers (the loops over i are fully unrolled; from zero at j0 = 0, else
+    // from red's sums); u is read from a stack copy each row. A 16-bit row is widened and narrowed
+    // in the same pass that streams it (load32 / store32). WIDE (one of UP, RED; NV = 4): the
+    // reduction stores its widened rows to red->wide, the update reads them from up->wide.
     template <DType SD, int NV, bool UP, bool RED, bool WIDE = false>
-    static void stream_rows_n(const RowUpdate* up, const RowReduce* red, int64_t K, int64_t w, const void* next) {
+    static void stream_rows_n(const RowUpdate* up, const RowReduce* red, int64_t K, int64_t w, const void* next,
+                              int64_t j0, int64_t j1) {
         constexpr int eb = SD == DType::F32 ? 4 : 2;
         __mmask16 m[NV];
         masks<NV>(w, m);
         __m512 kv[NV], sq[NV];
 #pragma GCC unroll 8
         for (int i = 0; i < NV; ++i) kv[i] = sq[i] = _mm512_setzero_ps();
+        if (RED && j0 > 0) {
+#pragma GCC unroll 4
+            for (int i = 0; i < NV; i += 2) {
+                kv[i] = _mm512_maskz_loadu_ps(m[i], red->kv + 16 * i);
+                kv[i + 1] = _mm512_maskz_loadu_ps(m[i + 1], red->kv + 16 * i + 16);
+                sq[i] = _mm512_maskz_loadu_ps(m[i], red->sq + 16 * i);
+                sq[i + 1] = _mm512_maskz_loadu_ps(m[i + 1], red->sq + 16 * i + 16);
+                if constexpr (!WIDE) {
+                    any32<SD>(kv[i], kv[i + 1]);
+                    any32<SD>(sq[i], sq[i + 1]);
+                }
+            }
+        }
         // The fields in locals: the compiler cannot tell that the stores leave *up unchanged.
         static_assert(!WIDE || (NV * 16 == kDecodeBlock && UP != RED), "wide rows: one pass, kDecodeBlock columns");
         const void* us = UP ? up->src : nullptr;
@@ -123,42 +178,54 @@ struct Avx512Isa {
         const void* rs = RED ? red->src : nullptr;
         const float *rk = RED ? red->k : nullptr, *rq = RED ? red->q : nullptr;
         const __m512 av = _mm512_set1_ps(UP ? up->alpha : 0.0f);
-        const int64_t stride = (UP ? uld : rld) * eb;
-        for (int64_t r = 0; r < K; ++r) {
-            prefetch_row(next, r, stride, w * eb);
-            if constexpr (UP) {
-                const __m512 kr = _mm512_set1_ps(uk[r]);
+        const int64_t seg = walk_segment(K);
+        for (int64_t j = j0; j < j1; ++j) {
+            const Ahead ahead = ahead_of(RED ? rs : nullptr, RED ? next : nullptr, seg, j, rld * eb);
+            for (int s = 0; s < kRowStreams; ++s) {
+                const int64_t r = s * seg + j;
+                if (r >= K) break;
+                if constexpr (RED) prefetch_ahead(ahead, s, seg, K, rld * eb, w * eb);
+                if constexpr (UP) {
+                    const __m512 kr = _mm512_set1_ps(uk[r]);
 #pragma GCC unroll 4
-                for (int i = 0; i < NV; i += 2) {
-                    __m512 s0, s1;
-                    if constexpr (WIDE) {
-                        s0 = _mm512_loadu_ps(uw + r * kDecodeBlock + 16 * i);
-                        s1 = _mm512_loadu_ps(uw + r * kDecodeBlock + 16 * i + 16);
-                    } else {
-                        load32<SD>(us, r * uld + 16 * i, m[i], m[i + 1], s0, s1);
+                    for (int i = 0; i < NV; i += 2) {
+                        __m512 s0, s1;
+                        if constexpr (WIDE) {
+                            s0 = _mm512_loadu_ps(uw + r * kDecodeBlock + 16 * i);
+                            s1 = _mm512_loadu_ps(uw + r * kDecodeBlock + 16 * i + 16);
+                        } else {
+                            load32<SD>(us, r * uld + 16 * i, m[i], m[i + 1], s0, s1);
+                        }
+                        const __m512 n0 = _mm512_fmadd_ps(av, s0, _mm512_mul_ps(kr, _mm512_load_ps(uu + 16 * i)));
+                        const __m512 n1 = _mm512_fmadd_ps(av, s1, _mm512_mul_ps(kr, _mm512_load_ps(uu + 16 * i + 16)));
+                        store32<SD>(ud, r * uld + 16 * i, m[i], m[i + 1], n0, n1);
                     }
-                    const __m512 n0 = _mm512_fmadd_ps(av, s0, _mm512_mul_ps(kr, _mm512_load_ps(uu + 16 * i)));
-                    const __m512 n1 = _mm512_fmadd_ps(av, s1, _mm512_mul_ps(kr, _mm512_load_ps(uu + 16 * i + 16)));
-                    store32<SD>(ud, r * uld + 16 * i, m[i], m[i + 1], n0, n1);
                 }
-            }
-            if constexpr (RED) {
-                const __m512 kr = _mm512_set1_ps(rk[r]), qr = _mm512_set1_ps(rq[r]);
+                if constexpr (RED) {
+                    const __m512 kr = _mm512_set1_ps(rk[r]), qr = _mm512_set1_ps(rq[r]);
 #pragma GCC unroll 4
-                for (int i = 0; i < NV; i += 2) {
-                    __m512 s0, s1;
-                    load32<SD>(rs, r * rld + 16 * i, m[i], m[i + 1], s0, s1);
-                    if constexpr (WIDE) {
-                        _mm512_storeu_ps(rw + r * kDecodeBlock + 16 * i, s0);
-                        _mm512_storeu_ps(rw + r * kDecodeBlock + 16 * i + 16, s1);
+                    for (int i = 0; i < NV; i += 2) {
+                        __m512 s0, s1;
+                        if constexpr (WIDE) load32<SD>(rs, r * rld + 16 * i, m[i], m[i + 1], s0, s1);
+                        else load32_any<SD>(rs, r * rld + 16 * i, m[i], m[i + 1], s0, s1);
+                        if constexpr (WIDE) {
+                            _mm512_storeu_ps(rw + r * kDecodeBlock + 16 * i, s0);
+                            _mm512_storeu_ps(rw + r * kDecodeBlock + 16 * i + 16, s1);
+                        }
+                        kv[i] = _mm512_fmadd_ps(s0, kr, kv[i]);
+                        kv[i + 1] = _mm512_fmadd_ps(s1, kr, kv[i + 1]);
+                        sq[i] = _mm512_fmadd_ps(s0, qr, sq[i]);
+                        sq[i + 1] = _mm512_fmadd_ps(s1, qr, sq[i + 1]);
                     }
-                    kv[i] = _mm512_fmadd_ps(s0, kr, kv[i]);
-                    kv[i + 1] = _mm512_fmadd_ps(s1, kr, kv[i + 1]);
-                    sq[i] = _mm512_fmadd_ps(s0, qr, sq[i]);
-                    sq[i + 1] = _mm512_fmadd_ps(s1, qr, sq[i + 1]);
                 }
             }
         }
+        if constexpr (RED && !WIDE)
+#pragma GCC unroll 4
+            for (int i = 0; i < NV; i += 2) {
+                natural32<SD>(kv[i], kv[i + 1]);
+                natural32<SD>(sq[i], sq[i + 1]);
+            }
         if constexpr (RED) {
 #pragma GCC unroll 8
             for (int i = 0; i < NV; ++i) {
@@ -169,18 +236,20 @@ struct Avx512Isa {
     }
 
     template <DType SD, int NV>
-    static void stream_rows_w(const RowUpdate* up, const RowReduce* red, int64_t K, int64_t w, const void* next) {
-        if (up && red) stream_rows_n<SD, NV, true, true>(up, red, K, w, next);
-        else if (up) stream_rows_n<SD, NV, true, false>(up, red, K, w, next);
-        else stream_rows_n<SD, NV, false, true>(up, red, K, w, next);
+    static void stream_rows_w(const RowUpdate* up, const RowReduce* red, int64_t K, int64_t w, const void* next,
+                              int64_t j0, int64_t j1) {
+        if (up && red) stream_rows_n<SD, NV, true, true>(up, red, K, w, next, j0, j1);
+        else if (up) stream_rows_n<SD, NV, true, false>(up, red, K, w, next, j0, j1);
+        else stream_rows_n<SD, NV, false, true>(up, red, K, w, next, j0, j1);
     }
 
     template <DType SD>
-    static void stream_rows(const RowUpdate* up, const RowReduce* red, int64_t K, int64_t w, const void* next) {
-        if (up && !red && up->wide) stream_rows_n<SD, 4, true, false, true>(up, red, K, w, next);
-        else if (red && !up && red->wide) stream_rows_n<SD, 4, false, true, true>(up, red, K, w, next);
-        else if (w <= 64) stream_rows_w<SD, 4>(up, red, K, w, next);
-        else stream_rows_w<SD, 8>(up, red, K, w, next);
+    static void stream_rows(const RowUpdate* up, const RowReduce* red, int64_t K, int64_t w, const void* next,
+                            int64_t j0, int64_t j1) {
+        if (up && !red && up->wide) stream_rows_n<SD, 4, true, false, true>(up, red, K, w, next, j0, j1);
+        else if (red && !up && red->wide) stream_rows_n<SD, 4, false, true, true>(up, red, K, w, next, j0, j1);
+        else if (w <= 64) stream_rows_w<SD, 4>(up, red, K, w, next, j0, j1);
+        else stream_rows_w<SD, 8>(up, red, K, w, next, j0, j1);
     }
 
     // 32-bit word transpose in 16 x 16 blocks held in registers (unpack 32, unpack 64, two

@@ -32,32 +32,39 @@ struct ScalarIsa {
     }
 
     template <DType SD>
-    static void stream_rows(const RowUpdate* up, const RowReduce* red, int64_t K, int64_t w, const void* next) {
+    static void stream_rows(const RowUpdate* up, const RowReduce* red, int64_t K, int64_t w, const void* next,
+                            int64_t j0, int64_t j1) {
         const int eb = dtype_bytes(SD);
         float buf[128], n[128];
         float* __restrict kv = red ? red->kv : nullptr;
         float* __restrict sq = red ? red->sq : nullptr;
         const float* __restrict u = up ? up->u : nullptr;
-        if (red) {
+        if (red && j0 == 0) {
             std::fill(kv, kv + w, 0.0f);
             std::fill(sq, sq + w, 0.0f);
         }
-        for (int64_t r = 0; r < K; ++r) {
-            prefetch_row(next, r, (up ? up->ld : red->ld) * eb, w * eb);
-            if (up) {
-                const float* __restrict row = up->wide ? up->wide + r * kDecodeBlock
-                                                       : row_f32<SD>(static_cast<const char*>(up->src) + r * up->ld * eb, w, buf);
-                const float alpha = up->alpha, kr = up->k[r];
-                for (int64_t j = 0; j < w; ++j) n[j] = alpha * row[j] + kr * u[j];
-                store_row(n, static_cast<char*>(up->dst) + r * up->ld * eb, SD, w);
-            }
-            if (red) {
-                const float* __restrict row = row_f32<SD>(static_cast<const char*>(red->src) + r * red->ld * eb, w, buf);
-                if (red->wide) std::memcpy(red->wide + r * kDecodeBlock, row, size_t(w) * 4);
-                const float kr = red->k[r], qr = red->q[r];
-                for (int64_t j = 0; j < w; ++j) {
-                    kv[j] += row[j] * kr;
-                    sq[j] += row[j] * qr;
+        const int64_t seg = walk_segment(K);
+        for (int64_t i = j0; i < j1; ++i) {
+            const Ahead ahead = ahead_of(red ? red->src : nullptr, red ? next : nullptr, seg, i, (red ? red->ld : 0) * eb);
+            for (int s = 0; s < kRowStreams; ++s) {
+                const int64_t r = s * seg + i;
+                if (r >= K) break;
+                prefetch_ahead(ahead, s, seg, K, (red ? red->ld : 0) * eb, w * eb);
+                if (up) {
+                    const float* __restrict row = up->wide ? up->wide + r * kDecodeBlock
+                                                           : row_f32<SD>(static_cast<const char*>(up->src) + r * up->ld * eb, w, buf);
+                    const float alpha = up->alpha, kr = up->k[r];
+                    for (int64_t j = 0; j < w; ++j) n[j] = alpha * row[j] + kr * u[j];
+                    store_row(n, static_cast<char*>(up->dst) + r * up->ld * eb, SD, w);
+                }
+                if (red) {
+                    const float* __restrict row = row_f32<SD>(static_cast<const char*>(red->src) + r * red->ld * eb, w, buf);
+                    if (red->wide) std::memcpy(red->wide + r * kDecodeBlock, row, size_t(w) * 4);
+                    const float kr = red->k[r], qr = red->q[r];
+                    for (int64_t j = 0; j < w; ++j) {
+                        kv[j] += row[j] * kr;
+                        sq[j] += row[j] * qr;
+                    }
                 }
             }
         }

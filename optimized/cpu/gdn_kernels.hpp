@@ -3,10 +3,15 @@
 // P (defined by each gdn_isa_*.cpp before including this file) provides:
 //   load_row(src, dt, float* dst, n)            n elements of type dt -> fp32
 //   store_row(const float* src, dst, dt, n)     fp32 -> dt, round to nearest even
-//   stream_rows<SD>(up, red, K, w, next)        one pass over K state rows of w <= 128 columns (type SD):
-//                                               row r of `up` (RowUpdate, may be null) is updated, then
-//                                               row r of `red` (RowReduce, may be null) is reduced; the
-//                                               rows of `next` (null: none) are prefetched to L2; with
+//   stream_rows<SD>(up, red, K, w, next, j0, j1)
+//                                               one pass over the rows j0 <= j < j1 of the segments of K
+//                                               state rows of w <= 128 columns (type SD), in the order of
+//                                               walk_segment / ahead_of: row r of `up` (RowUpdate, may be
+//                                               null) is updated, then row r of `red` (RowReduce, may be
+//                                               null) is reduced (from zero at j0 = 0, else continuing
+//                                               red's sums); red's rows and the first rows of `next` (the
+//                                               state the next pass reduces, null: none) are prefetched
+//                                               ahead; with
 //                                               `wide` set (w <= kDecodeBlock, one of up, red), the
 //                                               reduction also stores its rows widened to fp32 there
 //                                               and the update reads them from there
@@ -65,13 +70,39 @@ inline void* state_row(const StatePool& s, int64_t slot, int64_t offset) {
     return static_cast<char*>(s.p) + (slot * s.slot_stride + offset) * dtype_bytes(s.dt);
 }
 
-// Prefetch to L2 of the `width` bytes at row r (rows `stride` bytes apart) of the state a thread
-// works on after the one it streams now (null: none): one row per row streamed, so requests go out
-// evenly during the whole pass.
-inline void prefetch_row(const void* next, int64_t r, int64_t stride, int64_t width) {
-    if (!next) return;
-    const char* row = static_cast<const char*>(next) + r * stride;
-    for (int64_t l = 0; l < width; l += 64) __builtin_prefetch(row + l, 0, 2);
+// The order in which a pass walks K state rows: kRowStreams segments of walk_segment(K) rows side
+// by side (row i of each segment, then row i + 1 of each), so that the hardware prefetchers follow
+// kRowStreams sequential streams at once (one stream, walked at the pace of the pass's arithmetic,
+// keeps too few lines in flight to reach the memory's rate); the reductions sum the rows in this order.
+constexpr int kRowStreams = 4;
+// Each row visited prefetches (to L1) the row kPrefetchAhead rows further down its segment of the
+// state the pass streams from memory, and near the segment's end the row as far into the same
+// segment of the state the next pass streams, so the next pass starts on lines already in flight.
+constexpr int64_t kPrefetchAhead = 4;
+
+inline int64_t walk_segment(int64_t K) { return (K + kRowStreams - 1) / kRowStreams; }
+
+// What the visits of row j of the segments prefetch: the rows kPrefetchAhead further down the
+// segments of `cur` (null: none), or past their end, as far into the same segments of `next` (null:
+// none): the address of the one in segment 0 (null: none) and the index within their segments.
+struct Ahead {
+    const char* p;
+    int64_t i;
+};
+
+inline Ahead ahead_of(const void* cur, const void* next, int64_t seg, int64_t j, int64_t stride) {
+    const int64_t a = j + kPrefetchAhead;
+    const char* base = static_cast<const char*>(a < seg ? cur : next);
+    const int64_t i = a < seg ? a : a - seg;
+    return {base ? base + i * stride : nullptr, i};
+}
+
+// Prefetch (to L1) of the `width` bytes of the row `t` names in segment s (of seg rows; K rows in
+// all, rows `stride` bytes apart).
+inline void prefetch_ahead(const Ahead& t, int s, int64_t seg, int64_t K, int64_t stride, int64_t width) {
+    if (!t.p || s * seg + t.i >= K) return;
+    const char* row = t.p + s * seg * stride;
+    for (int64_t l = 0; l < width; l += 64) __builtin_prefetch(row + l, 0, 3);
 }
 
 // The two halves of one pass over state rows (stream_rows): the update of one token's state and
@@ -86,7 +117,7 @@ struct RowUpdate {  // dst[r, j] = alpha src[r, j] + k[r] u[j] in fp32, rounded 
     const float* wide = nullptr;  // non-null: src's rows as fp32, kDecodeBlock floats apart (read instead of src)
 };
 
-struct RowReduce {  // kv[j] = sum_r src[r, j] k[r], sq[j] = sum_r src[r, j] q[r] (fp32, r in order)
+struct RowReduce {  // kv[j] = sum_r src[r, j] k[r], sq[j] = sum_r src[r, j] q[r] (fp32, r in walk order)
     const void* src;
     int64_t ld;
     const float *k, *q;
@@ -177,12 +208,15 @@ void finish_token(const DecodeArgs& A, Token& tk, int64_t t, int64_t hv) {
 
 // One pass over the [K, V] states: `up`'s update (null: none), then `red`'s reductions (null:
 // none), row by row in column blocks of up to 128 (whole rows at V <= 128, so slots stream in
-// order), prefetching the state `next` (null: none). Row r of up is written before row r of red
-// is read, so red may read the state up writes.
-template <class P, DType SD>
-void state_pass(int64_t K, int64_t V, Token* up, Token* red, const void* next) {
+// order); `next` (null: none) is the state the pass after this one reduces. Row r of up is written
+// before row r of red is read, so red may read the state up writes. `midway()` runs once, halfway
+// through the rows of the first block: work done there overlaps the memory streams in flight,
+// which at the end of a pass would have run dry.
+template <class P, DType SD, class Midway>
+void state_pass(int64_t K, int64_t V, Token* up, Token* red, const void* next, Midway&& midway) {
     constexpr int64_t kBlock = 128;
     const int eb = dtype_bytes(SD);
+    const int64_t seg = walk_segment(K), half = seg / 2;
     auto at = [eb](const void* p, int64_t j0) { return static_cast<const char*>(p) + j0 * eb; };
     for (int64_t j0 = 0; j0 < V; j0 += kBlock) {
         const int64_t w = std::min(kBlock, V - j0);
@@ -190,8 +224,20 @@ void state_pass(int64_t K, int64_t V, Token* up, Token* red, const void* next) {
         RowReduce R{};
         if (up) U = RowUpdate{at(up->src, j0), static_cast<char*>(up->dst) + j0 * eb, V, up->alpha, up->k, up->kv + j0};
         if (red) R = RowReduce{at(red->src, j0), V, red->k, red->q, red->kv + j0, red->sq + j0};
-        P::template stream_rows<SD>(up ? &U : nullptr, red ? &R : nullptr, K, w, next ? at(next, j0) : nullptr);
+        const void* then = next ? at(next, j0) : nullptr;
+        if (j0 == 0) {
+            P::template stream_rows<SD>(up ? &U : nullptr, red ? &R : nullptr, K, w, then, 0, half);
+            midway();
+            P::template stream_rows<SD>(up ? &U : nullptr, red ? &R : nullptr, K, w, then, half, seg);
+        } else {
+            P::template stream_rows<SD>(up ? &U : nullptr, red ? &R : nullptr, K, w, then, 0, seg);
+        }
     }
+}
+
+template <class P, DType SD>
+void state_pass(int64_t K, int64_t V, Token* up, Token* red, const void* next) {
+    state_pass<P, SD>(K, V, up, red, next, [] {});
 }
 
 struct DecodeCtx {
@@ -208,37 +254,46 @@ inline void* decode_state(const DecodeArgs& A, int64_t item) {
 
 // A run of consecutive decode items (sequence, value head) on one thread, software-pipelined: the
 // pass that updates item i's state (read in the pass before, now in cache) reduces item i + 1's
-// (read from memory) and prefetches item i + 2's. Padding sequences are skipped.
+// (read from memory, its rows prefetched a few rows ahead), loads item i + 2's token halfway through
+// and starts the prefetch of item i + 2's first rows; between passes only u and o of item i + 1.
+// Padding sequences are skipped.
 template <class P, DType SD>
 void decode_run(void* ctx, int64_t run, int tid) {
     const auto& c = *static_cast<DecodeCtx*>(ctx);
     const DecodeArgs& A = *c.args;
     const int64_t end = std::min(A.N * A.HV, (run + 1) * c.run);
     float* base = reinterpret_cast<float*>(c.scratch->at(tid));
-    Token slots[2] = {Token(base, A.K, A.V), Token(base + Token::floats(A.K, A.V), A.K, A.V)};
-    Token* cur = nullptr;
-    int which = 0;
+    const int64_t tf = Token::floats(A.K, A.V);
+    Token slots[3] = {Token(base, A.K, A.V), Token(base + tf, A.K, A.V), Token(base + 2 * tf, A.K, A.V)};
     auto valid_from = [&](int64_t i) {
         while (i < end && decode_slot(A, i) < 0) ++i;
         return i;
     };
-    for (int64_t item = valid_from(run * c.run); item < end;) {
+    auto load = [&](Token& tk, int64_t item) {
+        load_token<P>(A, tk, item / A.HV, item % A.HV);
+        tk.src = tk.dst = decode_state(A, item);
+    };
+    Token *cur = nullptr, *nx = &slots[0], *ahead = &slots[1];  // updated, reduced, loaded in this pass
+    int64_t item = valid_from(run * c.run);
+    if (item < end) load(*nx, item);
+    while (item < end) {
         const int64_t after = valid_from(item + 1);
-        Token& nx = slots[which];
-        which ^= 1;
-        load_token<P>(A, nx, item / A.HV, item % A.HV);
-        nx.src = nx.dst = decode_state(A, item);
-        state_pass<P, SD>(A.K, A.V, cur, &nx, after < end ? decode_state(A, after) : nullptr);
-        finish_token<P>(A, nx, item / A.HV, item % A.HV);
-        cur = &nx;
+        state_pass<P, SD>(A.K, A.V, cur, nx, after < end ? decode_state(A, after) : nullptr, [&] {
+            if (after < end) load(*ahead, after);
+        });
+        finish_token<P>(A, *nx, item / A.HV, item % A.HV);
+        Token* spare = cur ? cur : &slots[2];
+        cur = nx;
+        nx = ahead;
+        ahead = spare;
         item = after;
     }
     if (cur) state_pass<P, SD>(A.K, A.V, cur, nullptr, nullptr);
 }
 
-// One decode item in blocks of kDecodeBlock columns: per block, the reductions stream its rows
-// (prefetching the same block of `next`, null: none), then u and o of its columns, then the update
-// pass over the block's rows, now in L1. `wide` (null: none; 16-bit states): the block's rows
+// One decode item in blocks of kDecodeBlock columns: per block, the reductions stream its rows, then
+// u and o of its columns, then the update pass over the block's rows, now in L1; `next` (null: none)
+// is the state of the item after this one. `wide` (null: none; 16-bit states): the block's rows
 // widened to fp32 by the reduction pass, read back by the update pass.
 template <class P, DType SD>
 void blocked_item(const DecodeArgs& A, Token& tk, const void* next, float* wide, int64_t t, int64_t hv) {
@@ -249,16 +304,16 @@ void blocked_item(const DecodeArgs& A, Token& tk, const void* next, float* wide,
         const int64_t w = std::min(kDecodeBlock, A.V - j0);
         const char* src = static_cast<const char*>(tk.src) + j0 * eb;
         const RowReduce R{src, A.V, tk.k, tk.q, tk.kv + j0, tk.sq + j0, keep};
-        P::template stream_rows<SD>(nullptr, &R, A.K, w, next ? static_cast<const char*>(next) + j0 * eb : nullptr);
+        const void* then = j0 + w < A.V ? src + w * eb : next;  // what the next reduction streams
+        P::template stream_rows<SD>(nullptr, &R, A.K, w, then, 0, walk_segment(A.K));
         finish_columns(tk, kq, j0, j0 + w);
         const RowUpdate U{src, static_cast<char*>(tk.dst) + j0 * eb, A.V, tk.alpha, tk.k, tk.kv + j0, keep};
-        P::template stream_rows<SD>(&U, nullptr, A.K, w, nullptr);
+        P::template stream_rows<SD>(&U, nullptr, A.K, w, nullptr, 0, walk_segment(A.K));
     }
     store_output<P>(A, tk, t, hv);
 }
 
-// A run of consecutive decode items, one at a time (blocked_item), prefetching the next valid
-// item's state (BlockedFar: the one after it). Padding sequences are skipped.
+// A run of consecutive decode items, one at a time (blocked_item). Padding sequences are skipped.
 template <class P, DType SD>
 void decode_run_blocked(void* ctx, int64_t run, int tid) {
     const auto& c = *static_cast<DecodeCtx*>(ctx);
@@ -270,18 +325,13 @@ void decode_run_blocked(void* ctx, int64_t run, int tid) {
         while (i < end && decode_slot(A, i) < 0) ++i;
         return i;
     };
-    const bool far = A.plan == DecodePlan::BlockedFar;
-    int64_t item = valid_from(run * c.run);
-    int64_t after = item < end ? valid_from(item + 1) : end;
-    while (item < end) {
-        const int64_t after2 = after < end ? valid_from(after + 1) : end;
-        const int64_t ahead = far ? after2 : after;
+    for (int64_t item = valid_from(run * c.run); item < end;) {
+        const int64_t after = valid_from(item + 1);
         load_token<P>(A, tk, item / A.HV, item % A.HV);
         tk.src = tk.dst = decode_state(A, item);
-        blocked_item<P, SD>(A, tk, ahead < end ? decode_state(A, ahead) : nullptr,
+        blocked_item<P, SD>(A, tk, after < end ? decode_state(A, after) : nullptr,
                             A.plan == DecodePlan::BlockedKeep ? wide : nullptr, item / A.HV, item % A.HV);
         item = after;
-        after = after2;
     }
 }
 
@@ -311,8 +361,8 @@ void spec_item(void* ctx, int64_t item, int tid) {
 
 template <class P, template <class, DType> class Item>
 void run_decode_like(const DecodeArgs& A, int64_t n_work, int64_t run) {
-    // Two tokens (Pipelined) or the widened block and one token (Blocked plans).
-    Scratch scratch(A.num_threads, std::max(2 * Token::floats(A.K, A.V), A.K * kDecodeBlock + Token::floats(A.K, A.V)) * 4);
+    // Three tokens (Pipelined) or the widened block and one token (Blocked plans).
+    Scratch scratch(A.num_threads, std::max(3 * Token::floats(A.K, A.V), A.K * kDecodeBlock + Token::floats(A.K, A.V)) * 4);
     DecodeCtx ctx{&A, &scratch, run};
     switch (A.state.dt) {
         case DType::F32: parallel_for(n_work, A.num_threads, &ctx, Item<P, DType::F32>::fn); break;
