@@ -59,3 +59,29 @@ def problem(refusal: Refusal, run: Callable[[dict], object], inputs: dict, pool:
     if before is not None and not np.array_equal(before.view(np.uint8), np.asarray(bad[pool]).view(np.uint8)):
         return f"refused it, but wrote into {pool}"
     return None
+
+
+# ---------------------------------------------------------------- spoilers the families' tables share
+
+def set_entry(name: str, value, index=(0,)) -> Callable[[dict], None]:
+    """A spoiler: ``inputs[name][index] = value`` on a copy of that array."""
+    def spoil(x: dict) -> None:
+        arr = np.array(x[name])
+        arr[index] = value
+        x[name] = arr
+    return spoil
+
+
+def replace(name: str, value: Callable[[dict], object]) -> Callable[[dict], None]:
+    """A spoiler: ``inputs[name] = value(inputs)``."""
+    def spoil(x: dict) -> None:
+        x[name] = value(x)
+    return spoil
+
+
+def both(*spoils: Callable[[dict], None]) -> Callable[[dict], None]:
+    """A spoiler applying each of ``spoils`` in turn."""
+    def spoil(x: dict) -> None:
+        for s in spoils:
+            s(x)
+    return spoil

@@ -6,26 +6,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from conformance.refusals import Refusal
+from conformance.refusals import Refusal, replace, set_entry
 
 POOL = "kv_cache"    # the input a refused call must leave as it was
 STORES = ("store", "store_decode")
 DECODES = ("decode", "store_decode")
 DECODE = ("decode",)   # store_decode would store first: its decode's refusals come after a legal store
-
-
-def _set(name: str, value, index=(0,)):
-    def spoil(x: dict) -> None:
-        arr = np.array(x[name])
-        arr[index] = value
-        x[name] = arr
-    return spoil
-
-
-def _replace(name: str, value):
-    def spoil(x: dict) -> None:
-        x[name] = value(x)
-    return spoil
 
 
 def _block_past_cache(x: dict) -> None:
@@ -53,12 +39,12 @@ def _slot_past_cache(x: dict) -> None:
 
 
 REFUSALS = (
-    Refusal("NaN in the query", DECODE, _set("query", np.nan), ValueError, "query"),
+    Refusal("NaN in the query", DECODE, set_entry("query", np.nan), ValueError, "query"),
     Refusal("a used block id past the cache", DECODE, _block_past_cache, ValueError, "block_table"),
     Refusal("a sequence longer than its block table", DECODE, _seq_len_past_table, ValueError, "seq_lens"),
-    Refusal("a sequence of no tokens", DECODE, _set("seq_lens", 0), ValueError, "seq_lens"),
-    Refusal("a softmax scale beyond float32", DECODE, _replace("scale", lambda x: 1e39), ValueError, "scale"),
-    Refusal("a NaN softmax scale", DECODE, _replace("scale", lambda x: float("nan")), ValueError, "scale"),
+    Refusal("a sequence of no tokens", DECODE, set_entry("seq_lens", 0), ValueError, "seq_lens"),
+    Refusal("a softmax scale beyond float32", DECODE, replace("scale", lambda x: 1e39), ValueError, "scale"),
+    Refusal("a NaN softmax scale", DECODE, replace("scale", lambda x: float("nan")), ValueError, "scale"),
     Refusal("NaN in a key", STORES, _nan_key, ValueError, "key"),
     Refusal("a slot past the cache", STORES, _slot_past_cache, ValueError, "slot_mapping"),
 )
