@@ -15,7 +15,8 @@ float16 or float32, rounded to nearest even from the draw); ``A_log`` is float32
                   b [steps*N,HV], dt_bias, state, state_indices [N], steps (rows s*N .. s*N+N-1 are
                   call s of a chain; 1 without the ``steps`` parameter)
     spec_decode:  q, k, v, A_log, a [T,HV], b [T,HV], dt_bias, state, spec_state_indices int32 [N,S],
-                  num_accepted_tokens int32 [N], cu_seqlens
+                  num_accepted_tokens int32 [N] ("0", "1", "S" = S columns, "mix" cycling those three,
+                  "ladder": sequence n of L drafts gets matrix.accepted_ladder(L)[n], cycled), cu_seqlens
     all but gating also: scale (None = 1/sqrt(K)), use_qk_l2norm, l2norm_eps, state_dtype (name)
 """
 from __future__ import annotations
@@ -25,7 +26,7 @@ import math
 import numpy as np
 
 from conformance.cells import Cell, activation
-from conformance.families.gdn.matrix import CHUNK, OPS
+from conformance.families.gdn.matrix import CHUNK, OPS, accepted_ladder
 from conformance.numerics import bf16_round, to_activation
 from reference.gdn.arguments import STATE_DTYPES
 
@@ -200,8 +201,15 @@ def make_inputs(cell: Cell) -> dict:
         pool_size = N * S + 2
         spec = rng.permutation(pool_size)[: N * S].reshape(N, S).astype(np.int32)
         mode = cell["accepted"]
-        modes = [mode] * N if mode != "mix" else [("0", "1", "S")[n % 3] for n in range(N)]
-        accepted = np.array([{"0": 0, "1": 1, "S": S}[m] for m in modes], np.int32)
+        if mode == "ladder":        # the n-th real sequence of L drafts: the n-th of accepted_ladder(L), cycled
+            real = [L for n, L in enumerate(lens) if n != pad_at]
+            ladder = [accepted_ladder(L)[n % len(accepted_ladder(L))] for n, L in enumerate(real)]
+            if pad_at is not None:
+                ladder.insert(pad_at, 0)
+            accepted = np.array(ladder, np.int32)
+        else:
+            modes = [mode] * N if mode != "mix" else [("0", "1", "S")[n % 3] for n in range(N)]
+            accepted = np.array([{"0": 0, "1": 1, "S": S}[m] for m in modes], np.int32)
         if pad_at is not None:
             spec[pad_at] = -1
         inputs.update(state=state_pool(rng, cell["state"], pool_size, HV, K, V), spec_state_indices=spec,

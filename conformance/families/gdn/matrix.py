@@ -13,6 +13,12 @@ every key of a head within 1e-3 of one vector; "correlated": within 0.1, cosine 
 ("edges": beta exactly 0 or 1), ``v`` ("near-max": |v| up to 6e4, the edge of float16); and the decay
 regimes "near-one" (per-token decay 0.99985 .. 0.99995, which bfloat16 rounds to 1) and "extreme"
 (g from -20 to -1e4, exp(g) underflows; a chunk's cumulative decay reaches -6e5).
+
+Long acceptance (``acceptance``): spec_decode with every sequence drafting T tokens, T in {1, 2, 4, 8},
+and ``accepted`` "ladder": sequence n resumes after ladder(T)[n] accepted tokens of the previous step,
+ladder(T) = {0, 1, 2, T-1, T} within [0, T] (``accepted_ladder``). The reference resumes from
+column max(accepted - 1, 0) of the sequence's row of ``spec_state_indices`` whatever the count, so a
+kernel that clamps the count, or handles only 0, 1 and the last column, reads another slot's state.
 """
 from __future__ import annotations
 
@@ -95,8 +101,31 @@ def corners(op: str, tier: str) -> list[dict]:
         return [dict(state="bfloat16", heads=(4, 12), K=128, drafts=(4, 2), accepted="mix",
                      decay="weak", slots="padded", qk="unit", act="bfloat16"),
                 dict(state="float32", heads=(4, 12), K=128, drafts=(4, 2), accepted="mix",
-                     decay="strong", slots="padded", qk="large", act="float16")]
+                     decay="strong", slots="padded", qk="large", act="float16")] + acceptance(tier)
     return []
+
+
+DRAFTS = (1, 2, 4, 8)
+
+
+def accepted_ladder(T: int) -> tuple[int, ...]:
+    """The accepted counts a T-draft sequence is resumed with: {0, 1, 2, T-1, T} within [0, T], ascending."""
+    return tuple(sorted({a for a in (0, 1, 2, T - 1, T) if 0 <= a <= T}))
+
+
+def acceptance(tier: str) -> list[dict]:
+    """spec_decode with T drafts per sequence (T in ``DRAFTS``), one sequence per accepted count of
+    ``accepted_ladder(T)``: ci one cell per T at small heads (each state and activation dtype
+    once), full every T in every state dtype at K=128."""
+    def row(T, state, act, heads=(2, 4), K=64, slots="shuffled"):
+        return dict(state=state, heads=heads, K=K, drafts=(T,) * len(accepted_ladder(T)), accepted="ladder",
+                    decay="weak", slots=slots, qk="unit", act=act)
+    if tier != "full":
+        return [row(1, "bfloat16", "bfloat16"), row(2, "float16", "float16"), row(4, "float32", "float32"),
+                row(8, "bfloat16", "bfloat16", slots="padded")]
+    return [row(T, state, act, heads=(4, 12), K=128, slots=slots) for T in DRAFTS
+            for state, act, slots in (("float32", "bfloat16", "shuffled"), ("bfloat16", "bfloat16", "padded"),
+                                      ("float16", "float16", "shuffled"))]
 
 
 CI_STEPS = 256                      # a chain the Triton interpreter runs in seconds
