@@ -2,7 +2,7 @@
 
 matrix (axes, validity, corners, tiers), inputs (``make_inputs``), driver (``run_with``), oracle
 (the float64 oracles), models (the rounding models, one record each: ``MODELS``, ``ROUNDING_MODELS``),
-tolerances (each bound as data: ``SPECS``), check, planted (the family's planted bugs: ``PLANTED``), captured (its inputs from a file: ``CAPTURED``).
+tolerances (each bound as data: ``SPECS``), check, planted and planted_field (the family's planted bugs: ``PLANTED``), captured (its inputs from a file: ``CAPTURED``).
 """
 from conformance.families.turboquant import captured as CAPTURED
 from conformance.families.turboquant.check import check
@@ -10,8 +10,10 @@ from conformance.families.turboquant.driver import run_with
 from conformance.families.turboquant.inputs import make_inputs
 from conformance.families.turboquant.matrix import FAMILY, OPS, PRESET_NAMES, cells
 from conformance.families.turboquant.models import MODELS, ROUNDING_MODELS
-from conformance.families.turboquant.planted import PLANTED
+from conformance.families.turboquant import planted, planted_field
 from conformance.families.turboquant.tolerances import SPECS
+
+PLANTED = planted.PLANTED + planted_field.PLANTED
 
 __all__ = ["CAPTURED", "FAMILY", "MODELS", "OPS", "PLANTED", "PRESET_NAMES", "ROUNDING_MODELS", "SPECS", "cells",
            "check", "make_inputs", "run_with"]

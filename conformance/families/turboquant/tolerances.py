@@ -26,7 +26,7 @@ STORE_CODES_SPEC = ToleranceSpec(
     "a kernel's rotation GEMM or division rounds differently from the reference's, which can move a value "
     "across a decision boundary: keys |y - midpoint| <= (2D + 8) u32 sum_i |x_hat_i R_ij|; values "
     "|t - (k + 1/2)| <= 8 u32 (t + 1), t = (v - vmin) / scale",
-    ("turboquant.nibbles-swapped", "turboquant.fp16-read-as-bf16"))
+    ("turboquant.nibbles-swapped", "turboquant.fp16-read-as-bf16", "turboquant.slot-16bit"))
 
 STORE_FP16_SPEC = ToleranceSpec(
     "turboquant.store-fp16", "within 1 fp16 ulp (ordinal distance)",
@@ -40,7 +40,8 @@ DECODE_EXACT = ToleranceSpec(
     "each logit is off by e_x (the q rotation, then the dot), which moves the softmax weights by 2 e_x "
     "relative; the softmax sums and PV add lambda sqrt(L + D) u32 relative",
     ("turboquant.norm-correction-twice", "turboquant.query-rotated-by-transpose", "turboquant.wrong-kv-head",
-     "turboquant.soa-read-as-aos", "turboquant.last-token-skipped", "turboquant.fp16-read-as-bf16"))
+     "turboquant.soa-read-as-aos", "turboquant.last-token-skipped", "turboquant.fp16-read-as-bf16",
+     "turboquant.softmax-unshifted"))
 
 DECODE_ACT_MMA = ToleranceSpec(
     "turboquant.decode-act-mma", "exact + atol u_act max|V|, rtol 2 u_act",
