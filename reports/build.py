@@ -44,6 +44,7 @@ def write(run_dirs: list[str], out: str | None = None, perf_paths: list[str] | N
         base = load.load(baseline)
     found = studies.find([r.path for r in runs], study_paths)
     study_items, study_problems = studies.render(found)
+    relations = studies.relations(found)
     changes = None
     if base is not None:
         base_perf = Path(baseline) / "perf.json"
@@ -58,9 +59,10 @@ def write(run_dirs: list[str], out: str | None = None, perf_paths: list[str] | N
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ValueError(f"--out {out_dir}: cannot create ({exc.strerror or exc})") from None
-    index = _write(out_dir / "index.html", html.render(runs, perfs, study_items, study_problems, changes, base))
+    index = _write(out_dir / "index.html", html.render(runs, perfs, study_items, study_problems, changes, base,
+                                                       relations))
     junit_path = _write(out_dir / "junit.xml", junit.text(runs))
-    parts = [markdown.render(r) for r in runs]
+    parts = [markdown.render(r, relations) for r in runs]
     if changes is not None:
         parts.append(markdown.changes(changes["records"], base))
     summary = _write(out_dir / "summary.md", "\n\n".join(parts) + "\n")

@@ -164,15 +164,15 @@ BIG_POOL = 66000
 
 def long_and_big(op: str, tier: str) -> list[dict]:
     """A long call (4097 tokens in ci, 33000 in full) at heads (1, 1), K = 64, and a pool of ``BIG_POOL``
-    slots at K = V = 8 (varlen: recurrent; chunked in full only, its kernel's K = 32 pool being 72M elements)."""
+    slots at K = V = 8 (the C++ chunk kernel takes multiples of 32: full adds a chunked pool at K = 32,
+    72M elements)."""
     full = tier == "full"
     if op in ("recurrent", "chunked"):
         last = {"interval": 64} if op == "recurrent" else {"split": None}
         L = 33000 if full else 4097
         out = [dict(state="bfloat16", heads=(1, 1), K=64, lens=(L,), decay="weak", slots="shuffled", qk="unit",
                     **last, act="bfloat16")]
-        if op == "recurrent" or full:
-            K = 8 if op == "recurrent" else 32
+        for K in (8, 32) if full and op == "chunked" else (8,):
             out.append(dict(state="float16", heads=(1, 1), K=K, lens=(5, 9, 3), decay="weak", slots="padded",
                             qk="unit", **last, act="float16", pool=BIG_POOL))
         return out
