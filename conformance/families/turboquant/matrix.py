@@ -230,11 +230,11 @@ def adversarial(tier: str) -> list[Cell]:
 
 
 def fp32_edge(tier: str) -> list[Cell]:
-    """Logits of 150 (the "logit-edge" pattern): ci a decode and a store_decode, full every preset."""
+    """Logits of 150 (the "logit-edge" pattern): ci a decode and a store_decode (D = 96), full every preset."""
     out = [
         decode_cell("decode", "turboquant_4bit_nc", "soa", (2, 4), 16, (24, 7), "hadamard", False, pattern="logit-edge"),
-        decode_cell("store_decode", "turboquant_k3v4_nc", "aos", (2, 4), 16, (17, 3), "random", True, act="float16",
-                    pattern="logit-edge"),
+        decode_cell("store_decode", "turboquant_k3v4_nc", "aos", (2, 4), 16, (17, 3), "random", True, D=96,
+                    act="float16", pattern="logit-edge"),
     ]
     if tier == "full":
         out += [
@@ -252,13 +252,13 @@ BIG_POOL = 66000      # slots: past 2^16, where 16-bit slot arithmetic wraps
 
 
 def big_pools(tier: str) -> list[Cell]:
-    """Caches of ``BIG_POOL`` slots at one kv head of D = 64, half the blocks used past slot 65535: ci a
-    store, a decode and a store_decode; full each layout and more presets."""
+    """Caches of ``BIG_POOL`` slots at one kv head of D = 64 (one of D = 96), half the blocks used past slot
+    65535: ci a store, a decode and a store_decode; full each layout and more presets."""
     out = [
         store_cell("turboquant_4bit_nc", "soa", 1, 16, 64, "hadamard", D=64, pool=BIG_POOL),
         decode_cell("decode", "turboquant_k3v4_nc", "aos", (1, 4), 16, (40, 9, 17), "random", True, D=64,
                     pool=BIG_POOL),
-        decode_cell("store_decode", "turboquant_4bit_nc", "soa", (1, 2), 32, (33, 5), "hadamard", False, D=64,
+        decode_cell("store_decode", "turboquant_4bit_nc", "soa", (1, 2), 32, (33, 5), "random", False, D=96,
                     act="float16", pool=BIG_POOL),
     ]
     if tier == "full":
