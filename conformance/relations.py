@@ -13,8 +13,8 @@ against itself.
 Each relation compares the parts the two runs share (o rows, state slots) and says ``bitwise`` (every
 bit equal), ``within bound`` (not bitwise, but the second run's parts, put in place of the first's,
 pass the family check of the first run's cell under the backend's rounding model: both are within the
-model's bound of the exact answer), ``not`` (they fail it) or ``n/a`` (the backend lacks an op the
-relation needs; the reason says which). A relation over several ops takes the worst. The runs use
+model's bound of the exact answer), ``not`` (they fail it), ``n/a`` (the backend lacks an op the
+relation needs, or skips its shape; the reason says which) or ``error`` (a run raised; the reason names it). A relation over several ops takes the worst. The runs use
 float32 pools and bfloat16 activations (small heads: H=2, HV=4, K=V=64), so the only differences
 the math allows are the order of float32 operations. The prefill and decode of ``split`` and
 ``rollback`` get the same gates: g and beta from the backend's own gating op (the reference's where it
@@ -40,6 +40,7 @@ from conformance.run.inprocess import inputs_copy
 
 RELATIONS = ("batch", "split", "rollback", "determinism")
 VERDICTS = ("bitwise", "within bound", "not", "n/a")      # best first; "n/a" never outranks a result
+# a relation that raised is "error" (``Relations.all``), outside this order
 SPLIT_K = 3
 ROLLBACK_ACCEPTED = (2, 4)
 BATCH_ALONE = 2                     # the sequence run alone (a middle batch position)
@@ -110,7 +111,12 @@ class Relations:
         return make_cell("gdn", "gating", HV=shape[1], T=shape[0], act="bfloat16")
 
     def prefill_op(self) -> str | None:
-        return "chunked" if "chunked" in self.ops else "recurrent" if "recurrent" in self.ops else None
+        """The prefill op the split and rollback relations use: chunked, else recurrent, that the backend
+        implements and runs on this shape; None when neither."""
+        for op in ("chunked", "recurrent"):
+            if op in self.ops and self.supported(base_cell(op)) is None:
+                return op
+        return None
 
     def prefill(self, op: str, q, k, v, g, beta, lens, pool, slots) -> tuple[Cell, dict, dict]:
         """One prefill call of ``op``: its cell, inputs and outputs (o, the whole pool as float32)."""
@@ -178,7 +184,7 @@ class Relations:
     def split(self) -> dict:
         op = self.prefill_op()
         if op is None:
-            return {"verdict": "n/a", "reason": "no prefill op (recurrent or chunked)", "ops": {}}
+            return {"verdict": "n/a", "reason": "no prefill op (chunked or recurrent) it runs", "ops": {}}
         cell = base_cell(op)
         if self.supported(cell):
             return {"verdict": "n/a", "reason": self.supported(cell), "ops": {}}
@@ -260,7 +266,14 @@ class Relations:
         return out
 
     def all(self) -> dict:
-        return {name: getattr(self, name)() for name in RELATIONS}
+        """Every relation; one that raises is an ``error`` naming the exception."""
+        out = {}
+        for name in RELATIONS:
+            try:
+                out[name] = getattr(self, name)()
+            except Exception as exc:
+                out[name] = {"verdict": "error", "reason": f"{type(exc).__name__}: {str(exc)[:300]}", "ops": {}}
+        return out
 
 
 def main(argv: list[str]) -> int:

@@ -372,3 +372,14 @@ def test_the_repro_command_of_a_captured_cell_names_its_file():
     cell_id = "turboquant/decode/preset=turboquant_4bit_nc/layout=soa/inputs=029c86851720/seed=0"
     assert repro.command(cell_id, "triton", "ci", inputs="/data/layer 3.npz") == (
         "kernel-lab conform --inputs '/data/layer 3.npz' --family turboquant --op decode --backend triton")
+
+
+def test_a_gdn_decode_file_with_float32_parameters_beside_bfloat16_activations_is_its_matrix_cell(tmp_path):
+    cell = gdn_matrix.cell_of("decode", dict(state="bfloat16", heads=(4, 12), KV=(64, 64), N=3, decay="strong",
+                                             slots="shuffled", qk="unit", act="bfloat16", params="float32"))
+    x = gdn_inputs(cell)
+    assert x["dt_bias"].dtype == np.float32 and x["q"].dtype.name == "bfloat16"
+    file_cell = captured.file_cell(capture.save(tmp_path / "layer.npz", {k: x[k] for k in GDN_KEYS}, {}),
+                                   "gdn", "decode")
+    assert verdict(file_cell, "numpy-ref") == verdict(cell, "numpy-ref")
+    assert verdict(cell, "numpy-ref")[0] == "pass"
