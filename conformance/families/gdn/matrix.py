@@ -205,7 +205,7 @@ def fp32_edge(op: str, tier: str) -> list[dict]:
                      slots="padded", qk="unit", act=act) for state, act in
                 (("bfloat16", "bfloat16"),) + ((("float32", "float16"), ("float16", "float32")) if full else ())]
     last = {"interval": 1} if op == "recurrent" else {"split": None}
-    lens = [(64, 129)] + ([(273,), (2048,)] if full else [])
+    lens = [(64, 129) if full else (64,)] + ([(273,), (2048,)] if full else [])
     return [dict(state=state, heads=heads, K=K, lens=L, decay="steady", slots="shuffled", qk="unit", **last,
                  act=act) for L, (state, act) in zip(lens, (("bfloat16", "bfloat16"), ("float32", "float32"),
                                                             ("float16", "float16")))]
