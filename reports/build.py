@@ -88,6 +88,7 @@ def write(run_dirs: list[str], out: str | None = None, perf_paths: list[str] | N
         base = load.load(baseline)
     found = studies.find([r.path for r in runs], study_paths)
     study_items, study_problems = studies.render(found)
+    relations = studies.relations(found)
     changes = None
     base_rows = None
     if base is not None:
@@ -104,9 +105,10 @@ def write(run_dirs: list[str], out: str | None = None, perf_paths: list[str] | N
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ValueError(f"--out {out_dir}: cannot create ({exc.strerror or exc})") from None
-    index = _write(out_dir / "index.html", html.render(runs, perfs, study_items, study_problems, changes, base, cards))
+    index = _write(out_dir / "index.html", html.render(runs, perfs, study_items, study_problems, changes, base,
+                                                       cards, relations))
     junit_path = _write(out_dir / "junit.xml", junit.text(runs))
-    parts = [markdown.render(r) for r in runs]
+    parts = [markdown.render(r, relations) for r in runs]
     if changes is not None:
         parts.append(markdown.changes(changes["records"], base))
     if cards is not None:

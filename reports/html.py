@@ -69,10 +69,13 @@ def rounding_models(info: dict) -> dict[str, dict[str, str]]:
     return info.get("rounding_models") or {}
 
 
-def coverage_table(runs: list[Run]) -> dict:
-    """The coverage table's rows (``reports.coverage``) and the paths no cell ran."""
+def coverage_table(runs: list[Run], relations: dict | None = None) -> dict:
+    """The coverage table's rows (``reports.coverage``), the paths no cell ran, and each backend's
+    relations between runs (``kernel-lab study relations``) when a study gave them."""
     rows = coverage.rows(runs)
-    return {"rows": rows, "none": coverage.unexercised(rows)}
+    for r in rows:
+        r["relations"] = (relations or {}).get(r["backend"], "")
+    return {"rows": rows, "none": coverage.unexercised(rows), "relations": bool(relations)}
 
 
 def unavailable_list(runs: list[Run]) -> list[dict]:
@@ -135,12 +138,13 @@ def perf_section(perfs: list[Perf]) -> list[dict]:
 
 
 def render(runs: list[Run], perfs: list[Perf], studies: list[dict], study_problems: list[str],
-           diff: dict | None, baseline: Run | None, cards: dict | None = None) -> str:
+           diff: dict | None, baseline: Run | None, cards: dict | None = None,
+           relations: dict | None = None) -> str:
     all_records = [r for run in runs for r in run.records]
     return _env().get_template("report.html.j2").render(
         generated=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         runs=[run_header(r) for r in runs], statuses=STATUSES, overview=overview.overview(runs),
-        coverage=coverage_table(runs),
+        coverage=coverage_table(runs, relations),
         totals=[(s, sum(r["status"] == s for r in all_records)) for s in STATUSES],
         unavailable=unavailable_list(runs), data=matrix.pack(runs),
         agreement=agreement.agreement(all_records), studies=studies, study_problems=study_problems,

@@ -83,9 +83,10 @@ def _activation_section(recs: list[dict], implemented: dict) -> list[str]:
 MAX_REASONS = 3
 
 
-def coverage_section(run: Run) -> list[str]:
+def coverage_section(run: Run, relations: dict | None = None) -> list[str]:
     """The coverage table (``reports.coverage``): per backend and code path, cells ran, passed,
-    failed and skipped, the skip reasons grouped; a path no cell ran says so in bold."""
+    failed and skipped, the skip reasons grouped, and each backend's relations between runs when a
+    ``relations`` study gave them; a path no cell ran says so in bold."""
     table = coverage.rows([run])
     if not table:
         return []
@@ -98,13 +99,15 @@ def coverage_section(run: Run) -> list[str]:
     none = coverage.unexercised(table)
     return (["## Coverage per backend and code path", ""]
             + ([f"**{coverage.NO_CELL_RAN}** on {len(none)} path(s): {text(', '.join(none))}", ""] if none else [])
-            + [_table(["backend", "path", "ran", "passed", "failed", "skipped", "why skipped"],
+            + [_table(["backend", "path", "ran", "passed", "failed", "skipped", "why skipped"]
+                      + (["relations between runs"] if relations else []),
                       [[text(r["backend"]), text(r["path"]),
                         f"0 **{coverage.NO_CELL_RAN}**" if r["none_ran"] else str(r["ran"]),
-                        str(r["passed"]), str(r["failed"]), str(r["skipped"]), why(r)] for r in table]), ""])
+                        str(r["passed"]), str(r["failed"]), str(r["skipped"]), why(r)]
+                       + ([text(relations.get(r["backend"], ""))] if relations else []) for r in table]), ""])
 
 
-def render(run: Run) -> str:
+def render(run: Run, relations: dict | None = None) -> str:
     recs, info = run.records, run.info
     out = [f"# kernel-lab conformance: {text(run.path)}", ""]
     if run.problems:
@@ -119,7 +122,7 @@ def render(run: Run) -> str:
                 f"{' (dirty)' if info.get('git', {}).get('dirty') else ''}",
                 f"- command: {code(' '.join(info.get('command', [])))}",
                 f"- elapsed: {text(info.get('elapsed_s', '?'))} s", ""]
-    out += coverage_section(run)
+    out += coverage_section(run, relations)
     by_backend: dict[str, Counter] = defaultdict(Counter)
     by_op: dict[tuple, Counter] = defaultdict(Counter)
     implemented = {n: b.get("ops") for n, b in info.get("backends", {}).items()}

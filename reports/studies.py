@@ -1,4 +1,5 @@
-"""Find and draw the numerical studies' JSON (`kernel-lab study gdn-drift|tq-distortion`).
+"""Find and draw the numerical studies' JSON (`kernel-lab study gdn-drift|tq-distortion`); the
+``relations`` study is read as a column of the coverage table (``relations``).
 
 Without ``--study`` files, the report looks for ``study-*.json`` in each run folder and in the
 folder above it (``kernel-lab study`` writes ``reports/out/study-NAME.json``; ``make conform`` runs
@@ -20,6 +21,24 @@ STUDIES = {
                       "Paper: TurboQuant's D_mse 0.36, 0.117, 0.03, 0.009 for 1 to 4 bits and the bound "
                       "sqrt(3) pi / 2 * 4^-b."),
 }
+
+
+RELATIONS = "relations"
+
+
+def relations(paths: list[Path]) -> dict[str, str]:
+    """backend -> its relations in words ("batch: bitwise; split: within bound; ..."), from the first
+    ``kernel-lab study relations`` JSON among ``paths``; empty without one (an unreadable one is
+    ``render``'s problem to report)."""
+    for p in paths:
+        try:
+            result = json.loads(p.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(result, dict) and result.get("study") == RELATIONS:
+            return {backend: "; ".join(f"{name}: {rel[name]['verdict']}" for name in result["relations"])
+                    for backend, rel in result["backends"].items()}
+    return {}
 
 
 def find(run_dirs: list[Path], explicit: list[str] | None) -> list[Path]:
@@ -44,6 +63,8 @@ def render(paths: list[Path]) -> tuple[list[dict], list[str]]:
             problems.append(f"{p}: unreadable study JSON ({exc})")
             continue
         name = result.get("study") if isinstance(result, dict) else None
+        if name == RELATIONS:    # a column of the coverage table (``relations``), not a figure
+            continue
         if name not in STUDIES:
             problems.append(f"{p}: not a known study (study = {name!r}; known: {', '.join(STUDIES)})")
             continue

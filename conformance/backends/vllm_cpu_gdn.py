@@ -137,6 +137,9 @@ def _supports(cell) -> str | None:
     act = activation(cell)
     if act == "float32":
         return "vLLM's CPU GDN ops take bf16 or fp16 activations (float32: 'Unsupported floating data type')"
+    if cell.get("params") == "float32":
+        return ("vLLM's CPU GDN ops take A_log and dt_bias in q's dtype (its model loader casts a checkpoint's "
+                "float32 parameters to it): float32 ones are refused")
     if cell.op == "chunked" and act != "bfloat16":
         return "vLLM's CPU chunk op takes bf16 activations only (fp16: 'Input tensor dtype mismatch')"
     if cell.op != "gating" and cell["slots"] == "padded":

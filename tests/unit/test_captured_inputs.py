@@ -490,3 +490,14 @@ def test_nan_in_a_pool_slot_the_op_never_touches_passes_and_a_write_there_still_
     outputs["state"][-1] = 0
     result = families.get("gdn").check(cell, "exact", inputs, outputs)
     assert not next(c for c in result.comparisons if c.name == "untouched_slots").passed
+
+
+def test_a_gdn_decode_file_with_float32_parameters_beside_bfloat16_activations_is_its_matrix_cell(tmp_path):
+    cell = gdn_matrix.cell_of("decode", dict(state="bfloat16", heads=(4, 12), KV=(64, 64), N=3, decay="strong",
+                                             slots="shuffled", qk="unit", act="bfloat16", params="float32"))
+    x = gdn_inputs(cell)
+    assert x["dt_bias"].dtype == np.float32 and x["q"].dtype.name == "bfloat16"
+    file_cell = captured.file_cell(capture.save(tmp_path / "layer.npz", {k: x[k] for k in GDN_KEYS}, {}),
+                                   "gdn", "decode")
+    assert verdict(file_cell, "numpy-ref") == verdict(cell, "numpy-ref")
+    assert verdict(cell, "numpy-ref")[0] == "pass"

@@ -42,9 +42,11 @@ OPTIONS = {"scale": None, "use_qk_l2norm": True, "l2norm_eps": 1e-6}
 def _dtypes(op: str, arrays: dict) -> dict:
     """The arrays with their dtypes checked, A_log as float32 and index tables as int32."""
     act = dtype_in("q", arrays["q"], ACTIVATIONS)
-    same = ("k", "v", "beta") if op in ("recurrent", "chunked") else ("k", "v", "a", "b", "dt_bias")
+    same = ("k", "v", "beta") if op in ("recurrent", "chunked") else ("k", "v", "a", "b")
     for name in same:
         dtype_in(name, arrays[name], (act,), " (the dtype of q)")
+    if "dt_bias" in arrays:     # checkpoints keep it in float32 beside 16-bit activations; kernels upcast it
+        dtype_in("dt_bias", arrays["dt_bias"], tuple(dict.fromkeys((act, "float32"))), " (the dtype of q, or float32)")
     dtype_in("state", arrays["state"], POOL_DTYPES)
     out = dict(arrays)
     if "g" in arrays:

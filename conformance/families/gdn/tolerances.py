@@ -105,7 +105,9 @@ FP32 = ToleranceSpec(
     f"lambda = {FP32_LAMBDA}. Scaled by "
     "max|x| instead, a cancelling sum (o ~ 1e-8, T ~ 0.4) failed every fp32 implementation",
     ("gdn.head-mapping-tiled", "gdn.state-read-transposed", "gdn.chunk-update-skipped",
-     "gdn.decode-state-through-bf16", "gdn.qk-norm-in-input-dtype", "gdn.beta-through-bf16"),
+     "gdn.decode-state-through-bf16", "gdn.qk-norm-in-input-dtype", "gdn.beta-through-bf16",
+     "gdn.accepted-clamped", "gdn.softplus-unthresholded", "gdn.slot-index-16bit",
+     "gdn.dt-bias-read-as-act"),
     _fp32)
 
 

@@ -18,6 +18,8 @@ array is float32:
                     two more columns than needed, filled with other valid block ids);
                     seq_lens int32 [B] (unequal, not multiples of the block size); scale float
                     (1/sqrt(D)); sinks None or float32 [Hq] (raw logits)
+    pool            (big-pool cells) the cache's slot count, past 2^16: half the blocks used lie past slot
+                    65535 (``high_first``); the reference computes slots in int64
     key_cache, value_cache   the same tokens unquantized, float32 [num_blocks, block_size, Hk, D] holding
                     the act values, NaN where no token lives (for torch-sdpa and the quantization-error oracle)
 
@@ -42,6 +44,9 @@ unit-range magnitudes unless said:
   below it too), queries 2e-4 N(0, 1) so the logits stay about 1.
 - "aligned": each query head is a multiple of one key of its kv head (the sequence's last token for even heads,
   a drawn one for odd heads) with that logit 20: a peaked softmax whose output is about that token's V.
+- "logit-edge": as "aligned" with that logit 150, past 88.7 where exp overflows float32. The reference
+  subtracts each head's largest logit (sinks included) before exp, so every weight is exp(x - max) <= 1;
+  a softmax that takes exp(x) unshifted gets inf / inf.
 """
 from __future__ import annotations
 
@@ -70,9 +75,9 @@ def rotation_of(cell: Cell):
 
 # range -> (key, value, query) multipliers
 RANGES = {"unit": (1.0, 1.0, 1.0), "wide": (200.0, 3000.0, 1.0 / 2000.0), "small-q": (1.0, 1.0, 0.01)}
-PATTERNS = ("iid", "near-duplicate", "correlated", "dtype-edge", "norm-edge", "aligned")
+PATTERNS = ("iid", "near-duplicate", "correlated", "dtype-edge", "norm-edge", "aligned", "logit-edge")
 FP16_MAX = 65504.0
-ALIGNED_LOGIT = 20.0
+ALIGNED_LOGIT = {"aligned": 20.0, "logit-edge": 150.0}   # the aligned key's logit
 
 
 def pattern_of(cell: Cell) -> str:
@@ -124,7 +129,7 @@ def query_of(rng, cell: Cell, shape: tuple[int, int, int], key: np.ndarray, lens
     pattern = pattern_of(cell)
     z = rng.standard_normal(shape)
     q = {"dtype-edge": 1e4, "norm-edge": 2e-4}.get(pattern, RANGES[cell.get("range", "unit")][2]) * z
-    if pattern == "aligned":
+    if pattern in ALIGNED_LOGIT:
         B, Hq, D = shape
         G = Hq // key.shape[1]
         start = np.concatenate([[0], np.cumsum(lens)[:-1]])
@@ -133,15 +138,33 @@ def query_of(rng, cell: Cell, shape: tuple[int, int, int], key: np.ndarray, lens
             for hq in range(Hq):
                 t = lens[b] - 1 if hq % 2 == 0 else int(rng.integers(0, lens[b]))
                 k = key[start[b] + t, hq // G].astype(np.float64)
-                q[b, hq] = ALIGNED_LOGIT / (scale * float(k @ k)) * k
+                q[b, hq] = ALIGNED_LOGIT[pattern] / (scale * float(k @ k)) * k
     return to_activation(q, activation(cell))
 
 
+SLOTS_16BIT = 1 << 16
+
+
+def high_first(rng, n: int, count: int, bs: int) -> np.ndarray:
+    """``n`` distinct block ids of ``count`` blocks, a random order; in a pool past 2^16 slots, half of them
+    (rounded up; at most the blocks there are) hold slots past 65535, which 16-bit slot arithmetic wraps."""
+    low = SLOTS_16BIT // bs
+    if count <= low:
+        return rng.permutation(count)[:n]
+    high = low + rng.permutation(count - low)[: n - n // 2]
+    return rng.permutation(np.concatenate([high, rng.permutation(low)[: n - len(high)]]))
+
+
 def store_inputs(cell: Cell, rng) -> dict:
-    """A store cell's inputs: the cache filled with the poison byte, about 1 in 8 tokens skipped."""
+    """A store cell's inputs: the cache filled with the poison byte, about 1 in 8 tokens skipped; a cell's
+    ``pool`` (slots) sets the cache's size, half the tokens then stored past slot 65535."""
     p, D, Hk, bs, N = lookup(cell["preset"]), cell["D"], cell["Hk"], cell["bs"], cell["ntok"]
-    num_blocks = -(-(3 * N) // (2 * bs)) + 2
-    slots = rng.permutation(num_blocks * bs)[:N].astype(np.int64)
+    num_blocks = cell["pool"] // bs if cell.get("pool") else -(-(3 * N) // (2 * bs)) + 2
+    if cell.get("pool"):
+        blocks = high_first(rng, -(-N // bs) + 1, num_blocks, bs)
+        slots = rng.permutation((blocks[:, None] * bs + np.arange(bs)).reshape(-1))[:N].astype(np.int64)
+    else:
+        slots = rng.permutation(num_blocks * bs)[:N].astype(np.int64)
     slots[rng.permutation(N)[: N // 8]] = -1  # about one in eight tokens is padding
     R = rotation_of(cell)
     key, value = key_value(rng, N, Hk, D, cell, R)
@@ -151,13 +174,14 @@ def store_inputs(cell: Cell, rng) -> dict:
 
 
 def decode_inputs(cell: Cell, rng) -> dict:
-    """A decode or store_decode cell's inputs (the history stored by the reference store)."""
+    """A decode or store_decode cell's inputs (the history stored by the reference store); a cell's ``pool``
+    (slots) sets the cache's size, the sequences' blocks drawn half past slot 65535."""
     p, D, Hk, G, bs = lookup(cell["preset"]), cell["D"], cell["Hk"], cell["G"], cell["bs"]
     lens = np.array(cell["lens"], dtype=np.int32)
     B, Hq = len(lens), Hk * G
     need = [-(-int(L) // bs) for L in lens]
-    num_blocks = sum(need) + 3
-    physical = rng.permutation(num_blocks)
+    num_blocks = cell["pool"] // bs if cell.get("pool") else sum(need) + 3
+    physical = high_first(rng, sum(need), num_blocks, bs)
     table = rng.integers(0, num_blocks, (B, max(need) + 2)).astype(np.int32)
     start = 0
     for b, n in enumerate(need):

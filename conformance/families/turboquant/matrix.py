@@ -10,6 +10,11 @@ about 1e-3, partly float16 subnormals) or "small-q" (queries times 0.01: flat so
 is the activation dtype (``numerics.ACTIVATIONS``) of query, key and value. Both are pairwise axes; the
 named corners add the float16 range cases, head size 96 (``non_power_of_two``) and the adversarial draws
 (``adversarial``: cells with a ``pattern`` parameter, ``inputs.PATTERNS``, before the seed).
+
+The edge of float32 (``fp32_edge``): the "logit-edge" pattern, each query head's largest logit 150, past 88.7
+where exp overflows float32; the reference subtracts the largest logit (sinks included) first.
+Big pools (``big_pools``, a ``pool`` parameter): caches of 66000 slots, half the blocks used past slot 65535,
+where 16-bit slot arithmetic (block * block_size + offset) wraps; the reference computes slots in int64.
 """
 from __future__ import annotations
 
@@ -57,21 +62,21 @@ def _rotation(preset, rotation, D) -> str:
 
 
 def decode_cell(op, preset, layout, hk_g, bs, lens, rotation, sinks, D=128, range="unit", act="bfloat16",
-                seed=0, pattern=None) -> Cell:
+                seed=0, pattern=None, pool=None) -> Cell:
     """A decode or store_decode cell; ``hk_g`` = (Hk, G); FP8-key presets get rotation "none";
-    ``pattern`` names an adversarial draw (``inputs.PATTERNS``)."""
+    ``pattern`` names an adversarial draw (``inputs.PATTERNS``); ``pool``: the cache's slots."""
     Hk, G = hk_g
     return make_cell(FAMILY, op, preset=preset, layout=layout, Hk=Hk, G=G, bs=bs, lens=tuple(lens),
                      rotation=_rotation(preset, rotation, D), sinks=sinks, D=D, range=range, act=act,
-                     **_pattern(pattern), seed=seed)
+                     **_pattern(pattern), **({} if pool is None else {"pool": pool}), seed=seed)
 
 
 def store_cell(preset, layout, Hk, bs, ntok, rotation, D=128, range="unit", act="bfloat16", seed=0,
-               pattern=None) -> Cell:
-    """A store cell of ``ntok`` tokens; FP8-key presets get rotation "none"."""
+               pattern=None, pool=None) -> Cell:
+    """A store cell of ``ntok`` tokens; FP8-key presets get rotation "none"; ``pool``: the cache's slots."""
     return make_cell(FAMILY, "store", preset=preset, layout=layout, Hk=Hk, bs=bs, ntok=ntok,
                      rotation=_rotation(preset, rotation, D), D=D, range=range, act=act, **_pattern(pattern),
-                     seed=seed)
+                     **({} if pool is None else {"pool": pool}), seed=seed)
 
 
 def axes(tier: str) -> tuple[dict, dict]:
@@ -224,6 +229,49 @@ def adversarial(tier: str) -> list[Cell]:
     return out
 
 
+def fp32_edge(tier: str) -> list[Cell]:
+    """Logits of 150 (the "logit-edge" pattern): ci a decode and a store_decode (D = 96), full every preset."""
+    out = [
+        decode_cell("decode", "turboquant_4bit_nc", "soa", (2, 4), 16, (24, 7), "hadamard", False, pattern="logit-edge"),
+        decode_cell("store_decode", "turboquant_k3v4_nc", "aos", (2, 4), 16, (17, 3), "random", True, D=96,
+                    act="float16", pattern="logit-edge"),
+    ]
+    if tier == "full":
+        out += [
+            decode_cell("decode", "turboquant_3bit_nc", "soa", (4, 6), 32, (130, 64), "random", True, act="float32",
+                        pattern="logit-edge"),
+            decode_cell("decode", "turboquant_k8v4", "aos", (2, 8), 16, (40, 9), "none", False, act="bfloat16",
+                        pattern="logit-edge"),
+            decode_cell("store_decode", "turboquant_4bit_nc", "aos", (8, 8), 16, (256, 1), "hadamard", True,
+                        act="float16", pattern="logit-edge"),
+        ]
+    return out
+
+
+BIG_POOL = 66000      # slots: past 2^16, where 16-bit slot arithmetic wraps
+
+
+def big_pools(tier: str) -> list[Cell]:
+    """Caches of ``BIG_POOL`` slots at one kv head of D = 64 (one of D = 96), half the blocks used past slot
+    65535: ci a store, a decode and a store_decode; full each layout and more presets."""
+    out = [
+        store_cell("turboquant_4bit_nc", "soa", 1, 16, 64, "hadamard", D=64, pool=BIG_POOL),
+        decode_cell("decode", "turboquant_k3v4_nc", "aos", (1, 4), 16, (40, 9, 17), "random", True, D=64,
+                    pool=BIG_POOL),
+        decode_cell("store_decode", "turboquant_4bit_nc", "soa", (1, 2), 32, (33, 5), "random", False, D=96,
+                    act="float16", pool=BIG_POOL),
+    ]
+    if tier == "full":
+        out += [
+            store_cell("turboquant_k8v4", "aos", 1, 32, 256, "none", D=64, act="float16", pool=BIG_POOL),
+            decode_cell("decode", "turboquant_3bit_nc", "soa", (1, 8), 16, (200, 1, 64), "hadamard", False, D=64,
+                        act="float32", pool=BIG_POOL),
+            decode_cell("store_decode", "turboquant_k8v4", "aos", (1, 4), 16, (100, 17), "none", True, D=64,
+                        pool=BIG_POOL),
+        ]
+    return out
+
+
 def smoke() -> list[Cell]:
     """The smoke tier: two stores, two decodes, two store_decodes (bfloat16, float16 and float32)."""
     return [
@@ -248,7 +296,7 @@ def _cells(tier: str) -> tuple[Cell, ...]:
         for row in pairwise(decode_axes, valid_decode):
             lens = seq_lens_for(row.pop("num_seqs"), row.pop("max_len"), row.pop("mix"))
             out.append(decode_cell(op, lens=lens, **row))
-    out += corners(tier) + non_power_of_two(tier) + adversarial(tier)
+    out += corners(tier) + non_power_of_two(tier) + adversarial(tier) + fp32_edge(tier) + big_pools(tier)
     unique = dict.fromkeys(out)  # k8v4 rows collapse onto rotation=none; keep the first
     return tuple(unique)
 

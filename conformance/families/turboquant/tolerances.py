@@ -37,7 +37,7 @@ STORE_CODES_SPEC = ToleranceSpec(
     "a kernel's rotation GEMM or division rounds differently from the reference's, which can move a value "
     f"across a decision boundary: keys |y - midpoint| <= ({CODE_SUM_ULPS[0]}D + {CODE_SUM_ULPS[1]}) u32 sum_i "
     f"|x_hat_i R_ij|; values |t - (k + 1/2)| <= {VALUE_ULPS} u32 (t + 1), t = (v - vmin) / scale",
-    ("turboquant.nibbles-swapped", "turboquant.fp16-read-as-bf16"))
+    ("turboquant.nibbles-swapped", "turboquant.fp16-read-as-bf16", "turboquant.slot-16bit"))
 
 STORE_FP16_SPEC = ToleranceSpec(
     "turboquant.store-fp16", f"within {FP16_STEPS} fp16 ulp (ordinal distance)",
@@ -65,7 +65,8 @@ DECODE_EXACT = ToleranceSpec(
     f"each logit is off by e_x (the q rotation, then the dot), which moves the softmax weights by {WEIGHT_SHIFT} "
     "e_x relative; the softmax sums and PV add lambda sqrt(L + D) u32 relative",
     ("turboquant.norm-correction-twice", "turboquant.query-rotated-by-transpose", "turboquant.wrong-kv-head",
-     "turboquant.soa-read-as-aos", "turboquant.last-token-skipped", "turboquant.fp16-read-as-bf16"),
+     "turboquant.soa-read-as-aos", "turboquant.last-token-skipped", "turboquant.fp16-read-as-bf16",
+     "turboquant.softmax-unshifted"),
     _decode_exact)
 
 

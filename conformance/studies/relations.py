@@ -1,0 +1,75 @@
+"""`kernel-lab study relations`: per GDN backend, which relations between its own runs hold bitwise, within
+its rounding model's bound, or not (``conformance.relations``: batch, split, rollback, determinism).
+
+Each backend runs in its own process with its environment (``Backend.env``: the Triton interpreter's
+``TRITON_INTERPRET=1``) and a time limit; a process that dies or runs out of time is that backend's
+``error``, named in the result. The report shows the result as a column beside each backend.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from conformance.studies import bounded_int
+
+NAME = "relations"
+DESCRIPTION = "batch, split, rollback and run-to-run relations of each GDN backend: bitwise, within bound or not"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--backend", help="comma-separated GDN backends (default: every one that runs on a CPU)")
+    parser.add_argument("--timeout", type=int, default=900, help="seconds a backend may take (default 900)")
+
+
+def _backends(args) -> list[str]:
+    from conformance import registry
+
+    gdn = {n: b for n, b in registry.backends().items() if "gdn" in b.ops}
+    if args.backend is None:
+        return [n for n, b in gdn.items() if not b.uses_gpu]
+    names = [n for n in args.backend.split(",") if n]
+    unknown = [n for n in names if n not in gdn]
+    if unknown or not names:
+        raise ValueError(f"--backend {args.backend!r}: expected GDN backends from {', '.join(gdn)}")
+    return names
+
+
+def check(args) -> None:
+    """Every argument, before any work: ValueError naming the option."""
+    _backends(args)
+    bounded_int("--timeout", args.timeout, 1, 24 * 3600)
+
+
+def _one(name: str, timeout: int) -> dict:
+    from conformance import registry
+    from conformance.relations import RELATIONS
+
+    env = {**os.environ, **registry.get(name).env}
+    try:
+        done = subprocess.run([sys.executable, "-m", "conformance.relations", name], env=env, timeout=timeout,
+                              capture_output=True, text=True)
+    except subprocess.TimeoutExpired:
+        why = f"timed out after {timeout} s"
+    else:
+        lines = done.stdout.strip().splitlines()
+        if done.returncode == 0 and lines:
+            return json.loads(lines[-1])["relations"]
+        why = f"exit status {done.returncode}: {done.stderr.strip()[-300:]}"
+    return {r: {"verdict": "error", "reason": why, "ops": {}} for r in RELATIONS}
+
+
+def run(args) -> dict:
+    from conformance.relations import RELATIONS
+
+    return {"study": NAME, "relations": list(RELATIONS),
+            "backends": {name: _one(name, args.timeout) for name in _backends(args)}}
+
+
+def summarize(result: dict) -> str:
+    names = result["relations"]
+    lines = [f"{'backend':<22}" + "".join(f"{n:>14}" for n in names)]
+    for backend, rel in result["backends"].items():
+        lines.append(f"{backend:<22}" + "".join(f"{rel[n]['verdict']:>14}" for n in names))
+    return "\n".join(lines)
