@@ -74,7 +74,7 @@ def run_command(args) -> int:
     gate_list = gates.load(path)
     if args.aa is not None:
         return _aa(names, gate_list, args)
-    records = run.measure_all(names, tick=run.Progress(run.planned_calls(names)))
+    records = run.measure_all(names, tick=run.ticker(run.planned_calls(names)))
     results = run.judge_all(records, gate_list, remeasure=not args.no_remeasure)
     run.write(Path(args.out), run.perf_json(records, results))
     print(gates.table(results))
@@ -90,7 +90,7 @@ def _aa(names: list[str], gate_list, args) -> int:
 
     if args.aa < baselines.MIN_PAIRS:
         _usage(f"--aa {args.aa}: at least {baselines.MIN_PAIRS} pairs")
-    progress = run.Progress(2 * args.aa * run.planned_calls(names))
+    progress = run.ticker(2 * args.aa * run.planned_calls(names))
     mine = [g for g in gate_list if g.benches <= set(names)]
     pairs, verdicts = [], {g.name: [] for g in mine}
     for _ in range(args.aa):

@@ -14,18 +14,19 @@ from pathlib import Path
 
 from bench import baselines, gates, machine, registry
 from bench.measure import Record, measure
-from conformance.run.progress import ProgressLine
+from conformance.run.progress import Progress
 
 
-class Progress:
-    """``tick(label)`` for the measurements: the progress line on stderr, with the call's label."""
+def ticker(total: int, stream=sys.stderr):
+    """``tick(label)`` for the measurements: one call of ``total`` on the progress line on stderr,
+    with the call's label."""
+    line, done = Progress(total, stream), [0]
 
-    def __init__(self, total: int, stream=sys.stderr):
-        self.done, self.line = 0, ProgressLine(total, stream)
+    def tick(label: str) -> None:
+        done[0] += 1
+        line.advance(1, f"{done[0]}/{total} {label[:60]}", finished=done[0] >= total)
 
-    def __call__(self, label: str) -> None:
-        self.done += 1
-        self.line.show(self.done, label[:60])
+    return tick
 
 
 def planned_calls(bench_names: list[str]) -> int:

@@ -26,11 +26,13 @@ from pathlib import Path
 from bench import cli as bench_cli
 from conformance import audit, families, fingerprint, registry, studies
 from conformance.errors import RunStopped, UsageError, needs
+from conformance.run import budget as time_budget
 from conformance.run import counts, executors, merge, node_report, probe, records, runner, selection
 from optimized.flydsl import cli as flydsl_cli
 from planner import cli as planner_cli
 
 SUBCOMMAND_MODULES = (planner_cli, flydsl_cli, bench_cli)
+STARTED = time.monotonic()   # a --budget counts from here (the imports above take a few tenths of a second)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -120,21 +122,29 @@ def max_jobs() -> int:
     return max(JOBS_PER_CORE * len(os.sched_getaffinity(0)), len(fingerprint.devices().ids))
 
 
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
+
+
 def cmd_conform(args) -> int:
-    most = max_jobs()
-    if args.jobs is not None and not 1 <= args.jobs <= most:
-        raise UsageError(f"--jobs {args.jobs}: expected 1 to {most} worker processes on this machine "
-                         f"({JOBS_PER_CORE} per usable CPU core)")
-    if args.timeout is not None and not args.timeout > 0:
-        raise UsageError(f"--timeout {args.timeout}: expected a positive number of seconds")
+    if args.timeout is not None and not 0 < args.timeout <= MAX_TIMEOUT_S:
+        raise UsageError(f"--timeout {args.timeout}: expected a number of seconds above 0 and at most "
+                         f"{MAX_TIMEOUT_S:.0f} (a week)")
     if args.resume and args.out is None:
         raise UsageError("--resume: name the run folder to continue with --out DIR")
     if args.out == "":
         raise UsageError("--out: empty; expected a run folder (leave --out out for a new one)")
+    limit = None
+    if args.budget is not None:
+        seconds = time_budget.parse_seconds(args.budget)
+        limit = runner.TimeBudget(args.budget, seconds, STARTED + seconds)
+    sel = _selection(args)   # names checked before torch is imported (below, for the devices)
+    most = max_jobs()
+    if args.jobs is not None and not 1 <= args.jobs <= most:
+        raise UsageError(f"--jobs {args.jobs}: expected 1 to {most} worker processes on this machine "
+                         f"({JOBS_PER_CORE} per usable CPU core)")
     args.out = args.out or str(fresh_out())
-    sel = _selection(args)
     executor = executors.make(args.executor, jobs=args.jobs, timeout_s=args.timeout, address=args.address)
-    options = dict(resume=args.resume, timeout_s=args.timeout, budget=not args.no_budget)
+    options = dict(resume=args.resume, timeout_s=args.timeout, budget=not args.no_budget, time_limit=limit)
     try:
         if args.device_class == "all":
             results = runner.run_each_class(sel, args.out, executor, **options)
@@ -147,6 +157,11 @@ def cmd_conform(args) -> int:
         if device_class is not None:
             print(f"device class {device_class}:")
         print(counts.summary_table(result.counts))
+        if result.left_out:
+            per = ", ".join(f"{b} {n}" for b, n in result.left_out["per_backend"].items())
+            print(f"left out by --budget {result.left_out['budget']}: {result.left_out['pairs']} pairs"
+                  + (f" ({per})" if per else "") + f"; run them with: kernel-lab conform --out {result.out_dir} "
+                  "--resume (and the same selection)")
         print(f"records: {result.out_dir / 'cells.jsonl'}  run: {result.out_dir / 'run.json'}  "
               f"({result.elapsed_s:.1f} s)")
     status = max(r.exit_status for r in results.values())
@@ -302,6 +317,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "and the pair is a crash (default: each backend's own)")
     c.add_argument("--no-budget", action="store_true",
                    help="run interpreter backends on cells over their work budget too")
+    c.add_argument("--budget", metavar="DURATION",
+                   help="time budget of the whole command (e.g. 5m, 90s, 1h): run the most informative pairs "
+                        "that fit (every backend and op first, then a covering sample), and list those left out "
+                        "(run.json's left_out; --resume without --budget runs them)")
     c.add_argument("--model", help="also cells in this shipped model's shapes (planner/configs/NAME.json)")
     c.add_argument("--config", help="also cells in the shapes of this config.json")
     c.add_argument("--inputs", metavar="FILE", help="run one cell whose inputs are the tensors of FILE (.npz or "

@@ -20,9 +20,10 @@ from pathlib import Path
 from conformance import fingerprint, registry
 from conformance.cells import Cell
 from conformance.errors import RunStopped, UsageError
+from conformance.run import budget as time_budget
 from conformance.run import executors, records, schema
 from conformance.run.counts import count
-from conformance.run.estimate import Estimator, Progress, cell_work, hms, work_budget
+from conformance.run.estimate import Estimator, cell_work, hms, work_budget
 from conformance.run.inprocess import static_record
 from conformance.run.run_folder import (
     acquire_lock,
@@ -33,9 +34,24 @@ from conformance.run.run_folder import (
     release_lock,
     write_run_json,
 )
+from conformance.run.progress import Progress
 from conformance.run.selection import Selection
 
 NOTHING_RAN = 5   # exit status: no pair of the folder ran (every record a skip), as pytest's "no tests ran"
+FINISH_S = 5.0    # of a time budget: kept for stopping the workers and writing run.json
+
+
+class BudgetSpent(Exception):
+    """The run's deadline passed: no more pairs are dispatched."""
+
+
+@dataclass(frozen=True)
+class TimeBudget:
+    """``conform --budget``: the run ends by ``deadline`` (``time.monotonic()``); ``text`` as given."""
+
+    text: str
+    seconds: float
+    deadline: float
 
 
 @dataclass
@@ -43,6 +59,7 @@ class RunResult:
     counts: dict[str, Counter]
     out_dir: Path
     elapsed_s: float
+    left_out: dict | None = None   # run.json's left_out: what a time budget did not run
 
     @property
     def exit_status(self) -> int:
@@ -61,14 +78,16 @@ def _say(stream, text: str) -> None:
 
 def run(selection: Selection, out: str | os.PathLike, *, executor=None, device_class: str | None = None,
         jobs: int | None = None, resume: bool = False, timeout_s: float | None = None, budget: bool = True,
-        stream=None) -> RunResult:
+        time_limit: TimeBudget | None = None, stream=None) -> RunResult:
     """Run the selection into ``out``/cells.jsonl and ``out``/run.json, holding the folder's lock.
 
     ``executor``: where pairs run (default: this machine's pool of ``jobs`` workers); it is
     started here and left open for the caller to close. ``device_class``: the executor's nodes of
     that class (None: its only class). ``budget``: apply the interpreter work budget (off with
-    ``--no-budget``; a ``--filter`` turns it off too). Exit status, counts and summary cover every
-    record in the folder."""
+    ``--no-budget``; a ``--filter`` turns it off too). ``time_limit``: run the pairs that fit it
+    (``conformance.run.budget``), stop dispatching at its deadline, and list the pairs left out in
+    run.json (``left_out``) and on ``stream``. Exit status, counts and summary cover every record in
+    the folder."""
     cells, backends = selection.resolve()
     executor = executor or executors.LocalExecutor(jobs, timeout_s)
     executor.start(backends)
@@ -78,7 +97,7 @@ def run(selection: Selection, out: str | os.PathLike, *, executor=None, device_c
     lock = acquire_lock(out_dir, lambda m: _say(stream, "warning: " + m))
     try:
         return _run_locked(selection, cells, backends, out_dir, executor, resume=resume, timeout_s=timeout_s,
-                           budget=budget and selection.filter is None, stream=stream)
+                           budget=budget and selection.filter is None, time_limit=time_limit, stream=stream)
     finally:
         release_lock(lock)
 
@@ -122,7 +141,22 @@ def plan(cells: list[Cell], backends: list[registry.Backend], done: set, probes:
     return todo, statics
 
 
-def _run_locked(selection, cells, backends, out_dir, executor, *, resume, timeout_s, budget, stream):
+def _left_out(pairs: list[tuple[Cell, registry.Backend]], time_limit: TimeBudget, why: str) -> dict:
+    """run.json's ``left_out``: the pairs a time budget did not run, per backend and each of them."""
+    per = Counter(b.name for _, b in pairs)
+    return {"budget": time_limit.text, "why": why, "pairs": len(pairs), "per_backend": dict(per.most_common()),
+            "ids": [[c.id, b.name] for c, b in pairs]}
+
+
+def _regroup(pairs: list[tuple[Cell, registry.Backend]]) -> list[tuple[Cell, list[registry.Backend]]]:
+    """Pairs as (cell, its backends), cells in first-seen order."""
+    out: dict[str, tuple[Cell, list]] = {}
+    for c, b in pairs:
+        out.setdefault(c.id, (c, []))[1].append(b)
+    return list(out.values())
+
+
+def _run_locked(selection, cells, backends, out_dir, executor, *, resume, timeout_s, budget, time_limit, stream):
     def say(text: str) -> None:
         _say(stream, text)
 
@@ -148,15 +182,24 @@ def _run_locked(selection, cells, backends, out_dir, executor, *, resume, timeou
 
     todo, statics = plan(cells, backends, done, probes, budget)
     pairs = [(c, b) for c, bks in todo for b in bks]
+    left_out: list[tuple[Cell, registry.Backend]] = []
+    if time_limit is not None:
+        pairs, left_out = time_budget.choose(pairs, time_limit.deadline - time.monotonic() - FINISH_S, jobs)
+        todo = _regroup(pairs)
+        info["left_out"] = _left_out(left_out, time_limit, "did not fit the budget")
+        write_run_json(run_path, info)
     estimator = Estimator(pairs, jobs)
     estimator.learn({c.id: c for c in cells}, {b.name: b for b in backends}, old)
     per = sorted(estimator.per_backend().items(), key=lambda kv: -kv[1])
-    say(f"{len(cells)} cells x {len(backends)} backends -> {out_dir}: {len(pairs)} to run, {len(statics)} skip, "
-        f"{len(old)} already recorded; expect about {hms(estimator.remaining())} with {jobs} worker(s)"
+    say(f"{len(cells)} cells x {len(backends)} backends -> {out_dir}: {len(pairs)} pairs to run, {len(statics)} skip, "
+        f"{len(old)} already recorded"
+        + (f", {len(left_out)} left out by --budget {time_limit.text}" if time_limit is not None else "")
+        + f"; expect {estimator.eta()} with {jobs} worker(s)"
         + (" (" + ", ".join(f"{n} {hms(s)}" for n, s in per[:4]) + ")" if per else ""))
 
     all_recs = list(old)
-    progress = Progress(len(statics) + len(pairs), estimator, stream)
+    progress = Progress(estimator.total, stream)
+    tally: Counter = Counter()
     try:
         writer = records.Writer(out_dir / "cells.jsonl")
     except OSError as exc:
@@ -177,7 +220,14 @@ def _run_locked(selection, cells, backends, out_dir, executor, *, resume, timeou
                              f"{len(all_recs)} records before it are valid: free space, then "
                              "continue with --resume") from None
         all_recs.append(record)
-        progress.update(record)
+        tally[record["status"]] += 1
+        written = len(seen) - len(done)
+        progress.advance(estimator.done(record),
+                         f"{max(0, written - len(statics))}/{len(pairs)} pairs ETA {estimator.eta()} "
+                         + " ".join(f"{k}={v}" for k, v in sorted(tally.items())),
+                         finished=written >= len(statics) + len(pairs))
+        if time_limit is not None and time.monotonic() > time_limit.deadline - FINISH_S:
+            raise BudgetSpent
 
     stopped = None
     try:
@@ -186,6 +236,11 @@ def _run_locked(selection, cells, backends, out_dir, executor, *, resume, timeou
         executor.run(todo, emit)
     except RunStopped as exc:
         stopped = exc
+    except BudgetSpent:
+        late = [(c, b) for c, b in pairs if (c.id, b.name) not in seen]
+        left_out += late
+        info["left_out"] = _left_out(left_out, time_limit, f"did not fit the budget ({len(late)} of them not "
+                                                           "finished when it ran out)")
     finally:
         writer.close()
         progress.close()
@@ -207,4 +262,4 @@ def _run_locked(selection, cells, backends, out_dir, executor, *, resume, timeou
         say(f"warning: {executor.slot_name(slot)} retired: {why}")
     if dropped:
         say(f"warning: {dropped} late duplicate record(s) dropped (the first record of each pair is kept)")
-    return RunResult(counts, out_dir, elapsed)
+    return RunResult(counts, out_dir, elapsed, left_out=info.get("left_out"))
