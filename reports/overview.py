@@ -7,7 +7,7 @@ import math
 from collections import Counter
 
 from conformance.run.records import BAD_STATUSES, STATUSES
-from reports import repro
+from conformance.run import repro
 from reports.load import Run
 
 MAX_FAILURES = 200

@@ -125,11 +125,11 @@ def test_failures_lead_the_page_with_counts_machines_and_repro(smoke_run, open_p
     """Two runs from two machines (a copy of the smoke run whose run.json names another CPU), with
     two planted failures, one whose id holds a quote and a space: the page opens with the coverage
     per code path, the failures table and the counts per backend, each row naming its machine, and
-    every repro command is the one reports.repro quotes for a POSIX shell (the panel's too),
+    every repro command is the one conformance.run.repro quotes for a POSIX shell (the panel's too),
     selecting exactly that cell."""
     import shlex
 
-    from reports import repro
+    from conformance.run import repro
 
     other = tmp_path / "other"
     shutil.copytree(smoke_run, other)
