@@ -191,7 +191,7 @@ def _run_locked(selection, cells, backends, out_dir, executor, *, resume, timeou
     estimator = Estimator(pairs, jobs)
     estimator.learn({c.id: c for c in cells}, {b.name: b for b in backends}, old)
     per = sorted(estimator.per_backend().items(), key=lambda kv: -kv[1])
-    say(f"{len(cells)} cells x {len(backends)} backends -> {out_dir}: {len(pairs)} pairs to run, {len(statics)} skip, "
+    say(f"{len(cells)} cells x {len(backends)} backends -> {out_dir}: {len(pairs)} to run, {len(statics)} skip, "
         f"{len(old)} already recorded"
         + (f", {len(left_out)} left out by --budget {time_limit.text}" if time_limit is not None else "")
         + f"; expect {estimator.eta()} with {jobs} worker(s)"

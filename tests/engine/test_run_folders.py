@@ -277,7 +277,7 @@ def test_conform_says_how_long_it_expects_before_it_starts(tmp_path, capsys):
                       "--out", tmp_path)
     first = err.splitlines()[0]
     # 8 units * 100 s, a range until pairs have finished
-    assert rc == 0 and "2 pairs to run" in first and "expect 9m20s-18m40s" in first
+    assert rc == 0 and "2 to run" in first and "expect 9m20s-18m40s" in first
     assert "toy-interpreted 13m20s" in first
 
 

@@ -89,11 +89,13 @@ def test_records_diff():
     def r(i, status, margin=0.1):
         return {"id": f"c{i}", "backend": "b", "status": status, "metrics": {"margin": margin}}
     base = [r(0, "pass"), r(1, "fail"), r(2, "pass", 0.01), r(3, "pass", 0.2), r(4, "pass"), r(5, "skip"), r(6, "pass", 0.0)]
-    cur = [r(0, "crash"), r(1, "pass"), r(2, "pass", 0.5), r(3, "pass", 0.3), r(7, "pass"), r(5, "pass"), r(6, "pass", 5e-4)]
+    cur = [r(0, "crash"), r(1, "pass"), r(2, "pass", 0.5), r(3, "pass", 0.3), r(7, "pass"), r(5, "pass"), r(6, "pass", 5e-4),
+           r(8, "fail")]
     d = diff.records_diff(cur, base)
     ids = {k: [x["id"] for x in v["rows"]] for k, v in d.items()}
-    assert ids == {"new_failures": ["c0"], "fixed": ["c1"], "margin_moved": ["c2"], "status_changed": ["c5"],
-                   "new": ["c7"], "vanished": ["c4"]}
+    # a failing pair the baseline did not have (a new backend or cell) is a new failure too
+    assert ids == {"new_failures": ["c0", "c8"], "fixed": ["c1"], "margin_moved": ["c2"], "status_changed": ["c5"],
+                   "new": ["c7", "c8"], "vanished": ["c4"]}
     assert d["margin_moved"]["rows"][0]["ratio"] == pytest.approx(50)
 
 
