@@ -137,7 +137,8 @@ def cmd_conform(args) -> int:
     if args.budget is not None:
         seconds = time_budget.parse_seconds(args.budget)
         limit = runner.TimeBudget(args.budget, seconds, STARTED + seconds)
-    sel = _selection(args)   # names checked before torch is imported (below, for the devices)
+    sel = _selection(args)
+    sel.check_names()   # before torch is imported (below, for the devices)
     most = max_jobs()
     if args.jobs is not None and not 1 <= args.jobs <= most:
         raise UsageError(f"--jobs {args.jobs}: expected 1 to {most} worker processes on this machine "
@@ -217,6 +218,8 @@ def cmd_report(args) -> int:
 
     if args.fail_on_new and args.baseline is None:
         raise UsageError("--fail-on-new: needs --baseline RUN_DIR to compare with")
+    if any(not d.strip() for d in args.run_dirs):
+        raise UsageError("RUN_DIR: empty; expected a run folder written by conform (or merge)")
     try:
         w = build.write(args.run_dirs, args.out, args.perf, args.baseline, args.study)
     except ValueError as exc:
