@@ -27,7 +27,8 @@ from bench import cli as bench_cli
 from conformance import audit, families, fingerprint, registry, studies
 from conformance.errors import RunStopped, UsageError, needs
 from conformance.run import budget as time_budget
-from conformance.run import counts, executors, merge, node_report, probe, records, runner, selection
+from conformance.run import counts, executors, merge, node_report, probe, records, repro, runner, selection
+from conformance.run.progress import Progress
 from optimized.flydsl import cli as flydsl_cli
 from planner import cli as planner_cli
 
@@ -62,7 +63,16 @@ def cmd_doctor(args) -> int:
     print("versions " + ", ".join(f"{k} {v}" for k, v in fp["versions"].items() if v))
     print(f"commit   {fp['git']['commit']}{' (dirty)' if fp['git']['dirty'] else ''}")
     print("backends")
-    probes = probe.probe_all(list(registry.backends().values()))
+    sys.stdout.flush()
+    every = list(registry.backends().values())
+    bar, done = Progress(len(every), sys.stderr), [0]
+
+    def tick(name: str) -> None:
+        done[0] += 1
+        bar.advance(1, f"probed {done[0]}/{len(every)} backends, each in a worker: {name}",
+                    finished=done[0] == len(every))
+
+    probes = probe.probe_all(every, tick)
     for name, b in registry.backends().items():
         ok, why = probes[name]
         fams = ", ".join(f"{f}: {' '.join(ops)}" for f, ops in b.ops.items())
@@ -99,7 +109,8 @@ def _selection(args) -> selection.Selection:
     return selection.Selection(tier=args.tier, family=args.family, op=args.op,
                                backends=tuple(names) if names is not None else None,
                                filter=args.filter, shard=shard, model=args.model, config=args.config,
-                               shard_by=args.shard_by, shard_from=source, inputs=args.inputs)
+                               shard_by=args.shard_by, shard_from=source,
+                               inputs=os.path.abspath(args.inputs) if args.inputs else args.inputs)
 
 
 def fresh_out(base: Path = Path("reports/out")) -> Path:
@@ -165,6 +176,7 @@ def cmd_conform(args) -> int:
                   "--resume (and the same selection)")
         print(f"records: {result.out_dir / 'cells.jsonl'}  run: {result.out_dir / 'run.json'}  "
               f"({result.elapsed_s:.1f} s)")
+        _print_verdicts(result.out_dir, sel)
     status = max(r.exit_status for r in results.values())
     if status == runner.NOTHING_RAN:
         reasons = "; ".join(counts.skip_reasons(r.counts) for r in results.values())
@@ -173,6 +185,20 @@ def cmd_conform(args) -> int:
                  f"exit status {runner.NOTHING_RAN} (--allow-nothing-ran makes it 0)"), file=sys.stderr)
         return 0 if args.allow_nothing_ran else status
     return status
+
+
+MAX_VERDICTS = 5
+
+
+def _print_verdicts(out_dir: Path, sel: selection.Selection) -> None:
+    """The verdict paragraph (``repro.verdict``) of a one-pair run's record whatever its status, else
+    of each bad record when there are at most MAX_VERDICTS of them (a repro says why it failed)."""
+    recs = records.read_partial(out_dir / "cells.jsonl")[0]
+    ran = [r for r in recs if r["status"] != "skip"]
+    shown = ran if len(ran) == 1 else [r for r in ran if r["status"] in records.BAD_STATUSES]
+    if 0 < len(shown) <= MAX_VERDICTS:
+        for r in shown:
+            print(repro.verdict(r, sel.tier, sel.inputs))
 
 
 def node_command(fp: dict, device_class: str, address: str | None) -> str:

@@ -64,3 +64,38 @@ def test_plan_blocks_refuses_head_dims_that_are_not_whole_vectors(tmp_path, caps
     path.write_text(json.dumps(config))
     rc, _, err = main(capsys, "plan-blocks", "--config", path)
     assert rc == 2 and f"'head_dim'={head_dim}: expected a multiple of 8" in err
+
+
+def test_a_one_cell_repro_prints_why_it_failed(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("KERNEL_LAB_FAMILY_MODULES", "tests.engine.toy_family")
+    monkeypatch.setenv("KERNEL_LAB_BACKEND_MODULES", "tests.engine.toy_backends")
+    import tests.engine.toy_backends  # noqa: F401
+
+    rc, out, _ = main(capsys, "conform", "--family", "toy", "--tier", "smoke", "--backend", "toy-wrong",
+                      "--filter", "^toy/scale/n=8/", "--out", tmp_path / "o")
+    (verdict,) = [line for line in out.splitlines() if line.startswith("fail: ")]
+    assert rc == 1 and "margin" in verdict and "by elementwise" in verdict and "tolerance" in verdict
+    assert "repro: kernel-lab conform --tier smoke --filter" in verdict
+
+
+def test_a_captured_inputs_path_is_kept_absolute_so_the_repro_runs_from_anywhere(tmp_path, capsys, monkeypatch):
+    from conformance.inputs import capture
+    from tests.unit.test_captured_inputs import tq_arrays
+
+    capture.save(tmp_path / "decode.npz", tq_arrays())
+    monkeypatch.chdir(tmp_path)
+    rc, _, _ = main(capsys, "conform", "--inputs", "decode.npz", "--family", "turboquant", "--op", "decode",
+                    "--backend", "numpy-ref", "--out", tmp_path / "run")
+    info = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert rc == 0 and info["selection"]["inputs_file"] == str(tmp_path / "decode.npz")
+
+
+def test_doctor_shows_its_progress_while_it_probes(capsys, monkeypatch):
+    from conformance import registry
+    from conformance.run import probe
+
+    monkeypatch.setattr(probe, "probe_all", lambda backends, tick: [tick(b.name) for b in backends] and
+                        {b.name: (False, "not probed in this test") for b in backends})
+    rc, out, err = main(capsys, "doctor")
+    assert rc == 0 and f"probed {len(registry.backends())}/{len(registry.backends())} backends" in err
+    assert "not probed in this test" in out
