@@ -79,7 +79,14 @@ def run_command(args) -> int:
     run.write(Path(args.out), run.perf_json(records, results))
     print(gates.table(results))
     print(f"perf JSON: {args.out}")
-    return 1 if any(r["verdict"] == "fail" for r in results) else 0
+    failed = [r for r in results if r["verdict"] == "fail"]
+    busy = [r for r in failed if r.get("loaded")]
+    if busy:
+        worst = max((r["load"] for r in busy), key=lambda x: x["load_1m"])
+        print(f"note: {len(busy)} of the {len(failed)} failing gates were measured under load (load average up to "
+              f"{worst['load_1m']:g} on {worst['cores']} usable cores): other work shared the machine; "
+              "measure again when it is quiet", file=sys.stderr)
+    return 1 if failed else 0
 
 
 def _aa(names: list[str], gate_list, args) -> int:

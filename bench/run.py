@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -37,10 +38,29 @@ def planned_calls(bench_names: list[str]) -> int:
                for impl in registry.impls(n).values() if registry.capability(impl, shape) is None)
 
 
+def load_now() -> dict:
+    """The machine's load when a bench finished: the 1-minute load average (``os.getloadavg``) and
+    the usable cores it compares with (a load near the cores means other work shared the timing)."""
+    return {"load_1m": round(os.getloadavg()[0], 2), "cores": len(os.sched_getaffinity(0))}
+
+
+def loaded(load: dict | None) -> bool:
+    """Whether other work took at least half the cores while measuring (``LOADED`` of them)."""
+    return bool(load) and load["load_1m"] >= LOADED * load["cores"]
+
+
+LOADED = 0.5
+
+
 def measure_all(bench_names: list[str], tick=None) -> dict[str, Record]:
+    """Each bench's records, with the load when it finished in ``extra_info["load"]``."""
     out = {}
     for name in bench_names:
-        out.update({r.rid: r for r in measure(name, tick=tick)})
+        recs = measure(name, tick=tick)
+        load = load_now()
+        for r in recs:
+            r.extra_info["load"] = load
+        out.update({r.rid: r for r in recs})
     return out
 
 
@@ -73,6 +93,11 @@ def judge_all(records: dict[str, Record], gate_list: list[gates.Gate], remeasure
         r = baselines.regression(rec, again)
         if r is not None:
             results.append(r)
+    for r in results:   # the heavier load of the two records the ratio compares
+        loads = [records[k].extra_info.get("load") for k in (r["numerator"], r["denominator"]) if k in records]
+        loads = [x for x in loads if x]
+        r["load"] = max(loads, key=lambda x: x["load_1m"]) if loads else None
+        r["loaded"] = loaded(r["load"])
     return results
 
 
