@@ -10,7 +10,9 @@ worker's startup for the first pair of each backend), within ``seconds * jobs`` 
    interpreters: the tier is itself a covering set, and a sample of it covers most of its pairs);
 3. then whatever is left, cheapest first.
 
-A pair that does not fit is left out, never recorded: ``--resume`` without a budget runs it.
+A pair that does not fit is left out, never recorded: ``--resume`` without a budget runs it. The
+pairs of step 1 run first, as a stage of their own, so that each backend has run when the
+deadline stops a machine slower than its prices.
 """
 from __future__ import annotations
 
@@ -46,9 +48,11 @@ def _features(cell: Cell) -> set[tuple]:
 
 
 def choose(pairs: list[tuple[Cell, registry.Backend]], capacity_s: float, jobs: int
-           ) -> tuple[list[tuple[Cell, registry.Backend]], list[tuple[Cell, registry.Backend]]]:
-    """(chosen, left out) of ``pairs`` within ``capacity_s`` seconds of each of ``jobs`` workers;
-    both in the order of ``pairs``."""
+           ) -> tuple[list[list[tuple[Cell, registry.Backend]]], list[tuple[Cell, registry.Backend]]]:
+    """(stages, left out) of ``pairs`` within ``capacity_s`` seconds of each of ``jobs`` workers:
+    the chosen pairs in two stages to run one after the other, every (backend, op)'s first cell,
+    then the rest chosen (so that a slow machine, stopped at the deadline, has run each backend);
+    each list in the order of ``pairs``."""
     left = max(0.0, capacity_s) * max(1, jobs)
     cost = {(c.id, b.name): first_estimate(c, b) for c, b in pairs}
     taken: Counter = Counter()   # backend -> pairs chosen (the first ``jobs`` of them may each start a worker)
@@ -72,6 +76,7 @@ def choose(pairs: list[tuple[Cell, registry.Backend]], capacity_s: float, jobs: 
                     key=lambda p: cost[p[0].id, p[1].name])
     for c, b in firsts:
         take(c, b)
+    first_stage = set(chosen)
     # 2. covering: most new (axis value) pairs per second, lazily re-scored
     covered = {key: set().union(*(_features(c) for c, b in g if (c.id, b.name) in chosen)) for key, g in groups.items()}
     heap = []
@@ -96,5 +101,6 @@ def choose(pairs: list[tuple[Cell, registry.Backend]], capacity_s: float, jobs: 
     for c, b in sorted(pairs, key=lambda p: cost[p[0].id, p[1].name]):
         if (c.id, b.name) not in chosen:
             take(c, b)
-    return ([p for p in pairs if (p[0].id, p[1].name) in chosen],
-            [p for p in pairs if (p[0].id, p[1].name) not in chosen])
+    stages = [[p for p in pairs if (p[0].id, p[1].name) in first_stage],
+              [p for p in pairs if (p[0].id, p[1].name) in chosen - first_stage]]
+    return [st for st in stages if st], [p for p in pairs if (p[0].id, p[1].name) not in chosen]

@@ -183,9 +183,11 @@ def _run_locked(selection, cells, backends, out_dir, executor, *, resume, timeou
     todo, statics = plan(cells, backends, done, probes, budget)
     pairs = [(c, b) for c, bks in todo for b in bks]
     left_out: list[tuple[Cell, registry.Backend]] = []
+    stages = [todo]
     if time_limit is not None:
-        pairs, left_out = time_budget.choose(pairs, time_limit.deadline - time.monotonic() - FINISH_S, jobs)
-        todo = _regroup(pairs)
+        chosen, left_out = time_budget.choose(pairs, time_limit.deadline - time.monotonic() - FINISH_S, jobs)
+        stages = [_regroup(stage) for stage in chosen]
+        pairs = [p for stage in chosen for p in stage]
         info["left_out"] = _left_out(left_out, time_limit, "did not fit the budget")
         write_run_json(run_path, info)
     estimator = Estimator(pairs, jobs)
@@ -233,7 +235,8 @@ def _run_locked(selection, cells, backends, out_dir, executor, *, resume, timeou
     try:
         for rec in statics:
             emit(rec)
-        executor.run(todo, emit)
+        for stage in stages:
+            executor.run(stage, emit)
     except RunStopped as exc:
         stopped = exc
     except BudgetSpent:

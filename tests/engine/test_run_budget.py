@@ -45,22 +45,26 @@ def test_the_budget_runs_every_backend_and_op_first_then_covers_new_axis_values_
              + [make_cell("toy", "other", n=40, factor=1.0)])
     pairs = [(c, b) for c in cells for b in (fast, slow)]
     # slow costs n seconds a cell: 8 + 40 for its two ops, then 9 covers (n=9, factor=...) pairs
-    chosen, left = budget.choose(pairs, capacity_s=70.0, jobs=1)
+    stages, left = budget.choose(pairs, capacity_s=70.0, jobs=1)
+    # each (backend, op)'s cheapest cell runs first, as a stage of its own
+    assert {(c.op, c["n"], c["factor"], b.name) for c, b in stages[0]} == {
+        ("scale", 8, 1.0, "fast"), ("other", 40, 1.0, "fast"), ("scale", 8, 1.0, "slow"), ("other", 40, 1.0, "slow")}
+    chosen = stages[0] + stages[1]
     got = {(c.id, b.name) for c, b in chosen}
     assert {c.id for c, b in chosen if b is fast} == {c.id for c in cells}   # cheap: all of it
     slow_cells = [c for c, b in chosen if b is slow]
     assert {(c.op, c["n"]) for c in slow_cells} >= {("scale", 8), ("other", 40)}
     assert sum(estimate.first_estimate(c, slow) for c in slow_cells) <= 70.0 - 0.06
     assert len(chosen) + len(left) == len(pairs) and not got & {(c.id, b.name) for c, b in left}
-    # the order of the pairs is kept in both lists
-    assert chosen == [p for p in pairs if (p[0].id, p[1].name) in got]
+    # the order of the pairs is kept in each list
+    assert stages[1] == [p for p in pairs if (p[0].id, p[1].name) in got and p not in stages[0]]
 
 
 def test_pairs_that_do_not_fit_are_left_out_not_dropped():
     slow = toy("slow", 0.0, 1.0)
     pairs = [(make_cell("toy", "scale", n=n, factor=1.0), slow) for n in (8, 9)]
-    chosen, left = budget.choose(pairs, capacity_s=5.0, jobs=1)
-    assert chosen == [] and left == pairs
+    stages, left = budget.choose(pairs, capacity_s=5.0, jobs=1)
+    assert stages == [] and left == pairs
 
 
 def test_the_bar_counts_estimated_seconds_so_skips_written_first_do_not_move_it():
