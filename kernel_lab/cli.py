@@ -169,7 +169,9 @@ def cmd_conform(args) -> int:
         if device_class is not None:
             print(f"device class {device_class}:")
         print(counts.summary_table(result.counts))
-        if result.left_out:
+        if result.left_out and not result.left_out["pairs"]:
+            print(f"--budget {result.left_out['budget']}: every pair fit, nothing left out")
+        elif result.left_out:
             per = ", ".join(f"{b} {n}" for b, n in result.left_out["per_backend"].items())
             print(f"left out by --budget {result.left_out['budget']}: {result.left_out['pairs']} pairs"
                   + (f" ({per})" if per else "") + f"; run them with: kernel-lab conform --out {result.out_dir} "

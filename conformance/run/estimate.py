@@ -133,6 +133,16 @@ class Estimator:
             self.startups_left[b] = min(n, self.jobs)
         self.total = self.work_left()
 
+    def replan(self, pending: list[tuple[Cell, registry.Backend]]) -> None:
+        """The pairs left are now ``pending`` (a time budget chose again); rates learned so far stay."""
+        self.left, self.n_left, self._first = Counter(), Counter(), {}
+        for cell, b in pending:
+            self._first[cell.id, b.name] = est = first_estimate(cell, b)
+            self.left[b.name] += est
+            self.n_left[b.name] += 1
+            self.startup_s[b.name] = startup_estimate(b)
+        self.startups_left = Counter({b: min(n, self.jobs) for b, n in self.n_left.items()})
+
     def work_left(self) -> float:
         """Estimated seconds of work left at the prices, before any rescaling: the progress bar's unit."""
         return sum(self.left.values()) + sum(n * self.startup_s[b] for b, n in self.startups_left.items())
@@ -187,15 +197,16 @@ class Estimator:
         n = self.steady_n[backend]
         return self.compile_later_s[backend] / n if n else 0.0
 
-    def _machine_rate(self) -> float:
-        """The median rate of the backends seen so far (1 before any)."""
+    def machine_rate(self) -> float:
+        """The median rate of the backends seen so far (1 before any): this machine's time against
+        the prices'."""
         seen = sorted(self.rate.values())
         return seen[len(seen) // 2] if seen else 1.0
 
     def per_backend(self) -> dict[str, float]:
         """Backend -> seconds of its pairs left (one worker's time)."""
         out = {}
-        machine = self._machine_rate()
+        machine = self.machine_rate()
         for b, left in self.left.items():
             firsts = self.first_ratio.get(b)
             rate = self.rate.get(b, sum(firsts) / len(firsts) if firsts else machine)

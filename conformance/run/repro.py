@@ -38,7 +38,11 @@ def verdict(record: dict, tier: str | None = None, inputs: str | None = None) ->
     tol = record.get("tolerance") or {}
     bounds = ", ".join(f"{k} {v:g}" for k, v in tol.items() if k != "source" and isinstance(v, int | float))
     source = tol.get("source")
-    parts = [f"{record['status']}: {record['id']} on {record['backend']}: {record.get('reason') or 'no reason given'}"]
+    metrics = record.get("metrics") or {}
+    margin = metrics.get("margin")
+    why = record.get("reason") or (f"margin {margin:.3g} by {metrics.get('criterion') or '?'}"
+                                   if isinstance(margin, int | float) else "no reason given")
+    parts = [f"{record['status']}: {record['id']} on {record['backend']}: {why}"]
     if source or bounds:
         parts.append(f"tolerance {bounds or '(none)'}" + (f" from {source}" if source else ""))
     parts.append("repro: " + command(record["id"], record["backend"], tier, inputs=inputs))

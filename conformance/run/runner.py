@@ -148,6 +148,21 @@ def _left_out(pairs: list[tuple[Cell, registry.Backend]], time_limit: TimeBudget
             "ids": [[c.id, b.name] for c, b in pairs]}
 
 
+def _choose_again(stage, left_out: list, time_limit: TimeBudget, estimator: Estimator, progress: Progress,
+                  jobs: int) -> list[tuple[Cell, list[registry.Backend]]]:
+    """The second stage of a time budget, chosen again from its pairs and those left out with the
+    time left and the prices scaled by ``estimator.machine_rate()`` (how much slower or faster this
+    machine ran the first stage than the prices say); ``left_out`` is updated in place."""
+    rest = [(c, b) for c, bks in stage for b in bks] + left_out
+    capacity = (time_limit.deadline - time.monotonic() - FINISH_S) / max(estimator.machine_rate(), 1e-3)
+    chosen, left = time_budget.choose(rest, capacity, jobs)
+    left_out[:] = left
+    pairs = [p for st in chosen for p in st]
+    estimator.replan(pairs)
+    progress.total = progress.done + estimator.work_left()
+    return _regroup(pairs)
+
+
 def _regroup(pairs: list[tuple[Cell, registry.Backend]]) -> list[tuple[Cell, list[registry.Backend]]]:
     """Pairs as (cell, its backends), cells in first-seen order."""
     out: dict[str, tuple[Cell, list]] = {}
@@ -186,7 +201,8 @@ def _run_locked(selection, cells, backends, out_dir, executor, *, resume, timeou
     stages = [todo]
     if time_limit is not None:
         chosen, left_out = time_budget.choose(pairs, time_limit.deadline - time.monotonic() - FINISH_S, jobs)
-        stages = [_regroup(stage) for stage in chosen]
+        # the first stage (each backend and op), then the rest, chosen again once the first has run
+        stages = [_regroup(chosen[0] if chosen else []), _regroup([p for st in chosen[1:] for p in st])]
         pairs = [p for stage in chosen for p in stage]
         info["left_out"] = _left_out(left_out, time_limit, "did not fit the budget")
         write_run_json(run_path, info)
@@ -235,7 +251,11 @@ def _run_locked(selection, cells, backends, out_dir, executor, *, resume, timeou
     try:
         for rec in statics:
             emit(rec)
-        for stage in stages:
+        for i, stage in enumerate(stages):
+            if i == 1:   # the rest chosen again at this machine's speed, measured on the first stage
+                stage = _choose_again(stage, left_out, time_limit, estimator, progress, jobs)
+                pairs = [(c, b) for c, bks in stages[0] + stage for b in bks]
+                info["left_out"] = _left_out(left_out, time_limit, "did not fit the budget")
             executor.run(stage, emit)
     except RunStopped as exc:
         stopped = exc
