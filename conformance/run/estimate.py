@@ -231,7 +231,7 @@ class Estimator:
     def eta(self) -> str:
         """``3m10s``, or ``2m40s-5m20s`` until it has settled (with the compile time expected in it)."""
         left = self.remaining()
-        if self.settled() or left < 1:
+        if self.settled():
             text = hms(left)
         else:
             lo, hi = self.SPREAD
