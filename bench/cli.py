@@ -86,12 +86,19 @@ def run_command(args) -> int:
         _usage(f"--gated-only: no gate of {path} reads the selected benches ({', '.join(names)})")
     if args.aa is not None:
         return _aa(names, gate_list, args, path, rows)
-    records = run.measure_all(names, tick=run.Progress(run.planned_calls(names, rows)), rows=rows)
+    records = run.measure_all(names, tick=run.ticker(run.planned_calls(names, rows)), rows=rows)
     results = run.judge_all(records, gate_list, remeasure=not args.no_remeasure, rows=rows)
     run.write(Path(args.out), run.perf_json(records, results))
     print(gates.table(results))
     print(f"perf JSON: {args.out}")
-    return 1 if any(r["verdict"] == "fail" for r in results) else 0
+    failed = [r for r in results if r["verdict"] == "fail"]
+    busy = [r for r in failed if r.get("loaded")]
+    if busy:
+        worst = max((r["load"] for r in busy), key=lambda x: x["load_1m"])
+        print(f"note: {len(busy)} of the {len(failed)} failing gates were measured under load (load average up to "
+              f"{worst['load_1m']:g} on {worst['cores']} usable cores): other work shared the machine; "
+              "measure again when it is quiet", file=sys.stderr)
+    return 1 if failed else 0
 
 
 def _aa(names: list[str], gate_list, args, path: Path, rows: dict | None) -> int:
@@ -103,7 +110,7 @@ def _aa(names: list[str], gate_list, args, path: Path, rows: dict | None) -> int
 
     if args.aa < baselines.MIN_PAIRS:
         _usage(f"--aa {args.aa}: at least {baselines.MIN_PAIRS} pairs")
-    progress = run.Progress(2 * args.aa * run.planned_calls(names, rows))
+    progress = run.ticker(2 * args.aa * run.planned_calls(names, rows))
     mine = [g for g in gate_list if g.benches <= set(names)]
     pairs, verdicts = [], {g.name: [] for g in mine}
     for _ in range(args.aa):

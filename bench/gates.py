@@ -175,8 +175,8 @@ def reading(false_alarm_rate: str) -> str:
 
 
 def table(results: list[dict]) -> str:
-    """One row per gate: gate, ratio, threshold, verdict, spread, reason (a text table whose columns
-    fit the longest gate name)."""
+    """One row per gate: gate, ratio, threshold, verdict, spread, the load average and usable cores
+    while its records were measured, reason (a text table whose columns fit the longest gate name)."""
     from conformance.run.counts import text_table
 
     rows = []
@@ -187,8 +187,11 @@ def table(results: list[dict]) -> str:
         verdict = r["verdict"]
         if verdict == "fail" and reading(r.get("false_alarm_rate", "")) == "unmet target":
             verdict = "fail: unmet target"
-        rows.append([r["gate"], ratio_s, threshold, verdict, spread, r["reason"]])
-    return text_table(["gate", "ratio", "threshold", "verdict", "spread", "reason"], rows, right=(1, 2, 4))
+        load = r.get("load")
+        load_s = f"{load['load_1m']:g}/{load['cores']}" if load else "-"
+        rows.append([r["gate"], ratio_s, threshold, verdict, spread, load_s, r["reason"]])
+    return text_table(["gate", "ratio", "threshold", "verdict", "spread", "load/cores", "reason"], rows,
+                      right=(1, 2, 4, 5))
 
 
 _NAME = re.compile(r'^name\s*=\s*"(.*)"\s*$')

@@ -9,23 +9,25 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import sys
 from pathlib import Path
 
 from bench import baselines, gates, machine, registry
 from bench.measure import Record, measure
-from conformance.run.progress import ProgressLine
+from conformance.run.progress import Progress
 
 
-class Progress:
-    """``tick(label)`` for the measurements: the progress line on stderr, with the call's label."""
+def ticker(total: int, stream=sys.stderr):
+    """``tick(label)`` for the measurements: one call of ``total`` on the progress line on stderr,
+    with the call's label."""
+    line, done = Progress(total, stream), [0]
 
-    def __init__(self, total: int, stream=sys.stderr):
-        self.done, self.line = 0, ProgressLine(total, stream)
+    def tick(label: str) -> None:
+        done[0] += 1
+        line.advance(1, f"{done[0]}/{total} {label[:60]}", finished=done[0] >= total)
 
-    def __call__(self, label: str) -> None:
-        self.done += 1
-        self.line.show(self.done, label[:60])
+    return tick
 
 
 def gated_rows(gate_list: list[gates.Gate], bench_names: list[str]) -> dict[str, dict[str, list[str]]]:
@@ -41,6 +43,20 @@ def gated_rows(gate_list: list[gates.Gate], bench_names: list[str]) -> dict[str,
             impls = out.setdefault(bench, {}).setdefault(shape, [])
             impls += [impl] if impl not in impls else []
     return out
+
+
+def load_now() -> dict:
+    """The machine's load when a bench finished: the 1-minute load average (``os.getloadavg``) and
+    the usable cores it compares with (a load near the cores means other work shared the timing)."""
+    return {"load_1m": round(os.getloadavg()[0], 2), "cores": len(os.sched_getaffinity(0))}
+
+
+def loaded(load: dict | None) -> bool:
+    """Whether other work took at least half the cores while measuring (``LOADED`` of them)."""
+    return bool(load) and load["load_1m"] >= LOADED * load["cores"]
+
+
+LOADED = 0.5
 
 
 def _rows_of(bench: str, rows: dict | None) -> list[tuple[list[str], list[str]]]:
@@ -72,7 +88,12 @@ def planned_calls(bench_names: list[str], rows: dict | None = None) -> int:
 
 
 def _measure(bench: str, rows: dict | None, tick=None) -> list[Record]:
-    return [r for shapes, impls in _rows_of(bench, rows) for r in measure(bench, shapes, impls, tick=tick)]
+    """The records of ``bench`` (with ``rows``: only those), the load when it finished in ``extra_info["load"]``."""
+    recs = [r for shapes, impls in _rows_of(bench, rows) for r in measure(bench, shapes, impls, tick=tick)]
+    load = load_now()
+    for r in recs:
+        r.extra_info["load"] = load
+    return recs
 
 
 def measure_all(bench_names: list[str], tick=None, rows: dict | None = None) -> dict[str, Record]:
@@ -111,6 +132,11 @@ def judge_all(records: dict[str, Record], gate_list: list[gates.Gate], remeasure
         r = baselines.regression(rec, again)
         if r is not None:
             results.append(r)
+    for r in results:   # the heavier load of the two records the ratio compares
+        loads = [records[k].extra_info.get("load") for k in (r["numerator"], r["denominator"]) if k in records]
+        loads = [x for x in loads if x]
+        r["load"] = max(loads, key=lambda x: x["load_1m"]) if loads else None
+        r["loaded"] = loaded(r["load"])
     return results
 
 

@@ -12,13 +12,15 @@ from typing import Any
 
 import numpy as np
 
+from conformance.errors import UsageError
+
 
 def refuse_control_characters(what: str, text: str) -> str:
-    """``text``, or ValueError when it holds a control character (C0, DEL or C1: a newline, an
+    """``text``, or UsageError (a ValueError) when it holds a control character (C0, DEL or C1: a newline, an
     escape sequence, a NUL), which would garble a record line, a terminal or a shell command."""
     bad = sorted({c for c in text if ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0})
     if bad:
-        raise ValueError(f"{what} {text!r} holds control characters ({', '.join(repr(c) for c in bad)}); "
+        raise UsageError(f"{what} {text!r} holds control characters ({', '.join(repr(c) for c in bad)}); "
                          "ids and names must be printable")
     return text
 

@@ -19,6 +19,8 @@ import os
 from importlib.metadata import entry_points
 from types import ModuleType
 
+from conformance.errors import UsageError
+
 VARIABLES = {"backends": "KERNEL_LAB_BACKEND_MODULES", "families": "KERNEL_LAB_FAMILY_MODULES",
              "studies": "KERNEL_LAB_STUDY_MODULES"}
 
@@ -37,12 +39,17 @@ def module_names(kind: str, installed: bool = True) -> list[tuple[str, str]]:
     return list(out.items())
 
 
+class PluginImportError(ImportError, UsageError):
+    """A module named by an entry point or variable does not import (a bad request: one CLI line)."""
+
+
 def load(kind: str, installed: bool = True) -> list[ModuleType]:
-    """The modules of ``kind``, imported; an ImportError names the entry point or variable."""
+    """The modules of ``kind``, imported; a PluginImportError (an ImportError) names the entry point
+    or variable."""
     mods = []
     for name, where in module_names(kind, installed):
         try:
             mods.append(importlib.import_module(name))
         except ImportError as exc:
-            raise ImportError(f"{where}: cannot import {name} ({exc})") from exc
+            raise PluginImportError(f"{where}: cannot import {name} ({exc})") from exc
     return mods

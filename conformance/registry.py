@@ -48,8 +48,9 @@ class Backend:
                     that runs a pair refuses to run it in a process without them (``env_problem``).
     timeout_s:      per-cell wall-clock limit; past it the worker is killed and the cell is a crash.
     uses_gpu:       runs on a GPU: the runner pins each of its workers to one visible device.
-    seconds_per_cell, seconds_per_work: the ETA's first estimate of one cell,
-                    ``seconds_per_cell * estimate.cell_calls(cell) + seconds_per_work * runner.cell_work(cell)``
+    seconds_per_cell, seconds_per_work: the ETA's first estimate of one cell when
+                    ``conformance/run/prices.json`` holds no measured price of the backend,
+                    ``seconds_per_cell * estimate.cell_calls(cell) + seconds_per_work * estimate.cell_work(cell)``
                     (a chain of calls pays seconds_per_cell each call), refined from records.
     work_budget:    cells with more work (a number, or op -> number) skip unless asked for (``--no-budget``,
                     ``--filter``); set for the Triton interpreter, a hundred times slower than compiled code.

@@ -27,11 +27,14 @@ from pathlib import Path
 from bench import cli as bench_cli
 from conformance import audit, families, fingerprint, registry, studies
 from conformance.errors import RunStopped, UsageError, escaped, needs
-from conformance.run import counts, executors, merge, node_report, probe, records, runner, selection
+from conformance.run import budget as time_budget
+from conformance.run import counts, executors, merge, node_report, probe, records, repro, runner, selection
+from conformance.run.progress import Progress
 from optimized.flydsl import cli as flydsl_cli
 from planner import cli as planner_cli
 
 SUBCOMMAND_MODULES = (planner_cli, flydsl_cli, bench_cli)
+STARTED = time.monotonic()   # a --budget counts from here (the imports above take a few tenths of a second)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -61,7 +64,16 @@ def cmd_doctor(args) -> int:
     print("versions " + ", ".join(f"{k} {v}" for k, v in fp["versions"].items() if v))
     print(f"commit   {fp['git']['commit']}{' (dirty)' if fp['git']['dirty'] else ''}")
     print("backends")
-    probes = probe.probe_all(list(registry.backends().values()))
+    sys.stdout.flush()
+    every = list(registry.backends().values())
+    bar, done = Progress(len(every), sys.stderr), [0]
+
+    def tick(name: str) -> None:
+        done[0] += 1
+        bar.advance(1, f"probed {done[0]}/{len(every)} backends, each in a worker: {name}",
+                    finished=done[0] == len(every))
+
+    probes = probe.probe_all(every, tick)
     for name, b in registry.backends().items():
         ok, why = probes[name]
         fams = ", ".join(f"{f}: {' '.join(ops)}" for f, ops in b.ops.items())
@@ -98,7 +110,8 @@ def _selection(args) -> selection.Selection:
     return selection.Selection(tier=args.tier, family=args.family, op=args.op,
                                backends=tuple(names) if names is not None else None,
                                filter=args.filter, shard=shard, model=args.model, config=args.config,
-                               shard_by=args.shard_by, shard_from=source, inputs=args.inputs)
+                               shard_by=args.shard_by, shard_from=source,
+                               inputs=os.path.abspath(args.inputs) if args.inputs else args.inputs)
 
 
 def fresh_out(base: Path = Path("reports/out")) -> Path:
@@ -121,21 +134,30 @@ def max_jobs() -> int:
     return max(JOBS_PER_CORE * len(os.sched_getaffinity(0)), len(fingerprint.devices().ids))
 
 
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
+
+
 def cmd_conform(args) -> int:
-    most = max_jobs()
-    if args.jobs is not None and not 1 <= args.jobs <= most:
-        raise UsageError(f"--jobs {args.jobs}: expected 1 to {most} worker processes on this machine "
-                         f"({JOBS_PER_CORE} per usable CPU core)")
-    if args.timeout is not None and not args.timeout > 0:
-        raise UsageError(f"--timeout {args.timeout}: expected a positive number of seconds")
+    if args.timeout is not None and not 0 < args.timeout <= MAX_TIMEOUT_S:
+        raise UsageError(f"--timeout {args.timeout}: expected a number of seconds above 0 and at most "
+                         f"{MAX_TIMEOUT_S:.0f} (a week)")
     if args.resume and args.out is None:
         raise UsageError("--resume: name the run folder to continue with --out DIR")
     if args.out == "":
         raise UsageError("--out: empty; expected a run folder (leave --out out for a new one)")
-    args.out = args.out or str(fresh_out())
+    limit = None
+    if args.budget is not None:
+        seconds = time_budget.parse_seconds(args.budget)
+        limit = runner.TimeBudget(args.budget, seconds, STARTED + seconds)
     sel = _selection(args)
+    sel.check_names()   # before torch is imported (below, for the devices)
+    most = max_jobs()
+    if args.jobs is not None and not 1 <= args.jobs <= most:
+        raise UsageError(f"--jobs {args.jobs}: expected 1 to {most} worker processes on this machine "
+                         f"({JOBS_PER_CORE} per usable CPU core)")
+    args.out = args.out or str(fresh_out())
     executor = executors.make(args.executor, jobs=args.jobs, timeout_s=args.timeout, address=args.address)
-    options = dict(resume=args.resume, timeout_s=args.timeout, budget=not args.no_budget)
+    options = dict(resume=args.resume, timeout_s=args.timeout, budget=not args.no_budget, time_limit=limit)
     try:
         if args.device_class == "all":
             results = runner.run_each_class(sel, args.out, executor, **options)
@@ -148,8 +170,16 @@ def cmd_conform(args) -> int:
         if device_class is not None:
             print(f"device class {device_class}:")
         print(counts.summary_table(result.counts))
+        if result.left_out and not result.left_out["pairs"]:
+            print(f"--budget {result.left_out['budget']}: every pair fit, nothing left out")
+        elif result.left_out:
+            per = ", ".join(f"{b} {n}" for b, n in result.left_out["per_backend"].items())
+            print(f"left out by --budget {result.left_out['budget']}: {result.left_out['pairs']} pairs"
+                  + (f" ({per})" if per else "") + f"; run them with: kernel-lab conform --out {result.out_dir} "
+                  "--resume (and the same selection)")
         print(f"records: {result.out_dir / 'cells.jsonl'}  run: {result.out_dir / 'run.json'}  "
               f"({result.elapsed_s:.1f} s)")
+        _print_verdicts(result.out_dir, sel)
     status = max(r.exit_status for r in results.values())
     if status == runner.NOTHING_RAN:
         reasons = "; ".join(counts.skip_reasons(r.counts) for r in results.values())
@@ -158,6 +188,20 @@ def cmd_conform(args) -> int:
                  f"exit status {runner.NOTHING_RAN} (--allow-nothing-ran makes it 0)"), file=sys.stderr)
         return 0 if args.allow_nothing_ran else status
     return status
+
+
+MAX_VERDICTS = 5
+
+
+def _print_verdicts(out_dir: Path, sel: selection.Selection) -> None:
+    """The verdict paragraph (``repro.verdict``) of a one-pair run's record whatever its status, else
+    of each bad record when there are at most MAX_VERDICTS of them (a repro says why it failed)."""
+    recs = records.read_partial(out_dir / "cells.jsonl")[0]
+    ran = [r for r in recs if r["status"] != "skip"]
+    shown = ran if len(ran) == 1 else [r for r in ran if r["status"] in records.BAD_STATUSES]
+    if 0 < len(shown) <= MAX_VERDICTS:
+        for r in shown:
+            print(repro.verdict(r, sel.tier, sel.inputs))
 
 
 def node_command(fp: dict, address: str | None) -> list[str]:
@@ -203,6 +247,8 @@ def cmd_report(args) -> int:
 
     if args.fail_on_new and args.baseline is None:
         raise UsageError("--fail-on-new: needs --baseline RUN_DIR to compare with")
+    if any(not d.strip() for d in args.run_dirs):
+        raise UsageError("RUN_DIR: empty; expected a run folder written by conform (or merge)")
     try:
         w = build.write(args.run_dirs, args.out, args.perf, args.baseline, args.study)
     except ValueError as exc:
@@ -303,6 +349,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "and the pair is a crash (default: each backend's own)")
     c.add_argument("--no-budget", action="store_true",
                    help="run interpreter backends on cells over their work budget too")
+    c.add_argument("--budget", metavar="DURATION",
+                   help="time budget of the whole command (e.g. 5m, 90s, 1h): run the most informative pairs "
+                        "that fit (every backend and op first, then a covering sample), and list those left out "
+                        "(run.json's left_out; --resume without --budget runs them)")
     c.add_argument("--model", help="also cells in this shipped model's shapes (planner/configs/NAME.json)")
     c.add_argument("--config", help="also cells in the shapes of this config.json")
     c.add_argument("--inputs", metavar="FILE", help="run one cell whose inputs are the tensors of FILE (.npz or "

@@ -122,6 +122,10 @@ LIMITS = {"head_dim": 1024, "linear_key_head_dim": 1024, "linear_value_head_dim"
           "num_key_value_heads": 4096, "linear_num_key_heads": 4096, "linear_num_value_heads": 4096,
           "mamba_num_heads": 4096, "n_groups": 4096, "num_hidden_layers": 4096, "full_attention_interval": 4096}
 MAX_SPEC_TOKENS = 256
+# Head dims are whole 16-byte vectors of bf16 (multiples of 8), as every attention and linear-attention
+# kernel of vLLM tiles them; a head dim of 1, 3 or 7 is a typo, not a model.
+HEAD_DIM_KEYS = ("head_dim", "linear_key_head_dim", "linear_value_head_dim", "mamba_head_dim")
+HEAD_DIM_MULTIPLE = 8
 
 
 def _int_field(fields: Mapping, key: str) -> int:
@@ -133,6 +137,9 @@ def _int_field(fields: Mapping, key: str) -> int:
     if key in LIMITS and value > LIMITS[key]:
         raise ValueError(f"config field {key!r}={value}: expected at most {LIMITS[key]} (no model has more; "
                          "a typo or another unit?)")
+    if key in HEAD_DIM_KEYS and value % HEAD_DIM_MULTIPLE:
+        raise ValueError(f"config field {key!r}={value}: expected a multiple of {HEAD_DIM_MULTIPLE} (heads are "
+                         "whole 16-byte vectors of bf16 in every kernel; a typo?)")
     return value
 
 

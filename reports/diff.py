@@ -30,8 +30,10 @@ def _item(rec: dict, old: dict | None = None) -> dict:
 
 
 def records_diff(current: list[dict], baseline: list[dict]) -> dict:
-    """New failures, fixed cells, margins moved by more than 2x, other status changes, new and
-    vanished (cell, backend) pairs; each list capped at MAX_LISTED with its full count."""
+    """New failures (a bad record whose pair was not bad in the baseline, or was not in it at all:
+    a backend or cell the baseline did not have), fixed cells, margins moved by more than 2x, other
+    status changes, new and vanished (cell, backend) pairs; each list capped at MAX_LISTED with its
+    full count."""
     cur = {(r["id"], r["backend"]): r for r in current}
     old = {(r["id"], r["backend"]): r for r in baseline}
     out: dict[str, list] = {k: [] for k in ("new_failures", "fixed", "margin_moved", "status_changed", "new", "vanished")}
@@ -39,6 +41,8 @@ def records_diff(current: list[dict], baseline: list[dict]) -> dict:
         o = old.get(k)
         if o is None:
             out["new"].append(_item(r))
+            if r["status"] in BAD_STATUSES:
+                out["new_failures"].append(_item(r))
             continue
         bad, was_bad = r["status"] in BAD_STATUSES, o["status"] in BAD_STATUSES
         if bad and not was_bad:

@@ -8,6 +8,7 @@ import io
 import math
 
 import matplotlib
+import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
@@ -104,43 +105,51 @@ def _finite(v) -> bool:
 
 
 def gdn_drift(result: dict, salt: str) -> str:
-    """Two panels: relative L2 error against tokens (length sweep) and against split-and-resume
-    round trips, per state dtype; overflowed points (None) are marked on the axis, not dropped. A
-    result with decode chains adds a third: the error against decode calls."""
+    """One panel per measurement the result holds: relative L2 error against tokens (length sweep),
+    against split-and-resume round trips, and against decode calls (decode chains), per state dtype;
+    overflowed points (None) are marked on the axis, not dropped. A ``--decode-only`` result draws
+    its one panel."""
+    sweep_rows, trip_rows = result.get("length_sweep", []), result.get("round_trips", [])
     chains = result.get("decode_chain", [])
-    fig = Figure(figsize=(12 if chains else 8, 3.4))
-    axes = fig.subplots(1, 3 if chains else 2)
-    a1, a2 = axes[:2]
-    for dtype, color in DTYPE_COLOR.items():
-        sweep = [r for r in result.get("length_sweep", []) if r["state_dtype"] == dtype]
-        for key, ls in (("o_rel_l2", "-"), ("state_rel_l2", "--")):
-            pts = [(r["tokens"], r[key]) for r in sweep if _finite(r.get(key))]
+    kinds = [k for k, rows in (("sweep", sweep_rows), ("trips", trip_rows), ("chains", chains)) if rows]
+    fig = Figure(figsize=(4 * max(2, len(kinds)), 3.4))
+    axes = dict(zip(kinds, np.atleast_1d(fig.subplots(1, max(1, len(kinds))))))
+    panels = []
+    if "sweep" in axes:
+        a1 = axes["sweep"]
+        for dtype, color in DTYPE_COLOR.items():
+            sweep = [r for r in sweep_rows if r["state_dtype"] == dtype]
+            for key, ls in (("o_rel_l2", "-"), ("state_rel_l2", "--")):
+                pts = [(r["tokens"], r[key]) for r in sweep if _finite(r.get(key))]
+                if pts:
+                    a1.plot(*zip(*pts), ls, marker="o", ms=3, color=color,
+                            label=f"{dtype} {'output' if key == 'o_rel_l2' else 'state'}")
+            bad = [r["tokens"] for r in sweep if r.get("o_rel_l2") is None]
+            if bad:
+                a1.plot(bad, [1] * len(bad), "x", color=color, ms=8, label=f"{dtype} overflow")
+        a1.set(xscale="log", yscale="log", xlabel="tokens", ylabel="rel. L2 error vs float32 state",
+               title="error against sequence length")
+        panels.append((a1, sorted({r["tokens"] for r in sweep_rows})))
+    if "trips" in axes:
+        a2 = axes["trips"]
+        for dtype, color in DTYPE_COLOR.items():
+            trips = [r for r in trip_rows if r["state_dtype"] == dtype]
+            pts = [(r["round_trips"] + 1, r["o_rel_l2"]) for r in trips if _finite(r.get("o_rel_l2"))]
             if pts:
-                a1.plot(*zip(*pts), ls, marker="o", ms=3, color=color,
-                        label=f"{dtype} {'output' if key == 'o_rel_l2' else 'state'}")
-        bad = [r["tokens"] for r in sweep if r.get("o_rel_l2") is None]
-        if bad:
-            a1.plot(bad, [1] * len(bad), "x", color=color, ms=8, label=f"{dtype} overflow")
-        trips = [r for r in result.get("round_trips", []) if r["state_dtype"] == dtype]
-        pts = [(r["round_trips"] + 1, r["o_rel_l2"]) for r in trips if _finite(r.get("o_rel_l2"))]
-        if pts:
-            a2.plot(*zip(*pts), "-", marker="o", ms=3, color=color, label=f"{dtype} output")
-    a1.set(xscale="log", yscale="log", xlabel="tokens", ylabel="rel. L2 error vs float32 state",
-           title="error against sequence length")
-    a2.set(xscale="log", yscale="log", xlabel="prefill calls (round trips + 1)",
-           title="error against prefix-cache round trips")
-    tokens = sorted({r["tokens"] for r in result.get("length_sweep", [])})
-    trips = sorted({r["round_trips"] + 1 for r in result.get("round_trips", [])})
-    panels = [(a1, tokens), (a2, trips)]
-    if chains:
-        a3 = axes[2]
+                a2.plot(*zip(*pts), "-", marker="o", ms=3, color=color, label=f"{dtype} output")
+        a2.set(xscale="log", yscale="log", xlabel="prefill calls (round trips + 1)",
+               title="error against prefix-cache round trips")
+        panels.append((a2, sorted({r["round_trips"] + 1 for r in trip_rows})))
+    if "chains" in axes:
+        a3 = axes["chains"]
         for dtype, color in DTYPE_COLOR.items():
             for key, ls in (("o_rel_l2", "-"), ("state_rel_l2", "--")):
                 pts = [(r["steps"], r[key]) for r in chains if r["state_dtype"] == dtype and _finite(r.get(key))]
                 if pts:
                     a3.plot(*zip(*pts), ls, marker="o", ms=3, color=color,
                             label=f"{dtype} {'output' if key == 'o_rel_l2' else 'state'}")
-        a3.set(xscale="log", yscale="log", xlabel="decode calls", title="error against decode calls")
+        a3.set(xscale="log", yscale="log", xlabel="decode calls", title="error against decode calls",
+               **({} if panels else {"ylabel": "rel. L2 error vs float32 state"}))
         panels.append((a3, sorted({r["steps"] for r in chains})))
     for a, ticks in panels:
         if ticks:  # every measured x labelled, in plain numbers

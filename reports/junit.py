@@ -2,6 +2,7 @@
 
 classname ``family.op.backend``, name the cell id. fail -> <failure>, error and crash -> <error>,
 skip and xfail -> <skipped> (with the reason), xpass -> <failure> (an expected failure passed).
+A record of an op its backend does not implement is left out, as pytest would not generate it.
 Times are the records' duration_s. Characters XML 1.0 cannot hold (control characters other than
 tab and newline, lone surrogates, U+FFFE/U+FFFF) are written as visible ``\\xNN`` / ``\\uNNNN``.
 """
@@ -12,6 +13,7 @@ import xml.etree.ElementTree as ET
 from collections import Counter, defaultdict
 
 from reports.load import Run
+from reports.overview import implemented
 
 OUTCOME = {"fail": "failure", "xpass": "failure", "error": "error", "crash": "error",
            "skip": "skipped", "xfail": "skipped"}
@@ -30,7 +32,8 @@ def build(runs: list[Run]) -> ET.ElementTree:
     for run in runs:
         by_family: dict[str, list] = defaultdict(list)
         for r in run.records:
-            by_family[r["family"]].append(r)
+            if implemented(run, r):
+                by_family[r["family"]].append(r)
         for family, recs in by_family.items():
             suite = ET.SubElement(root, "testsuite", name=xml_text(f"{run.name}.{family}"))
             counts: Counter = Counter()

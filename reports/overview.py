@@ -1,13 +1,14 @@
-"""What the page leads with: the failures (backend, cell, reason, margin, repro) and the status
-counts per backend and per (family, op, backend), each row naming its machine when the runs come
-from more than one."""
+"""What the page leads with: what each run ran and what a time budget left out, the failures
+(backend, cell, reason, margin, repro), the known findings (xfail records: a declared behaviour,
+with its reason) and the status counts per backend and per (family, op, backend), each row naming
+its machine when the runs come from more than one."""
 from __future__ import annotations
 
 import math
 from collections import Counter
 
 from conformance.run.records import BAD_STATUSES, STATUSES
-from reports import repro
+from conformance.run import repro
 from reports.load import Run
 
 MAX_FAILURES = 200
@@ -36,11 +37,22 @@ def implemented(run: Run, rec: dict) -> bool:
 def overview(runs: list[Run]) -> dict:
     """Failures (worst margin first, at most MAX_FAILURES listed) and counts, for the template."""
     where = machines(runs)
-    failures, per_backend, per_op = [], {}, {}
+    failures, known, ran, per_backend, per_op = [], [], [], {}, {}
     for i, run in enumerate(runs):
         m = where[i] if where else None
         sel = run.info.get("selection") or {}
+        left = run.info.get("left_out") if isinstance(run.info.get("left_out"), dict) else None
+        statuses = Counter(r["status"] for r in run.records)
+        ran.append({"run": run.name, "ran": sum(n for s, n in statuses.items() if s != "skip"),
+                    "skipped": statuses.get("skip", 0), "backends": len({r["backend"] for r in run.records
+                                                                        if r["status"] != "skip"}),
+                    "left_out": left and {"pairs": left.get("pairs"), "budget": left.get("budget"),
+                                          "per_backend": list((left.get("per_backend") or {}).items()),
+                                          "command": f"kernel-lab conform --out {run.path} --resume"}})
         for r in run.records:
+            if r["status"] == "xfail":
+                known.append({"backend": r["backend"], "id": r["id"], "reason": r.get("reason") or "",
+                              "machine": m})
             per_backend.setdefault((r["backend"], m), Counter())[r["status"]] += 1
             if implemented(run, r):
                 per_op.setdefault((r["family"], r["op"], r["backend"], m), Counter())[r["status"]] += 1
@@ -56,5 +68,7 @@ def overview(runs: list[Run]) -> dict:
     failures.sort(key=lambda f: (-(f["margin"] if isinstance(f["margin"], (int, float)) else math.inf), f["backend"], f["id"]))
     table = lambda d: [{"key": k, "counts": [c.get(s, 0) for s in STATUSES], "total": sum(c.values()),  # noqa: E731
                         "bad": sum(c.get(s, 0) for s in BAD_STATUSES)} for k, c in sorted(d.items(), key=lambda x: tuple(map(str, x[0])))]
+    known.sort(key=lambda k: (k["backend"], k["id"]))
     return {"machines": where is not None, "failures": failures[:MAX_FAILURES], "n_failures": len(failures),
+            "known": known[:MAX_FAILURES], "n_known": len(known), "ran": ran,
             "per_backend": table(per_backend), "per_op": table(per_op)}

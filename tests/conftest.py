@@ -25,7 +25,7 @@ def pytest_addoption(parser):
                      help="conformance tier the matrix tests run (default ci, or $KERNEL_LAB_TIER)")
     parser.addoption("--cells", default=None, metavar="REGEX",
                      help="matrix tests only for cell ids matching REGEX (as `kernel-lab conform --filter`; "
-                          "-k cannot hold the '=' of an id)")
+                          "-k takes the test ids, where '=' is written ':')")
 
 
 LONG_TESTS = Path(__file__).with_name("long_tests.txt")

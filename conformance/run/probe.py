@@ -119,8 +119,9 @@ class _Worker:
         spawn.stop(self.proc, self.conn)
 
 
-def probe_all(backends: list[registry.Backend]) -> dict[str, tuple[bool, str]]:
-    """{name: (available, reason)} of ``backends``, each probed in a worker with its time limit."""
+def probe_all(backends: list[registry.Backend], tick=None) -> dict[str, tuple[bool, str]]:
+    """{name: (available, reason)} of ``backends``, each probed in a worker with its time limit;
+    ``tick(name)`` after each (a progress line)."""
     groups: dict[tuple, list[registry.Backend]] = {}
     for b in backends:
         groups.setdefault(tuple(sorted(b.env.items())), []).append(b)
@@ -132,6 +133,8 @@ def probe_all(backends: list[registry.Backend]) -> dict[str, tuple[bool, str]]:
                 worker = _Worker(dict(env))
             got = worker.ask(b)
             out[b.name] = answer(b) if got is None else got
+            if tick is not None:
+                tick(b.name)
         if worker is not None:
             worker.stop()
     return out

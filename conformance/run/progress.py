@@ -1,26 +1,44 @@
-"""One progress line on a stream: ``[####................] 12/45  26% <text>``, redrawn in place on a
-terminal, and a new line every 5% (and at the end) when the stream is a file or a pipe."""
+"""One progress line on a stream: ``[####................]  26% <text>``, redrawn in place on a
+terminal, and a new line every 5% or ``EVERY_S`` seconds (and at the end) when the stream is a file
+or a pipe.
+
+The bar measures work in any unit the caller advances it by: ``conform`` by the estimated seconds
+of each finished pair (a skip weighs nothing, so skips written first do not move it), ``bench`` by
+timed calls."""
 from __future__ import annotations
 
+import time
 
-class ProgressLine:
-    def __init__(self, total: int, stream):
-        self.total, self.stream = max(total, 1), stream
+
+class Progress:
+    EVERY_S = 30.0
+
+    def __init__(self, total: float, stream):
+        self.total, self.stream = max(float(total), 1e-9), stream
+        self.done = 0.0
         self.tty = stream.isatty()
         self._last_step = -1
         self._open = False
+        self._last_time = time.monotonic()
 
-    def show(self, done: int, text: str) -> None:
-        pct = int(100 * min(done, self.total) / self.total)
+    def advance(self, amount: float, text: str, finished: bool = False) -> None:
+        """Add ``amount`` to the work done and redraw with ``text``; ``finished``: the last update."""
+        self.done += amount
+        pct = int(100 * min(self.done, self.total) / self.total)
+        if finished:
+            pct = 100
+        elif pct == 100:
+            pct = 99   # the estimate ran short: not done until the last record
         bar = "#" * (pct // 5) + "." * (20 - pct // 5)
-        line = f"[{bar}] {done}/{self.total} {pct:3d}% {text}"
+        line = f"[{bar}] {pct:3d}% {text}"
         if self.tty:
             self.stream.write("\r" + line.ljust(100))
-            self._open = done < self.total
-            if not self._open:
+            self._open = not finished
+            if finished:
                 self.stream.write("\n")
-        elif pct // 5 != self._last_step or done >= self.total:
+        elif pct // 5 != self._last_step or finished or time.monotonic() - self._last_time >= self.EVERY_S:
             self.stream.write(line + "\n")
+            self._last_time = time.monotonic()
         self._last_step = pct // 5
         self.stream.flush()
 

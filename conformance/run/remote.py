@@ -138,10 +138,11 @@ class RemoteExecutor:
         return len(self.active)
 
     def node_answers(self, backend: registry.Backend) -> dict[str, tuple[bool, str]]:
-        """Each node's probe of ``backend``, by its slots of the backend's kind (GPU or CPU)."""
+        """Each node's probe of ``backend``, by its slots of the backend's kind (GPU or CPU; a GPU
+        backend on a node without a GPU: its CPU slot)."""
         out: dict[str, tuple[bool, str]] = {}
         for slot in self.active:
-            if (slot.device is not None) != backend.uses_gpu:
+            if not self._fits(slot, backend.uses_gpu):
                 continue
             ok, why = slot.report["probes"][backend.name]
             if slot.node not in out or ok:
@@ -192,7 +193,15 @@ class RemoteExecutor:
 
     def _can_take(self, slot: RemoteSlot, item: _Item) -> bool:
         return (slot.label not in self.retired and slot.label != item.retried_from
-                and (slot.device is not None) == item.gpu and slot.node in item.nodes)
+                and self._fits(slot, item.gpu) and slot.node in item.nodes)
+
+    def _fits(self, slot: RemoteSlot, gpu: bool) -> bool:
+        """Whether ``slot`` is of the kind a backend needs: a GPU backend takes a GPU slot, or on a node
+        without one its CPU slot (as the local pool runs it where no device is visible: its probe says
+        whether it can run there)."""
+        if (slot.device is not None) == gpu:
+            return True
+        return gpu and not any(s.device is not None for s in self.active if s.node == slot.node)
 
     def _record(self, record: dict, slot: RemoteSlot, item: _Item) -> dict:
         record = {**record, "node": slot.node}

@@ -20,9 +20,10 @@ from pathlib import Path
 from conformance import fingerprint, registry
 from conformance.cells import Cell
 from conformance.errors import RunStopped, UsageError
+from conformance.run import budget as time_budget
 from conformance.run import executors, hook_answers, records, schema
 from conformance.run.counts import count
-from conformance.run.estimate import Estimator, Progress, cell_work, hms, work_budget
+from conformance.run.estimate import Estimator, cell_work, hms, work_budget
 from conformance.run.inprocess import static_record
 from conformance.run.run_folder import (
     acquire_lock,
@@ -34,9 +35,24 @@ from conformance.run.run_folder import (
     write_run_json,
     write_stopped,
 )
+from conformance.run.progress import Progress
 from conformance.run.selection import Selection
 
 NOTHING_RAN = 5   # exit status: no pair of the folder ran (every record a skip), as pytest's "no tests ran"
+FINISH_S = 5.0    # of a time budget: kept for stopping the workers and writing run.json
+
+
+class BudgetSpent(Exception):
+    """The run's deadline passed: no more pairs are dispatched."""
+
+
+@dataclass(frozen=True)
+class TimeBudget:
+    """``conform --budget``: the run ends by ``deadline`` (``time.monotonic()``); ``text`` as given."""
+
+    text: str
+    seconds: float
+    deadline: float
 
 
 @dataclass
@@ -44,6 +60,7 @@ class RunResult:
     counts: dict[str, Counter]
     out_dir: Path
     elapsed_s: float
+    left_out: dict | None = None   # run.json's left_out: what a time budget did not run
 
     @property
     def exit_status(self) -> int:
@@ -62,14 +79,16 @@ def _say(stream, text: str) -> None:
 
 def run(selection: Selection, out: str | os.PathLike, *, executor=None, device_class: str | None = None,
         jobs: int | None = None, resume: bool = False, timeout_s: float | None = None, budget: bool = True,
-        stream=None) -> RunResult:
+        time_limit: TimeBudget | None = None, stream=None) -> RunResult:
     """Run the selection into ``out``/cells.jsonl and ``out``/run.json, holding the folder's lock.
 
     ``executor``: where pairs run (default: this machine's pool of ``jobs`` workers); it is
     started here and left open for the caller to close. ``device_class``: the executor's nodes of
     that class (None: its only class). ``budget``: apply the interpreter work budget (off with
-    ``--no-budget``; a ``--filter`` turns it off too). Exit status, counts and summary cover every
-    record in the folder."""
+    ``--no-budget``; a ``--filter`` turns it off too). ``time_limit``: run the pairs that fit it
+    (``conformance.run.budget``), stop dispatching at its deadline, and list the pairs left out in
+    run.json (``left_out``) and on ``stream``. Exit status, counts and summary cover every record in
+    the folder."""
     cells, backends = selection.resolve()
     executor = executor or executors.LocalExecutor(jobs, timeout_s)
     executor.start(backends)
@@ -79,7 +98,7 @@ def run(selection: Selection, out: str | os.PathLike, *, executor=None, device_c
     lock = acquire_lock(out_dir, lambda m: _say(stream, "warning: " + m))
     try:
         return _run_locked(selection, cells, backends, out_dir, executor, resume=resume, timeout_s=timeout_s,
-                           budget=budget and selection.filter is None, stream=stream)
+                           budget=budget and selection.filter is None, time_limit=time_limit, stream=stream)
     finally:
         release_lock(lock)
 
@@ -130,7 +149,37 @@ def plan(cells: list[Cell], backends: list[registry.Backend], done: set, probes:
     return todo, statics, {key: a.path for key, a in answers.items()}
 
 
-def _run_locked(selection, cells, backends, out_dir, executor, *, resume, timeout_s, budget, stream):
+def _left_out(pairs: list[tuple[Cell, registry.Backend]], time_limit: TimeBudget, why: str) -> dict:
+    """run.json's ``left_out``: the pairs a time budget did not run, per backend and each of them."""
+    per = Counter(b.name for _, b in pairs)
+    return {"budget": time_limit.text, "why": why, "pairs": len(pairs), "per_backend": dict(per.most_common()),
+            "ids": [[c.id, b.name] for c, b in pairs]}
+
+
+def _choose_again(stage, left_out: list, time_limit: TimeBudget, estimator: Estimator, progress: Progress,
+                  jobs: int) -> list[tuple[Cell, list[registry.Backend]]]:
+    """The second stage of a time budget, chosen again from its pairs and those left out with the
+    time left and the prices scaled by ``estimator.machine_rate()`` (how much slower or faster this
+    machine ran the first stage than the prices say); ``left_out`` is updated in place."""
+    rest = [(c, b) for c, bks in stage for b in bks] + left_out
+    capacity = (time_limit.deadline - time.monotonic() - FINISH_S) / max(estimator.machine_rate(), 1e-3)
+    chosen, left = time_budget.choose(rest, capacity, jobs)
+    left_out[:] = left
+    pairs = [p for st in chosen for p in st]
+    estimator.replan(pairs)
+    progress.total = progress.done + estimator.work_left()
+    return _regroup(pairs)
+
+
+def _regroup(pairs: list[tuple[Cell, registry.Backend]]) -> list[tuple[Cell, list[registry.Backend]]]:
+    """Pairs as (cell, its backends), cells in first-seen order."""
+    out: dict[str, tuple[Cell, list]] = {}
+    for c, b in pairs:
+        out.setdefault(c.id, (c, []))[1].append(b)
+    return list(out.values())
+
+
+def _run_locked(selection, cells, backends, out_dir, executor, *, resume, timeout_s, budget, time_limit, stream):
     def say(text: str) -> None:
         _say(stream, text)
 
@@ -161,15 +210,27 @@ def _run_locked(selection, cells, backends, out_dir, executor, *, resume, timeou
 
     todo, statics, declared = plan(cells, backends, done, probes, budget)
     pairs = [(c, b) for c, bks in todo for b in bks]
+    left_out: list[tuple[Cell, registry.Backend]] = []
+    stages = [todo]
+    if time_limit is not None:
+        chosen, left_out = time_budget.choose(pairs, time_limit.deadline - time.monotonic() - FINISH_S, jobs)
+        # the first stage (each backend and op), then the rest, chosen again once the first has run
+        stages = [_regroup(chosen[0] if chosen else []), _regroup([p for st in chosen[1:] for p in st])]
+        pairs = [p for stage in chosen for p in stage]
+        info["left_out"] = _left_out(left_out, time_limit, "did not fit the budget")
+        write_run_json(run_path, info)
     estimator = Estimator(pairs, jobs)
     estimator.learn({c.id: c for c in cells}, {b.name: b for b in backends}, old)
     per = sorted(estimator.per_backend().items(), key=lambda kv: -kv[1])
     say(f"{len(cells)} cells x {len(backends)} backends -> {out_dir}: {len(pairs)} to run, {len(statics)} skip, "
-        f"{len(old)} already recorded; expect about {hms(estimator.remaining())} with {jobs} worker(s)"
+        f"{len(old)} already recorded"
+        + (f", {len(left_out)} left out by --budget {time_limit.text}" if time_limit is not None else "")
+        + f"; expect {estimator.eta()} with {jobs} worker(s)"
         + (" (" + ", ".join(f"{n} {hms(s)}" for n, s in per[:4]) + ")" if per else ""))
 
     all_recs = list(old)
-    progress = Progress(len(statics) + len(pairs), estimator, stream)
+    progress = Progress(estimator.total, stream)
+    tally: Counter = Counter()
     try:
         writer = records.Writer(out_dir / "cells.jsonl")
     except OSError as exc:
@@ -192,15 +253,32 @@ def _run_locked(selection, cells, backends, out_dir, executor, *, resume, timeou
                              f"{len(all_recs)} records before it are valid: free space, then "
                              "continue with --resume") from None
         all_recs.append(record)
-        progress.update(record)
+        tally[record["status"]] += 1
+        written = len(seen) - len(done)
+        progress.advance(estimator.done(record),
+                         f"{max(0, written - len(statics))}/{len(pairs)} pairs ETA {estimator.eta()} "
+                         + " ".join(f"{k}={v}" for k, v in sorted(tally.items())),
+                         finished=written >= len(statics) + len(pairs))
+        if time_limit is not None and time.monotonic() > time_limit.deadline - FINISH_S:
+            raise BudgetSpent
 
     stopped = None
     try:
         for rec in statics:
             emit(rec)
-        executor.run(todo, emit)
+        for i, stage in enumerate(stages):
+            if i == 1:   # the rest chosen again at this machine's speed, measured on the first stage
+                stage = _choose_again(stage, left_out, time_limit, estimator, progress, jobs)
+                pairs = [(c, b) for c, bks in stages[0] + stage for b in bks]
+                info["left_out"] = _left_out(left_out, time_limit, "did not fit the budget")
+            executor.run(stage, emit)
     except RunStopped as exc:
         stopped = exc
+    except BudgetSpent:
+        late = [(c, b) for c, b in pairs if (c.id, b.name) not in seen]
+        left_out += late
+        info["left_out"] = _left_out(left_out, time_limit, f"did not fit the budget ({len(late)} of them not "
+                                                           "finished when it ran out)")
     finally:
         writer.close()
         progress.close()
@@ -218,4 +296,4 @@ def _run_locked(selection, cells, backends, out_dir, executor, *, resume, timeou
         say(f"warning: {executor.slot_name(slot)} retired: {why}")
     if dropped:
         say(f"warning: {dropped} late duplicate record(s) dropped (the first record of each pair is kept)")
-    return RunResult(counts, out_dir, elapsed)
+    return RunResult(counts, out_dir, elapsed, left_out=info.get("left_out"))

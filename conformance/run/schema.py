@@ -97,6 +97,8 @@ RUN_INFO = Obj({
     "backends": (Map(_BACKEND), None), "rounding_models": (Map(Map(str)), None),
     "counts": (Map(Map(int)), None), "retired_devices": (Map(str), None), "stopped": (str, None),
     "merged_from": (List(str), Map(ANY), None),
+    "left_out": (Obj({"budget": (str, None), "why": (str, None), "pairs": (int, None),
+                      "per_backend": (Map(int), None), "ids": (List(List(str)), None)}), None),
     "previous_runs": (List(Map(ANY)), None),   # the runs a --resume continued, oldest first
     "previous_run": (Map(ANY), None)})         # ... as folders written before that list kept it
 

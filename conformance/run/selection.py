@@ -8,6 +8,8 @@ far). ``shard_from_env`` reads K/N from a batch scheduler's variables.
 """
 from __future__ import annotations
 
+import difflib
+import heapq
 import re
 from dataclasses import dataclass
 from typing import Mapping
@@ -21,6 +23,7 @@ from conformance.run.estimate import first_estimate
 
 SELECTION_KEYS = ("tier", "family", "op", "backends", "filter", "shard", "shard_by", "model", "config", "inputs")
 SHARD_BY = ("index", "cost")
+MAX_SHARDS = 100_000   # parts of one selection: more than any scheduler runs, far more than a tier's cells
 # Scheduler: (index variable, count variable or None, index of the first part); Slurm's first
 # index is SLURM_ARRAY_TASK_MIN. Kubernetes gives no count: --shard-count names it.
 SCHEDULERS = {
@@ -82,12 +85,13 @@ def cost_shard(cells: list[Cell], backends: list[registry.Backend], k: int, n: i
         return sum(first_estimate(cell, b) for b in backends
                    if answers[(cell.id, b.name)].skip is None and answers[(cell.id, b.name)].status is None)
 
-    load = [0.0] * n
+    # the parts as a heap of (load, part): only parts that hold a cell are ever taken from it
+    heap = [(0.0, p) for p in range(min(n, len(cells)))]
     part_of = {}
     for i in sorted(range(len(cells)), key=lambda i: (-cost(cells[i]), i)):
-        part = min(range(n), key=lambda p: (load[p], p))
-        load[part] += cost(cells[i])
+        load, part = heapq.heappop(heap)
         part_of[i] = part
+        heapq.heappush(heap, (load + cost(cells[i]), part))
     return [c for i, c in enumerate(cells) if part_of[i] == k - 1]
 
 
@@ -95,25 +99,26 @@ def parse_shard(text: str | None) -> tuple[int, int] | None:
     """``"K/N"`` as (K, N); None for None; a usage error for anything else."""
     if text is None:
         return None
-    m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
-    if not m or not (1 <= int(m.group(1)) <= int(m.group(2))):
-        raise UsageError(f"--shard {text!r}: expected K/N with 1 <= K <= N, e.g. 1/2")
+    m = re.fullmatch(r"\s*(\d{1,20})\s*/\s*(\d{1,20})\s*", text)
+    if not m or not (1 <= int(m.group(1)) <= int(m.group(2)) <= MAX_SHARDS):
+        raise UsageError(f"--shard {text!r}: expected K/N with 1 <= K <= N <= {MAX_SHARDS:,}, e.g. 1/2")
     return int(m.group(1)), int(m.group(2))
+
+
+def unknown_name(what: str, name: str, known) -> UsageError:
+    """``unknown WHAT 'NAME'; did you mean X?; known: ...`` (the close matches, when there are any)."""
+    known = list(known)
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+    hint = f"; did you mean {' or '.join(close)}?" if close else ""
+    return UsageError(f"unknown {what} {name!r}{hint}; known: {', '.join(known)}")
 
 
 def select_cells(tier: str, family: str | None = None, op: str | None = None,
                  pattern: str | None = None, shard: tuple[int, int] | None = None) -> list[Cell]:
     """The tier's cells, filtered by family, op and a regular expression on the id, then sharded
     (cell i of the filtered list goes to shard i mod N)."""
-    if tier not in families.TIERS:
-        raise UsageError(f"unknown tier {tier!r}; known: {', '.join(families.TIERS)}")
+    check_names(tier, family, op)
     fams = families.families()
-    if family is not None and family not in fams:
-        raise UsageError(f"unknown family {family!r}; known: {', '.join(fams)}")
-    if op is not None:
-        known = {o for name, m in fams.items() if family in (None, name) for o in m.OPS}
-        if op not in known:
-            raise UsageError(f"unknown op {op!r}; known: {', '.join(sorted(known))}")
     cells = []
     for name, mod in fams.items():
         if family is not None and name != family:
@@ -128,6 +133,19 @@ def select_cells(tier: str, family: str | None = None, op: str | None = None,
     return cells
 
 
+def check_names(tier: str, family: str | None = None, op: str | None = None) -> None:
+    """A usage error, with close matches, for an unknown tier, family or op."""
+    if tier not in families.TIERS:
+        raise unknown_name("tier", tier, families.TIERS)
+    fams = families.families()
+    if family is not None and family not in fams:
+        raise unknown_name("family", family, fams)
+    if op is not None:
+        known = {o for name, m in fams.items() if family in (None, name) for o in m.OPS}
+        if op not in known:
+            raise unknown_name("op", op, sorted(known))
+
+
 def select_backends(names: list[str] | None) -> list[registry.Backend]:
     """The named backends (all of them for None); an empty list is a usage error."""
     all_ = registry.backends()
@@ -137,7 +155,7 @@ def select_backends(names: list[str] | None) -> list[registry.Backend]:
         raise UsageError("--backend: the list of backends is empty")
     unknown = [n for n in names if n not in all_]
     if unknown:
-        raise UsageError(f"unknown backend {', '.join(unknown)}; known: {', '.join(all_)}")
+        raise unknown_name("backend", unknown[0], all_)
     return [all_[n] for n in names]
 
 
@@ -175,6 +193,12 @@ class Selection:
                 from conformance.inputs import captured
 
                 object.__setattr__(self, "inputs_sha256", captured.sha256(self.inputs))
+
+    def check_names(self) -> None:
+        """Its tier, family, op and backend names, checked (a usage error with close matches) before
+        anything heavy is imported."""
+        check_names(self.tier, self.family, self.op)
+        select_backends(list(self.backends) if self.backends is not None else None)
 
     def as_dict(self) -> dict:
         out = {"tier": self.tier, "family": self.family, "op": self.op,

@@ -254,9 +254,9 @@ class LocalPool:
         return self.timeout_s if self.timeout_s is not None else backend.timeout_s
 
     def _label(self, slot: Slot, item: Item) -> str:
-        if not item.gpu:
-            return "cpu"
-        return self.devices.label(slot.device) if slot.device is not None else "gpu"
+        if not item.gpu or slot.device is None:
+            return "cpu"   # a GPU backend where no device is visible runs on the CPU
+        return self.devices.label(slot.device)
 
     def _finish(self, slot: Slot, record: dict) -> None:
         # the pair's wall time, dispatch to record (worker start, inputs, oracle, kernel, check), and

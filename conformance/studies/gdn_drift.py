@@ -20,8 +20,11 @@ every 64 tokens, as the CPU chunk kernel does), one sequence, H/HV/K=V from the 
 """
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
+from conformance.run.progress import Progress
 from conformance.studies import bounded_int, int_list, positive_float
 
 NAME = "gdn-drift"
@@ -146,11 +149,13 @@ def overflow_probe(x: dict) -> dict:
 
 
 CHAIN_STATE_DTYPES = ("float32", "bfloat16", "float16")   # the pools the decode chains run
+TICK_CALLS = 256
 
 
-def decode_chain(H: int, HV: int, K: int, N: int, steps: list[int], seed: int) -> list[dict]:
+def decode_chain(H: int, HV: int, K: int, N: int, steps: list[int], seed: int, tick=None) -> list[dict]:
     """Per state dtype and chain length of ``steps``: rel_l2 of the outputs of all calls so far and of
-    the pool after that many decode calls, against the fp32-state truth (see the module docstring)."""
+    the pool after that many decode calls, against the fp32-state truth (see the module docstring);
+    ``tick(calls, what)`` every ``TICK_CALLS`` calls (a progress line)."""
     from conformance.families.gdn import make_inputs
     from conformance.families.gdn.matrix import cell_of
     from conformance.families.gdn.oracle import Float64Oracle
@@ -167,6 +172,8 @@ def decode_chain(H: int, HV: int, K: int, N: int, steps: list[int], seed: int) -
         pool = x["state"].astype(POOL_DTYPES[state_dtype])
         outs, pools = [], {}
         for s in range(max(steps)):
+            if tick is not None and s % TICK_CALLS == TICK_CALLS - 1:
+                tick(TICK_CALLS, f"decode chain, {state_dtype} state{' (truth)' if impl is not numpy_ref else ''}")
             rows = slice(s * N, (s + 1) * N)
             outs.append(impl.decode(*(x[n][rows] for n in ("q", "k", "v")), x["A_log"], x["a"][rows],
                                     x["b"][rows], x["dt_bias"], pool, idx, **opts, state_dtype=state_dtype))
@@ -220,19 +227,31 @@ def run(args) -> dict:
               "decode_steps": steps, "decode_sequences": args.decode_sequences,
               "decode_implementation": "reference.gdn.numpy_ref.decode (fp32 compute), decay near 1; truth: "
                                        "the same chain in float64 with a float32 pool"}
-    chains = decode_chain(H, HV, K, args.decode_sequences, steps, args.seed)
+    # the progress line counts decode calls; each prefill measurement weighs as much as one chain
+    chain_calls = max(steps)
+    bar = Progress((1 + len(CHAIN_STATE_DTYPES) + (0 if args.decode_only else 3)) * chain_calls, sys.stderr)
+    chains = decode_chain(H, HV, K, args.decode_sequences, steps, args.seed,
+                          tick=lambda n, what: bar.advance(n, f"{NAME}: {what}"))
     if args.decode_only:
+        bar.advance(0, f"{NAME}: done", finished=True)
         return {"study": NAME, "config": config, "decode_chain": chains}
     rng = np.random.default_rng(args.seed)
     x = draw_inputs(rng, tokens, H, HV, K, args.decay)
     probe = draw_inputs(rng, min(tokens, 4096), H, HV, K, "weak", args.v_scale)
+    bar.advance(0, f"{NAME}: length sweep to {tokens} tokens")
+    sweep = _length_sweep(x, _lengths(tokens))
+    bar.advance(chain_calls, f"{NAME}: {len(counts)} round-trip counts over {rt_tokens} tokens")
+    trips = _round_trips({n: a[:rt_tokens] for n, a in x.items()}, rt_tokens, counts, rng)
+    bar.advance(chain_calls, f"{NAME}: overflow probe")
+    overflow = overflow_probe(probe)
+    bar.advance(chain_calls, f"{NAME}: done", finished=True)
     return {
         "study": NAME,
         "config": {**config, "tokens": tokens, "round_trip_tokens": rt_tokens, "v_scale_probe": args.v_scale,
                    "implementation": "reference.gdn.jax_ref.chunked (fp32 compute)"},
-        "length_sweep": _length_sweep(x, _lengths(tokens)),
-        "round_trips": _round_trips({n: a[:rt_tokens] for n, a in x.items()}, rt_tokens, counts, rng),
-        "overflow_probe": overflow_probe(probe),
+        "length_sweep": sweep,
+        "round_trips": trips,
+        "overflow_probe": overflow,
         "decode_chain": chains,
     }
 

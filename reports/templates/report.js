@@ -194,7 +194,7 @@
   }
 
   // ---------------------------------------------------------------- details
-  // as reports/repro.py: the id escaped and anchored for --filter (a captured cell: its --inputs file), each
+  // as conformance/run/repro.py: the id escaped and anchored for --filter (a captured cell: its --inputs file), each
   // argument as shlex.quote quotes it
   const shq = (a) => (a === "" ? "''" : /[^\w@%+=:,.\/-]/.test(a) ? "'" + a.replace(/'/g, `'"'"'`) + "'" : a);
   function repro(rec) {

@@ -19,7 +19,7 @@ import pytest
 from conformance.cells import make_cell
 from conformance.registry import Backend, validate
 from conformance.run import records
-from reports import repro
+from conformance.run import repro
 
 ROOT = Path(__file__).resolve().parents[2]
 TOY = {"KERNEL_LAB_FAMILY_MODULES": "tests.engine.toy_family", "KERNEL_LAB_BACKEND_MODULES": "tests.engine.toy_backends"}

@@ -1,7 +1,6 @@
 """compute-sanitizer over our GPU backends (conformance/run/gpu_sanitizer.py): the passes and their
 command lines, the reports it recognises, a report in a worker's output making the pair an error,
 and the driver end to end with a stand-in for the sanitizer (the real one needs an NVIDIA GPU)."""
-import os
 import stat
 import sys
 from pathlib import Path

@@ -114,6 +114,7 @@ def test_pytest_plugin_runs_the_matrix_over_another_packages_backend(installed, 
     project = tmp_path / "project"
     (project / "tests").mkdir(parents=True)
     (project / "tests" / "test_own.py").write_text("def test_own():\n    assert True\n")
+    (project / "tests" / "test_kernels.py").write_text("from conformance.pytest_plugin import test_kernel_lab  # noqa\n")
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--kernel-lab-tier", "smoke",
                            "--kernel-lab-backend", "mine", "--kernel-lab-family", "gdn", "-rs"],
                           capture_output=True, text=True, timeout=600, env=installed, cwd=project)

@@ -71,7 +71,7 @@ def test_summary_md_and_index_html_hold_the_coverage_table(tmp_path):
     assert "| numpy-ref | not recorded | 2 | 2 | 0 | 0 |  |" in section
     assert summary.index("## Coverage per backend") < summary.index("## Per backend")
     html = written.index.read_text()
-    assert html.index('<section id="coverage">') < html.index('<section id="failures">')
+    assert html.index('<section id="failures">') < html.index('<section id="coverage">')   # failures lead
     assert html.count('<tr class="noran">') == 2
 
 

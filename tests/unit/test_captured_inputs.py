@@ -367,7 +367,7 @@ def test_a_captured_turboquant_decode_runs_its_backends_and_the_planted_bug_fail
 
 
 def test_the_repro_command_of_a_captured_cell_names_its_file():
-    from reports import repro
+    from conformance.run import repro
 
     cell_id = "turboquant/decode/preset=turboquant_4bit_nc/layout=soa/inputs=029c86851720/seed=0"
     assert repro.command(cell_id, "triton", "ci", inputs="/data/layer 3.npz") == (

@@ -29,3 +29,21 @@ def command(cell_id: str, backend: str, tier: str | None = None, model: str | No
         if value:
             args += [flag, value]
     return shlex.join(args + ["--filter", cell_pattern(cell_id), "--backend", backend])
+
+
+def verdict(record: dict, tier: str | None = None, inputs: str | None = None) -> str:
+    """A record in one paragraph: its status, pair and reason (for a check: the margin and the
+    criterion that decided it), the tolerance and its source, and the command that reproduces it
+    (``tier``, ``inputs``: as ``command``)."""
+    tol = record.get("tolerance") or {}
+    bounds = ", ".join(f"{k} {v:g}" for k, v in tol.items() if k != "source" and isinstance(v, int | float))
+    source = tol.get("source")
+    metrics = record.get("metrics") or {}
+    margin = metrics.get("margin")
+    why = record.get("reason") or (f"margin {margin:.3g} by {metrics.get('criterion') or '?'}"
+                                   if isinstance(margin, int | float) else "no reason given")
+    parts = [f"{record['status']}: {record['id']} on {record['backend']}: {why}"]
+    if source or bounds:
+        parts.append(f"tolerance {bounds or '(none)'}" + (f" from {source}" if source else ""))
+    parts.append("repro: " + command(record["id"], record["backend"], tier, inputs=inputs))
+    return ". ".join(parts)

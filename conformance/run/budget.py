@@ -1,0 +1,106 @@
+"""A time budget for a run (``conform --budget 5m``): which of the planned pairs fit, most
+informative first, and which are left out.
+
+The choice is greedy over the pairs' estimated seconds (``estimate.first_estimate``, plus a
+worker's startup for the first pair of each backend), within ``seconds * jobs`` worker-seconds:
+
+1. every (backend, op) gets its cheapest cell, so that each backend and each op of it runs;
+2. then, per (backend, op), the cell that covers most (axis value, axis value) pairs not yet covered
+   by the cells chosen for it, per second (a covering sample of the tier for slow backends, the
+   interpreters: the tier is itself a covering set, and a sample of it covers most of its pairs);
+3. then whatever is left, cheapest first.
+
+A pair that does not fit is left out, never recorded: ``--resume`` without a budget runs it. The
+pairs of step 1 run first, as a stage of their own, so that each backend has run when the
+deadline stops a machine slower than its prices.
+"""
+from __future__ import annotations
+
+import heapq
+import itertools
+import re
+from collections import Counter
+
+from conformance import registry
+from conformance.cells import Cell
+from conformance.errors import UsageError
+from conformance.run.estimate import first_estimate, startup_estimate
+
+UNITS = {"s": 1, "m": 60, "h": 3600}
+
+
+def parse_seconds(text: str) -> float:
+    """``"5m"``, ``"90s"``, ``"1h30m"``, ``"300"`` (seconds) as seconds; a usage error otherwise."""
+    parts = re.fullmatch(r"\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s?)?\s*", text or "")
+    if not parts or not any(parts.groups()):
+        raise UsageError(f"--budget {text!r}: expected a duration such as 5m, 90s, 1h30m or 300 (seconds)")
+    h, m, s = (float(g) if g else 0.0 for g in parts.groups())
+    seconds = 3600 * h + 60 * m + s
+    if not 0 < seconds <= 7 * 24 * 3600:
+        raise UsageError(f"--budget {text!r}: expected more than 0 s and at most a week")
+    return seconds
+
+
+def _features(cell: Cell) -> set[tuple]:
+    """The (axis, value) pairs of the cell: what a covering sample covers."""
+    items = sorted((k, repr(v)) for k, v in cell.as_dict().items())
+    return {(a, b) for a, b in itertools.combinations(items, 2)}
+
+
+def choose(pairs: list[tuple[Cell, registry.Backend]], capacity_s: float, jobs: int
+           ) -> tuple[list[list[tuple[Cell, registry.Backend]]], list[tuple[Cell, registry.Backend]]]:
+    """(stages, left out) of ``pairs`` within ``capacity_s`` seconds of each of ``jobs`` workers:
+    the chosen pairs in two stages to run one after the other, every (backend, op)'s first cell,
+    then the rest chosen (so that a slow machine, stopped at the deadline, has run each backend);
+    each list in the order of ``pairs``."""
+    left = max(0.0, capacity_s) * max(1, jobs)
+    cost = {(c.id, b.name): first_estimate(c, b) for c, b in pairs}
+    taken: Counter = Counter()   # backend -> pairs chosen (the first ``jobs`` of them may each start a worker)
+    chosen: set[tuple[str, str]] = set()
+
+    def take(cell: Cell, b: registry.Backend) -> bool:
+        nonlocal left
+        price = cost[cell.id, b.name] + (startup_estimate(b) if taken[b.name] < jobs else 0.0)
+        if price > left:
+            return False
+        left -= price
+        taken[b.name] += 1
+        chosen.add((cell.id, b.name))
+        return True
+
+    groups: dict[tuple[str, str], list[tuple[Cell, registry.Backend]]] = {}
+    for c, b in pairs:
+        groups.setdefault((b.name, f"{c.family}/{c.op}"), []).append((c, b))
+    # 1. every (backend, op): its cheapest cell, cheapest groups first
+    firsts = sorted((min(g, key=lambda p: cost[p[0].id, p[1].name]) for g in groups.values()),
+                    key=lambda p: cost[p[0].id, p[1].name])
+    for c, b in firsts:
+        take(c, b)
+    first_stage = set(chosen)
+    # 2. covering: most new (axis value) pairs per second, lazily re-scored
+    covered = {key: set().union(*(_features(c) for c, b in g if (c.id, b.name) in chosen)) for key, g in groups.items()}
+    heap = []
+    for key, g in groups.items():
+        for i, (c, b) in enumerate(g):
+            if (c.id, b.name) not in chosen:
+                gain = len(_features(c) - covered[key])
+                heapq.heappush(heap, (-gain / max(cost[c.id, b.name], 1e-3), key, i))
+    while heap:
+        score, key, i = heapq.heappop(heap)
+        c, b = groups[key][i]
+        gain = len(_features(c) - covered[key])
+        if gain == 0:
+            continue
+        now = -gain / max(cost[c.id, b.name], 1e-3)
+        if now > score + 1e-12:   # covered less since it was scored: score again
+            heapq.heappush(heap, (now, key, i))
+            continue
+        if take(c, b):
+            covered[key] |= _features(c)
+    # 3. the rest, cheapest first
+    for c, b in sorted(pairs, key=lambda p: cost[p[0].id, p[1].name]):
+        if (c.id, b.name) not in chosen:
+            take(c, b)
+    stages = [[p for p in pairs if (p[0].id, p[1].name) in first_stage],
+              [p for p in pairs if (p[0].id, p[1].name) in chosen - first_stage]]
+    return [st for st in stages if st], [p for p in pairs if (p[0].id, p[1].name) not in chosen]

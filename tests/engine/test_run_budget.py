@@ -1,0 +1,113 @@
+"""A time budget (`conform --budget`), the progress bar in estimated seconds, and the ETA's range:
+the budget's choice on made-up prices, and the CLI in this process on the toy family."""
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from conformance.cells import make_cell
+from conformance.errors import UsageError
+from conformance.registry import Backend
+from conformance.run import budget, estimate, records
+from conformance.run.progress import Progress
+from tests.cli_in_process import main, one_error_line
+
+CI = ["conform", "--family", "toy", "--tier", "ci"]
+
+
+@pytest.fixture(autouse=True)
+def toy_lab(monkeypatch):
+    monkeypatch.setenv("KERNEL_LAB_FAMILY_MODULES", "tests.engine.toy_family")
+    monkeypatch.setenv("KERNEL_LAB_BACKEND_MODULES", "tests.engine.toy_backends")
+    import tests.engine.toy_backends  # noqa: F401
+
+
+def toy(name, per_call, per_work=0.0):
+    return Backend(name, {"toy": ("scale", "other")}, lambda: (True, ""), lambda c, i: {},
+                   seconds_per_cell=per_call, seconds_per_work=per_work)
+
+
+@pytest.mark.parametrize("text,seconds", [("5m", 300), ("90s", 90), ("1h30m", 5400), ("300", 300), ("2.5m", 150)])
+def test_durations_are_read_as_people_write_them(text, seconds):
+    assert budget.parse_seconds(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "5x", "-1m", "0", "m", "1e9"])
+def test_a_duration_that_is_not_one_is_refused(text):
+    with pytest.raises(UsageError, match="--budget"):
+        budget.parse_seconds(text)
+
+
+def test_the_budget_runs_every_backend_and_op_first_then_covers_new_axis_values_per_second():
+    fast, slow = toy("fast", 0.01), toy("slow", 0.0, 1.0)
+    cells = ([make_cell("toy", "scale", n=n, factor=f) for n in (8, 9, 10) for f in (1.0, 2.0)]
+             + [make_cell("toy", "other", n=40, factor=1.0)])
+    pairs = [(c, b) for c in cells for b in (fast, slow)]
+    # slow costs n seconds a cell: 8 + 40 for its two ops, then 9 covers (n=9, factor=...) pairs
+    stages, left = budget.choose(pairs, capacity_s=70.0, jobs=1)
+    # each (backend, op)'s cheapest cell runs first, as a stage of its own
+    assert {(c.op, c["n"], c["factor"], b.name) for c, b in stages[0]} == {
+        ("scale", 8, 1.0, "fast"), ("other", 40, 1.0, "fast"), ("scale", 8, 1.0, "slow"), ("other", 40, 1.0, "slow")}
+    chosen = stages[0] + stages[1]
+    got = {(c.id, b.name) for c, b in chosen}
+    assert {c.id for c, b in chosen if b is fast} == {c.id for c in cells}   # cheap: all of it
+    slow_cells = [c for c, b in chosen if b is slow]
+    assert {(c.op, c["n"]) for c in slow_cells} >= {("scale", 8), ("other", 40)}
+    assert sum(estimate.first_estimate(c, slow) for c in slow_cells) <= 70.0 - 0.06
+    assert len(chosen) + len(left) == len(pairs) and not got & {(c.id, b.name) for c, b in left}
+    # the order of the pairs is kept in each list
+    assert stages[1] == [p for p in pairs if (p[0].id, p[1].name) in got and p not in stages[0]]
+
+
+def test_pairs_that_do_not_fit_are_left_out_not_dropped():
+    slow = toy("slow", 0.0, 1.0)
+    pairs = [(make_cell("toy", "scale", n=n, factor=1.0), slow) for n in (8, 9)]
+    stages, left = budget.choose(pairs, capacity_s=5.0, jobs=1)
+    assert stages == [] and left == pairs
+
+
+def test_the_bar_counts_estimated_seconds_so_skips_written_first_do_not_move_it():
+    stream = io.StringIO()
+    bar = Progress(100.0, stream)
+    for _ in range(50):
+        bar.advance(0.0, "skip")
+    assert "  0%" in stream.getvalue().splitlines()[-1]
+    bar.advance(60.0, "one long pair")
+    assert " 60%" in stream.getvalue().splitlines()[-1]
+    bar.advance(60.0, "over the estimate")
+    assert " 99%" in stream.getvalue().splitlines()[-1]   # not done before the last record
+    bar.advance(0.0, "last", finished=True)
+    assert "100%" in stream.getvalue().splitlines()[-1]
+
+
+def test_the_eta_is_a_range_until_enough_pairs_have_finished():
+    b = toy("g", 1.0)
+    cells = [make_cell("toy", "scale", n=n, factor=1.0) for n in range(40)]
+    est = estimate.Estimator([(c, b) for c in cells], jobs=1)
+    assert est.eta() == "0m28s-0m56s"   # 40 s at the price, before any pair
+    for i, c in enumerate(cells[:12]):
+        est.done({"id": c.id, "backend": "g", "status": "pass", "wall_s": 2.0, "first_in_worker": i == 0})
+    assert est.eta() == "0m56s"   # 28 pairs at the measured 2 s
+
+
+def test_conform_within_a_budget_lists_what_it_left_out_and_resume_runs_it(tmp_path, capsys):
+    # toy-interpreted prices a cell at 100 s a unit of work: none fits 2 minutes; toy-good fits
+    rc, out, err = main(capsys, *CI, "--backend", "toy-good,toy-interpreted", "--budget", "2m", "--no-budget",
+                        "--out", tmp_path)
+    info = json.loads((tmp_path / "run.json").read_text())
+    left = info["left_out"]
+    assert rc == 0 and left["budget"] == "2m" and left["per_backend"] == {"toy-interpreted": 12}
+    assert left["pairs"] == 12 and len(left["ids"]) == 12
+    assert "12 left out by --budget 2m" in err.splitlines()[0]
+    assert "left out by --budget 2m: 12 pairs (toy-interpreted 12)" in out and "--resume" in out
+    assert {r["backend"] for r in records.read(Path(tmp_path) / "cells.jsonl")} == {"toy-good"}
+    rc, out, err = main(capsys, *CI, "--backend", "toy-good,toy-interpreted", "--no-budget", "--out", tmp_path,
+                        "--resume", "--timeout", "30")
+    assert rc == 0 and len(records.read(Path(tmp_path) / "cells.jsonl")) == 24
+    assert "left_out" not in json.loads((tmp_path / "run.json").read_text())
+
+
+def test_a_bad_budget_is_one_line_before_anything_runs(tmp_path, capsys):
+    rc, _, err = main(capsys, *CI, "--budget", "soon", "--out", tmp_path)
+    assert rc == 2 and "--budget 'soon'" in one_error_line(err) and not (tmp_path / "run.json").exists()
