@@ -36,6 +36,8 @@ Rounding model ``exact``.
 """
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from conformance import paths
