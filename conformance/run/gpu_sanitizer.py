@@ -37,11 +37,12 @@ from conformance.run import records
 
 TOOLS = ("memcheck", "racecheck")
 # Every GPU backend of ours, and where racecheck runs: the kernels that use shared memory (Triton
-# dot operands and pipelined loads; the sm_90 Gluon decode's shared-memory rings), with the ops
-# those kernels serve (None: every op of the backend).
-SANITIZED = ("triton", "triton-grouped", "triton-lut", "triton-unified", "triton-sm90", "triton-gdn")
+# dot operands and pipelined loads; the sm_90 Gluon decodes' shared-memory rings and broadcasts), with the
+# ops those kernels serve (None: every op of the backend).
+SANITIZED = ("triton", "triton-grouped", "triton-lut", "triton-unified", "triton-sm90", "triton-gdn",
+             "triton-gdn-sm90")
 RACECHECK = {"triton-grouped": None, "triton-lut": None, "triton-unified": None, "triton-sm90": None,
-             "triton-gdn": ("gdn", "chunked")}
+             "triton-gdn": ("gdn", "chunked"), "triton-gdn-sm90": None}
 # The other GPU backends, and why compute-sanitizer does not run them.
 NOT_SANITIZED = {
     "flydsl-gfx950": "an AMD gfx950 kernel: compute-sanitizer checks NVIDIA GPUs only",

@@ -20,12 +20,18 @@ def _card(run: Path, name: str) -> None:
 
 
 def _flip(run: Path, backend: str, n: int, to: str = "fail") -> list[str]:
-    """Make the first ``n`` passing records of ``backend`` in ``run`` ``to``; their ids."""
+    """Make the first ``n`` passing records of ``backend`` in ``run`` ``to``, a failing status with its
+    first output failed at margin 2 (a record that agrees with itself); their ids."""
     recs = [json.loads(line) for line in (run / "cells.jsonl").read_text().splitlines()]
     flipped = []
     for r in recs:
         if r["backend"] == backend and r["status"] == "pass" and len(flipped) < n:
             r.update(status=to, reason=f"made {to} on this card")
+            if to in ("fail", "xfail") and r.get("outputs"):
+                first = next(iter(r["outputs"].values()))
+                first.update(passed=False, margin=2.0)
+                if r.get("metrics"):
+                    r["metrics"]["margin"] = 2.0
             flipped.append(r["id"])
     (run / "cells.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     return flipped
