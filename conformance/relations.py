@@ -129,10 +129,9 @@ class Relations:
                   **({"state_write_interval": 1, "calls": 1} if op == "recurrent" else {"chunk_size": 64, "split": None})}
         return cell, inputs, self.run(cell, inputs)
 
-    # ---- the relations
-
-    def batch(self) -> dict:
-        per_op = {}
+    def _pool_ops(self, per_op: dict):
+        """(op, its base cell) of each pool op the backend runs; an op it implements but does not support
+        on the base cell is ``n/a`` in ``per_op``."""
         for op in ("recurrent", "chunked", "decode", "spec_decode"):
             if op not in self.ops:
                 continue
@@ -140,6 +139,13 @@ class Relations:
             if self.supported(cell):
                 per_op[op] = "n/a"
                 continue
+            yield op, cell
+
+    # ---- the relations
+
+    def batch(self) -> dict:
+        per_op = {}
+        for op, cell in self._pool_ops(per_op):
             x = self.family.make_inputs(cell)
             first = self.run(cell, x)
             pool = x["state"]
@@ -245,13 +251,7 @@ class Relations:
 
     def determinism(self) -> dict:
         per_op = {}
-        for op in ("recurrent", "chunked", "decode", "spec_decode"):
-            if op not in self.ops:
-                continue
-            cell = base_cell(op)
-            if self.supported(cell):
-                per_op[op] = "n/a"
-                continue
+        for op, cell in self._pool_ops(per_op):
             x = self.family.make_inputs(cell)
             first, second = self.run(cell, x), self.run(cell, x)
             per_op[op] = self.verdict(cell, x, first, second, [("o", slice(None)), ("state", slice(None))])
