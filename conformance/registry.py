@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import os
 import pkgutil
+import sys
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
@@ -136,6 +137,7 @@ class HookError(Exception):
 
 
 _REGISTRY: dict[str, Backend] = {}
+_ORIGIN: dict[str, str] = {}     # backend name -> the module whose code called register()
 _BUILTIN = False
 _LOADED = False
 
@@ -170,6 +172,7 @@ def register(backend: Backend) -> Backend:
         raise ValueError(f"backend {backend.name!r} is registered twice")
     validate(backend)
     _REGISTRY[backend.name] = backend
+    _ORIGIN[backend.name] = sys._getframe(1).f_globals.get("__name__", "")
     return backend
 
 
@@ -197,6 +200,13 @@ def backends() -> dict[str, Backend]:
     """All registered backends, by name (sorted)."""
     _load_all()
     return dict(sorted(_REGISTRY.items()))
+
+
+def builtin() -> dict[str, Backend]:
+    """The backends of this package (registered by ``conformance.backends`` modules), by name (sorted): not
+    those of plugins, of KERNEL_LAB_BACKEND_MODULES or of tests, whichever else this process registered."""
+    _load_builtin()
+    return {n: b for n, b in sorted(_REGISTRY.items()) if _ORIGIN.get(n, "").startswith("conformance.backends.")}
 
 
 def get(name: str) -> Backend:

@@ -210,7 +210,10 @@ def run_until(cmd: list[str], end: float) -> int | None:
     """Run ``cmd`` in its own process group until it exits (its status) or until ``end`` (monotonic
     seconds): then the group is interrupted (SIGINT, as Ctrl-C: conform keeps its records), killed
     30 s later if still there, and None is returned."""
-    proc = subprocess.Popen(cmd, start_new_session=True)
+    # SIGINT at its default in the child: a process started from a background job inherits it ignored, and
+    # the interrupt below would then wait out its 30 s
+    proc = subprocess.Popen(cmd, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         return proc.wait(timeout=None if end == float("inf") else max(0.0, end - time.monotonic()))
     except subprocess.TimeoutExpired:

@@ -33,7 +33,7 @@ RACECHECK = """========= COMPUTE-SANITIZER
 
 
 def test_every_gpu_backend_is_sanitized_or_says_why_not():
-    gpu = {n for n, b in registry.backends().items() if b.uses_gpu}
+    gpu = {n for n, b in registry.builtin().items() if b.uses_gpu}
     assert set(gs.SANITIZED) <= gpu and not set(gs.SANITIZED) & set(gs.NOT_SANITIZED)
     assert gpu - set(gs.SANITIZED) <= set(gs.NOT_SANITIZED), gpu - set(gs.SANITIZED) - set(gs.NOT_SANITIZED)
     assert set(gs.RACECHECK) <= set(gs.SANITIZED)

@@ -39,9 +39,18 @@ def test_a_family_left_out_of_rounding_models_is_held_to_exact():
 
 
 def test_every_registered_backend_names_known_models():
-    for backend in registry.backends().values():
+    for backend in registry.builtin().values():
         for family in backend.ops:
             assert backend.rounding_model(family) in families.get(family).ROUNDING_MODELS
+
+
+def test_builtin_holds_this_packages_backends_and_not_those_a_test_registered(monkeypatch):
+    monkeypatch.setenv("KERNEL_LAB_FAMILY_MODULES", "tests.engine.toy_family")
+    import tests.engine.toy_backends  # noqa: F401  (registers the toy backends in this process)
+
+    ours = registry.builtin()
+    assert "toy-good" in registry.backends() and "toy-good" not in ours
+    assert {"numpy-ref", "cpu-scalar", "triton-gdn", "vllm-cpu-gdn"} <= set(ours)
 
 
 def test_discovery_finds_the_family_packages_with_the_whole_protocol():
