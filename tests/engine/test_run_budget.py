@@ -2,6 +2,9 @@
 the budget's choice on made-up prices, and the CLI in this process on the toy family."""
 import io
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +17,7 @@ from conformance.run.progress import Progress
 from tests.cli_in_process import main, one_error_line
 
 CI = ["conform", "--family", "toy", "--tier", "ci"]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)
@@ -91,20 +95,29 @@ def test_the_eta_is_a_range_until_enough_pairs_have_finished():
     assert est.eta() == "0m56s"   # 28 pairs at the measured 2 s
 
 
-def test_conform_within_a_budget_lists_what_it_left_out_and_resume_runs_it(tmp_path, capsys):
+def _conform(*args) -> tuple[int, str, str]:
+    """``kernel-lab conform --family toy --tier ci ARGS`` in a child process (a clean registry: what other
+    tests registered in this worker plays no part), with the toy family and backends."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "KERNEL_LAB_FAMILY_MODULES": "tests.engine.toy_family",
+           "KERNEL_LAB_BACKEND_MODULES": "tests.engine.toy_backends"}
+    res = subprocess.run([sys.executable, "-m", "kernel_lab", *CI, *map(str, args)], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=600)
+    return res.returncode, res.stdout, res.stderr
+
+
+def test_conform_within_a_budget_lists_what_it_left_out_and_resume_runs_it(tmp_path):
     # toy-interpreted prices a cell at 100 s a unit of work: none fits 2 minutes; toy-good fits
-    rc, out, err = main(capsys, *CI, "--backend", "toy-good,toy-interpreted", "--budget", "2m", "--no-budget",
-                        "--out", tmp_path)
+    rc, out, err = _conform("--backend", "toy-good,toy-interpreted", "--budget", "2m", "--no-budget", "--out", tmp_path)
     info = json.loads((tmp_path / "run.json").read_text())
     left = info["left_out"]
-    assert rc == 0 and left["budget"] == "2m" and left["per_backend"] == {"toy-interpreted": 12}
+    assert rc == 0 and left["budget"] == "2m" and left["per_backend"] == {"toy-interpreted": 12}, (out, err)
     assert left["pairs"] == 12 and len(left["ids"]) == 12
     assert "12 left out by --budget 2m" in err.splitlines()[0]
     assert "left out by --budget 2m: 12 pairs (toy-interpreted 12)" in out and "--resume" in out
     assert {r["backend"] for r in records.read(Path(tmp_path) / "cells.jsonl")} == {"toy-good"}
-    rc, out, err = main(capsys, *CI, "--backend", "toy-good,toy-interpreted", "--no-budget", "--out", tmp_path,
-                        "--resume", "--timeout", "30")
-    assert rc == 0 and len(records.read(Path(tmp_path) / "cells.jsonl")) == 24
+    rc, out, err = _conform("--backend", "toy-good,toy-interpreted", "--no-budget", "--out", tmp_path, "--resume",
+                            "--timeout", "30")
+    assert rc == 0 and len(records.read(Path(tmp_path) / "cells.jsonl")) == 24, (out, err)
     assert "left_out" not in json.loads((tmp_path / "run.json").read_text())
 
 
