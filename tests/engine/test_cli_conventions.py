@@ -20,15 +20,9 @@ from conformance.cells import make_cell
 from conformance.registry import Backend, validate
 from conformance.run import records
 from conformance.run import repro
+from tests.engine.toy_cli import TOY, lab
 
 ROOT = Path(__file__).resolve().parents[2]
-TOY = {"KERNEL_LAB_FAMILY_MODULES": "tests.engine.toy_family", "KERNEL_LAB_BACKEND_MODULES": "tests.engine.toy_backends"}
-
-
-def lab(*args, cwd=ROOT, **kw):
-    env = {**os.environ, **TOY, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "kernel_lab", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, env=env, timeout=300, **kw)
 
 
 def test_version_and_a_help_that_lists_every_command():

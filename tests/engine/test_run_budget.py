@@ -2,9 +2,6 @@
 the budget's choice on made-up prices, and the CLI in this process on the toy family."""
 import io
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,9 +12,9 @@ from conformance.registry import Backend
 from conformance.run import budget, estimate, records
 from conformance.run.progress import Progress
 from tests.cli_in_process import main, one_error_line
+from tests.engine.toy_cli import lab
 
 CI = ["conform", "--family", "toy", "--tier", "ci"]
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)
@@ -96,12 +93,8 @@ def test_the_eta_is_a_range_until_enough_pairs_have_finished():
 
 
 def _conform(*args) -> tuple[int, str, str]:
-    """``kernel-lab conform --family toy --tier ci ARGS`` in a child process (a clean registry: what other
-    tests registered in this worker plays no part), with the toy family and backends."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "KERNEL_LAB_FAMILY_MODULES": "tests.engine.toy_family",
-           "KERNEL_LAB_BACKEND_MODULES": "tests.engine.toy_backends"}
-    res = subprocess.run([sys.executable, "-m", "kernel_lab", *CI, *map(str, args)], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=600)
+    """``kernel-lab conform --family toy --tier ci ARGS`` in a child process (``toy_cli.lab``)."""
+    res = lab(*CI, *args)
     return res.returncode, res.stdout, res.stderr
 
 
