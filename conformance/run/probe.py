@@ -14,8 +14,10 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import traceback
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 
 from conformance import registry
 from conformance.run import spawn
@@ -119,25 +121,38 @@ class _Worker:
         spawn.stop(self.proc, self.conn)
 
 
+def _probe_group(env: tuple, queue: list[registry.Backend], tick, lock: threading.Lock) -> dict:
+    """{name: (available, reason)} of the backends of one environment, in one worker (a fresh one
+    after a hang or a death)."""
+    out: dict[str, tuple[bool, str]] = {}
+    worker = None
+    for b in queue:
+        if worker is None or not worker.alive():
+            worker = _Worker(dict(env))
+        got = worker.ask(b)
+        out[b.name] = answer(b) if got is None else got
+        if tick is not None:
+            with lock:
+                tick(b.name)
+    if worker is not None:
+        worker.stop()
+    return out
+
+
 def probe_all(backends: list[registry.Backend], tick=None) -> dict[str, tuple[bool, str]]:
-    """{name: (available, reason)} of ``backends``, each probed in a worker with its time limit;
-    ``tick(name)`` after each (a progress line)."""
+    """{name: (available, reason)} of ``backends`` (in their order), each probed in a worker with its
+    time limit; backends that share an environment share a worker, and the environments' workers
+    run side by side (as many at once as this machine has cores); ``tick(name)`` after each (a
+    progress line; never two at once)."""
     groups: dict[tuple, list[registry.Backend]] = {}
     for b in backends:
         groups.setdefault(tuple(sorted(b.env.items())), []).append(b)
-    out: dict[str, tuple[bool, str]] = {}
-    for env, queue in groups.items():
-        worker = None
-        for b in queue:
-            if worker is None or not worker.alive():
-                worker = _Worker(dict(env))
-            got = worker.ask(b)
-            out[b.name] = answer(b) if got is None else got
-            if tick is not None:
-                tick(b.name)
-        if worker is not None:
-            worker.stop()
-    return out
+    lock = threading.Lock()
+    with ThreadPoolExecutor(max_workers=max(1, min(len(groups), os.cpu_count() or 1))) as pool:
+        answers: dict[str, tuple[bool, str]] = {}
+        for got in pool.map(lambda g: _probe_group(g[0], g[1], tick, lock), groups.items()):
+            answers.update(got)
+    return {b.name: answers[b.name] for b in backends}
 
 
 def probe(backend: registry.Backend) -> tuple[bool, str]:

@@ -4,24 +4,29 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import threading
+
+_ENVIRON = threading.Lock()   # the child's environment is set in os.environ around its start
 
 
 def start(target, args: tuple, env: dict[str, str]):
     """A started daemon process running ``target(child_end, *args)`` under ``os.environ`` plus
-    ``env``, and the parent's end of its pipe: ``(process, connection)``."""
+    ``env``, and the parent's end of its pipe: ``(process, connection)``. Safe to call from several
+    threads at once."""
     ctx = mp.get_context("spawn")
     conn, child = ctx.Pipe()
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        proc = ctx.Process(target=target, args=(child, *args), daemon=True)
-        proc.start()
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    with _ENVIRON:
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            proc = ctx.Process(target=target, args=(child, *args), daemon=True)
+            proc.start()
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
     child.close()
     return proc, conn
 

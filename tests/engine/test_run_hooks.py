@@ -70,6 +70,17 @@ def test_the_probe_answers_in_a_worker_each_backend_alone():
     assert [got[n][0] for n in ("toy-avail-hangs", "toy-avail-aborts", "toy-avail-raises")] == [False] * 3
 
 
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="workers side by side need two cores")
+def test_a_hanging_probe_does_not_hold_back_another_environments_probes():
+    import dataclasses
+
+    other_env = dataclasses.replace(registry.get("toy-good"), env={"KERNEL_LAB_TOY_GROUP": "b"})
+    ticks = []
+    got = probe.probe_all([registry.get("toy-avail-hangs"), other_env], ticks.append)
+    assert list(got) == ["toy-avail-hangs", "toy-good"] and got["toy-good"] == (True, "always")
+    assert ticks == ["toy-good", "toy-avail-hangs"]   # answered while the other worker hung
+
+
 def test_doctor_does_not_hang_on_a_hanging_probe(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "KERNEL_LAB_FAMILY_MODULES": "tests.engine.toy_family",
            "KERNEL_LAB_BACKEND_MODULES": "tests.engine.toy_backends"}
