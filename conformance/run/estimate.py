@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Mapping
@@ -53,22 +53,55 @@ class Price:
     """Seconds a backend takes on this lab's measurement machine, fitted from a run's records
     (``conformance.run.pricing``): ``startup_s`` once per worker (imports, first compiles), then
     per pair ``pair_s`` (inputs, oracle, check, a compile per new shape) plus ``call_s`` per call
-    of the op (``cell_calls``) plus ``work_s`` per unit of ``cell_work``."""
+    of the op (``cell_calls``) plus ``work_s`` per unit of ``cell_work``. ``ops``: the same per
+    ``family/op`` where the run had enough pairs of it (an op's fixed cost differs from another's
+    at the same work: a gating cell is a hundredth of a decode's)."""
 
     startup_s: float = 0.0
     pair_s: float = 0.0
     call_s: float = 0.0
     work_s: float = 0.0
+    ops: dict = field(default_factory=dict, compare=False)   # "family/op" -> Price (its startup unused)
+
+    def of(self, cell: Cell) -> "Price":
+        """The price of ``cell``'s op where one was measured, else this one."""
+        return self.ops.get(f"{cell.family}/{cell.op}", self)
+
+
+def _prices_file() -> dict:
+    try:
+        return json.loads(PRICES.read_text())
+    except FileNotFoundError:
+        return {"backends": {}}
 
 
 @lru_cache(maxsize=1)
 def measured_prices() -> dict[str, Price]:
     """Backend name -> its measured ``Price`` (``prices.json``; empty when the file is absent)."""
-    try:
-        data = json.loads(PRICES.read_text())
-    except FileNotFoundError:
-        return {}
-    return {name: Price(**fields) for name, fields in data["backends"].items()}
+    return {name: Price(**{**fields, "ops": {op: Price(**f) for op, f in fields.get("ops", {}).items()}})
+            for name, fields in _prices_file()["backends"].items()}
+
+
+@lru_cache(maxsize=1)
+def prices_core_share() -> float:
+    """The share of a core a worker had while the prices were measured (its CPU time over its wall
+    time, the median over the pairs; 1 when the file does not say)."""
+    return float(_prices_file().get("measured", {}).get("core_share", 1.0))
+
+
+def core_share(load: dict | None, jobs: int) -> float:
+    """The share of a core each of ``jobs`` workers can expect on a machine whose ``load`` (load
+    average and usable cores, ``fingerprint.load_now``, before the run's own work) is as given:
+    ``min(1, cores / (load + jobs))``; 1 when the load is not known."""
+    if not load or not load.get("cores"):
+        return 1.0
+    return min(1.0, load["cores"] / max(1e-9, load["load_1m"] + max(1, jobs)))
+
+
+def start_rate(share: float) -> float:
+    """Seconds here per second at the prices before any pair has run: the prices' core share over
+    the ``share`` a worker can expect here."""
+    return prices_core_share() / max(share, 1e-3)
 
 
 def price(backend: registry.Backend) -> Price:
@@ -80,8 +113,8 @@ def price(backend: registry.Backend) -> Price:
 
 def first_estimate(cell: Cell, backend: registry.Backend) -> float:
     """Seconds the backend is expected to take on the cell, before any record of it, its worker's
-    startup apart: ``price(backend)`` at the cell's calls and work."""
-    p = price(backend)
+    startup apart: ``price(backend)`` of the cell's op at the cell's calls and work."""
+    p = price(backend).of(cell)
     return p.pair_s + p.call_s * cell_calls(cell) + p.work_s * cell_work(cell)
 
 
@@ -95,7 +128,10 @@ class Estimator:
 
     A pair's wall time (``wall_s``: dispatch to record, so the worker's start, the inputs, the
     oracle, the kernel and the check) is divided by its first estimate (the measured price); the
-    backend's *rate* is the exponentially smoothed ratio over its finished steady pairs. A
+    backend's *rate* is the ratio of the sums of wall times and estimates over its finished steady
+    pairs, older pairs decayed by ``DECAY`` each (a sum, not a mean of ratios), leaving out pairs
+    estimated under ``NOISE_S`` (their time is dispatch jitter: a gating pair priced at a
+    millisecond takes 1 to 40 here, a decode's 0.25 s holds within 10%). A
     worker's first pair of a backend pays the backend's startup price too, once per worker (at most
     ``jobs`` of them). Compile and autotune time is counted apart: a pair over ``OUTLIER`` times the
     rate's prediction (a new shape compiled or autotuned) adds only its time above the prediction to
@@ -103,26 +139,31 @@ class Estimator:
     expected to meet compile time as often as the finished steady pairs did. Before any steady pair
     of a backend, its rate is that of its first pairs (compile included: on a GPU every pair may
     compile or autotune), and before any pair at all the median rate of the backends seen so far
-    (how much slower or faster this machine is than the prices' machine), else 1. The sum is divided
-    among the workers. ``eta`` gives a range until ``SETTLED_PAIRS`` steady pairs and
+    (how much slower or faster this machine is than the prices' machine), else, for a backend with a
+    measured price, the ratio of the share of a core a worker had when the prices were measured to
+    the share it can expect here now (``share``, from the machine's load before the run), and 1 for
+    a declared cost model. The sum is divided among the workers. ``eta`` gives a range until ``SETTLED_PAIRS`` steady pairs and
     ``SETTLED_WORK`` of the work have finished."""
 
-    ALPHA = 0.3     # weight of the newest pair in the smoothed rate
+    DECAY = 0.9     # weight kept by the pairs before the newest in a backend's rate
+    NOISE_S = 0.02  # pairs estimated under this teach no rate
     OUTLIER = 4.0   # a pair this many times its prediction is compile or autotune
     SETTLED_PAIRS = 10
     SETTLED_WORK = 0.15
     SPREAD = (0.7, 1.4)   # the range before it settles: the prices' spread across runs of one machine
 
-    def __init__(self, pending: list[tuple[Cell, registry.Backend]], jobs: int):
+    def __init__(self, pending: list[tuple[Cell, registry.Backend]], jobs: int, share: float = 1.0):
         self.jobs = max(1, min(jobs, len(pending) or 1))
+        self.start_rate = start_rate(share)
         self.left: Counter = Counter()            # backend -> first estimates of its pairs left
         self.n_left: Counter = Counter()          # backend -> pairs left
         self.startups_left: Counter = Counter()   # backend -> worker startups still to come
         self.startup_s: dict[str, float] = {}
-        self.rate: dict[str, float] = {}          # backend -> smoothed wall / first estimate
+        self.rate: dict[str, float] = {}          # backend -> decayed sum of wall / of first estimates
+        self._sums: dict[str, tuple[float, float]] = {}   # backend -> (decayed wall sum, estimate sum)
         self.compile_later_s: Counter = Counter()  # backend -> compile/autotune seconds of steady pairs
         self.steady_n: Counter = Counter()        # backend -> finished pairs after a worker's first
-        self.first_ratio: dict[str, list[float]] = {}   # backend -> wall / estimate of first pairs
+        self.first_sums: dict[str, tuple[float, float]] = {}   # backend -> (wall, estimate) of first pairs
         self._first: dict[tuple[str, str], float] = {}
         for cell, b in pending:
             self._first[cell.id, b.name] = est = first_estimate(cell, b)
@@ -156,17 +197,22 @@ class Estimator:
         rate = self.rate.get(backend)
         predicted = (rate if rate is not None else 1.0) * estimate
         if first_in_worker:
-            startup = self.startup_s.get(backend, 0.0)
-            self.first_ratio.setdefault(backend, []).append(wall / (estimate + startup)
-                                                            if estimate + startup > 0 else 1.0)
+            w, e = self.first_sums.get(backend, (0.0, 0.0))
+            if estimate + self.startup_s.get(backend, 0.0) >= self.NOISE_S:
+                self.first_sums[backend] = (w + wall, e + estimate + self.startup_s.get(backend, 0.0))
             return   # its compile time is this worker's, once; later pairs are not expected to meet it
         if rate is not None and wall > self.OUTLIER * predicted:
             self.compile_later_s[backend] += wall - predicted
             self.steady_n[backend] += 1
             return
         self.steady_n[backend] += 1
-        ratio = wall / estimate if estimate > 0 else 1.0
-        self.rate[backend] = ratio if rate is None else (1 - self.ALPHA) * rate + self.ALPHA * ratio
+        if estimate < self.NOISE_S:
+            return
+        w, e = self._sums.get(backend, (0.0, 0.0))
+        w, e = self.DECAY * w + wall, self.DECAY * e + estimate
+        self._sums[backend] = (w, e)
+        if e > 0:
+            self.rate[backend] = w / e
 
     def learn(self, cells: dict[str, Cell], backends: dict[str, registry.Backend], recs: list[dict]) -> None:
         """Calibrate from records already in the folder (on resume; records written before
@@ -198,18 +244,19 @@ class Estimator:
         return self.compile_later_s[backend] / n if n else 0.0
 
     def machine_rate(self) -> float:
-        """The median rate of the backends seen so far (1 before any): this machine's time against
-        the prices'."""
+        """The median rate of the backends seen so far (``start_rate`` before any): this machine's
+        time against the prices'."""
         seen = sorted(self.rate.values())
-        return seen[len(seen) // 2] if seen else 1.0
+        return seen[len(seen) // 2] if seen else self.start_rate
 
     def per_backend(self) -> dict[str, float]:
         """Backend -> seconds of its pairs left (one worker's time)."""
         out = {}
         machine = self.machine_rate()
         for b, left in self.left.items():
-            firsts = self.first_ratio.get(b)
-            rate = self.rate.get(b, sum(firsts) / len(firsts) if firsts else machine)
+            w, e = self.first_sums.get(b, (0.0, 0.0))
+            unseen = machine if self.rate or b in measured_prices() else 1.0
+            rate = self.rate.get(b, w / e if e > 0 else unseen)
             secs = ((max(0.0, left) + max(0, self.startups_left[b]) * self.startup_s[b]) * rate
                     + max(0, self.n_left[b]) * self.compile_per_pair(b))
             if secs > 0:

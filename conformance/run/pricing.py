@@ -1,7 +1,9 @@
 """The measured prices of ``conformance/run/prices.json`` (``estimate.Price``), fitted from the
 records of a run folder: per backend, a non-negative least-squares fit of each steady pair's wall
 time to ``pair_s + call_s * calls + work_s * work``, and ``startup_s`` the median excess of a
-worker's first pair over that fit.
+worker's first pair over that fit; ``core_share`` the median over pairs of CPU time over wall time
+(at most 1): how much of a core a worker had, so that a run on a busier or quieter machine starts
+from prices scaled to its own load.
 
     python -m conformance.run.pricing RUN_DIR [--note TEXT]
 
@@ -23,8 +25,27 @@ from conformance.run.estimate import PRICES, Price, cell_calls, cell_work
 from conformance.run.selection import select_cells
 
 
+MIN_OP_PAIRS = 5   # an op gets a price of its own from at least this many steady pairs
+
+
+def _fit_line(rs: list[dict], cells: dict) -> tuple[np.ndarray, callable]:
+    """Non-negative least squares of wall time on (1, calls, work) over ``rs``: (coefficients, fitted)."""
+    features = lambda r: [1.0, cell_calls(cells[r["id"]]), cell_work(cells[r["id"]])]  # noqa: E731
+    x = np.array([features(r) for r in rs])
+    y = np.array([float(r["wall_s"]) for r in rs])
+    scale = np.maximum(x.max(axis=0), 1e-12)   # columns of like size for the solver
+    coef = nnls(x / scale, y)[0] / scale
+    return coef, lambda r: float(coef @ features(r))
+
+
+def _price(coef: np.ndarray, startup_s: float = 0.0, ops: dict | None = None) -> Price:
+    return Price(startup_s=round(startup_s, 3), pair_s=float(f"{coef[0]:.4g}"), call_s=float(f"{coef[1]:.4g}"),
+                 work_s=float(f"{coef[2]:.4g}"), ops=ops or {})
+
+
 def fit(recs: list[dict], cells: dict) -> dict[str, Price]:
-    """Backend -> its Price from the records (those that ran, of cells in ``cells``: id -> Cell)."""
+    """Backend -> its Price from the records (those that ran, of cells in ``cells``: id -> Cell), with
+    a price per op that has ``MIN_OP_PAIRS`` steady pairs."""
     by_backend: dict[str, list[dict]] = {}
     for r in recs:
         if r["status"] != "skip" and r["id"] in cells and r.get("wall_s") is not None:
@@ -32,16 +53,28 @@ def fit(recs: list[dict], cells: dict) -> dict[str, Price]:
     out = {}
     for name, rs in sorted(by_backend.items()):
         steady = [r for r in rs if not r.get("first_in_worker")] or rs
-        x = np.array([[1.0, cell_calls(cells[r["id"]]), cell_work(cells[r["id"]])] for r in steady])
-        y = np.array([float(r["wall_s"]) for r in steady])
-        scale = np.maximum(x.max(axis=0), 1e-12)   # columns of like size for the solver
-        coef = nnls(x / scale, y)[0] / scale
-        fitted = lambda r: float(coef @ [1.0, cell_calls(cells[r["id"]]), cell_work(cells[r["id"]])])  # noqa: E731
+        coef, fitted = _fit_line(steady, cells)
+        by_op: dict[str, list[dict]] = {}
+        for r in steady:
+            by_op.setdefault(f"{cells[r['id']].family}/{cells[r['id']].op}", []).append(r)
+        ops = {op: _price(_fit_line(group, cells)[0]) for op, group in sorted(by_op.items())
+               if len(group) >= MIN_OP_PAIRS}
         firsts = [float(r["wall_s"]) - fitted(r) for r in rs if r.get("first_in_worker")]
-        out[name] = Price(startup_s=round(max(0.0, statistics.median(firsts)) if firsts else 0.0, 3),
-                          pair_s=float(f"{coef[0]:.4g}"), call_s=float(f"{coef[1]:.4g}"),
-                          work_s=float(f"{coef[2]:.4g}"))
+        out[name] = _price(coef, max(0.0, statistics.median(firsts)) if firsts else 0.0, ops)
     return out
+
+
+def _as_json(price: Price) -> dict:
+    return {k: v for k, v in vars(price).items() if k != "ops"} | (
+        {"ops": {op: {k: v for k, v in vars(p).items() if k not in ("ops", "startup_s")}
+                 for op, p in price.ops.items()}} if price.ops else {})
+
+
+def core_share(recs: list[dict]) -> float | None:
+    """The median over the records that ran of ``min(1, cpu_s / wall_s)`` (None without ``cpu_s``)."""
+    shares = [min(1.0, r["cpu_s"] / r["wall_s"]) for r in recs
+              if r["status"] != "skip" and r.get("cpu_s") is not None and r.get("wall_s")]
+    return round(statistics.median(shares), 3) if shares else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,12 +86,15 @@ def main(argv: list[str] | None = None) -> int:
     info = records.read_json(run_dir / "run.json")
     tier = info["selection"]["tier"]
     cells = {c.id: c for c in select_cells(tier)}
-    prices = fit(records.read_partial(run_dir / "cells.jsonl")[0], cells)
+    recs = records.read_partial(run_dir / "cells.jsonl")[0]
+    prices = fit(recs, cells)
     known = registry.backends()
+    share = core_share(recs)
     records.dump_json(PRICES, {
         "measured": {"note": args.note, "tier": tier, "jobs": info.get("jobs"), "cpu": info["cpu"]["model"],
-                     "commit": info["git"]["commit"], "started": info.get("started")},
-        "backends": {n: vars(p) for n, p in prices.items() if n in known}})
+                     "commit": info["git"]["commit"], "started": info.get("started"),
+                     **({"core_share": share} if share is not None else {})},
+        "backends": {n: _as_json(p) for n, p in prices.items() if n in known}})
     print(f"{len(prices)} backends priced -> {PRICES}")
     return 0
 

@@ -23,7 +23,7 @@ from conformance.errors import RunStopped, UsageError
 from conformance.run import budget as time_budget
 from conformance.run import executors, hook_answers, records, schema
 from conformance.run.counts import count
-from conformance.run.estimate import Estimator, cell_work, hms, work_budget
+from conformance.run.estimate import Estimator, cell_work, core_share, hms, start_rate, work_budget
 from conformance.run.inprocess import static_record
 from conformance.run.run_folder import (
     acquire_lock,
@@ -197,6 +197,9 @@ def _run_locked(selection, cells, backends, out_dir, executor, *, resume, timeou
         # the runs before, a flat list (run.json is read to a limited depth); their nodes' fingerprints left out
         info["previous_runs"] = [*old_info.get("previous_runs", []),
                                  {k: v for k, v in old_info.items() if k not in ("nodes", "previous_runs")}]
+    if executor.name == "local":   # this machine's load before the run's own work: the ETA's first guess
+        info["load"] = fingerprint.load_now()
+    share = core_share(info.get("load"), jobs)
     probes = executor.probes(backends)
     info["backends"] = {b.name: {"available": probes[b.name][0], "reason": probes[b.name][1],
                                  "ops": {family: list(ops) for family, ops in b.ops.items()}} for b in backends}
@@ -213,13 +216,14 @@ def _run_locked(selection, cells, backends, out_dir, executor, *, resume, timeou
     left_out: list[tuple[Cell, registry.Backend]] = []
     stages = [todo]
     if time_limit is not None:
-        chosen, left_out = time_budget.choose(pairs, time_limit.deadline - time.monotonic() - FINISH_S, jobs)
+        chosen, left_out = time_budget.choose(
+            pairs, (time_limit.deadline - time.monotonic() - FINISH_S) / start_rate(share), jobs)
         # the first stage (each backend and op), then the rest, chosen again once the first has run
         stages = [_regroup(chosen[0] if chosen else []), _regroup([p for st in chosen[1:] for p in st])]
         pairs = [p for stage in chosen for p in stage]
         info["left_out"] = _left_out(left_out, time_limit, "did not fit the budget")
         write_run_json(run_path, info)
-    estimator = Estimator(pairs, jobs)
+    estimator = Estimator(pairs, jobs, share)
     estimator.learn({c.id: c for c in cells}, {b.name: b for b in backends}, old)
     per = sorted(estimator.per_backend().items(), key=lambda kv: -kv[1])
     say(f"{len(cells)} cells x {len(backends)} backends -> {out_dir}: {len(pairs)} to run, {len(statics)} skip, "

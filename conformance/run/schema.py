@@ -75,7 +75,7 @@ RECORD = Obj({
     "duration_s": (seconds, None), "device": (str, None), "retried_from": (str, None),
     "warnings": (List(str), None), "output": (str, None),
     "decided_by": (Obj({"output": (str, None), "criterion": (str, None)}), None),
-    "wall_s": (seconds, None), "first_in_worker": (bool, None), "path": (str, None),
+    "wall_s": (seconds, None), "cpu_s": (seconds, None), "first_in_worker": (bool, None), "path": (str, None),
     "unavailable": (str, None)},
     required=("id", "backend", "status"))
 
@@ -99,6 +99,7 @@ RUN_INFO = Obj({
     "merged_from": (List(str), Map(ANY), None),
     "left_out": (Obj({"budget": (str, None), "why": (str, None), "pairs": (int, None),
                       "per_backend": (Map(int), None), "ids": (List(List(str)), None)}), None),
+    "load": (Obj({"load_1m": (number, None), "cores": (int, None)}), None),   # before the probes
     "previous_runs": (List(Map(ANY)), None),   # the runs a --resume continued, oldest first
     "previous_run": (Map(ANY), None)})         # ... as folders written before that list kept it
 

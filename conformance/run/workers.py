@@ -48,6 +48,7 @@ def _worker_main(conn, output: str, parent: int) -> None:
     fd = os.open(output, os.O_WRONLY | os.O_APPEND)
     os.dup2(fd, 1)    # what the backend prints goes to the record, not the console
     os.dup2(fd, 2)
+    cpu_before = 0.0   # the first pair's CPU time counts the worker's start, as its wall time does
     while True:
         try:
             msg = conn.recv()
@@ -69,6 +70,8 @@ def _worker_main(conn, output: str, parent: int) -> None:
         if report and record["status"] not in ("error", "crash"):
             record.update(status="error", reason=f"compute-sanitizer: {report} (the check said {record['status']}"
                                                  f"{': ' + record['reason'] if record.get('reason') else ''})")
+        record["cpu_s"] = time.process_time() - cpu_before   # this process's threads, idle time ~0
+        cpu_before = time.process_time()
         if caught:
             seen = Counter(f"{w.category.__name__}: {w.message} ({Path(w.filename).name}:{w.lineno})"
                            for w in caught)

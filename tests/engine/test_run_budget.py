@@ -92,6 +92,55 @@ def test_the_eta_is_a_range_until_enough_pairs_have_finished():
     assert est.eta() == "0m56s"   # 28 pairs at the measured 2 s
 
 
+@pytest.fixture
+def measured(monkeypatch):
+    """Backend "m" priced as measured (2 s a pair of op scale, 0.001 s of op other) on a machine where a
+    worker had 0.25 of a core."""
+    price = estimate.Price(pair_s=1.0, ops={"toy/scale": estimate.Price(pair_s=2.0),
+                                           "toy/other": estimate.Price(pair_s=0.001)})
+    monkeypatch.setattr(estimate, "measured_prices", lambda: {"m": price})
+    monkeypatch.setattr(estimate, "prices_core_share", lambda: 0.25)
+    return toy("m", 99.0)   # its declared cost model is not used: it has a measured price
+
+
+def test_a_measured_price_is_per_op_and_scaled_to_this_machines_load_before_any_pair(measured):
+    scale, other = make_cell("toy", "scale", n=1, factor=1.0), make_cell("toy", "other", n=1, factor=1.0)
+    assert estimate.first_estimate(scale, measured) == 2.0 and estimate.first_estimate(other, measured) == 0.001
+    assert estimate.core_share({"load_1m": 0.0, "cores": 2}, jobs=2) == 1.0
+    assert estimate.core_share({"load_1m": 6.0, "cores": 2}, jobs=2) == 0.25
+    quiet = estimate.Estimator([(scale, measured)] * 10, jobs=1, share=1.0)
+    busy = estimate.Estimator([(scale, measured)] * 10, jobs=1, share=0.25)
+    assert quiet.remaining() == pytest.approx(5.0) and busy.remaining() == pytest.approx(20.0)
+    unmeasured = estimate.Estimator([(scale, toy("g", 2.0))] * 10, jobs=1, share=1.0)
+    assert unmeasured.remaining() == pytest.approx(20.0)   # a declared cost model is not rescaled
+
+
+def test_pairs_of_a_few_milliseconds_teach_no_rate(measured):
+    cells = [make_cell("toy", "scale", n=n, factor=1.0) for n in range(20)]
+    tiny = [make_cell("toy", "other", n=n, factor=1.0) for n in range(5)]
+    est = estimate.Estimator([(c, measured) for c in tiny + cells], jobs=1, share=1.0)
+    for c in tiny:   # 40x their price: dispatch jitter, not this machine's speed
+        est.done({"id": c.id, "backend": "m", "status": "pass", "wall_s": 0.04, "first_in_worker": False})
+    assert est.remaining() == pytest.approx(20 * 2.0 * 0.25)
+    for c in cells[:4]:
+        est.done({"id": c.id, "backend": "m", "status": "pass", "wall_s": 1.0, "first_in_worker": False})
+    assert est.rate["m"] == pytest.approx(0.5) and est.remaining() == pytest.approx(16 * 2.0 * 0.5)
+
+
+def test_prices_are_fitted_per_op_with_the_core_share_of_the_run():
+    from conformance.run import pricing
+
+    scale = [make_cell("toy", "scale", n=n, factor=1.0) for n in range(6)]
+    other = [make_cell("toy", "other", n=n, factor=1.0) for n in range(2)]
+    cells = {c.id: c for c in scale + other}
+    recs = [{"id": c.id, "backend": "m", "status": "pass", "wall_s": 2.0, "cpu_s": 0.5} for c in scale]
+    recs += [{"id": c.id, "backend": "m", "status": "pass", "wall_s": 0.002, "cpu_s": 0.004} for c in other]
+    price = pricing.fit(recs, cells)["m"]
+    assert list(price.ops) == ["toy/scale"]   # "other" has too few pairs for a price of its own
+    assert price.ops["toy/scale"].pair_s == pytest.approx(2.0)
+    assert pricing.core_share(recs) == 0.25   # the median of min(1, cpu / wall)
+
+
 def _conform(*args) -> tuple[int, str, str]:
     """``kernel-lab conform --family toy --tier ci ARGS`` in a child process (``toy_cli.lab``)."""
     res = lab(*CI, *args)
