@@ -1,12 +1,17 @@
-"""The checks every family's ``CAPTURED.derive`` shares: the keys a file must hold, dtypes, index tables.
-Each failure is an ``InputsError`` naming the key and what was expected."""
+"""The checks every family's ``CAPTURED`` module shares: the keys a file must hold, the members' shapes
+against each other, dtypes, index tables. Each failure is an ``InputsError`` naming the key and what was
+expected. The shape and dtype checks read only ``.shape`` and ``.dtype``: they take a file's headers
+(``tensor_files.Member``) as well as arrays."""
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
 from conformance.errors import shown
+
+
+INDEX_DTYPES = ("int32", "int64")
 
 
 class InputsError(ValueError):
@@ -33,7 +38,45 @@ def check_keys(arrays: Mapping, strings: Mapping, required: Iterable[str], optio
         raise InputsError(f"{', '.join(map(shown, extra))}: an unexpected string; {known}")
 
 
-def dtype_in(name: str, a: np.ndarray, allowed: Iterable[str], what: str = "") -> str:
+def check_shapes(members: Mapping, template: Mapping[str, Sequence[str]]) -> dict[str, int]:
+    """The dimensions of ``template`` as ``members`` declare them; InputsError naming the first member, in
+    template order, whose shape is not the one the other members imply.
+
+    ``template`` gives each member's shape as dimension names (``"N+1"``: one more than N); members absent
+    from ``members`` are left out. A dimension takes the value most members of the right rank declare, a tie
+    going to the member first in template order, so one forged member (a huge q beside k, v of the same T)
+    is the one named, before any data is read."""
+    votes: dict[str, dict[int, int]] = {}
+    for name, dims in template.items():
+        shape = tuple(members[name].shape) if name in members else None
+        if shape is None or len(shape) != len(dims):
+            continue
+        for dim, size in zip(dims, shape):
+            symbol, plus = _dim(dim)
+            count = votes.setdefault(symbol, {})
+            count[size - plus] = count.get(size - plus, 0) + 1
+    sizes = {symbol: max(count, key=count.get) for symbol, count in votes.items()}
+    for name, dims in template.items():
+        if name not in members:
+            continue
+        implied = []
+        for dim in dims:
+            symbol, plus = _dim(dim)
+            implied.append(sizes[symbol] + plus if symbol in sizes else dim)
+        shape = list(members[name].shape)
+        if shape != implied:
+            raise InputsError(f"{name}: declared shape {shape}; the other members imply "
+                              f"[{', '.join(map(str, implied))}] ({', '.join(dims)})")
+    return sizes
+
+
+def _dim(dim: str) -> tuple[str, int]:
+    """``"N+1"`` -> ("N", 1); ``"T"`` -> ("T", 0)."""
+    symbol, _, plus = dim.partition("+")
+    return symbol, int(plus or 0)
+
+
+def dtype_in(name: str, a, allowed: Iterable[str], what: str = "") -> str:
     """The dtype name of ``a``, or InputsError naming ``name`` unless it is one of ``allowed``."""
     allowed = tuple(allowed)
     if a.dtype.name not in allowed:
@@ -41,10 +84,15 @@ def dtype_in(name: str, a: np.ndarray, allowed: Iterable[str], what: str = "") -
     return a.dtype.name
 
 
+def index_dtype(name: str, a) -> str:
+    """The dtype name of an index table (int32 or int64; InputsError naming it otherwise)."""
+    return dtype_in(name, a, INDEX_DTYPES)
+
+
 def index_table(name: str, a: np.ndarray, dtype) -> np.ndarray:
     """An int32 or int64 index array as ``dtype`` (np.int32 or np.int64; InputsError naming it for
     another dtype or values outside ``dtype``)."""
-    dtype_in(name, a, ("int32", "int64"))
+    index_dtype(name, a)
     info = np.iinfo(dtype)
     if a.size and (a.min() < info.min or a.max() > info.max):
         raise InputsError(f"{name}: entries outside the {np.dtype(dtype).name} range")
