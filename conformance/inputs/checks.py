@@ -40,34 +40,42 @@ def check_keys(arrays: Mapping, strings: Mapping, required: Iterable[str], optio
 
 def check_shapes(members: Mapping, template: Mapping[str, Sequence[str]]) -> dict[str, int]:
     """The dimensions of ``template`` as ``members`` declare them; InputsError naming the first member, in
-    template order, whose shape is not the one the other members imply.
+    template order, whose shape is not the one the other members imply, and those members.
 
     ``template`` gives each member's shape as dimension names (``"N+1"``: one more than N); members absent
-    from ``members`` are left out. A dimension takes the value most members of the right rank declare, a tie
-    going to the member first in template order, so one forged member (a huge q beside k, v of the same T)
-    is the one named, before any data is read."""
-    votes: dict[str, dict[int, int]] = {}
+    from ``members`` are left out. A dimension takes the value most members of the right rank declare (a
+    member counts once, by its first dimension of that name), a tie going to the smaller value: one forged
+    member (a huge q beside k, v of the same T) is the one named, and of two that disagree alone the larger is,
+    before any data is read."""
+    declared: dict[str, dict[str, int]] = {}   # member -> dimension -> size, members of the right rank
     for name, dims in template.items():
-        shape = tuple(members[name].shape) if name in members else None
-        if shape is None or len(shape) != len(dims):
-            continue
-        for dim, size in zip(dims, shape):
-            symbol, plus = _dim(dim)
+        if name in members and len(members[name].shape) == len(dims):
+            sizes = declared.setdefault(name, {})
+            for dim, size in zip(dims, members[name].shape):
+                symbol, plus = _dim(dim)
+                sizes.setdefault(symbol, int(size) - plus)
+    votes: dict[str, dict[int, int]] = {}
+    for sizes in declared.values():
+        for symbol, size in sizes.items():
             count = votes.setdefault(symbol, {})
-            count[size - plus] = count.get(size - plus, 0) + 1
-    sizes = {symbol: max(count, key=count.get) for symbol, count in votes.items()}
+            count[size] = count.get(size, 0) + 1
+    dims_of = {symbol: min(count, key=lambda size: (-count[size], size)) for symbol, count in votes.items()}
     for name, dims in template.items():
         if name not in members:
             continue
         implied = []
         for dim in dims:
             symbol, plus = _dim(dim)
-            implied.append(sizes[symbol] + plus if symbol in sizes else dim)
-        shape = list(members[name].shape)
+            implied.append(dims_of[symbol] + plus if symbol in dims_of else dim)
+        shape = [int(size) for size in members[name].shape]
         if shape != implied:
-            raise InputsError(f"{name}: declared shape {shape}; the other members imply "
-                              f"[{', '.join(map(str, implied))}] ({', '.join(dims)})")
-    return sizes
+            off = {s for s, size in declared.get(name, {}).items() if size != dims_of[s]}
+            others = [o for o, sizes in declared.items() if o != name and any(sizes.get(s) == dims_of[s] for s in off)]
+            who = f"{', '.join(others)} {'imply' if len(others) > 1 else 'implies'}" if others else \
+                "the other members imply"
+            raise InputsError(f"{name}: declared shape {shape}; {who} [{', '.join(map(str, implied))}] "
+                              f"({', '.join(dims)})")
+    return dims_of
 
 
 def _dim(dim: str) -> tuple[str, int]:
