@@ -53,7 +53,8 @@ def check_shapes(members: Mapping, template: Mapping[str, Sequence[str]]) -> dic
             sizes = declared.setdefault(name, {})
             for dim, size in zip(dims, members[name].shape):
                 symbol, plus = _dim(dim)
-                sizes.setdefault(symbol, int(size) - plus)
+                if int(size) >= plus:   # cu_seqlens of no entries declares no N
+                    sizes.setdefault(symbol, int(size) - plus)
     votes: dict[str, dict[int, int]] = {}
     for sizes in declared.values():
         for symbol, size in sizes.items():
@@ -69,12 +70,13 @@ def check_shapes(members: Mapping, template: Mapping[str, Sequence[str]]) -> dic
             implied.append(dims_of[symbol] + plus if symbol in dims_of else dim)
         shape = [int(size) for size in members[name].shape]
         if shape != implied:
-            off = {s for s, size in declared.get(name, {}).items() if size != dims_of[s]}
+            off = {_dim(d)[0] for d, size, want in zip(dims, shape, implied) if size != want}
+            if len(shape) != len(dims):
+                off = set()
             others = [o for o, sizes in declared.items() if o != name and any(sizes.get(s) == dims_of[s] for s in off)]
-            who = f"{', '.join(others)} {'imply' if len(others) > 1 else 'implies'}" if others else \
-                "the other members imply"
-            raise InputsError(f"{name}: declared shape {shape}; {who} [{', '.join(map(str, implied))}] "
-                              f"({', '.join(dims)})")
+            who = f"{', '.join(others)} {'imply' if len(others) > 1 else 'implies'}"
+            raise InputsError(f"{name}: declared shape {shape}; {who if others else 'the other members imply'} "
+                              f"[{', '.join(map(str, implied))}] ({', '.join(dims)})")
     return dims_of
 
 
