@@ -7,8 +7,8 @@ A family takes files for the ops its ``CAPTURED`` module (a member of the family
 that module's ``keys(op) -> (required, optional, strings)`` names what a file may hold and
 ``check_headers(op, members)`` checks the members' shapes and dtypes against each other, both from the
 file's headers before any data is read (an unexpected member is refused, never decompressed; a member
-larger than the others imply, never read); then the strings and the index tables (``TABLES``, small) are
-read and ``check_tables(op, members, tables)`` checks their values against the other members' shapes;
+larger than the others imply, never read; a file needing more than half the memory, never read); then
+the strings and the index tables (``TABLES``, small) are read and ``check_tables(op, members, tables)`` checks their values against the other members' shapes;
 then the rest is read, and ``derive(op, arrays, strings) -> (params, inputs)`` checks the file
 strictly (``InputsError`` naming the key and what was expected) and gives the cell's parameters,
 read from the arrays' shapes and dtypes, and the family's input dict. The cell is a matrix cell of
@@ -69,6 +69,7 @@ def _derive(path: str | os.PathLike, family: str, op: str) -> tuple[dict, dict]:
     try:
         check_keys(members, {n: m for n, m in listed.items() if m.is_string}, *mod.keys(op))
         mod.check_headers(op, members)
+        tensor_files.check_memory(path, listed)   # the whole file, read in two parts
         tables, strings = tensor_files.read(path, first)
         mod.check_tables(op, members, tables)
         rest, _ = tensor_files.read(path, [n for n in members if n not in tables])

@@ -189,11 +189,23 @@ def listing(path: str | os.PathLike) -> dict[str, Member]:
     return _npz_listing(p) if suffix(p) == ".npz" else _safetensors_listing(p)
 
 
+def check_memory(path: str | os.PathLike, listed: Mapping[str, Member]) -> int:
+    """The bytes ``listed`` (members of the file at ``path``) need; TensorFileError naming the largest when
+    that is more than half this machine's memory."""
+    need = sum(m.nbytes for m in listed.values())
+    if need > memory_bytes() // 2:
+        biggest = max(listed, key=lambda n: listed[n].nbytes)
+        raise TensorFileError(f"{path}: its arrays need {size_text(need)} (the largest, {shown(biggest)}, "
+                              f"{size_text(listed[biggest].nbytes)}), more than half this machine's memory "
+                              f"({size_text(memory_bytes())})")
+    return need
+
+
 def read(path: str | os.PathLike, names: Iterable[str] | None = None
          ) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """(arrays by name, strings by name) of a ``.npz`` or ``.safetensors`` file: every member, or those of
     ``names`` (each a member of the file); refused before any data is read when the arrays to read need more
-    than half this machine's memory."""
+    than half this machine's memory (``check_memory``)."""
     p = existing(path)
     listed = listing(p)
     if names is not None:
@@ -202,12 +214,7 @@ def read(path: str | os.PathLike, names: Iterable[str] | None = None
         if absent:
             raise TensorFileError(f"{p}: holds no member {', '.join(map(shown, absent))}")
         listed = {n: listed[n] for n in names}
-    need = sum(m.nbytes for m in listed.values())
-    if need > memory_bytes() // 2:
-        biggest = max(listed, key=lambda n: listed[n].nbytes)
-        raise TensorFileError(f"{p}: its arrays need {size_text(need)} (the largest, {shown(biggest)}, "
-                              f"{size_text(listed[biggest].nbytes)}), more than half this machine's memory "
-                              f"({size_text(memory_bytes())})")
+    need = check_memory(p, listed)
     try:
         return _read_npz(p, listed) if suffix(p) == ".npz" else _read_safetensors(p, listed)
     except MemoryError:

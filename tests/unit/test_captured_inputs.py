@@ -664,6 +664,17 @@ def test_a_file_whose_arrays_need_more_than_half_the_memory_is_refused_before_it
         tensor_files.read(path)
 
 
+def test_a_file_read_in_two_parts_is_held_to_the_memory_bound_as_a_whole(tmp_path, monkeypatch):
+    arrays = gdn_arrays()
+    path = capture.save(tmp_path / "layer.npz", arrays)
+    rest = sum(a.nbytes for k, a in arrays.items() if k != "state_indices")
+    monkeypatch.setattr(tensor_files, "memory_bytes", lambda: 2 * rest)   # all but the table fits, the whole not
+    reads = _reads(monkeypatch)
+    with pytest.raises(captured.UsageError, match="more than half this machine's memory"):
+        captured.file_cell(path, "gdn", "decode")
+    assert reads == []
+
+
 def test_nan_in_a_pool_slot_the_op_never_touches_passes_and_a_write_there_still_fails(tmp_path):
     arrays = gdn_arrays()
     used = set(arrays["state_indices"][arrays["state_indices"] >= 0].tolist())
