@@ -24,10 +24,12 @@ A family exports:
         # (conformance.refusals), and the input a refused call must leave as it was; tests/unit/test_refusals.py
         # runs every row against every registered backend that holds the argument contract
     CAPTURED: module | None                       # optional: the ops that take captured tensors from a file
-        # (``conform --inputs``): OPS, keys(op) -> (required, optional, strings) names (checked against the
-        # file's headers before its data is read) and derive(op, arrays, strings) -> (params, inputs), checked with
-        # conformance.inputs.checks; conformance.inputs.captured turns a file into a cell. None or absent:
-        # the family takes no file.
+        # (``conform --inputs``): OPS, keys(op) -> (required, optional, strings) names and
+        # check_headers(op, members) (shapes and dtypes against each other), both checked against the file's
+        # headers before its data is read; TABLES, the small index tables read first, and
+        # check_tables(op, members, tables) (their values against the other members' shapes); then
+        # derive(op, arrays, strings) -> (params, inputs), checked with conformance.inputs.checks;
+        # conformance.inputs.captured turns a file into a cell. None or absent: the family takes no file.
 """
 from __future__ import annotations
 

@@ -3,9 +3,13 @@ tensors a layer was called with in a real model, keyed by the reference's argume
 ``conformance.inputs.tensor_files``: ``.npz`` or ``.safetensors``).
 
 A family takes files for the ops its ``CAPTURED`` module (a member of the family protocol,
-``conformance.families``) lists in ``OPS``; that module's ``keys(op) -> (required, optional, strings)``
-names what a file may hold, checked against the file's headers before any data is read (an unexpected
-member is refused, never decompressed), and its ``derive(op, arrays, strings) -> (params, inputs)`` checks the file
+``conformance.families``) lists in ``OPS``. What is read is bounded by what the op takes, in this order:
+that module's ``keys(op) -> (required, optional, strings)`` names what a file may hold and
+``check_headers(op, members)`` checks the members' shapes and dtypes against each other, both from the
+file's headers before any data is read (an unexpected member is refused, never decompressed; a member
+larger than the others imply, never read; a file needing more than half the memory, never read); then
+the strings and the index tables (``TABLES``, small) are read and ``check_tables(op, members, tables)`` checks their values against the other members' shapes;
+then the rest is read, and ``derive(op, arrays, strings) -> (params, inputs)`` checks the file
 strictly (``InputsError`` naming the key and what was expected) and gives the cell's parameters,
 read from the arrays' shapes and dtypes, and the family's input dict. The cell is a matrix cell of
 those parameters plus ``inputs=<the first 12 hex digits of the file's SHA-256>``; it keeps the file's
@@ -24,7 +28,7 @@ from conformance import families
 from conformance.cells import Cell, make_cell
 from conformance.errors import UsageError
 from conformance.inputs import tensor_files
-from conformance.inputs.checks import InputsError, check_keys
+from conformance.inputs.checks import check_keys
 
 DIGEST_CHARS = 12   # of the SHA-256 in the cell id (``inputs=``)
 
@@ -60,15 +64,19 @@ def _derive(path: str | os.PathLike, family: str, op: str) -> tuple[dict, dict]:
     if mod is None or op not in mod.OPS:
         raise UsageError(f"--inputs: {family}/{op} does not take a file; supported: {', '.join(supported())}")
     listed = tensor_files.listing(path)
+    members = {n: m for n, m in listed.items() if not m.is_string}
+    first = [n for n, m in listed.items() if m.is_string or n in mod.TABLES]
     try:
-        check_keys({n: m for n, m in listed.items() if not m.is_string},
-                   {n: m for n, m in listed.items() if m.is_string}, *mod.keys(op))
-    except InputsError as exc:
-        raise UsageError(f"--inputs {path}: {exc}") from None
-    arrays, strings = tensor_files.read(path)
-    try:
-        return mod.derive(op, arrays, strings)
-    except (InputsError, ValueError, TypeError) as exc:
+        check_keys(members, {n: m for n, m in listed.items() if m.is_string}, *mod.keys(op))
+        mod.check_headers(op, members)
+        tensor_files.check_memory(path, listed)   # the whole file, read in two parts
+        tables, strings = tensor_files.read(path, first)
+        mod.check_tables(op, members, tables)
+        rest, _ = tensor_files.read(path, [n for n in members if n not in tables])
+        return mod.derive(op, {**tables, **rest}, strings)
+    except UsageError:   # the file itself (tensor_files.TensorFileError) names it
+        raise
+    except (ValueError, TypeError) as exc:
         raise UsageError(f"--inputs {path}: {exc}") from None
 
 

@@ -2,13 +2,14 @@
 named strings (the metadata), and written from them.
 
 - ``.npz``: each array under its name; a string is a 0-d unicode array. NumPy stores an ml_dtypes
-  bfloat16 array as 2-byte void (``V2``): a ``V2`` array is read back as bfloat16. Object arrays
+  bfloat16 array as 2-byte void (``V2``): a ``V2`` array is listed and read back as bfloat16. Object arrays
   (pickles) are refused.
 - ``.safetensors``: the tensors under their names (BF16 as ml_dtypes bfloat16), the strings in the
   header's ``__metadata__``; read and written by the ``safetensors`` package.
 
 ``listing`` gives each tensor's shape and dtype from the headers alone (nothing decompressed), so a
-caller checks names and sizes before any data is read; ``read`` reads the data, at most the bytes the
+caller checks names and sizes before any data is read; ``read`` reads the data of all members or of those
+named (a caller reads the small ones first and checks the big ones against them), at most the bytes the
 headers declare. Both raise ``TensorFileError`` naming the file, the member and what is wrong: a
 member that is not ``.npy``, a header declaring a negative dimension or more data than the member
 holds (truncated or forged), an object array (a pickle), a member cut short, more memory than this
@@ -21,7 +22,7 @@ import os
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Iterable, Mapping
 
 import ml_dtypes
 import numpy as np
@@ -104,7 +105,7 @@ def _npz_header(path: Path, zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> tuple
         raise TensorFileError(f"{where}: holds an object array (a pickle); expected plain arrays")
     if any(d < 0 for d in shape):
         raise TensorFileError(f"{where}: its header declares shape {list(shape)}, a negative dimension")
-    member = Member(tuple(shape), dtype)
+    member = Member(tuple(shape), np.dtype(ml_dtypes.bfloat16) if dtype == np.dtype("V2") else dtype)
     held = info.file_size - header_bytes
     if member.nbytes > held:
         raise TensorFileError(f"{where}: its header declares shape {list(shape)} of {dtype.name} "
@@ -123,8 +124,7 @@ def _npz_listing(path: Path) -> dict[str, Member]:
         raise TensorFileError(f"{path}: not a readable .npz file ({exc})") from None
 
 
-def _read_npz(path: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    listed = _npz_listing(path)
+def _read_npz(path: Path, listed: dict[str, Member]) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     arrays, strings = {}, {}
     with zipfile.ZipFile(path) as zf:
         for name, member in listed.items():
@@ -171,13 +171,14 @@ def _safetensors_listing(path: Path) -> dict[str, Member]:
         raise TensorFileError(f"{path}: not a readable .safetensors file ({exc})") from None
 
 
-def _read_safetensors(path: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+def _read_safetensors(path: Path, listed: dict[str, Member]) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     needs(f"reading {path}", "safetensors", "safetensors")
     from safetensors import SafetensorError, safe_open
 
     try:
         with safe_open(str(path), framework="np") as f:
-            return {name: f.get_tensor(name) for name in f.keys()}, dict(f.metadata() or {})
+            strings = {k: v for k, v in (f.metadata() or {}).items() if k in listed}
+            return {name: f.get_tensor(name) for name in listed if name not in strings}, strings
     except (SafetensorError, OSError, ValueError, TypeError) as exc:
         raise TensorFileError(f"{path}: not a readable .safetensors file ({exc})") from None
 
@@ -188,19 +189,34 @@ def listing(path: str | os.PathLike) -> dict[str, Member]:
     return _npz_listing(p) if suffix(p) == ".npz" else _safetensors_listing(p)
 
 
-def read(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    """(arrays by name, strings by name) of a ``.npz`` or ``.safetensors`` file; refused before any data
-    is read when its arrays need more than half this machine's memory."""
-    p = existing(path)
-    listed = listing(p)
+def check_memory(path: str | os.PathLike, listed: Mapping[str, Member]) -> int:
+    """The bytes ``listed`` (members of the file at ``path``) need; TensorFileError naming the largest when
+    that is more than half this machine's memory."""
     need = sum(m.nbytes for m in listed.values())
     if need > memory_bytes() // 2:
         biggest = max(listed, key=lambda n: listed[n].nbytes)
-        raise TensorFileError(f"{p}: its arrays need {size_text(need)} (the largest, {shown(biggest)}, "
+        raise TensorFileError(f"{path}: its arrays need {size_text(need)} (the largest, {shown(biggest)}, "
                               f"{size_text(listed[biggest].nbytes)}), more than half this machine's memory "
                               f"({size_text(memory_bytes())})")
+    return need
+
+
+def read(path: str | os.PathLike, names: Iterable[str] | None = None
+         ) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """(arrays by name, strings by name) of a ``.npz`` or ``.safetensors`` file: every member, or those of
+    ``names`` (each a member of the file); refused before any data is read when the arrays to read need more
+    than half this machine's memory (``check_memory``)."""
+    p = existing(path)
+    listed = listing(p)
+    if names is not None:
+        names = list(names)
+        absent = [n for n in names if n not in listed]
+        if absent:
+            raise TensorFileError(f"{p}: holds no member {', '.join(map(shown, absent))}")
+        listed = {n: listed[n] for n in names}
+    need = check_memory(p, listed)
     try:
-        return _read_npz(p) if suffix(p) == ".npz" else _read_safetensors(p)
+        return _read_npz(p, listed) if suffix(p) == ".npz" else _read_safetensors(p, listed)
     except MemoryError:
         raise TensorFileError(f"{p}: its arrays ({size_text(need)}) do not fit in memory here") from None
 

@@ -174,6 +174,15 @@ def decays(g) -> None:
 
 def qkv(q, k, v) -> tuple[int, int, int, int, int]:
     """Check q [T,H,K], k [T,H,K], v [T,HV,V]; returns (T, H, HV, K, V)."""
+    dims = qkv_shapes(q, k, v)
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        _finite(name, x)
+    return dims
+
+
+def qkv_shapes(q, k, v) -> tuple[int, int, int, int, int]:
+    """The shape and dtype checks of ``qkv``, no value read (q, k, v: anything with a shape and a dtype,
+    a file's headers included); returns (T, H, HV, K, V)."""
     _floating("q", q, 3)
     _floating("k", k, 3)
     _floating("v", v, 3)
@@ -189,8 +198,6 @@ def qkv(q, k, v) -> tuple[int, int, int, int, int]:
         raise ValueError(f"q/v: zero-sized head or head dim (q {tuple(q.shape)}, v {tuple(v.shape)})")
     if HV % H != 0:
         raise ValueError(f"v: HV={HV} value heads is not a multiple of H={H} key heads")
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        _finite(name, x)
     return T, H, HV, K, V
 
 

@@ -72,11 +72,7 @@ def store_args(kv_cache, key, value, slot_mapping, preset_name, layout, rotation
     N, Hk, D = key.shape
     check_head_size(D)
     num_blocks, block_size = check_cache(kv_cache, p, D, Hk)
-    slots = ints("slot_mapping", slot_mapping, 1)
-    if slots.shape[0] != N:
-        raise ValueError(f"slot_mapping must have {N} entries (one per token), got {slots.shape[0]}")
-    if np.any(slots >= num_blocks * block_size):
-        raise ValueError(f"slot_mapping entries must be < num_blocks * block_size = {num_blocks * block_size}")
+    slots = slot_table(slot_mapping, N, num_blocks, block_size)
     rotation_for(p, rotation, D)
     keep = slots >= 0
     if not p.key_fp8:
@@ -86,6 +82,16 @@ def store_args(kv_cache, key, value, slot_mapping, preset_name, layout, rotation
     if len(np.unique(slots[keep])) != int(keep.sum()):
         raise ValueError("slot_mapping has a repeated non-negative slot")
     return p, layout, D, slots[keep], keep
+
+
+def slot_table(slot_mapping, N: int, num_blocks: int, block_size: int) -> np.ndarray:
+    """-> slot_mapping int64 [N]: one flat slot per token, below num_blocks * block_size (negative: not stored)."""
+    slots = ints("slot_mapping", slot_mapping, 1)
+    if slots.shape[0] != N:
+        raise ValueError(f"slot_mapping must have {N} entries (one per token), got {slots.shape[0]}")
+    if np.any(slots >= num_blocks * block_size):
+        raise ValueError(f"slot_mapping entries must be < num_blocks * block_size = {num_blocks * block_size}")
+    return slots
 
 
 def tables(block_table, seq_lens, num_blocks: int, block_size: int, B: int | None = None):
@@ -123,8 +129,7 @@ def decode_args(query, kv_cache, block_table, seq_lens, preset_name, layout, rot
     check_head_size(D)
     p, layout, D, (num_blocks, block_size, Hk) = cache_args(kv_cache, preset_name, layout, D)
     rotation_for(p, rotation, D)
-    if Hq % Hk:
-        raise ValueError(f"query heads Hq={Hq} must be a multiple of the cache's kv heads Hk={Hk}")
+    query_heads(Hq, Hk)
     split_count(num_kv_splits)
     bt, lens = tables(block_table, seq_lens, num_blocks, block_size, B)
     if sinks is not None:
@@ -132,6 +137,12 @@ def decode_args(query, kv_cache, block_table, seq_lens, preset_name, layout, rot
         if np.shape(sinks) != (Hq,):
             raise ValueError(f"sinks must be None or [Hq={Hq}], got shape {list(np.shape(sinks))}")
     return p, layout, (B, Hq, Hk, D, block_size), bt, lens, softmax_scale(scale, D)
+
+
+def query_heads(Hq: int, Hk: int) -> None:
+    """ValueError naming the query heads unless Hq is a multiple of the cache's kv heads Hk (G = Hq / Hk)."""
+    if Hk < 1 or Hq % Hk:
+        raise ValueError(f"query heads Hq={Hq} must be a multiple of the cache's kv heads Hk={Hk}")
 
 
 def softmax_scale(scale, D: int) -> float:

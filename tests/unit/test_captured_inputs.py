@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conformance import families
 from conformance.families.gdn import make_inputs as gdn_inputs, matrix as gdn_matrix
 from conformance.families.gdn.captured import KEYS as GDN_FILE_KEYS
 from conformance.families.turboquant import make_inputs as tq_inputs, matrix as tq_matrix
@@ -18,6 +19,7 @@ from conformance.inputs import capture, captured, tensor_files
 from conformance.memo import Memo
 from conformance.run import records
 from conformance.run.inprocess import run_one
+from reference.turboquant.presets import preset
 from tests.cli_in_process import main, one_error_line
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -200,10 +202,12 @@ BAD = {
     "state-dtype": (_gdn(_set("state", lambda a: a["state"].astype(np.float64))), "state: dtype float64"),
     "index-dtype": (_gdn(_set("state_indices", lambda a: a["state_indices"].astype(np.float32))),
                     "state_indices: dtype float32, expected int32 or int64"),
-    "k-heads": (_gdn(_set("k", lambda a: a["k"][:, :1])), "k: expected the shape of q"),
-    "v-heads": (_gdn(_set("v", lambda a: a["v"][:, :3])), "v: HV=3 value heads is not a multiple of H=2"),
-    "state-shape": (_gdn(_set("state", lambda a: a["state"][..., :16])),
-                    "state: expected shape [S, HV=4, K=32, V=32]"),
+    "k-heads": (_gdn(_set("k", lambda a: a["k"][:, :1])),   # q and k disagree alone: the larger is named
+                "q: declared shape [4, 2, 32]; k implies [4, 1, 32] (T, H, K)"),
+    "v-heads": (_gdn(_set("v", lambda a: a["v"][:, :3])),
+                "v: declared shape [4, 3, 32]; A_log, a, b, dt_bias, state imply [4, 4, 32] (T, HV, V)"),
+    "state-shape": (_gdn(_set("state", lambda a: a["state"][..., :16])),   # V: v and state alone, the smaller
+                    "v: declared shape [4, 4, 32]; state implies [4, 4, 16] (T, HV, V)"),
     "index-outside-pool": (_gdn(_poke("state_indices", 0, lambda a: a["state"].shape[0])),
                            "state_indices: slot index out of range [-1, 5)"),
     "all-padding": (_gdn(_set("state_indices", lambda a: np.full(4, -1, np.int32))),
@@ -409,15 +413,47 @@ def _npy(shape, dtype="<f4", data: bytes = b"") -> bytes:
     return buf.getvalue() + data
 
 
-def _good_members() -> dict[str, bytes]:
+def _good_members(arrays: dict | None = None) -> dict[str, bytes]:
+    """``arrays`` (default: a GDN decode's) as .npy members, bfloat16 as NumPy writes it (``<V2``)."""
     import io
 
     out = {}
-    for k, a in gdn_arrays().items():
+    for k, a in (gdn_arrays() if arrays is None else arrays).items():
         buf = io.BytesIO()
-        np.save(buf, a.view(np.uint16) if a.dtype.name == "bfloat16" else a)
+        np.save(buf, a)
         out[k + ".npy"] = buf.getvalue()
     return out
+
+
+def _with_zeros(path, members: dict[str, bytes], name: str, shape: tuple, descr: str = "<f4"):
+    """``members`` and a member ``name`` of ``shape`` holding zeros (deflated: 256 MiB is about 250 KB),
+    its data written in 16 MiB pieces, as a forger would."""
+    import zipfile
+
+    nbytes = int(np.prod(shape)) * np.dtype(descr).itemsize
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for member, data in members.items():
+            zf.writestr(member, data)
+        with zf.open(name, "w", force_zip64=True) as fh:
+            fh.write(_npy(shape, descr))
+            zeros = bytes(16 << 20)
+            for start in range(0, nbytes, len(zeros)):
+                fh.write(zeros[:nbytes - start])
+    assert path.stat().st_size < 2 << 20
+    return path
+
+
+def _peak_of(call) -> int:
+    """The peak of Python and NumPy allocations (tracemalloc) while ``call()`` runs."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        call()
+    finally:
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    return peak
 
 
 @pytest.mark.parametrize("case, members, words", [
@@ -440,25 +476,178 @@ def test_a_forged_npz_member_is_named_for_what_is_wrong_with_it(tmp_path, capsys
 
 
 def test_a_compressed_bomb_under_a_name_the_op_does_not_take_is_refused_before_it_is_decompressed(tmp_path):
-    import tracemalloc
-    import zipfile
+    path = _with_zeros(tmp_path / "bomb.npz", _good_members(), "junk.npy", (64 << 20,))   # 256 MiB of zeros
 
-    path = tmp_path / "bomb.npz"
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
-        for name, data in _good_members().items():
-            zf.writestr(name, data)
-        with zf.open("junk.npy", "w", force_zip64=True) as fh:   # 256 MiB of zeros, deflated to about 250 KB
-            fh.write(_npy((64 << 20,)))
-            zeros = bytes(16 << 20)
-            for _ in range(16):
-                fh.write(zeros)
-    assert path.stat().st_size < 2 << 20
-    tracemalloc.start()
-    with pytest.raises(captured.UsageError, match="'junk': not an argument of this op"):
-        captured.file_cell(path, "gdn", "decode")
-    peak = tracemalloc.get_traced_memory()[1]
-    tracemalloc.stop()
+    def refused():
+        with pytest.raises(captured.UsageError, match="'junk': not an argument of this op"):
+            captured.file_cell(path, "gdn", "decode")
+    peak = _peak_of(refused)
     assert peak < 16 << 20, peak
+
+
+def _store_arrays() -> dict:
+    x = tq_inputs(next(c for c in tq_matrix.cells("smoke") if c.op == "store"))
+    return {k: x[k] for k in TQ_FILE_KEYS["store"] + TQ_OPTIONAL["store"]}
+
+
+@pytest.mark.parametrize("family, op, arrays, name, implied_by", [
+    ("gdn", "decode", gdn_arrays, "q", "k, v, a, b, state_indices"),
+    ("gdn", "decode", gdn_arrays, "state", "v, A_log, a, b, dt_bias"),   # heads (a pool of any size is valid)
+    ("turboquant", "decode", tq_arrays, "query", "block_table, seq_lens"),
+    ("turboquant", "store", _store_arrays, "key", "value, slot_mapping"),
+])
+def test_a_huge_member_beside_valid_ones_is_refused_from_the_headers_before_any_data_is_read(
+        tmp_path, family, op, arrays, name, implied_by):
+    """256 MiB of zeros under a key the op takes, the other members a valid call's: without the checks
+    between members it is read whole (the file fits the memory bound)."""
+    good = arrays()
+    small = good.pop(name)
+    rows = (256 << 20) // small[0].nbytes
+    huge = (rows, *small.shape[1:])
+    if name == "state":
+        huge = (small.shape[0], small.shape[1] * ((256 << 20) // small.nbytes), *small.shape[2:])
+    path = _with_zeros(tmp_path / "huge.npz", _good_members(good), name + ".npy", huge,
+                       np.lib.format.dtype_to_descr(small.dtype))
+    words = f"{name}: declared shape {list(huge)}; "
+
+    def refused():
+        with pytest.raises(captured.UsageError) as exc:
+            captured.file_cell(path, family, op)
+        assert words in str(exc.value) and f"{implied_by} imply" in str(exc.value), exc.value
+    peak = _peak_of(refused)
+    assert peak < 16 << 20, peak
+
+
+def _reads(monkeypatch) -> list:
+    """The member names of every ``tensor_files.read`` call from now on (each call's list, in order)."""
+    calls, read = [], tensor_files.read
+
+    def recorded(path, names=None):
+        calls.append(sorted(names) if names is not None else None)
+        return read(path, names)
+    monkeypatch.setattr(tensor_files, "read", recorded)
+    return calls
+
+
+HEADERS = {   # refused from the headers alone: no member's data is read
+    "k-head-dim": (_gdn(_set("k", lambda a: a["k"][..., :16])),
+                   "k: declared shape [4, 2, 16]; q, state imply [4, 2, 32] (T, H, K)"),
+    "k-heads": (_gdn(_set("k", lambda a: a["k"][:, :1])), "q: declared shape [4, 2, 32]; k implies [4, 1, 32]"),
+    "value-heads": (_gdn(_set("dt_bias", lambda a: a["dt_bias"][:3])),
+                    "dt_bias: declared shape [3]; v, A_log, a, b, state imply [4] (HV)"),
+    "not-a-multiple": (_gdn(lambda a: a.update({n: a[n][..., :3] for n in ("a", "b", "A_log", "dt_bias")},
+                                               v=a["v"][:, :3], state=a["state"][:, :3])),
+                       "v: HV=3 value heads is not a multiple of H=2"),
+    "pool-heads": (_gdn(_set("state", lambda a: a["state"][:, :2])),
+                   "state: declared shape [5, 2, 32, 32]; v, A_log, a, b, dt_bias imply [5, 4, 32, 32] (S, HV, K, V)"),
+    "slots-per-token": (_gdn(_set("state_indices", lambda a: a["state_indices"][:3])),
+                        "state_indices: declared shape [3]; q, k, v, a, b imply [4] (T)"),
+    "mixed-act": (_gdn(_set("k", lambda a: a["k"].astype(np.float16))), "k: dtype float16, expected bfloat16"),
+    "q-rank": (_gdn(_set("q", lambda a: a["q"].reshape(4, 64))),
+               "q: declared shape [4, 64]; the other members imply [4, 2, 32] (T, H, K)"),
+    "no-offsets": (_varlen(_set("cu_seqlens", lambda a: np.zeros(0, np.int32))),
+                   "cu_seqlens: declared shape [0]; state_indices implies ["),
+    "decay-tokens": (_varlen(_set("g", lambda a: a["g"][:-1])), "g: declared shape ["),
+    "sequences": (_varlen(_set("state_indices", lambda a: np.append(a["state_indices"], -1))),
+                  "state_indices: declared shape ["),
+    "accepted-rows": (_spec(_set("num_accepted_tokens", lambda a: a["num_accepted_tokens"][:-1])),
+                      "num_accepted_tokens: declared shape ["),
+    "query-head-size": (_tq(_set("query", lambda a: a["query"][..., :64])), "rotation: declared shape [128, 128]; "
+                        "query implies [64, 64] (D, D)"),
+    "query-heads": (_tq(_set("query", lambda a: a["query"][:, :15])), "query heads Hq=15 must be a multiple"),
+    "table-rows": (_tq(_set("block_table", lambda a: a["block_table"][:1])),
+                   "query, seq_lens imply [2, 4] (B, M)"),
+    "slot-size": (_tq(_set("kv_cache", lambda a: np.ascontiguousarray(a["kv_cache"][..., :-2]))),
+                  "kv_cache: last dimension 132 is no preset's slot size at D=128"),
+    "fp8-rotated": (_tq(_set("kv_cache", lambda a: np.zeros((*a["kv_cache"].shape[:3],
+                                                             preset("turboquant_k8v4").slot_size(128)), np.uint8))),
+                    "rotation: turboquant_k8v4 keys are FP8, not rotated"),
+    "key-heads": (_store(_set("key", lambda a: a["key"][:, :1]), {"layout": "aos"}),
+                  "key: declared shape [17, 1, 128]; kv_cache, value imply [17, 4, 128] (N, Hk, D)"),
+    "slots-per-key": (_store(_set("slot_mapping", lambda a: a["slot_mapping"][:5]), {"layout": "aos"}),
+                      "slot_mapping: declared shape [5]; key, value imply [17] (N)"),
+}
+
+
+@pytest.mark.parametrize("case", list(HEADERS))
+def test_members_that_disagree_are_refused_from_the_headers_before_any_data_is_read(tmp_path, monkeypatch, case):
+    make, expected = HEADERS[case]
+    where, arrays, strings = make()
+    path = capture.save(tmp_path / "bad.npz", arrays, strings)
+    reads = _reads(monkeypatch)
+    with pytest.raises(captured.UsageError) as exc:
+        captured.file_cell(path, *where.split("/"))
+    assert expected in str(exc.value) and reads == [], (str(exc.value), reads)
+
+
+@pytest.mark.parametrize("make, first, expected", [
+    (_varlen(_poke("cu_seqlens", -1, lambda a: a["q"].shape[0] + 1)), ["cu_seqlens", "state_indices"],
+     "cu_seqlens: expected to start at 0 and end at T="),
+    (_gdn(_poke("state_indices", 0, lambda a: a["state"].shape[0])), ["state_indices"],
+     "state_indices: slot index out of range [-1, 5)"),
+    (_tq(_poke("block_table", (1, 0), lambda a: a["kv_cache"].shape[0]), {"layout": "soa"}),
+     ["block_table", "layout", "seq_lens"], "block_table row 1 uses a block outside [0, "),
+    (_store(_poke("slot_mapping", 0, lambda a: a["kv_cache"].shape[0] * 16), {"layout": "aos"}),
+     ["layout", "slot_mapping"], "slot_mapping entries must be < num_blocks * block_size"),
+], ids=["cu_seqlens", "state_indices", "block_table", "slot_mapping"])
+def test_the_index_tables_are_read_first_and_one_the_others_contradict_stops_the_read(
+        tmp_path, monkeypatch, make, first, expected):
+    where, arrays, strings = make()
+    path = capture.save(tmp_path / "bad.npz", arrays, strings)
+    reads = _reads(monkeypatch)
+    with pytest.raises(captured.UsageError, match=re.escape(expected)):
+        captured.file_cell(path, *where.split("/"))
+    assert reads == [first]
+
+
+@pytest.mark.parametrize("family, op, arrays", [("gdn", "decode", gdn_arrays), ("turboquant", "decode", tq_arrays)])
+def test_a_valid_file_is_read_in_two_parts_the_tables_and_strings_then_the_rest(tmp_path, monkeypatch, family, op,
+                                                                                 arrays):
+    x = arrays()
+    path = capture.save(tmp_path / "layer.npz", x, {"layout": "soa"} if family == "turboquant" else {})
+    tables = [n for n in x if n in families.get(family).CAPTURED.TABLES]
+    reads = _reads(monkeypatch)
+    captured.file_cell(path, family, op)
+    assert reads == [sorted(tables + (["layout"] if family == "turboquant" else [])),
+                     sorted(n for n in x if n not in tables)]
+
+
+def _file_members(family: str, op: str, inputs: dict) -> dict:
+    module = families.get(family).CAPTURED
+    required, optional, _ = module.keys(op)
+    return {k: inputs[k] for k in required + optional if inputs.get(k) is not None}
+
+
+@pytest.mark.parametrize("family", ["gdn", "turboquant"])
+def test_every_smoke_cell_of_a_captured_op_passes_the_header_and_table_checks(family):
+    module = families.get(family).CAPTURED
+    for cell in (c for c in families.get(family).cells("smoke") if c.op in module.OPS):
+        x = _file_members(family, cell.op, families.get(family).make_inputs(cell))
+        module.check_headers(cell.op, x)
+        module.check_tables(cell.op, x, x)
+
+
+@pytest.mark.parametrize("family", ["gdn", "turboquant"])
+def test_a_refusal_row_that_changes_a_shape_is_refused_from_the_headers_naming_its_argument(family):
+    """The family's refusal data (``REFUSALS``): a row whose spoiled inputs change a file member's shape is
+    refused by ``check_headers`` alone, naming the row's argument."""
+    from conformance.refusals import names_argument, spoiled
+
+    fam = families.get(family)
+    module, checked = fam.CAPTURED, 0
+    for refusal in getattr(fam, "REFUSALS", ()):
+        for op in (o for o in refusal.ops if o in module.OPS):
+            cell = next(c for c in fam.cells("smoke") if c.op == op)
+            x = _file_members(family, op, fam.make_inputs(cell))
+            with np.errstate(over="ignore"):   # a spoiled value past a 16-bit activation's range
+                bad = _file_members(family, op, spoiled(refusal, x))
+            if all(np.shape(bad[k]) == np.shape(x[k]) for k in x):
+                continue
+            with pytest.raises((ValueError, TypeError)) as exc:
+                module.check_headers(op, bad)
+            assert names_argument(str(exc.value), refusal.names), (refusal.label, str(exc.value))
+            checked += 1
+    assert checked or family == "turboquant"   # gdn: "k with one head dimension fewer than q"
 
 
 def test_a_file_whose_arrays_need_more_than_half_the_memory_is_refused_before_it_is_read(tmp_path, monkeypatch):
@@ -469,6 +658,17 @@ def test_a_file_whose_arrays_need_more_than_half_the_memory_is_refused_before_it
     with pytest.raises(tensor_files.TensorFileError, match=r"its arrays need 32.?\d* MiB \(the largest, 'state', 32 MiB\)"
                        r", more than half this machine's memory \(32 MiB\)"):
         tensor_files.read(path)
+
+
+def test_a_file_read_in_two_parts_is_held_to_the_memory_bound_as_a_whole(tmp_path, monkeypatch):
+    arrays = gdn_arrays()
+    path = capture.save(tmp_path / "layer.npz", arrays)
+    rest = sum(a.nbytes for k, a in arrays.items() if k != "state_indices")
+    monkeypatch.setattr(tensor_files, "memory_bytes", lambda: 2 * rest)   # all but the table fits, the whole not
+    reads = _reads(monkeypatch)
+    with pytest.raises(captured.UsageError, match="more than half this machine's memory"):
+        captured.file_cell(path, "gdn", "decode")
+    assert reads == []
 
 
 def test_nan_in_a_pool_slot_the_op_never_touches_passes_and_a_write_there_still_fails(tmp_path):

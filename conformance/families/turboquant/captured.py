@@ -16,8 +16,11 @@ differ for every D); a named one must agree. The layout, when not named, is the 
 every (token, kv head) already stored (the sequences' tokens, less those the op stores) reads finite
 fp16 scalars and non-negative k_norm and v_scale (``identify_layout``); a store, or a cache both or
 neither layout reads so, must name it. Tables and shapes are checked by
-``reference.turboquant.validate``. The file holds no unquantized keys and values: the backends that
-attend over those skip, and the record reports no quantization error.
+``reference.turboquant.validate``, in the order that bounds what is read: ``check_headers`` takes the
+members' shapes and dtypes from the file's headers (each against the others: ``SHAPES``; the slot size
+against D), ``check_tables`` the index tables (read first, small) against the cache's and the query's
+shapes, and ``derive`` the rest once everything is read. The file holds no unquantized keys and values:
+the backends that attend over those skip, and the record reports no quantization error.
 
 The cell's params, as the matrix's cells of the op: preset, layout, Hk, then bs and ntok (store) or
 G, bs, lens (seq_lens), then rotation ("hadamard" when R is the reference's Hadamard, "none" for
@@ -28,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 from conformance.families.turboquant.inputs import token_slots
-from conformance.inputs.checks import InputsError, check_keys, dtype_in, index_table
+from conformance.inputs.checks import InputsError, check_keys, check_shapes, dtype_in, index_dtype, index_table
 from conformance.numerics import ACTIVATIONS
 from reference.turboquant import numpy_ref, rotation, validate
 from reference.turboquant.layout import LAYOUTS, check_layout
@@ -41,6 +44,11 @@ OPS = tuple(KEYS)
 OPTIONAL_KEYS = {"store": ("rotation",), "decode": ("rotation", "sinks"), "store_decode": ("rotation", "sinks")}
 STRINGS = {"store": ("preset", "layout"), "decode": ("preset", "layout", "scale"),
            "store_decode": ("preset", "layout", "scale")}
+TABLES = ("block_table", "seq_lens", "slot_mapping")
+# every member's shape in the dimensions of ``reference.turboquant.validate``
+SHAPES = {"query": ("B", "Hq", "D"), "kv_cache": ("num_blocks", "block_size", "Hk", "slot_size"),
+          "block_table": ("B", "M"), "seq_lens": ("B",), "key": ("N", "Hk", "D"), "value": ("N", "Hk", "D"),
+          "slot_mapping": ("N",), "rotation": ("D", "D"), "sinks": ("Hq",)}
 
 
 def preset_of(D: int, slot_size: int, named: str | None) -> Preset:
@@ -85,15 +93,22 @@ def _scale(text: str | None, D: int) -> float:
         raise InputsError(f"scale: {text!r} is not a number; expected a decimal such as 0.088") from None
 
 
-def _rotation(p: Preset, R, D: int) -> str:
-    """The cell's rotation param of R (checked: absent for FP8 keys, float32 otherwise)."""
+def _rotation_given(p: Preset, R, D: int) -> None:
+    """InputsError naming ``rotation`` unless R (an array or a header) is absent for FP8 keys, float32 otherwise."""
     if p.key_fp8:
         if R is not None:
             raise InputsError(f"rotation: {p.name} keys are FP8, not rotated; expected no rotation")
-        return "none"
+        return
     if R is None:
         raise InputsError(f"rotation: missing; expected float32 [D={D}, D] (the R the {p.name} cache was stored with)")
     dtype_in("rotation", R, ("float32",))
+
+
+def _rotation(p: Preset, R, D: int) -> str:
+    """The cell's rotation param of R (checked: absent for FP8 keys, float32 otherwise)."""
+    _rotation_given(p, R, D)
+    if p.key_fp8:
+        return "none"
     is_hadamard = R.shape == (D, D) and D & (D - 1) == 0 and np.array_equal(R, rotation.hadamard(D))
     return "hadamard" if is_hadamard else "random"
 
@@ -109,20 +124,49 @@ def keys(op: str) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
     return KEYS[op], OPTIONAL_KEYS[op], STRINGS[op]
 
 
+def check_headers(op: str, members: dict) -> None:
+    """InputsError/ValueError/TypeError naming the member unless the shapes and dtypes of ``op``'s members
+    (anything with a shape and a dtype: a file's headers, no data read) agree with each other."""
+    first = "query" if op != "store" else "key"
+    act = dtype_in(first, members[first], ACTIVATIONS)
+    for name in (n for n in ("key", "value") if n in KEYS[op] and n != first):
+        dtype_in(name, members[name], (act,), f" (the dtype of {first})")
+    dtype_in("kv_cache", members["kv_cache"], ("uint8",))
+    for name in (n for n in TABLES if n in members):
+        index_dtype(name, members[name])
+    if "sinks" in members:
+        dtype_in("sinks", members["sinks"], ("float32",))
+    dims = check_shapes(members, {name: SHAPES[name] for name in KEYS[op] + OPTIONAL_KEYS[op]})
+    D = check_head_size(dims["D"])
+    p = preset_of(D, dims["slot_size"], None)
+    _rotation_given(p, members.get("rotation"), D)
+    if op != "store":
+        validate.query_heads(dims["Hq"], dims["Hk"])
+
+
+def check_tables(op: str, members: dict, tables: dict) -> None:
+    """ValueError naming the table unless the index tables' values (``tables``, read) agree with the other
+    members' shapes (``members``, as ``check_headers`` passed them): used blocks and slots lie in the cache,
+    sequences within their block tables."""
+    num_blocks, block_size = members["kv_cache"].shape[:2]
+    if op != "store":
+        validate.tables(tables["block_table"], tables["seq_lens"], num_blocks, block_size, members["query"].shape[0])
+    if op != "decode":
+        validate.slot_table(tables["slot_mapping"], members["key"].shape[0], num_blocks, block_size)
+
+
 def derive(op: str, arrays: dict, strings: dict) -> tuple[dict, dict]:
     """(cell params, inputs) of a file of ``op``'s arguments; InputsError/ValueError/TypeError naming the key."""
     if op not in OPS:
         raise InputsError(f"op: turboquant/{op} does not take a file; expected one of {', '.join(OPS)}")
     check_keys(arrays, strings, *keys(op))
+    check_headers(op, arrays)
     reads, stores = op != "store", op != "decode"
     first = "query" if reads else "key"
-    act = dtype_in(first, arrays[first], ACTIVATIONS)
+    act = arrays[first].dtype.name
     validate.floats(first, arrays[first], 3, "[B, Hq, D]" if reads else "[N, Hk, D]")
-    for name in (n for n in ("key", "value") if n in KEYS[op] and n != first):
-        dtype_in(name, arrays[name], (act,), f" (the dtype of {first})")
-    D = check_head_size(arrays[first].shape[-1])
+    D = arrays[first].shape[-1]
     cache = arrays["kv_cache"]
-    dtype_in("kv_cache", cache, ("uint8",))
     num_blocks, bs, Hk, slot_size = validate.cache_dims(cache)
     p = preset_of(D, slot_size, strings.get("preset"))
     R = arrays.get("rotation")
@@ -137,8 +181,6 @@ def derive(op: str, arrays: dict, strings: dict) -> tuple[dict, dict]:
         validate.tables(table, lens, num_blocks, bs, arrays["query"].shape[0])
         inputs.update(query=arrays["query"], block_table=table, seq_lens=lens, scale=_scale(strings.get("scale"), D),
                       sinks=arrays.get("sinks"))
-        if inputs["sinks"] is not None:
-            dtype_in("sinks", inputs["sinks"], ("float32",))
     layout = strings.get("layout")
     if layout is not None:
         inputs["layout"] = check_layout(layout)
