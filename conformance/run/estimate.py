@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -89,13 +90,29 @@ def prices_core_share() -> float:
     return float(_prices_file().get("measured", {}).get("core_share", 1.0))
 
 
+def one_thread_share(seconds: float = 0.25) -> float:
+    """The share of a core one busy thread of this process gets now (CPU time over wall time of a
+    ``seconds`` spin): 1 on a machine with a core to spare, ``cores / (others + 1)`` on a busy one."""
+    wall0, cpu0 = time.monotonic(), time.process_time()
+    while time.monotonic() - wall0 < seconds:
+        sum(range(1000))
+    return min(1.0, (time.process_time() - cpu0) / max(1e-9, time.monotonic() - wall0))
+
+
 def core_share(load: dict | None, jobs: int) -> float:
-    """The share of a core each of ``jobs`` workers can expect on a machine whose ``load`` (load
-    average and usable cores, ``fingerprint.load_now``, before the run's own work) is as given:
-    ``min(1, cores / (load + jobs))``; 1 when the load is not known."""
+    """The share of a core each of ``jobs`` workers can expect on a machine whose ``load`` (before the
+    run's own work: ``fingerprint.load_now`` plus ``one_thread`` from ``one_thread_share``) is as
+    given: ``min(1, cores / (others + jobs))``, ``others`` the busy threads of other work, read from
+    the spin's share where it fell short of a core (``cores / share - 1``), else from the load
+    average (at most a core short of all); 1 when the load is not known."""
     if not load or not load.get("cores"):
         return 1.0
-    return min(1.0, load["cores"] / max(1e-9, load["load_1m"] + max(1, jobs)))
+    cores, one = load["cores"], load.get("one_thread")
+    if one is not None and one < 0.9:
+        others = cores / max(one, 1e-3) - 1
+    else:
+        others = min(load["load_1m"], cores - 1) if one is not None else load["load_1m"]
+    return min(1.0, cores / max(1e-9, others + max(1, jobs)))
 
 
 def start_rate(share: float) -> float:

@@ -23,7 +23,8 @@ from conformance.errors import RunStopped, UsageError
 from conformance.run import budget as time_budget
 from conformance.run import executors, hook_answers, records, schema
 from conformance.run.counts import count
-from conformance.run.estimate import Estimator, cell_work, core_share, hms, start_rate, work_budget
+from conformance.run.estimate import (Estimator, cell_work, core_share, hms, one_thread_share, start_rate,
+                                      work_budget)
 from conformance.run.inprocess import static_record
 from conformance.run.run_folder import (
     acquire_lock,
@@ -198,7 +199,7 @@ def _run_locked(selection, cells, backends, out_dir, executor, *, resume, timeou
         info["previous_runs"] = [*old_info.get("previous_runs", []),
                                  {k: v for k, v in old_info.items() if k not in ("nodes", "previous_runs")}]
     if executor.name == "local":   # this machine's load before the run's own work: the ETA's first guess
-        info["load"] = fingerprint.load_now()
+        info["load"] = {**fingerprint.load_now(), "one_thread": round(one_thread_share(), 3)}
     share = core_share(info.get("load"), jobs)
     probes = executor.probes(backends)
     info["backends"] = {b.name: {"available": probes[b.name][0], "reason": probes[b.name][1],

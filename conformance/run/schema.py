@@ -99,7 +99,7 @@ RUN_INFO = Obj({
     "merged_from": (List(str), Map(ANY), None),
     "left_out": (Obj({"budget": (str, None), "why": (str, None), "pairs": (int, None),
                       "per_backend": (Map(int), None), "ids": (List(List(str)), None)}), None),
-    "load": (Obj({"load_1m": (number, None), "cores": (int, None)}), None),   # before the probes
+    "load": (Obj({"load_1m": (number, None), "cores": (int, None), "one_thread": (number, None)}), None),
     "previous_runs": (List(Map(ANY)), None),   # the runs a --resume continued, oldest first
     "previous_run": (Map(ANY), None)})         # ... as folders written before that list kept it
 

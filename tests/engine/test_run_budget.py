@@ -108,6 +108,10 @@ def test_a_measured_price_is_per_op_and_scaled_to_this_machines_load_before_any_
     assert estimate.first_estimate(scale, measured) == 2.0 and estimate.first_estimate(other, measured) == 0.001
     assert estimate.core_share({"load_1m": 0.0, "cores": 2}, jobs=2) == 1.0
     assert estimate.core_share({"load_1m": 6.0, "cores": 2}, jobs=2) == 0.25
+    # the spin got a third of a core: 5 busy threads of other work, whatever the (lagging) load average says
+    assert estimate.core_share({"load_1m": 0.5, "cores": 2, "one_thread": 1 / 3}, jobs=1) == pytest.approx(2 / 6)
+    assert estimate.core_share({"load_1m": 9.0, "cores": 2, "one_thread": 1.0}, jobs=2) == pytest.approx(2 / 3)
+    assert 0 < estimate.one_thread_share(0.05) <= 1
     quiet = estimate.Estimator([(scale, measured)] * 10, jobs=1, share=1.0)
     busy = estimate.Estimator([(scale, measured)] * 10, jobs=1, share=0.25)
     assert quiet.remaining() == pytest.approx(5.0) and busy.remaining() == pytest.approx(20.0)
