@@ -34,7 +34,9 @@ U32 = 2.0 ** -24
 UNIT = {"float32": 2.0 ** -24, "bfloat16": 2.0 ** -8, "float16": 2.0 ** -11}
 SPACING = {"float32": 2.0 ** -149, "bfloat16": 2.0 ** -133, "float16": 2.0 ** -24}  # between subnormals
 DTYPES = ("float32", "bfloat16", "float16")
-VARIANTS = {"l8": dict(lanes_k=8), "l16": dict(lanes_k=16), "p-l16": dict(prefetch=True, lanes_k=16)}
+# staged: the states through two shared-memory stages by cp.async (two value heads in flight without registers)
+VARIANTS = {"l8": dict(lanes_k=8), "l16": dict(lanes_k=16), "p-l16": dict(prefetch=True, lanes_k=16),
+            "staged": dict(staged=True)}
 
 
 # ---------------------------------------------------------------- cases and the reference

@@ -25,10 +25,17 @@ even by the conversion instruction; o rounded once to ``out``'s dtype. Rounding 
 """
 from __future__ import annotations
 
+import itertools
+
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
 
 from optimized.triton.gdn_recurrent import decode_arguments, problem as portable_problem
+
+# The Gluon names differ between Triton versions: 3.6 (the H200's) and 3.8 (the CPU machines' compile check).
+_async_copy = getattr(async_copy, "async_copy_global_to_shared", None) or async_copy.async_load
+_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
 
 HEAD = 128                   # the K and V this kernel's layout is built for
 LANES_K = (1, 2, 4, 8, 16, 32)
@@ -98,8 +105,10 @@ def _decode_kernel(q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, st
                    sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, sa_t, sb_t, so_t, so_h, s_slot, scale, eps,
                    H: gl.constexpr, HV: gl.constexpr, K: gl.constexpr, V: gl.constexpr, HPP: gl.constexpr,
                    VEC: gl.constexpr, LANES: gl.constexpr, WARPS: gl.constexpr, PREFETCH: gl.constexpr,
-                   L2NORM: gl.constexpr):
-    """One program per (sequence n, key head h, block of HPP value heads of h) (module docstring)."""
+                   STAGED: gl.constexpr, L2NORM: gl.constexpr):
+    """One program per (sequence n, key head h, block of HPP value heads of h) (module docstring). ``STAGED``:
+    the value heads' states are copied into a ring of two shared-memory stages (cp.async, no registers held while
+    in flight), the first two at the start, head j + 2 into stage j % 2 once head j is in registers."""
     STATE: gl.constexpr = gl.BlockedLayout([K // LANES, VEC], [LANES, 32 // LANES], [1, WARPS], [1, 0])
     ROW: gl.constexpr = gl.SliceLayout(1, STATE)   # [K]: a thread's rows, replicated along V
     COL: gl.constexpr = gl.SliceLayout(0, STATE)   # [V]: a thread's VEC columns, replicated along K
@@ -115,7 +124,15 @@ def _decode_kernel(q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, st
     if slot >= 0:
         tile = gl.expand_dims(gl.arange(0, K, layout=ROW), 1) * V + gl.expand_dims(cols, 0)
         heads = state_ptr + slot * s_slot + hv0 * (K * V) + tile
-        raw = gl.load(heads)  # the first value head's state, in flight while q and k are normalised
+        if STAGED:
+            RING: gl.constexpr = gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[1, 0])
+            ring = gl.allocate_shared_memory(state_ptr.dtype.element_ty, [2, K, V], RING)
+            for i in gl.static_range(2):  # one commit group per value head, an empty one past HPP
+                if i < HPP:
+                    _async_copy(ring.index(i), heads + i * (K * V))
+                async_copy.commit_group()
+        else:
+            raw = gl.load(heads)  # the first value head's state, in flight while q and k are normalised
         q = _normalised(q_ptr + n64 * sq_t + h * sq_h, eps, K, L2NORM, FLAT, ROW) * scale
         k = _normalised(k_ptr + n64 * sk_t + h * sk_h, eps, K, L2NORM, FLAT, ROW)
         qc = gl.expand_dims(q, 1)
@@ -123,6 +140,10 @@ def _decode_kernel(q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, st
         for j in range(HPP):
             hv = hv0 + j
             pool = heads + j * (K * V)
+            if STAGED:
+                async_copy.wait_group(1)  # this thread's copies of head j landed (head j + 1 may be in flight)
+                _barrier()
+                raw = ring.index(j % 2).load(STATE)  # each thread reads the elements it copied
             if PREFETCH:  # the next value head's state, in flight while this one is computed
                 nxt = gl.load(pool + K * V, mask=gl.full([K, V], j + 1 < HPP, gl.int1, STATE))
             x = gl.load(a_ptr + n64 * sa_t + hv).to(gl.float32) + gl.load(dt_bias_ptr + hv).to(gl.float32)
@@ -132,6 +153,9 @@ def _decode_kernel(q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, st
             beta = 1.0 / (1.0 + gl.exp(-y))
             v = gl.load(v_ptr + n64 * sv_t + hv * sv_h + cols).to(gl.float32)
             S = raw.to(gl.float32) * gl.exp(g)
+            if STAGED:  # stage j % 2 is free once head j is in registers: head j + 2 (zero-fill past HPP)
+                _async_copy(ring.index(j % 2), pool + 2 * (K * V), gl.full([K, V], j + 2 < HPP, gl.int1, STATE))
+                async_copy.commit_group()
             u = beta * (v - gl.sum(S * kc, axis=0))
             S = S + kc * gl.expand_dims(u, 0)
             o = gl.sum(S * qc, axis=0)
@@ -139,8 +163,10 @@ def _decode_kernel(q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, st
             gl.store(o_ptr + n64 * so_t + hv * so_h + cols, o.to(o_ptr.dtype.element_ty))
             if PREFETCH:
                 raw = nxt
-            else:
+            elif not STAGED:
                 raw = gl.load(pool + K * V, mask=gl.full([K, V], j + 1 < HPP, gl.int1, STATE))
+        if STAGED:
+            async_copy.wait_group(0)  # no copy outlives the program
     else:
         for j in range(HPP):
             gl.store(o_ptr + n64 * so_t + (hv0 + j) * so_h + cols, gl.zeros([V], gl.float32, COL).to(
@@ -154,24 +180,29 @@ def _name(dtype) -> str:
 
 
 def decode(q, k, v, A_log, a, b, dt_bias, state, state_indices, *, scale=None, use_qk_l2norm=True,
-           l2norm_eps=1e-6, out=None, workspace=None, lanes_k=None, heads_per_program=None, prefetch=False):
+           l2norm_eps=1e-6, out=None, workspace=None, lanes_k=None, heads_per_program=None, prefetch=False,
+           staged=False):
     """``gdn_recurrent.decode`` (same arguments, checks and result) on sm_90: q, k ``[N, H, K]``, v ``[N, HV, V]``,
     A_log and dt_bias ``[HV]``, a and b ``[N, HV]``; ``state [S, HV, K, V]`` updated in place; ``state_indices``
     int32 ``[N]``. Tile options: ``lanes_k`` and ``heads_per_program`` (``config``); ``prefetch``: a program's next
-    value head's state is loaded before the current one is computed (else after it is stored). ValueError naming the
-    argument for a call ``problem`` leaves to the portable kernel."""
+    value head's state is loaded before the current one is computed (else after it is stored); ``staged``: the
+    states go through two shared-memory stages by cp.async instead (two value heads in flight without holding
+    registers; 2 K V pool elements of shared memory a program). ValueError naming the argument for a call
+    ``problem`` leaves to the portable kernel, or for ``prefetch`` and ``staged`` together."""
     (N, H, HV, K, V), idx, scale, eps, out = decode_arguments(
         q, k, v, A_log, a, b, dt_bias, state, state_indices, scale, l2norm_eps, out, workspace)
     why = problem(K=K, V=V, state_dtype=_name(state.dtype), act=_name(q.dtype), H=H, HV=HV, device=state.device)
     if why:
         raise ValueError(why)
     vec, lanes, warps, hpp = config(state.element_size(), V, HV // H, lanes_k, heads_per_program)
+    if prefetch and staged:
+        raise ValueError("prefetch, staged: one way of loading the next value head's state, got both")
     _decode_kernel[(N * H * (HV // H // hpp),)](
         q, k, v, a, b, A_log, dt_bias, state, idx, out,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), a.stride(0), b.stride(0),
         out.stride(0), out.stride(1), state.stride(0), scale, eps,
         H=H, HV=HV, K=K, V=V, HPP=hpp, VEC=vec, LANES=lanes, WARPS=warps, PREFETCH=bool(prefetch),
-        L2NORM=bool(use_qk_l2norm),
+        STAGED=bool(staged), L2NORM=bool(use_qk_l2norm),
         num_warps=warps)
     return out
 
@@ -181,18 +212,20 @@ ENTRY_POINTS = {"decode": decode}
 
 def compile_specs():
     """The decode at Qwen3-Next's heads (H=16, HV=32, K=V=128), bf16 activations and o, its default tile for each
-    pool dtype, for CUDA only (Gluon, sm_90) (``compile_check``)."""
+    pool dtype, loaded directly and through the shared-memory stages (``staged``), for CUDA only (Gluon, sm_90)
+    (``compile_check``)."""
     from optimized.triton.compile_check import CompileSpec
 
     strides = {n: "i32" for n in ("sq_t", "sq_h", "sk_t", "sk_h", "sv_t", "sv_h", "sa_t", "sb_t", "so_t", "so_h",
                                   "s_slot")}
     out = []
-    for state, size in (("fp32", 4), ("bf16", 2), ("fp16", 2)):
+    for (state, size), staged in itertools.product((("fp32", 4), ("bf16", 2), ("fp16", 2)), (False, True)):
         types = dict(q_ptr="*bf16", k_ptr="*bf16", v_ptr="*bf16", a_ptr="*bf16", b_ptr="*bf16", A_log_ptr="*fp32",
                      dt_bias_ptr="*bf16", state_ptr=f"*{state}", table_ptr="*i32", o_ptr="*bf16", scale="fp32",
                      eps="fp32", **strides)
         vec, lanes, warps, hpp = config(size, 128, 2)
-        out.append(CompileSpec(f"sm90 gdn decode state={state}", _decode_kernel, types,
+        out.append(CompileSpec(f"sm90 gdn decode state={state}" + (" staged" if staged else ""), _decode_kernel, types,
                                dict(H=16, HV=32, K=128, V=128, HPP=hpp, VEC=vec, LANES=lanes, WARPS=warps,
-                                    PREFETCH=False, L2NORM=True), vendors=("cuda",), warps=warps))
+                                    PREFETCH=False, STAGED=staged, L2NORM=True), vendors=("cuda",), warps=warps,
+                               aligned=("state_ptr", "s_slot")))
     return out
