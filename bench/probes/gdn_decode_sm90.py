@@ -34,9 +34,11 @@ U32 = 2.0 ** -24
 UNIT = {"float32": 2.0 ** -24, "bfloat16": 2.0 ** -8, "float16": 2.0 ** -11}
 SPACING = {"float32": 2.0 ** -149, "bfloat16": 2.0 ** -133, "float16": 2.0 ** -24}  # between subnormals
 DTYPES = ("float32", "bfloat16", "float16")
-# staged: the states through two shared-memory stages by cp.async (two value heads in flight without registers)
+# staged: the states through two shared-memory stages by cp.async (two value heads in flight without registers);
+# staged-r168: at most 168 registers a thread, three programs a multiprocessor for a 16-bit pool (192 KiB in flight;
+# ptxas 13 spills 208 bytes a thread there)
 VARIANTS = {"l8": dict(lanes_k=8), "l16": dict(lanes_k=16), "p-l16": dict(prefetch=True, lanes_k=16),
-            "staged": dict(staged=True)}
+            "staged": dict(staged=True), "staged-r168": dict(staged=True, registers=168)}
 
 
 # ---------------------------------------------------------------- cases and the reference

@@ -125,7 +125,9 @@ def _decode_kernel(q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, st
         tile = gl.expand_dims(gl.arange(0, K, layout=ROW), 1) * V + gl.expand_dims(cols, 0)
         heads = state_ptr + slot * s_slot + hv0 * (K * V) + tile
         if STAGED:
-            RING: gl.constexpr = gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[1, 0])
+            # the 16-byte vectors of lane row i XOR i: the LANES rows a warp's load meets at once spread over the
+            # banks (without it a 16-bit pool's lanes meet half of them, two wavefronts where one would do)
+            RING: gl.constexpr = gl.SwizzledSharedLayout(vec=VEC, per_phase=K // LANES, max_phase=LANES, order=[1, 0])
             ring = gl.allocate_shared_memory(state_ptr.dtype.element_ty, [2, K, V], RING)
             for i in gl.static_range(2):  # one commit group per value head, an empty one past HPP
                 if i < HPP:
@@ -181,14 +183,16 @@ def _name(dtype) -> str:
 
 def decode(q, k, v, A_log, a, b, dt_bias, state, state_indices, *, scale=None, use_qk_l2norm=True,
            l2norm_eps=1e-6, out=None, workspace=None, lanes_k=None, heads_per_program=None, prefetch=False,
-           staged=False):
+           staged=False, registers=None):
     """``gdn_recurrent.decode`` (same arguments, checks and result) on sm_90: q, k ``[N, H, K]``, v ``[N, HV, V]``,
     A_log and dt_bias ``[HV]``, a and b ``[N, HV]``; ``state [S, HV, K, V]`` updated in place; ``state_indices``
     int32 ``[N]``. Tile options: ``lanes_k`` and ``heads_per_program`` (``config``); ``prefetch``: a program's next
     value head's state is loaded before the current one is computed (else after it is stored); ``staged``: the
     states go through two shared-memory stages by cp.async instead (two value heads in flight without holding
-    registers; 2 K V pool elements of shared memory a program). ValueError naming the argument for a call
-    ``problem`` leaves to the portable kernel, or for ``prefetch`` and ``staged`` together."""
+    registers; 2 K V pool elements of shared memory a program); ``registers``: a cap on the registers a thread
+    uses (``maxnreg``, 32 to 255; default the compiler's choice), so that more programs fit on a multiprocessor
+    (what does not fit spills to local memory). ValueError naming the argument for a call ``problem`` leaves to
+    the portable kernel, for ``prefetch`` and ``staged`` together, or for another ``registers``."""
     (N, H, HV, K, V), idx, scale, eps, out = decode_arguments(
         q, k, v, A_log, a, b, dt_bias, state, state_indices, scale, l2norm_eps, out, workspace)
     why = problem(K=K, V=V, state_dtype=_name(state.dtype), act=_name(q.dtype), H=H, HV=HV, device=state.device)
@@ -197,13 +201,16 @@ def decode(q, k, v, A_log, a, b, dt_bias, state, state_indices, *, scale=None, u
     vec, lanes, warps, hpp = config(state.element_size(), V, HV // H, lanes_k, heads_per_program)
     if prefetch and staged:
         raise ValueError("prefetch, staged: one way of loading the next value head's state, got both")
+    if registers is not None and (isinstance(registers, bool) or not isinstance(registers, int)
+                                  or not 32 <= registers <= 255):
+        raise ValueError(f"registers must be None or an int in [32, 255], got {registers!r}")
     _decode_kernel[(N * H * (HV // H // hpp),)](
         q, k, v, a, b, A_log, dt_bias, state, idx, out,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), a.stride(0), b.stride(0),
         out.stride(0), out.stride(1), state.stride(0), scale, eps,
         H=H, HV=HV, K=K, V=V, HPP=hpp, VEC=vec, LANES=lanes, WARPS=warps, PREFETCH=bool(prefetch),
         STAGED=bool(staged), L2NORM=bool(use_qk_l2norm),
-        num_warps=warps)
+        num_warps=warps, **({} if registers is None else {"maxnreg": registers}))
     return out
 
 
