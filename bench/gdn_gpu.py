@@ -24,8 +24,9 @@ state read once, from the accepted draft's slot, and stored once per draft token
 ``fused_sigmoid_gating_delta_rule_update`` with ``num_accepted_tokens``, ``bench/peers/vllm_peers.py``); FLA
 0.6's ``fused_recurrent_gated_delta_rule`` stores only a sequence's last state, not one per draft token, so it does
 not take this call. Ceilings ``gpu-copy``: ``bench.gpu_ceilings.triton_fanout``, a source read once and written T
-times (the op's read-to-write ratio), sized so that it moves the op's bytes (``cost.spec_decode``), checked by
-``gpu-copy-eager`` (torch ``copy_`` of the source broadcast over the T destinations, eager, device events).
+times (the op's read-to-write ratio), sized so that it moves the op's bytes (``cost.spec_decode``), checked
+against ``gpu-copy-eager``, the plain copy's rate (torch ``copy_`` of half the op's bytes, eager, device events;
+torch has no read-once-write-T copy: its broadcast copy reads the source T times).
 
 ``gdn/chunked-gpu``: chunked prefill, the same heads, bf16 activations, one 8192-token sequence or 4 x 2048
 (``T=8192,state=<dtype>``, ``varlen=4x2048,state=<dtype>``), the pool in float32, bfloat16 or float16. Ours is
@@ -198,8 +199,9 @@ register_impl(Impl(bench=SPEC_BENCH, name="gpu-copy", role="ceiling",
                    prepare=lambda shape, inputs: gpu_ceilings.triton_fanout(_fanout_bytes(shape), shape["T"]),
                    available=gpu_capability, cost=_fanout_cost))
 register_impl(Impl(bench=SPEC_BENCH, name="gpu-copy-eager", role="ceiling",
-                   prepare=lambda shape, inputs: gpu_ceilings.torch_fanout(_fanout_bytes(shape), shape["T"]),
-                   available=gpu_capability, cost=_fanout_cost, timing="events"))
+                   prepare=lambda shape, inputs: gpu_ceilings.torch_copy(cost.spec_decode(shape).bytes // 2),
+                   available=gpu_capability,
+                   cost=lambda shape: gpu_ceilings.copy_cost(cost.spec_decode(shape).bytes // 2), timing="events"))
 
 
 # ---------------------------------------------------------------- chunked prefill

@@ -100,13 +100,6 @@ def triton_fanout(nbytes: int, copies: int, block: int = COPY_BLOCK, warps: int 
     return lambda: _fanout_kernel[grid](src, dst, src.numel(), COPIES=copies, BLOCK=block, num_warps=warps)
 
 
-def torch_fanout(nbytes: int, copies: int):
-    """The independent check of ``triton_fanout``: ``torch`` ``copy_`` of the source broadcast over the
-    ``copies`` destinations (to be launched eagerly)."""
-    src, dst = _fanout_buffers(nbytes, copies)
-    return lambda: dst.copy_(src.expand_as(dst))
-
-
 def torch_copy(nbytes: int):
     """The independent check: ``torch`` ``copy_`` over fresh random buffers of ``copy_bytes(nbytes)``
     (to be launched eagerly)."""

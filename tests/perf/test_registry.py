@@ -48,8 +48,8 @@ def test_spec_decode_cost_reads_the_state_once_and_stores_it_per_draft_token():
     for label, s in registry.benches()[SPEC_BENCH].shapes.items():
         op = gdn_cost.spec_decode(s).bytes
         ceiling = impls["gpu-copy"].cost(s).bytes   # the fan-out: its source read once, written T times
-        assert ceiling == impls["gpu-copy-eager"].cost(s).bytes, label
         assert 0 <= ceiling - op < (1 + s["T"]) * gpu_ceilings.COPY_ALIGN, label
+        assert 0 <= impls["gpu-copy-eager"].cost(s).bytes - op < 2 * gpu_ceilings.COPY_ALIGN, label
     spec, acc, cu = spec_tables(16, 4)
     assert sorted(spec.flatten().tolist()) == list(range(64)) and spec.shape == (16, 4)
     assert acc.min() >= 1 and acc.max() <= 4 and cu.tolist() == list(range(0, 65, 4))
