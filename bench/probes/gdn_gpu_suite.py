@@ -2,8 +2,8 @@
 (a step cut short keeps what it wrote; the next still runs), everything under ``--out``, a short table last:
 
 1. ``bench.probes.gdn_decode_sm90`` at N=128, float32, bfloat16 and float16 pools: the sm_90 decode, its
-   variants (``VARIANTS``), today's kernel, FLA, vLLM and the copy, then the checks against the float64 reference
-   (``sm90/``);
+   shared-memory variants (``DECODE_VARIANTS``), today's kernel, FLA, vLLM and the copy, then the checks against
+   the float64 reference (``sm90/``);
 2. the ``gdn/spec-decode-gpu`` bench (``python -m bench``; ``spec/perf.json`` and ``gates.json``);
 3. ``bench.probes.gdn_chunked_stages`` at 1x8192 and 4x2048, bfloat16 then float32 pools: ours whole and by
    stage, FLA and vLLM in CUDA graphs and eager, the ceilings (``chunked/``).
@@ -22,12 +22,15 @@ import time
 from pathlib import Path
 
 DECODE_SHAPES = ("N=128,state=float32", "N=128,state=bfloat16", "N=128,state=float16")
+# the shared-memory variants of the sm_90 decode (the register-tile ones were timed before: none beat the default)
+DECODE_VARIANTS = ("staged", "ring2-p", "ring3-p", "ring2-p-r168")
 CHUNKED_SHAPES = ("T=8192,state=bfloat16", "varlen=4x2048,state=bfloat16", "T=8192,state=float32",
                   "varlen=4x2048,state=float32")
 # (name, module arguments with OUT for the step's folder, the most seconds it may take)
 STEPS = (
-    ("sm90", ["bench.probes.gdn_decode_sm90", "--out", "OUT", "--shapes", *DECODE_SHAPES], 150),
-    ("spec", ["bench", "--bench", "gdn/spec-decode-gpu", "--out", "OUT/perf.json"], 120),
+    ("sm90", ["bench.probes.gdn_decode_sm90", "--out", "OUT", "--shapes", *DECODE_SHAPES, "--variants",
+              *DECODE_VARIANTS], 170),
+    ("spec", ["bench", "--bench", "gdn/spec-decode-gpu", "--out", "OUT/perf.json"], 90),
     ("chunked", ["bench.probes.gdn_chunked_stages", "--out", "OUT", "--shapes", *CHUNKED_SHAPES], 600),
 )
 RESERVE_S = 10      # left at the end for the table
