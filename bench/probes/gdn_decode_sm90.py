@@ -253,6 +253,24 @@ def checks(variants, on_row=None) -> list[dict]:
     return rows
 
 
+def _runs(config: dict):
+    """``Impl.supports`` of a variant: None when it runs at the shape's dtypes (a decode of 4 sequences, compiled and
+    launched here), else the exception, so that a variant that does not build is a skip, not the end of the run."""
+    def supports(shape: dict) -> str | None:
+        import torch
+
+        from bench.gdn_gpu import decode_inputs, ours_sm90
+
+        small = dict(shape, N=4)
+        try:
+            ours_sm90(small, decode_inputs(small), **config)()
+            torch.cuda.synchronize()
+        except Exception as exc:
+            return f"{config} raised {type(exc).__name__}: {str(exc)[:300]}"
+        return None
+    return supports
+
+
 def timings(shapes, variants) -> dict:
     """The gdn/decode-gpu bench with the sm_90 ``variants`` registered for this run."""
     from bench import registry
@@ -262,7 +280,7 @@ def timings(shapes, variants) -> dict:
     from bench.turboquant_gpu import sm90_available
 
     impls = [Impl(bench=BENCH, name=f"triton-gdn-sm90-{n}", role="ours", prepare=functools.partial(ours_sm90, **kw),
-                  available=sm90_available) for n, kw in VARIANTS.items() if n in variants]
+                  available=sm90_available, supports=_runs(kw)) for n, kw in VARIANTS.items() if n in variants]
     registry.load()
     with registry.registered(*impls):
         return {r.rid: r for r in measure(BENCH, shapes=shapes)}
