@@ -188,12 +188,12 @@ def _item(pid, it, ring, nprog, items, tile, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, 
 
 @gluon.jit
 def _decode_kernel(q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, state_ptr, table_ptr, o_ptr,
-                   sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, sa_t, sb_t, so_t, so_h, s_slot, scale, eps, items,
+                   sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, sa_t, sb_t, so_t, so_h, s_slot, scale, eps, items, nprog,
                    H: gl.constexpr, HV: gl.constexpr, K: gl.constexpr, V: gl.constexpr, HPP: gl.constexpr,
                    VEC: gl.constexpr, LANES: gl.constexpr, WARPS: gl.constexpr, PREFETCH: gl.constexpr,
                    STAGES: gl.constexpr, L2NORM: gl.constexpr):
     """``items`` = N H (G / HPP) grid items (module docstring). ``STAGES`` = 0: one program per item, its states
-    loaded into registers. ``STAGES`` > 0: program p takes items p, p + P, ... (P programs: one per item, or a
+    loaded into registers. ``STAGES`` > 0: program p of ``nprog`` takes items p, p + nprog, ... (one per item, or a
     persistent grid) and streams their value heads, in order, through a ring of ``STAGES`` shared-memory stages
     (cp.async, no registers held while in flight): the first STAGES at the start, head c + STAGES into stage
     c % STAGES once head c is in registers, so STAGES heads stay in flight across items."""
@@ -203,7 +203,6 @@ def _decode_kernel(q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, st
     tile = (gl.expand_dims(gl.arange(0, K, layout=gl.SliceLayout(1, STATE)), 1) * V
             + gl.expand_dims(gl.arange(0, V, layout=gl.SliceLayout(0, STATE)), 0))
     if STAGES > 0:
-        nprog = gl.num_programs(0)
         # the 16-byte vectors of lane row i XOR i: the LANES rows a warp's load meets at once spread over the
         # banks (without it a 16-bit pool's lanes meet half of them, two wavefronts where one would do)
         RING: gl.constexpr = gl.SwizzledSharedLayout(vec=VEC, per_phase=K // LANES, max_phase=LANES, order=[1, 0])
@@ -278,7 +277,7 @@ def decode(q, k, v, A_log, a, b, dt_bias, state, state_indices, *, scale=None, u
     _decode_kernel[(grid,)](
         q, k, v, a, b, A_log, dt_bias, state, idx, out,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), a.stride(0), b.stride(0),
-        out.stride(0), out.stride(1), state.stride(0), scale, eps, items,
+        out.stride(0), out.stride(1), state.stride(0), scale, eps, items, grid,
         H=H, HV=HV, K=K, V=V, HPP=hpp, VEC=vec, LANES=lanes, WARPS=warps, PREFETCH=bool(prefetch),
         STAGES=stages, L2NORM=bool(use_qk_l2norm),
         num_warps=warps, **({} if registers is None else {"maxnreg": registers}))
@@ -300,7 +299,7 @@ def compile_specs():
     for (state, size), stages in itertools.product((("fp32", 4), ("bf16", 2), ("fp16", 2)), (0, *STAGES)):
         types = dict(q_ptr="*bf16", k_ptr="*bf16", v_ptr="*bf16", a_ptr="*bf16", b_ptr="*bf16", A_log_ptr="*fp32",
                      dt_bias_ptr="*bf16", state_ptr=f"*{state}", table_ptr="*i32", o_ptr="*bf16", scale="fp32",
-                     eps="fp32", items="i32", **strides)
+                     eps="fp32", items="i32", nprog="i32", **strides)
         vec, lanes, warps, hpp = config(size, 128, 2)
         out.append(CompileSpec(f"sm90 gdn decode state={state}" + (f" stages={stages}" if stages else ""),
                                _decode_kernel, types,
