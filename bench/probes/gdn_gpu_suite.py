@@ -10,7 +10,7 @@
 
 Each step's output goes to ``<step>.log``. On a GPU:
 
-    python -m bench.probes.gdn_gpu_suite --out DIR [--budget SECONDS] [--steps NAME ...]
+    python -m bench.probes.gdn_gpu_suite --out DIR [--budget SECONDS] [--steps NAME ...] [--commit SHA]
 """
 from __future__ import annotations
 
@@ -31,17 +31,18 @@ STEPS = (
     ("sm90", ["bench.probes.gdn_decode_sm90", "--out", "OUT", "--shapes", *DECODE_SHAPES, "--variants",
               *DECODE_VARIANTS], 170),
     ("spec", ["bench", "--bench", "gdn/spec-decode-gpu", "--out", "OUT/perf.json"], 90),
-    ("chunked", ["bench.probes.gdn_chunked_stages", "--out", "OUT", "--shapes", *CHUNKED_SHAPES], 600),
+    ("chunked", ["bench.probes.gdn_chunked_stages", "--out", "OUT", "--shapes", *CHUNKED_SHAPES, "--commit", "COMMIT"],
+     600),
 )
 RESERVE_S = 10      # left at the end for the table
 
 
-def run_step(name: str, args: list[str], out: Path, limit: float) -> str:
-    """``python -m args`` (OUT replaced by ``out / name``) under ``limit`` seconds, its output in
-    ``out / (name + ".log")``; returns how it ended."""
+def run_step(name: str, args: list[str], out: Path, limit: float, commit: str) -> str:
+    """``python -m args`` (OUT replaced by ``out / name``, COMMIT by ``commit``) under ``limit`` seconds, its output
+    in ``out / (name + ".log")``; returns how it ended."""
     folder = out / name
     folder.mkdir(parents=True, exist_ok=True)
-    argv = [sys.executable, "-m", *[a.replace("OUT", str(folder)) for a in args]]
+    argv = [sys.executable, "-m", *[a.replace("OUT", str(folder)).replace("COMMIT", commit) for a in args]]
     t0 = time.monotonic()
     with open(out / f"{name}.log", "w") as log:
         try:
@@ -107,6 +108,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--budget", type=float, default=450.0, help="seconds for every step together (default 450)")
     ap.add_argument("--steps", nargs="*", default=[s[0] for s in STEPS], choices=[s[0] for s in STEPS])
+    ap.add_argument("--commit", default="unknown", help="the commit measured (recorded by the chunked step)")
     args = ap.parse_args(argv)
     if args.budget <= RESERVE_S:
         ap.error(f"--budget: expected more than {RESERVE_S} seconds, got {args.budget}")
@@ -121,7 +123,7 @@ def main(argv=None) -> int:
         if left < 5:
             ended.append(f"{name}: not run (the budget was spent)")
             continue
-        ended.append(run_step(name, step_args, out, min(cap, left)))
+        ended.append(run_step(name, step_args, out, min(cap, left), args.commit))
         print(ended[-1], flush=True)
     lines = ended + table(out)
     (out / "summary.txt").write_text("\n".join(lines) + "\n")
