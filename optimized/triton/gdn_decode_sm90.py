@@ -226,7 +226,22 @@ def _name(dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def _programs(stages: int, element_size: int, warps: int, registers) -> int:
+def check_options(*, prefetch=False, stages=0, persistent=False, registers=None) -> None:
+    """ValueError naming the option when ``decode``'s loading options do not go together: ``stages`` 0 or one of
+    ``STAGES`` (each fits ``SMEM_LIMIT`` for any pool dtype at K = V = ``HEAD``), not with ``prefetch``;
+    ``persistent`` only with a ring; ``registers`` None or an int in [32, 255]."""
+    if isinstance(stages, bool) or (stages != 0 and stages not in STAGES):
+        raise ValueError(f"stages must be 0 or one of {STAGES}, got {stages!r}")
+    if prefetch and stages:
+        raise ValueError("prefetch, stages: one way of loading the next value head's state, got both")
+    if persistent and not stages:
+        raise ValueError("persistent: a persistent grid streams through the ring; give stages too")
+    if registers is not None and (isinstance(registers, bool) or not isinstance(registers, int)
+                                  or not 32 <= registers <= 255):
+        raise ValueError(f"registers must be None or an int in [32, 255], got {registers!r}")
+
+
+def programs_per_sm(stages: int, element_size: int, warps: int, registers=None) -> int:
     """Programs a multiprocessor holds at once: by registers (``registers`` a thread, default 255, allocated 256
     a warp at a time; 64 Ki a multiprocessor) and by the ring's shared memory (``SMEM_LIMIT``)."""
     per_warp = -(-(255 if registers is None else registers) * 32 // 256) * 256
@@ -244,36 +259,26 @@ def decode(q, k, v, A_log, a, b, dt_bias, state, state_indices, *, scale=None, u
     value head's state is loaded before the current one is computed (else after it is stored); ``stages`` (0, or
     one of ``STAGES``): the states go through a ring of that many shared-memory stages by cp.async instead
     (``stages`` value heads in flight without holding registers; ``stages`` K V pool elements of shared memory a
-    program); ``persistent`` (with a ring): as many programs as the multiprocessors hold at once (``_programs``),
-    each streaming its items' heads through its ring, instead of one program per item; ``registers``: a cap on
-    the registers a thread uses (``maxnreg``, 32 to 255; default the compiler's choice), so that more programs fit
-    on a multiprocessor (what does not fit spills to local memory). ValueError naming the argument for a call
-    ``problem`` leaves to the portable kernel, or for options that do not go together."""
+    program); ``persistent`` (with a ring): as many programs as the multiprocessors hold at once
+    (``programs_per_sm``), each streaming its items' heads through its ring, instead of one program per item;
+    ``registers``: a cap on the registers a thread uses (``maxnreg``, 32 to 255; default the compiler's choice), so
+    that more programs fit on a multiprocessor (what does not fit spills to local memory). ValueError naming the
+    argument for a call ``problem`` leaves to the portable kernel, or for options that do not go together
+    (``check_options``)."""
     (N, H, HV, K, V), idx, scale, eps, out = decode_arguments(
         q, k, v, A_log, a, b, dt_bias, state, state_indices, scale, l2norm_eps, out, workspace)
     why = problem(K=K, V=V, state_dtype=_name(state.dtype), act=_name(q.dtype), H=H, HV=HV, device=state.device)
     if why:
         raise ValueError(why)
     vec, lanes, warps, hpp = config(state.element_size(), V, HV // H, lanes_k, heads_per_program)
-    if stages != 0 and stages not in STAGES:
-        raise ValueError(f"stages must be 0 or one of {STAGES}, got {stages!r}")
-    if stages * K * V * state.element_size() + SMEM_SCRATCH > SMEM_LIMIT:
-        raise ValueError(f"stages: {stages} stages of a {_name(state.dtype)} head need more than the "
-                         f"{SMEM_LIMIT} bytes of shared memory a program may have")
-    if prefetch and stages:
-        raise ValueError("prefetch, stages: one way of loading the next value head's state, got both")
-    if persistent and not stages:
-        raise ValueError("persistent: a persistent grid streams through the ring; give stages too")
-    if registers is not None and (isinstance(registers, bool) or not isinstance(registers, int)
-                                  or not 32 <= registers <= 255):
-        raise ValueError(f"registers must be None or an int in [32, 255], got {registers!r}")
+    check_options(prefetch=prefetch, stages=stages, persistent=persistent, registers=registers)
     items = N * H * (HV // H // hpp)
     grid = items
     if persistent:
         import torch
 
         sms = torch.cuda.get_device_properties(state.device).multi_processor_count
-        grid = min(items, sms * _programs(stages, state.element_size(), warps, registers))
+        grid = min(items, sms * programs_per_sm(stages, state.element_size(), warps, registers))
     _decode_kernel[(grid,)](
         q, k, v, a, b, A_log, dt_bias, state, idx, out,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), a.stride(0), b.stride(0),
