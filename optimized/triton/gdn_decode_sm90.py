@@ -17,7 +17,9 @@ consecutive columns, ``VEC`` = 16 bytes of the pool's dtype (one 16-byte load pe
 values are thus in ``LANES_K`` lanes of one warp: the sums over K (``S^T k`` and ``S^T q``) are
 ``K / LANES_K`` in-thread fused multiply-adds and ``log2(LANES_K)`` butterfly shuffles, no shared
 memory and no barrier (only the q/k broadcast, once per program, goes through shared memory). The state is
-read once in its storage dtype, 16 bytes a load, and kept in fp32 registers.
+read once in its storage dtype, 16 bytes a load, and kept in fp32 registers; with ``stages`` it streams into
+registers through a ring of shared-memory stages instead (16-byte cp.async copies, each thread reading back the
+elements it copied; no registers held while in flight), in a grid of one program per item or a persistent one.
 
 Order of operations per value head, fp32 (``gdn_recurrent``'s): ``S = S exp(g)``; ``u = beta (v - S^T k)``;
 ``S = S + k u^T``; ``o = S^T q`` (the updated, unrounded state); the state stored once, rounded to nearest
