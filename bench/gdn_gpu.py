@@ -32,8 +32,9 @@ torch has no read-once-write-T copy: its broadcast copy reads the source T times
 (``T=8192,state=<dtype>``, ``varlen=4x2048,state=<dtype>``), the pool in float32, bfloat16 or float16. Ours is
 ``optimized.triton.gdn_chunked.chunked`` (packed through ``cu_seqlens``; its cost adds the bytes its four stages
 pass through memory, ``gdn_chunked.stage_bytes``); peers ``fla`` and ``vllm-gdn`` (``chunk_gated_delta_rule``,
-``bench/peers``), as CUDA-graph replays, and ``fla-eager``, ``vllm-gdn-eager``, the same calls launched eagerly; ceilings ``gpu-copy`` / ``gpu-copy-eager`` over the op's bytes (``cost.chunked``) and
-``gpu-matmul-bf16`` (the tensor-core peak).
+``bench/peers``), as CUDA-graph replays, and ``fla-eager``, ``vllm-gdn-eager``, the same calls launched eagerly;
+ceilings ``gpu-copy`` / ``gpu-copy-eager`` over the op's bytes (``cost.chunked``) and ``gpu-matmul-bf16`` (the
+tensor-core peak).
 """
 from __future__ import annotations
 

@@ -59,8 +59,8 @@ def table(records: dict, bench: str) -> list[str]:
 
 
 def summary(records: dict, bench: str) -> list[str]:
-    """One line per shape: ms of ours, FLA and vLLM (CUDA-graph replays and eager), copy; ours / FLA (graph); ours' % of the matmul peak and of copy; the
-    stages alone and the state pass's other configurations (ms)."""
+    """One line per shape: ms of ours, FLA and vLLM (CUDA-graph replays and eager), copy; ours / FLA (graph);
+    ours' % of the matmul peak and of copy; the stages alone and the state pass's other configurations (ms)."""
     labels = sorted({rid[len(bench) + 1:].rsplit("/", 1)[0] for rid in records})
     lines = []
     for label in labels:
@@ -72,8 +72,8 @@ def summary(records: dict, bench: str) -> list[str]:
 
         def f(x):
             return "-" if x is None else f"{x:.4f}"
-        parts = [f"{label:28} ours {f(ours)} fla {f(fla)} (eager {f(ms.get('fla-eager'))}) vllm {f(ms.get('vllm-gdn'))} "
-                 f"(eager {f(ms.get('vllm-gdn-eager'))}) copy {f(copy)}"]
+        parts = [f"{label:28} ours {f(ours)} fla {f(fla)} (eager {f(ms.get('fla-eager'))}) "
+                 f"vllm {f(ms.get('vllm-gdn'))} (eager {f(ms.get('vllm-gdn-eager'))}) copy {f(copy)}"]
         if ours and fla:
             parts.append(f"ours/fla {ours / fla:.3f}")
         if ours and peak:

@@ -15,7 +15,8 @@ def test_every_ring_fits_the_shared_memory_of_a_program_for_every_pool_dtype():
 @pytest.mark.parametrize("options, match", [
     (dict(stages=1), "stages"), (dict(stages=4), "stages"), (dict(stages=True), "stages"),
     (dict(stages=2, prefetch=True), "prefetch, stages"), (dict(persistent=True), "persistent"),
-    (dict(stages=2, registers=16), "registers"), (dict(registers=256), "registers"), (dict(registers=168.0), "registers"),
+    (dict(stages=2, registers=16), "registers"), (dict(registers=256), "registers"),
+    (dict(registers=168.0), "registers"),
 ])
 def test_options_that_do_not_go_together_are_refused_by_name(options, match):
     with pytest.raises(ValueError, match=match):
