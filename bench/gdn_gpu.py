@@ -16,12 +16,25 @@ by ``gpu-copy-eager`` (torch ``copy_`` of the same size, eager, timed with devic
 of the op's bytes (``conformance.families.gdn.cost.decode``: the state read and written once,
 q, k, v, a, b and o once). Timing: medians of CUDA-graph replays.
 
+``gdn/spec-decode-gpu``: the speculative verify, N = 32 or 128 sequences of T = 2 or 4 draft tokens each
+(``T=<T>,N=<N>,state=<dtype>``), the same heads and activations, a pool of N T slots (slots a random permutation,
+row n of ``spec_state_indices`` sequence n's T slots, 1 to T drafts accepted), updated in place: each sequence's
+state read once, from the accepted draft's slot, and stored once per draft token. Ours is
+``gdn_recurrent.spec_decode`` (preallocated workspace and output); peer ``vllm-gdn`` (vLLM's
+``fused_sigmoid_gating_delta_rule_update`` with ``num_accepted_tokens``, ``bench/peers/vllm_peers.py``); FLA
+0.6's ``fused_recurrent_gated_delta_rule`` stores only a sequence's last state, not one per draft token, so it does
+not take this call. Ceilings ``gpu-copy``: ``bench.gpu_ceilings.triton_fanout``, a source read once and written T
+times (the op's read-to-write ratio), sized so that it moves the op's bytes (``cost.spec_decode``), checked
+against ``gpu-copy-eager``, the plain copy's rate (torch ``copy_`` of half the op's bytes, eager, device events;
+torch has no read-once-write-T copy: its broadcast copy reads the source T times).
+
 ``gdn/chunked-gpu``: chunked prefill, the same heads, bf16 activations, one 8192-token sequence or 4 x 2048
 (``T=8192,state=<dtype>``, ``varlen=4x2048,state=<dtype>``), the pool in float32, bfloat16 or float16. Ours is
 ``optimized.triton.gdn_chunked.chunked`` (packed through ``cu_seqlens``; its cost adds the bytes its four stages
 pass through memory, ``gdn_chunked.stage_bytes``); peers ``fla`` and ``vllm-gdn`` (``chunk_gated_delta_rule``,
-``bench/peers``); ceilings ``gpu-copy`` / ``gpu-copy-eager`` over the op's bytes (``cost.chunked``) and
-``gpu-matmul-bf16`` (the tensor-core peak).
+``bench/peers``), as CUDA-graph replays, and ``fla-eager``, ``vllm-gdn-eager``, the same calls launched eagerly;
+ceilings ``gpu-copy`` / ``gpu-copy-eager`` over the op's bytes (``cost.chunked``) and ``gpu-matmul-bf16`` (the
+tensor-core peak).
 """
 from __future__ import annotations
 
@@ -119,6 +132,79 @@ register_impl(Impl(bench=BENCH, name="gpu-copy-eager", role="ceiling", prepare=_
                    available=gpu_capability, cost=_copy_cost, timing="events"))
 
 
+# ---------------------------------------------------------------- speculative verify
+
+SPEC_BENCH = "gdn/spec-decode-gpu"
+
+
+def spec_tables(N: int, T: int, seed: int = 2):
+    """(spec_state_indices int32 [N, T], num_accepted_tokens int32 [N], cu_seqlens int32 [N + 1]) on the host:
+    the N T slots of the pool in a random order, one row per sequence; 1 to T drafts accepted; T tokens each."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    spec = torch.randperm(N * T, generator=gen).to(torch.int32).view(N, T)
+    acc = torch.randint(1, T + 1, (N,), generator=gen).to(torch.int32)
+    return spec, acc, torch.arange(0, N * T + 1, T, dtype=torch.int32)
+
+
+def spec_inputs(shape: dict) -> dict:
+    """Arguments on the GPU for N sequences of T draft tokens (``spec_tables``): activations in ``shape["act"]``,
+    A_log float32, a pool of N T slots in ``shape["state_dtype"]``."""
+    import torch
+
+    N, T, H, HV, K, V = (shape[k] for k in ("N", "T", "H", "HV", "K", "V"))
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    act = _dtype(shape["act"])
+
+    def randn(*size, dtype=act, s=1.0):
+        return (s * torch.randn(*size, generator=gen, device="cuda")).to(dtype)
+
+    spec, acc, cu = (t.cuda() for t in spec_tables(N, T))
+    return dict(q=randn(N * T, H, K), k=randn(N * T, H, K), v=randn(N * T, HV, V),
+                A_log=randn(HV, dtype=torch.float32, s=0.5), a=randn(N * T, HV), b=randn(N * T, HV),
+                dt_bias=randn(HV, s=0.5), state=randn(N * T, HV, K, V, dtype=_dtype(shape["state_dtype"]), s=0.5),
+                spec_state_indices=spec, num_accepted_tokens=acc, cu_seqlens=cu)
+
+
+def spec_ours(shape, inputs):
+    """``Impl.prepare`` of our speculative verify: preallocated output and workspace."""
+    import torch
+
+    from optimized.triton.gdn_recurrent import Workspace, spec_decode
+
+    x = inputs
+    out = torch.empty_like(x["v"])
+    ws = Workspace("cuda")
+    return lambda: spec_decode(x["q"], x["k"], x["v"], x["A_log"], x["a"], x["b"], x["dt_bias"], x["state"],
+                               x["spec_state_indices"], x["num_accepted_tokens"], x["cu_seqlens"], out=out,
+                               workspace=ws)
+
+
+def _fanout_bytes(shape: dict) -> int:
+    """The source of the fan-out ceiling: read once and written T times, it moves the op's bytes."""
+    return -(-cost.spec_decode(shape).bytes // (1 + shape["T"]))
+
+
+def _fanout_cost(shape: dict) -> Cost:
+    return gpu_ceilings.fanout_cost(_fanout_bytes(shape), shape["T"])
+
+
+SPEC_SHAPES = {f"T={T},N={N},state={s}": dict(N=N, T=T, **HEADS, state_dtype=s, act="bfloat16")
+               for T in (2, 4) for N in (32, 128) for s in ("float32", "bfloat16", "float16")}
+
+register_bench(Bench(name=SPEC_BENCH, device="gpu", cost=cost.spec_decode, inputs=spec_inputs, reps=5,
+                     shapes=SPEC_SHAPES))
+register_impl(Impl(bench=SPEC_BENCH, name="triton-gdn", role="ours", prepare=spec_ours, available=gpu_capability))
+register_impl(Impl(bench=SPEC_BENCH, name="gpu-copy", role="ceiling",
+                   prepare=lambda shape, inputs: gpu_ceilings.triton_fanout(_fanout_bytes(shape), shape["T"]),
+                   available=gpu_capability, cost=_fanout_cost))
+register_impl(Impl(bench=SPEC_BENCH, name="gpu-copy-eager", role="ceiling",
+                   prepare=lambda shape, inputs: gpu_ceilings.torch_copy(cost.spec_decode(shape).bytes // 2),
+                   available=gpu_capability,
+                   cost=lambda shape: gpu_ceilings.copy_cost(cost.spec_decode(shape).bytes // 2), timing="events"))
+
+
 # ---------------------------------------------------------------- chunked prefill
 
 CHUNKED_BENCH = "gdn/chunked-gpu"
@@ -180,8 +266,8 @@ def _chunked_copy_cost(shape: dict) -> Cost:
 
 
 CHUNKED_SHAPES = {f"{name},state={s}": dict(lens=lens, **HEADS, state_dtype=s, act="bfloat16")
-                  for name, lens in (("T=8192", [8192]), ("varlen=4x2048", [2048] * 4))
-                  for s in ("float32", "bfloat16", "float16")}
+                  for s in ("bfloat16", "float32", "float16")      # the gates' bf16 pools first
+                  for name, lens in (("T=8192", [8192]), ("varlen=4x2048", [2048] * 4))}
 
 register_bench(Bench(name=CHUNKED_BENCH, device="gpu", cost=cost.chunked, inputs=chunked_inputs, reps=5,
                      shapes=CHUNKED_SHAPES))

@@ -1,4 +1,5 @@
-"""GPU ceilings measured in the same run as the kernels they bound: a device copy and a bf16 matmul.
+"""GPU ceilings measured in the same run as the kernels they bound: a device copy, a fan-out copy (one read,
+several writes) and a bf16 matmul.
 
 The copy ceiling is a Triton copy kernel over two uint8 buffers of the op's size (rounded up to
 ``COPY_ALIGN`` bytes), timed like the kernels (CUDA-graph replays), counting bytes read plus bytes
@@ -35,6 +36,16 @@ def _copy_kernel(src, dst, BLOCK: tl.constexpr, STREAMING: tl.constexpr):
         tl.store(dst + offs, tl.load(src + offs))
 
 
+@triton.jit
+def _fanout_kernel(src, dst, n, COPIES: tl.constexpr, BLOCK: tl.constexpr):
+    """``dst[c n + i] = src[i]`` for each of ``COPIES`` copies c, over ``BLOCK`` bytes of ``src`` per program
+    (``n``, the bytes of ``src``, a whole number of blocks): each byte read once and written ``COPIES`` times."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(src + offs)
+    for c in tl.static_range(COPIES):
+        tl.store(dst + c * n.to(tl.int64) + offs, x)
+
+
 def copy_bytes(nbytes: int) -> int:
     """The size of the copy buffers for an op of ``nbytes``: rounded up to ``COPY_ALIGN``."""
     if nbytes < 1:
@@ -63,6 +74,30 @@ def triton_copy(nbytes: int, block: int = COPY_BLOCK, warps: int = COPY_WARPS, s
     a, b = _buffers(nbytes)
     grid = (a.numel() // block,)
     return lambda: _copy_kernel[grid](a, b, BLOCK=block, STREAMING=streaming, num_warps=warps)
+
+
+def fanout_cost(nbytes: int, copies: int) -> Cost:
+    """A source of ``copy_bytes(nbytes)`` read once and written ``copies`` times."""
+    return Cost(bytes=(1 + copies) * copy_bytes(nbytes), flops=0)
+
+
+def _fanout_buffers(nbytes: int, copies: int):
+    import torch
+
+    if isinstance(copies, bool) or not isinstance(copies, int) or copies < 1:
+        raise ValueError(f"copies must be a positive int, got {copies!r}")
+    src = torch.empty(copy_bytes(nbytes), dtype=torch.uint8, device="cuda").random_(0, 256)
+    return src, torch.empty(copies, src.numel(), dtype=torch.uint8, device="cuda")
+
+
+def triton_fanout(nbytes: int, copies: int, block: int = COPY_BLOCK, warps: int = COPY_WARPS):
+    """The timed call of the fan-out ceiling: ``_fanout_kernel`` from a fresh random source of
+    ``copy_bytes(nbytes)`` into ``copies`` destinations of that size."""
+    if COPY_ALIGN % block:
+        raise ValueError(f"block must divide {COPY_ALIGN}, got {block}")
+    src, dst = _fanout_buffers(nbytes, copies)
+    grid = (src.numel() // block,)
+    return lambda: _fanout_kernel[grid](src, dst, src.numel(), COPIES=copies, BLOCK=block, num_warps=warps)
 
 
 def torch_copy(nbytes: int):

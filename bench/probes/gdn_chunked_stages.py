@@ -1,8 +1,8 @@
-"""The registry's ``gdn/chunked-gpu`` bench (ours, FLA, vLLM, the copy and matmul ceilings) with each of our
-four stages (``optimized.triton.gdn_chunked.stages``: solve, wu, state, output; the state pass also at other
-V-tiles and warps) timed alone beside it, in the same run; the stages are registered for this run only. Writes ``gdn_chunked_gpu.json`` (perf-JSON records, the
-commit and date given) and prints, per shape, ms, % of the bf16 matmul peak, % of copy (the copy's time over
-the row's) and ours / FLA:
+"""The registry's ``gdn/chunked-gpu`` bench (ours, FLA and vLLM in CUDA graphs and eager, the copy and matmul
+ceilings) with each of our four stages (``optimized.triton.gdn_chunked.stages``: solve, wu, state, output; the state
+pass also at other V-tiles and warps) timed alone beside it, in the same run; the stages are registered for this
+run only. Writes ``gdn_chunked_gpu.json`` (perf-JSON records, the commit and date given) and prints, per shape,
+ms, % of the bf16 matmul peak, % of copy (the copy's time over the row's) and ours / FLA:
 
     python -m bench.probes.gdn_chunked_stages --out DIR [--shapes LABEL ...] [--commit SHA]   (on a GPU)
 """
@@ -59,8 +59,8 @@ def table(records: dict, bench: str) -> list[str]:
 
 
 def summary(records: dict, bench: str) -> list[str]:
-    """One line per shape: ms of ours, FLA, vLLM, copy; ours / FLA; ours' % of the matmul peak and of copy; the
-    stages alone and the state pass's other configurations (ms)."""
+    """One line per shape: ms of ours, FLA and vLLM (CUDA-graph replays and eager), copy; ours / FLA (graph);
+    ours' % of the matmul peak and of copy; the stages alone and the state pass's other configurations (ms)."""
     labels = sorted({rid[len(bench) + 1:].rsplit("/", 1)[0] for rid in records})
     lines = []
     for label in labels:
@@ -72,7 +72,8 @@ def summary(records: dict, bench: str) -> list[str]:
 
         def f(x):
             return "-" if x is None else f"{x:.4f}"
-        parts = [f"{label:28} ours {f(ours)} fla {f(fla)} vllm {f(ms.get('vllm-gdn'))} copy {f(copy)}"]
+        parts = [f"{label:28} ours {f(ours)} fla {f(fla)} (eager {f(ms.get('fla-eager'))}) "
+                 f"vllm {f(ms.get('vllm-gdn'))} (eager {f(ms.get('vllm-gdn-eager'))}) copy {f(copy)}"]
         if ours and fla:
             parts.append(f"ours/fla {ours / fla:.3f}")
         if ours and peak:
@@ -113,9 +114,11 @@ def main(argv=None) -> int:
         own = [n for n, i in every.items() if i.role != "peer"]
         # shape by shape (the bf16 pools, those of the gates, first), the file rewritten and the shape's line
         # printed after each: a run cut short keeps what it measured. Ours and the ceilings first, then the
-        # peers: a peer that breaks the process's CUDA context (a failed graph capture) loses only its rows
+        # peers launched eagerly, then the peers in graphs: a peer that breaks the process's CUDA context (a
+        # failed graph capture) loses only its rows
+        eager = [n for n, i in every.items() if n not in own and i.timing == "events"]
         for label in labels:
-            for names in (own, [n for n in every if n not in own]):
+            for names in (own, eager, [n for n in every if n not in own and n not in eager]):
                 try:
                     records.update({r.rid: r for r in measure(CHUNKED_BENCH, shapes=[label], impls=names)})
                 except Exception as exc:

@@ -34,7 +34,13 @@ U32 = 2.0 ** -24
 UNIT = {"float32": 2.0 ** -24, "bfloat16": 2.0 ** -8, "float16": 2.0 ** -11}
 SPACING = {"float32": 2.0 ** -149, "bfloat16": 2.0 ** -133, "float16": 2.0 ** -24}  # between subnormals
 DTYPES = ("float32", "bfloat16", "float16")
-VARIANTS = {"l8": dict(lanes_k=8), "l16": dict(lanes_k=16), "p-l16": dict(prefetch=True, lanes_k=16)}
+# staged: the states through a ring of two shared-memory stages by cp.async (both value heads of a program in
+# flight at its start, no registers held); ring<S>-p: a persistent grid, each program streaming its items' heads
+# through a ring of S stages (S heads always in flight); -r168: at most 168 registers a thread, three programs a
+# multiprocessor for a 16-bit pool (ptxas 13 spills about 200 bytes a thread there)
+VARIANTS = {"l8": dict(lanes_k=8), "l16": dict(lanes_k=16), "p-l16": dict(prefetch=True, lanes_k=16),
+            "staged": dict(stages=2), "ring2-p": dict(stages=2, persistent=True),
+            "ring3-p": dict(stages=3, persistent=True), "ring2-p-r168": dict(stages=2, persistent=True, registers=168)}
 
 
 # ---------------------------------------------------------------- cases and the reference
@@ -215,8 +221,9 @@ def cases() -> list[tuple[str, dict]]:
     return out
 
 
-def checks(variants) -> list[dict]:
-    """Every case through the sm_90 decode (default and the named ``variants``) and today's kernel."""
+def checks(variants, on_row=None) -> list[dict]:
+    """Every case through the sm_90 decode (default and the named ``variants``) and today's kernel;
+    ``on_row(rows)`` after each case (the rows so far)."""
     from optimized.triton import gdn_decode_sm90, gdn_recurrent
 
     rows = []
@@ -241,11 +248,32 @@ def checks(variants) -> list[dict]:
             f"{k}:{'ok' if v['ok'] else 'FAIL'}" + (f"(o {v['o_margin']:.2f} S {v['state_margin']:.2f} flips "
                                                     f"{v['flips']}/{v['flips_allowed']})" if "o_margin" in v else "")
             for k, v in row.items() if isinstance(v, dict) and "ok" in v), flush=True)
+        if on_row is not None:
+            on_row(rows)
     return rows
 
 
+def _runs(config: dict):
+    """``Impl.supports`` of a variant: None when it runs at the shape's dtypes (a decode of 4 sequences, compiled and
+    launched here), else the exception, so that a variant that does not build is a skip, not the end of the run."""
+    def supports(shape: dict) -> str | None:
+        import torch
+
+        from bench.gdn_gpu import decode_inputs, ours_sm90
+
+        small = dict(shape, N=4)
+        try:
+            ours_sm90(small, decode_inputs(small), **config)()
+            torch.cuda.synchronize()
+        except Exception as exc:
+            return f"{config} raised {type(exc).__name__}: {str(exc)[:300]}"
+        return None
+    return supports
+
+
 def timings(shapes, variants) -> dict:
-    """The gdn/decode-gpu bench with the sm_90 ``variants`` registered for this run."""
+    """The gdn/decode-gpu bench, then the sm_90 ``variants`` (registered for this run) beside the copy ceiling,
+    measured again in the same process for their fractions: a variant that faults costs only the variants' rows."""
     from bench import registry
     from bench.gdn_gpu import BENCH, ours_sm90
     from bench.measure import measure
@@ -253,10 +281,16 @@ def timings(shapes, variants) -> dict:
     from bench.turboquant_gpu import sm90_available
 
     impls = [Impl(bench=BENCH, name=f"triton-gdn-sm90-{n}", role="ours", prepare=functools.partial(ours_sm90, **kw),
-                  available=sm90_available) for n, kw in VARIANTS.items() if n in variants]
+                  available=sm90_available, supports=_runs(kw)) for n, kw in VARIANTS.items() if n in variants]
     registry.load()
+    records = {r.rid: r for r in measure(BENCH, shapes=shapes)}
     with registry.registered(*impls):
-        return {r.rid: r for r in measure(BENCH, shapes=shapes)}
+        try:
+            again = measure(BENCH, shapes=shapes, impls=["gpu-copy", *(i.name for i in impls)])
+            records.update({r.rid: r for r in again if r.rid not in records})
+        except Exception as exc:
+            print(f"the variants raised {type(exc).__name__}: {str(exc)[:300]}", flush=True)
+    return records
 
 
 def table(records: dict) -> str:
@@ -298,8 +332,10 @@ def main(argv=None) -> int:
         result["perf"] = run.perf_json(records, [])
         print(table(records), flush=True)
         (out / "gdn_decode_sm90.json").write_text(json.dumps(result, indent=1) + "\n")
-        result["checks"] = checks(args.variants)
-        (out / "gdn_decode_sm90.json").write_text(json.dumps(result, indent=1) + "\n")
+
+        def save(rows):   # after each case: a run cut short keeps the cases it checked
+            (out / "gdn_decode_sm90.json").write_text(json.dumps({**result, "checks": rows}, indent=1) + "\n")
+        result["checks"] = checks(args.variants, save)
         bad = [r["case"] for r in result["checks"] if not all(v["ok"] for v in r.values() if isinstance(v, dict)
                                                                and "ok" in v)]
         print(f"checks: {len(result['checks']) - len(bad)} of {len(result['checks'])} cases pass everywhere"

@@ -192,6 +192,24 @@ def bench_decode(shape: dict, inputs: dict):
                       inplace_final_state=True, cu_seqlens=cu, ssm_state_indices=slots, use_qk_l2norm_in_kernel=True)
 
 
+def bench_spec_decode(shape: dict, inputs: dict):
+    """The perf registry's ``prepare`` for gdn/spec-decode-gpu (inputs as ``bench.gdn_gpu.spec_inputs``): vLLM's
+    fused decode over each sequence's draft tokens, resumed from ``spec_state_indices[n, num_accepted_tokens[n] - 1]``
+    (every count at least 1 there) and stored after each token, in place in a pool of its layout (a null slot,
+    then ours as [HV, V, K]), slots shifted past the null one; built here, so the timed call allocates only vLLM's
+    output."""
+    import torch
+
+    fn = kernel_modules()["gating"].fused_sigmoid_gating_delta_rule_update
+    x = inputs
+    pool = torch.cat([torch.zeros_like(x["state"][:1]), x["state"]]).transpose(-1, -2).contiguous()
+    slots = (x["spec_state_indices"] + 1).to(torch.int32).contiguous()
+    q, k, v = (x[n][None] for n in ("q", "k", "v"))
+    return lambda: fn(A_log=x["A_log"], a=x["a"], b=x["b"], dt_bias=x["dt_bias"], q=q, k=k, v=v, initial_state=pool,
+                      inplace_final_state=True, cu_seqlens=x["cu_seqlens"], ssm_state_indices=slots,
+                      num_accepted_tokens=x["num_accepted_tokens"], use_qk_l2norm_in_kernel=True)
+
+
 def _eps(l2norm_eps: float) -> None:
     if l2norm_eps != 1e-6:
         raise ValueError(f"l2norm_eps: vLLM's GDN kernels add 1e-6 to the sum of squares, got {l2norm_eps}")

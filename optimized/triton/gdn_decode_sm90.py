@@ -17,7 +17,9 @@ consecutive columns, ``VEC`` = 16 bytes of the pool's dtype (one 16-byte load pe
 values are thus in ``LANES_K`` lanes of one warp: the sums over K (``S^T k`` and ``S^T q``) are
 ``K / LANES_K`` in-thread fused multiply-adds and ``log2(LANES_K)`` butterfly shuffles, no shared
 memory and no barrier (only the q/k broadcast, once per program, goes through shared memory). The state is
-read once in its storage dtype, 16 bytes a load, and kept in fp32 registers.
+read once in its storage dtype, 16 bytes a load, and kept in fp32 registers; with ``stages`` it streams into
+registers through a ring of shared-memory stages instead (16-byte cp.async copies, each thread reading back the
+elements it copied; no registers held while in flight), in a grid of one program per item or a persistent one.
 
 Order of operations per value head, fp32 (``gdn_recurrent``'s): ``S = S exp(g)``; ``u = beta (v - S^T k)``;
 ``S = S + k u^T``; ``o = S^T q`` (the updated, unrounded state); the state stored once, rounded to nearest
@@ -25,16 +27,26 @@ even by the conversion instruction; o rounded once to ``out``'s dtype. Rounding 
 """
 from __future__ import annotations
 
+import itertools
+
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
 
 from optimized.triton.gdn_recurrent import decode_arguments, problem as portable_problem
+
+# The Gluon names differ between Triton versions: 3.6 (the H200's) and 3.8 (the CPU machines' compile check).
+_async_copy = getattr(async_copy, "async_copy_global_to_shared", None) or async_copy.async_load
+_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
 
 HEAD = 128                   # the K and V this kernel's layout is built for
 LANES_K = (1, 2, 4, 8, 16, 32)
 # Lanes along K by the pool's element size: 128 fp32 state registers per thread either way (a warp owns 32
 # columns, V / 32 = 4 warps per program)
 DEFAULT_LANES_K = {4: 4, 2: 8}
+STAGES = (2, 3)              # shared-memory stages of the cp.async ring (``decode``'s ``stages``)
+SMEM_LIMIT = 227 * 1024      # shared memory a program may have on sm_90
+SMEM_SCRATCH = 1024          # shared memory the compiler adds (the q/k broadcast), rounded up
 
 
 def problem(*, K: int, V: int, state_dtype: str, act: str, H: int | None = None, HV: int | None = None,
@@ -94,28 +106,45 @@ def _normalised(ptr, eps, K: gl.constexpr, L2NORM: gl.constexpr, FLAT: gl.conste
 
 
 @gluon.jit
-def _decode_kernel(q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, state_ptr, table_ptr, o_ptr,
-                   sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, sa_t, sb_t, so_t, so_h, s_slot, scale, eps,
-                   H: gl.constexpr, HV: gl.constexpr, K: gl.constexpr, V: gl.constexpr, HPP: gl.constexpr,
-                   VEC: gl.constexpr, LANES: gl.constexpr, WARPS: gl.constexpr, PREFETCH: gl.constexpr,
-                   L2NORM: gl.constexpr):
-    """One program per (sequence n, key head h, block of HPP value heads of h) (module docstring)."""
-    STATE: gl.constexpr = gl.BlockedLayout([K // LANES, VEC], [LANES, 32 // LANES], [1, WARPS], [1, 0])
+def _issue(ring, c, pid, nprog, items, table_ptr, state_ptr, s_slot, tile, H: gl.constexpr, G: gl.constexpr,
+           HPP: gl.constexpr, K: gl.constexpr, V: gl.constexpr, STAGES: gl.constexpr, STATE: gl.constexpr):
+    """cp.async of this program's value head ``c`` (head ``c % HPP`` of its item ``c // HPP``, the grid's item
+    ``pid + (c // HPP) nprog``) into ring stage ``c % STAGES``, one commit group; zero-filled, nothing read, past
+    the last of the ``items`` or for a padding slot."""
+    item = pid + (c // HPP) * nprog
+    live = item < items
+    item = item % items
+    slot = gl.load(table_ptr + item // (H * (G // HPP))).to(gl.int64)
+    hv = item // (G // HPP) % H * G + item % (G // HPP) * HPP + c % HPP
+    _async_copy(ring.index(c % STAGES), state_ptr + slot * s_slot + hv * (K * V) + tile,
+                gl.full([K, V], live & (slot >= 0), gl.int1, STATE))
+    async_copy.commit_group()
+
+
+@gluon.jit
+def _item(pid, it, ring, nprog, items, tile, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, state_ptr,
+          table_ptr, o_ptr, sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, sa_t, sb_t, so_t, so_h, s_slot, scale, eps,
+          H: gl.constexpr, G: gl.constexpr, K: gl.constexpr, V: gl.constexpr, HPP: gl.constexpr, WARPS: gl.constexpr,
+          PREFETCH: gl.constexpr, STAGES: gl.constexpr, L2NORM: gl.constexpr, STATE: gl.constexpr):
+    """Program ``pid``'s item ``it``, the grid's item ``pid + it nprog``: (sequence n, key head h, block of HPP
+    value heads of h) (module docstring); with a ring (``STAGES`` > 0) its value heads are the program's heads
+    ``c0 .. c0 + HPP - 1`` (c0 = it HPP), each taken from its stage, the stage refilled with head c + STAGES once
+    head c is in registers."""
     ROW: gl.constexpr = gl.SliceLayout(1, STATE)   # [K]: a thread's rows, replicated along V
     COL: gl.constexpr = gl.SliceLayout(0, STATE)   # [V]: a thread's VEC columns, replicated along K
     FLAT: gl.constexpr = gl.BlockedLayout([K // 32], [32], [WARPS], [0])
-    G: gl.constexpr = HV // H
-    pid = gl.program_id(0)
-    n = pid // (H * (G // HPP))
-    h = pid // (G // HPP) % H
-    hv0 = h * G + pid % (G // HPP) * HPP
+    item = pid + it * nprog
+    c0 = it * HPP
+    n = item // (H * (G // HPP))
+    h = item // (G // HPP) % H
+    hv0 = h * G + item % (G // HPP) * HPP
     n64 = n.to(gl.int64)
     cols = gl.arange(0, V, layout=COL)
     slot = gl.load(table_ptr + n).to(gl.int64)
     if slot >= 0:
-        tile = gl.expand_dims(gl.arange(0, K, layout=ROW), 1) * V + gl.expand_dims(cols, 0)
         heads = state_ptr + slot * s_slot + hv0 * (K * V) + tile
-        raw = gl.load(heads)  # the first value head's state, in flight while q and k are normalised
+        if STAGES == 0:
+            raw = gl.load(heads)  # the first value head's state, in flight while q and k are normalised
         q = _normalised(q_ptr + n64 * sq_t + h * sq_h, eps, K, L2NORM, FLAT, ROW) * scale
         k = _normalised(k_ptr + n64 * sk_t + h * sk_h, eps, K, L2NORM, FLAT, ROW)
         qc = gl.expand_dims(q, 1)
@@ -123,6 +152,10 @@ def _decode_kernel(q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, st
         for j in range(HPP):
             hv = hv0 + j
             pool = heads + j * (K * V)
+            if STAGES > 0:
+                async_copy.wait_group(STAGES - 1)  # this thread's copies of head c0 + j landed
+                _barrier()
+                raw = ring.index((c0 + j) % STAGES).load(STATE)  # each thread reads the elements it copied
             if PREFETCH:  # the next value head's state, in flight while this one is computed
                 nxt = gl.load(pool + K * V, mask=gl.full([K, V], j + 1 < HPP, gl.int1, STATE))
             x = gl.load(a_ptr + n64 * sa_t + hv).to(gl.float32) + gl.load(dt_bias_ptr + hv).to(gl.float32)
@@ -132,6 +165,9 @@ def _decode_kernel(q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, st
             beta = 1.0 / (1.0 + gl.exp(-y))
             v = gl.load(v_ptr + n64 * sv_t + hv * sv_h + cols).to(gl.float32)
             S = raw.to(gl.float32) * gl.exp(g)
+            if STAGES > 0:  # the stage is free once its head is in registers
+                _issue(ring, c0 + j + STAGES, pid, nprog, items, table_ptr, state_ptr, s_slot, tile, H, G, HPP, K, V,
+                       STAGES, STATE)
             u = beta * (v - gl.sum(S * kc, axis=0))
             S = S + kc * gl.expand_dims(u, 0)
             o = gl.sum(S * qc, axis=0)
@@ -139,12 +175,51 @@ def _decode_kernel(q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, st
             gl.store(o_ptr + n64 * so_t + hv * so_h + cols, o.to(o_ptr.dtype.element_ty))
             if PREFETCH:
                 raw = nxt
-            else:
+            elif STAGES == 0:
                 raw = gl.load(pool + K * V, mask=gl.full([K, V], j + 1 < HPP, gl.int1, STATE))
     else:
         for j in range(HPP):
+            if STAGES > 0:  # the ring's order kept: head c0 + j (zero-filled) taken, its stage refilled
+                async_copy.wait_group(STAGES - 1)
+                _barrier()
+                _issue(ring, c0 + j + STAGES, pid, nprog, items, table_ptr, state_ptr, s_slot, tile, H, G, HPP, K, V,
+                       STAGES, STATE)
             gl.store(o_ptr + n64 * so_t + (hv0 + j) * so_h + cols, gl.zeros([V], gl.float32, COL).to(
                 o_ptr.dtype.element_ty))
+
+
+@gluon.jit
+def _decode_kernel(q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, state_ptr, table_ptr, o_ptr,
+                   sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, sa_t, sb_t, so_t, so_h, s_slot, scale, eps, items, nprog,
+                   H: gl.constexpr, HV: gl.constexpr, K: gl.constexpr, V: gl.constexpr, HPP: gl.constexpr,
+                   VEC: gl.constexpr, LANES: gl.constexpr, WARPS: gl.constexpr, PREFETCH: gl.constexpr,
+                   STAGES: gl.constexpr, L2NORM: gl.constexpr):
+    """``items`` = N H (G / HPP) grid items (module docstring). ``STAGES`` = 0: one program per item, its states
+    loaded into registers. ``STAGES`` > 0: program p of ``nprog`` takes items p, p + nprog, ... (one per item, or a
+    persistent grid) and streams their value heads, in order, through a ring of ``STAGES`` shared-memory stages
+    (cp.async, no registers held while in flight): the first STAGES at the start, head c + STAGES into stage
+    c % STAGES once head c is in registers, so STAGES heads stay in flight across items."""
+    STATE: gl.constexpr = gl.BlockedLayout([K // LANES, VEC], [LANES, 32 // LANES], [1, WARPS], [1, 0])
+    G: gl.constexpr = HV // H
+    pid = gl.program_id(0)
+    tile = (gl.expand_dims(gl.arange(0, K, layout=gl.SliceLayout(1, STATE)), 1) * V
+            + gl.expand_dims(gl.arange(0, V, layout=gl.SliceLayout(0, STATE)), 0))
+    if STAGES > 0:
+        # the 16-byte vectors of lane row i XOR i: the LANES rows a warp's load meets at once spread over the
+        # banks (without it a 16-bit pool's lanes meet half of them, two wavefronts where one would do)
+        RING: gl.constexpr = gl.SwizzledSharedLayout(vec=VEC, per_phase=K // LANES, max_phase=LANES, order=[1, 0])
+        ring = gl.allocate_shared_memory(state_ptr.dtype.element_ty, [STAGES, K, V], RING)
+        for c in gl.static_range(STAGES):
+            _issue(ring, c, pid, nprog, items, table_ptr, state_ptr, s_slot, tile, H, G, HPP, K, V, STAGES, STATE)
+        for it in range((items - pid + nprog - 1) // nprog):
+            _item(pid, it, ring, nprog, items, tile, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, A_log_ptr,
+                  dt_bias_ptr, state_ptr, table_ptr, o_ptr, sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, sa_t, sb_t, so_t, so_h,
+                  s_slot, scale, eps, H, G, K, V, HPP, WARPS, PREFETCH, STAGES, L2NORM, STATE)
+        async_copy.wait_group(0)  # no copy outlives the program
+    else:
+        _item(pid, 0, 0, 1, items, tile, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, state_ptr,
+              table_ptr, o_ptr, sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, sa_t, sb_t, so_t, so_h, s_slot, scale, eps,
+              H, G, K, V, HPP, WARPS, PREFETCH, STAGES, L2NORM, STATE)
 
 
 # ---------------------------------------------------------------- the launcher
@@ -153,26 +228,66 @@ def _name(dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+def check_options(*, prefetch=False, stages=0, persistent=False, registers=None) -> None:
+    """ValueError naming the option when ``decode``'s loading options do not go together: ``stages`` 0 or one of
+    ``STAGES`` (each fits ``SMEM_LIMIT`` for any pool dtype at K = V = ``HEAD``), not with ``prefetch``;
+    ``persistent`` only with a ring; ``registers`` None or an int in [32, 255]."""
+    if isinstance(stages, bool) or (stages != 0 and stages not in STAGES):
+        raise ValueError(f"stages must be 0 or one of {STAGES}, got {stages!r}")
+    if prefetch and stages:
+        raise ValueError("prefetch, stages: one way of loading the next value head's state, got both")
+    if persistent and not stages:
+        raise ValueError("persistent: a persistent grid streams through the ring; give stages too")
+    if registers is not None and (isinstance(registers, bool) or not isinstance(registers, int)
+                                  or not 32 <= registers <= 255):
+        raise ValueError(f"registers must be None or an int in [32, 255], got {registers!r}")
+
+
+def programs_per_sm(stages: int, element_size: int, warps: int, registers=None) -> int:
+    """Programs a multiprocessor holds at once: by registers (``registers`` a thread, default 255, allocated 256
+    a warp at a time; 64 Ki a multiprocessor) and by the ring's shared memory (``SMEM_LIMIT``)."""
+    per_warp = -(-(255 if registers is None else registers) * 32 // 256) * 256
+    by_regs = 65536 // (per_warp * warps)
+    by_smem = SMEM_LIMIT // (stages * HEAD * HEAD * element_size + SMEM_SCRATCH)
+    return max(1, min(by_regs, by_smem))
+
+
 def decode(q, k, v, A_log, a, b, dt_bias, state, state_indices, *, scale=None, use_qk_l2norm=True,
-           l2norm_eps=1e-6, out=None, workspace=None, lanes_k=None, heads_per_program=None, prefetch=False):
+           l2norm_eps=1e-6, out=None, workspace=None, lanes_k=None, heads_per_program=None, prefetch=False,
+           stages=0, persistent=False, registers=None):
     """``gdn_recurrent.decode`` (same arguments, checks and result) on sm_90: q, k ``[N, H, K]``, v ``[N, HV, V]``,
     A_log and dt_bias ``[HV]``, a and b ``[N, HV]``; ``state [S, HV, K, V]`` updated in place; ``state_indices``
     int32 ``[N]``. Tile options: ``lanes_k`` and ``heads_per_program`` (``config``); ``prefetch``: a program's next
-    value head's state is loaded before the current one is computed (else after it is stored). ValueError naming the
-    argument for a call ``problem`` leaves to the portable kernel."""
+    value head's state is loaded before the current one is computed (else after it is stored); ``stages`` (0, or
+    one of ``STAGES``): the states go through a ring of that many shared-memory stages by cp.async instead
+    (``stages`` value heads in flight without holding registers; ``stages`` K V pool elements of shared memory a
+    program); ``persistent`` (with a ring): as many programs as the multiprocessors hold at once
+    (``programs_per_sm``), each streaming its items' heads through its ring, instead of one program per item;
+    ``registers``: a cap on the registers a thread uses (``maxnreg``, 32 to 255; default the compiler's choice), so
+    that more programs fit on a multiprocessor (what does not fit spills to local memory). ValueError naming the
+    argument for a call ``problem`` leaves to the portable kernel, or for options that do not go together
+    (``check_options``)."""
     (N, H, HV, K, V), idx, scale, eps, out = decode_arguments(
         q, k, v, A_log, a, b, dt_bias, state, state_indices, scale, l2norm_eps, out, workspace)
     why = problem(K=K, V=V, state_dtype=_name(state.dtype), act=_name(q.dtype), H=H, HV=HV, device=state.device)
     if why:
         raise ValueError(why)
     vec, lanes, warps, hpp = config(state.element_size(), V, HV // H, lanes_k, heads_per_program)
-    _decode_kernel[(N * H * (HV // H // hpp),)](
+    check_options(prefetch=prefetch, stages=stages, persistent=persistent, registers=registers)
+    items = N * H * (HV // H // hpp)
+    grid = items
+    if persistent:
+        import torch
+
+        sms = torch.cuda.get_device_properties(state.device).multi_processor_count
+        grid = min(items, sms * programs_per_sm(stages, state.element_size(), warps, registers))
+    _decode_kernel[(grid,)](
         q, k, v, a, b, A_log, dt_bias, state, idx, out,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), a.stride(0), b.stride(0),
-        out.stride(0), out.stride(1), state.stride(0), scale, eps,
+        out.stride(0), out.stride(1), state.stride(0), scale, eps, items, grid,
         H=H, HV=HV, K=K, V=V, HPP=hpp, VEC=vec, LANES=lanes, WARPS=warps, PREFETCH=bool(prefetch),
-        L2NORM=bool(use_qk_l2norm),
-        num_warps=warps)
+        STAGES=stages, L2NORM=bool(use_qk_l2norm),
+        num_warps=warps, **({} if registers is None else {"maxnreg": registers}))
     return out
 
 
@@ -181,18 +296,21 @@ ENTRY_POINTS = {"decode": decode}
 
 def compile_specs():
     """The decode at Qwen3-Next's heads (H=16, HV=32, K=V=128), bf16 activations and o, its default tile for each
-    pool dtype, for CUDA only (Gluon, sm_90) (``compile_check``)."""
+    pool dtype, loaded directly and through each ring of shared-memory stages (``stages``), for CUDA only (Gluon,
+    sm_90) (``compile_check``)."""
     from optimized.triton.compile_check import CompileSpec
 
     strides = {n: "i32" for n in ("sq_t", "sq_h", "sk_t", "sk_h", "sv_t", "sv_h", "sa_t", "sb_t", "so_t", "so_h",
                                   "s_slot")}
     out = []
-    for state, size in (("fp32", 4), ("bf16", 2), ("fp16", 2)):
+    for (state, size), stages in itertools.product((("fp32", 4), ("bf16", 2), ("fp16", 2)), (0, *STAGES)):
         types = dict(q_ptr="*bf16", k_ptr="*bf16", v_ptr="*bf16", a_ptr="*bf16", b_ptr="*bf16", A_log_ptr="*fp32",
                      dt_bias_ptr="*bf16", state_ptr=f"*{state}", table_ptr="*i32", o_ptr="*bf16", scale="fp32",
-                     eps="fp32", **strides)
+                     eps="fp32", items="i32", nprog="i32", **strides)
         vec, lanes, warps, hpp = config(size, 128, 2)
-        out.append(CompileSpec(f"sm90 gdn decode state={state}", _decode_kernel, types,
+        out.append(CompileSpec(f"sm90 gdn decode state={state}" + (f" stages={stages}" if stages else ""),
+                               _decode_kernel, types,
                                dict(H=16, HV=32, K=128, V=128, HPP=hpp, VEC=vec, LANES=lanes, WARPS=warps,
-                                    PREFETCH=False, L2NORM=True), vendors=("cuda",), warps=warps))
+                                    PREFETCH=False, STAGES=stages, L2NORM=True), vendors=("cuda",), warps=warps,
+                               aligned=("state_ptr", "s_slot")))
     return out

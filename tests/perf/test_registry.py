@@ -32,6 +32,31 @@ def test_gdn_costs_scale_with_state_dtype_and_chunks():
     assert one.flops == four.flops == 128 * 32 * (6 * 64 * 64 * 128 + 4 * 64 * 64 * 128 + 6 * 64 * 128 * 128)
 
 
+def test_spec_decode_cost_reads_the_state_once_and_stores_it_per_draft_token():
+    from bench import gpu_ceilings
+    from bench.gdn_gpu import SPEC_BENCH, spec_tables
+
+    def shape(T, state):
+        return dict(N=32, T=T, **HEADS, state_dtype=state)
+    state = 32 * 32 * 128 * 128
+    io = 2 * 32 * (2 * 16 * 128 + 2 * 32 * 128 + 2 * 32)   # q, k, v, o, a, b of one token per sequence
+    for T in (2, 4):
+        for name, size in (("float32", 4), ("bfloat16", 2)):
+            c = gdn_cost.spec_decode(shape(T, name))
+            assert c.bytes == (1 + T) * size * state + T * io and c.flops == 7 * T * state, (T, name)
+    impls = registry.impls(SPEC_BENCH)
+    for label, s in registry.benches()[SPEC_BENCH].shapes.items():
+        op = gdn_cost.spec_decode(s).bytes
+        ceiling = impls["gpu-copy"].cost(s).bytes   # the fan-out: its source read once, written T times
+        assert 0 <= ceiling - op < (1 + s["T"]) * gpu_ceilings.COPY_ALIGN, label
+        assert 0 <= impls["gpu-copy-eager"].cost(s).bytes - op < 2 * gpu_ceilings.COPY_ALIGN, label
+    spec, acc, cu = spec_tables(16, 4)
+    assert sorted(spec.flatten().tolist()) == list(range(64)) and spec.shape == (16, 4)
+    assert acc.min() >= 1 and acc.max() <= 4 and cu.tolist() == list(range(0, 65, 4))
+    with pytest.raises(ValueError, match="copies"):
+        gpu_ceilings.triton_fanout(1 << 16, 0)
+
+
 def _noop(shape, inputs):
     return lambda: None
 

@@ -24,6 +24,15 @@ def decode(shape: dict) -> Cost:
     return Cost(bytes=2 * state_bytes(shape) + io, flops=7 * N * HV * K * V)
 
 
+def spec_decode(shape: dict) -> Cost:
+    """Speculative verify of N sequences of T draft tokens each: the state read once (the accepted draft's slot)
+    and stored T times (one slot per draft token); q, k, v, a, b and o of N T tokens; T decode updates per
+    (sequence, value head)."""
+    N, T, H, HV, K, V = (shape[k] for k in ("N", "T", "H", "HV", "K", "V"))
+    io = ACT_BYTES * N * T * (2 * H * K + 2 * HV * V + 2 * HV)
+    return Cost(bytes=(1 + T) * state_bytes(shape) + io, flops=7 * N * T * HV * K * V)
+
+
 def chunked(shape: dict) -> Cost:
     """Chunked prefill of sequences of lengths ``shape["lens"]`` (64-token chunks): q, k, v, o;
     g and beta fp32; each sequence's state read and written once. FLOPs of the GEMMs per chunk and
