@@ -1,9 +1,10 @@
 """The measured prices of ``conformance/run/prices.json`` (``estimate.Price``), fitted from the
 records of a run folder: per backend, a non-negative least-squares fit of each steady pair's wall
 time to ``pair_s + call_s * calls + work_s * work``, and ``startup_s`` the median excess of a
-worker's first pair over that fit; ``core_share`` the median over pairs of CPU time over wall time
-(at most 1): how much of a core a worker had, so that a run on a busier or quieter machine starts
-from prices scaled to its own load.
+worker's first pair over that fit. A pair's time is its CPU time where the record has it (at most its
+wall time: the seconds it would take with a core of its own, whatever else shared the machine), and
+``core_share`` is then 1; records without CPU times give wall times, and ``core_share`` is left to
+the note. ``run_core_share``: the median over pairs of CPU over wall time, how busy the machine was.
 
     python -m conformance.run.pricing RUN_DIR [--note TEXT]
 
@@ -28,11 +29,17 @@ from conformance.run.selection import select_cells
 MIN_OP_PAIRS = 5   # an op gets a price of its own from at least this many steady pairs
 
 
+def pair_seconds(record: dict) -> float:
+    """The pair's time on a core of its own: CPU time where recorded (at most the wall time), else wall."""
+    wall = float(record["wall_s"])
+    return min(wall, float(record["cpu_s"])) if record.get("cpu_s") is not None else wall
+
+
 def _fit_line(rs: list[dict], cells: dict) -> tuple[np.ndarray, callable]:
     """Non-negative least squares of wall time on (1, calls, work) over ``rs``: (coefficients, fitted)."""
     features = lambda r: [1.0, cell_calls(cells[r["id"]]), cell_work(cells[r["id"]])]  # noqa: E731
     x = np.array([features(r) for r in rs])
-    y = np.array([float(r["wall_s"]) for r in rs])
+    y = np.array([pair_seconds(r) for r in rs])
     scale = np.maximum(x.max(axis=0), 1e-12)   # columns of like size for the solver
     coef = nnls(x / scale, y)[0] / scale
     return coef, lambda r: float(coef @ features(r))
@@ -59,7 +66,7 @@ def fit(recs: list[dict], cells: dict) -> dict[str, Price]:
             by_op.setdefault(f"{cells[r['id']].family}/{cells[r['id']].op}", []).append(r)
         ops = {op: _price(_fit_line(group, cells)[0]) for op, group in sorted(by_op.items())
                if len(group) >= MIN_OP_PAIRS}
-        firsts = [float(r["wall_s"]) - fitted(r) for r in rs if r.get("first_in_worker")]
+        firsts = [pair_seconds(r) - fitted(r) for r in rs if r.get("first_in_worker")]
         out[name] = _price(coef, max(0.0, statistics.median(firsts)) if firsts else 0.0, ops)
     return out
 
@@ -93,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     records.dump_json(PRICES, {
         "measured": {"note": args.note, "tier": tier, "jobs": info.get("jobs"), "cpu": info["cpu"]["model"],
                      "commit": info["git"]["commit"], "started": info.get("started"),
-                     **({"core_share": share} if share is not None else {})},
+                     **({"core_share": 1.0, "run_core_share": share} if share is not None else {})},
         "backends": {n: _as_json(p) for n, p in prices.items() if n in known}})
     print(f"{len(prices)} backends priced -> {PRICES}")
     return 0

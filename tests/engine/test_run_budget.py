@@ -141,7 +141,7 @@ def test_prices_are_fitted_per_op_with_the_core_share_of_the_run():
     recs += [{"id": c.id, "backend": "m", "status": "pass", "wall_s": 0.002, "cpu_s": 0.004} for c in other]
     price = pricing.fit(recs, cells)["m"]
     assert list(price.ops) == ["toy/scale"]   # "other" has too few pairs for a price of its own
-    assert price.ops["toy/scale"].pair_s == pytest.approx(2.0)
+    assert price.ops["toy/scale"].pair_s == pytest.approx(0.5)   # a core's seconds: CPU time, not wall
     assert pricing.core_share(recs) == 0.25   # the median of min(1, cpu / wall)
 
 
