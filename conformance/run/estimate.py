@@ -146,12 +146,14 @@ class Estimator:
     A pair's wall time (``wall_s``: dispatch to record, so the worker's start, the inputs, the
     oracle, the kernel and the check) is divided by its first estimate (the measured price); the
     backend's *rate* is the ratio of the sums of wall times and estimates over its finished steady
-    pairs, older pairs decayed by ``DECAY`` each (a sum, not a mean of ratios), leaving out pairs
-    estimated under ``NOISE_S`` (their time is dispatch jitter: a gating pair priced at a
-    millisecond takes 1 to 40 here, a decode's 0.25 s holds within 10%). A
+    pairs, older work forgotten over ``HORIZON_S`` estimated seconds (a sum, not a mean of ratios),
+    the starting rate of a measured price counting as ``PRIOR_S`` estimated seconds of work, pairs estimated under
+    ``NOISE_S`` left out (their time is dispatch jitter: a gating pair priced at a millisecond takes
+    1 to 40 here, a decode's 0.25 s holds within 10%). A
     worker's first pair of a backend pays the backend's startup price too, once per worker (at most
     ``jobs`` of them). Compile and autotune time is counted apart: a pair over ``OUTLIER`` times the
-    rate's prediction (a new shape compiled or autotuned) adds only its time above the prediction to
+    rate's prediction, once the rate rests on ``PRIOR_S`` of finished work (a new shape compiled or
+    autotuned), adds only its time above the prediction to
     the backend's compile time, so one long JIT does not rescale every pair left. Pairs left are
     expected to meet compile time as often as the finished steady pairs did. Before any steady pair
     of a backend, its rate is that of its first pairs (compile included: on a GPU every pair may
@@ -162,8 +164,9 @@ class Estimator:
     a declared cost model. The sum is divided among the workers. ``eta`` gives a range until ``SETTLED_PAIRS`` steady pairs and
     ``SETTLED_WORK`` of the work have finished."""
 
-    DECAY = 0.9     # weight kept by the pairs before the newest in a backend's rate
-    NOISE_S = 0.02  # pairs estimated under this teach no rate
+    HORIZON_S = 30.0   # a backend's rate forgets finished work over this many estimated seconds
+    PRIOR_S = 1.0      # estimated seconds of work the starting rate counts for
+    NOISE_S = 0.02     # pairs estimated under this teach no rate
     OUTLIER = 4.0   # a pair this many times its prediction is compile or autotune
     SETTLED_PAIRS = 10
     SETTLED_WORK = 0.15
@@ -210,26 +213,30 @@ class Estimator:
         est = self._first.get((record["id"], record["backend"]), 0.0)
         return est + (self.startup_s.get(record["backend"], 0.0) if record.get("first_in_worker") else 0.0)
 
+    def _prior(self, backend: str) -> tuple[float, float]:
+        """(seconds, rate) the backend's rate starts from: a measured price at ``start_rate`` for
+        ``PRIOR_S``; a declared cost model is a guess, and no prior."""
+        return (self.PRIOR_S, self.start_rate) if backend in measured_prices() else (0.0, 1.0)
+
     def _observe(self, backend: str, estimate: float, wall: float, first_in_worker: bool) -> None:
-        rate = self.rate.get(backend)
-        predicted = (rate if rate is not None else 1.0) * estimate
         if first_in_worker:
             w, e = self.first_sums.get(backend, (0.0, 0.0))
             if estimate + self.startup_s.get(backend, 0.0) >= self.NOISE_S:
                 self.first_sums[backend] = (w + wall, e + estimate + self.startup_s.get(backend, 0.0))
             return   # its compile time is this worker's, once; later pairs are not expected to meet it
-        if rate is not None and wall > self.OUTLIER * predicted:
-            self.compile_later_s[backend] += wall - predicted
-            self.steady_n[backend] += 1
-            return
         self.steady_n[backend] += 1
+        w, e = self._sums.get(backend, (0.0, 0.0))
+        rate = self.rate.get(backend)
+        if e >= self.PRIOR_S and wall > self.OUTLIER * rate * estimate:   # known well enough: compile
+            self.compile_later_s[backend] += wall - rate * estimate
+            return
         if estimate < self.NOISE_S:
             return
-        w, e = self._sums.get(backend, (0.0, 0.0))
-        w, e = self.DECAY * w + wall, self.DECAY * e + estimate
+        keep = math.exp(-estimate / self.HORIZON_S)
+        w, e = keep * w + wall, keep * e + estimate
         self._sums[backend] = (w, e)
-        if e > 0:
-            self.rate[backend] = w / e
+        prior_s, prior_rate = self._prior(backend)
+        self.rate[backend] = (w + prior_s * prior_rate) / (e + prior_s)
 
     def learn(self, cells: dict[str, Cell], backends: dict[str, registry.Backend], recs: list[dict]) -> None:
         """Calibrate from records already in the folder (on resume; records written before

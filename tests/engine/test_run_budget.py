@@ -2,6 +2,7 @@
 the budget's choice on made-up prices, and the CLI in this process on the toy family."""
 import io
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -126,9 +127,14 @@ def test_pairs_of_a_few_milliseconds_teach_no_rate(measured):
     for c in tiny:   # 40x their price: dispatch jitter, not this machine's speed
         est.done({"id": c.id, "backend": "m", "status": "pass", "wall_s": 0.04, "first_in_worker": False})
     assert est.remaining() == pytest.approx(20 * 2.0 * 0.25)
-    for c in cells[:4]:
+    w = e = 0.0
+    for c in cells[:4]:   # at half their price: the rate moves from 0.25 towards 0.5
         est.done({"id": c.id, "backend": "m", "status": "pass", "wall_s": 1.0, "first_in_worker": False})
-    assert est.rate["m"] == pytest.approx(0.5) and est.remaining() == pytest.approx(16 * 2.0 * 0.5)
+        keep = math.exp(-2.0 / est.HORIZON_S)
+        w, e = keep * w + 1.0, keep * e + 2.0
+    rate = (w + est.PRIOR_S * 0.25) / (e + est.PRIOR_S)
+    assert 0.4 < rate < 0.5 and est.rate["m"] == pytest.approx(rate)
+    assert est.remaining() == pytest.approx(16 * 2.0 * rate)
 
 
 def test_prices_are_fitted_per_op_with_the_core_share_of_the_run():
