@@ -37,17 +37,15 @@ ROOT = Path(__file__).resolve().parents[2]
 VARIANTS: dict[str, list[str]] = {   # in the order of the first round (those that fit the budget)
     "default": [],
     "ahead2k": ["GDN_PREFETCH_BYTES=2048"],           # 16-bit: 8 rows, fp32: 4 (fp32's lead in bytes)
-    "combo": ["GDN_PREFETCH_BYTES=2048", "GDN_WALK_SKEW=2", "GDN_REUSE_QK=1"],
     "streams8": ["GDN_ROW_STREAMS=8"],
-    "skew2": ["GDN_WALK_SKEW=2"],
     "ahead4k": ["GDN_PREFETCH_BYTES=4096"],           # 16-bit: 16 rows, fp32: 8
-    "streams1-ahead8": ["GDN_ROW_STREAMS=1", "GDN_PREFETCH_AHEAD=8"],
-    "l2-ahead2k": ["GDN_PREFETCH_LEVEL=2", "GDN_PREFETCH_BYTES=2048"],
-    "update-ahead4": ["GDN_UPDATE_AHEAD=4"],
     "reuse-qk": ["GDN_REUSE_QK=1"],
-    "skew1": ["GDN_WALK_SKEW=1"],
+    "update-ahead4": ["GDN_UPDATE_AHEAD=4"],
+    "l2-ahead2k": ["GDN_PREFETCH_LEVEL=2", "GDN_PREFETCH_BYTES=2048"],
     "streams8-ahead2k": ["GDN_ROW_STREAMS=8", "GDN_PREFETCH_BYTES=2048"],
     "streams2-ahead2k": ["GDN_ROW_STREAMS=2", "GDN_PREFETCH_BYTES=2048"],
+    "streams1-ahead8": ["GDN_ROW_STREAMS=1", "GDN_PREFETCH_AHEAD=8"],
+    "skew2": ["GDN_WALK_SKEW=2"],
     "no-next": ["GDN_PREFETCH_NEXT=0"],
     "ahead2": ["GDN_PREFETCH_AHEAD=2"],
 }
