@@ -125,6 +125,9 @@ def main(argv=None) -> int:
         ap.error(f"--variants: unknown {unknown}; expected some of {','.join(VARIANTS)}")
     if a.baseline_src and not (Path(a.baseline_src) / "CMakeLists.txt").is_file():
         ap.error(f"--baseline-src {a.baseline_src}: no CMakeLists.txt there")
+    with open("/proc/cpuinfo") as f:
+        model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "unknown")
+    print(f"{model}, {os.cpu_count()} CPUs; runs pinned to {a.cpus}", flush=True)
     t0 = time.monotonic()
     out, build_root = Path(a.out), Path(a.build_root)
     out.mkdir(parents=True, exist_ok=True)
