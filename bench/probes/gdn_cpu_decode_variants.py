@@ -11,7 +11,8 @@ runs the whole bench in its own process, loaded through ``KERNEL_LAB_GDN_MODULE`
 ``--no-remeasure`` (one measurement per run; the bench's own 15 rounds): the baseline first, the
 variants in order, the baseline again, then the variants again in the same order and the
 baseline once more, each run only while it and a closing baseline fit in ``--budget`` seconds
-(from the start, builds included; ``VARIANTS`` lists the most telling first). Each run's perf JSON is ``DIR/NN-NAME/perf.json``.
+(from the start, builds included; ``VARIANTS`` lists the most telling first). Each run's perf JSON
+is ``DIR/NN-NAME/perf.json``.
 
 The table printed last, per build and state dtype over all its runs: the in-place stream's and the
 decode's ms (median of the rounds), and the fraction of the stream (decode GB/s over the stream's
@@ -98,7 +99,8 @@ def table(runs: list[tuple[str, Path]]) -> str:
     order = list(dict.fromkeys(name for name, _ in runs))
     lines = [f"{'build':18} {'state':8} {'runs':>4} {'stream ms':>9} {'decode ms':>9}  fraction min / median / max"]
     for name in order:
-        perfs = [json.loads((p / "perf.json").read_text()) for n, p in runs if n == name and (p / "perf.json").is_file()]
+        perfs = [json.loads((p / "perf.json").read_text())
+                 for n, p in runs if n == name and (p / "perf.json").is_file()]
         for shape, short in DTYPES:
             got = [r for r in (rounds(perf, shape) for perf in perfs) if r is not None]
             if not got:

@@ -49,7 +49,8 @@ struct ScalarIsa {
             for (int s = 0; s < kRowStreams; ++s) {
                 if (i >= wk.len[s]) break;
                 if (red) prefetch_ahead(wk, wk.off, red->src, next, s, i, ahead, stride, w * eb);
-                if (up && GDN_UPDATE_AHEAD) prefetch_ahead(wk, wk.up_off, up->src, nullptr, s, i, GDN_UPDATE_AHEAD, stride, w * eb);
+                if (up && GDN_UPDATE_AHEAD)
+                    prefetch_ahead(wk, wk.up_off, up->src, nullptr, s, i, GDN_UPDATE_AHEAD, stride, w * eb);
                 if (up) {
                     const int64_t r = wk.row(s, i, wk.up_off);
                     const float* __restrict row = up->wide ? up->wide + r * kDecodeBlock
