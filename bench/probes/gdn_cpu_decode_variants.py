@@ -95,6 +95,21 @@ def rounds(perf: dict, shape: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] 
     return st, ot, frac
 
 
+def gate_ratios(run: Path) -> str:
+    """The run's fraction-of-the-stream gates: ratio (q25-q75) per state dtype."""
+    try:
+        results = json.loads((run / "gates.json").read_text())
+    except (OSError, ValueError):
+        return "(no gates.json)"
+    got = {g["gate"]: g for g in results}
+    parts = []
+    for short in ("fp32", "bf16", "fp16"):
+        g = got.get(f"gdn-decode-{short}-vs-rmw")
+        if g and g["ratio"] is not None:
+            parts.append(f"{short} {g['ratio']:.3f} ({g['spread'][0]:.3f}-{g['spread'][1]:.3f})")
+    return ", ".join(parts) or "(none)"
+
+
 def table(runs: list[tuple[str, Path]]) -> str:
     order = list(dict.fromkeys(name for name, _ in runs))
     lines = [f"{'build':18} {'state':8} {'runs':>4} {'stream ms':>9} {'decode ms':>9}  fraction min / median / max"]
@@ -154,7 +169,8 @@ def main(argv=None) -> int:
         rc, sec = bench_run(module(build_root, name), path, a.cpus)
         runs.append((name, path))
         took.append(sec)
-        print(f"{path.name}: rc {rc} (a failed gate is 1), {sec:.0f} s, at {time.monotonic() - t0:.0f} s", flush=True)
+        print(f"{path.name}: rc {rc} (a failed gate is 1), {sec:.0f} s, at {time.monotonic() - t0:.0f} s; "
+              f"gate ratios {gate_ratios(path)}", flush=True)
         if rc not in (0, 1):
             print((path / "bench.log").read_text()[-2000:], file=sys.stderr)
 
