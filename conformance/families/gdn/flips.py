@@ -35,6 +35,7 @@ from conformance.numerics import ACTIVATIONS, U32
 from reference.gdn import numpy_ref as ref
 
 F64 = np.dtype(np.float64)
+FLIP_CAP = 0.25          # E rho^2 = f (1 - f) ulp^2 <= ulp^2 / 4
 BINS_PER_OCTAVE = 4      # w binned by log2 in quarter octaves, each bin at its upper edge
 
 
@@ -138,27 +139,50 @@ def _history_weights(h: dict, state_dtype, K: int, C: int, out_p: list, out_w: l
         G = _apply_MT_X_M(X, np.exp(g[t + 1]), beta[t + 1], k[t + 1])
         if events[t]:
             diag[t] = np.einsum("hkk->hk", G).copy()
-    uc, sdt, total = U32, state_dtype, 0.0
-    S, since = h["S0"], 0
+    total = 0.0
+    S, since, T_max = h["S0"], 0, 0.0
+    V = np.zeros_like(S)          # second moment of the carried difference D (post-rounding), per element
+    A = np.zeros_like(S)          # a bound on its first moment E|D|
+    X = np.zeros_like(S)          # a bound on E| part of D moved off the 16-bit grid since the last event |
     for t in range(reads[-1] + 1):
         a = np.exp(g[t]) * (1.0 + np.abs(g[t]))             # exp(g) with the gating's error (``terms``)
         u = np.abs(v[t]) + a[:, None] * np.einsum("hkv,hk->hv", np.abs(S), np.abs(k[t]))
-        T = a[:, None, None] * np.abs(S) + np.abs(beta[t])[:, None, None] * np.abs(k[t])[:, :, None] * u[:, None, :]
+        T_max = np.maximum(T_max, a[:, None, None] * np.abs(S)
+                           + np.abs(beta[t])[:, None, None] * np.abs(k[t])[:, :, None] * u[:, None, :])
+        V, A, off = _carry(V, A, np.exp(g[t]), beta[t], k[t])
+        X = X + off
         S, _ = ref.token_step(S, q[t], k[t], v[t], g[t], beta[t])
         since += 1
         if not events[t]:
             continue
-        stored = np.asarray(S, np.float32).astype(sdt)
-        ulp = _spacing(stored, sdt)
-        sigma = math.sqrt(since * (K + C)) * uc * T + uc * np.abs(S)
+        stored = np.asarray(S, np.float32).astype(state_dtype)
+        ulp = _spacing(stored, state_dtype)
+        sigma = math.sqrt(since * (K + C)) * U32 * T_max + U32 * np.abs(S)
+        p = np.minimum(FLIP_CAP, (sigma + X) / ulp)
         if t in diag:
-            p = np.minimum(1.0, sigma / ulp).ravel()
-            w = (np.square(ulp) * diag[t][:, :, None]).ravel()
-            out_p.append(p)
-            out_w.append(w)
+            w = np.square(ulp) * diag[t][:, :, None]
+            out_p.append(p.ravel())
+            out_w.append(w.ravel())
             total += float(np.sum(p * w))
-        S, since = stored.astype(F64), 0
+        V = V + np.square(sigma) + p * np.square(ulp)
+        A = np.minimum(A + sigma + p * ulp, np.sqrt(V))
+        S, since, T_max, X = stored.astype(F64), 0, 0.0, np.zeros_like(S)
     return total
+
+
+def _carry(V, A, a, beta, k):
+    """One token map M = a (I - beta k k^T) per head on a difference D [HV,K,V] of independent zero-mean
+    elements with second moments V and first moments <= A: (V of M D, first-moment bound of M D, bound on
+    E|((M - I) D)_j|). With s = k^T D per column: E s^2 = sum k^2 V (E[D_j s] = k_j V_j, so the second
+    moments of (x_j - c k_j s) expand exactly) and E|s| <= min(sum |k| A, sqrt(E s^2))."""
+    k2, ka = np.square(k)[:, :, None], np.abs(k)[:, :, None]
+    s2 = np.sum(k2 * V, axis=1, keepdims=True)
+    s1 = np.minimum(np.sum(ka * A, axis=1, keepdims=True), np.sqrt(s2))
+    a, b = a[:, None, None], beta[:, None, None]
+    moved = np.maximum(a ** 2 * (V * (1 - 2 * b * k2) + b ** 2 * k2 * s2), 0.0)
+    off = np.abs(a - 1) * A + a * b * ka * s1
+    A_moved = np.minimum(a * (np.abs(1 - b * k2) * A + b * ka * s1), np.sqrt(moved))
+    return moved, A_moved, off
 
 
 def _spacing(x: np.ndarray, dtype) -> np.ndarray:
