@@ -54,12 +54,21 @@ class Flips:
         sum p (exp(theta w) - 1)), minimised over theta (a log grid)."""
         if self.p.size == 0:
             return 0.0
-        w_max = float(np.max(self.w))
-        best = math.inf
-        for theta in np.logspace(-12, 3, 181) / w_max:
-            z = np.expm1(np.minimum(theta * self.w, 700.0))
-            best = min(best, (float(np.sum(self.p * z)) + lam ** 2 / 2) / theta)
-        return best
+        return _chernoff(lambda theta: float(np.sum(self.p * np.expm1(np.minimum(theta * self.w, 700.0)))),
+                         float(np.max(self.w)), lam)
+
+
+def bennett(mean: float, b: float, lam: float) -> float:
+    """A bound on a sum of independent terms in [0, b] with total mean <= ``mean``, exceeded with probability
+    <= exp(-lam^2 / 2): Chernoff with E exp(theta X_i) <= 1 + E X_i (exp(theta b) - 1) / b (convexity)."""
+    if mean <= 0.0 or b <= 0.0:
+        return 0.0
+    return _chernoff(lambda theta: mean * math.expm1(min(theta * b, 700.0)) / b, b, lam)
+
+
+def _chernoff(log_mgf, w_max: float, lam: float) -> float:
+    """min over theta (a log grid around 1 / w_max) of (log_mgf(theta) + lam^2 / 2) / theta."""
+    return min((log_mgf(theta) + lam ** 2 / 2) / theta for theta in np.logspace(-12, 3, 181) / w_max)
 
 
 class _Recorder:
@@ -156,7 +165,7 @@ def _history_weights(h: dict, state_dtype, K: int, C: int, out_p: list, out_w: l
         if not events[t]:
             continue
         stored = np.asarray(S, np.float32).astype(state_dtype)
-        ulp = _spacing(stored, state_dtype)
+        ulp = spacing(stored, state_dtype)
         sigma = math.sqrt(since * (K + C)) * U32 * T_max + U32 * np.abs(S)
         p = np.minimum(FLIP_CAP, (sigma + X) / ulp)
         if t in diag:
@@ -185,7 +194,7 @@ def _carry(V, A, a, beta, k):
     return moved, A_moved, off
 
 
-def _spacing(x: np.ndarray, dtype) -> np.ndarray:
+def spacing(x: np.ndarray, dtype) -> np.ndarray:
     """The distance from each 16-bit value to the next one away from zero (the smallest positive one at 0)."""
     info = ml_dtypes.finfo(dtype)
     mag = np.abs(x.astype(np.float64))
