@@ -37,6 +37,7 @@ from reference.gdn import numpy_ref as ref
 F64 = np.dtype(np.float64)
 FLIP_CAP = 0.25          # E rho^2 = f (1 - f) ulp^2 <= ulp^2 / 4
 BINS_PER_OCTAVE = 4      # w binned by log2 in quarter octaves, each bin at its upper edge
+LOG2_RANGE = (-1100, 100)  # the bins' range of log2(w): below it a flip weighs nothing a float64 sum keeps
 
 
 @dataclass(frozen=True)
@@ -132,8 +133,9 @@ def _apply_MT_X_M(X, a, beta, k):
     return (a ** 2)[:, None, None] * Y
 
 
-def _history_weights(h: dict, state_dtype, K: int, C: int, out_p: list, out_w: list) -> float:
-    """Append one history's (p, w) at every event a later token reads; returns sum p w."""
+def _history_weights(h: dict, state_dtype, K: int, C: int, binned: np.ndarray) -> float:
+    """Add one history's p at every event a later token reads into ``binned`` (by the bin of w,
+    ``_bin``); returns its sum p w."""
     q, k, v, g, beta = (np.asarray(h[n], F64) for n in ("q", "k", "v", "g", "beta"))
     events = np.asarray(h["event"], bool)
     L = len(events)
@@ -170,8 +172,7 @@ def _history_weights(h: dict, state_dtype, K: int, C: int, out_p: list, out_w: l
         p = np.minimum(FLIP_CAP, (sigma + X) / ulp)
         if t in diag:
             w = np.square(ulp) * diag[t][:, :, None]
-            out_p.append(p.ravel())
-            out_w.append(w.ravel())
+            binned += np.bincount(_bin(w).ravel(), weights=p.ravel(), minlength=binned.size)
             total += float(np.sum(p * w))
         V = V + np.square(sigma) + p * np.square(ulp)
         A = np.minimum(A + sigma + p * ulp, np.sqrt(V))
@@ -202,21 +203,23 @@ def spacing(x: np.ndarray, dtype) -> np.ndarray:
     return np.exp2(exponent - info.nmant)
 
 
+def _bin(w: np.ndarray) -> np.ndarray:
+    """Index of the bin of each weight w: ceil(BINS_PER_OCTAVE log2 w) from the bottom of LOG2_RANGE (w = 0 and
+    weights below the range in the lowest bin)."""
+    lo, hi = LOG2_RANGE
+    with np.errstate(divide="ignore"):
+        edge = np.ceil(np.log2(w) * BINS_PER_OCTAVE)
+    return (np.clip(edge, lo * BINS_PER_OCTAVE, hi * BINS_PER_OCTAVE) - lo * BINS_PER_OCTAVE).astype(np.int64)
+
+
 def flip_weights(cell: Cell, inputs: dict) -> Flips:
     """``Flips`` of the cell's op on ``inputs`` (a 16-bit pool; not modified)."""
     rec = _Recorder()
     run_with(rec, cell, {**inputs, "state": np.asarray(inputs["state"]).astype(np.float64)})
     K, C = cell["K"], (64 if cell.op == "chunked" else 0)
-    ps, ws, mean = [], [], 0.0
-    for h in rec.histories.values():
-        mean += _history_weights(h, ACTIVATIONS[inputs["state_dtype"]], K, C, ps, ws)
-    if not ps:
-        return Flips(np.zeros(0), np.zeros(0), 0.0)
-    p, w = np.concatenate(ps), np.concatenate(ws)
-    keep = (p > 0) & (w > 0)
-    p, w = p[keep], w[keep]
-    if p.size == 0:
-        return Flips(np.zeros(0), np.zeros(0), mean)
-    edges = np.ceil(np.log2(w) * BINS_PER_OCTAVE)
-    bins, where = np.unique(edges, return_inverse=True)
-    return Flips(np.bincount(where, weights=p), np.exp2(bins / BINS_PER_OCTAVE), mean)
+    lo, hi = LOG2_RANGE
+    binned = np.zeros((hi - lo) * BINS_PER_OCTAVE + 1)
+    mean = sum(_history_weights(h, ACTIVATIONS[inputs["state_dtype"]], K, C, binned)
+               for h in rec.histories.values())
+    used = np.flatnonzero(binned[1:] > 0) + 1          # the lowest bin holds weights of no consequence
+    return Flips(binned[used], np.exp2(used / BINS_PER_OCTAVE + lo), mean)
