@@ -22,7 +22,7 @@ has none), beta kept in float32 as the fused decodes keep it, and the raw A_log,
 fused decodes.
 
 ``python -m conformance.relations BACKEND`` prints one backend's result as JSON, the GDN relations and
-the TurboQuant ones (``conformance.families.turboquant.relations``; the study ``relations`` runs it in a
+the TurboQuant ones (``conformance.turboquant_relations``; the study ``relations`` runs it in a
 process per backend, with the backend's environment).
 """
 from __future__ import annotations
@@ -278,9 +278,9 @@ class Relations:
 
 
 def every_relation(backend_name: str) -> dict:
-    """The GDN relations and the TurboQuant ones (``conformance.families.turboquant.relations``) of one
+    """The GDN relations and the TurboQuant ones (``conformance.turboquant_relations``) of one
     backend; those of a family it does not implement are ``n/a``."""
-    from conformance.families.turboquant.relations import RELATIONS as TQ_RELATIONS, TurboQuantRelations
+    from conformance.turboquant_relations import RELATIONS as TQ_RELATIONS, TurboQuantRelations
 
     backend = registry.get(backend_name)
     ok, why = backend.available()

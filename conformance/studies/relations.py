@@ -46,7 +46,7 @@ def check(args) -> None:
 
 
 def _names() -> list[str]:
-    from conformance.families.turboquant.relations import RELATIONS as TQ_RELATIONS
+    from conformance.turboquant_relations import RELATIONS as TQ_RELATIONS
     from conformance.relations import RELATIONS
 
     return list(RELATIONS + TQ_RELATIONS)

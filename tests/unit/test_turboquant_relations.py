@@ -1,4 +1,4 @@
-"""TurboQuant relations between runs (``conformance.families.turboquant.relations``): the NumPy reference
+"""TurboQuant relations between runs (``conformance.turboquant_relations``): the NumPy reference
 is batch-invariant, split-invariant in its store and deterministic bit for bit; a decode whose output
 depends on the batch, a store whose bytes depend on the call it came in, and a decode that drifts from
 call to call are caught; the study's column carries the TurboQuant relations beside the GDN ones."""
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from conformance import families, registry
-from conformance.families.turboquant import relations
+from conformance import turboquant_relations as relations
 from conformance.registry import Backend
 from reference.turboquant import numpy_ref
 

@@ -3,8 +3,7 @@
 matrix (axes, validity, corners, tiers), inputs (``make_inputs``), driver (``run_with``), oracle
 (the float64 oracles), models (the rounding models, one record each: ``MODELS``, ``ROUNDING_MODELS``),
 tolerances (each bound as data: ``SPECS``), check, planted and planted_field (the family's planted bugs: ``PLANTED``), refusals (the bad inputs every
-implementation refuses: ``REFUSALS``, and the ``POOL`` a refused call leaves alone), captured (its inputs from a file: ``CAPTURED``),
-relations (a backend's runs against each other: batch, split, determinism; run by ``conformance.relations``).
+implementation refuses: ``REFUSALS``, and the ``POOL`` a refused call leaves alone), captured (its inputs from a file: ``CAPTURED``).
 """
 from conformance.families.turboquant import captured as CAPTURED
 from conformance.families.turboquant.check import check
