@@ -12,7 +12,7 @@ Verdicts as in ``conformance.relations``: ``bitwise``, ``within bound`` (the sec
 place of the first's pass the family check of the first run's cell), ``not``, ``n/a`` (an op the
 relation needs is missing or skips the shape; the reason says which). One preset (4-bit keys and values,
 Hadamard rotation), bfloat16 activations, D = 64, Hk = 2 with G = 4 query heads per kv head, 16-token
-blocks: small enough for the Triton interpreter.
+blocks, in the first cache layout (AoS, else SoA) the backend runs: small enough for the Triton interpreter.
 """
 from __future__ import annotations
 
@@ -28,17 +28,18 @@ RELATIONS = ("tq-batch", "tq-split", "tq-determinism")
 LENS = (37, 100, 64, 5)
 ALONE = 2                        # the sequence run alone (a middle batch position)
 STORE_TOKENS, SPLIT_K = 64, 23
-_SHAPE = dict(preset="turboquant_4bit_nc", layout="aos", bs=16, rotation="hadamard", D=64, act="bfloat16")
+LAYOUTS = ("aos", "soa")         # the first one the backend runs on the shape
+_SHAPE = dict(preset="turboquant_4bit_nc", bs=16, rotation="hadamard", D=64, act="bfloat16")
 
 
-def decode_base() -> Cell:
+def decode_base(layout: str = "aos", lens: tuple[int, ...] = LENS) -> Cell:
     """The batch decode cell: four sequences of ``LENS`` tokens."""
-    return decode_cell("decode", hk_g=(2, 4), lens=LENS, sinks=False, **_SHAPE)
+    return decode_cell("decode", hk_g=(2, 4), lens=lens, sinks=False, layout=layout, **_SHAPE)
 
 
-def store_base(ntok: int = STORE_TOKENS) -> Cell:
+def store_base(layout: str = "aos", ntok: int = STORE_TOKENS) -> Cell:
     """A store cell of ``ntok`` tokens."""
-    return store_cell(Hk=2, ntok=ntok, **_SHAPE)
+    return store_cell(Hk=2, ntok=ntok, layout=layout, **_SHAPE)
 
 
 class TurboQuantRelations:
@@ -54,11 +55,18 @@ class TurboQuantRelations:
     def run(self, cell: Cell, inputs: dict) -> dict:
         return self.backend.run(cell, inputs_copy(inputs))
 
-    def missing(self, op: str, cell: Cell) -> str | None:
-        """Why ``op`` cannot run ``cell`` on this backend (None: it can)."""
+    def layout(self, op: str, base) -> tuple[str | None, str | None]:
+        """(the first of ``LAYOUTS`` whose ``base(layout)`` cell ``op`` runs on this backend, None) or (None, why
+        not)."""
         if op not in self.ops:
-            return f"no turboquant {op} op"
-        return self.backend.skip_reason(cell)
+            return None, f"no turboquant {op} op"
+        reasons = []
+        for layout in LAYOUTS:
+            why = self.backend.skip_reason(base(layout))
+            if why is None:
+                return layout, None
+            reasons.append(why)
+        return None, "; ".join(dict.fromkeys(reasons))
 
     def verdict(self, cell: Cell, inputs: dict, first: dict, spliced: dict, name: str, index) -> str:
         """bitwise where ``first`` and ``spliced`` agree on ``name``[index], else the family check of ``cell``."""
@@ -68,10 +76,10 @@ class TurboQuantRelations:
         return "within bound" if result.status == "pass" else "not"
 
     def tq_batch(self) -> dict:
-        cell = decode_base()
-        why = self.missing("decode", cell)
+        layout, why = self.layout("decode", decode_base)
         if why:
             return {"verdict": "n/a", "reason": why}
+        cell = decode_base(layout)
         x = self.family.make_inputs(cell)
         first = self.run(cell, x)
         j, blocks = ALONE, x["kv_cache"].shape[0]
@@ -79,7 +87,7 @@ class TurboQuantRelations:
         moved = {n: np.empty_like(x[n]) for n in ("kv_cache", "key_cache", "value_cache")}
         for n, a in moved.items():
             a[sigma] = x[n]
-        alone_cell = decode_cell("decode", hk_g=(2, 4), lens=(LENS[j],), sinks=False, **_SHAPE)
+        alone_cell = decode_base(layout, (LENS[j],))
         alone = {**x, **moved, "query": x["query"][j:j + 1], "seq_lens": x["seq_lens"][j:j + 1],
                  "block_table": sigma[x["block_table"][j:j + 1]].astype(np.int32)}
         second = self.run(alone_cell, alone)
@@ -88,26 +96,28 @@ class TurboQuantRelations:
         return {"verdict": self.verdict(cell, x, first, spliced, "out", j)}
 
     def tq_split(self) -> dict:
-        cell = store_base()
-        why = self.missing("store", cell)
+        layout, why = self.layout("store", store_base)
         if why:
             return {"verdict": "n/a", "reason": why}
+        cell = store_base(layout)
         x = self.family.make_inputs(cell)
         first = self.run(cell, x)
         head, tail = slice(0, SPLIT_K), slice(SPLIT_K, STORE_TOKENS)
         cache = x["kv_cache"]
         for part, n in ((head, SPLIT_K), (tail, STORE_TOKENS - SPLIT_K)):
             piece = {**x, "kv_cache": cache, **{k: x[k][part] for k in ("key", "value", "slot_mapping")}}
-            cache = self.run(store_base(n), piece)["kv_cache"]
+            cache = self.run(store_base(layout, n), piece)["kv_cache"]
         spliced = {"kv_cache": np.asarray(cache)}
         return {"verdict": self.verdict(cell, x, first, spliced, "kv_cache", slice(None))}
 
     def tq_determinism(self) -> dict:
         per = {}
-        for op, cell, name in (("store", store_base(), "kv_cache"), ("decode", decode_base(), "out")):
-            if self.missing(op, cell):
+        for op, base, name in (("store", store_base, "kv_cache"), ("decode", decode_base, "out")):
+            layout, why = self.layout(op, base)
+            if why:
                 per[op] = "n/a"
                 continue
+            cell = base(layout)
             x = self.family.make_inputs(cell)
             first, second = self.run(cell, x), self.run(cell, x)
             per[op] = self.verdict(cell, x, first, second, name, slice(None))

@@ -76,7 +76,8 @@ def run(args) -> dict:
 
 def summarize(result: dict) -> str:
     names = result["relations"]
-    lines = [f"{'backend':<22}" + "".join(f"{n:>14}" for n in names)]
+    width = {n: max(14, len(n) + 2) for n in names}
+    lines = [f"{'backend':<22}" + "".join(f"{n:>{width[n]}}" for n in names)]
     for backend, rel in result["backends"].items():
-        lines.append(f"{backend:<22}" + "".join(f"{rel[n]['verdict']:>14}" for n in names))
+        lines.append(f"{backend:<22}" + "".join(f"{rel[n]['verdict']:>{width[n]}}" for n in names))
     return "\n".join(lines)
