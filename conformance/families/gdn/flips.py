@@ -13,13 +13,19 @@ driver runs the op. In float64 with the op's q, k (l2 norm, scale), g and beta:
                    a change d of a stored column after token t changes the later o of that column by
                    sum_t' (q_t'^T P d)^2 = d^T G_t d.
 
-At an event after token t the kernel's pre-rounding element S_kv carries its float32 error e (the random walk
-of FP32: sigma_kv = sqrt(n (K + C)) u32 T_kv, n the tokens since the last event, T_kv the sum of |terms| of
-the element, plus u32 |S_kv| for the oracle's own step to float32). A rounding tie lies between the two
-values with probability p_kv = min(1, sigma_kv / ulp_kv) (ties uniform on the scale of an ulp, E|e| <= sigma);
-a flip moves the stored element by ulp_kv (the spacing of the 16-bit dtype at S_kv) and adds
-w_kv = ulp_kv^2 G_t[k, k] to |o_kernel - o_oracle|^2 (flips of independent signs: cross terms average out).
-``flip_weights`` returns the (p, w) of every element and event, binned (``Flips``).
+At an event after token t the kernel's pre-rounding element S_kv differs from the oracle's by its float32
+error (the random walk of FP32: sigma_kv = sqrt(n (K + C)) u32 T_kv, n the tokens since the last event, T_kv
+the largest sum of |terms| of the element since then, plus u32 |S_kv| for the oracle's own step to float32)
+and by the part of earlier flips the token maps moved off the 16-bit grid (X_kv below). Both round to
+nearest: with the difference (m + f) ulp_kv the stored values differ by m or m + 1 ulps, a rounding noise r
+of E r^2 = f (1 - f) ulp^2 <= min(E|off-grid part| / ulp, 1/4) ulp^2 =: p_kv ulp_kv^2 (ulp_kv the spacing of
+the 16-bit dtype at S_kv), taken as a flip of weight w_kv = ulp_kv^2 G_t[k, k] with probability p_kv (the
+noise's effect on the later o of its column; flips of independent signs: cross terms average out).
+The carried difference D (post-rounding) is followed per element through the token maps: its second
+moment V exactly for independent zero-mean elements (E s^2 = sum k^2 V for s = k^T D per column), a bound A
+on its first moment (E|s| <= min(sum |k| A, sqrt(E s^2))), and X, the first moment of (M - I) D summed since
+the last event: E|((M - I) D)_j| <= |a - 1| A_j + a beta |k_j| E|s|; each event adds sigma^2 + p ulp^2 to V.
+``flip_weights`` returns the (p, w) of every element and event a later token reads, binned (``Flips``).
 """
 from __future__ import annotations
 
