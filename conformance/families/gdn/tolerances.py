@@ -152,7 +152,7 @@ O_16BIT_POOL = ToleranceSpec(
     "gdn.o-16bit-pool", "16-bit pool: o rel_l2 <= (sigma sqrt(n + lambda sqrt(2n) + lambda^2) + F) / |o|, "
     "sigma = sqrt(L (K + C)) u32 T_o (FP32's atol / lambda), n the compared elements of o; F^2 the Chernoff bound "
     "at lambda on the sum of the flips' weights w = ulp^2 G_t[k, k] over the state's rounding events a later "
-    "token reads, each element flipping with probability p = min(1, sigma_kv / ulp) (``flips``); a model's own "
+    "token reads, each element flipping with probability p = min(1/4, (sigma_kv + X_kv) / ulp) (``flips``); a model's own "
     "o rel_l2 term replaces it",
     "a kernel that reads o from the fp32 state it computed differs from the oracle by (1) its fp32 arithmetic: "
     "each element of o a random walk of standard deviation sigma (FP32's argument, whose elementwise atol is "
