@@ -14,9 +14,9 @@ from conformance.cells import Cell, activation
 from conformance.compare import Comparison, Verdict, compare, dtype_refused, finite, identical, verdict
 from conformance.families.gdn.models import model, oracle_kind
 from conformance.families.gdn.oracle import ORACLES, oracle
-from conformance.families.gdn.tolerances import UNTOUCHED_TOL, gating, o_and_state, output_rounded
+from conformance.families.gdn.tolerances import UNTOUCHED_TOL, gating, o_and_state, output_rounded, rounded_once
 from conformance.memo import Memo
-from conformance.numerics import rel_l2, to_activation
+from conformance.numerics import rel_l2
 
 
 def real_sequences(cell: Cell, inputs: dict) -> np.ndarray:
@@ -74,7 +74,7 @@ def check(cell: Cell, rounding_model: str, inputs: dict, outputs: dict, memo: Me
                                o_dtype=o_dtype, rows=rows)
     want_o = expected["o"][rows]
     if output_rounded(cell, model(rounding_model), o_dtype):    # rounded once, as the kernel must
-        want_o = to_activation(want_o, o_dtype)
+        want_o = rounded_once(want_o, o_dtype)
     untouched = np.setdiff1d(np.arange(inputs["state"].shape[0]), written)
     comps: list[Comparison] = [
         compare("o", outputs["o"][rows], want_o, o_tol),
