@@ -21,8 +21,9 @@ the math allows are the order of float32 operations. The prefill and decode of `
 has none), beta kept in float32 as the fused decodes keep it, and the raw A_log, a, b, dt_bias for the
 fused decodes.
 
-``python -m conformance.relations BACKEND`` prints one backend's result as JSON (the study
-``relations`` runs it in a process per backend, with the backend's environment).
+``python -m conformance.relations BACKEND`` prints one backend's result as JSON, the GDN relations and
+the TurboQuant ones (``conformance.turboquant_relations``; the study ``relations`` runs it in a
+process per backend, with the backend's environment).
 """
 from __future__ import annotations
 
@@ -276,16 +277,28 @@ class Relations:
         return out
 
 
+def every_relation(backend_name: str) -> dict:
+    """The GDN relations and the TurboQuant ones (``conformance.turboquant_relations``) of one
+    backend; those of a family it does not implement are ``n/a``."""
+    from conformance.turboquant_relations import RELATIONS as TQ_RELATIONS, TurboQuantRelations
+
+    backend = registry.get(backend_name)
+    ok, why = backend.available()
+    out = {}
+    for family, names, runner in (("gdn", RELATIONS, Relations), ("turboquant", TQ_RELATIONS, TurboQuantRelations)):
+        reason = f"unavailable: {why}" if not ok else None if family in backend.ops else f"no {family} ops"
+        if reason:
+            out.update({name: {"verdict": "n/a", "reason": reason, "ops": {}} for name in names})
+        else:
+            out.update(runner(backend_name).all())
+    return out
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: python -m conformance.relations BACKEND", file=sys.stderr)
         return 2
-    ok, why = registry.get(argv[0]).available()
-    if not ok:
-        result = {name: {"verdict": "n/a", "reason": f"unavailable: {why}", "ops": {}} for name in RELATIONS}
-    else:
-        result = Relations(argv[0]).all()
-    print(json.dumps({"backend": argv[0], "relations": result}))
+    print(json.dumps({"backend": argv[0], "relations": every_relation(argv[0])}))
     return 0
 
 

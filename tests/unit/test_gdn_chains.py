@@ -11,6 +11,7 @@ import pytest
 import reference.gdn.numpy_ref as numpy_ref
 from conformance.cells import activation
 from conformance.families import gdn
+from conformance.families.gdn.matrix import CI_STEPS
 from conformance.families.gdn.tolerances import STATE_CHAIN
 from conformance.memo import Memo
 from conformance.numerics import U32, bf16_round
@@ -25,6 +26,7 @@ def _ci(*words):
 
 
 READOUT_CELL = ("decode/", "state=float32", "act=float16", "v=near-max", "steps=")
+LONG = f"steps={CI_STEPS}/"                   # the long decode chains (beside the short ones)
 BETA_CELL = ("recurrent/", "state=float32", "act=float16", "calls=")
 
 
@@ -44,7 +46,7 @@ class _Counting:
 
 
 def test_a_decode_chain_is_one_call_per_step_on_the_pool_the_last_call_left():
-    cell = _ci("decode/", "state=bfloat16", "steps=")
+    cell = _ci("decode/", "state=bfloat16", LONG)
     x = gdn.make_inputs(cell)
     impl = _Counting()
     out = gdn.run_with(impl, cell, {**x, "state": x["state"].copy()})
@@ -111,7 +113,7 @@ def test_beta_through_bf16_is_caught_by_the_recurrent_chain_and_not_where_beta_i
 
 
 def test_the_state_chain_term_decides_a_long_16bit_chain_and_not_a_single_step():
-    chain = _ci("decode/", "state=bfloat16", "steps=")
+    chain = _ci("decode/", "state=bfloat16", LONG)
     found = verdict_of(numpy_ref, chain, "exact")
     assert found.status == "pass", found.reason
     assert all(STATE_CHAIN.name in c.tolerance.source for c in found.comparisons[:2])
@@ -122,7 +124,7 @@ def test_the_state_chain_term_decides_a_long_16bit_chain_and_not_a_single_step()
 
 def test_a_truncating_store_still_fails_the_16bit_chains():
     bug = PLANTED["gdn.truncating-store"]
-    for cell in (_ci("decode/", "state=bfloat16", "steps="), _ci("decode/", "state=float16", "steps=")):
+    for cell in (_ci("decode/", "state=bfloat16", LONG), _ci("decode/", "state=float16", LONG)):
         assert verdict_of(bug.plant(numpy_ref), cell, "exact").status == "fail", cell.id
 
 

@@ -1,8 +1,8 @@
 """GDN check: a backend's outputs against the oracle of its rounding model.
 
 gating: g and beta under ``GATING``. Other ops: ``o`` (float32 or the cell's activation dtype, any
-other dtype fails) on the rows of real sequences (the rows of padding sequences: any finite
-value), ``state`` on the slots the op writes, and the other slots bit-identical (``compare.identical``:
+other dtype fails; a 16-bit o against the oracle's o rounded once to it) on the rows of real sequences
+(the rows of padding sequences: any finite value), ``state`` on the slots the op writes, and the other slots bit-identical (``compare.identical``:
 NaN left in a slot no one reads passes). Quality: the error against the same
 run with a float32 state pool (float64 recurrent).
 """
@@ -14,7 +14,7 @@ from conformance.cells import Cell, activation
 from conformance.compare import Comparison, Verdict, compare, dtype_refused, finite, identical, verdict
 from conformance.families.gdn.models import model, oracle_kind
 from conformance.families.gdn.oracle import ORACLES, oracle
-from conformance.families.gdn.tolerances import UNTOUCHED_TOL, gating, o_and_state
+from conformance.families.gdn.tolerances import UNTOUCHED_TOL, gating, o_and_state, output_rounded, rounded_once
 from conformance.memo import Memo
 from conformance.numerics import rel_l2
 
@@ -69,11 +69,15 @@ def check(cell: Cell, rounding_model: str, inputs: dict, outputs: dict, memo: Me
         return verdict([refused], {"oracle": source})
     rows = real_rows(cell, inputs)
     written = written_slots(cell, inputs)
+    o_dtype = outputs["o"].dtype.name
     o_tol, s_tol = o_and_state(cell, inputs, expected, model(rounding_model), written=written, memo=memo,
-                               o_dtype=outputs["o"].dtype.name, rows=rows)
+                               o_dtype=o_dtype, rows=rows)
+    want_o = expected["o"][rows]
+    if output_rounded(cell, model(rounding_model), o_dtype):    # rounded once, as the kernel must
+        want_o = rounded_once(want_o, o_dtype)
     untouched = np.setdiff1d(np.arange(inputs["state"].shape[0]), written)
     comps: list[Comparison] = [
-        compare("o", outputs["o"][rows], expected["o"][rows], o_tol),
+        compare("o", outputs["o"][rows], want_o, o_tol),
         compare("state", outputs["state"][written], expected["state"][written], s_tol),
         identical("untouched_slots", outputs["state"][untouched], inputs["state"][untouched], UNTOUCHED_TOL),
     ]

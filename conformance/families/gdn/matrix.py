@@ -213,23 +213,26 @@ def fp32_edge(op: str, tier: str) -> list[dict]:
 
 CI_STEPS = 256                      # a chain the Triton interpreter runs in seconds
 FULL_STEPS = (4096, 16384)
+SHORT_STEPS = {"bfloat16": 16, "float16": 4}   # chains whose 16-bit pool's tie flips stay few
 
 
 def decode_chains(tier: str) -> list[dict]:
     """Decode called ``steps`` times, the pool carried, per-token decay near 1: each state dtype
     (16-bit drift against the float32-state truth); in float16 activations a float32 pool fed
-    |v| near the float16 range, whose grown state puts the unscaled readout q^T S past 65504."""
+    |v| near the float16 range, whose grown state puts the unscaled readout q^T S past 65504; and short
+    16-bit chains (``SHORT_STEPS``, o in float32) where o's bound is the few tie flips a later call reads."""
     def chain(state, act, steps, KV=(32, 32), **extra):
         return dict(state=state, heads=(2, 4), KV=KV, N=2, decay="near-one", slots="shuffled", qk="unit",
                     act=act, **extra, steps=steps)
+    short = [chain(state, "float32", steps) for state, steps in SHORT_STEPS.items()]
     if tier != "full":
         return [chain("bfloat16", "bfloat16", CI_STEPS), chain("float16", "float16", CI_STEPS),
-                chain("float32", "float16", CI_STEPS, KV=(64, 64), v="near-max")]
+                chain("float32", "float16", CI_STEPS, KV=(64, 64), v="near-max")] + short
     out = [chain(state, "bfloat16", steps, KV=(128, 128)) for steps in FULL_STEPS
            for state in ("float32", "bfloat16", "float16")]
     out += [chain("float16", "float16", 4096, KV=(128, 128)), chain("float32", "float32", 4096, KV=(128, 128)),
             chain("float32", "float16", 4096, KV=(64, 64), v="near-max")]
-    return out
+    return out + short
 
 
 def recurrent_chains(tier: str) -> list[dict]:
