@@ -2,6 +2,8 @@
 known findings are ci cells where the carried-state rounding can act, declared on both backends with
 their measured margins; the rows of padding sequences, which vLLM's kernels leave unwritten, are zeroed
 and warned about in decode, spec decode and recurrent alike."""
+import json
+import pathlib
 import re
 import types
 
@@ -13,6 +15,7 @@ from conformance.backends import vllm_gdn
 from conformance.families import gdn
 
 CELLS = {c.id: c for c in gdn.cells("ci")}
+H100_RECORD = pathlib.Path(__file__).parents[2] / "ledger/h100/host_ci_budget_cells.jsonl"
 
 
 @pytest.mark.parametrize("cell_id", sorted(vllm_gdn.KNOWN_FINDINGS))
@@ -32,6 +35,16 @@ def test_a_known_finding_names_the_rounding_and_its_measured_margin(cell_id, rea
     assert m, reason
     margin, got, bound = map(float, m.groups())
     assert margin > 1 and abs(got / bound - margin) < 0.02, (margin, got / bound)
+
+
+def test_every_spec_decode_failure_of_the_h100_record_is_declared_with_its_margin():
+    rows = [json.loads(line) for line in H100_RECORD.read_text().splitlines()]
+    failed = [r for r in rows if r["backend"] == "vllm-gdn" and r["op"] == "spec_decode" and r["status"] == "fail"]
+    assert failed
+    for r in failed:
+        assert r["id"] in vllm_gdn.KNOWN_FINDINGS, r["id"]
+        margin = re.search(r"margin ([\d.]+) by", r["reason"]).group(1)
+        assert f"is {margin} times" in vllm_gdn.KNOWN_FINDINGS[r["id"]], (r["id"], margin)
 
 
 def test_both_backends_declare_the_known_findings_and_nothing_else():

@@ -110,7 +110,7 @@ class _PerDraftToken(vllm_gdn.VllmGdnImpl):
                     **_):
         N = len(cu) - 1
         read = spec[np.arange(N), np.maximum(acc - 1, 0)].copy()
-        o = np.zeros((q.shape[0], *v.shape[1:]), np.float32)
+        o = np.zeros((q.shape[0], *v.shape[1:]), q.dtype)
         for t in range(int(np.max(np.diff(cu)))):
             ns = np.flatnonzero((np.diff(cu) > t) & (read >= 0))
             rows = cu[ns] + t
