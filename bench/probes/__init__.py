@@ -25,8 +25,6 @@ that does its work only when run, writing the file kept in the ledger under ledg
   ``tq_decode_variants.json``;
 - ``gdn_decode_configs``: the GPU GDN decode's tiles -> ``gdn_decode_gpu_configs.json``;
 - ``gdn_decode_plans``: the C++ decode plans beside the in-place stream -> ``gdn_cpu_decode_plans.json``;
-- ``gdn_cpu_decode_variants``: builds of the C++ decode's compile-time tuning, each in the registry's
-  ``gdn/decode`` bench, interleaved with a baseline build -> a perf JSON per run, a table printed;
 - ``gdn_chunked_stages``: the GPU chunked prefill and each of its stages alone -> ``gdn_chunked_gpu.json``;
 - ``executor_overhead``: the ray executor against the local pool -> ``executor_overhead.json``.
 

@@ -178,16 +178,14 @@ struct Avx512Isa {
         const void* rs = RED ? red->src : nullptr;
         const float *rk = RED ? red->k : nullptr, *rq = RED ? red->q : nullptr;
         const __m512 av = _mm512_set1_ps(UP ? up->alpha : 0.0f);
-        const int64_t stride = (RED ? rld : uld) * eb, ahead = prefetch_ahead_rows(w * eb);
-        const Walk wk(K, stride);
+        const int64_t seg = walk_segment(K);
         for (int64_t j = j0; j < j1; ++j) {
+            const Ahead ahead = ahead_of(RED ? rs : nullptr, RED ? next : nullptr, seg, j, rld * eb);
             for (int s = 0; s < kRowStreams; ++s) {
-                if (j >= wk.len[s]) break;
-                if constexpr (RED) prefetch_ahead(wk, wk.off, rs, next, s, j, ahead, stride, w * eb);
-                if constexpr (UP && GDN_UPDATE_AHEAD > 0)
-                    prefetch_ahead(wk, wk.up_off, us, nullptr, s, j, GDN_UPDATE_AHEAD, stride, w * eb);
+                const int64_t r = s * seg + j;
+                if (r >= K) break;
+                if constexpr (RED) prefetch_ahead(ahead, s, seg, K, rld * eb, w * eb);
                 if constexpr (UP) {
-                    const int64_t r = wk.row(s, j, wk.up_off);
                     const __m512 kr = _mm512_set1_ps(uk[r]);
 #pragma GCC unroll 4
                     for (int i = 0; i < NV; i += 2) {
@@ -204,7 +202,6 @@ struct Avx512Isa {
                     }
                 }
                 if constexpr (RED) {
-                    const int64_t r = wk.row(s, j, wk.off);
                     const __m512 kr = _mm512_set1_ps(rk[r]), qr = _mm512_set1_ps(rq[r]);
 #pragma GCC unroll 4
                     for (int i = 0; i < NV; i += 2) {

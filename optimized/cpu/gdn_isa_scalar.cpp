@@ -43,16 +43,14 @@ struct ScalarIsa {
             std::fill(kv, kv + w, 0.0f);
             std::fill(sq, sq + w, 0.0f);
         }
-        const int64_t stride = (red ? red->ld : up->ld) * eb, ahead = prefetch_ahead_rows(w * eb);
-        const Walk wk(K, stride);
+        const int64_t seg = walk_segment(K);
         for (int64_t i = j0; i < j1; ++i) {
+            const Ahead ahead = ahead_of(red ? red->src : nullptr, red ? next : nullptr, seg, i, (red ? red->ld : 0) * eb);
             for (int s = 0; s < kRowStreams; ++s) {
-                if (i >= wk.len[s]) break;
-                if (red) prefetch_ahead(wk, wk.off, red->src, next, s, i, ahead, stride, w * eb);
-                if (up && GDN_UPDATE_AHEAD)
-                    prefetch_ahead(wk, wk.up_off, up->src, nullptr, s, i, GDN_UPDATE_AHEAD, stride, w * eb);
+                const int64_t r = s * seg + i;
+                if (r >= K) break;
+                prefetch_ahead(ahead, s, seg, K, (red ? red->ld : 0) * eb, w * eb);
                 if (up) {
-                    const int64_t r = wk.row(s, i, wk.up_off);
                     const float* __restrict row = up->wide ? up->wide + r * kDecodeBlock
                                                            : row_f32<SD>(static_cast<const char*>(up->src) + r * up->ld * eb, w, buf);
                     const float alpha = up->alpha, kr = up->k[r];
@@ -60,7 +58,6 @@ struct ScalarIsa {
                     store_row(n, static_cast<char*>(up->dst) + r * up->ld * eb, SD, w);
                 }
                 if (red) {
-                    const int64_t r = wk.row(s, i, wk.off);
                     const float* __restrict row = row_f32<SD>(static_cast<const char*>(red->src) + r * red->ld * eb, w, buf);
                     if (red->wide) std::memcpy(red->wide + r * kDecodeBlock, row, size_t(w) * 4);
                     const float kr = red->k[r], qr = red->q[r];

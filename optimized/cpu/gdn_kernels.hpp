@@ -6,7 +6,7 @@
 //   stream_rows<SD>(up, red, K, w, next, j0, j1)
 //                                               one pass over the rows j0 <= j < j1 of the segments of K
 //                                               state rows of w <= 128 columns (type SD), in the order of
-//                                               Walk / prefetch_ahead: row r of `up` (RowUpdate, may be
+//                                               walk_segment / ahead_of: row r of `up` (RowUpdate, may be
 //                                               null) is updated, then row r of `red` (RowReduce, may be
 //                                               null) is reduced (from zero at j0 = 0, else continuing
 //                                               red's sums); red's rows and the first rows of `next` (the
@@ -70,104 +70,39 @@ inline void* state_row(const StatePool& s, int64_t slot, int64_t offset) {
     return static_cast<char*>(s.p) + (slot * s.slot_stride + offset) * dtype_bytes(s.dt);
 }
 
-// Decode tuning, fixed at compile time (each a -D definition, e.g. through CMake's GDN_DECODE_DEFS;
-// the defaults below are the build the README's figures describe):
-//   GDN_ROW_STREAMS      segments a pass walks side by side (kRowStreams)
-//   GDN_PREFETCH_AHEAD   rows ahead in its segment that a visited row prefetches (kPrefetchAhead)
-//   GDN_PREFETCH_BYTES   if > 0: kPrefetchAhead from this many bytes of a row's width instead
-//                        (the same lead in bytes for every state type)
-//   GDN_PREFETCH_LEVEL   __builtin_prefetch locality of those prefetches: 3 to L1, 2 to L2
-//   GDN_PREFETCH_NEXT    1: near a segment's end, prefetch the first rows of the next pass's state
-//   GDN_UPDATE_AHEAD     rows ahead that the update prefetches (to L1) of the state it updates (0: none)
-//   GDN_WALK_SKEW        1: segment s starts its walk s * 4096 / kRowStreams bytes into its rows, so the
-//                        rows of one step are not all 4 KiB apart (4K aliasing of loads with earlier
-//                        stores); 2: also the update's rows half as far again from the reductions'
-//                        (the update then no longer writes a row before the reductions read it)
-//   GDN_REUSE_QK         1: a token's q and k taken from the one loaded before when both belong to the
-//                        same sequence and key head (value heads of one key head)
-#ifndef GDN_ROW_STREAMS
-#define GDN_ROW_STREAMS 4
-#endif
-#ifndef GDN_PREFETCH_AHEAD
-#define GDN_PREFETCH_AHEAD 4
-#endif
-#ifndef GDN_PREFETCH_BYTES
-#define GDN_PREFETCH_BYTES 0
-#endif
-#ifndef GDN_PREFETCH_LEVEL
-#define GDN_PREFETCH_LEVEL 3
-#endif
-#ifndef GDN_PREFETCH_NEXT
-#define GDN_PREFETCH_NEXT 1
-#endif
-#ifndef GDN_UPDATE_AHEAD
-#define GDN_UPDATE_AHEAD 0
-#endif
-#ifndef GDN_WALK_SKEW
-#define GDN_WALK_SKEW 0
-#endif
-#ifndef GDN_REUSE_QK
-#define GDN_REUSE_QK 0
-#endif
-
 // The order in which a pass walks K state rows: kRowStreams segments of walk_segment(K) rows side
-// by side (step j visits one row of each segment), so that the hardware prefetchers follow
+// by side (row i of each segment, then row i + 1 of each), so that the hardware prefetchers follow
 // kRowStreams sequential streams at once (one stream, walked at the pace of the pass's arithmetic,
 // keeps too few lines in flight to reach the memory's rate); the reductions sum the rows in this order.
-constexpr int kRowStreams = GDN_ROW_STREAMS;
-static_assert(kRowStreams >= 1 && kRowStreams <= 16, "GDN_ROW_STREAMS: 1 to 16");
-// Each row visited prefetches the row kPrefetchAhead steps further down its segment of the
+constexpr int kRowStreams = 4;
+// Each row visited prefetches (to L1) the row kPrefetchAhead rows further down its segment of the
 // state the pass streams from memory, and near the segment's end the row as far into the same
 // segment of the state the next pass streams, so the next pass starts on lines already in flight.
-constexpr int64_t kPrefetchAhead = GDN_PREFETCH_AHEAD;
+constexpr int64_t kPrefetchAhead = 4;
 
 inline int64_t walk_segment(int64_t K) { return (K + kRowStreams - 1) / kRowStreams; }
 
-// Steps ahead for rows of `row_bytes` bytes.
-inline int64_t prefetch_ahead_rows(int64_t row_bytes) {
-    if (GDN_PREFETCH_BYTES <= 0) return kPrefetchAhead;
-    return std::max<int64_t>(1, (GDN_PREFETCH_BYTES + row_bytes - 1) / row_bytes);
-}
-
-// The walk of K rows `stride` bytes apart: segment s holds rows s seg .. s seg + len[s] - 1 and
-// visits at step j < len[s] the row s seg + (j + off[s]) mod len[s] (off: the reductions' and the
-// next pass's rows; up_off: the update's). Without GDN_WALK_SKEW every offset is zero: row s seg + j.
-struct Walk {
-    int64_t seg;
-    int64_t len[kRowStreams], off[kRowStreams], up_off[kRowStreams];
-
-    Walk(int64_t K, int64_t stride) : seg(walk_segment(K)) {
-        const int64_t step = GDN_WALK_SKEW && stride < 4096 ? std::max<int64_t>(1, 4096 / kRowStreams / stride) : 0;
-        for (int s = 0; s < kRowStreams; ++s) {
-            len[s] = std::max<int64_t>(0, std::min(seg, K - s * seg));
-            off[s] = len[s] ? (s * step) % len[s] : 0;
-            up_off[s] = len[s] ? (s * step + (GDN_WALK_SKEW == 2 ? step / 2 : 0)) % len[s] : 0;
-        }
-    }
-    // Row visited at step j of segment s with offsets o (j < len[s]).
-    int64_t row(int s, int64_t j, const int64_t* o) const {
-        if (!GDN_WALK_SKEW) return s * seg + j;
-        int64_t x = j + o[s];
-        if (x >= len[s]) x -= len[s];
-        return s * seg + x;
-    }
+// What the visits of row j of the segments prefetch: the rows kPrefetchAhead further down the
+// segments of `cur` (null: none), or past their end, as far into the same segments of `next` (null:
+// none): the address of the one in segment 0 (null: none) and the index within their segments.
+struct Ahead {
+    const char* p;
+    int64_t i;
 };
 
-// Prefetch of the `width` bytes of the row that segment s visits (offsets o) `ahead` steps after
-// step j, in `cur` (null: none) or, past the walk's last step, in `next` (null: none, or
-// GDN_PREFETCH_NEXT off) at as many steps into its walk.
-inline void prefetch_ahead(const Walk& wk, const int64_t* o, const void* cur, const void* next, int s, int64_t j,
-                           int64_t ahead, int64_t stride, int64_t width) {
-    int64_t a = j + ahead;
-    const void* base = cur;
-    if (a >= wk.seg) {
-        if (!GDN_PREFETCH_NEXT) return;
-        a -= wk.seg;
-        base = next;
-    }
-    if (!base || a >= wk.len[s]) return;
-    const char* row = static_cast<const char*>(base) + wk.row(s, a, o) * stride;
-    for (int64_t l = 0; l < width; l += 64) __builtin_prefetch(row + l, 0, GDN_PREFETCH_LEVEL);
+inline Ahead ahead_of(const void* cur, const void* next, int64_t seg, int64_t j, int64_t stride) {
+    const int64_t a = j + kPrefetchAhead;
+    const char* base = static_cast<const char*>(a < seg ? cur : next);
+    const int64_t i = a < seg ? a : a - seg;
+    return {base ? base + i * stride : nullptr, i};
+}
+
+// Prefetch (to L1) of the `width` bytes of the row `t` names in segment s (of seg rows; K rows in
+// all, rows `stride` bytes apart).
+inline void prefetch_ahead(const Ahead& t, int s, int64_t seg, int64_t K, int64_t stride, int64_t width) {
+    if (!t.p || s * seg + t.i >= K) return;
+    const char* row = t.p + s * seg * stride;
+    for (int64_t l = 0; l < width; l += 64) __builtin_prefetch(row + l, 0, 3);
 }
 
 // The two halves of one pass over state rows (stream_rows): the update of one token's state and
@@ -227,18 +162,11 @@ struct Token {
     Token(float* base, int64_t K, int64_t V) : q(base), k(q + K), v(k + K), kv(v + V), sq(kv + V), o(sq + V) {}
 };
 
-// Token t, value head hv: q, k normalised (copied from `keys` when not null: a token of the same t
-// and key head), v, gates.
 template <class P>
-void load_token(const DecodeArgs& A, Token& tk, int64_t t, int64_t hv, const Token* keys = nullptr) {
+void load_token(const DecodeArgs& A, Token& tk, int64_t t, int64_t hv) {
     const int64_t h = hv / (A.HV / A.H);
-    if (keys) {
-        std::memcpy(tk.q, keys->q, size_t(A.K) * 4);
-        std::memcpy(tk.k, keys->k, size_t(A.K) * 4);
-    } else {
-        load_normalized<P>(A.q, (t * A.H + h) * A.K, A.K, A.l2norm, A.eps, A.scale, tk.q);
-        load_normalized<P>(A.k, (t * A.H + h) * A.K, A.K, A.l2norm, A.eps, 1.0f, tk.k);
-    }
+    load_normalized<P>(A.q, (t * A.H + h) * A.K, A.K, A.l2norm, A.eps, A.scale, tk.q);
+    load_normalized<P>(A.k, (t * A.H + h) * A.K, A.K, A.l2norm, A.eps, 1.0f, tk.k);
     P::load_row(elem(A.v, (t * A.HV + hv) * A.V), A.v.dt, tk.v, A.V);
     float g;
     gates(A, t, hv, &g, &tk.beta);
@@ -281,8 +209,7 @@ void finish_token(const DecodeArgs& A, Token& tk, int64_t t, int64_t hv) {
 // One pass over the [K, V] states: `up`'s update (null: none), then `red`'s reductions (null:
 // none), row by row in column blocks of up to 128 (whole rows at V <= 128, so slots stream in
 // order); `next` (null: none) is the state the pass after this one reduces. Row r of up is written
-// before row r of red is read (unless GDN_WALK_SKEW is 2; decode never passes one state as both).
-// `midway()` runs once, halfway
+// before row r of red is read, so red may read the state up writes. `midway()` runs once, halfway
 // through the rows of the first block: work done there overlaps the memory streams in flight,
 // which at the end of a pass would have run dry.
 template <class P, DType SD, class Midway>
@@ -342,21 +269,17 @@ void decode_run(void* ctx, int64_t run, int tid) {
         while (i < end && decode_slot(A, i) < 0) ++i;
         return i;
     };
-    const int64_t group = A.HV / A.H;
-    // prev: the token loaded before (its item), whose q and k GDN_REUSE_QK copies for the next value
-    // head of the same key head.
-    auto load = [&](Token& tk, int64_t item, const Token* prev, int64_t prev_item) {
-        const bool same_keys = GDN_REUSE_QK && prev && prev_item / group == item / group;
-        load_token<P>(A, tk, item / A.HV, item % A.HV, same_keys ? prev : nullptr);
+    auto load = [&](Token& tk, int64_t item) {
+        load_token<P>(A, tk, item / A.HV, item % A.HV);
         tk.src = tk.dst = decode_state(A, item);
     };
     Token *cur = nullptr, *nx = &slots[0], *ahead = &slots[1];  // updated, reduced, loaded in this pass
     int64_t item = valid_from(run * c.run);
-    if (item < end) load(*nx, item, nullptr, 0);
+    if (item < end) load(*nx, item);
     while (item < end) {
         const int64_t after = valid_from(item + 1);
         state_pass<P, SD>(A.K, A.V, cur, nx, after < end ? decode_state(A, after) : nullptr, [&] {
-            if (after < end) load(*ahead, after, nx, item);
+            if (after < end) load(*ahead, after);
         });
         finish_token<P>(A, *nx, item / A.HV, item % A.HV);
         Token* spare = cur ? cur : &slots[2];
