@@ -27,7 +27,8 @@ collects). What the adapter translates, each a difference of vLLM's conventions 
 - the carried state between draft tokens stays fp32 and each stored copy is rounded once from it
   (``b_h.to(dtype)``), where the reference continues from the stored value, as one-token decodes would:
   with a 16-bit pool and more than one draft token the two differ by one rounding per token, which the
-  state tolerance (a few rounding-tie flips) catches where the decay forgets little (``KNOWN_FINDINGS``);
+  state tolerance (a few rounding-tie flips), or the output's, catches where the decay forgets little
+  (``KNOWN_FINDINGS``);
 - recurrent keeps the state in fp32 for the whole call (as FLA's, ``fla_gdn._whole_call``);
 - decode, spec decode and recurrent return early for a padding sequence and leave its output rows
   unwritten (``PADDING_ROWS``).
@@ -63,7 +64,7 @@ INTERPRET_COST = {"seconds_per_cell": 2.0, "seconds_per_work": 1e-5, "work_budge
 # reloaded; the exact model rounds after every token and resumes from the rounded value. vLLM's stored states
 # are the closer to the fp32-state truth (state rel_l2 against it 0.00164 where the exact oracle's own is 0.00255,
 # first cell below); the same kernel called once per draft token through this adapter's slots passes each cell
-# (margin 0.11 at most), so the slots are read and written where the reference's are.
+# (state margin 0.11 at most), so the slots are read and written where the reference's are.
 CARRIED_STATE = ("vLLM carries the state in fp32 across a sequence's draft tokens and rounds each stored copy once "
                  "from it, where the exact model resumes every token from the rounded stored state")
 
