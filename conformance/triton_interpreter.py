@@ -22,7 +22,7 @@ def _runtime_loop_kernel(out_ptr, n):
         tl.store(out_ptr + i, i)
 
 
-def interpreting() -> bool:
+def _interpreting() -> bool:
     """Whether triton.jit gave interpreter functions in this process (TRITON_INTERPRET=1 at its import)."""
     from triton.runtime.interpreter import InterpretedFunction
 
@@ -32,7 +32,7 @@ def interpreting() -> bool:
 def runtime_loop_problem() -> str | None:
     """Why this process's Triton interpreter cannot run a loop of a runtime length (naming the Triton
     and NumPy versions), or None when it runs it right or this process does not interpret."""
-    if not interpreting():
+    if not _interpreting():
         return None
     import numpy
     import torch
