@@ -106,7 +106,7 @@ def _make(name: str, interpret: bool) -> Backend:
     return register(Backend(
         name=name, ops={"gdn": OPS}, available=_interpret_available if interpret else _gpu_available, run=run,
         supports=_supports, rounding_models={"gdn": "bf16-operands"}, env=INTERPRET_ENV if interpret else {},
-        timeout_s=1800.0 if interpret else 600.0, uses_gpu=not interpret,
+        timeout_s=1800.0 if interpret else 600.0, uses_gpu=not interpret, probe_call=interpret,
         path=paths.fixed("interpreter") if interpret else paths.on_gpu, **(INTERPRET_COST if interpret else {})))
 
 

@@ -117,6 +117,11 @@ def _interpret_available() -> tuple[bool, str]:
         import triton
     except ImportError as exc:
         return False, f"torch/triton not importable ({exc})"
+    from conformance.triton_interpreter import runtime_loop_problem
+
+    problem = runtime_loop_problem()
+    if problem:
+        return False, problem
     return True, (f"triton {triton.__version__} interpreter on the CPU (TRITON_INTERPRET=1: every program "
                   "instance runs in Python, ~1 ms each; bf16 arithmetic upcast to fp32 after loads)")
 

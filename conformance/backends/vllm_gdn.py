@@ -288,7 +288,7 @@ def _make(name: str, interpret: bool) -> Backend:
         supports=_supports(interpret), rounding_models={"gdn": "exact"},
         xfail=_known_finding,
         env=INTERPRET_ENV if interpret else {}, timeout_s=1800.0 if interpret else 600.0, uses_gpu=not interpret,
-        argument_contract=False, path=paths.fixed("interpreter") if interpret else paths.on_gpu,
+        probe_call=interpret, argument_contract=False, path=paths.fixed("interpreter") if interpret else paths.on_gpu,
         **(INTERPRET_COST if interpret else {})))
 
 

@@ -89,6 +89,12 @@ def probe_kernels(interpret: bool, load, what: str, twin: str) -> tuple[bool, st
         ok, why = fingerprint.triton_gpu()
         if not ok:
             return False, f"{why} ({twin} these kernels on the CPU)"
+    else:
+        from conformance.triton_interpreter import runtime_loop_problem
+
+        problem = runtime_loop_problem()
+        if problem:
+            return False, problem
     try:
         load()
     except Exception as exc:

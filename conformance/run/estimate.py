@@ -273,22 +273,34 @@ class Estimator:
         seen = sorted(self.rate.values())
         return seen[len(seen) // 2] if seen else self.start_rate
 
+    def backend_rate(self, backend: str) -> float:
+        """Seconds here per estimated second for ``backend``: its steady rate, else that of its first
+        pairs, else the machine's (``machine_rate``; 1 for a declared cost model before any pair)."""
+        if backend in self.rate:
+            return self.rate[backend]
+        w, e = self.first_sums.get(backend, (0.0, 0.0))
+        if e > 0:
+            return w / e
+        return self.machine_rate() if self.rate or backend in measured_prices() else 1.0
+
     def per_backend(self) -> dict[str, float]:
         """Backend -> seconds of its pairs left (one worker's time)."""
         out = {}
-        machine = self.machine_rate()
         for b, left in self.left.items():
-            w, e = self.first_sums.get(b, (0.0, 0.0))
-            unseen = machine if self.rate or b in measured_prices() else 1.0
-            rate = self.rate.get(b, w / e if e > 0 else unseen)
-            secs = ((max(0.0, left) + max(0, self.startups_left[b]) * self.startup_s[b]) * rate
+            secs = ((max(0.0, left) + max(0, self.startups_left[b]) * self.startup_s[b]) * self.backend_rate(b)
                     + max(0, self.n_left[b]) * self.compile_per_pair(b))
             if secs > 0:
                 out[b] = secs
         return out
 
     def remaining(self) -> float:
-        return sum(self.per_backend().values()) / self.jobs
+        """Seconds left: the work left divided among the workers, and at least the longest pair left
+        (a few long chains on many workers end when the longest does)."""
+        longest_est: dict[str, float] = {}
+        for (_, b), est in self._first.items():
+            longest_est[b] = max(est, longest_est.get(b, 0.0))
+        longest = max((est * self.backend_rate(b) for b, est in longest_est.items()), default=0.0)
+        return max(sum(self.per_backend().values()) / self.jobs, longest)
 
     def compile_remaining(self) -> float:
         """The part of ``remaining`` that is expected compile and autotune time."""

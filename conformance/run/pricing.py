@@ -6,10 +6,11 @@ wall time: the seconds it would take with a core of its own, whatever else share
 ``core_share`` is then 1; records without CPU times give wall times, and ``core_share`` is left to
 the note. ``run_core_share``: the median over pairs of CPU over wall time, how busy the machine was.
 
-    python -m conformance.run.pricing RUN_DIR [--note TEXT]
+    python -m conformance.run.pricing RUN_DIR [RUN_DIR...] [--note TEXT]
 
-writes prices.json from RUN_DIR (a complete ``make conform`` run of the machine the lab's prices
-describe); backends without a record that ran keep their declared cost model.
+writes prices.json from the records of the RUN_DIRs together (a ``make conform`` run of the machine the
+lab's prices describe and, for the backends it cannot run, a GPU machine's runs); backends without a
+record that ran keep their declared cost model.
 """
 from __future__ import annotations
 
@@ -84,25 +85,43 @@ def core_share(recs: list[dict]) -> float | None:
     return round(statistics.median(shares), 3) if shares else None
 
 
+def _run(run_dir: Path) -> tuple[dict, list[dict], dict]:
+    """(run.json, its records, id -> Cell of its tier) of one run folder."""
+    info = records.read_json(run_dir / "run.json")
+    cells = {c.id: c for c in select_cells(info["selection"]["tier"])}
+    return info, records.read_partial(run_dir / "cells.jsonl")[0], cells
+
+
+def _where(info: dict) -> dict:
+    return {"tier": info["selection"]["tier"], "jobs": info.get("jobs"), "cpu": info["cpu"]["model"],
+            "gpus": [g.get("name") for g in info.get("gpus") or []], "commit": info["git"]["commit"],
+            "started": info.get("started")}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m conformance.run.pricing", description=__doc__.split("\n\n")[0])
-    p.add_argument("run_dir", metavar="RUN_DIR")
-    p.add_argument("--note", default="", help="where and when the run was measured (kept in the file)")
+    p.add_argument("run_dirs", metavar="RUN_DIR", nargs="+",
+                   help="runs whose records together price each backend (e.g. the 2-core machine's run and a "
+                        "GPU machine's runs for the GPU backends)")
+    p.add_argument("--note", default="", help="where and when the runs were measured (kept in the file)")
     args = p.parse_args(argv)
-    run_dir = Path(args.run_dir)
-    info = records.read_json(run_dir / "run.json")
-    tier = info["selection"]["tier"]
-    cells = {c.id: c for c in select_cells(tier)}
-    recs = records.read_partial(run_dir / "cells.jsonl")[0]
-    prices = fit(recs, cells)
     known = registry.backends()
-    share = core_share(recs)
+    every_rec: list[dict] = []
+    every_cell: dict = {}
+    runs = []
+    for run_dir in map(Path, args.run_dirs):
+        info, recs, cells = _run(run_dir)
+        every_rec += recs
+        every_cell.update(cells)
+        share = core_share(recs)
+        runs.append({**_where(info), "backends": sorted({r["backend"] for r in recs if r["status"] != "skip"}),
+                     **({"run_core_share": share} if share is not None else {})})
+    prices = {n: price for n, price in fit(every_rec, every_cell).items() if n in known}
+    timed_by_cpu = all("run_core_share" in r for r in runs)
     records.dump_json(PRICES, {
-        "measured": {"note": args.note, "tier": tier, "jobs": info.get("jobs"), "cpu": info["cpu"]["model"],
-                     "commit": info["git"]["commit"], "started": info.get("started"),
-                     **({"core_share": 1.0, "run_core_share": share} if share is not None else {})},
-        "backends": {n: _as_json(p) for n, p in prices.items() if n in known}})
-    print(f"{len(prices)} backends priced -> {PRICES}")
+        "measured": {"note": args.note, **({"core_share": 1.0} if timed_by_cpu else {}), "runs": runs},
+        "backends": {n: _as_json(prices[n]) for n in sorted(prices)}})
+    print(f"{len(prices)} backends priced from {len(every_rec)} records -> {PRICES}")
     return 0
 
 

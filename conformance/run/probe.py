@@ -35,8 +35,16 @@ def _versions() -> str:
 
 
 def _hook_error(what: str, exc: BaseException) -> str:
-    where = traceback.extract_tb(exc.__traceback__)[-1:]
-    at = f" at {os.path.basename(where[0].filename)}:{where[0].lineno}" if where else ""
+    """``what`` raised ``exc``, at the line that failed: the innermost frame of the first exception of its
+    ``raise ... from`` chain (a wrapper's re-raise, as the Triton interpreter's InterpreterError, names the
+    kernel line below it)."""
+    root = exc
+    while root.__cause__ is not None:
+        root = root.__cause__
+    frames = [f"{os.path.basename(f.filename)}:{f.lineno}" for f in traceback.extract_tb(root.__traceback__)]
+    at = ""
+    if frames:
+        at = f" at {frames[-1]}" + (f" (called from {frames[-2]})" if root is not exc and len(frames) > 1 else "")
     return f"{what} raised {type(exc).__name__}: {exc}{at}"
 
 

@@ -137,6 +137,13 @@ def test_pairs_of_a_few_milliseconds_teach_no_rate(measured):
     assert est.remaining() == pytest.approx(16 * 2.0 * rate)
 
 
+def test_a_few_long_pairs_on_many_workers_end_when_the_longest_does():
+    short, long_ = toy("short", 1.0), toy("long", 100.0)
+    cells = [make_cell("toy", "scale", n=n, factor=1.0) for n in range(10)]
+    est = estimate.Estimator([(c, short) for c in cells] + [(cells[0], long_)], jobs=8)
+    assert est.remaining() == pytest.approx(100.0)   # not (10 + 100) / 8
+
+
 def test_prices_are_fitted_per_op_with_the_core_share_of_the_run():
     from conformance.run import pricing
 

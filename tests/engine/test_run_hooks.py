@@ -62,6 +62,25 @@ def test_a_stack_that_cannot_run_is_unavailable_with_the_versions_found(capsys, 
     assert rc == runner.NOTHING_RAN and all(r["status"] == "skip" for r in recs)
 
 
+def _failing_line():
+    raise TypeError("only 0-dimensional arrays can be converted to Python scalars")
+
+
+def test_a_wrapped_error_is_placed_at_the_line_that_failed_not_at_the_re_raise():
+    """As the Triton interpreter's InterpreterError wraps a kernel's TypeError (``raise ... from``)."""
+    try:
+        try:
+            _failing_line()
+        except TypeError as exc:
+            raise RuntimeError(repr(exc)) from exc
+    except RuntimeError as wrapped:
+        said = probe._hook_error("run", wrapped)
+    first = _failing_line.__code__.co_firstlineno
+    here = os.path.basename(__file__)
+    assert said.startswith("run raised RuntimeError: TypeError('only 0-dimensional arrays")
+    assert said.endswith(f" at {here}:{first + 1} (called from {here}:{first + 8})")
+
+
 def test_the_probe_answers_in_a_worker_each_backend_alone():
     got = probe.probe_all([registry.get(n) for n in ("toy-avail-hangs", "toy-good", "toy-avail-aborts",
                                                        "toy-absent", "toy-avail-raises")])
