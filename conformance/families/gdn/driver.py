@@ -18,6 +18,17 @@ import numpy as np
 
 from conformance.cells import Cell
 from conformance.families.gdn.matrix import OPS
+from reference.gdn import numpy_ref as ref
+
+class DecodeAsRecurrent:
+    """For an implementation in numpy_ref's signatures that has ``recurrent``: ``decode`` as a
+    recurrent call of one-token sequences, its gates in float64."""
+
+    def decode(self, q, k, v, A_log, a, b, dt_bias, state, state_indices, **kw):
+        g, beta = ref.gating(A_log, a, b, dt_bias, compute_dtype="float64")
+        cu = np.arange(len(state_indices) + 1, dtype=np.int32)
+        return self.recurrent(q, k, v, g, beta, cu, state, state_indices, **kw)
+
 
 def as_f32(x) -> np.ndarray:
     """``x`` (NumPy, JAX or ml_dtypes array) as a float32 NumPy array."""

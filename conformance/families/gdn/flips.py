@@ -36,7 +36,7 @@ import ml_dtypes
 import numpy as np
 
 from conformance.cells import Cell
-from conformance.families.gdn.driver import run_with
+from conformance.families.gdn.driver import DecodeAsRecurrent, run_with
 from conformance.numerics import ACTIVATIONS, U32
 from reference.gdn import numpy_ref as ref
 
@@ -78,7 +78,7 @@ def _chernoff(log_mgf, w_max: float, lam: float) -> float:
     return min((log_mgf(theta) + lam ** 2 / 2) / theta for theta in np.logspace(-12, 3, 181) / w_max)
 
 
-class _Recorder:
+class _Recorder(DecodeAsRecurrent):
     """numpy_ref's op signatures: records each sequence's tokens (no arithmetic); the pool is left as is.
     A history continues where a later call reads the slot an earlier one wrote (decode chains, recurrent
     calls); a spec decode's sequence is one history."""
@@ -109,11 +109,6 @@ class _Recorder:
 
     def chunked(self, *args, chunk_size=64, **kw):
         return self.recurrent(*args, **{**kw, "state_write_interval": chunk_size})
-
-    def decode(self, q, k, v, A_log, a, b, dt_bias, state, state_indices, **kw):
-        g, beta = ref.gating(A_log, a, b, dt_bias, compute_dtype="float64")
-        cu = np.arange(len(state_indices) + 1, dtype=np.int32)
-        return self.recurrent(q, k, v, g, beta, cu, state, state_indices, **kw)
 
     def spec_decode(self, q, k, v, A_log, a, b, dt_bias, state, spec_state_indices, num_accepted_tokens,
                     cu_seqlens, *, scale=None, use_qk_l2norm=True, l2norm_eps=1e-6, **_):

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from conformance.cells import Cell
-from conformance.families.gdn.driver import run_with
+from conformance.families.gdn.driver import DecodeAsRecurrent, run_with
 from reference.gdn import numpy_ref as ref
 
 F64 = np.dtype(np.float64)
@@ -35,7 +35,7 @@ def _token(S, q, k, v, g, beta) -> tuple[np.ndarray, float]:
     return o, float(np.max(s, initial=0.0))
 
 
-class _Replay:
+class _Replay(DecodeAsRecurrent):
     """numpy_ref's op signatures (NumPy form: the pool updated in place); ``o`` holds the o terms,
     ``state_terms`` the largest state term seen."""
 
@@ -66,11 +66,6 @@ class _Replay:
         return self._run(q, k, v, g, beta, scale, use_qk_l2norm, l2norm_eps, seqs)
 
     chunked = recurrent
-
-    def decode(self, q, k, v, A_log, a, b, dt_bias, state, state_indices, **kw):
-        g, beta = ref.gating(A_log, a, b, dt_bias, compute_dtype="float64")
-        cu = np.arange(len(state_indices) + 1, dtype=np.int32)
-        return self.recurrent(q, k, v, g, beta, cu, state, state_indices, **kw)
 
     def spec_decode(self, q, k, v, A_log, a, b, dt_bias, state, spec_state_indices, num_accepted_tokens,
                     cu_seqlens, *, scale=None, use_qk_l2norm=True, l2norm_eps=1e-6, **_):
