@@ -69,7 +69,9 @@ class Price:
         return self.ops.get(f"{cell.family}/{cell.op}", self)
 
 
+@lru_cache(maxsize=1)
 def _prices_file() -> dict:
+    """``prices.json`` as read once (``{"backends": {}}`` when absent)."""
     try:
         return json.loads(PRICES.read_text())
     except FileNotFoundError:

@@ -39,13 +39,7 @@ def _answers_here(backend: registry.Backend, cell: Cell, supports: bool):
 
 def _worker_main(conn) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the runner's to handle
-    while True:
-        try:
-            msg = conn.recv()
-        except EOFError:
-            return
-        if msg is None:
-            return
+    for msg in spawn.messages(conn):
         for cell, name, supports in msg:
             backend = registry.backends().get(name)
             if backend is None:

@@ -79,13 +79,7 @@ def answer(backend: registry.Backend) -> tuple[bool, str]:
 
 
 def _worker_main(conn) -> None:
-    while True:
-        try:
-            name = conn.recv()
-        except EOFError:
-            return
-        if name is None:
-            return
+    for name in spawn.messages(conn):
         backend = registry.backends().get(name)
         with warnings.catch_warnings():   # the console stays clean, as in the run's workers
             warnings.simplefilter("ignore")

@@ -31,6 +31,19 @@ def start(target, args: tuple, env: dict[str, str]):
     return proc, conn
 
 
+def messages(conn):
+    """In a child: what the parent sends, one message at a time, until it sends ``None`` (``stop``) or
+    closes its end."""
+    while True:
+        try:
+            msg = conn.recv()
+        except EOFError:
+            return
+        if msg is None:
+            return
+        yield msg
+
+
 def stop(proc, conn) -> None:
     """Ask the child to end (``None`` on its pipe), wait up to 5 s, then kill it if it is still alive."""
     try:

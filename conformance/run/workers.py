@@ -49,14 +49,7 @@ def _worker_main(conn, output: str, parent: int) -> None:
     os.dup2(fd, 1)    # what the backend prints goes to the record, not the console
     os.dup2(fd, 2)
     cpu_before = 0.0   # the first pair's CPU time counts the worker's start, as its wall time does
-    while True:
-        try:
-            msg = conn.recv()
-        except EOFError:
-            return
-        if msg is None:
-            return
-        cell, backend_name = msg
+    for cell, backend_name in spawn.messages(conn):
         os.ftruncate(fd, 0)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
