@@ -233,10 +233,12 @@ def decode(q, k, v, A_log, a, b, dt_bias, state, state_indices, *, scale=None, u
 
 def spec_decode(q, k, v, A_log, a, b, dt_bias, state, spec_state_indices, num_accepted_tokens,
                 cu_seqlens, *, scale=None, use_qk_l2norm=True, l2norm_eps=1e-6, state_dtype="float32",
-                compute_dtype="float32"):
+                compute_dtype="float32", resume_from_stored=True):
     """Speculative decode: sequence n resumes from slot ``spec_state_indices[n, max(acc-1, 0)]`` and
     stores the state after its draft token t into ``spec_state_indices[n, t]`` (rounded); the next
-    token reads that stored state. q, k [T,H,K], v [T,HV,V], a, b [T,HV]; returns o [T, HV, V].
+    token reads that stored state (``resume_from_stored=False``: it goes on from the unrounded state in
+    ``compute_dtype``, each stored copy rounded once from it). q, k [T,H,K], v [T,HV,V], a, b [T,HV];
+    returns o [T, HV, V].
     """
     in_place("state", state, IN_PLACE)
     dims, cu, spec, _, start = arguments.spec_decode(
@@ -252,5 +254,6 @@ def spec_decode(q, k, v, A_log, a, b, dt_bias, state, spec_state_indices, num_ac
         for t, i in enumerate(range(cu[n], cu[n + 1])):
             S, o[i] = token_step(S, qs[i], ks[i], v[i], g[i], beta[i])
             state[spec[n, t]] = _to_state(S, sdt)
-            S = _load_state(state, spec[n, t], cdt)
+            if resume_from_stored:
+                S = _load_state(state, spec[n, t], cdt)
     return o

@@ -25,7 +25,8 @@ def _ci(*words):
     return cells[0]
 
 
-READOUT_CELL = ("decode/", "state=float32", "act=float16", "v=near-max", "steps=")
+READOUT_CELL = ("gdn/decode/", "state=float32", "act=float16", "v=near-max", "steps=")
+READOUT_SPEC_CELL = ("spec_decode/", "state=float32", "act=float16", "v=near-max")   # a grown pool
 LONG = f"steps={CI_STEPS}/"                   # the long decode chains (beside the short ones)
 BETA_CELL = ("recurrent/", "state=float32", "act=float16", "calls=")
 
@@ -77,7 +78,7 @@ def test_the_adversarial_generators_make_what_they_say():
     assert np.min(np.einsum("thk,hk->th", unit, unit[0])) > 0.999          # every key of a head ~ the first
     beta = gdn.make_inputs(_ci("recurrent/", "beta=edges"))["beta"].astype(np.float64)
     assert set(np.unique(beta)) == {0.0, 1.0}
-    x = gdn.make_inputs(_ci("decode/", "v=near-max"))
+    x = gdn.make_inputs(_ci("gdn/decode/", "v=near-max"))
     assert 3e4 < np.max(np.abs(x["v"].astype(np.float64))) <= 6e4 and x["v"].dtype == np.float16
     g = gdn.make_inputs(_ci("recurrent/", "decay=extreme"))["g"]
     assert np.max(g) <= -20 and np.min(g) >= -1e4
@@ -86,14 +87,21 @@ def test_the_adversarial_generators_make_what_they_say():
     assert np.all(bf16_round(decay) == 1.0)                                # bfloat16 cannot hold the decay
 
 
-def test_fp16_readout_overflow_is_caught_by_the_near_range_chain_and_passes_the_other_cells():
+@pytest.mark.parametrize("words", [READOUT_CELL, READOUT_SPEC_CELL], ids=["decode-chain", "spec-decode-grown-pool"])
+def test_fp16_readout_overflow_is_caught_by_each_near_range_cell(words):
     bug = PLANTED["gdn.fp16-readout-overflow"]
-    named = _ci(*READOUT_CELL)
+    named = _ci(*words)
     memo = Memo()
     found = verdict_of(bug.plant(numpy_ref), named, "exact", memo)
     assert found.status == "fail" and "NaN/Inf" in found.reason, found.reason
     assert verdict_of(numpy_ref, named, "exact", memo).status == "pass"
-    others = [c for c in gdn.cells("ci") if bug.applies(c) and c != named]
+
+
+def test_fp16_readout_overflow_passes_every_other_cell():
+    bug = PLANTED["gdn.fp16-readout-overflow"]
+    memo = Memo()
+    named = {_ci(*READOUT_CELL), _ci(*READOUT_SPEC_CELL)}
+    others = [c for c in gdn.cells("ci") if bug.applies(c) and c not in named]
     assert len(others) >= 10
     caught = [c.id for c in others if verdict_of(bug.plant(numpy_ref), c, "exact", memo).status == "fail"]
     assert not caught, caught

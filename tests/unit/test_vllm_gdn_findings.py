@@ -1,10 +1,8 @@
-"""vLLM's GDN adapter (conformance/backends/vllm_gdn.py) without running vLLM's kernels: its declared
-known findings are ci cells where the carried-state rounding can act, declared on both backends with
-their measured margins; the rows of padding sequences, which vLLM's kernels leave unwritten, are zeroed
-and warned about in decode, spec decode and recurrent alike."""
-import json
-import pathlib
-import re
+"""vLLM's GDN adapter (conformance/backends/vllm_gdn.py) without running vLLM's kernels: both backends are
+judged under the "carried-state" rounding model, whose spec decode carries the state unrounded across a
+sequence's draft tokens as vLLM's kernel does, and which differs from "exact" by more than the exact state
+bound where a 16-bit pool rounds several drafts at zero decay; the rows of padding sequences, which vLLM's
+kernels leave unwritten, are zeroed and warned about in decode, spec decode and recurrent alike."""
 import types
 
 import numpy as np
@@ -13,47 +11,43 @@ import pytest
 from conformance import registry
 from conformance.backends import vllm_gdn
 from conformance.families import gdn
+from conformance.families.gdn.models import MODELS
+from conformance.testing import reference_impl
 
 CELLS = {c.id: c for c in gdn.cells("ci")}
-H100_RECORD = pathlib.Path(__file__).parents[2] / "ledger/h100/host_ci_budget_cells.jsonl"
+# a float16 pool, up to 4 drafts, zero decay: every stored copy's rounding is remembered
+SEVERAL_DRAFTS = ("gdn/spec_decode/state=float16/H=16/HV=32/K=64/drafts=1+3+4/accepted=mix/decay=zero/"
+                  "slots=shuffled/qk=large/act=float32/seed=0")
+FP32_POOL = ("gdn/spec_decode/state=float32/H=4/HV=4/K=64/drafts=4/accepted=0/decay=weak/slots=shuffled/"
+             "qk=unit/act=float32/seed=0")
 
 
-@pytest.mark.parametrize("cell_id", sorted(vllm_gdn.KNOWN_FINDINGS))
-def test_a_known_finding_is_a_ci_cell_where_the_carried_state_rounding_can_act(cell_id):
-    assert cell_id in CELLS, f"{cell_id} is no longer a ci cell: measure it again or drop it"
+def _outputs(model: str, cell_id: str) -> dict:
     cell = CELLS[cell_id]
-    assert cell.op == "spec_decode"
-    assert cell["state"] in ("bfloat16", "float16"), "an fp32 pool has nothing to round"
-    assert max(cell["drafts"]) > 1, "one draft token: one rounding in either model"
+    return gdn.run_with(reference_impl("gdn", model), cell, gdn.make_inputs(cell))
 
 
-@pytest.mark.parametrize("cell_id,reason", sorted(vllm_gdn.KNOWN_FINDINGS.items()))
-def test_a_known_finding_names_the_rounding_and_its_measured_margin(cell_id, reason):
-    assert reason.startswith(vllm_gdn.CARRIED_STATE)
-    assert CELLS[cell_id]["state"] in reason
-    m = re.search(r"rel_l2 is ([\d.]+) times its derived bound \(([\d.]+) against ([\d.]+)\)", reason)
-    assert m, reason
-    margin, got, bound = map(float, m.groups())
-    assert margin > 1 and abs(got / bound - margin) < 0.02, (margin, got / bound)
-
-
-def test_every_spec_decode_failure_of_the_h100_record_is_declared_with_its_margin():
-    rows = [json.loads(line) for line in H100_RECORD.read_text().splitlines()]
-    failed = [r for r in rows if r["backend"] == "vllm-gdn" and r["op"] == "spec_decode" and r["status"] == "fail"]
-    assert failed
-    for r in failed:
-        assert r["id"] in vllm_gdn.KNOWN_FINDINGS, r["id"]
-        margin = re.search(r"margin ([\d.]+) by", r["reason"]).group(1)
-        assert f"is {margin} times" in vllm_gdn.KNOWN_FINDINGS[r["id"]], (r["id"], margin)
-
-
-def test_both_backends_declare_the_known_findings_and_nothing_else():
-    other = next(c for c in CELLS.values() if c.op == "spec_decode" and c.id not in vllm_gdn.KNOWN_FINDINGS)
+def test_both_backends_declare_the_carried_state_model():
     for name in ("vllm-gdn", "vllm-gdn-interpret"):
-        backend = registry.get(name)
-        for cell_id, reason in vllm_gdn.KNOWN_FINDINGS.items():
-            assert backend.hook("xfail", CELLS[cell_id]) == reason
-        assert backend.hook("xfail", other) is None
+        assert registry.get(name).rounding_model("gdn") == "carried-state"
+    assert MODELS["carried-state"].differs_on == ("spec_decode",)
+
+
+def test_carried_state_and_exact_tell_each_other_apart_on_a_16bit_pool_with_several_drafts():
+    cell = CELLS[SEVERAL_DRAFTS]
+    inputs = gdn.make_inputs(cell)
+    carried, exact = _outputs("carried-state", SEVERAL_DRAFTS), _outputs("exact", SEVERAL_DRAFTS)
+    assert gdn.check(cell, "carried-state", inputs, carried).status == "pass"
+    assert gdn.check(cell, "exact", inputs, exact).status == "pass"
+    judged = gdn.check(cell, "exact", inputs, carried)
+    assert judged.status == "fail" and "state: rel_l2" in judged.reason, judged.reason
+    assert gdn.check(cell, "carried-state", inputs, exact).status == "fail"
+
+
+def test_carried_state_is_exact_on_a_float32_pool():
+    carried, exact = _outputs("carried-state", FP32_POOL), _outputs("exact", FP32_POOL)
+    for name in ("o", "state"):
+        np.testing.assert_array_equal(carried[name], exact[name])
 
 
 def _fake_kernels(monkeypatch, fill):

@@ -44,8 +44,8 @@ GDN_SUBSET = [  # vllm-gdn-interpret: decode (the null slot 0 and the [V, K] poo
     "gdn/decode/state=float16/H=4/HV=12/K=64/V=32/N=1/decay=zero/slots=shuffled/qk=large/act=bfloat16/seed=0",
     "gdn/spec_decode/state=float32/H=4/HV=4/K=64/drafts=4/accepted=0/decay=weak/slots=shuffled/qk=unit/act=float32/seed=0",
 ]
-# vLLM carries the fp32 state between draft tokens where the reference continues from the stored value
-# (conformance/backends/vllm_gdn.py): with a float16 pool at zero decay the state tolerance catches it
+# vLLM carries the fp32 state between draft tokens where the exact model continues from the stored value
+# (conformance/backends/vllm_gdn.py): with a float16 pool at zero decay the exact state tolerance tells them apart
 CARRIED_STATE_CELL = ("gdn/spec_decode/state=float16/H=16/HV=32/K=64/drafts=1+3+4/accepted=mix/decay=zero/"
                       "slots=shuffled/qk=large/act=float32/seed=0")
 
@@ -94,12 +94,15 @@ def test_vllm_gdn_spec_decode_carries_the_unrounded_state_between_draft_tokens()
     cell = {c.id: c for c in gdn.cells("ci")}[CARRIED_STATE_CELL]
     assert run_one(cell, "triton-gdn-interpret")["status"] == "pass"
     record = run_one(cell, "vllm-gdn-interpret")
-    assert record["status"] == "xfail" and "state: rel_l2" in record["reason"], record["reason"]
-    # the same kernel called once per draft token, resuming from the stored (rounded) slot, passes
+    assert record["status"] == "pass" and record["rounding_model"] == "carried-state", record["reason"]
     inputs = gdn.make_inputs(cell)
     with _interpreter():
-        outputs = gdn.run_with(_PerDraftToken("cpu"), cell, gdn.make_inputs(cell))
-    assert gdn.check(cell, "exact", inputs, outputs).status == "pass"
+        carried = gdn.run_with(vllm_gdn.VllmGdnImpl("cpu"), cell, gdn.make_inputs(cell))
+        # the same kernel called once per draft token, resuming from the stored (rounded) slot
+        per_token = gdn.run_with(_PerDraftToken("cpu"), cell, gdn.make_inputs(cell))
+    judged = gdn.check(cell, "exact", inputs, carried)
+    assert judged.status == "fail" and "state: rel_l2" in judged.reason, judged.reason
+    assert gdn.check(cell, "exact", inputs, per_token).status == "pass"
 
 
 class _PerDraftToken(vllm_gdn.VllmGdnImpl):

@@ -162,9 +162,13 @@ def _generators(cell: Cell) -> dict:
     return {"key_gen": cell.get("keys", "independent"), "v_gen": cell.get("v", "unit")}
 
 
-def state_pool(rng, state: str, slots: int, HV: int, K: int, V: int) -> np.ndarray:
-    """A pool [slots, HV, K, V] in the state dtype ``state``, per-head magnitudes."""
-    S = rng.normal(0.0, 0.5, (slots, HV, K, V)) * head_magnitudes(HV)[None, :, None, None]
+GROWN_STATE = 3e4      # a pool's spread after a long chain fed |v| ~ 2e4: the unscaled readout passes 65504
+
+
+def state_pool(rng, state: str, slots: int, HV: int, K: int, V: int, spread: float = 0.5) -> np.ndarray:
+    """A pool [slots, HV, K, V] in the state dtype ``state``: normal with standard deviation ``spread``
+    times the per-head magnitudes."""
+    S = rng.normal(0.0, spread, (slots, HV, K, V)) * head_magnitudes(HV)[None, :, None, None]
     return S.astype(np.float32).astype(POOL_DTYPES[state])
 
 
@@ -248,8 +252,9 @@ def make_inputs(cell: Cell) -> dict:
             lens[pad_at] = 2
         N, S = len(lens), max(max(lens), 4)
         T = sum(lens)
-        inputs = {**qkv(rng, T, H, HV, K, V, qk, act), **_gates(rng, cell, T, HV, act)}
+        inputs = {**qkv(rng, T, H, HV, K, V, qk, act, **_generators(cell)), **_gates(rng, cell, T, HV, act)}
         pool_size = cell.get("pool", N * S + 2)
+        spread = GROWN_STATE if cell.get("v") == "near-max" else 0.5
         spec = slot_draw(rng, N * S, pool_size).reshape(N, S)
         mode = cell["accepted"]
         if mode == "ladder":        # the n-th real sequence of L drafts: the n-th of accepted_ladder(L), cycled
@@ -263,7 +268,7 @@ def make_inputs(cell: Cell) -> dict:
             accepted = np.array([{"0": 0, "1": 1, "S": S}[m] for m in modes], np.int32)
         if pad_at is not None:
             spec[pad_at] = -1
-        inputs.update(state=state_pool(rng, cell["state"], pool_size, HV, K, V), spec_state_indices=spec,
+        inputs.update(state=state_pool(rng, cell["state"], pool_size, HV, K, V, spread), spec_state_indices=spec,
                       num_accepted_tokens=accepted,
                       cu_seqlens=np.concatenate([[0], np.cumsum(lens)]).astype(np.int32),
                       **_options(cell))

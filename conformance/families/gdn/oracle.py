@@ -7,7 +7,8 @@ chunk_size tokens, so the chunk algebra is checked too); "bf16-operands" (chunke
 ``numpy_ref.chunked(operand_dtype=<activation>, rounding_points="fla")`` in float64; "vllm-cpu" -> the
 oracle of vLLM's CPU conventions: q/k l2 norm epsilon 1e-5 and the decode op's beta =
 bf16(1 / bf16(1 + bf16(exp(-b)))) (``vllm_decode_beta``); "vllm-cpu-bf16-operands" -> its chunked op with
-bf16 operands.
+bf16 operands; "carried-state" (spec_decode) -> ``numpy_ref.spec_decode(resume_from_stored=False)``
+in float64: the state carried unrounded across a sequence's draft tokens.
 """
 from __future__ import annotations
 
@@ -42,17 +43,19 @@ class Float64Oracle:
     tokens, unless ``operand_dtype="bfloat16"``: then numpy_ref.chunked with the kernel's bf16 operands.
     ``rounding_points`` places those bf16 roundings (numpy_ref.chunked's argument: "cpu" or "fla").
     ``l2norm_eps`` overrides the inputs' epsilon; ``decode_beta`` maps b to beta in the decode op
-    (None: sigmoid in float64).
+    (None: sigmoid in float64); ``resume_from_stored`` is spec_decode's (False: the state carried
+    across draft tokens unrounded).
     """
 
     def __init__(self, operand_dtype: str = "float32", l2norm_eps: float | None = None, decode_beta=None,
-                 rounding_points: str = "cpu"):
+                 rounding_points: str = "cpu", resume_from_stored: bool = True):
         from reference.gdn import numpy_ref
         self._ref = numpy_ref
         self.operand_dtype = operand_dtype
         self.rounding_points = rounding_points
         self.l2norm_eps = l2norm_eps
         self.decode_beta = decode_beta
+        self.resume_from_stored = resume_from_stored
 
     def _eps(self, kw: dict) -> dict:
         return kw if self.l2norm_eps is None else {**kw, "l2norm_eps": self.l2norm_eps}
@@ -83,7 +86,8 @@ class Float64Oracle:
                                    state_write_interval=1, compute_dtype="float64")
 
     def spec_decode(self, *args, **kw):
-        return self._ref.spec_decode(*args, **self._eps(kw), compute_dtype="float64")
+        return self._ref.spec_decode(*args, **self._eps(kw), compute_dtype="float64",
+                                     resume_from_stored=self.resume_from_stored)
 
 
 @dataclass(frozen=True)
@@ -117,6 +121,9 @@ ORACLES = {o.name: o for o in (
     Oracle("vllm-cpu", lambda cell: Float64Oracle("float32", VLLM_L2NORM_EPS, vllm_decode_beta), _vllm_words),
     Oracle("vllm-cpu-bf16-operands", lambda cell: Float64Oracle("bfloat16", VLLM_L2NORM_EPS),
            lambda cell: "oracle: numpy_ref.chunked in float64 with bf16 operands, l2 norm epsilon 1e-5"),
+    Oracle("carried-state", lambda cell: Float64Oracle("float32", resume_from_stored=False),
+           lambda cell: "oracle: numpy_ref.spec_decode in float64, the state carried unrounded across a "
+                        "sequence's draft tokens"),
 )}
 
 
