@@ -1,4 +1,5 @@
-"""GDN decode (``reference.gdn.numpy_ref.decode``) for NVIDIA sm_90 whose reductions over K stay in registers.
+"""GDN decode and spec decode (``reference.gdn.numpy_ref.decode``, ``spec_decode``) for NVIDIA sm_90 whose
+reductions over K stay in registers.
 
 The op and its argument contract are ``gdn_recurrent.decode``'s (one token per sequence, gating fused in:
 g = -exp(A_log) softplus(a + dt_bias), beta = sigmoid(b); q and k l2-normalised (eps added to the sum of
@@ -21,9 +22,15 @@ read once in its storage dtype, 16 bytes a load, and kept in fp32 registers; wit
 registers through a ring of shared-memory stages instead (16-byte cp.async copies, each thread reading back the
 elements it copied; no registers held while in flight), in a grid of one program per item or a persistent one.
 
-Order of operations per value head, fp32 (``gdn_recurrent``'s): ``S = S exp(g)``; ``u = beta (v - S^T k)``;
-``S = S + k u^T``; ``o = S^T q`` (the updated, unrounded state); the state stored once, rounded to nearest
-even by the conversion instruction; o rounded once to ``out``'s dtype. Rounding model "exact".
+Spec decode (``spec_decode``, arguments and checks ``gdn_recurrent.spec_decode``'s, its ``spec_arguments``): one
+program per (sequence, value head, block of BV columns) in the same state layout (``BV / (TV VEC)`` warps, BV
+chosen per launch: ``spec_config``), the draft tokens in turn with the state in registers; q and k are loaded
+straight into the state's row layout (their norms, like the sums over K, without shared memory or a barrier).
+
+Order of operations per value head and token, fp32 (``gdn_recurrent``'s): ``S = S exp(g)``; ``u = beta (v -
+S^T k)``; ``S = S + k u^T``; ``o = S^T q`` (the updated, unrounded state); the state stored once, rounded to
+nearest even by the conversion instruction (spec decode: each draft token continues from the stored, rounded
+value, as the reference does); o rounded once to ``out``'s dtype. Rounding model "exact".
 """
 from __future__ import annotations
 
