@@ -135,7 +135,7 @@ def conform(out: Path, full_budget: str) -> dict:
                 "--out", str(folder), "--allow-nothing-ran"]
         t0 = time.monotonic()
         try:
-            p = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+            p = subprocess.run(argv, capture_output=True, text=True, timeout=150)
             print(p.stdout[-2500:], p.stderr[-1500:], flush=True)
             how = f"rc {p.returncode}"
         except Exception as exc:
@@ -212,7 +212,7 @@ def ncu(out: Path) -> dict:
                 "--csv", "--metrics", ",".join(NCU_METRICS), sys.executable, "-m", "bench.probes.gdn_spec_sm90",
                 "--ncu-target", kernel]
         try:
-            p = subprocess.run(argv, capture_output=True, text=True, timeout=180)
+            p = subprocess.run(argv, capture_output=True, text=True, timeout=120)
             (out / f"ncu_{kernel}.csv").write_text(p.stdout)
             lines = [ln for ln in p.stdout.splitlines() if ln.startswith('"')]
             metrics = {}
