@@ -279,6 +279,12 @@ def main(argv=None) -> int:
         return ncu_target(args.ncu_target)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    import optimized
+    import triton
+    import torch
+
+    print(f"optimized from {Path(optimized.__file__).parent}, triton {triton.__version__}, torch {torch.__version__}, "
+          f"{torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU'}", flush=True)
     results = {}
     steps = {"agree": lambda: agree(out), "conform": lambda: conform(out, args.full_budget),
              "time": lambda: timings(out, args.reps), "ncu": lambda: ncu(out)}
