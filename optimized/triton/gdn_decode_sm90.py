@@ -30,7 +30,9 @@ straight into the state's row layout (their norms, like the sums over K, without
 Order of operations per value head and token, fp32 (``gdn_recurrent``'s): ``S = S exp(g)``; ``u = beta (v -
 S^T k)``; ``S = S + k u^T``; ``o = S^T q`` (the updated, unrounded state); the state stored once, rounded to
 nearest even by the conversion instruction (spec decode: each draft token continues from the stored, rounded
-value, as the reference does); o rounded once to ``out``'s dtype. Rounding model "exact".
+value, as the reference does); o rounded once to ``out``'s dtype. Rounding model "exact". The spec decode
+normalises q and k by multiplying with the reciprocal of the norm (q: scale / norm), one division a token
+rather than one an element, within an ulp of the division per element.
 """
 from __future__ import annotations
 
@@ -265,19 +267,20 @@ def _spec_kernel(q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, stat
     length = gl.load(cu_ptr + n + 1) - gl.load(cu_ptr + n)
     cols = vt * BV + gl.arange(0, BV, layout=COL)
     rows = gl.arange(0, K, layout=ROW)
+    # token 0's inputs and the head's gate parameters, in flight while the slot is looked up (they depend on none
+    # of its loads)
+    live = length > 0
+    qr = gl.load(q_ptr + bos * sq_t + h * sq_h + rows, mask=gl.full([K], live, gl.int1, ROW))
+    kr = gl.load(k_ptr + bos * sk_t + h * sk_h + rows, mask=gl.full([K], live, gl.int1, ROW))
+    vr = gl.load(v_ptr + bos * sv_t + hv * sv_h + cols, mask=gl.full([BV], live, gl.int1, COL))
+    ar = gl.load(a_ptr + bos * sa_t + hv, mask=live)
+    br = gl.load(b_ptr + bos * sb_t + hv, mask=live)
+    A = gl.exp(gl.load(A_log_ptr + hv).to(gl.float32))
+    dt_bias = gl.load(dt_bias_ptr + hv).to(gl.float32)
     slot = gl.load(row + gl.maximum(gl.load(acc_ptr + n) - 1, 0)).to(gl.int64)
     if slot >= 0:
         pool = state_ptr + hv * (K * V) + gl.expand_dims(rows, 1) * V + gl.expand_dims(cols, 0)
-        raw = gl.load(pool + slot * s_slot)
-        A = gl.exp(gl.load(A_log_ptr + hv).to(gl.float32))
-        dt_bias = gl.load(dt_bias_ptr + hv).to(gl.float32)
-        live = length > 0  # token 0's inputs, in flight with the state
-        qr = gl.load(q_ptr + bos * sq_t + h * sq_h + rows, mask=gl.full([K], live, gl.int1, ROW))
-        kr = gl.load(k_ptr + bos * sk_t + h * sk_h + rows, mask=gl.full([K], live, gl.int1, ROW))
-        vr = gl.load(v_ptr + bos * sv_t + hv * sv_h + cols, mask=gl.full([BV], live, gl.int1, COL))
-        ar = gl.load(a_ptr + bos * sa_t + hv, mask=live)
-        br = gl.load(b_ptr + bos * sb_t + hv, mask=live)
-        S = raw.to(gl.float32)
+        S = gl.load(pool + slot * s_slot).to(gl.float32)
         for t in range(length):
             i = bos + t
             more = t + 1 < length  # token t + 1's inputs, in flight while token t is computed
@@ -292,10 +295,12 @@ def _spec_kernel(q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, stat
             beta = 1.0 / (1.0 + gl.exp(-br.to(gl.float32)))
             q = qr.to(gl.float32)
             k = kr.to(gl.float32)
-            if L2NORM:
-                q = gl.div_rn(q, gl.sqrt_rn(gl.sum(q * q, axis=0) + eps))
-                k = gl.div_rn(k, gl.sqrt_rn(gl.sum(k * k, axis=0) + eps))
-            qc = gl.expand_dims(q * scale, 1)
+            if L2NORM:  # one division a token: each thread holds K / LANES_K elements of q and of k
+                q = q * gl.div_rn(scale, gl.sqrt_rn(gl.sum(q * q, axis=0) + eps))
+                k = k * gl.div_rn(1.0, gl.sqrt_rn(gl.sum(k * k, axis=0) + eps))
+            else:
+                q = q * scale
+            qc = gl.expand_dims(q, 1)
             kc = gl.expand_dims(k, 1)
             S = S * gl.exp(g)
             u = beta * (vr.to(gl.float32) - gl.sum(S * kc, axis=0))
@@ -437,6 +442,11 @@ def spec_decode(q, k, v, A_log, a, b, dt_bias, state, spec_state_indices, num_ac
 ENTRY_POINTS = {"decode": decode, "spec_decode": spec_decode}
 
 
+# What a launch at Qwen3-Next's heads specialises as multiples of 16 (fresh tensors; strides H K, K, HV V, V, HV)
+SPEC_ALIGNED = ("state_ptr", "s_slot", "q_ptr", "k_ptr", "v_ptr", "o_ptr", "sq_t", "sq_h", "sk_t", "sk_h", "sv_t",
+                "sv_h", "so_t", "so_h", "sa_t", "sb_t")
+
+
 def compile_specs():
     """The decode at Qwen3-Next's heads (H=16, HV=32, K=V=128), bf16 activations and o, its default tile for each
     pool dtype, loaded directly and through each ring of shared-memory stages (``stages``), and the spec decode at
@@ -465,5 +475,5 @@ def compile_specs():
         vec, lanes, warps, bv = spec_config(size, 128, block_v=block_v)
         out.append(CompileSpec(f"sm90 gdn spec_decode state={state} block_v={bv}", _spec_kernel, types,
                                dict(H=16, HV=32, K=128, V=128, BV=bv, VEC=vec, LANES=lanes, WARPS=warps, L2NORM=True),
-                               vendors=("cuda",), warps=warps, aligned=("state_ptr", "s_slot")))
+                               vendors=("cuda",), warps=warps, aligned=SPEC_ALIGNED))
     return out
