@@ -39,7 +39,7 @@ import numpy as np
 DTYPES = ("float32", "bfloat16", "float16")
 # sm_90 spec decode tile variants (``gdn_decode_sm90.spec_config``); "portable-bv16": today's kernel at V block 16
 VARIANTS = {"sm90-bv128": dict(block_v=128), "sm90-bv64": dict(block_v=64), "sm90-bv32": dict(block_v=32),
-            "sm90-l16-bv64": dict(lanes_k=16, block_v=64)}
+            "sm90-l16-bv64": dict(lanes_k=16, block_v=64), "sm90-l16-bv32": dict(lanes_k=16, block_v=32)}
 PORTABLE_VARIANTS = {"portable-bv16": dict(block_v=16)}
 NCU_SHAPE = "T=4,N=32,state=bfloat16"
 NCU_METRICS = ("gpu__time_duration.sum", "smsp__inst_executed.sum", "sm__warps_active.avg.pct_of_peak_sustained_active",
