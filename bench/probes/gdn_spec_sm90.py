@@ -14,12 +14,12 @@ Steps (each catches its failure, prints it and goes on; everything under ``--out
 3. ``time``: the ``gdn/spec-decode-gpu`` shapes (T = 2, 4; N = 32, 128; float32, bfloat16, float16 pools),
    today's kernel at its default launch (``portable``), the sm_90 spec decode at its default (V block from N HV
    and the multiprocessors) and ``VARIANTS``, and the fan-out copy of the op's bytes, each a CUDA graph timed by
-   ``bench.timing.cuda_graph`` (``--reps`` samples, each the median of 100 ms of replays): ms min / median /
+   ``bench.timing.cuda_graph`` (``--reps`` samples, each the median of ``REP_MS`` of replays): ms min / median /
    max and the median's fraction of the copy's rate;
 4. ``ncu``: one N=32, T=4, bfloat16 launch of each kernel at its default (the third), instructions, achieved
    occupancy, DRAM throughput, waves, registers, duration.
 
-    python -m bench.probes.gdn_spec_sm90 --out DIR [--steps agree conform time ncu] [--reps 3]
+    python -m bench.probes.gdn_spec_sm90 --out DIR [--steps agree conform time ncu] [--reps 5]
 """
 from __future__ import annotations
 
@@ -42,6 +42,7 @@ VARIANTS = {"sm90-bv128": dict(block_v=128), "sm90-bv64": dict(block_v=64), "sm9
             "sm90-l16-bv64": dict(lanes_k=16, block_v=64), "sm90-l16-bv32": dict(lanes_k=16, block_v=32)}
 PORTABLE_VARIANTS = {"portable-bv16": dict(block_v=16)}
 NCU_SHAPE = "T=4,N=32,state=bfloat16"
+REP_MS = 40             # ms of replays a sample (70 to 1000 replays at these sizes): the call stays near 3 minutes
 NCU_METRICS = ("gpu__time_duration.sum", "smsp__inst_executed.sum", "sm__warps_active.avg.pct_of_peak_sustained_active",
                "dram__throughput.avg.pct_of_peak_sustained_elapsed", "launch__waves_per_multiprocessor",
                "launch__registers_per_thread", "launch__grid_size", "launch__block_size", "dram__bytes_read.sum",
@@ -164,7 +165,7 @@ def timings(out: Path, reps: int) -> dict:
             x = spec_inputs(shape)
             ws = Workspace("cuda")
             o = torch.empty_like(x["v"])
-            copy = cuda_graph(gpu_ceilings.triton_fanout(_fanout_bytes(shape), shape["T"]), reps)
+            copy = cuda_graph(gpu_ceilings.triton_fanout(_fanout_bytes(shape), shape["T"]), reps, REP_MS, 10)
             rec["copy"] = {**summary(copy), "GBps": _fanout_cost(shape).bytes / np.median(copy) / 1e9}
             op_bytes = cost.spec_decode(shape).bytes
         except Exception as exc:
@@ -173,7 +174,7 @@ def timings(out: Path, reps: int) -> dict:
             continue
         for name, (kernel, config) in _impls().items():
             try:
-                t = cuda_graph(_call(kernel, x, o, ws, **config), reps)
+                t = cuda_graph(_call(kernel, x, o, ws, **config), reps, REP_MS, 10)
                 rec[name] = {**summary(t), "of_copy": op_bytes / np.median(t) / 1e9 / rec["copy"]["GBps"]}
             except Exception as exc:
                 rec[name] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
@@ -271,7 +272,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="spec-out")
     ap.add_argument("--steps", nargs="*", default=["agree", "conform", "time", "ncu"])
-    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--full-budget", default="30s")
     ap.add_argument("--ncu-target", choices=tuple(KERNELS))
     args = ap.parse_args(argv)
