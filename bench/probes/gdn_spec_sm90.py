@@ -10,7 +10,8 @@ Steps (each catches its failure, prints it and goes on; everything under ``--out
    elements, nothing near 1e-2 relative, is agreement);
 2. ``conform``: ``kernel-lab conform --tier ci --family gdn --op spec_decode`` on ``triton-gdn-sm90`` and
    ``triton-gdn`` (the dispatcher: on sm_90 the K = V = 128 cells go to the sm_90 kernel), then the full tier's
-   K=128 spec_decode cells of ``triton-gdn-sm90`` under ``--full-budget``;
+   K=128 spec_decode cells of ``triton-gdn-sm90`` under ``--full-budget``, then
+   ``tests/unit/test_triton_gdn_gpu.py`` (no allocation per call, CUDA-graph replay);
 3. ``time``: the ``gdn/spec-decode-gpu`` shapes (T = 2, 4; N = 32, 128; float32, bfloat16, float16 pools),
    today's kernel at its default launch (``portable``), the sm_90 spec decode at its default (V block from N HV
    and the multiprocessors) and ``VARIANTS``, and the fan-out copy of the op's bytes, each a CUDA graph timed by
@@ -143,6 +144,16 @@ def conform(out: Path, full_budget: str) -> dict:
             how = f"{type(exc).__name__}: {exc}"[:300]
             print(f"conform {name}: {how}", flush=True)
         result[name] = {"how": how, "seconds": round(time.monotonic() - t0, 1), "counts": _counts(folder)}
+    t0 = time.monotonic()
+    try:  # no allocation per call, CUDA-graph replay equal to an eager call, for decode and both spec kernels
+        p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                            "tests/unit/test_triton_gdn_gpu.py"], capture_output=True, text=True, timeout=120)
+        print(p.stdout[-2500:], p.stderr[-1000:], flush=True)
+        tail = (p.stdout.strip().splitlines() or ["(no output)"])[-1]
+        how = f"rc {p.returncode}: {tail}"
+    except Exception as exc:
+        how = f"{type(exc).__name__}: {exc}"[:300]
+    result["gpu-tests"] = {"how": how, "seconds": round(time.monotonic() - t0, 1), "counts": {}}
     (out / "conform.json").write_text(json.dumps(result, indent=1))
     return result
 
