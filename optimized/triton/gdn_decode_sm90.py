@@ -389,10 +389,11 @@ def decode(q, k, v, A_log, a, b, dt_bias, state, state_indices, *, scale=None, u
 def spec_config(element_size: int, V: int, lanes_k=None, block_v=None, items=None, sms=None
                 ) -> tuple[int, int, int, int]:
     """(VEC, LANES_K, warps, BV) of a spec decode program for a pool of ``element_size`` bytes: VEC as in
-    ``config``, ``lanes_k`` one of ``LANES_K`` (default ``SPEC_LANES_K``); ``block_v`` one of ``SPEC_BLOCK_V``, a multiple of a warp's 32 / LANES_K VEC
-    columns dividing V; default (``items`` = N HV (sequence, value head) pairs, ``sms`` multiprocessors) V, halved
-    while the grid gives a multiprocessor fewer than ``SPEC_PROGRAMS_PER_SM`` programs and a block is more than
-    one warp's columns; warps = BV / columns of a warp."""
+    ``config``, ``lanes_k`` one of ``LANES_K`` (default ``SPEC_LANES_K``); ``block_v`` one of ``SPEC_BLOCK_V``, a
+    multiple of a warp's 32 / LANES_K VEC columns dividing V; default (``items`` = N HV (sequence, value head)
+    pairs, ``sms`` multiprocessors) V, halved while the grid gives a multiprocessor fewer than
+    ``SPEC_PROGRAMS_PER_SM`` programs and a block is more than one warp's columns; warps = BV / columns of a
+    warp."""
     vec = 16 // element_size
     lanes_k = SPEC_LANES_K[element_size] if lanes_k is None else lanes_k
     if lanes_k not in LANES_K:
