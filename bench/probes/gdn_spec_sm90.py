@@ -275,7 +275,8 @@ def table(results: dict) -> str:
     if nc:
         lines.append(f"ncu, {NCU_SHAPE}, one launch (cold caches):")
         for kernel, m in nc.items():
-            lines.append(f"  {kernel}: " + ", ".join(f"{k.split('__')[-1]}={v[0]} {v[1]}".strip() for k, v in m.items()))
+            lines.append(f"  {kernel}: " + ", ".join(f"{k.split('__')[-1]}={v[0]} {v[1]}".strip()
+                                                     for k, v in m.items()))
     return "\n".join(lines)
 
 
