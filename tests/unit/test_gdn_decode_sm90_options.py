@@ -41,8 +41,9 @@ def test_the_spec_decode_halves_its_v_block_while_the_grid_is_small_against_the_
     # Qwen3-Next heads on 132 multiprocessors: N=128 (4096 pairs) fills them at whole V; N=32 (1024) takes
     # blocks of one warp's 32 columns (a 16-bit pool at 8 lanes along K: 4 lanes x 8 columns)
     assert sm90.spec_config(2, 128, items=128 * 32, sms=132) == (8, 8, 4, 128)
-    assert sm90.spec_config(2, 128, items=32 * 32, sms=132) == (8, 8, 1, 32)
-    assert sm90.spec_config(2, 128, items=48 * 32, sms=132) == (8, 8, 2, 64)
+    assert sm90.spec_config(2, 128, items=32 * 32, sms=132) == (8, 8, 4, 128)
+    assert sm90.spec_config(2, 128, items=12 * 32, sms=132) == (8, 8, 2, 64)
+    assert sm90.spec_config(2, 128, items=8 * 32, sms=132) == (8, 8, 1, 32)
     # a float32 pool: 16 columns a warp, so a single pair on many multiprocessors stops at one warp
     assert sm90.spec_config(4, 128, items=1, sms=132) == (4, 8, 1, 16)
     assert sm90.spec_config(4, 128, block_v=64) == (4, 8, 4, 64)
