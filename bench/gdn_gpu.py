@@ -20,7 +20,9 @@ q, k, v, a, b and o once). Timing: medians of CUDA-graph replays.
 (``T=<T>,N=<N>,state=<dtype>``), the same heads and activations, a pool of N T slots (slots a random permutation,
 row n of ``spec_state_indices`` sequence n's T slots, 1 to T drafts accepted), updated in place: each sequence's
 state read once, from the accepted draft's slot, and stored once per draft token. Ours is
-``gdn_recurrent.spec_decode`` (preallocated workspace and output); peer ``vllm-gdn`` (vLLM's
+``gdn_recurrent.spec_decode`` (preallocated workspace and output) and ``triton-gdn-sm90``
+(``gdn_decode_sm90.spec_decode``, the Gluon spec decode, the same way; its V block chosen from N and the
+multiprocessors); peer ``vllm-gdn`` (vLLM's
 ``fused_sigmoid_gating_delta_rule_update`` with ``num_accepted_tokens``, ``bench/peers/vllm_peers.py``); FLA
 0.6's ``fused_recurrent_gated_delta_rule`` stores only a sequence's last state, not one per draft token, so it does
 not take this call. Ceilings ``gpu-copy``: ``bench.gpu_ceilings.triton_fanout``, a source read once and written T
@@ -167,18 +169,21 @@ def spec_inputs(shape: dict) -> dict:
                 spec_state_indices=spec, num_accepted_tokens=acc, cu_seqlens=cu)
 
 
-def spec_ours(shape, inputs):
-    """``Impl.prepare`` of our speculative verify: preallocated output and workspace."""
+def spec_ours(shape, inputs, kernel="portable", **config):
+    """``Impl.prepare`` of our speculative verify: preallocated output and workspace; ``kernel`` "portable"
+    (``gdn_recurrent``) or "sm90" (``gdn_decode_sm90``), ``config`` its tile options."""
     import torch
 
-    from optimized.triton.gdn_recurrent import Workspace, spec_decode
+    from optimized.triton import gdn_decode_sm90, gdn_recurrent
+    from optimized.triton.gdn_recurrent import Workspace
 
+    spec_decode = {"portable": gdn_recurrent.spec_decode, "sm90": gdn_decode_sm90.spec_decode}[kernel]
     x = inputs
     out = torch.empty_like(x["v"])
     ws = Workspace("cuda")
     return lambda: spec_decode(x["q"], x["k"], x["v"], x["A_log"], x["a"], x["b"], x["dt_bias"], x["state"],
                                x["spec_state_indices"], x["num_accepted_tokens"], x["cu_seqlens"], out=out,
-                               workspace=ws)
+                               workspace=ws, **config)
 
 
 def _fanout_bytes(shape: dict) -> int:
@@ -196,6 +201,8 @@ SPEC_SHAPES = {f"T={T},N={N},state={s}": dict(N=N, T=T, **HEADS, state_dtype=s, 
 register_bench(Bench(name=SPEC_BENCH, device="gpu", cost=cost.spec_decode, inputs=spec_inputs, reps=5,
                      shapes=SPEC_SHAPES))
 register_impl(Impl(bench=SPEC_BENCH, name="triton-gdn", role="ours", prepare=spec_ours, available=gpu_capability))
+register_impl(Impl(bench=SPEC_BENCH, name="triton-gdn-sm90", role="ours",
+                   prepare=lambda shape, inputs: spec_ours(shape, inputs, kernel="sm90"), available=sm90_available))
 register_impl(Impl(bench=SPEC_BENCH, name="gpu-copy", role="ceiling",
                    prepare=lambda shape, inputs: gpu_ceilings.triton_fanout(_fanout_bytes(shape), shape["T"]),
                    available=gpu_capability, cost=_fanout_cost))

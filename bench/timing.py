@@ -24,9 +24,9 @@ def interleaved(fns: dict, reps: int) -> dict[str, np.ndarray]:
     return {name: np.array(t) for name, t in times.items()}
 
 
-def cuda_graph(fn, reps: int) -> np.ndarray:
+def cuda_graph(fn, reps: int, rep_ms: int = 100, warmup_ms: int = 25) -> np.ndarray:
     """Seconds of ``reps`` samples, each the median of ``do_bench``'s CUDA-graph replays of ``fn``
-    over 100 ms (after 25 ms of warm-up replays)."""
+    over ``rep_ms`` (after ``warmup_ms`` of warm-up replays)."""
     import torch
     import triton
 
@@ -37,7 +37,7 @@ def cuda_graph(fn, reps: int) -> np.ndarray:
     with torch.cuda.stream(stream):
         with torch.cuda.graph(graph, stream=stream):
             fn()
-    return np.array([triton.testing.do_bench(graph.replay, warmup=25, rep=100, return_mode="median") * 1e-3
+    return np.array([triton.testing.do_bench(graph.replay, warmup=warmup_ms, rep=rep_ms, return_mode="median") * 1e-3
                      for _ in range(reps)])
 
 

@@ -1,7 +1,7 @@
 """The GDN kernel to run for a device and a call: the fastest conformant launcher that serves it.
 
 The kernels of an op are the GDN launchers of ``optimized.launchers.LAUNCHERS`` with an entry point for it,
-fastest first: today ``triton-gdn-sm90`` (``gdn_decode_sm90``: decode on sm_90, K = V = 128),
+fastest first: today ``triton-gdn-sm90`` (``gdn_decode_sm90``: decode and spec_decode on sm_90, K = V = 128),
 ``triton-gdn`` (``gdn_recurrent``: decode, spec_decode, recurrent) and ``triton-gdn-chunked``
 (``gdn_chunked``: chunked). ``decode(..., kernel="auto")`` (and ``spec_decode``,
 ``recurrent``, ``chunked``) runs the first whose ``problem`` says None for the call's head sizes, head counts,

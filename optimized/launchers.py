@@ -35,8 +35,8 @@ LAUNCHERS = {
     "triton-store": Launcher("turboquant", "optimized.triton.tq_store"),
     # GDN. The sm_90 decode (Gluon) first: on the H100 it passes the full tier and its checks and runs a
     # 16-bit pool at 89-90% of the in-run copy against the portable kernel's 82-83%, fp32 at the same 94%
-    # (ledger/h100/README.md); it leaves what it does not serve (spec_decode, recurrent, other head sizes)
-    # to the portable kernel
+    # (ledger/h100/README.md); it serves spec_decode too, and leaves what it does not serve (recurrent, other
+    # head sizes) to the portable kernel
     "triton-gdn-sm90": Launcher("gdn", "optimized.triton.gdn_decode_sm90"),
     "triton-gdn": Launcher("gdn", "optimized.triton.gdn_recurrent"),
     "triton-gdn-chunked": Launcher("gdn", "optimized.triton.gdn_chunked"),

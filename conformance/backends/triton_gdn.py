@@ -1,8 +1,8 @@
 """Our Triton GDN kernels (``optimized.triton.gdn_recurrent``: decode, spec_decode, recurrent;
 ``optimized.triton.gdn_chunked``: chunked) as backends of the gdn family: ``triton-gdn`` on a GPU (the GDN
 dispatcher's choice per call) and ``triton-gdn-interpret``, the same kernels through the Triton interpreter
-(``TRITON_INTERPRET=1``) on the CPU; ``triton-gdn-sm90``, the Gluon decode for sm_90 (``gdn_decode_sm90``)
-named to the dispatcher, so it is held to the matrix whatever the dispatcher prefers.
+(``TRITON_INTERPRET=1``) on the CPU; ``triton-gdn-sm90``, the Gluon decode and spec decode for sm_90
+(``gdn_decode_sm90``) named to the dispatcher, so it is held to the matrix whatever the dispatcher prefers.
 
 Activations reach the kernels in the cell's dtype, the pool in its own (float32, bfloat16, float16),
 updated in place; o is written into a poisoned buffer (an element never written is NaN) of the
@@ -121,6 +121,6 @@ def _run_sm90(cell, inputs):
 
 
 register(Backend(
-    name="triton-gdn-sm90", ops={"gdn": ("decode",)}, available=_sm90_available, run=_run_sm90,
+    name="triton-gdn-sm90", ops={"gdn": ("decode", "spec_decode")}, available=_sm90_available, run=_run_sm90,
     supports=lambda cell: _problem("triton-gdn-sm90", cell), rounding_models={"gdn": "bf16-operands"},
     timeout_s=600.0, uses_gpu=True, path=paths.fixed("sm_90")))

@@ -1,4 +1,5 @@
-"""GDN decode (``reference.gdn.numpy_ref.decode``) for NVIDIA sm_90 whose reductions over K stay in registers.
+"""GDN decode and spec decode (``reference.gdn.numpy_ref.decode``, ``spec_decode``) for NVIDIA sm_90 whose
+reductions over K stay in registers.
 
 The op and its argument contract are ``gdn_recurrent.decode``'s (one token per sequence, gating fused in:
 g = -exp(A_log) softplus(a + dt_bias), beta = sigmoid(b); q and k l2-normalised (eps added to the sum of
@@ -21,19 +22,28 @@ read once in its storage dtype, 16 bytes a load, and kept in fp32 registers; wit
 registers through a ring of shared-memory stages instead (16-byte cp.async copies, each thread reading back the
 elements it copied; no registers held while in flight), in a grid of one program per item or a persistent one.
 
-Order of operations per value head, fp32 (``gdn_recurrent``'s): ``S = S exp(g)``; ``u = beta (v - S^T k)``;
-``S = S + k u^T``; ``o = S^T q`` (the updated, unrounded state); the state stored once, rounded to nearest
-even by the conversion instruction; o rounded once to ``out``'s dtype. Rounding model "exact".
+Spec decode (``spec_decode``, arguments and checks ``gdn_recurrent.spec_decode``'s, its ``spec_arguments``): one
+program per (sequence, value head, block of BV columns) in the same state layout (``BV / (TV VEC)`` warps, BV
+chosen per launch: ``spec_config``), the draft tokens in turn with the state in registers; q and k are loaded
+straight into the state's row layout (their norms, like the sums over K, without shared memory or a barrier).
+
+Order of operations per value head and token, fp32 (``gdn_recurrent``'s): ``S = S exp(g)``; ``u = beta (v -
+S^T k)``; ``S = S + k u^T``; ``o = S^T q`` (the updated, unrounded state); the state stored once, rounded to
+nearest even by the conversion instruction (spec decode: each draft token continues from the stored, rounded
+value, as the reference does); o rounded once to ``out``'s dtype. Rounding model "exact". The spec decode
+normalises q and k by multiplying with the reciprocal of the norm (q: scale / norm), one division a token
+rather than one an element, within an ulp of the division per element.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
 
-from optimized.triton.gdn_recurrent import decode_arguments, problem as portable_problem
+from optimized.triton.gdn_recurrent import decode_arguments, problem as portable_problem, spec_arguments
 
 # The Gluon names differ between Triton versions: 3.6 (the H200's) and 3.8 (the CPU machines' compile check).
 _async_copy = getattr(async_copy, "async_copy_global_to_shared", None) or async_copy.async_load
@@ -47,14 +57,23 @@ DEFAULT_LANES_K = {4: 4, 2: 8}
 STAGES = (2, 3)              # shared-memory stages of the cp.async ring (``decode``'s ``stages``)
 SMEM_LIMIT = 227 * 1024      # shared memory a program may have on sm_90
 SMEM_SCRATCH = 1024          # shared memory the compiler adds (the q/k broadcast), rounded up
+SPEC_BLOCK_V = (16, 32, 64, 128)   # the V blocks of a spec decode program (``spec_config``)
+# Lanes along K of the spec decode by the pool's element size: 8 for both (an fp32 pool at 4 lanes, 128 state
+# registers a thread beside two tokens' q and k rows, spills to local memory; at 8 it uses 227 registers, no spill)
+SPEC_LANES_K = {4: 8, 2: 8}
+# The spec decode's default V block: the whole of V while its grid gives every multiprocessor at least this many
+# programs, else halved (more, smaller programs) until it does or a block is one warp's columns. On the H100
+# (2026-12-06, N=32 with HV=32: 7.8 programs a multiprocessor at the whole of V) the whole V block streamed
+# 86.5-87.7% of the copy with a 16-bit pool, halving to 32 columns 79.8-83.6%
+SPEC_PROGRAMS_PER_SM = 4
 
 
 def problem(*, K: int, V: int, state_dtype: str, act: str, H: int | None = None, HV: int | None = None,
             device=None) -> str | None:
     """Why this kernel cannot serve a decode with head sizes K, V, a pool of ``state_dtype``, activations of
     ``act`` (dtype names), H key and HV value heads, on the torch ``device`` (None: not asked); None when it
-    can. Spec decode and recurrent stay on the portable kernel (``gdn_recurrent``): this module's
-    ``ENTRY_POINTS`` hold decode only."""
+    can, for decode and spec decode alike. Recurrent stays on the portable kernel (``gdn_recurrent``): this
+    module's ``ENTRY_POINTS`` hold decode and spec_decode."""
     why = portable_problem(K=K, V=V, state_dtype=state_dtype, act=act, H=H, HV=HV)
     if why:
         return why
@@ -222,6 +241,84 @@ def _decode_kernel(q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, st
               H, G, K, V, HPP, WARPS, PREFETCH, STAGES, L2NORM, STATE)
 
 
+@gluon.jit
+def _spec_kernel(q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, state_ptr, table_ptr, cu_ptr, acc_ptr,
+                 o_ptr, sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, sa_t, sb_t, so_t, so_h, s_slot, s_table, scale, eps,
+                 H: gl.constexpr, HV: gl.constexpr, K: gl.constexpr, V: gl.constexpr, BV: gl.constexpr,
+                 VEC: gl.constexpr, LANES: gl.constexpr, WARPS: gl.constexpr, L2NORM: gl.constexpr):
+    """Speculative decode: one program per (sequence n, value head hv, block of BV columns; the block fastest),
+    tokens cu[n] .. cu[n + 1] - 1 in turn. The ``[K, BV]`` state is read once from slot
+    ``table[n, max(acc[n] - 1, 0)]`` in the decode's layout (``STATE``: ``WARPS = BV / (TV VEC)`` warps) and kept
+    in fp32 registers; after token t it is stored, rounded once, into slot ``table[n, t]`` and the next token
+    continues from the rounded value (the stores wait on nothing that follows). Token t + 1's q, k, v, a, b are
+    loaded before token t's state is updated (in flight while it is), and its gating and the l2 norms of q and
+    k are computed apart from the state (they depend on no state value). q and k are loaded in the state's row
+    layout (each thread its K / LANES_K rows), so their norms are in-thread sums and butterfly shuffles like the
+    sums over K: no shared memory, no barrier."""
+    STATE: gl.constexpr = gl.BlockedLayout([K // LANES, VEC], [LANES, 32 // LANES], [1, WARPS], [1, 0])
+    ROW: gl.constexpr = gl.SliceLayout(1, STATE)
+    COL: gl.constexpr = gl.SliceLayout(0, STATE)
+    NV: gl.constexpr = V // BV
+    pid = gl.program_id(0)
+    vt = pid % NV
+    hv = pid // NV % HV
+    n = pid // NV // HV
+    h = hv // (HV // H)
+    row = table_ptr + n.to(gl.int64) * s_table
+    bos = gl.load(cu_ptr + n).to(gl.int64)
+    length = gl.load(cu_ptr + n + 1) - gl.load(cu_ptr + n)
+    cols = vt * BV + gl.arange(0, BV, layout=COL)
+    rows = gl.arange(0, K, layout=ROW)
+    # token 0's inputs and the head's gate parameters, in flight while the slot is looked up (they depend on none
+    # of its loads)
+    live = length > 0
+    qr = gl.load(q_ptr + bos * sq_t + h * sq_h + rows, mask=gl.full([K], live, gl.int1, ROW))
+    kr = gl.load(k_ptr + bos * sk_t + h * sk_h + rows, mask=gl.full([K], live, gl.int1, ROW))
+    vr = gl.load(v_ptr + bos * sv_t + hv * sv_h + cols, mask=gl.full([BV], live, gl.int1, COL))
+    ar = gl.load(a_ptr + bos * sa_t + hv, mask=live)
+    br = gl.load(b_ptr + bos * sb_t + hv, mask=live)
+    A = gl.exp(gl.load(A_log_ptr + hv).to(gl.float32))
+    dt_bias = gl.load(dt_bias_ptr + hv).to(gl.float32)
+    slot = gl.load(row + gl.maximum(gl.load(acc_ptr + n) - 1, 0)).to(gl.int64)
+    if slot >= 0:
+        pool = state_ptr + hv * (K * V) + gl.expand_dims(rows, 1) * V + gl.expand_dims(cols, 0)
+        S = gl.load(pool + slot * s_slot).to(gl.float32)
+        for t in range(length):
+            i = bos + t
+            more = t + 1 < length  # token t + 1's inputs, in flight while token t is computed
+            qn = gl.load(q_ptr + (i + 1) * sq_t + h * sq_h + rows, mask=gl.full([K], more, gl.int1, ROW))
+            kn = gl.load(k_ptr + (i + 1) * sk_t + h * sk_h + rows, mask=gl.full([K], more, gl.int1, ROW))
+            vn = gl.load(v_ptr + (i + 1) * sv_t + hv * sv_h + cols, mask=gl.full([BV], more, gl.int1, COL))
+            an = gl.load(a_ptr + (i + 1) * sa_t + hv, mask=more)
+            bn = gl.load(b_ptr + (i + 1) * sb_t + hv, mask=more)
+            dst = gl.load(row + t).to(gl.int64)
+            x = ar.to(gl.float32) + dt_bias
+            g = -A * gl.where(x > 20.0, x, _log1p(gl.exp(gl.minimum(x, 20.0))))
+            beta = 1.0 / (1.0 + gl.exp(-br.to(gl.float32)))
+            q = qr.to(gl.float32)
+            k = kr.to(gl.float32)
+            if L2NORM:  # one division a token: each thread holds K / LANES_K elements of q and of k
+                q = q * gl.div_rn(scale, gl.sqrt_rn(gl.sum(q * q, axis=0) + eps))
+                k = k * gl.div_rn(1.0, gl.sqrt_rn(gl.sum(k * k, axis=0) + eps))
+            else:
+                q = q * scale
+            qc = gl.expand_dims(q, 1)
+            kc = gl.expand_dims(k, 1)
+            S = S * gl.exp(g)
+            u = beta * (vr.to(gl.float32) - gl.sum(S * kc, axis=0))
+            S = S + kc * gl.expand_dims(u, 0)
+            o = gl.sum(S * qc, axis=0)
+            stored = S.to(state_ptr.dtype.element_ty)
+            gl.store(pool + dst * s_slot, stored)
+            gl.store(o_ptr + i * so_t + hv * so_h + cols, o.to(o_ptr.dtype.element_ty))
+            S = stored.to(gl.float32)
+            qr, kr, vr, ar, br = qn, kn, vn, an, bn
+    else:
+        for t in range(length):
+            gl.store(o_ptr + (bos + t) * so_t + hv * so_h + cols, gl.zeros([BV], gl.float32, COL).to(
+                o_ptr.dtype.element_ty))
+
+
 # ---------------------------------------------------------------- the launcher
 
 def _name(dtype) -> str:
@@ -291,13 +388,72 @@ def decode(q, k, v, A_log, a, b, dt_bias, state, state_indices, *, scale=None, u
     return out
 
 
-ENTRY_POINTS = {"decode": decode}
+def spec_config(element_size: int, V: int, lanes_k=None, block_v=None, items=None, sms=None
+                ) -> tuple[int, int, int, int]:
+    """(VEC, LANES_K, warps, BV) of a spec decode program for a pool of ``element_size`` bytes: VEC as in
+    ``config``, ``lanes_k`` one of ``LANES_K`` (default ``SPEC_LANES_K``); ``block_v`` one of ``SPEC_BLOCK_V``, a
+    multiple of a warp's 32 / LANES_K VEC columns dividing V; default (``items`` = N HV (sequence, value head)
+    pairs, ``sms`` multiprocessors) V, halved while the grid gives a multiprocessor fewer than
+    ``SPEC_PROGRAMS_PER_SM`` programs and a block is more than one warp's columns; warps = BV / columns of a
+    warp."""
+    vec = 16 // element_size
+    lanes_k = SPEC_LANES_K[element_size] if lanes_k is None else lanes_k
+    if lanes_k not in LANES_K:
+        raise ValueError(f"lanes_k must be one of {LANES_K}, got {lanes_k!r}")
+    cols = 32 // lanes_k * vec
+    if block_v is None:
+        block_v = V
+        while block_v > cols and items * (V // block_v) < SPEC_PROGRAMS_PER_SM * sms:
+            block_v //= 2
+    if block_v not in SPEC_BLOCK_V or block_v % cols or V % block_v:
+        raise ValueError(f"block_v must be one of {SPEC_BLOCK_V}, a multiple of {cols} (a warp's columns at "
+                         f"lanes_k={lanes_k}) that divides V={V}, got {block_v!r}")
+    return vec, lanes_k, block_v // cols, block_v
+
+
+@functools.cache
+def _multiprocessors(index: int) -> int:
+    import torch
+
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def spec_decode(q, k, v, A_log, a, b, dt_bias, state, spec_state_indices, num_accepted_tokens, cu_seqlens, *,
+                scale=None, use_qk_l2norm=True, l2norm_eps=1e-6, out=None, workspace=None, lanes_k=None,
+                block_v=None):
+    """``gdn_recurrent.spec_decode`` (same arguments, checks and result) on sm_90: q, k ``[T, H, K]``, v ``[T, HV,
+    V]``, a, b ``[T, HV]``, ``spec_state_indices`` int32 ``[N, S]``, ``num_accepted_tokens`` int32 ``[N]``,
+    ``cu_seqlens`` int32 ``[N + 1]``; ``state`` updated in place; returns ``out [T, HV, V]``. Tile options
+    ``lanes_k`` and ``block_v`` (``spec_config``; the default V block is chosen from N HV and the device's
+    multiprocessors). ValueError naming the argument for a call ``problem`` leaves to the portable kernel."""
+    (T, H, HV, K, V, N), spec, acc, cu, scale, eps, out = spec_arguments(
+        q, k, v, A_log, a, b, dt_bias, state, spec_state_indices, num_accepted_tokens, cu_seqlens, scale, l2norm_eps,
+        out, workspace)
+    why = problem(K=K, V=V, state_dtype=_name(state.dtype), act=_name(q.dtype), H=H, HV=HV, device=state.device)
+    if why:
+        raise ValueError(why)
+    sms = None if block_v is not None else _multiprocessors(state.device.index or 0)
+    vec, lanes, warps, bv = spec_config(state.element_size(), V, lanes_k, block_v, N * HV, sms)
+    _spec_kernel[(N * HV * (V // bv),)](
+        q, k, v, a, b, A_log, dt_bias, state, spec, cu, acc, out,
+        q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), a.stride(0), b.stride(0),
+        out.stride(0), out.stride(1), state.stride(0), spec.stride(0), scale, eps,
+        H=H, HV=HV, K=K, V=V, BV=bv, VEC=vec, LANES=lanes, WARPS=warps, L2NORM=bool(use_qk_l2norm), num_warps=warps)
+    return out
+
+
+ENTRY_POINTS = {"decode": decode, "spec_decode": spec_decode}
+
+
+# What a launch at Qwen3-Next's heads specialises as multiples of 16 (fresh tensors; strides H K, K, HV V, V, HV)
+SPEC_ALIGNED = ("state_ptr", "s_slot", "q_ptr", "k_ptr", "v_ptr", "o_ptr", "sq_t", "sq_h", "sk_t", "sk_h", "sv_t",
+                "sv_h", "so_t", "so_h", "sa_t", "sb_t")
 
 
 def compile_specs():
     """The decode at Qwen3-Next's heads (H=16, HV=32, K=V=128), bf16 activations and o, its default tile for each
-    pool dtype, loaded directly and through each ring of shared-memory stages (``stages``), for CUDA only (Gluon,
-    sm_90) (``compile_check``)."""
+    pool dtype, loaded directly and through each ring of shared-memory stages (``stages``), and the spec decode at
+    V blocks of 32 and 128 columns, for CUDA only (Gluon, sm_90) (``compile_check``)."""
     from optimized.triton.compile_check import CompileSpec
 
     strides = {n: "i32" for n in ("sq_t", "sq_h", "sk_t", "sk_h", "sv_t", "sv_h", "sa_t", "sb_t", "so_t", "so_h",
@@ -313,4 +469,14 @@ def compile_specs():
                                dict(H=16, HV=32, K=128, V=128, HPP=hpp, VEC=vec, LANES=lanes, WARPS=warps,
                                     PREFETCH=False, STAGES=stages, L2NORM=True), vendors=("cuda",), warps=warps,
                                aligned=("state_ptr", "s_slot")))
+    spec_strides = {n: "i32" for n in ("sq_t", "sq_h", "sk_t", "sk_h", "sv_t", "sv_h", "sa_t", "sb_t", "so_t", "so_h",
+                                       "s_slot", "s_table")}
+    for (state, size), block_v in itertools.product((("fp32", 4), ("bf16", 2), ("fp16", 2)), (32, 128)):
+        types = dict(q_ptr="*bf16", k_ptr="*bf16", v_ptr="*bf16", a_ptr="*bf16", b_ptr="*bf16", A_log_ptr="*fp32",
+                     dt_bias_ptr="*bf16", state_ptr=f"*{state}", table_ptr="*i32", cu_ptr="*i32", acc_ptr="*i32",
+                     o_ptr="*bf16", scale="fp32", eps="fp32", **spec_strides)
+        vec, lanes, warps, bv = spec_config(size, 128, block_v=block_v)
+        out.append(CompileSpec(f"sm90 gdn spec_decode state={state} block_v={bv}", _spec_kernel, types,
+                               dict(H=16, HV=32, K=128, V=128, BV=bv, VEC=vec, LANES=lanes, WARPS=warps, L2NORM=True),
+                               vendors=("cuda",), warps=warps, aligned=SPEC_ALIGNED))
     return out

@@ -394,12 +394,11 @@ def decode(q, k, v, A_log, a, b, dt_bias, state, state_indices, *, scale=None, u
     return out
 
 
-def spec_decode(q, k, v, A_log, a, b, dt_bias, state, spec_state_indices, num_accepted_tokens, cu_seqlens, *,
-                scale=None, use_qk_l2norm=True, l2norm_eps=1e-6, out=None, workspace=None, block_v=None,
-                num_warps=None):
-    """Speculative decode (module docstring): q, k ``[T, H, K]``, v ``[T, HV, V]``, a, b ``[T, HV]``,
-    ``spec_state_indices`` int32 ``[N, S]`` (rows contiguous), ``num_accepted_tokens`` int32 ``[N]``,
-    ``cu_seqlens`` int32 ``[N + 1]``; ``state`` updated in place. Returns ``out [T, HV, V]``."""
+def spec_arguments(q, k, v, A_log, a, b, dt_bias, state, spec_state_indices, num_accepted_tokens, cu_seqlens, scale,
+                   l2norm_eps, out, workspace):
+    """The checks of ``spec_decode`` (the module docstring's list), for every kernel that serves it: returns
+    ((T, H, HV, K, V, N), spec_state_indices, num_accepted_tokens and cu_seqlens as int32 tensors, scale, eps,
+    out)."""
     dev = _device(state)
     T, H, HV, K, V = _common(q, k, v, state, dev)
     _gating_args(A_log, a, b, dt_bias, T, HV, dev)
@@ -426,6 +425,18 @@ def spec_decode(q, k, v, A_log, a, b, dt_bias, state, spec_state_indices, num_ac
                 (a, A_log, dt_bias))
         spec_tables(_host(cu), _host(spec), _host(acc),
                     T, state.shape[0])
+    return (T, H, HV, K, V, N), spec, acc, cu, scale, eps, out
+
+
+def spec_decode(q, k, v, A_log, a, b, dt_bias, state, spec_state_indices, num_accepted_tokens, cu_seqlens, *,
+                scale=None, use_qk_l2norm=True, l2norm_eps=1e-6, out=None, workspace=None, block_v=None,
+                num_warps=None):
+    """Speculative decode (module docstring): q, k ``[T, H, K]``, v ``[T, HV, V]``, a, b ``[T, HV]``,
+    ``spec_state_indices`` int32 ``[N, S]`` (rows contiguous), ``num_accepted_tokens`` int32 ``[N]``,
+    ``cu_seqlens`` int32 ``[N + 1]``; ``state`` updated in place. Returns ``out [T, HV, V]``."""
+    (T, H, HV, K, V, N), spec, acc, cu, scale, eps, out = spec_arguments(
+        q, k, v, A_log, a, b, dt_bias, state, spec_state_indices, num_accepted_tokens, cu_seqlens, scale, l2norm_eps,
+        out, workspace)
     BK, BV, warps = _config(K, V, block_v, num_warps)
     _gdn_kernel[(N * HV * triton.cdiv(V, BV),)](
         q, k, v, a, b, A_log, dt_bias, state, spec, cu, acc, out,

@@ -63,7 +63,7 @@ def test_the_dispatchers_take_their_kernels_from_the_table():
 
     assert tq_dispatch.KERNELS == ("triton-sm90", "flydsl-gfx950", "triton-grouped", "triton-split")
     assert gdn_dispatch.kernels("decode") == ("triton-gdn-sm90", "triton-gdn")
-    assert gdn_dispatch.kernels("spec_decode") == ("triton-gdn",)
+    assert gdn_dispatch.kernels("spec_decode") == ("triton-gdn-sm90", "triton-gdn")
     assert gdn_dispatch.kernels("chunked") == ("triton-gdn-chunked",)
 
 

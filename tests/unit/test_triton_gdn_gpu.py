@@ -1,6 +1,6 @@
-"""GPU-only properties of the Triton GDN decode: with a workspace and ``out`` given, a decode allocates
-nothing on the device per call, and it can be captured in a CUDA graph whose replay recomputes the step
-for new inputs (the same output and pool as an eager call from the same pool)."""
+"""GPU-only properties of the Triton GDN decode and spec decode (each kernel that serves it): with a workspace
+and ``out`` given, a call allocates nothing on the device, and it can be captured in a CUDA graph whose replay
+recomputes the step for new inputs (the same output and pool as an eager call from the same pool)."""
 import os
 
 import numpy as np
@@ -55,3 +55,60 @@ def test_decode_allocates_nothing_and_replays_in_a_cuda_graph(state_dtype):
     np.testing.assert_array_equal(replayed[idx >= 0].float().cpu().numpy(), out[idx >= 0].float().cpu().numpy())
     np.testing.assert_array_equal(replayed_pool.float().cpu().numpy(), pool.float().cpu().numpy())
     assert torch.equal(pool[[2, 4, 6, 7]], start[[2, 4, 6, 7]]), "slots no sequence names changed"
+
+
+@pytest.mark.parametrize("kernel", ["triton-gdn", "triton-gdn-sm90"])
+@pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_spec_decode_allocates_nothing_and_replays_in_a_cuda_graph(state_dtype, kernel):
+    from optimized import gdn_dispatch
+    from optimized.triton.gdn_recurrent import Workspace
+
+    g = torch.Generator(device="cuda").manual_seed(1)
+    H, HV, K, V, S = 4, 8, 128, 128, 12
+    lens = [3, 2, 1, 3]
+    T, N = sum(lens), len(lens)
+
+    def randn(*shape, dtype=torch.bfloat16):
+        return torch.randn(*shape, generator=g, device="cuda").to(dtype)
+
+    q, k, v, a, b = randn(T, H, K), randn(T, H, K), randn(T, HV, V), randn(T, HV), randn(T, HV)
+    A_log, dt_bias = randn(HV, dtype=torch.float32), randn(HV)
+    pool = randn(S, HV, K, V, dtype=state_dtype)
+    # sequence 1 resumes from a padding slot (skipped); slots 0, 4, 5, 10, 11 written by no sequence
+    spec = torch.tensor([[3, 7, 1], [-1, 4, 10], [9, -1, -1], [6, 8, 2]], dtype=torch.int32, device="cuda")
+    acc = torch.tensor([2, 1, 1, 3], dtype=torch.int32, device="cuda")
+    cu = torch.tensor([0, 3, 5, 6, 9], dtype=torch.int32, device="cuda")
+    out, ws = torch.empty(T, HV, V, dtype=torch.bfloat16, device="cuda"), Workspace("cuda")
+    if gdn_dispatch.problem(kernel, "spec_decode", q, v, pool):
+        pytest.skip(gdn_dispatch.problem(kernel, "spec_decode", q, v, pool))
+
+    def step():
+        return gdn_dispatch.spec_decode(q, k, v, A_log, a, b, dt_bias, pool, spec, acc, cu, out=out, workspace=ws,
+                                        kernel=kernel)
+
+    step()  # compile
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_stats()["allocation.all.allocated"]
+    step()
+    torch.cuda.synchronize()
+    assert torch.cuda.memory_stats()["allocation.all.allocated"] == before, "a repeated spec decode allocated"
+
+    graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
+    start = pool.clone()
+    with torch.cuda.stream(stream):
+        with torch.cuda.graph(graph, stream=stream):
+            step()
+    pool.copy_(start)
+    q.copy_(randn(T, H, K))
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    replayed, replayed_pool = out.clone(), pool.clone()
+    pool.copy_(start)
+    step()
+    torch.cuda.synchronize()
+    assert torch.isfinite(replayed.float()).all()
+    assert (replayed[3:5] == 0).all(), "the padded sequence's rows are not zero"
+    np.testing.assert_array_equal(replayed.float().cpu().numpy(), out.float().cpu().numpy())
+    np.testing.assert_array_equal(replayed_pool.float().cpu().numpy(), pool.float().cpu().numpy())
+    assert torch.equal(pool[[0, 4, 5, 10, 11]], start[[0, 4, 5, 10, 11]]), "slots no sequence writes changed"
