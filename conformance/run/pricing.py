@@ -10,11 +10,13 @@ the note. ``run_core_share``: the median over pairs of CPU over wall time, how b
 
 writes prices.json from the records of the RUN_DIRs together (a ``make conform`` run of the machine the
 lab's prices describe and, for the backends it cannot run, a GPU machine's runs); backends without a
-record that ran keep their declared cost model.
+record that ran keep their declared cost model. ``--backend NAMES`` refits only those backends and keeps
+every other price of prices.json and the runs it came from (new GPU runs without a new run of the CPU machine).
 """
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 from pathlib import Path
 
@@ -104,8 +106,12 @@ def main(argv: list[str] | None = None) -> int:
                    help="runs whose records together price each backend (e.g. the 2-core machine's run and a "
                         "GPU machine's runs for the GPU backends)")
     p.add_argument("--note", default="", help="where and when the runs were measured (kept in the file)")
+    p.add_argument("--backend", help="comma-separated backends to refit; every other price is kept as it is")
     args = p.parse_args(argv)
     known = registry.backends()
+    only = set(args.backend.split(",")) if args.backend else None
+    if only and only - set(known):
+        p.error(f"--backend: unknown {', '.join(sorted(only - set(known)))} (known: {', '.join(sorted(known))})")
     every_rec: list[dict] = []
     every_cell: dict = {}
     runs = []
@@ -114,14 +120,21 @@ def main(argv: list[str] | None = None) -> int:
         every_rec += recs
         every_cell.update(cells)
         share = core_share(recs)
-        runs.append({**_where(info), "backends": sorted({r["backend"] for r in recs if r["status"] != "skip"}),
-                     **({"run_core_share": share} if share is not None else {})})
-    prices = {n: price for n, price in fit(every_rec, every_cell).items() if n in known}
+        ran = sorted({r["backend"] for r in recs if r["status"] != "skip"} & (only or set(known)))
+        runs.append({**_where(info), "backends": ran, **({"run_core_share": share} if share is not None else {})})
+    refit = {n: _as_json(price) for n, price in fit(every_rec, every_cell).items()
+             if n in known and (only is None or n in only)}
+    prices = refit
+    if only is not None:        # keep the rest of the file
+        old = json.loads(PRICES.read_text())
+        prices = {**old["backends"], **refit}
+        runs = old["measured"]["runs"] + runs
+        args.note = f"{old['measured']['note']}; refit {', '.join(sorted(refit))}: {args.note}"
     timed_by_cpu = all("run_core_share" in r for r in runs)
     records.dump_json(PRICES, {
         "measured": {"note": args.note, **({"core_share": 1.0} if timed_by_cpu else {}), "runs": runs},
-        "backends": {n: _as_json(prices[n]) for n in sorted(prices)}})
-    print(f"{len(prices)} backends priced from {len(every_rec)} records -> {PRICES}")
+        "backends": {n: prices[n] for n in sorted(prices)}})
+    print(f"{len(refit)} backends priced from {len(every_rec)} records -> {PRICES}")
     return 0
 
 

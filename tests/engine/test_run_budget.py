@@ -158,6 +158,30 @@ def test_prices_are_fitted_per_op_with_the_core_share_of_the_run():
     assert pricing.core_share(recs) == 0.25   # the median of min(1, cpu / wall)
 
 
+def test_pricing_refits_only_the_named_backends_and_keeps_the_rest(tmp_path, monkeypatch):
+    from conformance.run import pricing
+
+    cells = {c.id: c for c in (make_cell("toy", "scale", n=n, factor=1.0) for n in range(6))}
+    recs = [{"id": i, "backend": b, "status": "pass", "wall_s": 2.0, "cpu_s": 1.0} for i in cells for b in "mn"]
+    info = {"selection": {"tier": "ci"}, "jobs": 2, "cpu": {"model": "x"}, "gpus": [], "git": {"commit": "c"},
+            "started": "now"}
+    monkeypatch.setattr(pricing, "_run", lambda run_dir: (info, recs, cells))
+    monkeypatch.setattr(pricing.registry, "backends", lambda: {"m": None, "n": None, "kept": None})
+    prices = tmp_path / "prices.json"
+    old = {"measured": {"note": "before", "core_share": 1.0, "runs": [{"backends": ["kept", "m"]}]},
+           "backends": {"kept": {"pair_s": 7.0}, "m": {"pair_s": 9.0}}}
+    prices.write_text(json.dumps(old))
+    monkeypatch.setattr(pricing, "PRICES", prices)
+    assert pricing.main([str(tmp_path), "--backend", "m", "--note", "after"]) == 0
+    new = json.loads(prices.read_text())
+    assert set(new["backends"]) == {"kept", "m"}   # n ran but was not named: not added
+    assert new["backends"]["kept"] == {"pair_s": 7.0} and new["backends"]["m"]["pair_s"] == pytest.approx(1.0)
+    assert new["measured"]["runs"][0] == {"backends": ["kept", "m"]} and new["measured"]["runs"][1]["backends"] == ["m"]
+    assert new["measured"]["note"].startswith("before; refit m: after")
+    with pytest.raises(SystemExit):
+        pricing.main([str(tmp_path), "--backend", "nope"])
+
+
 def _conform(*args) -> tuple[int, str, str]:
     """``kernel-lab conform --family toy --tier ci ARGS`` in a child process (``toy_cli.lab``)."""
     res = lab(*CI, *args)
