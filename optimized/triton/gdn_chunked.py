@@ -44,7 +44,9 @@ from optimized.triton.tq_decode_launch import interpreting
 CHUNK = 64
 SUB = 16                       # rows of the solve's blocks
 STATE_BV = 32                  # V-tile of the state pass
+STATE_STAGES = 2               # its software-pipeline stages (the next chunk's loads in flight)
 WARPS = 4
+READOUT = True                 # the state pass writes the output (h and v_new never go to memory)
 
 
 def problem(*, K: int, V: int, state_dtype: str, act: str, H: int | None = None, HV: int | None = None,
@@ -152,43 +154,80 @@ def _inv_diag(a):
 
 @triton.jit
 def _store_block(t_ptr, x, t0, r0: tl.constexpr, c0: tl.constexpr, length, s_t, BITS: tl.constexpr):
-    """Block (r0, c0) of T: ``x`` rounded to bf16, the rows of the chunk's tokens."""
+    """Block (r0, c0) of a [64, 64] chunk matrix (columns c0.. of rows t0 + r0..): ``x`` rounded to bf16, the
+    rows of the chunk's tokens."""
     r = tl.arange(0, 16)
     rows = r0 + r
     ptrs = t_ptr + (t0 + rows)[:, None] * s_t + c0 + r[None, :]
     tl.store(ptrs, _bf16(x, BITS).to(t_ptr.dtype.element_ty), mask=(rows < length)[:, None])
 
 
+@triton.jit
+def _store_rows(ptr, x, t0, rows, valid, s_t, col0, D: tl.constexpr, BD: tl.constexpr, BITS: tl.constexpr):
+    """Rows ``t0 + rows`` (where ``valid``), columns ``col0 + [0, D)`` of a bf16 [T, HV * D] buffer: ``x``
+    rounded to bf16 (nearest even)."""
+    d = tl.arange(0, BD)
+    tl.store(ptr + (t0 + rows)[:, None] * s_t + col0 + d[None, :], _rounded(x, ptr, BITS),
+             mask=valid[:, None] & (d < D)[None, :])
+
+
+@triton.jit
+def _at_last(G, rows, length):
+    """G at the chunk's last token (``rows == length - 1``), 0 when that row is not among ``rows``: a sum of
+    one value and zeros, exact."""
+    return tl.sum(tl.where(rows == length - 1, G, 0.0), axis=0)
+
+
+@triton.jit
+def _qk_diag(qi, ki, Gi, BITS: tl.constexpr):
+    """bf16(tril(q_i k_i^T) exp(G_i - G_j)) of a diagonal [16, 16] block (j <= i kept)."""
+    r = tl.arange(0, 16)
+    lower = r[:, None] >= r[None, :]
+    return _bf16(tl.where(lower, _mm(qi, tl.trans(ki), BITS) *
+                          tl.exp(tl.where(lower, Gi[:, None] - Gi[None, :], 0.0)), 0.0), BITS)
+
+
+@triton.jit
+def _qk_off(qi, kj, Gi, Gj, BITS: tl.constexpr):
+    """bf16(q_i k_j^T exp(G_i - G_j)) of a [16, 16] block below the diagonal."""
+    return _bf16(_mm(qi, tl.trans(kj), BITS) * tl.exp(Gi[:, None] - Gj[None, :]), BITS)
+
+
 # ---------------------------------------------------------------- the kernels
 
 @triton.jit
-def _solve_kernel(k_ptr, g_ptr, beta_ptr, cu_ptr, chunk_cu_ptr, idx_ptr, G_ptr, T_ptr, N, sk_t, sk_h, sg_t, sb_t,
-                  sG_t, sT_t, eps, H, HV, K: tl.constexpr, BK: tl.constexpr,
-                  L2NORM: tl.constexpr, BITS: tl.constexpr):
-    """Stage 1 (module docstring) for chunk program_id(0), value head program_id(1)."""
+def _prep_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, cu_ptr, chunk_cu_ptr, idx_ptr, G_ptr, W_ptr, U_ptr, Kd_ptr,
+                 qe_ptr, qkd_ptr, N, sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, sg_t, sb_t, sG_t, sW_t, sU_t, sD_t, scale,
+                 eps, H, HV, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+                 L2NORM: tl.constexpr, READOUT: tl.constexpr, BITS: tl.constexpr):
+    """Stage 1 (module docstring) for chunk program_id(0), value head program_id(1), in 16-row blocks: T's
+    blocks stay in registers."""
     c = tl.program_id(0)
     hv = tl.program_id(1)
     n, t0, length, j = _chunk(c, chunk_cu_ptr, cu_ptr, N)
     if (length > 0) & (tl.load(idx_ptr + n) >= 0):
         h = hv // (HV // H)
         r = tl.arange(0, 16)
-        v0, v1, v2, v3 = r < length, 16 + r < length, 32 + r < length, 48 + r < length
+        r1, r2, r3 = 16 + r, 32 + r, 48 + r
+        v0, v1, v2, v3 = r < length, r1 < length, r2 < length, r3 < length
         k0 = _qk(k_ptr, t0, r, v0, sk_t, h, sk_h, K, BK, 1.0, eps, L2NORM, BITS)
-        k1 = _qk(k_ptr, t0, 16 + r, v1, sk_t, h, sk_h, K, BK, 1.0, eps, L2NORM, BITS)
-        k2 = _qk(k_ptr, t0, 32 + r, v2, sk_t, h, sk_h, K, BK, 1.0, eps, L2NORM, BITS)
-        k3 = _qk(k_ptr, t0, 48 + r, v3, sk_t, h, sk_h, K, BK, 1.0, eps, L2NORM, BITS)
+        k1 = _qk(k_ptr, t0, r1, v1, sk_t, h, sk_h, K, BK, 1.0, eps, L2NORM, BITS)
+        k2 = _qk(k_ptr, t0, r2, v2, sk_t, h, sk_h, K, BK, 1.0, eps, L2NORM, BITS)
+        k3 = _qk(k_ptr, t0, r3, v3, sk_t, h, sk_h, K, BK, 1.0, eps, L2NORM, BITS)
         g0, b0 = _gates(g_ptr, beta_ptr, t0, r, v0, sg_t, sb_t, hv)
-        g1, b1 = _gates(g_ptr, beta_ptr, t0, 16 + r, v1, sg_t, sb_t, hv)
-        g2, b2 = _gates(g_ptr, beta_ptr, t0, 32 + r, v2, sg_t, sb_t, hv)
-        g3, b3 = _gates(g_ptr, beta_ptr, t0, 48 + r, v3, sg_t, sb_t, hv)
+        g1, b1 = _gates(g_ptr, beta_ptr, t0, r1, v1, sg_t, sb_t, hv)
+        g2, b2 = _gates(g_ptr, beta_ptr, t0, r2, v2, sg_t, sb_t, hv)
+        g3, b3 = _gates(g_ptr, beta_ptr, t0, r3, v3, sg_t, sb_t, hv)
         G0 = tl.cumsum(g0, axis=0)
         G1 = tl.cumsum(g1, axis=0) + tl.sum(g0, axis=0)
         G2 = tl.cumsum(g2, axis=0) + (tl.sum(g0, axis=0) + tl.sum(g1, axis=0))
         G3 = tl.cumsum(g3, axis=0) + (tl.sum(g0, axis=0) + tl.sum(g1, axis=0) + tl.sum(g2, axis=0))
         tl.store(G_ptr + (t0 + r) * sG_t + hv, G0, mask=v0)
-        tl.store(G_ptr + (t0 + 16 + r) * sG_t + hv, G1, mask=v1)
-        tl.store(G_ptr + (t0 + 32 + r) * sG_t + hv, G2, mask=v2)
-        tl.store(G_ptr + (t0 + 48 + r) * sG_t + hv, G3, mask=v3)
+        tl.store(G_ptr + (t0 + r1) * sG_t + hv, G1, mask=v1)
+        tl.store(G_ptr + (t0 + r2) * sG_t + hv, G2, mask=v2)
+        tl.store(G_ptr + (t0 + r3) * sG_t + hv, G3, mask=v3)
+        G_last = _at_last(G0, r, length) + _at_last(G1, r1, length) + _at_last(G2, r2, length) + \
+            _at_last(G3, r3, length)
         X00 = _inv_diag(_a_block(k0, k0, b0, G0, G0, True, BITS))
         X11 = _inv_diag(_a_block(k1, k1, b1, G1, G1, True, BITS))
         X22 = _inv_diag(_a_block(k2, k2, b2, G2, G2, True, BITS))
@@ -210,72 +249,91 @@ def _solve_kernel(k_ptr, g_ptr, beta_ptr, cu_ptr, chunk_cu_ptr, idx_ptr, G_ptr, 
                      input_precision=ieee)
         X30 = tl.dot(X33, tl.dot(A30, X00, input_precision=ieee) + tl.dot(A31, X10, input_precision=ieee) +
                      tl.dot(A32, X20, input_precision=ieee), input_precision=ieee)
-        Tp = T_ptr + hv * 64
-        r16 = tl.arange(0, 16)
-        for bi in tl.static_range(4):            # the zero blocks above the diagonal
-            for bj in tl.static_range(bi + 1, 4):
-                tl.store(Tp + (t0 + bi * 16 + r16)[:, None] * sT_t + bj * 16 + r16[None, :],
-                         tl.zeros((16, 16), Tp.dtype.element_ty), mask=(bi * 16 + r16 < length)[:, None])
-        _store_block(Tp, X00, t0, 0, 0, length, sT_t, BITS)
-        _store_block(Tp, X10, t0, 16, 0, length, sT_t, BITS)
-        _store_block(Tp, X11, t0, 16, 16, length, sT_t, BITS)
-        _store_block(Tp, X20, t0, 32, 0, length, sT_t, BITS)
-        _store_block(Tp, X21, t0, 32, 16, length, sT_t, BITS)
-        _store_block(Tp, X22, t0, 32, 32, length, sT_t, BITS)
-        _store_block(Tp, X30, t0, 48, 0, length, sT_t, BITS)
-        _store_block(Tp, X31, t0, 48, 16, length, sT_t, BITS)
-        _store_block(Tp, X32, t0, 48, 32, length, sT_t, BITS)
-        _store_block(Tp, X33, t0, 48, 48, length, sT_t, BITS)
-
-
-@triton.jit
-def _wu_kernel(k_ptr, v_ptr, beta_ptr, cu_ptr, chunk_cu_ptr, idx_ptr, G_ptr, T_ptr, W_ptr, U_ptr, N, sk_t, sk_h,
-               sv_t, sv_h, sb_t, sG_t, sT_t, sW_t, sU_t, eps, H, HV, K: tl.constexpr,
-               V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, L2NORM: tl.constexpr, BITS: tl.constexpr):
-    """Stage 2 (module docstring) for chunk program_id(0), value head program_id(1)."""
-    c = tl.program_id(0)
-    hv = tl.program_id(1)
-    n, t0, length, j = _chunk(c, chunk_cu_ptr, cu_ptr, N)
-    if (length > 0) & (tl.load(idx_ptr + n) >= 0):
-        h = hv // (HV // H)
-        r = tl.arange(0, 64)
-        valid = r < length
-        kk = tl.arange(0, BK)
+        T00, T11, T22, T33 = _bf16(X00, BITS), _bf16(X11, BITS), _bf16(X22, BITS), _bf16(X33, BITS)
+        T10, T20, T21 = _bf16(X10, BITS), _bf16(X20, BITS), _bf16(X21, BITS)
+        T30, T31, T32 = _bf16(X30, BITS), _bf16(X31, BITS), _bf16(X32, BITS)
+        kf0, kf1, kf2, kf3 = k0.to(tl.float32), k1.to(tl.float32), k2.to(tl.float32), k3.to(tl.float32)
+        # W = bf16(T @ bf16(beta exp(G) k)), block row by block row
+        e0 = _bf16((b0 * tl.exp(G0))[:, None] * kf0, BITS)
+        e1 = _bf16((b1 * tl.exp(G1))[:, None] * kf1, BITS)
+        e2 = _bf16((b2 * tl.exp(G2))[:, None] * kf2, BITS)
+        e3 = _bf16((b3 * tl.exp(G3))[:, None] * kf3, BITS)
+        col = hv * K
+        _store_rows(W_ptr, _mm(T00, e0, BITS), t0, r, v0, sW_t, col, K, BK, BITS)
+        _store_rows(W_ptr, _mm(T10, e0, BITS) + _mm(T11, e1, BITS), t0, r1, v1, sW_t, col, K, BK, BITS)
+        _store_rows(W_ptr, _mm(T20, e0, BITS) + _mm(T21, e1, BITS) + _mm(T22, e2, BITS), t0, r2, v2, sW_t, col,
+                    K, BK, BITS)
+        _store_rows(W_ptr, _mm(T30, e0, BITS) + _mm(T31, e1, BITS) + _mm(T32, e2, BITS) + _mm(T33, e3, BITS),
+                    t0, r3, v3, sW_t, col, K, BK, BITS)
+        # the state increment's operand bf16(k exp(G_last - G))
+        _store_rows(Kd_ptr, kf0 * tl.exp(G_last - G0)[:, None], t0, r, v0, sW_t, col, K, BK, BITS)
+        _store_rows(Kd_ptr, kf1 * tl.exp(G_last - G1)[:, None], t0, r1, v1, sW_t, col, K, BK, BITS)
+        _store_rows(Kd_ptr, kf2 * tl.exp(G_last - G2)[:, None], t0, r2, v2, sW_t, col, K, BK, BITS)
+        _store_rows(Kd_ptr, kf3 * tl.exp(G_last - G3)[:, None], t0, r3, v3, sW_t, col, K, BK, BITS)
+        # U = bf16(T @ bf16(beta v))
         vv = tl.arange(0, BV)
-        Tm = tl.load(T_ptr + (t0 + r)[:, None] * sT_t + hv * 64 + r[None, :], mask=valid[:, None], other=0.0)
-        if BITS:
-            Tm = Tm.to(tl.float32)
-        ks = _qk(k_ptr, t0, r, valid, sk_t, h, sk_h, K, BK, 1.0, eps, L2NORM, BITS).to(tl.float32)
-        G = tl.load(G_ptr + (t0 + r) * sG_t + hv, mask=valid, other=0.0)
-        beta = tl.load(beta_ptr + (t0 + r) * sb_t + hv, mask=valid, other=0.0).to(tl.float32)
-        v = tl.load(v_ptr + (t0 + r)[:, None] * sv_t + hv * sv_h + vv[None, :],
-                    mask=valid[:, None] & (vv < V)[None, :], other=0.0).to(tl.float32)
-        W = _mm(Tm, _bf16((beta * tl.exp(G))[:, None] * ks, BITS), BITS)
-        U = _mm(Tm, _bf16(beta[:, None] * v, BITS), BITS)
-        tl.store(W_ptr + (t0 + r)[:, None] * sW_t + hv * K + kk[None, :], _rounded(W, W_ptr, BITS),
-                 mask=valid[:, None] & (kk < K)[None, :])
-        tl.store(U_ptr + (t0 + r)[:, None] * sU_t + hv * V + vv[None, :], _rounded(U, U_ptr, BITS),
-                 mask=valid[:, None] & (vv < V)[None, :])
+        vm = (vv < V)[None, :]
+        vp = v_ptr + hv * sv_h + vv[None, :]
+        u0 = _bf16(b0[:, None] * tl.load(vp + (t0 + r)[:, None] * sv_t, mask=v0[:, None] & vm, other=0.0)
+                   .to(tl.float32), BITS)
+        u1 = _bf16(b1[:, None] * tl.load(vp + (t0 + r1)[:, None] * sv_t, mask=v1[:, None] & vm, other=0.0)
+                   .to(tl.float32), BITS)
+        u2 = _bf16(b2[:, None] * tl.load(vp + (t0 + r2)[:, None] * sv_t, mask=v2[:, None] & vm, other=0.0)
+                   .to(tl.float32), BITS)
+        u3 = _bf16(b3[:, None] * tl.load(vp + (t0 + r3)[:, None] * sv_t, mask=v3[:, None] & vm, other=0.0)
+                   .to(tl.float32), BITS)
+        col = hv * V
+        _store_rows(U_ptr, _mm(T00, u0, BITS), t0, r, v0, sU_t, col, V, BV, BITS)
+        _store_rows(U_ptr, _mm(T10, u0, BITS) + _mm(T11, u1, BITS), t0, r1, v1, sU_t, col, V, BV, BITS)
+        _store_rows(U_ptr, _mm(T20, u0, BITS) + _mm(T21, u1, BITS) + _mm(T22, u2, BITS), t0, r2, v2, sU_t, col,
+                    V, BV, BITS)
+        _store_rows(U_ptr, _mm(T30, u0, BITS) + _mm(T31, u1, BITS) + _mm(T32, u2, BITS) + _mm(T33, u3, BITS),
+                    t0, r3, v3, sU_t, col, V, BV, BITS)
+        if READOUT:
+            # the output's state-free operands: bf16(q exp(G)) and bf16(tril(q k^T) exp(G_i - G_j))
+            q0 = _qk(q_ptr, t0, r, v0, sq_t, h, sq_h, K, BK, scale, eps, L2NORM, BITS)
+            q1 = _qk(q_ptr, t0, r1, v1, sq_t, h, sq_h, K, BK, scale, eps, L2NORM, BITS)
+            q2 = _qk(q_ptr, t0, r2, v2, sq_t, h, sq_h, K, BK, scale, eps, L2NORM, BITS)
+            q3 = _qk(q_ptr, t0, r3, v3, sq_t, h, sq_h, K, BK, scale, eps, L2NORM, BITS)
+            col = hv * K
+            _store_rows(qe_ptr, q0.to(tl.float32) * tl.exp(G0)[:, None], t0, r, v0, sW_t, col, K, BK, BITS)
+            _store_rows(qe_ptr, q1.to(tl.float32) * tl.exp(G1)[:, None], t0, r1, v1, sW_t, col, K, BK, BITS)
+            _store_rows(qe_ptr, q2.to(tl.float32) * tl.exp(G2)[:, None], t0, r2, v2, sW_t, col, K, BK, BITS)
+            _store_rows(qe_ptr, q3.to(tl.float32) * tl.exp(G3)[:, None], t0, r3, v3, sW_t, col, K, BK, BITS)
+            Dp = qkd_ptr + hv * 64
+            for bi in tl.static_range(4):            # the zero blocks above the diagonal
+                for bj in tl.static_range(bi + 1, 4):
+                    tl.store(Dp + (t0 + bi * 16 + r)[:, None] * sD_t + bj * 16 + r[None, :],
+                             tl.zeros((16, 16), Dp.dtype.element_ty), mask=(bi * 16 + r < length)[:, None])
+            _store_block(Dp, _qk_diag(q0, k0, G0, BITS), t0, 0, 0, length, sD_t, BITS)
+            _store_block(Dp, _qk_off(q1, k0, G1, G0, BITS), t0, 16, 0, length, sD_t, BITS)
+            _store_block(Dp, _qk_diag(q1, k1, G1, BITS), t0, 16, 16, length, sD_t, BITS)
+            _store_block(Dp, _qk_off(q2, k0, G2, G0, BITS), t0, 32, 0, length, sD_t, BITS)
+            _store_block(Dp, _qk_off(q2, k1, G2, G1, BITS), t0, 32, 16, length, sD_t, BITS)
+            _store_block(Dp, _qk_diag(q2, k2, G2, BITS), t0, 32, 32, length, sD_t, BITS)
+            _store_block(Dp, _qk_off(q3, k0, G3, G0, BITS), t0, 48, 0, length, sD_t, BITS)
+            _store_block(Dp, _qk_off(q3, k1, G3, G1, BITS), t0, 48, 16, length, sD_t, BITS)
+            _store_block(Dp, _qk_off(q3, k2, G3, G2, BITS), t0, 48, 32, length, sD_t, BITS)
+            _store_block(Dp, _qk_diag(q3, k3, G3, BITS), t0, 48, 48, length, sD_t, BITS)
 
 
 @triton.jit
-def _state_kernel(k_ptr, cu_ptr, chunk_cu_ptr, idx_ptr, G_ptr, W_ptr, U_ptr, state_ptr, h_ptr, vn_ptr, sk_t, sk_h,
-                  sG_t, sW_t, sU_t, s_slot, interval, eps, H, HV, K: tl.constexpr,
-                  V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, L2NORM: tl.constexpr,
-                  BITS: tl.constexpr):
-    """Stage 3 (module docstring) for sequence program_id(0), value head program_id(1), V-tile program_id(2)."""
+def _state_kernel(cu_ptr, chunk_cu_ptr, idx_ptr, G_ptr, W_ptr, U_ptr, Kd_ptr, state_ptr, h_ptr, vn_ptr, qe_ptr,
+                  qkd_ptr, o_ptr, sG_t, sW_t, sU_t, sD_t, so_t, so_h, s_slot, interval, HV, K: tl.constexpr,
+                  V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, READOUT: tl.constexpr, BITS: tl.constexpr):
+    """Stage 2 (module docstring) for sequence program_id(0), value head program_id(1), V-tile program_id(2);
+    with READOUT the output too (h and v_new stay in registers; a padding sequence's rows written as zeros)."""
     n = tl.program_id(0)
     hv = tl.program_id(1)
     vt = tl.program_id(2)
     slot = tl.load(idx_ptr + n).to(tl.int64)
+    bos = tl.load(cu_ptr + n).to(tl.int64)
+    length = tl.load(cu_ptr + n + 1).to(tl.int64) - bos
+    kk = tl.arange(0, BK)
+    vv = vt * BV + tl.arange(0, BV)
+    r = tl.arange(0, 64)
     if slot >= 0:
-        h = hv // (HV // H)
-        bos = tl.load(cu_ptr + n).to(tl.int64)
-        length = tl.load(cu_ptr + n + 1).to(tl.int64) - bos
         c0 = tl.load(chunk_cu_ptr + n).to(tl.int64)
-        kk = tl.arange(0, BK)
-        vv = vt * BV + tl.arange(0, BV)
-        r = tl.arange(0, 64)
         m2 = (kk < K)[:, None] & (vv < V)[None, :]
         tile = hv * (K * V) + kk[:, None] * V + vv[None, :]
         S = tl.load(state_ptr + slot * s_slot + tile, mask=m2, other=0.0).to(tl.float32)
@@ -283,26 +341,41 @@ def _state_kernel(k_ptr, cu_ptr, chunk_cu_ptr, idx_ptr, G_ptr, W_ptr, U_ptr, sta
             t0 = bos + j * 64
             rows = tl.minimum(length - j * 64, 64)
             valid = r < rows
-            hs = _bf16(S, BITS)
-            tl.store(h_ptr + (c0 + j) * (HV * K * V) + tile, _rounded(hs, h_ptr, BITS), mask=m2)
-            W = tl.load(W_ptr + (t0 + r)[:, None] * sW_t + hv * K + kk[None, :],
-                        mask=valid[:, None] & (kk < K)[None, :], other=0.0)
-            U = tl.load(U_ptr + (t0 + r)[:, None] * sU_t + hv * V + vv[None, :],
-                        mask=valid[:, None] & (vv < V)[None, :], other=0.0).to(tl.float32)
+            vm = valid[:, None] & (vv < V)[None, :]
+            km = valid[:, None] & (kk < K)[None, :]
+            W = tl.load(W_ptr + (t0 + r)[:, None] * sW_t + hv * K + kk[None, :], mask=km, other=0.0)
+            Kd = tl.load(Kd_ptr + (t0 + r)[:, None] * sW_t + hv * K + kk[None, :], mask=km, other=0.0)
+            U = tl.load(U_ptr + (t0 + r)[:, None] * sU_t + hv * V + vv[None, :], mask=vm, other=0.0).to(tl.float32)
+            G_last = tl.load(G_ptr + (t0 + rows - 1) * sG_t + hv)
             if BITS:
                 W = W.to(tl.float32)
+                Kd = Kd.to(tl.float32)
+            hs = _bf16(S, BITS)
             vn = _bf16(U - _mm(W, hs, BITS), BITS)
-            tl.store(vn_ptr + (t0 + r)[:, None] * sU_t + hv * V + vv[None, :], _rounded(vn, vn_ptr, BITS),
-                     mask=valid[:, None] & (vv < V)[None, :])
-            G = tl.load(G_ptr + (t0 + r) * sG_t + hv, mask=valid, other=0.0)
-            G_last = tl.load(G_ptr + (t0 + rows - 1) * sG_t + hv)
-            ks = _qk(k_ptr, t0, r, valid, sk_t, h, sk_h, K, BK, 1.0, eps, L2NORM, BITS).to(tl.float32)
-            to_end = _bf16(ks * tl.exp(G_last - G)[:, None], BITS)
-            S = S * tl.exp(G_last) + _mm(tl.trans(to_end), vn, BITS)
+            if READOUT:
+                qe = tl.load(qe_ptr + (t0 + r)[:, None] * sW_t + hv * K + kk[None, :], mask=km, other=0.0)
+                qkd = tl.load(qkd_ptr + (t0 + r)[:, None] * sD_t + hv * 64 + r[None, :], mask=valid[:, None],
+                              other=0.0)
+                if BITS:
+                    qe = qe.to(tl.float32)
+                    qkd = qkd.to(tl.float32)
+                o = _mm(qe, hs, BITS) + _mm(qkd, vn, BITS)
+                tl.store(o_ptr + (t0 + r)[:, None] * so_t + hv * so_h + vv[None, :], _rounded(o, o_ptr, BITS),
+                         mask=vm)
+            else:
+                tl.store(h_ptr + (c0 + j) * (HV * K * V) + tile, _rounded(hs, h_ptr, BITS), mask=m2)
+                tl.store(vn_ptr + (t0 + r)[:, None] * sU_t + hv * V + vv[None, :], _rounded(vn, vn_ptr, BITS),
+                         mask=vm)
+            S = S * tl.exp(G_last) + _mm(tl.trans(Kd), vn, BITS)
             if state_ptr.dtype.element_ty != tl.float32:   # a select, not a branch: the loop stays pipelined
                 S = tl.where(((j * 64 + rows) % interval == 0) & (j * 64 + rows < length),
                              _rounded(S, state_ptr, BITS).to(tl.float32), S)
         tl.store(state_ptr + slot * s_slot + tile, _rounded(S, state_ptr, BITS), mask=m2)
+    elif READOUT:
+        for j in range(0, tl.cdiv(length, 64)):
+            vm = (r < length - j * 64)[:, None] & (vv < V)[None, :]
+            tl.store(o_ptr + (bos + j * 64 + r)[:, None] * so_t + hv * so_h + vv[None, :],
+                     _rounded(tl.zeros((64, BV), tl.float32), o_ptr, BITS), mask=vm)
 
 
 @triton.jit
@@ -310,7 +383,7 @@ def _output_kernel(q_ptr, k_ptr, cu_ptr, chunk_cu_ptr, idx_ptr, G_ptr, h_ptr, vn
                    sk_h, sG_t, sU_t, so_t, so_h, scale, eps, H, HV, K: tl.constexpr,
                    V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, L2NORM: tl.constexpr,
                    BITS: tl.constexpr):
-    """Stage 4 (module docstring) for chunk program_id(0), value head program_id(1), V-tile program_id(2);
+    """Stage 3 (module docstring) for chunk program_id(0), value head program_id(1), V-tile program_id(2);
     a padding sequence's rows are written as zeros."""
     c = tl.program_id(0)
     hv = tl.program_id(1)
@@ -367,10 +440,12 @@ def chunked(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, u
 
 def stages(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, use_qk_l2norm=True,
            l2norm_eps=1e-6, chunk_size=CHUNK, state_write_interval=None, out=None, workspace=None,
-           state_block_v=STATE_BV, state_warps=WARPS):
-    """``chunked``'s checks and buffers: (out, [(stage name, launch)]), the four launches in order (each a
-    no-argument callable; a stage can be timed alone once those before it have run); the state pass's
-    V-tile (a power of two, at least 16) and warps."""
+           readout=READOUT, state_block_v=STATE_BV, state_warps=WARPS, state_stages=STATE_STAGES,
+           prep_warps=WARPS):
+    """``chunked``'s checks and buffers: (out, [(stage name, launch)]), the launches in order (each a
+    no-argument callable; a stage can be timed alone once those before it have run): "prep", "state", and
+    "output" unless ``readout`` (the state pass writes the output). The state pass's V-tile (a power of two,
+    at least 16), warps and software-pipeline stages, and the prep kernel's warps are tunable."""
     import torch
 
     from reference.gdn.arguments import interval as check_interval
@@ -380,39 +455,45 @@ def stages(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, us
     every = check_interval(CHUNK if state_write_interval is None else state_write_interval, CHUNK)
     dev, (T, H, HV, K, V, N), cu, idx, scale, eps, out = _packed(
         q, k, v, g, beta, cu_seqlens, state, state_indices, scale, l2norm_eps, out, workspace)
+    if state_block_v not in (16, 32, 64, 128, 256) or state_warps not in (1, 2, 4, 8, 16) \
+            or prep_warps not in (1, 2, 4, 8, 16) or state_stages not in (1, 2, 3, 4):
+        raise ValueError(f"state_block_v, state_warps, prep_warps, state_stages: expected a power of two in "
+                         f"[16, 256], two in [1, 16] and one of 1-4, got {state_block_v!r}, {state_warps!r}, "
+                         f"{prep_warps!r}, {state_stages!r}")
     chunk_cu = torch.zeros(N + 1, dtype=torch.int32, device=dev)
     chunk_cu[1:] = torch.cumsum((cu[1:] - cu[:-1] + CHUNK - 1) // CHUNK, 0, dtype=torch.int32)
     bound = T // CHUNK + N                       # at least the chunks of any N sequences of T tokens
     BK, BV = _blocks(K, V)
     bits = interpreting()
+    readout = bool(readout)
     f32, bf16 = torch.float32, torch.bfloat16
     G = torch.empty((T, HV), dtype=f32, device=dev)
-    Tm = torch.empty((T, HV, CHUNK), dtype=bf16, device=dev)
     W = torch.empty((T, HV, K), dtype=bf16, device=dev)
+    Kd = torch.empty((T, HV, K), dtype=bf16, device=dev)
     U = torch.empty((T, HV, V), dtype=bf16, device=dev)
-    vn = torch.empty((T, HV, V), dtype=bf16, device=dev)
-    hs = torch.empty((bound, HV, K, V), dtype=bf16, device=dev)
+    if readout:     # the output's operands; h and v_new stay in the state pass's registers
+        qe = torch.empty((T, HV, K), dtype=bf16, device=dev)
+        qkd = torch.empty((T, HV, CHUNK), dtype=bf16, device=dev)
+        vn = hs = W                              # not read or written
+    else:
+        vn = torch.empty((T, HV, V), dtype=bf16, device=dev)
+        hs = torch.empty((bound, HV, K, V), dtype=bf16, device=dev)
+        qe = qkd = W                             # not read or written
     norm = bool(use_qk_l2norm)
-    if state_block_v not in (16, 32, 64, 128, 256) or state_warps not in (1, 2, 4, 8, 16):
-        raise ValueError(f"state_block_v, state_warps: expected a power of two in [16, 256] and one in [1, 16], "
-                         f"got {state_block_v!r}, {state_warps!r}")
     sbv = BV if bits else min(BV, state_block_v)
 
-    def solve():
-        _solve_kernel[(bound, HV)](k, g, beta, cu, chunk_cu, idx, G, Tm, N, k.stride(0), k.stride(1), g.stride(0),
-                                   beta.stride(0), G.stride(0), Tm.stride(0), eps, H, HV, K=K, BK=BK, L2NORM=norm,
-                                   BITS=bits, num_warps=WARPS)
-
-    def wu():
-        _wu_kernel[(bound, HV)](k, v, beta, cu, chunk_cu, idx, G, Tm, W, U, N, k.stride(0), k.stride(1), v.stride(0),
-                                v.stride(1), beta.stride(0), G.stride(0), Tm.stride(0), W.stride(0), U.stride(0), eps,
-                                H, HV, K=K, V=V, BK=BK, BV=BV, L2NORM=norm, BITS=bits, num_warps=WARPS)
+    def prep():
+        _prep_kernel[(bound, HV)](
+            q, k, v, g, beta, cu, chunk_cu, idx, G, W, U, Kd, qe, qkd, N, q.stride(0), q.stride(1), k.stride(0),
+            k.stride(1), v.stride(0), v.stride(1), g.stride(0), beta.stride(0), G.stride(0), W.stride(0),
+            U.stride(0), qkd.stride(0), scale, eps, H, HV, K=K, V=V, BK=BK, BV=BV, L2NORM=norm, READOUT=readout,
+            BITS=bits, num_warps=prep_warps)
 
     def state_pass():
         _state_kernel[(N, HV, triton.cdiv(V, sbv))](
-            k, cu, chunk_cu, idx, G, W, U, state, hs, vn, k.stride(0), k.stride(1), G.stride(0), W.stride(0),
-            U.stride(0), state.stride(0), every, eps, H, HV, K=K, V=V, BK=BK, BV=sbv, L2NORM=norm, BITS=bits,
-            num_warps=state_warps)
+            cu, chunk_cu, idx, G, W, U, Kd, state, hs, vn, qe, qkd, out, G.stride(0), W.stride(0), U.stride(0),
+            qkd.stride(0), out.stride(0), out.stride(1), state.stride(0), every, HV, K=K, V=V, BK=BK, BV=sbv,
+            READOUT=readout, BITS=bits, num_warps=state_warps, num_stages=state_stages)
 
     def output():
         _output_kernel[(bound, HV, 1)](
@@ -420,31 +501,36 @@ def stages(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, us
             G.stride(0), U.stride(0), out.stride(0), out.stride(1), scale, eps, H, HV, K=K, V=V, BK=BK, BV=BV,
             L2NORM=norm, BITS=bits, num_warps=WARPS)
 
-    return out, [("solve", solve), ("wu", wu), ("state", state_pass), ("output", output)]
+    launches = [("prep", prep), ("state", state_pass)]
+    return out, launches if readout else launches + [("output", output)]
 
 
 ENTRY_POINTS = {"chunked": chunked}
 
 
 def compile_specs():
-    """The four stages at Qwen3-Next's heads (H=16, HV=32, K=V=128), bf16 activations and o, the state pass
-    for each state dtype (the other stages do not read the pool) (``compile_check``)."""
+    """The stages at Qwen3-Next's heads (H=16, HV=32, K=V=128), bf16 activations and o, with and without the
+    readout in the state pass, the state pass for each state dtype (the other stages do not read the pool)
+    (``compile_check``)."""
     from optimized.triton.compile_check import CompileSpec
 
     i32 = "i32"
     common = dict(cu_ptr="*i32", chunk_cu_ptr="*i32", idx_ptr="*i32", G_ptr="*fp32", N=i32, H=i32, HV=i32,
                   eps="fp32")
-    strides = {n: i32 for n in ("sk_t", "sk_h", "sg_t", "sb_t", "sG_t", "sT_t", "sv_t", "sv_h", "sW_t", "sU_t",
+    strides = {n: i32 for n in ("sk_t", "sk_h", "sg_t", "sb_t", "sG_t", "sD_t", "sv_t", "sv_h", "sW_t", "sU_t",
                                 "sq_t", "sq_h", "so_t", "so_h", "s_slot", "interval")}
-    act = dict(q_ptr="*bf16", k_ptr="*bf16", v_ptr="*bf16", g_ptr="*fp32", beta_ptr="*bf16", T_ptr="*bf16",
-               W_ptr="*bf16", U_ptr="*bf16", h_ptr="*bf16", vn_ptr="*bf16", o_ptr="*bf16", scale="fp32")
+    act = dict(q_ptr="*bf16", k_ptr="*bf16", v_ptr="*bf16", g_ptr="*fp32", beta_ptr="*bf16", W_ptr="*bf16",
+               U_ptr="*bf16", Kd_ptr="*bf16", qe_ptr="*bf16", qkd_ptr="*bf16", h_ptr="*bf16", vn_ptr="*bf16",
+               o_ptr="*bf16", scale="fp32")
     types = {**common, **strides, **act}
     BK, BV = _blocks(128, 128)
-    consts = dict(K=128, BK=BK, L2NORM=True, BITS=False)
-    out = [CompileSpec("gdn chunked solve", _solve_kernel, types, consts),
-           CompileSpec("gdn chunked w/u", _wu_kernel, types, dict(consts, V=128, BV=BV)),
-           CompileSpec("gdn chunked output", _output_kernel, types, dict(consts, V=128, BV=BV))]
-    for state in ("fp32", "bf16", "fp16"):
-        out.append(CompileSpec(f"gdn chunked state pass state={state}", _state_kernel,
-                               {**types, "state_ptr": f"*{state}"}, dict(consts, V=128, BV=STATE_BV)))
+    consts = dict(K=128, V=128, BK=BK, BV=BV, L2NORM=True, BITS=False)
+    out = [CompileSpec("gdn chunked output", _output_kernel, types, consts)]
+    for readout in (False, True):
+        out.append(CompileSpec(f"gdn chunked prep readout={readout}", _prep_kernel, types,
+                               dict(consts, READOUT=readout)))
+        for state in ("fp32", "bf16", "fp16"):
+            out.append(CompileSpec(f"gdn chunked state pass state={state} readout={readout}", _state_kernel,
+                                   {**types, "state_ptr": f"*{state}"},
+                                   dict(K=128, V=128, BK=BK, BV=STATE_BV, READOUT=readout, BITS=False)))
     return out
