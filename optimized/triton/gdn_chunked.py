@@ -46,6 +46,7 @@ SUB = 16                       # rows of the solve's blocks
 STATE_BV = 32                  # V-tile of the state pass
 STATE_STAGES = 2               # its software-pipeline stages (the next chunk's loads in flight)
 WARPS = 4
+PREP_WARPS = 8                 # the prep kernel's (fewer spill its 16-row blocks' registers)
 READOUT = True                 # the state pass writes the output (h and v_new never go to memory)
 
 
@@ -153,16 +154,6 @@ def _inv_diag(a):
 
 
 @triton.jit
-def _store_block(t_ptr, x, t0, r0: tl.constexpr, c0: tl.constexpr, length, s_t, BITS: tl.constexpr):
-    """Block (r0, c0) of a [64, 64] chunk matrix (columns c0.. of rows t0 + r0..): ``x`` rounded to bf16, the
-    rows of the chunk's tokens."""
-    r = tl.arange(0, 16)
-    rows = r0 + r
-    ptrs = t_ptr + (t0 + rows)[:, None] * s_t + c0 + r[None, :]
-    tl.store(ptrs, _bf16(x, BITS).to(t_ptr.dtype.element_ty), mask=(rows < length)[:, None])
-
-
-@triton.jit
 def _store_rows(ptr, x, t0, rows, valid, s_t, col0, D: tl.constexpr, BD: tl.constexpr, BITS: tl.constexpr):
     """Rows ``t0 + rows`` (where ``valid``), columns ``col0 + [0, D)`` of a bf16 [T, HV * D] buffer: ``x``
     rounded to bf16 (nearest even)."""
@@ -179,27 +170,27 @@ def _at_last(G, rows, length):
 
 
 @triton.jit
-def _qk_diag(qi, ki, Gi, BITS: tl.constexpr):
-    """bf16(tril(q_i k_i^T) exp(G_i - G_j)) of a diagonal [16, 16] block (j <= i kept)."""
-    r = tl.arange(0, 16)
+def _readout_operands(q_ptr, k_ptr, G_ptr, t0, r, valid, sq_t, sq_h, sk_t, sk_h, sG_t, scale, eps, H, HV, hv,
+                      K: tl.constexpr, BK: tl.constexpr, L2NORM: tl.constexpr, BITS: tl.constexpr):
+    """The output's state-free operands of a chunk's rows ``t0 + r``: (bf16(q exp(G)) [64, BK],
+    bf16(tril(q k^T) exp(G_i - G_j)) [64, 64])."""
+    h = hv // (HV // H)
+    qs = _qk(q_ptr, t0, r, valid, sq_t, h, sq_h, K, BK, scale, eps, L2NORM, BITS)
+    ks = _qk(k_ptr, t0, r, valid, sk_t, h, sk_h, K, BK, 1.0, eps, L2NORM, BITS)
+    G = tl.load(G_ptr + (t0 + r) * sG_t + hv, mask=valid, other=0.0)
     lower = r[:, None] >= r[None, :]
-    return _bf16(tl.where(lower, _mm(qi, tl.trans(ki), BITS) *
-                          tl.exp(tl.where(lower, Gi[:, None] - Gi[None, :], 0.0)), 0.0), BITS)
-
-
-@triton.jit
-def _qk_off(qi, kj, Gi, Gj, BITS: tl.constexpr):
-    """bf16(q_i k_j^T exp(G_i - G_j)) of a [16, 16] block below the diagonal."""
-    return _bf16(_mm(qi, tl.trans(kj), BITS) * tl.exp(Gi[:, None] - Gj[None, :]), BITS)
+    qkD = _bf16(tl.where(lower, _mm(qs, tl.trans(ks), BITS) *
+                         tl.exp(tl.where(lower, G[:, None] - G[None, :], 0.0)), 0.0), BITS)
+    qe = _bf16(qs.to(tl.float32) * tl.exp(G)[:, None], BITS)
+    return qe, qkD
 
 
 # ---------------------------------------------------------------- the kernels
 
 @triton.jit
-def _prep_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, cu_ptr, chunk_cu_ptr, idx_ptr, G_ptr, W_ptr, U_ptr, Kd_ptr,
-                 qe_ptr, qkd_ptr, N, sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, sg_t, sb_t, sG_t, sW_t, sU_t, sD_t, scale,
-                 eps, H, HV, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-                 L2NORM: tl.constexpr, READOUT: tl.constexpr, BITS: tl.constexpr):
+def _prep_kernel(k_ptr, v_ptr, g_ptr, beta_ptr, cu_ptr, chunk_cu_ptr, idx_ptr, G_ptr, W_ptr, U_ptr, Kd_ptr, N, sk_t,
+                 sk_h, sv_t, sv_h, sg_t, sb_t, sG_t, sW_t, sU_t, eps, H, HV, K: tl.constexpr, V: tl.constexpr,
+                 BK: tl.constexpr, BV: tl.constexpr, L2NORM: tl.constexpr, BITS: tl.constexpr):
     """Stage 1 (module docstring) for chunk program_id(0), value head program_id(1), in 16-row blocks: T's
     blocks stay in registers."""
     c = tl.program_id(0)
@@ -289,38 +280,30 @@ def _prep_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, cu_ptr, chunk_cu_ptr, idx
                     V, BV, BITS)
         _store_rows(U_ptr, _mm(T30, u0, BITS) + _mm(T31, u1, BITS) + _mm(T32, u2, BITS) + _mm(T33, u3, BITS),
                     t0, r3, v3, sU_t, col, V, BV, BITS)
-        if READOUT:
-            # the output's state-free operands: bf16(q exp(G)) and bf16(tril(q k^T) exp(G_i - G_j))
-            q0 = _qk(q_ptr, t0, r, v0, sq_t, h, sq_h, K, BK, scale, eps, L2NORM, BITS)
-            q1 = _qk(q_ptr, t0, r1, v1, sq_t, h, sq_h, K, BK, scale, eps, L2NORM, BITS)
-            q2 = _qk(q_ptr, t0, r2, v2, sq_t, h, sq_h, K, BK, scale, eps, L2NORM, BITS)
-            q3 = _qk(q_ptr, t0, r3, v3, sq_t, h, sq_h, K, BK, scale, eps, L2NORM, BITS)
-            col = hv * K
-            _store_rows(qe_ptr, q0.to(tl.float32) * tl.exp(G0)[:, None], t0, r, v0, sW_t, col, K, BK, BITS)
-            _store_rows(qe_ptr, q1.to(tl.float32) * tl.exp(G1)[:, None], t0, r1, v1, sW_t, col, K, BK, BITS)
-            _store_rows(qe_ptr, q2.to(tl.float32) * tl.exp(G2)[:, None], t0, r2, v2, sW_t, col, K, BK, BITS)
-            _store_rows(qe_ptr, q3.to(tl.float32) * tl.exp(G3)[:, None], t0, r3, v3, sW_t, col, K, BK, BITS)
-            Dp = qkd_ptr + hv * 64
-            for bi in tl.static_range(4):            # the zero blocks above the diagonal
-                for bj in tl.static_range(bi + 1, 4):
-                    tl.store(Dp + (t0 + bi * 16 + r)[:, None] * sD_t + bj * 16 + r[None, :],
-                             tl.zeros((16, 16), Dp.dtype.element_ty), mask=(bi * 16 + r < length)[:, None])
-            _store_block(Dp, _qk_diag(q0, k0, G0, BITS), t0, 0, 0, length, sD_t, BITS)
-            _store_block(Dp, _qk_off(q1, k0, G1, G0, BITS), t0, 16, 0, length, sD_t, BITS)
-            _store_block(Dp, _qk_diag(q1, k1, G1, BITS), t0, 16, 16, length, sD_t, BITS)
-            _store_block(Dp, _qk_off(q2, k0, G2, G0, BITS), t0, 32, 0, length, sD_t, BITS)
-            _store_block(Dp, _qk_off(q2, k1, G2, G1, BITS), t0, 32, 16, length, sD_t, BITS)
-            _store_block(Dp, _qk_diag(q2, k2, G2, BITS), t0, 32, 32, length, sD_t, BITS)
-            _store_block(Dp, _qk_off(q3, k0, G3, G0, BITS), t0, 48, 0, length, sD_t, BITS)
-            _store_block(Dp, _qk_off(q3, k1, G3, G1, BITS), t0, 48, 16, length, sD_t, BITS)
-            _store_block(Dp, _qk_off(q3, k2, G3, G2, BITS), t0, 48, 32, length, sD_t, BITS)
-            _store_block(Dp, _qk_diag(q3, k3, G3, BITS), t0, 48, 48, length, sD_t, BITS)
+
+
+@triton.jit
+def _readout_kernel(q_ptr, k_ptr, cu_ptr, chunk_cu_ptr, idx_ptr, G_ptr, qe_ptr, qkd_ptr, N, sq_t, sq_h, sk_t, sk_h,
+                    sG_t, sW_t, sD_t, scale, eps, H, HV, K: tl.constexpr, BK: tl.constexpr, L2NORM: tl.constexpr,
+                    BITS: tl.constexpr):
+    """Stage 2 with ``readout`` (module docstring) for chunk program_id(0), value head program_id(1)."""
+    c = tl.program_id(0)
+    hv = tl.program_id(1)
+    n, t0, length, j = _chunk(c, chunk_cu_ptr, cu_ptr, N)
+    if (length > 0) & (tl.load(idx_ptr + n) >= 0):
+        r = tl.arange(0, 64)
+        valid = r < length
+        qe, qkD = _readout_operands(q_ptr, k_ptr, G_ptr, t0, r, valid, sq_t, sq_h, sk_t, sk_h, sG_t, scale, eps,
+                                    H, HV, hv, K, BK, L2NORM, BITS)
+        _store_rows(qe_ptr, qe, t0, r, valid, sW_t, hv * K, K, BK, BITS)
+        _store_rows(qkd_ptr, qkD, t0, r, valid, sD_t, hv * 64, 64, 64, BITS)
 
 
 @triton.jit
 def _state_kernel(cu_ptr, chunk_cu_ptr, idx_ptr, G_ptr, W_ptr, U_ptr, Kd_ptr, state_ptr, h_ptr, vn_ptr, qe_ptr,
                   qkd_ptr, o_ptr, sG_t, sW_t, sU_t, sD_t, so_t, so_h, s_slot, interval, HV, K: tl.constexpr,
-                  V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, READOUT: tl.constexpr, BITS: tl.constexpr):
+                  V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, READOUT: tl.constexpr, STAGES: tl.constexpr,
+                  BITS: tl.constexpr):
     """Stage 2 (module docstring) for sequence program_id(0), value head program_id(1), V-tile program_id(2);
     with READOUT the output too (h and v_new stay in registers; a padding sequence's rows written as zeros)."""
     n = tl.program_id(0)
@@ -337,7 +320,7 @@ def _state_kernel(cu_ptr, chunk_cu_ptr, idx_ptr, G_ptr, W_ptr, U_ptr, Kd_ptr, st
         m2 = (kk < K)[:, None] & (vv < V)[None, :]
         tile = hv * (K * V) + kk[:, None] * V + vv[None, :]
         S = tl.load(state_ptr + slot * s_slot + tile, mask=m2, other=0.0).to(tl.float32)
-        for j in range(0, tl.cdiv(length, 64)):
+        for j in tl.range(0, tl.cdiv(length, 64), num_stages=STAGES):
             t0 = bos + j * 64
             rows = tl.minimum(length - j * 64, 64)
             valid = r < rows
@@ -396,15 +379,9 @@ def _output_kernel(q_ptr, k_ptr, cu_ptr, chunk_cu_ptr, idx_ptr, G_ptr, h_ptr, vn
     optrs = o_ptr + (t0 + r)[:, None] * so_t + hv * so_h + vv[None, :]
     if length > 0:
         if tl.load(idx_ptr + n) >= 0:
-            h = hv // (HV // H)
             kk = tl.arange(0, BK)
-            qs = _qk(q_ptr, t0, r, valid, sq_t, h, sq_h, K, BK, scale, eps, L2NORM, BITS)
-            ks = _qk(k_ptr, t0, r, valid, sk_t, h, sk_h, K, BK, 1.0, eps, L2NORM, BITS)
-            G = tl.load(G_ptr + (t0 + r) * sG_t + hv, mask=valid, other=0.0)
-            lower = r[:, None] >= r[None, :]
-            qkD = _bf16(tl.where(lower, _mm(qs, tl.trans(ks), BITS) *
-                                 tl.exp(tl.where(lower, G[:, None] - G[None, :], 0.0)), 0.0), BITS)
-            qe = _bf16(qs.to(tl.float32) * tl.exp(G)[:, None], BITS)
+            qe, qkD = _readout_operands(q_ptr, k_ptr, G_ptr, t0, r, valid, sq_t, sq_h, sk_t, sk_h, sG_t, scale, eps,
+                                        H, HV, hv, K, BK, L2NORM, BITS)
             hs = tl.load(h_ptr + c.to(tl.int64) * (HV * K * V) + hv * (K * V) + kk[:, None] * V + vv[None, :],
                          mask=(kk < K)[:, None] & (vv < V)[None, :], other=0.0)
             vn = tl.load(vn_ptr + (t0 + r)[:, None] * sU_t + hv * V + vv[None, :], mask=om, other=0.0)
@@ -441,7 +418,7 @@ def chunked(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, u
 def stages(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, use_qk_l2norm=True,
            l2norm_eps=1e-6, chunk_size=CHUNK, state_write_interval=None, out=None, workspace=None,
            readout=READOUT, state_block_v=STATE_BV, state_warps=WARPS, state_stages=STATE_STAGES,
-           prep_warps=WARPS):
+           prep_warps=PREP_WARPS):
     """``chunked``'s checks and buffers: (out, [(stage name, launch)]), the launches in order (each a
     no-argument callable; a stage can be timed alone once those before it have run): "prep", "state", and
     "output" unless ``readout`` (the state pass writes the output). The state pass's V-tile (a power of two,
@@ -484,16 +461,20 @@ def stages(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, us
 
     def prep():
         _prep_kernel[(bound, HV)](
-            q, k, v, g, beta, cu, chunk_cu, idx, G, W, U, Kd, qe, qkd, N, q.stride(0), q.stride(1), k.stride(0),
-            k.stride(1), v.stride(0), v.stride(1), g.stride(0), beta.stride(0), G.stride(0), W.stride(0),
-            U.stride(0), qkd.stride(0), scale, eps, H, HV, K=K, V=V, BK=BK, BV=BV, L2NORM=norm, READOUT=readout,
-            BITS=bits, num_warps=prep_warps)
+            k, v, g, beta, cu, chunk_cu, idx, G, W, U, Kd, N, k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+            g.stride(0), beta.stride(0), G.stride(0), W.stride(0), U.stride(0), eps, H, HV, K=K, V=V, BK=BK, BV=BV,
+            L2NORM=norm, BITS=bits, num_warps=prep_warps)
+
+    def readout_operands():
+        _readout_kernel[(bound, HV)](
+            q, k, cu, chunk_cu, idx, G, qe, qkd, N, q.stride(0), q.stride(1), k.stride(0), k.stride(1), G.stride(0),
+            qe.stride(0), qkd.stride(0), scale, eps, H, HV, K=K, BK=BK, L2NORM=norm, BITS=bits, num_warps=WARPS)
 
     def state_pass():
         _state_kernel[(N, HV, triton.cdiv(V, sbv))](
             cu, chunk_cu, idx, G, W, U, Kd, state, hs, vn, qe, qkd, out, G.stride(0), W.stride(0), U.stride(0),
             qkd.stride(0), out.stride(0), out.stride(1), state.stride(0), every, HV, K=K, V=V, BK=BK, BV=sbv,
-            READOUT=readout, BITS=bits, num_warps=state_warps, num_stages=state_stages)
+            READOUT=readout, STAGES=state_stages, BITS=bits, num_warps=state_warps)
 
     def output():
         _output_kernel[(bound, HV, 1)](
@@ -501,8 +482,9 @@ def stages(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, us
             G.stride(0), U.stride(0), out.stride(0), out.stride(1), scale, eps, H, HV, K=K, V=V, BK=BK, BV=BV,
             L2NORM=norm, BITS=bits, num_warps=WARPS)
 
-    launches = [("prep", prep), ("state", state_pass)]
-    return out, launches if readout else launches + [("output", output)]
+    if readout:
+        return out, [("prep", prep), ("readout", readout_operands), ("state", state_pass)]
+    return out, [("prep", prep), ("state", state_pass), ("output", output)]
 
 
 ENTRY_POINTS = {"chunked": chunked}
@@ -526,11 +508,13 @@ def compile_specs():
     BK, BV = _blocks(128, 128)
     consts = dict(K=128, V=128, BK=BK, BV=BV, L2NORM=True, BITS=False)
     out = [CompileSpec("gdn chunked output", _output_kernel, types, consts)]
+    out.append(CompileSpec("gdn chunked prep", _prep_kernel, types, consts, warps=PREP_WARPS))
+    out.append(CompileSpec("gdn chunked readout operands", _readout_kernel, types,
+                           dict(K=128, BK=BK, L2NORM=True, BITS=False)))
     for readout in (False, True):
-        out.append(CompileSpec(f"gdn chunked prep readout={readout}", _prep_kernel, types,
-                               dict(consts, READOUT=readout)))
         for state in ("fp32", "bf16", "fp16"):
             out.append(CompileSpec(f"gdn chunked state pass state={state} readout={readout}", _state_kernel,
                                    {**types, "state_ptr": f"*{state}"},
-                                   dict(K=128, V=128, BK=BK, BV=STATE_BV, READOUT=readout, BITS=False)))
+                                   dict(K=128, V=128, BK=BK, BV=STATE_BV, READOUT=readout, STAGES=STATE_STAGES,
+                                        BITS=False)))
     return out
