@@ -56,11 +56,12 @@ def problem(*, K: int, V: int, state_dtype: str, act: str, H: int | None = None,
     return recurrent_problem(K=K, V=V, state_dtype=state_dtype, act=act, H=H, HV=HV, device=device)
 
 
-def stage_bytes(T: int, chunks: int, HV: int, K: int, V: int) -> int:
-    """Bytes the stages write and read back (each written once and read once): G (fp32), T, W, U,
-    v_new (bf16) per token, h (bf16) per chunk; U and v_new are read by every V-tile once."""
-    per_token = HV * (4 + 2 * CHUNK + 2 * K + 2 * V + 2 * V)
-    return 2 * (T * per_token + chunks * HV * K * V * 2)
+def stage_bytes(T: int, chunks: int, HV: int, K: int, V: int, readout: bool = READOUT) -> int:
+    """Bytes the stages write and read back (each written once and read once): G (fp32), W, U and the
+    state increment's k operand (bf16) per token and value head; with ``readout`` bf16(q exp(G)) and the
+    chunk's bf16 [64]-row of tril(q k^T) per token, otherwise v_new (bf16) per token and h (bf16) per chunk."""
+    per_token = HV * (4 + 2 * K + 2 * V + 2 * K + (2 * K + 2 * CHUNK if readout else 2 * V))
+    return 2 * (T * per_token + (0 if readout else chunks * HV * K * V * 2))
 
 
 # ---------------------------------------------------------------- helpers
