@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import signal
 import sys
 import traceback
 from pathlib import Path
@@ -74,14 +75,14 @@ def _step(rows: list, label: str, name: str, what):
     return value
 
 
-def shape_rows(label: str, shape: dict, baseline) -> list:
+def shape_rows(label: str, shape: dict, baseline, rows: list) -> None:
+    """Append the rows of one shape to ``rows`` as they are measured."""
     from bench import registry
     from bench.gdn_gpu import CHUNKED_BENCH, chunked_inputs
     from optimized.triton import gdn_chunked
 
     x = chunked_inputs(shape)
     pool0 = x["state"].clone()
-    rows: list = []
     peers = registry.impls(CHUNKED_BENCH)
     for name, eager in (("fla", False), ("fla-eager", True)):
         _step(rows, label, name, lambda: _ms(peers["fla"].prepare(shape, x), eager))
@@ -109,6 +110,11 @@ def shape_rows(label: str, shape: dict, baseline) -> list:
                 _step(rows, label, f"{tag} {stage}", lambda: _ms(launch))
         except Exception:
             print(f"{label} {tag}: FAILED\n{traceback.format_exc()}", flush=True)
+    def prep_ms(warps):
+        _, _, launches = _staged(gdn_chunked, x, pool0.clone(), prep_warps=warps)
+        return _ms(launches["prep"])
+    for warps in (4, 8):
+        _step(rows, label, f"prep w{warps}", lambda: prep_ms(warps))
     for readout, bv, warps, stages in STATE_CONFIGS:
         name = f"state readout={int(readout)} bv{bv} w{warps} s{stages}"
 
@@ -122,7 +128,14 @@ def shape_rows(label: str, shape: dict, baseline) -> list:
                     raise ValueError(f"o or pool differs from the baseline's by {d:.2e} of its largest value")
             return _ms(launches["state"])
         _step(rows, label, name, state_ms)
-    return rows
+
+
+class _Stopped(BaseException):
+    pass
+
+
+def _stop(signum, frame):
+    raise _Stopped()
 
 
 def main(argv=None) -> int:
@@ -145,12 +158,16 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
-    for label in args.shapes:
-        try:
-            rows += shape_rows(label, shapes[label], baseline)
-        except Exception:
-            print(f"{label}: FAILED\n{traceback.format_exc()}", flush=True)
-        (out / "gdn_chunked_variants.json").write_text(json.dumps(rows, indent=1) + "\n")
+    signal.signal(signal.SIGTERM, _stop)        # a ``timeout`` still gets the table of what was measured
+    try:
+        for label in args.shapes:
+            try:
+                shape_rows(label, shapes[label], baseline, rows)
+            except Exception:
+                print(f"{label}: FAILED\n{traceback.format_exc()}", flush=True)
+            (out / "gdn_chunked_variants.json").write_text(json.dumps(rows, indent=1) + "\n")
+    except _Stopped:
+        print("stopped by SIGTERM: the table holds the shapes finished before it", flush=True)
     print(f"\n{'shape':30} {'configuration':34} ms (or o / pool difference)")
     for label, name, value in rows:
         print(f"{label:30} {name:34} {value if isinstance(value, str) else f'{value:.4f}'}")
