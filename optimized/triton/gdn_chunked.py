@@ -2,32 +2,36 @@
 GPUs, and for the CPU through ``TRITON_INTERPRET=1``.
 
 Packed sequences (``cu_seqlens``), each starting from its pool slot ``state_indices[n]`` (-1: padding:
-no slot read or written, its output rows zero); chunks start at 0, 64, 128 ... of each sequence. Four
-kernels, the stages of FLA's chunk form; what passes between them goes through global memory
-(``STAGE_BYTES`` counts it):
+no slot read or written, its output rows zero); chunks start at 0, 64, 128 ... of each sequence. Three
+kernels; what passes between them goes through global memory (``stage_bytes`` counts it):
 
-1. ``_solve_kernel``, one program per (chunk, value head): G = the chunk-local cumsum of g (fp32),
-   the strictly lower A = bf16(-beta_i (k_i . k_j) exp(G_i - G_j)) in 16-row blocks, its inverse
+1. ``_prep_kernel``, one program per (chunk, value head), in 16-row blocks: G = the chunk-local cumsum of
+   g (fp32, stored [T, HV]); the strictly lower A = bf16(-beta_i (k_i . k_j) exp(G_i - G_j)); its inverse
    T = bf16((I - A)^-1) from the diagonal blocks' inverses (fp32 products of (I + A^(2^i))) and fp32 block
-   products below them. Writes G (fp32 [T, HV]) and T (bf16 [T, HV, 64]).
-2. ``_wu_kernel``, per (chunk, value head): W = bf16(T @ bf16(beta exp(G) k)), U = bf16(T @ bf16(beta v))
-   (bf16 [T, HV, K] and [T, HV, V]).
-3. ``_state_kernel``, per (sequence, value head, V-tile), serial over the sequence's chunks: the carried
-   fp32 state S; per chunk h = bf16(S) (stored, bf16 [chunks, HV, K, V]), v_new = bf16(U - W @ h)
-   (stored, bf16 [T, HV, V]), S = exp(G_last) S + bf16(k exp(G_last - G))^T @ v_new; with a 16-bit
-   pool S is replaced by its stored value (nearest even) after every ``state_write_interval`` tokens
-   of the sequence; the final S stored into the pool in its dtype.
-4. ``_output_kernel``, per (chunk, value head): o = bf16(q exp(G)) @ h + bf16(tril(q k^T exp(G_i -
-   G_j))) @ v_new, stored in ``out``'s dtype (nearest even).
+   products below them, kept in registers; W = bf16(T @ bf16(beta exp(G) k)), U = bf16(T @ bf16(beta v))
+   and the state increment's operand bf16(k exp(G_last - G)) (bf16 [T, HV, K], [T, HV, V], [T, HV, K]).
+2. ``_readout_kernel``, per (chunk, value head): the output's state-free operands bf16(q exp(G)) and
+   bf16(tril(q k^T exp(G_i - G_j))) (bf16 [T, HV, K] and [T, HV, 64]).
+3. ``_state_kernel``, per (sequence, value head, V-tile), serial over the sequence's chunks (the next
+   chunk's tiles loaded while one is computed): the carried fp32 state S; per chunk h = bf16(S),
+   v_new = bf16(U - W @ h), o = bf16(q exp(G)) @ h + bf16(tril(...)) @ v_new stored in ``out``'s dtype
+   (nearest even), S = exp(G_last) S + bf16(k exp(G_last - G))^T @ v_new; with a 16-bit pool S is replaced
+   by its stored value (nearest even) after every ``state_write_interval`` tokens of the sequence; the
+   final S stored into the pool in its dtype.
+
+``stages(..., readout=False)`` leaves the output to a fourth kernel, ``_output_kernel`` per (chunk, value
+head), which computes both readout operands itself from h (bf16 [chunks, HV, K, V]) and v_new (bf16
+[T, HV, V]) that the state pass then stores; the step 2 kernel is not run.
 
 q and k are l2-normalised in fp32 (eps added to the sum of squares), q times ``scale``, then rounded to
-bf16, in every stage that reads them (nothing stored in between). Every product is a dot of bf16
-operands accumulated in fp32 (the solve's: fp32 operands, IEEE); every other operation is fp32. These
-are the rounding points of the family's ``bf16-operands`` model, for any activation dtype (float16 and
-float32 activations are rounded to bf16 where it rounds). The chunk grids of stages 1, 2, 4 run over
-a table of every chunk of every sequence (a binary search of the chunk offsets), so short sequences
-of a varlen batch do not wait on the longest. The interpreter (whose bf16 arithmetic and fp32 -> bf16
-conversion are wrong) gets the same roundings through the bits, the operands held in fp32.
+bf16, in every kernel that reads them. Every product is a dot of bf16 operands accumulated in fp32 (the
+solve's: fp32 operands, IEEE; W and U summed over T's 16-column blocks); every other operation is fp32.
+These are the rounding points of the family's ``bf16-operands`` model, for any activation dtype (float16
+and float32 activations are rounded to bf16 where it rounds), in both readout modes. The chunk grids of
+the chunk-parallel kernels run over a table of every chunk of every sequence (a binary search of the
+chunk offsets), so short sequences of a varlen batch do not wait on the longest. The interpreter (whose
+bf16 arithmetic and fp32 -> bf16 conversion are wrong) gets the same roundings through the bits, the
+operands held in fp32.
 
 Inputs are checked before launch (``ValueError``/``TypeError`` naming the argument), as in
 ``gdn_recurrent``; checks that read values are skipped while a CUDA graph is captured.
@@ -192,8 +196,7 @@ def _readout_operands(q_ptr, k_ptr, G_ptr, t0, r, valid, sq_t, sq_h, sk_t, sk_h,
 def _prep_kernel(k_ptr, v_ptr, g_ptr, beta_ptr, cu_ptr, chunk_cu_ptr, idx_ptr, G_ptr, W_ptr, U_ptr, Kd_ptr, N, sk_t,
                  sk_h, sv_t, sv_h, sg_t, sb_t, sG_t, sW_t, sU_t, eps, H, HV, K: tl.constexpr, V: tl.constexpr,
                  BK: tl.constexpr, BV: tl.constexpr, L2NORM: tl.constexpr, BITS: tl.constexpr):
-    """Stage 1 (module docstring) for chunk program_id(0), value head program_id(1), in 16-row blocks: T's
-    blocks stay in registers."""
+    """Step 1 (module docstring) for chunk program_id(0), value head program_id(1)."""
     c = tl.program_id(0)
     hv = tl.program_id(1)
     n, t0, length, j = _chunk(c, chunk_cu_ptr, cu_ptr, N)
@@ -287,7 +290,7 @@ def _prep_kernel(k_ptr, v_ptr, g_ptr, beta_ptr, cu_ptr, chunk_cu_ptr, idx_ptr, G
 def _readout_kernel(q_ptr, k_ptr, cu_ptr, chunk_cu_ptr, idx_ptr, G_ptr, qe_ptr, qkd_ptr, N, sq_t, sq_h, sk_t, sk_h,
                     sG_t, sW_t, sD_t, scale, eps, H, HV, K: tl.constexpr, BK: tl.constexpr, L2NORM: tl.constexpr,
                     BITS: tl.constexpr):
-    """Stage 2 with ``readout`` (module docstring) for chunk program_id(0), value head program_id(1)."""
+    """Step 2 (module docstring) for chunk program_id(0), value head program_id(1)."""
     c = tl.program_id(0)
     hv = tl.program_id(1)
     n, t0, length, j = _chunk(c, chunk_cu_ptr, cu_ptr, N)
@@ -305,8 +308,8 @@ def _state_kernel(cu_ptr, chunk_cu_ptr, idx_ptr, G_ptr, W_ptr, U_ptr, Kd_ptr, st
                   qkd_ptr, o_ptr, sG_t, sW_t, sU_t, sD_t, so_t, so_h, s_slot, interval, HV, K: tl.constexpr,
                   V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, READOUT: tl.constexpr, STAGES: tl.constexpr,
                   BITS: tl.constexpr):
-    """Stage 2 (module docstring) for sequence program_id(0), value head program_id(1), V-tile program_id(2);
-    with READOUT the output too (h and v_new stay in registers; a padding sequence's rows written as zeros)."""
+    """Step 3 (module docstring) for sequence program_id(0), value head program_id(1), V-tile program_id(2);
+    with READOUT the output too (a padding sequence's rows written as zeros), else h and v_new stored."""
     n = tl.program_id(0)
     hv = tl.program_id(1)
     vt = tl.program_id(2)
@@ -367,8 +370,8 @@ def _output_kernel(q_ptr, k_ptr, cu_ptr, chunk_cu_ptr, idx_ptr, G_ptr, h_ptr, vn
                    sk_h, sG_t, sU_t, so_t, so_h, scale, eps, H, HV, K: tl.constexpr,
                    V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, L2NORM: tl.constexpr,
                    BITS: tl.constexpr):
-    """Stage 3 (module docstring) for chunk program_id(0), value head program_id(1), V-tile program_id(2);
-    a padding sequence's rows are written as zeros."""
+    """The output after the state pass (``readout=False``, module docstring) for chunk program_id(0), value head
+    program_id(1), V-tile program_id(2); a padding sequence's rows are written as zeros."""
     c = tl.program_id(0)
     hv = tl.program_id(1)
     vt = tl.program_id(2)
