@@ -1,11 +1,11 @@
 """The GPU chunked prefill's configurations timed side by side at the ``gdn/chunked-gpu`` shapes (CUDA-graph
 medians, ms): ours whole and stage by stage (``optimized.triton.gdn_chunked.stages``) with the output read out in
-the state pass and after it, the state pass alone at other V-tiles, warps and pipeline stages, another version of
-the module (``--baseline PATH``, e.g. an older ``gdn_chunked.py``) whole and by stage, and FLA's
-``chunk_gated_delta_rule`` in a CUDA graph and launched eagerly. Before timing, each configuration's output and
-pool are compared with the baseline's (max |diff| over max |x|; the same rounding points give differences of
-a few bf16 ulps from the fp32 sums' order only). Each step catches its failure, prints it whole and goes on.
-Writes ``gdn_chunked_variants.json``; the table is printed last:
+the state pass and after it; the state pass alone at other V-tiles, warps and pipeline stages; each prep kernel
+at 4 and 8 warps; another version of the module (``--baseline PATH``, e.g. an older ``gdn_chunked.py``) whole and
+by stage; FLA's ``chunk_gated_delta_rule`` in a CUDA graph and launched eagerly. Before timing, each
+configuration's output and pool are compared with the baseline's (max |diff| over max |x|; the same rounding
+points give differences of a few bf16 ulps from the fp32 sums' order only). Each step catches its failure,
+prints it whole and goes on. Writes ``gdn_chunked_variants.json``; the table is printed last:
 
     python -m bench.probes.gdn_chunked_variants --out DIR [--baseline PATH] [--shapes LABEL ...]   (on a GPU)
 """
@@ -110,11 +110,17 @@ def shape_rows(label: str, shape: dict, baseline, rows: list) -> None:
                 _step(rows, label, f"{tag} {stage}", lambda: _ms(launch))
         except Exception:
             print(f"{label} {tag}: FAILED\n{traceback.format_exc()}", flush=True)
-    def prep_ms(warps):
-        _, _, launches = _staged(gdn_chunked, x, pool0.clone(), prep_warps=warps)
+    def prep_ms(prep, warps):
+        pool = pool0.clone()
+        out, _, launches = _staged(gdn_chunked, x, pool, prep=prep, prep_warps=warps)
+        if ref is not None:
+            d = max(float(_diff(out, ref[0])), float(_diff(pool, ref[1])))
+            if not d < 1e-2:
+                raise ValueError(f"o or pool differs from the baseline's by {d:.2e} of its largest value")
         return _ms(launches["prep"])
-    for warps in (4, 8):
-        _step(rows, label, f"prep w{warps}", lambda: prep_ms(warps))
+    for prep in gdn_chunked.PREP_KERNELS:
+        for warps in (4, 8):
+            _step(rows, label, f"prep {prep} w{warps}", lambda: prep_ms(prep, warps))
     for readout, bv, warps, stages in STATE_CONFIGS:
         name = f"state readout={int(readout)} bv{bv} w{warps} s{stages}"
 

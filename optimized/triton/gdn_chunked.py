@@ -51,6 +51,7 @@ STATE_BV = 32                  # V-tile of the state pass
 STATE_STAGES = 2               # its software-pipeline stages (the next chunk's loads in flight)
 WARPS = 4
 PREP_WARPS = 8                 # the prep kernel's (fewer spill its 16-row blocks' registers)
+PREP = "blocks"                # the prep kernel: its products in 16-row blocks, or over the whole chunk ("tiles")
 READOUT = True                 # the state pass writes the output (h and v_new never go to memory)
 
 
@@ -175,6 +176,60 @@ def _at_last(G, rows, length):
 
 
 @triton.jit
+def _split4(y):
+    """The four slices of ``y [..., 2, 2]`` along its last two dims, indexed 2a + b."""
+    y0, y1 = tl.split(y)
+    y00, y10 = tl.split(y0)
+    y01, y11 = tl.split(y1)
+    return y00, y01, y10, y11
+
+
+@triton.jit
+def _join4(y0, y1, y2, y3):
+    """``_split4``'s inverse: ``[..., 2, 2]`` from the slices indexed 2a + b."""
+    return tl.join(tl.join(y0, y2), tl.join(y1, y3))
+
+
+@triton.jit
+def _column_blocks(x):
+    """The [16, 16] blocks (0, j) .. (3, j) of column block j of ``x [64, 64]`` (block (i, j) holds x[16 i + r,
+    16 j + c]), for j = 0 .. 3: four tuples of four."""
+    y = tl.reshape(tl.permute(tl.reshape(x, (4, 16, 4, 16)), (1, 3, 0, 2)), (16, 16, 2, 2, 2, 2))
+    c0, c1, c2, c3 = _split4(y)
+    return _split4(c0), _split4(c1), _split4(c2), _split4(c3)
+
+
+@triton.jit
+def _from_blocks(b00, b10, b11, b20, b21, b22, b30, b31, b32, b33):
+    """The lower block triangle ``b_ij`` (i >= j) as a [64, 64] tensor, zeros above it."""
+    z = tl.zeros_like(b00)
+    y = _join4(_join4(b00, b10, b20, b30), _join4(z, b11, b21, b31), _join4(z, z, b22, b32), _join4(z, z, z, b33))
+    return tl.reshape(tl.permute(tl.reshape(y, (16, 16, 4, 4)), (2, 0, 3, 1)), (64, 64))
+
+
+@triton.jit
+def _unit_lower_inverse(A, BITS: tl.constexpr):
+    """bf16((I - A)^-1) of a strictly lower [64, 64] ``A`` (fp32) as a [64, 64] tensor: the 16-row blocks'
+    inverses by ``_inv_diag`` and the blocks below them X_ij = X_ii sum_{j <= m < i} A_im X_mj, IEEE fp32."""
+    (A00, A10, A20, A30), (_, A11, A21, A31), (_, _, A22, A32), (_, _, _, A33) = _column_blocks(A)
+    X00 = _inv_diag(A00)
+    X11 = _inv_diag(A11)
+    X22 = _inv_diag(A22)
+    X33 = _inv_diag(A33)
+    ieee: tl.constexpr = "ieee"
+    X10 = tl.dot(X11, tl.dot(A10, X00, input_precision=ieee), input_precision=ieee)
+    X21 = tl.dot(X22, tl.dot(A21, X11, input_precision=ieee), input_precision=ieee)
+    X20 = tl.dot(X22, tl.dot(A20, X00, input_precision=ieee) + tl.dot(A21, X10, input_precision=ieee),
+                 input_precision=ieee)
+    X32 = tl.dot(X33, tl.dot(A32, X22, input_precision=ieee), input_precision=ieee)
+    X31 = tl.dot(X33, tl.dot(A31, X11, input_precision=ieee) + tl.dot(A32, X21, input_precision=ieee),
+                 input_precision=ieee)
+    X30 = tl.dot(X33, tl.dot(A30, X00, input_precision=ieee) + tl.dot(A31, X10, input_precision=ieee) +
+                 tl.dot(A32, X20, input_precision=ieee), input_precision=ieee)
+    return _bf16(_from_blocks(X00, X10, X11, X20, X21, X22, X30, X31, X32, X33), BITS)
+
+
+@triton.jit
 def _readout_operands(q_ptr, k_ptr, G_ptr, t0, r, valid, sq_t, sq_h, sk_t, sk_h, sG_t, scale, eps, H, HV, hv,
                       K: tl.constexpr, BK: tl.constexpr, L2NORM: tl.constexpr, BITS: tl.constexpr):
     """The output's state-free operands of a chunk's rows ``t0 + r``: (bf16(q exp(G)) [64, BK],
@@ -284,6 +339,40 @@ def _prep_kernel(k_ptr, v_ptr, g_ptr, beta_ptr, cu_ptr, chunk_cu_ptr, idx_ptr, G
                     V, BV, BITS)
         _store_rows(U_ptr, _mm(T30, u0, BITS) + _mm(T31, u1, BITS) + _mm(T32, u2, BITS) + _mm(T33, u3, BITS),
                     t0, r3, v3, sU_t, col, V, BV, BITS)
+
+
+@triton.jit
+def _prep_tiles_kernel(k_ptr, v_ptr, g_ptr, beta_ptr, cu_ptr, chunk_cu_ptr, idx_ptr, G_ptr, W_ptr, U_ptr, Kd_ptr, N,
+                       sk_t, sk_h, sv_t, sv_h, sg_t, sb_t, sG_t, sW_t, sU_t, eps, H, HV, K: tl.constexpr,
+                       V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, L2NORM: tl.constexpr,
+                       BITS: tl.constexpr):
+    """Step 1 (module docstring) for chunk program_id(0), value head program_id(1), its products over the whole
+    chunk (A, W, U: one dot each), only the solve in 16-row blocks."""
+    c = tl.program_id(0)
+    hv = tl.program_id(1)
+    n, t0, length, j = _chunk(c, chunk_cu_ptr, cu_ptr, N)
+    if (length > 0) & (tl.load(idx_ptr + n) >= 0):
+        h = hv // (HV // H)
+        r = tl.arange(0, 64)
+        valid = r < length
+        ks = _qk(k_ptr, t0, r, valid, sk_t, h, sk_h, K, BK, 1.0, eps, L2NORM, BITS)
+        g, beta = _gates(g_ptr, beta_ptr, t0, r, valid, sg_t, sb_t, hv)
+        G = tl.cumsum(g, axis=0)
+        tl.store(G_ptr + (t0 + r) * sG_t + hv, G, mask=valid)
+        G_last = _at_last(G, r, length)
+        strict = r[:, None] > r[None, :]
+        A = tl.where(strict, -beta[:, None] * _mm(ks, tl.trans(ks), BITS) *
+                     tl.exp(tl.where(strict, G[:, None] - G[None, :], 0.0)), 0.0)
+        Tm = _unit_lower_inverse(_bf16(A, BITS).to(tl.float32), BITS)
+        kf = ks.to(tl.float32)
+        col = hv * K
+        _store_rows(W_ptr, _mm(Tm, _bf16((beta * tl.exp(G))[:, None] * kf, BITS), BITS), t0, r, valid, sW_t, col,
+                    K, BK, BITS)
+        _store_rows(Kd_ptr, kf * tl.exp(G_last - G)[:, None], t0, r, valid, sW_t, col, K, BK, BITS)
+        vv = tl.arange(0, BV)
+        vs = tl.load(v_ptr + (t0 + r)[:, None] * sv_t + hv * sv_h + vv[None, :],
+                     mask=valid[:, None] & (vv < V)[None, :], other=0.0).to(tl.float32)
+        _store_rows(U_ptr, _mm(Tm, _bf16(beta[:, None] * vs, BITS), BITS), t0, r, valid, sU_t, hv * V, V, BV, BITS)
 
 
 @triton.jit
@@ -421,7 +510,7 @@ def chunked(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, u
 
 def stages(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, use_qk_l2norm=True,
            l2norm_eps=1e-6, chunk_size=CHUNK, state_write_interval=None, out=None, workspace=None,
-           readout=READOUT, state_block_v=STATE_BV, state_warps=WARPS, state_stages=STATE_STAGES,
+           readout=READOUT, prep=PREP, state_block_v=STATE_BV, state_warps=WARPS, state_stages=STATE_STAGES,
            prep_warps=PREP_WARPS):
     """``chunked``'s checks and buffers: (out, [(stage name, launch)]), the launches in order (each a
     no-argument callable; a stage can be timed alone once those before it have run): "prep", "state", and
@@ -463,8 +552,12 @@ def stages(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, us
     norm = bool(use_qk_l2norm)
     sbv = BV if bits else min(BV, state_block_v)
 
-    def prep():
-        _prep_kernel[(bound, HV)](
+    if prep not in PREP_KERNELS:
+        raise ValueError(f"prep: expected one of {sorted(PREP_KERNELS)}, got {prep!r}")
+    prep_kernel = PREP_KERNELS[prep]
+
+    def prep_pass():
+        prep_kernel[(bound, HV)](
             k, v, g, beta, cu, chunk_cu, idx, G, W, U, Kd, N, k.stride(0), k.stride(1), v.stride(0), v.stride(1),
             g.stride(0), beta.stride(0), G.stride(0), W.stride(0), U.stride(0), eps, H, HV, K=K, V=V, BK=BK, BV=BV,
             L2NORM=norm, BITS=bits, num_warps=prep_warps)
@@ -487,10 +580,11 @@ def stages(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, us
             L2NORM=norm, BITS=bits, num_warps=WARPS)
 
     if readout:
-        return out, [("prep", prep), ("readout", readout_operands), ("state", state_pass)]
-    return out, [("prep", prep), ("state", state_pass), ("output", output)]
+        return out, [("prep", prep_pass), ("readout", readout_operands), ("state", state_pass)]
+    return out, [("prep", prep_pass), ("state", state_pass), ("output", output)]
 
 
+PREP_KERNELS = {"blocks": _prep_kernel, "tiles": _prep_tiles_kernel}
 ENTRY_POINTS = {"chunked": chunked}
 
 
@@ -513,6 +607,7 @@ def compile_specs():
     consts = dict(K=128, V=128, BK=BK, BV=BV, L2NORM=True, BITS=False)
     out = [CompileSpec("gdn chunked output", _output_kernel, types, consts)]
     out.append(CompileSpec("gdn chunked prep", _prep_kernel, types, consts, warps=PREP_WARPS))
+    out.append(CompileSpec("gdn chunked prep tiles", _prep_tiles_kernel, types, consts, warps=PREP_WARPS))
     out.append(CompileSpec("gdn chunked readout operands", _readout_kernel, types,
                            dict(K=128, BK=BK, L2NORM=True, BITS=False)))
     for readout in (False, True):

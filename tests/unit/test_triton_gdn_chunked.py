@@ -6,10 +6,13 @@
   buffers of guard bytes, and nothing outside the views changes;
 - bad input is refused before launch by a ValueError/TypeError whose message starts with the argument's
   name, nothing written;
+- each prep kernel, with the output read out in the state pass or after it, passes the check on a small cell;
 - the stages run one after another give what ``chunked`` gives, the output read out in the state pass or
   after it.
 """
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 import pytest
@@ -99,6 +102,18 @@ def test_valid_calls_pass_the_family_check_and_write_only_their_views(data):
     assert impl.strays == 0, f"{impl.strays} bytes written around out"
     stray = ((pool_buf != before) & ~pool_owned).nonzero().flatten()
     assert stray.numel() == 0, f"{stray.numel()} bytes written around the pool (first at {stray[:5].tolist()})"
+
+
+@pytest.mark.parametrize("prep", sorted(C.PREP_KERNELS))
+@pytest.mark.parametrize("readout", [True, False])
+def test_each_prep_kernel_and_readout_mode_passes_the_family_check(monkeypatch, prep, readout):
+    cell = make_cell("gdn", "chunked", state="bfloat16", H=1, HV=2, K=32, lens=(70, 5, 130), decay="weak",
+                     slots="padded", qk="unit", split=None, act="bfloat16")
+    x = gdn.make_inputs(cell)
+    monkeypatch.setattr(C, "stages", functools.partial(C.stages, prep=prep, readout=readout))
+    got = gdn.run_with(TritonGdnImpl("cpu"), cell, {**x, "state": x["state"].copy()})
+    verdict = gdn.check(cell, MODEL, x, got)
+    assert verdict.status == "pass", verdict.reason
 
 
 def test_the_stages_one_by_one_give_what_chunked_gives_with_and_without_the_readout_in_the_state_pass():
