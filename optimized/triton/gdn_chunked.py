@@ -192,11 +192,15 @@ def _join4(y0, y1, y2, y3):
 
 @triton.jit
 def _column_blocks(x):
-    """The [16, 16] blocks (0, j) .. (3, j) of column block j of ``x [64, 64]`` (block (i, j) holds x[16 i + r,
-    16 j + c]), for j = 0 .. 3: four tuples of four."""
+    """The [16, 16] blocks on and below the diagonal of ``x [64, 64]`` (block (i, j) holds x[16 i + r, 16 j + c]),
+    column block by column block: (0, 0), (1, 0), (2, 0), (3, 0), (1, 1), (2, 1), (3, 1), (2, 2), (3, 2), (3, 3)."""
     y = tl.reshape(tl.permute(tl.reshape(x, (4, 16, 4, 16)), (1, 3, 0, 2)), (16, 16, 2, 2, 2, 2))
     c0, c1, c2, c3 = _split4(y)
-    return _split4(c0), _split4(c1), _split4(c2), _split4(c3)
+    b00, b10, b20, b30 = _split4(c0)
+    _0, b11, b21, b31 = _split4(c1)
+    _1, _2, b22, b32 = _split4(c2)
+    _3, _4, _5, b33 = _split4(c3)
+    return b00, b10, b20, b30, b11, b21, b31, b22, b32, b33
 
 
 @triton.jit
@@ -211,7 +215,7 @@ def _from_blocks(b00, b10, b11, b20, b21, b22, b30, b31, b32, b33):
 def _unit_lower_inverse(A, BITS: tl.constexpr):
     """bf16((I - A)^-1) of a strictly lower [64, 64] ``A`` (fp32) as a [64, 64] tensor: the 16-row blocks'
     inverses by ``_inv_diag`` and the blocks below them X_ij = X_ii sum_{j <= m < i} A_im X_mj, IEEE fp32."""
-    (A00, A10, A20, A30), (_, A11, A21, A31), (_, _, A22, A32), (_, _, _, A33) = _column_blocks(A)
+    A00, A10, A20, A30, A11, A21, A31, A22, A32, A33 = _column_blocks(A)
     X00 = _inv_diag(A00)
     X11 = _inv_diag(A11)
     X22 = _inv_diag(A22)
