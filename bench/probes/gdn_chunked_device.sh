@@ -16,7 +16,7 @@ if [ -n "$WHEELS" ]; then
     | tail -5 || echo "pip install failed"
 fi
 echo "== 1. ci chunked cells on triton-gdn"
-timeout 100 python3 -m kernel_lab conform --tier ci --family gdn --op chunked --backend triton-gdn --jobs 6 \
+timeout 75 python3 -m kernel_lab conform --tier ci --family gdn --op chunked --backend triton-gdn --jobs 6 \
   --out "$OUT/ci" 2>&1 | tail -6 || echo "conform stopped or failed (rc ${PIPESTATUS[0]})"
 python3 - "$OUT/ci/cells.jsonl" <<'EOF' || echo "no records to read"
 import json, sys
@@ -28,7 +28,7 @@ for r in bad:
 EOF
 echo "== 2. CUDA-graph replay"
 if python3 -c "import pytest" 2>/dev/null; then
-  timeout 60 python3 -m pytest -q -p no:cacheprovider tests/unit/test_triton_gdn_chunked_gpu.py 2>&1 | tail -15 \
+  timeout 40 python3 -m pytest -q -p no:cacheprovider tests/unit/test_triton_gdn_chunked_gpu.py 2>&1 | tail -15 \
     || echo "pytest stopped or failed"
 else
   echo "pytest is not installed: skipped"

@@ -1,13 +1,14 @@
 """The GPU chunked prefill's configurations timed side by side at the ``gdn/chunked-gpu`` shapes (CUDA-graph
 medians, ms): ours whole and stage by stage (``optimized.triton.gdn_chunked.stages``) with the output read out in
-the state pass and after it; the state pass alone at other V-tiles, warps and pipeline stages; each prep kernel
-at 4 and 8 warps; another version of the module (``--baseline PATH``, e.g. an older ``gdn_chunked.py``) whole and
-by stage; FLA's ``chunk_gated_delta_rule`` in a CUDA graph and launched eagerly. Before timing, each
-configuration's output and pool are compared with the baseline's (max |diff| over max |x|; the same rounding
-points give differences of a few bf16 ulps from the fp32 sums' order only). Each step catches its failure,
-prints it whole and goes on. Writes ``gdn_chunked_variants.json``; the table is printed last:
+the state pass and after it; the state pass alone at other V-tiles, warps and pipeline stages, each prep kernel
+at 4 and 8 warps, and the fastest of them together (at the bf16 pools' shapes unless ``--sweep``); another
+version of the module (``--baseline PATH``, e.g. an older ``gdn_chunked.py``) whole and by stage; FLA's
+``chunk_gated_delta_rule`` in a CUDA graph and launched eagerly. Before timing, each configuration's output and
+pool are compared with the baseline's (max |diff| over max |x|; the same rounding points give differences of a
+few bf16 ulps from the fp32 sums' order only). Each step catches its failure, prints it whole and goes on.
+Writes ``gdn_chunked_variants.json``; the table is printed last:
 
-    python -m bench.probes.gdn_chunked_variants --out DIR [--baseline PATH] [--shapes LABEL ...]   (on a GPU)
+    python -m bench.probes.gdn_chunked_variants --out DIR [--baseline PATH] [--shapes LABEL ...] [--sweep TEXT]
 """
 from __future__ import annotations
 
@@ -75,8 +76,9 @@ def _step(rows: list, label: str, name: str, what):
     return value
 
 
-def shape_rows(label: str, shape: dict, baseline, rows: list) -> None:
-    """Append the rows of one shape to ``rows`` as they are measured."""
+def shape_rows(label: str, shape: dict, baseline, rows: list, sweep: bool) -> None:
+    """Append the rows of one shape to ``rows`` as they are measured; the prep kernels' and the state pass's
+    configurations where ``sweep``."""
     from bench import registry
     from bench.gdn_gpu import CHUNKED_BENCH, chunked_inputs
     from optimized.triton import gdn_chunked
@@ -110,30 +112,52 @@ def shape_rows(label: str, shape: dict, baseline, rows: list) -> None:
                 _step(rows, label, f"{tag} {stage}", lambda: _ms(launch))
         except Exception:
             print(f"{label} {tag}: FAILED\n{traceback.format_exc()}", flush=True)
-    def prep_ms(prep, warps):
+    if not sweep:
+        return
+
+    def stage_ms(stage, **config):
+        """The stage alone under ``config``, after its output and pool were compared with the baseline's."""
         pool = pool0.clone()
-        out, _, launches = _staged(gdn_chunked, x, pool, prep=prep, prep_warps=warps)
+        out, _, launches = _staged(gdn_chunked, x, pool, **config)
         if ref is not None:
             d = max(float(_diff(out, ref[0])), float(_diff(pool, ref[1])))
             if not d < 1e-2:
                 raise ValueError(f"o or pool differs from the baseline's by {d:.2e} of its largest value")
-        return _ms(launches["prep"])
+        return _ms(launches[stage])
+
+    preps = {}
     for prep in gdn_chunked.PREP_KERNELS:
         for warps in (4, 8):
-            _step(rows, label, f"prep {prep} w{warps}", lambda: prep_ms(prep, warps))
+            preps[(prep, warps)] = _step(rows, label, f"prep {prep} w{warps}",
+                                         lambda: stage_ms("prep", prep=prep, prep_warps=warps))
+    states = {}
     for readout, bv, warps, stages in STATE_CONFIGS:
-        name = f"state readout={int(readout)} bv{bv} w{warps} s{stages}"
+        states[(readout, bv, warps, stages)] = _step(
+            rows, label, f"state readout={int(readout)} bv{bv} w{warps} s{stages}",
+            lambda: stage_ms("state", readout=readout, state_block_v=bv, state_warps=warps, state_stages=stages))
+    # the fastest prep and, per readout mode, the fastest state pass (the defaults among them), run together
+    timed = {k: v for k, v in preps.items() if not isinstance(v, str)}
+    if not timed:
+        return
+    prep, prep_warps = min(timed, key=timed.get)
+    for readout in (True, False):
+        own = {k: v for k, v in states.items() if k[0] == readout and not isinstance(v, str)}
+        default = next((r for l_, n, r in rows[::-1] if l_ == label and n == ("ours state" if readout ==
+                        gdn_chunked.READOUT else f"ours readout={readout} state")), None)
+        if isinstance(default, float):
+            own[(readout, gdn_chunked.STATE_BV, gdn_chunked.WARPS, gdn_chunked.STATE_STAGES)] = default
+        if not own:
+            continue
+        _, bv, warps, stages = min(own, key=own.get)
+        config = dict(readout=readout, prep=prep, prep_warps=prep_warps, state_block_v=bv, state_warps=warps,
+                      state_stages=stages)
 
-        def state_ms():
+        def best_ms():
             pool = pool0.clone()
-            out, _, launches = _staged(gdn_chunked, x, pool, readout=readout, state_block_v=bv, state_warps=warps,
-                                       state_stages=stages)
-            if ref is not None:
-                d = max(float(_diff(out, ref[0])), float(_diff(pool, ref[1])))
-                if not d < 1e-2:
-                    raise ValueError(f"o or pool differs from the baseline's by {d:.2e} of its largest value")
-            return _ms(launches["state"])
-        _step(rows, label, name, state_ms)
+            out, whole, _ = _staged(gdn_chunked, x, pool, **config)
+            return _ms(whole)
+        _step(rows, label, f"best readout={int(readout)}: prep {prep} w{prep_warps}, state bv{bv} w{warps} "
+                           f"s{stages}", best_ms)
 
 
 class _Stopped(BaseException):
@@ -152,6 +176,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--baseline", help="another gdn_chunked.py timed and compared beside this one")
     ap.add_argument("--shapes", nargs="*", default=list(SHAPES), help="shape labels of gdn/chunked-gpu")
+    ap.add_argument("--sweep", default="state=bfloat16",
+                    help="time the prep and state configurations at the shapes whose label holds this text")
     args = ap.parse_args(argv)
     registry.load()
     shapes = registry.benches()[CHUNKED_BENCH].shapes
@@ -168,7 +194,7 @@ def main(argv=None) -> int:
     try:
         for label in args.shapes:
             try:
-                shape_rows(label, shapes[label], baseline, rows)
+                shape_rows(label, shapes[label], baseline, rows, sweep=args.sweep in label)
             except Exception:
                 print(f"{label}: FAILED\n{traceback.format_exc()}", flush=True)
             (out / "gdn_chunked_variants.json").write_text(json.dumps(rows, indent=1) + "\n")
