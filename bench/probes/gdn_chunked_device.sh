@@ -12,7 +12,7 @@ WHEELS=${3:-}
 export PYTHONPATH=$PWD
 mkdir -p "$OUT"
 if [ -n "$WHEELS" ]; then
-  timeout 90 python3 -m pip install -q --no-index --find-links "$WHEELS" fla-core einops regex psutil pyzmq 2>&1 \
+  timeout 40 python3 -m pip install -q --no-index --find-links "$WHEELS" fla-core einops regex psutil pyzmq 2>&1 \
     | tail -5 || echo "pip install failed"
 fi
 echo "== 1. ci chunked cells on triton-gdn"

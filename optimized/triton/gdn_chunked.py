@@ -5,11 +5,14 @@ Packed sequences (``cu_seqlens``), each starting from its pool slot ``state_indi
 no slot read or written, its output rows zero); chunks start at 0, 64, 128 ... of each sequence. Three
 kernels; what passes between them goes through global memory (``stage_bytes`` counts it):
 
-1. ``_prep_kernel``, one program per (chunk, value head), in 16-row blocks: G = the chunk-local cumsum of
-   g (fp32, stored [T, HV]); the strictly lower A = bf16(-beta_i (k_i . k_j) exp(G_i - G_j)); its inverse
-   T = bf16((I - A)^-1) from the diagonal blocks' inverses (fp32 products of (I + A^(2^i))) and fp32 block
-   products below them, kept in registers; W = bf16(T @ bf16(beta exp(G) k)), U = bf16(T @ bf16(beta v))
-   and the state increment's operand bf16(k exp(G_last - G)) (bf16 [T, HV, K], [T, HV, V], [T, HV, K]).
+1. ``_prep_tiles_kernel``, one program per (chunk, value head): G = the chunk-local cumsum of g (fp32,
+   stored [T, HV]); the strictly lower A = bf16(-beta_i (k_i . k_j) exp(G_i - G_j)) (one [64, 64] dot); its
+   inverse T = bf16((I - A)^-1) from the 16-row diagonal blocks' inverses (fp32 products of (I + A^(2^i)))
+   and fp32 block products below them (the blocks split from A and joined into T in registers); W =
+   bf16(T @ bf16(beta exp(G) k)), U = bf16(T @ bf16(beta v)) and the state increment's operand
+   bf16(k exp(G_last - G)) (bf16 [T, HV, K], [T, HV, V], [T, HV, K]). ``stages(..., prep="blocks")`` runs
+   ``_prep_kernel`` instead, which computes the same in 16-row blocks throughout (A's blocks, W and U summed
+   over T's 16-column blocks).
 2. ``_readout_kernel``, per (chunk, value head): the output's state-free operands bf16(q exp(G)) and
    bf16(tril(q k^T exp(G_i - G_j))) (bf16 [T, HV, K] and [T, HV, 64]).
 3. ``_state_kernel``, per (sequence, value head, V-tile), serial over the sequence's chunks (the next
@@ -25,7 +28,7 @@ head), which computes both readout operands itself from h (bf16 [chunks, HV, K, 
 
 q and k are l2-normalised in fp32 (eps added to the sum of squares), q times ``scale``, then rounded to
 bf16, in every kernel that reads them. Every product is a dot of bf16 operands accumulated in fp32 (the
-solve's: fp32 operands, IEEE; W and U summed over T's 16-column blocks); every other operation is fp32.
+solve's: fp32 operands, IEEE); every other operation is fp32.
 These are the rounding points of the family's ``bf16-operands`` model, for any activation dtype (float16
 and float32 activations are rounded to bf16 where it rounds), in both readout modes. The chunk grids of
 the chunk-parallel kernels run over a table of every chunk of every sequence (a binary search of the
@@ -50,8 +53,8 @@ SUB = 16                       # rows of the solve's blocks
 STATE_BV = 32                  # V-tile of the state pass
 STATE_STAGES = 2               # its software-pipeline stages (the next chunk's loads in flight)
 WARPS = 4
-PREP_WARPS = 8                 # the prep kernel's (fewer spill its 16-row blocks' registers)
-PREP = "blocks"                # the prep kernel: its products in 16-row blocks, or over the whole chunk ("tiles")
+PREP_WARPS = 8                 # the prep kernel's (at 4, both spill registers)
+PREP = "tiles"                 # the prep kernel: its products over the whole chunk, or in 16-row blocks ("blocks")
 READOUT = True                 # the state pass writes the output (h and v_new never go to memory)
 
 
@@ -255,7 +258,7 @@ def _readout_operands(q_ptr, k_ptr, G_ptr, t0, r, valid, sq_t, sq_h, sk_t, sk_h,
 def _prep_kernel(k_ptr, v_ptr, g_ptr, beta_ptr, cu_ptr, chunk_cu_ptr, idx_ptr, G_ptr, W_ptr, U_ptr, Kd_ptr, N, sk_t,
                  sk_h, sv_t, sv_h, sg_t, sb_t, sG_t, sW_t, sU_t, eps, H, HV, K: tl.constexpr, V: tl.constexpr,
                  BK: tl.constexpr, BV: tl.constexpr, L2NORM: tl.constexpr, BITS: tl.constexpr):
-    """Step 1 (module docstring) for chunk program_id(0), value head program_id(1)."""
+    """Step 1 (module docstring) in 16-row blocks, for chunk program_id(0), value head program_id(1)."""
     c = tl.program_id(0)
     hv = tl.program_id(1)
     n, t0, length, j = _chunk(c, chunk_cu_ptr, cu_ptr, N)
@@ -350,8 +353,8 @@ def _prep_tiles_kernel(k_ptr, v_ptr, g_ptr, beta_ptr, cu_ptr, chunk_cu_ptr, idx_
                        sk_t, sk_h, sv_t, sv_h, sg_t, sb_t, sG_t, sW_t, sU_t, eps, H, HV, K: tl.constexpr,
                        V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, L2NORM: tl.constexpr,
                        BITS: tl.constexpr):
-    """Step 1 (module docstring) for chunk program_id(0), value head program_id(1), its products over the whole
-    chunk (A, W, U: one dot each), only the solve in 16-row blocks."""
+    """Step 1 (module docstring) for chunk program_id(0), value head program_id(1): A, W, U one dot each over
+    the whole chunk, only the solve in 16-row blocks."""
     c = tl.program_id(0)
     hv = tl.program_id(1)
     n, t0, length, j = _chunk(c, chunk_cu_ptr, cu_ptr, N)
