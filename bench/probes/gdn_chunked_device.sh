@@ -12,11 +12,11 @@ WHEELS=${3:-}
 export PYTHONPATH=$PWD
 mkdir -p "$OUT"
 if [ -n "$WHEELS" ]; then
-  timeout 40 python3 -m pip install -q --no-index --find-links "$WHEELS" fla-core einops regex psutil pyzmq 2>&1 \
+  timeout 30 python3 -m pip install -q --no-index --find-links "$WHEELS" fla-core einops regex psutil pyzmq 2>&1 \
     | tail -5 || echo "pip install failed"
 fi
 echo "== 1. ci chunked cells on triton-gdn"
-timeout 75 python3 -m kernel_lab conform --tier ci --family gdn --op chunked --backend triton-gdn --jobs 6 \
+timeout 65 python3 -m kernel_lab conform --tier ci --family gdn --op chunked --backend triton-gdn --jobs 6 \
   --out "$OUT/ci" 2>&1 | tail -6 || echo "conform stopped or failed (rc ${PIPESTATUS[0]})"
 python3 - "$OUT/ci/cells.jsonl" <<'EOF' || echo "no records to read"
 import json, sys
@@ -28,11 +28,11 @@ for r in bad:
 EOF
 echo "== 2. CUDA-graph replay"
 if python3 -c "import pytest" 2>/dev/null; then
-  timeout 40 python3 -m pytest -q -p no:cacheprovider tests/unit/test_triton_gdn_chunked_gpu.py 2>&1 | tail -15 \
+  timeout 30 python3 -m pytest -q -p no:cacheprovider tests/unit/test_triton_gdn_chunked_gpu.py 2>&1 | tail -15 \
     || echo "pytest stopped or failed"
 else
   echo "pytest is not installed: skipped"
 fi
 echo "== 3. timings"
-timeout -s TERM 150 python3 -m bench.probes.gdn_chunked_variants --out "$OUT" ${BASELINE:+--baseline "$BASELINE"} 2>&1 \
+timeout -s TERM 140 python3 -m bench.probes.gdn_chunked_variants --out "$OUT" ${BASELINE:+--baseline "$BASELINE"} 2>&1 \
   || echo "the timing probe stopped or failed"
