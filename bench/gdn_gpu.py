@@ -32,7 +32,7 @@ torch has no read-once-write-T copy: its broadcast copy reads the source T times
 
 ``gdn/chunked-gpu``: chunked prefill, the same heads, bf16 activations, one 8192-token sequence or 4 x 2048
 (``T=8192,state=<dtype>``, ``varlen=4x2048,state=<dtype>``), the pool in float32, bfloat16 or float16. Ours is
-``optimized.triton.gdn_chunked.chunked`` (packed through ``cu_seqlens``; its cost adds the bytes its four stages
+``optimized.triton.gdn_chunked.chunked`` (packed through ``cu_seqlens``; its cost adds the bytes its stages
 pass through memory, ``gdn_chunked.stage_bytes``); peers ``fla`` and ``vllm-gdn`` (``chunk_gated_delta_rule``,
 ``bench/peers``), as CUDA-graph replays, and ``fla-eager``, ``vllm-gdn-eager``, the same calls launched eagerly;
 ceilings ``gpu-copy`` / ``gpu-copy-eager`` over the op's bytes (``cost.chunked``) and ``gpu-matmul-bf16`` (the
@@ -243,7 +243,7 @@ def chunked_inputs(shape: dict) -> dict:
 
 
 def chunked_ours(shape, inputs):
-    """``Impl.prepare`` of our chunked prefill: the launcher's four kernels (checks outside the captured call)."""
+    """``Impl.prepare`` of our chunked prefill: the launcher's kernels (checks outside the captured call)."""
     import torch
 
     from optimized.triton.gdn_chunked import chunked

@@ -26,6 +26,8 @@ that does its work only when run, writing the file kept in the ledger under ledg
 - ``gdn_decode_configs``: the GPU GDN decode's tiles -> ``gdn_decode_gpu_configs.json``;
 - ``gdn_decode_plans``: the C++ decode plans beside the in-place stream -> ``gdn_cpu_decode_plans.json``;
 - ``gdn_chunked_stages``: the GPU chunked prefill and each of its stages alone -> ``gdn_chunked_gpu.json``;
+- ``gdn_chunked_variants``: its configurations, another version of the module and FLA side by side ->
+  ``gdn_chunked_variants.json``;
 - ``executor_overhead``: the ray executor against the local pool -> ``executor_overhead.json``.
 
 Run from the repository root, e.g. ``python -m bench.probes.decode_parts --out DIR``.

@@ -1,6 +1,6 @@
 """The registry's ``gdn/chunked-gpu`` bench (ours, FLA and vLLM in CUDA graphs and eager, the copy and matmul
-ceilings) with each of our four stages (``optimized.triton.gdn_chunked.stages``: solve, wu, state, output; the state
-pass also at other V-tiles and warps) timed alone beside it, in the same run; the stages are registered for this
+ceilings) with each of our stages (``optimized.triton.gdn_chunked.stages``: prep, readout, state; the state pass
+also at other V-tiles and warps) timed alone beside it, in the same run; the stages are registered for this
 run only. Writes ``gdn_chunked_gpu.json`` (perf-JSON records, the commit and date given) and prints, per shape,
 ms, % of the bf16 matmul peak, % of copy (the copy's time over the row's) and ours / FLA:
 
@@ -14,9 +14,9 @@ import json
 import sys
 from pathlib import Path
 
-STAGES = ("solve", "wu", "state", "output")
+STAGES = ("prep", "readout", "state")
 # other (V-tile, warps) of the state pass, timed alone beside the default
-STATE_CONFIGS = ((16, 2), (64, 4), (32, 2))
+STATE_CONFIGS = ((16, 4), (64, 8), (32, 8))
 
 
 def _stage(name: str, **config):

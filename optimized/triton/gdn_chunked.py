@@ -2,32 +2,39 @@
 GPUs, and for the CPU through ``TRITON_INTERPRET=1``.
 
 Packed sequences (``cu_seqlens``), each starting from its pool slot ``state_indices[n]`` (-1: padding:
-no slot read or written, its output rows zero); chunks start at 0, 64, 128 ... of each sequence. Four
-kernels, the stages of FLA's chunk form; what passes between them goes through global memory
-(``STAGE_BYTES`` counts it):
+no slot read or written, its output rows zero); chunks start at 0, 64, 128 ... of each sequence. Three
+kernels; what passes between them goes through global memory (``stage_bytes`` counts it):
 
-1. ``_solve_kernel``, one program per (chunk, value head): G = the chunk-local cumsum of g (fp32),
-   the strictly lower A = bf16(-beta_i (k_i . k_j) exp(G_i - G_j)) in 16-row blocks, its inverse
-   T = bf16((I - A)^-1) from the diagonal blocks' inverses (fp32 products of (I + A^(2^i))) and fp32 block
-   products below them. Writes G (fp32 [T, HV]) and T (bf16 [T, HV, 64]).
-2. ``_wu_kernel``, per (chunk, value head): W = bf16(T @ bf16(beta exp(G) k)), U = bf16(T @ bf16(beta v))
-   (bf16 [T, HV, K] and [T, HV, V]).
-3. ``_state_kernel``, per (sequence, value head, V-tile), serial over the sequence's chunks: the carried
-   fp32 state S; per chunk h = bf16(S) (stored, bf16 [chunks, HV, K, V]), v_new = bf16(U - W @ h)
-   (stored, bf16 [T, HV, V]), S = exp(G_last) S + bf16(k exp(G_last - G))^T @ v_new; with a 16-bit
-   pool S is replaced by its stored value (nearest even) after every ``state_write_interval`` tokens
-   of the sequence; the final S stored into the pool in its dtype.
-4. ``_output_kernel``, per (chunk, value head): o = bf16(q exp(G)) @ h + bf16(tril(q k^T exp(G_i -
-   G_j))) @ v_new, stored in ``out``'s dtype (nearest even).
+1. ``_prep_tiles_kernel``, one program per (chunk, value head): G = the chunk-local cumsum of g (fp32,
+   stored [T, HV]); the strictly lower A = bf16(-beta_i (k_i . k_j) exp(G_i - G_j)) (one [64, 64] dot); its
+   inverse T = bf16((I - A)^-1) from the 16-row diagonal blocks' inverses (fp32 products of (I + A^(2^i)))
+   and fp32 block products below them (the blocks split from A and joined into T in registers); W =
+   bf16(T @ bf16(beta exp(G) k)), U = bf16(T @ bf16(beta v)) and the state increment's operand
+   bf16(k exp(G_last - G)) (bf16 [T, HV, K], [T, HV, V], [T, HV, K]). ``stages(..., prep="blocks")`` runs
+   ``_prep_kernel`` instead, which computes the same in 16-row blocks throughout (A's blocks, W and U summed
+   over T's 16-column blocks).
+2. ``_readout_kernel``, per (chunk, value head): the output's state-free operands bf16(q exp(G)) and
+   bf16(tril(q k^T exp(G_i - G_j))) (bf16 [T, HV, K] and [T, HV, 64]).
+3. ``_state_kernel``, per (sequence, value head, V-tile), serial over the sequence's chunks (the next
+   chunk's tiles loaded while one is computed): the carried fp32 state S; per chunk h = bf16(S),
+   v_new = bf16(U - W @ h), o = bf16(q exp(G)) @ h + bf16(tril(...)) @ v_new stored in ``out``'s dtype
+   (nearest even), S = exp(G_last) S + bf16(k exp(G_last - G))^T @ v_new; with a 16-bit pool S is replaced
+   by its stored value (nearest even) after every ``state_write_interval`` tokens of the sequence; the
+   final S stored into the pool in its dtype.
+
+``stages(..., readout=False)`` leaves the output to a fourth kernel, ``_output_kernel`` per (chunk, value
+head), which computes both readout operands itself from h (bf16 [chunks, HV, K, V]) and v_new (bf16
+[T, HV, V]) that the state pass then stores; the step 2 kernel is not run.
 
 q and k are l2-normalised in fp32 (eps added to the sum of squares), q times ``scale``, then rounded to
-bf16, in every stage that reads them (nothing stored in between). Every product is a dot of bf16
-operands accumulated in fp32 (the solve's: fp32 operands, IEEE); every other operation is fp32. These
-are the rounding points of the family's ``bf16-operands`` model, for any activation dtype (float16 and
-float32 activations are rounded to bf16 where it rounds). The chunk grids of stages 1, 2, 4 run over
-a table of every chunk of every sequence (a binary search of the chunk offsets), so short sequences
-of a varlen batch do not wait on the longest. The interpreter (whose bf16 arithmetic and fp32 -> bf16
-conversion are wrong) gets the same roundings through the bits, the operands held in fp32.
+bf16, in every kernel that reads them. Every product is a dot of bf16 operands accumulated in fp32 (the
+solve's: fp32 operands, IEEE); every other operation is fp32.
+These are the rounding points of the family's ``bf16-operands`` model, for any activation dtype (float16
+and float32 activations are rounded to bf16 where it rounds), in both readout modes. The chunk grids of
+the chunk-parallel kernels run over a table of every chunk of every sequence (a binary search of the
+chunk offsets), so short sequences of a varlen batch do not wait on the longest. The interpreter (whose
+bf16 arithmetic and fp32 -> bf16 conversion are wrong) gets the same roundings through the bits, the
+operands held in fp32.
 
 Inputs are checked before launch (``ValueError``/``TypeError`` naming the argument), as in
 ``gdn_recurrent``; checks that read values are skipped while a CUDA graph is captured.
@@ -44,7 +51,11 @@ from optimized.triton.tq_decode_launch import interpreting
 CHUNK = 64
 SUB = 16                       # rows of the solve's blocks
 STATE_BV = 32                  # V-tile of the state pass
+STATE_STAGES = 2               # its software-pipeline stages (the next chunk's loads in flight)
 WARPS = 4
+PREP_WARPS = 8                 # the prep kernel's (at 4, both spill registers)
+PREP = "tiles"                 # the prep kernel: its products over the whole chunk, or in 16-row blocks ("blocks")
+READOUT = True                 # the state pass writes the output (h and v_new never go to memory)
 
 
 def problem(*, K: int, V: int, state_dtype: str, act: str, H: int | None = None, HV: int | None = None,
@@ -53,11 +64,12 @@ def problem(*, K: int, V: int, state_dtype: str, act: str, H: int | None = None,
     return recurrent_problem(K=K, V=V, state_dtype=state_dtype, act=act, H=H, HV=HV, device=device)
 
 
-def stage_bytes(T: int, chunks: int, HV: int, K: int, V: int) -> int:
-    """Bytes the stages write and read back (each written once and read once): G (fp32), T, W, U,
-    v_new (bf16) per token, h (bf16) per chunk; U and v_new are read by every V-tile once."""
-    per_token = HV * (4 + 2 * CHUNK + 2 * K + 2 * V + 2 * V)
-    return 2 * (T * per_token + chunks * HV * K * V * 2)
+def stage_bytes(T: int, chunks: int, HV: int, K: int, V: int, readout: bool = READOUT) -> int:
+    """Bytes the stages write and read back (each written once and read once): G (fp32), W, U and the
+    state increment's k operand (bf16) per token and value head; with ``readout`` bf16(q exp(G)) and the
+    chunk's bf16 [64]-row of tril(q k^T) per token, otherwise v_new (bf16) per token and h (bf16) per chunk."""
+    per_token = HV * (4 + 2 * K + 2 * V + 2 * K + (2 * K + 2 * CHUNK if readout else 2 * V))
+    return 2 * (T * per_token + (0 if readout else chunks * HV * K * V * 2))
 
 
 # ---------------------------------------------------------------- helpers
@@ -151,44 +163,128 @@ def _inv_diag(a):
 
 
 @triton.jit
-def _store_block(t_ptr, x, t0, r0: tl.constexpr, c0: tl.constexpr, length, s_t, BITS: tl.constexpr):
-    """Block (r0, c0) of T: ``x`` rounded to bf16, the rows of the chunk's tokens."""
-    r = tl.arange(0, 16)
-    rows = r0 + r
-    ptrs = t_ptr + (t0 + rows)[:, None] * s_t + c0 + r[None, :]
-    tl.store(ptrs, _bf16(x, BITS).to(t_ptr.dtype.element_ty), mask=(rows < length)[:, None])
+def _store_rows(ptr, x, t0, rows, valid, s_t, col0, D: tl.constexpr, BD: tl.constexpr, BITS: tl.constexpr):
+    """Rows ``t0 + rows`` (where ``valid``), columns ``col0 + [0, D)`` of a bf16 [T, HV * D] buffer: ``x``
+    rounded to bf16 (nearest even)."""
+    d = tl.arange(0, BD)
+    tl.store(ptr + (t0 + rows)[:, None] * s_t + col0 + d[None, :], _rounded(x, ptr, BITS),
+             mask=valid[:, None] & (d < D)[None, :])
+
+
+@triton.jit
+def _at_last(G, rows, length):
+    """G at the chunk's last token (``rows == length - 1``), 0 when that row is not among ``rows``: a sum of
+    one value and zeros, exact."""
+    return tl.sum(tl.where(rows == length - 1, G, 0.0), axis=0)
+
+
+@triton.jit
+def _split4(y):
+    """The four slices of ``y [..., 2, 2]`` along its last two dims, indexed 2a + b."""
+    y0, y1 = tl.split(y)
+    y00, y10 = tl.split(y0)
+    y01, y11 = tl.split(y1)
+    return y00, y01, y10, y11
+
+
+@triton.jit
+def _join4(y0, y1, y2, y3):
+    """``_split4``'s inverse: ``[..., 2, 2]`` from the slices indexed 2a + b."""
+    return tl.join(tl.join(y0, y2), tl.join(y1, y3))
+
+
+@triton.jit
+def _column_blocks(x):
+    """The [16, 16] blocks on and below the diagonal of ``x [64, 64]`` (block (i, j) holds x[16 i + r, 16 j + c]),
+    column block by column block: (0, 0), (1, 0), (2, 0), (3, 0), (1, 1), (2, 1), (3, 1), (2, 2), (3, 2), (3, 3)."""
+    y = tl.reshape(tl.permute(tl.reshape(x, (4, 16, 4, 16)), (1, 3, 0, 2)), (16, 16, 2, 2, 2, 2))
+    c0, c1, c2, c3 = _split4(y)
+    b00, b10, b20, b30 = _split4(c0)
+    _0, b11, b21, b31 = _split4(c1)
+    _1, _2, b22, b32 = _split4(c2)
+    _3, _4, _5, b33 = _split4(c3)
+    return b00, b10, b20, b30, b11, b21, b31, b22, b32, b33
+
+
+@triton.jit
+def _from_blocks(b00, b10, b11, b20, b21, b22, b30, b31, b32, b33):
+    """The lower block triangle ``b_ij`` (i >= j) as a [64, 64] tensor, zeros above it."""
+    z = tl.zeros_like(b00)
+    y = _join4(_join4(b00, b10, b20, b30), _join4(z, b11, b21, b31), _join4(z, z, b22, b32), _join4(z, z, z, b33))
+    return tl.reshape(tl.permute(tl.reshape(y, (16, 16, 4, 4)), (2, 0, 3, 1)), (64, 64))
+
+
+@triton.jit
+def _unit_lower_inverse(A, BITS: tl.constexpr):
+    """bf16((I - A)^-1) of a strictly lower [64, 64] ``A`` (fp32) as a [64, 64] tensor: the 16-row blocks'
+    inverses by ``_inv_diag`` and the blocks below them X_ij = X_ii sum_{j <= m < i} A_im X_mj, IEEE fp32."""
+    A00, A10, A20, A30, A11, A21, A31, A22, A32, A33 = _column_blocks(A)
+    X00 = _inv_diag(A00)
+    X11 = _inv_diag(A11)
+    X22 = _inv_diag(A22)
+    X33 = _inv_diag(A33)
+    ieee: tl.constexpr = "ieee"
+    X10 = tl.dot(X11, tl.dot(A10, X00, input_precision=ieee), input_precision=ieee)
+    X21 = tl.dot(X22, tl.dot(A21, X11, input_precision=ieee), input_precision=ieee)
+    X20 = tl.dot(X22, tl.dot(A20, X00, input_precision=ieee) + tl.dot(A21, X10, input_precision=ieee),
+                 input_precision=ieee)
+    X32 = tl.dot(X33, tl.dot(A32, X22, input_precision=ieee), input_precision=ieee)
+    X31 = tl.dot(X33, tl.dot(A31, X11, input_precision=ieee) + tl.dot(A32, X21, input_precision=ieee),
+                 input_precision=ieee)
+    X30 = tl.dot(X33, tl.dot(A30, X00, input_precision=ieee) + tl.dot(A31, X10, input_precision=ieee) +
+                 tl.dot(A32, X20, input_precision=ieee), input_precision=ieee)
+    return _bf16(_from_blocks(X00, X10, X11, X20, X21, X22, X30, X31, X32, X33), BITS)
+
+
+@triton.jit
+def _readout_operands(q_ptr, k_ptr, G_ptr, t0, r, valid, sq_t, sq_h, sk_t, sk_h, sG_t, scale, eps, H, HV, hv,
+                      K: tl.constexpr, BK: tl.constexpr, L2NORM: tl.constexpr, BITS: tl.constexpr):
+    """The output's state-free operands of a chunk's rows ``t0 + r``: (bf16(q exp(G)) [64, BK],
+    bf16(tril(q k^T) exp(G_i - G_j)) [64, 64])."""
+    h = hv // (HV // H)
+    qs = _qk(q_ptr, t0, r, valid, sq_t, h, sq_h, K, BK, scale, eps, L2NORM, BITS)
+    ks = _qk(k_ptr, t0, r, valid, sk_t, h, sk_h, K, BK, 1.0, eps, L2NORM, BITS)
+    G = tl.load(G_ptr + (t0 + r) * sG_t + hv, mask=valid, other=0.0)
+    lower = r[:, None] >= r[None, :]
+    qkD = _bf16(tl.where(lower, _mm(qs, tl.trans(ks), BITS) *
+                         tl.exp(tl.where(lower, G[:, None] - G[None, :], 0.0)), 0.0), BITS)
+    qe = _bf16(qs.to(tl.float32) * tl.exp(G)[:, None], BITS)
+    return qe, qkD
 
 
 # ---------------------------------------------------------------- the kernels
 
 @triton.jit
-def _solve_kernel(k_ptr, g_ptr, beta_ptr, cu_ptr, chunk_cu_ptr, idx_ptr, G_ptr, T_ptr, N, sk_t, sk_h, sg_t, sb_t,
-                  sG_t, sT_t, eps, H, HV, K: tl.constexpr, BK: tl.constexpr,
-                  L2NORM: tl.constexpr, BITS: tl.constexpr):
-    """Stage 1 (module docstring) for chunk program_id(0), value head program_id(1)."""
+def _prep_kernel(k_ptr, v_ptr, g_ptr, beta_ptr, cu_ptr, chunk_cu_ptr, idx_ptr, G_ptr, W_ptr, U_ptr, Kd_ptr, N, sk_t,
+                 sk_h, sv_t, sv_h, sg_t, sb_t, sG_t, sW_t, sU_t, eps, H, HV, K: tl.constexpr, V: tl.constexpr,
+                 BK: tl.constexpr, BV: tl.constexpr, L2NORM: tl.constexpr, BITS: tl.constexpr):
+    """Step 1 (module docstring) in 16-row blocks, for chunk program_id(0), value head program_id(1)."""
     c = tl.program_id(0)
     hv = tl.program_id(1)
     n, t0, length, j = _chunk(c, chunk_cu_ptr, cu_ptr, N)
     if (length > 0) & (tl.load(idx_ptr + n) >= 0):
         h = hv // (HV // H)
         r = tl.arange(0, 16)
-        v0, v1, v2, v3 = r < length, 16 + r < length, 32 + r < length, 48 + r < length
+        r1, r2, r3 = 16 + r, 32 + r, 48 + r
+        v0, v1, v2, v3 = r < length, r1 < length, r2 < length, r3 < length
         k0 = _qk(k_ptr, t0, r, v0, sk_t, h, sk_h, K, BK, 1.0, eps, L2NORM, BITS)
-        k1 = _qk(k_ptr, t0, 16 + r, v1, sk_t, h, sk_h, K, BK, 1.0, eps, L2NORM, BITS)
-        k2 = _qk(k_ptr, t0, 32 + r, v2, sk_t, h, sk_h, K, BK, 1.0, eps, L2NORM, BITS)
-        k3 = _qk(k_ptr, t0, 48 + r, v3, sk_t, h, sk_h, K, BK, 1.0, eps, L2NORM, BITS)
+        k1 = _qk(k_ptr, t0, r1, v1, sk_t, h, sk_h, K, BK, 1.0, eps, L2NORM, BITS)
+        k2 = _qk(k_ptr, t0, r2, v2, sk_t, h, sk_h, K, BK, 1.0, eps, L2NORM, BITS)
+        k3 = _qk(k_ptr, t0, r3, v3, sk_t, h, sk_h, K, BK, 1.0, eps, L2NORM, BITS)
         g0, b0 = _gates(g_ptr, beta_ptr, t0, r, v0, sg_t, sb_t, hv)
-        g1, b1 = _gates(g_ptr, beta_ptr, t0, 16 + r, v1, sg_t, sb_t, hv)
-        g2, b2 = _gates(g_ptr, beta_ptr, t0, 32 + r, v2, sg_t, sb_t, hv)
-        g3, b3 = _gates(g_ptr, beta_ptr, t0, 48 + r, v3, sg_t, sb_t, hv)
+        g1, b1 = _gates(g_ptr, beta_ptr, t0, r1, v1, sg_t, sb_t, hv)
+        g2, b2 = _gates(g_ptr, beta_ptr, t0, r2, v2, sg_t, sb_t, hv)
+        g3, b3 = _gates(g_ptr, beta_ptr, t0, r3, v3, sg_t, sb_t, hv)
         G0 = tl.cumsum(g0, axis=0)
         G1 = tl.cumsum(g1, axis=0) + tl.sum(g0, axis=0)
         G2 = tl.cumsum(g2, axis=0) + (tl.sum(g0, axis=0) + tl.sum(g1, axis=0))
         G3 = tl.cumsum(g3, axis=0) + (tl.sum(g0, axis=0) + tl.sum(g1, axis=0) + tl.sum(g2, axis=0))
         tl.store(G_ptr + (t0 + r) * sG_t + hv, G0, mask=v0)
-        tl.store(G_ptr + (t0 + 16 + r) * sG_t + hv, G1, mask=v1)
-        tl.store(G_ptr + (t0 + 32 + r) * sG_t + hv, G2, mask=v2)
-        tl.store(G_ptr + (t0 + 48 + r) * sG_t + hv, G3, mask=v3)
+        tl.store(G_ptr + (t0 + r1) * sG_t + hv, G1, mask=v1)
+        tl.store(G_ptr + (t0 + r2) * sG_t + hv, G2, mask=v2)
+        tl.store(G_ptr + (t0 + r3) * sG_t + hv, G3, mask=v3)
+        G_last = _at_last(G0, r, length) + _at_last(G1, r1, length) + _at_last(G2, r2, length) + \
+            _at_last(G3, r3, length)
         X00 = _inv_diag(_a_block(k0, k0, b0, G0, G0, True, BITS))
         X11 = _inv_diag(_a_block(k1, k1, b1, G1, G1, True, BITS))
         X22 = _inv_diag(_a_block(k2, k2, b2, G2, G2, True, BITS))
@@ -210,29 +306,55 @@ def _solve_kernel(k_ptr, g_ptr, beta_ptr, cu_ptr, chunk_cu_ptr, idx_ptr, G_ptr, 
                      input_precision=ieee)
         X30 = tl.dot(X33, tl.dot(A30, X00, input_precision=ieee) + tl.dot(A31, X10, input_precision=ieee) +
                      tl.dot(A32, X20, input_precision=ieee), input_precision=ieee)
-        Tp = T_ptr + hv * 64
-        r16 = tl.arange(0, 16)
-        for bi in tl.static_range(4):            # the zero blocks above the diagonal
-            for bj in tl.static_range(bi + 1, 4):
-                tl.store(Tp + (t0 + bi * 16 + r16)[:, None] * sT_t + bj * 16 + r16[None, :],
-                         tl.zeros((16, 16), Tp.dtype.element_ty), mask=(bi * 16 + r16 < length)[:, None])
-        _store_block(Tp, X00, t0, 0, 0, length, sT_t, BITS)
-        _store_block(Tp, X10, t0, 16, 0, length, sT_t, BITS)
-        _store_block(Tp, X11, t0, 16, 16, length, sT_t, BITS)
-        _store_block(Tp, X20, t0, 32, 0, length, sT_t, BITS)
-        _store_block(Tp, X21, t0, 32, 16, length, sT_t, BITS)
-        _store_block(Tp, X22, t0, 32, 32, length, sT_t, BITS)
-        _store_block(Tp, X30, t0, 48, 0, length, sT_t, BITS)
-        _store_block(Tp, X31, t0, 48, 16, length, sT_t, BITS)
-        _store_block(Tp, X32, t0, 48, 32, length, sT_t, BITS)
-        _store_block(Tp, X33, t0, 48, 48, length, sT_t, BITS)
+        T00, T11, T22, T33 = _bf16(X00, BITS), _bf16(X11, BITS), _bf16(X22, BITS), _bf16(X33, BITS)
+        T10, T20, T21 = _bf16(X10, BITS), _bf16(X20, BITS), _bf16(X21, BITS)
+        T30, T31, T32 = _bf16(X30, BITS), _bf16(X31, BITS), _bf16(X32, BITS)
+        kf0, kf1, kf2, kf3 = k0.to(tl.float32), k1.to(tl.float32), k2.to(tl.float32), k3.to(tl.float32)
+        # W = bf16(T @ bf16(beta exp(G) k)), block row by block row
+        e0 = _bf16((b0 * tl.exp(G0))[:, None] * kf0, BITS)
+        e1 = _bf16((b1 * tl.exp(G1))[:, None] * kf1, BITS)
+        e2 = _bf16((b2 * tl.exp(G2))[:, None] * kf2, BITS)
+        e3 = _bf16((b3 * tl.exp(G3))[:, None] * kf3, BITS)
+        col = hv * K
+        _store_rows(W_ptr, _mm(T00, e0, BITS), t0, r, v0, sW_t, col, K, BK, BITS)
+        _store_rows(W_ptr, _mm(T10, e0, BITS) + _mm(T11, e1, BITS), t0, r1, v1, sW_t, col, K, BK, BITS)
+        _store_rows(W_ptr, _mm(T20, e0, BITS) + _mm(T21, e1, BITS) + _mm(T22, e2, BITS), t0, r2, v2, sW_t, col,
+                    K, BK, BITS)
+        _store_rows(W_ptr, _mm(T30, e0, BITS) + _mm(T31, e1, BITS) + _mm(T32, e2, BITS) + _mm(T33, e3, BITS),
+                    t0, r3, v3, sW_t, col, K, BK, BITS)
+        # the state increment's operand bf16(k exp(G_last - G))
+        _store_rows(Kd_ptr, kf0 * tl.exp(G_last - G0)[:, None], t0, r, v0, sW_t, col, K, BK, BITS)
+        _store_rows(Kd_ptr, kf1 * tl.exp(G_last - G1)[:, None], t0, r1, v1, sW_t, col, K, BK, BITS)
+        _store_rows(Kd_ptr, kf2 * tl.exp(G_last - G2)[:, None], t0, r2, v2, sW_t, col, K, BK, BITS)
+        _store_rows(Kd_ptr, kf3 * tl.exp(G_last - G3)[:, None], t0, r3, v3, sW_t, col, K, BK, BITS)
+        # U = bf16(T @ bf16(beta v))
+        vv = tl.arange(0, BV)
+        vm = (vv < V)[None, :]
+        vp = v_ptr + hv * sv_h + vv[None, :]
+        u0 = _bf16(b0[:, None] * tl.load(vp + (t0 + r)[:, None] * sv_t, mask=v0[:, None] & vm, other=0.0)
+                   .to(tl.float32), BITS)
+        u1 = _bf16(b1[:, None] * tl.load(vp + (t0 + r1)[:, None] * sv_t, mask=v1[:, None] & vm, other=0.0)
+                   .to(tl.float32), BITS)
+        u2 = _bf16(b2[:, None] * tl.load(vp + (t0 + r2)[:, None] * sv_t, mask=v2[:, None] & vm, other=0.0)
+                   .to(tl.float32), BITS)
+        u3 = _bf16(b3[:, None] * tl.load(vp + (t0 + r3)[:, None] * sv_t, mask=v3[:, None] & vm, other=0.0)
+                   .to(tl.float32), BITS)
+        col = hv * V
+        _store_rows(U_ptr, _mm(T00, u0, BITS), t0, r, v0, sU_t, col, V, BV, BITS)
+        _store_rows(U_ptr, _mm(T10, u0, BITS) + _mm(T11, u1, BITS), t0, r1, v1, sU_t, col, V, BV, BITS)
+        _store_rows(U_ptr, _mm(T20, u0, BITS) + _mm(T21, u1, BITS) + _mm(T22, u2, BITS), t0, r2, v2, sU_t, col,
+                    V, BV, BITS)
+        _store_rows(U_ptr, _mm(T30, u0, BITS) + _mm(T31, u1, BITS) + _mm(T32, u2, BITS) + _mm(T33, u3, BITS),
+                    t0, r3, v3, sU_t, col, V, BV, BITS)
 
 
 @triton.jit
-def _wu_kernel(k_ptr, v_ptr, beta_ptr, cu_ptr, chunk_cu_ptr, idx_ptr, G_ptr, T_ptr, W_ptr, U_ptr, N, sk_t, sk_h,
-               sv_t, sv_h, sb_t, sG_t, sT_t, sW_t, sU_t, eps, H, HV, K: tl.constexpr,
-               V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, L2NORM: tl.constexpr, BITS: tl.constexpr):
-    """Stage 2 (module docstring) for chunk program_id(0), value head program_id(1)."""
+def _prep_tiles_kernel(k_ptr, v_ptr, g_ptr, beta_ptr, cu_ptr, chunk_cu_ptr, idx_ptr, G_ptr, W_ptr, U_ptr, Kd_ptr, N,
+                       sk_t, sk_h, sv_t, sv_h, sg_t, sb_t, sG_t, sW_t, sU_t, eps, H, HV, K: tl.constexpr,
+                       V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, L2NORM: tl.constexpr,
+                       BITS: tl.constexpr):
+    """Step 1 (module docstring) for chunk program_id(0), value head program_id(1): A, W, U one dot each over
+    the whole chunk, only the solve in 16-row blocks."""
     c = tl.program_id(0)
     hv = tl.program_id(1)
     n, t0, length, j = _chunk(c, chunk_cu_ptr, cu_ptr, N)
@@ -240,69 +362,103 @@ def _wu_kernel(k_ptr, v_ptr, beta_ptr, cu_ptr, chunk_cu_ptr, idx_ptr, G_ptr, T_p
         h = hv // (HV // H)
         r = tl.arange(0, 64)
         valid = r < length
-        kk = tl.arange(0, BK)
+        ks = _qk(k_ptr, t0, r, valid, sk_t, h, sk_h, K, BK, 1.0, eps, L2NORM, BITS)
+        g, beta = _gates(g_ptr, beta_ptr, t0, r, valid, sg_t, sb_t, hv)
+        G = tl.cumsum(g, axis=0)
+        tl.store(G_ptr + (t0 + r) * sG_t + hv, G, mask=valid)
+        G_last = _at_last(G, r, length)
+        strict = r[:, None] > r[None, :]
+        A = tl.where(strict, -beta[:, None] * _mm(ks, tl.trans(ks), BITS) *
+                     tl.exp(tl.where(strict, G[:, None] - G[None, :], 0.0)), 0.0)
+        Tm = _unit_lower_inverse(_bf16(A, BITS).to(tl.float32), BITS)
+        kf = ks.to(tl.float32)
+        col = hv * K
+        _store_rows(W_ptr, _mm(Tm, _bf16((beta * tl.exp(G))[:, None] * kf, BITS), BITS), t0, r, valid, sW_t, col,
+                    K, BK, BITS)
+        _store_rows(Kd_ptr, kf * tl.exp(G_last - G)[:, None], t0, r, valid, sW_t, col, K, BK, BITS)
         vv = tl.arange(0, BV)
-        Tm = tl.load(T_ptr + (t0 + r)[:, None] * sT_t + hv * 64 + r[None, :], mask=valid[:, None], other=0.0)
-        if BITS:
-            Tm = Tm.to(tl.float32)
-        ks = _qk(k_ptr, t0, r, valid, sk_t, h, sk_h, K, BK, 1.0, eps, L2NORM, BITS).to(tl.float32)
-        G = tl.load(G_ptr + (t0 + r) * sG_t + hv, mask=valid, other=0.0)
-        beta = tl.load(beta_ptr + (t0 + r) * sb_t + hv, mask=valid, other=0.0).to(tl.float32)
-        v = tl.load(v_ptr + (t0 + r)[:, None] * sv_t + hv * sv_h + vv[None, :],
-                    mask=valid[:, None] & (vv < V)[None, :], other=0.0).to(tl.float32)
-        W = _mm(Tm, _bf16((beta * tl.exp(G))[:, None] * ks, BITS), BITS)
-        U = _mm(Tm, _bf16(beta[:, None] * v, BITS), BITS)
-        tl.store(W_ptr + (t0 + r)[:, None] * sW_t + hv * K + kk[None, :], _rounded(W, W_ptr, BITS),
-                 mask=valid[:, None] & (kk < K)[None, :])
-        tl.store(U_ptr + (t0 + r)[:, None] * sU_t + hv * V + vv[None, :], _rounded(U, U_ptr, BITS),
-                 mask=valid[:, None] & (vv < V)[None, :])
+        vs = tl.load(v_ptr + (t0 + r)[:, None] * sv_t + hv * sv_h + vv[None, :],
+                     mask=valid[:, None] & (vv < V)[None, :], other=0.0).to(tl.float32)
+        _store_rows(U_ptr, _mm(Tm, _bf16(beta[:, None] * vs, BITS), BITS), t0, r, valid, sU_t, hv * V, V, BV, BITS)
 
 
 @triton.jit
-def _state_kernel(k_ptr, cu_ptr, chunk_cu_ptr, idx_ptr, G_ptr, W_ptr, U_ptr, state_ptr, h_ptr, vn_ptr, sk_t, sk_h,
-                  sG_t, sW_t, sU_t, s_slot, interval, eps, H, HV, K: tl.constexpr,
-                  V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, L2NORM: tl.constexpr,
+def _readout_kernel(q_ptr, k_ptr, cu_ptr, chunk_cu_ptr, idx_ptr, G_ptr, qe_ptr, qkd_ptr, N, sq_t, sq_h, sk_t, sk_h,
+                    sG_t, sW_t, sD_t, scale, eps, H, HV, K: tl.constexpr, BK: tl.constexpr, L2NORM: tl.constexpr,
+                    BITS: tl.constexpr):
+    """Step 2 (module docstring) for chunk program_id(0), value head program_id(1)."""
+    c = tl.program_id(0)
+    hv = tl.program_id(1)
+    n, t0, length, j = _chunk(c, chunk_cu_ptr, cu_ptr, N)
+    if (length > 0) & (tl.load(idx_ptr + n) >= 0):
+        r = tl.arange(0, 64)
+        valid = r < length
+        qe, qkD = _readout_operands(q_ptr, k_ptr, G_ptr, t0, r, valid, sq_t, sq_h, sk_t, sk_h, sG_t, scale, eps,
+                                    H, HV, hv, K, BK, L2NORM, BITS)
+        _store_rows(qe_ptr, qe, t0, r, valid, sW_t, hv * K, K, BK, BITS)
+        _store_rows(qkd_ptr, qkD, t0, r, valid, sD_t, hv * 64, 64, 64, BITS)
+
+
+@triton.jit
+def _state_kernel(cu_ptr, chunk_cu_ptr, idx_ptr, G_ptr, W_ptr, U_ptr, Kd_ptr, state_ptr, h_ptr, vn_ptr, qe_ptr,
+                  qkd_ptr, o_ptr, sG_t, sW_t, sU_t, sD_t, so_t, so_h, s_slot, interval, HV, K: tl.constexpr,
+                  V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, READOUT: tl.constexpr, STAGES: tl.constexpr,
                   BITS: tl.constexpr):
-    """Stage 3 (module docstring) for sequence program_id(0), value head program_id(1), V-tile program_id(2)."""
+    """Step 3 (module docstring) for sequence program_id(0), value head program_id(1), V-tile program_id(2);
+    with READOUT the output too (a padding sequence's rows written as zeros), else h and v_new stored."""
     n = tl.program_id(0)
     hv = tl.program_id(1)
     vt = tl.program_id(2)
     slot = tl.load(idx_ptr + n).to(tl.int64)
+    bos = tl.load(cu_ptr + n).to(tl.int64)
+    length = tl.load(cu_ptr + n + 1).to(tl.int64) - bos
+    kk = tl.arange(0, BK)
+    vv = vt * BV + tl.arange(0, BV)
+    r = tl.arange(0, 64)
     if slot >= 0:
-        h = hv // (HV // H)
-        bos = tl.load(cu_ptr + n).to(tl.int64)
-        length = tl.load(cu_ptr + n + 1).to(tl.int64) - bos
         c0 = tl.load(chunk_cu_ptr + n).to(tl.int64)
-        kk = tl.arange(0, BK)
-        vv = vt * BV + tl.arange(0, BV)
-        r = tl.arange(0, 64)
         m2 = (kk < K)[:, None] & (vv < V)[None, :]
         tile = hv * (K * V) + kk[:, None] * V + vv[None, :]
         S = tl.load(state_ptr + slot * s_slot + tile, mask=m2, other=0.0).to(tl.float32)
-        for j in range(0, tl.cdiv(length, 64)):
+        for j in tl.range(0, tl.cdiv(length, 64), num_stages=STAGES):
             t0 = bos + j * 64
             rows = tl.minimum(length - j * 64, 64)
             valid = r < rows
-            hs = _bf16(S, BITS)
-            tl.store(h_ptr + (c0 + j) * (HV * K * V) + tile, _rounded(hs, h_ptr, BITS), mask=m2)
-            W = tl.load(W_ptr + (t0 + r)[:, None] * sW_t + hv * K + kk[None, :],
-                        mask=valid[:, None] & (kk < K)[None, :], other=0.0)
-            U = tl.load(U_ptr + (t0 + r)[:, None] * sU_t + hv * V + vv[None, :],
-                        mask=valid[:, None] & (vv < V)[None, :], other=0.0).to(tl.float32)
+            vm = valid[:, None] & (vv < V)[None, :]
+            km = valid[:, None] & (kk < K)[None, :]
+            W = tl.load(W_ptr + (t0 + r)[:, None] * sW_t + hv * K + kk[None, :], mask=km, other=0.0)
+            Kd = tl.load(Kd_ptr + (t0 + r)[:, None] * sW_t + hv * K + kk[None, :], mask=km, other=0.0)
+            U = tl.load(U_ptr + (t0 + r)[:, None] * sU_t + hv * V + vv[None, :], mask=vm, other=0.0).to(tl.float32)
+            G_last = tl.load(G_ptr + (t0 + rows - 1) * sG_t + hv)
             if BITS:
                 W = W.to(tl.float32)
+                Kd = Kd.to(tl.float32)
+            hs = _bf16(S, BITS)
             vn = _bf16(U - _mm(W, hs, BITS), BITS)
-            tl.store(vn_ptr + (t0 + r)[:, None] * sU_t + hv * V + vv[None, :], _rounded(vn, vn_ptr, BITS),
-                     mask=valid[:, None] & (vv < V)[None, :])
-            G = tl.load(G_ptr + (t0 + r) * sG_t + hv, mask=valid, other=0.0)
-            G_last = tl.load(G_ptr + (t0 + rows - 1) * sG_t + hv)
-            ks = _qk(k_ptr, t0, r, valid, sk_t, h, sk_h, K, BK, 1.0, eps, L2NORM, BITS).to(tl.float32)
-            to_end = _bf16(ks * tl.exp(G_last - G)[:, None], BITS)
-            S = S * tl.exp(G_last) + _mm(tl.trans(to_end), vn, BITS)
+            if READOUT:
+                qe = tl.load(qe_ptr + (t0 + r)[:, None] * sW_t + hv * K + kk[None, :], mask=km, other=0.0)
+                qkd = tl.load(qkd_ptr + (t0 + r)[:, None] * sD_t + hv * 64 + r[None, :], mask=valid[:, None],
+                              other=0.0)
+                if BITS:
+                    qe = qe.to(tl.float32)
+                    qkd = qkd.to(tl.float32)
+                o = _mm(qe, hs, BITS) + _mm(qkd, vn, BITS)
+                tl.store(o_ptr + (t0 + r)[:, None] * so_t + hv * so_h + vv[None, :], _rounded(o, o_ptr, BITS),
+                         mask=vm)
+            else:
+                tl.store(h_ptr + (c0 + j) * (HV * K * V) + tile, _rounded(hs, h_ptr, BITS), mask=m2)
+                tl.store(vn_ptr + (t0 + r)[:, None] * sU_t + hv * V + vv[None, :], _rounded(vn, vn_ptr, BITS),
+                         mask=vm)
+            S = S * tl.exp(G_last) + _mm(tl.trans(Kd), vn, BITS)
             if state_ptr.dtype.element_ty != tl.float32:   # a select, not a branch: the loop stays pipelined
                 S = tl.where(((j * 64 + rows) % interval == 0) & (j * 64 + rows < length),
                              _rounded(S, state_ptr, BITS).to(tl.float32), S)
         tl.store(state_ptr + slot * s_slot + tile, _rounded(S, state_ptr, BITS), mask=m2)
+    elif READOUT:
+        for j in range(0, tl.cdiv(length, 64)):
+            vm = (r < length - j * 64)[:, None] & (vv < V)[None, :]
+            tl.store(o_ptr + (bos + j * 64 + r)[:, None] * so_t + hv * so_h + vv[None, :],
+                     _rounded(tl.zeros((64, BV), tl.float32), o_ptr, BITS), mask=vm)
 
 
 @triton.jit
@@ -310,8 +466,8 @@ def _output_kernel(q_ptr, k_ptr, cu_ptr, chunk_cu_ptr, idx_ptr, G_ptr, h_ptr, vn
                    sk_h, sG_t, sU_t, so_t, so_h, scale, eps, H, HV, K: tl.constexpr,
                    V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, L2NORM: tl.constexpr,
                    BITS: tl.constexpr):
-    """Stage 4 (module docstring) for chunk program_id(0), value head program_id(1), V-tile program_id(2);
-    a padding sequence's rows are written as zeros."""
+    """The output after the state pass (``readout=False``, module docstring) for chunk program_id(0), value head
+    program_id(1), V-tile program_id(2); a padding sequence's rows are written as zeros."""
     c = tl.program_id(0)
     hv = tl.program_id(1)
     vt = tl.program_id(2)
@@ -323,15 +479,9 @@ def _output_kernel(q_ptr, k_ptr, cu_ptr, chunk_cu_ptr, idx_ptr, G_ptr, h_ptr, vn
     optrs = o_ptr + (t0 + r)[:, None] * so_t + hv * so_h + vv[None, :]
     if length > 0:
         if tl.load(idx_ptr + n) >= 0:
-            h = hv // (HV // H)
             kk = tl.arange(0, BK)
-            qs = _qk(q_ptr, t0, r, valid, sq_t, h, sq_h, K, BK, scale, eps, L2NORM, BITS)
-            ks = _qk(k_ptr, t0, r, valid, sk_t, h, sk_h, K, BK, 1.0, eps, L2NORM, BITS)
-            G = tl.load(G_ptr + (t0 + r) * sG_t + hv, mask=valid, other=0.0)
-            lower = r[:, None] >= r[None, :]
-            qkD = _bf16(tl.where(lower, _mm(qs, tl.trans(ks), BITS) *
-                                 tl.exp(tl.where(lower, G[:, None] - G[None, :], 0.0)), 0.0), BITS)
-            qe = _bf16(qs.to(tl.float32) * tl.exp(G)[:, None], BITS)
+            qe, qkD = _readout_operands(q_ptr, k_ptr, G_ptr, t0, r, valid, sq_t, sq_h, sk_t, sk_h, sG_t, scale, eps,
+                                        H, HV, hv, K, BK, L2NORM, BITS)
             hs = tl.load(h_ptr + c.to(tl.int64) * (HV * K * V) + hv * (K * V) + kk[:, None] * V + vv[None, :],
                          mask=(kk < K)[:, None] & (vv < V)[None, :], other=0.0)
             vn = tl.load(vn_ptr + (t0 + r)[:, None] * sU_t + hv * V + vv[None, :], mask=om, other=0.0)
@@ -367,10 +517,12 @@ def chunked(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, u
 
 def stages(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, use_qk_l2norm=True,
            l2norm_eps=1e-6, chunk_size=CHUNK, state_write_interval=None, out=None, workspace=None,
-           state_block_v=STATE_BV, state_warps=WARPS):
-    """``chunked``'s checks and buffers: (out, [(stage name, launch)]), the four launches in order (each a
-    no-argument callable; a stage can be timed alone once those before it have run); the state pass's
-    V-tile (a power of two, at least 16) and warps."""
+           readout=READOUT, prep=PREP, state_block_v=STATE_BV, state_warps=WARPS, state_stages=STATE_STAGES,
+           prep_warps=PREP_WARPS):
+    """``chunked``'s checks and buffers: (out, [(stage name, launch)]), the launches in order (each a
+    no-argument callable; a stage can be timed alone once those before it have run): "prep", "state", and
+    "output" unless ``readout`` (the state pass writes the output). The state pass's V-tile (a power of two,
+    at least 16), warps and software-pipeline stages, and the prep kernel's warps are tunable."""
     import torch
 
     from reference.gdn.arguments import interval as check_interval
@@ -380,39 +532,53 @@ def stages(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, us
     every = check_interval(CHUNK if state_write_interval is None else state_write_interval, CHUNK)
     dev, (T, H, HV, K, V, N), cu, idx, scale, eps, out = _packed(
         q, k, v, g, beta, cu_seqlens, state, state_indices, scale, l2norm_eps, out, workspace)
+    if state_block_v not in (16, 32, 64, 128, 256) or state_warps not in (1, 2, 4, 8, 16) \
+            or prep_warps not in (1, 2, 4, 8, 16) or state_stages not in (1, 2, 3, 4):
+        raise ValueError(f"state_block_v, state_warps, prep_warps, state_stages: expected a power of two in "
+                         f"[16, 256], two in [1, 16] and one of 1-4, got {state_block_v!r}, {state_warps!r}, "
+                         f"{prep_warps!r}, {state_stages!r}")
     chunk_cu = torch.zeros(N + 1, dtype=torch.int32, device=dev)
     chunk_cu[1:] = torch.cumsum((cu[1:] - cu[:-1] + CHUNK - 1) // CHUNK, 0, dtype=torch.int32)
     bound = T // CHUNK + N                       # at least the chunks of any N sequences of T tokens
     BK, BV = _blocks(K, V)
     bits = interpreting()
+    readout = bool(readout)
     f32, bf16 = torch.float32, torch.bfloat16
     G = torch.empty((T, HV), dtype=f32, device=dev)
-    Tm = torch.empty((T, HV, CHUNK), dtype=bf16, device=dev)
     W = torch.empty((T, HV, K), dtype=bf16, device=dev)
+    Kd = torch.empty((T, HV, K), dtype=bf16, device=dev)
     U = torch.empty((T, HV, V), dtype=bf16, device=dev)
-    vn = torch.empty((T, HV, V), dtype=bf16, device=dev)
-    hs = torch.empty((bound, HV, K, V), dtype=bf16, device=dev)
+    if readout:     # the output's operands; h and v_new stay in the state pass's registers
+        qe = torch.empty((T, HV, K), dtype=bf16, device=dev)
+        qkd = torch.empty((T, HV, CHUNK), dtype=bf16, device=dev)
+        vn = hs = W                              # not read or written
+    else:
+        vn = torch.empty((T, HV, V), dtype=bf16, device=dev)
+        hs = torch.empty((bound, HV, K, V), dtype=bf16, device=dev)
+        qe = qkd = W                             # not read or written
     norm = bool(use_qk_l2norm)
-    if state_block_v not in (16, 32, 64, 128, 256) or state_warps not in (1, 2, 4, 8, 16):
-        raise ValueError(f"state_block_v, state_warps: expected a power of two in [16, 256] and one in [1, 16], "
-                         f"got {state_block_v!r}, {state_warps!r}")
     sbv = BV if bits else min(BV, state_block_v)
 
-    def solve():
-        _solve_kernel[(bound, HV)](k, g, beta, cu, chunk_cu, idx, G, Tm, N, k.stride(0), k.stride(1), g.stride(0),
-                                   beta.stride(0), G.stride(0), Tm.stride(0), eps, H, HV, K=K, BK=BK, L2NORM=norm,
-                                   BITS=bits, num_warps=WARPS)
+    if prep not in PREP_KERNELS:
+        raise ValueError(f"prep: expected one of {sorted(PREP_KERNELS)}, got {prep!r}")
+    prep_kernel = PREP_KERNELS[prep]
 
-    def wu():
-        _wu_kernel[(bound, HV)](k, v, beta, cu, chunk_cu, idx, G, Tm, W, U, N, k.stride(0), k.stride(1), v.stride(0),
-                                v.stride(1), beta.stride(0), G.stride(0), Tm.stride(0), W.stride(0), U.stride(0), eps,
-                                H, HV, K=K, V=V, BK=BK, BV=BV, L2NORM=norm, BITS=bits, num_warps=WARPS)
+    def prep_pass():
+        prep_kernel[(bound, HV)](
+            k, v, g, beta, cu, chunk_cu, idx, G, W, U, Kd, N, k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+            g.stride(0), beta.stride(0), G.stride(0), W.stride(0), U.stride(0), eps, H, HV, K=K, V=V, BK=BK, BV=BV,
+            L2NORM=norm, BITS=bits, num_warps=prep_warps)
+
+    def readout_operands():
+        _readout_kernel[(bound, HV)](
+            q, k, cu, chunk_cu, idx, G, qe, qkd, N, q.stride(0), q.stride(1), k.stride(0), k.stride(1), G.stride(0),
+            qe.stride(0), qkd.stride(0), scale, eps, H, HV, K=K, BK=BK, L2NORM=norm, BITS=bits, num_warps=WARPS)
 
     def state_pass():
         _state_kernel[(N, HV, triton.cdiv(V, sbv))](
-            k, cu, chunk_cu, idx, G, W, U, state, hs, vn, k.stride(0), k.stride(1), G.stride(0), W.stride(0),
-            U.stride(0), state.stride(0), every, eps, H, HV, K=K, V=V, BK=BK, BV=sbv, L2NORM=norm, BITS=bits,
-            num_warps=state_warps)
+            cu, chunk_cu, idx, G, W, U, Kd, state, hs, vn, qe, qkd, out, G.stride(0), W.stride(0), U.stride(0),
+            qkd.stride(0), out.stride(0), out.stride(1), state.stride(0), every, HV, K=K, V=V, BK=BK, BV=sbv,
+            READOUT=readout, STAGES=state_stages, BITS=bits, num_warps=state_warps)
 
     def output():
         _output_kernel[(bound, HV, 1)](
@@ -420,31 +586,41 @@ def stages(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, us
             G.stride(0), U.stride(0), out.stride(0), out.stride(1), scale, eps, H, HV, K=K, V=V, BK=BK, BV=BV,
             L2NORM=norm, BITS=bits, num_warps=WARPS)
 
-    return out, [("solve", solve), ("wu", wu), ("state", state_pass), ("output", output)]
+    if readout:
+        return out, [("prep", prep_pass), ("readout", readout_operands), ("state", state_pass)]
+    return out, [("prep", prep_pass), ("state", state_pass), ("output", output)]
 
 
+PREP_KERNELS = {"blocks": _prep_kernel, "tiles": _prep_tiles_kernel}
 ENTRY_POINTS = {"chunked": chunked}
 
 
 def compile_specs():
-    """The four stages at Qwen3-Next's heads (H=16, HV=32, K=V=128), bf16 activations and o, the state pass
-    for each state dtype (the other stages do not read the pool) (``compile_check``)."""
+    """The stages at Qwen3-Next's heads (H=16, HV=32, K=V=128), bf16 activations and o, with and without the
+    readout in the state pass, the state pass for each state dtype (the other stages do not read the pool)
+    (``compile_check``)."""
     from optimized.triton.compile_check import CompileSpec
 
     i32 = "i32"
     common = dict(cu_ptr="*i32", chunk_cu_ptr="*i32", idx_ptr="*i32", G_ptr="*fp32", N=i32, H=i32, HV=i32,
                   eps="fp32")
-    strides = {n: i32 for n in ("sk_t", "sk_h", "sg_t", "sb_t", "sG_t", "sT_t", "sv_t", "sv_h", "sW_t", "sU_t",
+    strides = {n: i32 for n in ("sk_t", "sk_h", "sg_t", "sb_t", "sG_t", "sD_t", "sv_t", "sv_h", "sW_t", "sU_t",
                                 "sq_t", "sq_h", "so_t", "so_h", "s_slot", "interval")}
-    act = dict(q_ptr="*bf16", k_ptr="*bf16", v_ptr="*bf16", g_ptr="*fp32", beta_ptr="*bf16", T_ptr="*bf16",
-               W_ptr="*bf16", U_ptr="*bf16", h_ptr="*bf16", vn_ptr="*bf16", o_ptr="*bf16", scale="fp32")
+    act = dict(q_ptr="*bf16", k_ptr="*bf16", v_ptr="*bf16", g_ptr="*fp32", beta_ptr="*bf16", W_ptr="*bf16",
+               U_ptr="*bf16", Kd_ptr="*bf16", qe_ptr="*bf16", qkd_ptr="*bf16", h_ptr="*bf16", vn_ptr="*bf16",
+               o_ptr="*bf16", scale="fp32")
     types = {**common, **strides, **act}
     BK, BV = _blocks(128, 128)
-    consts = dict(K=128, BK=BK, L2NORM=True, BITS=False)
-    out = [CompileSpec("gdn chunked solve", _solve_kernel, types, consts),
-           CompileSpec("gdn chunked w/u", _wu_kernel, types, dict(consts, V=128, BV=BV)),
-           CompileSpec("gdn chunked output", _output_kernel, types, dict(consts, V=128, BV=BV))]
-    for state in ("fp32", "bf16", "fp16"):
-        out.append(CompileSpec(f"gdn chunked state pass state={state}", _state_kernel,
-                               {**types, "state_ptr": f"*{state}"}, dict(consts, V=128, BV=STATE_BV)))
+    consts = dict(K=128, V=128, BK=BK, BV=BV, L2NORM=True, BITS=False)
+    out = [CompileSpec("gdn chunked output", _output_kernel, types, consts)]
+    out.append(CompileSpec("gdn chunked prep", _prep_kernel, types, consts, warps=PREP_WARPS))
+    out.append(CompileSpec("gdn chunked prep tiles", _prep_tiles_kernel, types, consts, warps=PREP_WARPS))
+    out.append(CompileSpec("gdn chunked readout operands", _readout_kernel, types,
+                           dict(K=128, BK=BK, L2NORM=True, BITS=False)))
+    for readout in (False, True):
+        for state in ("fp32", "bf16", "fp16"):
+            out.append(CompileSpec(f"gdn chunked state pass state={state} readout={readout}", _state_kernel,
+                                   {**types, "state_ptr": f"*{state}"},
+                                   dict(K=128, V=128, BK=BK, BV=STATE_BV, READOUT=readout, STAGES=STATE_STAGES,
+                                        BITS=False)))
     return out

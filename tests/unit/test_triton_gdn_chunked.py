@@ -6,9 +6,13 @@
   buffers of guard bytes, and nothing outside the views changes;
 - bad input is refused before launch by a ValueError/TypeError whose message starts with the argument's
   name, nothing written;
-- the four stages run one after another give what ``chunked`` gives.
+- each prep kernel, with the output read out in the state pass or after it, passes the check on a small cell;
+- the stages run one after another give what ``chunked`` gives, the output read out in the state pass or
+  after it.
 """
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 import pytest
@@ -100,17 +104,31 @@ def test_valid_calls_pass_the_family_check_and_write_only_their_views(data):
     assert stray.numel() == 0, f"{stray.numel()} bytes written around the pool (first at {stray[:5].tolist()})"
 
 
-def test_the_stages_one_by_one_give_what_chunked_gives():
+@pytest.mark.parametrize("prep", sorted(C.PREP_KERNELS))
+@pytest.mark.parametrize("readout", [True, False])
+def test_each_prep_kernel_and_readout_mode_passes_the_family_check(monkeypatch, prep, readout):
+    cell = make_cell("gdn", "chunked", state="bfloat16", H=1, HV=2, K=32, lens=(70, 5, 130), decay="weak",
+                     slots="padded", qk="unit", split=None, act="bfloat16")
+    x = gdn.make_inputs(cell)
+    monkeypatch.setattr(C, "stages", functools.partial(C.stages, prep=prep, readout=readout))
+    got = gdn.run_with(TritonGdnImpl("cpu"), cell, {**x, "state": x["state"].copy()})
+    verdict = gdn.check(cell, MODEL, x, got)
+    assert verdict.status == "pass", verdict.reason
+
+
+def test_the_stages_one_by_one_give_what_chunked_gives_with_and_without_the_readout_in_the_state_pass():
     x = gdn.make_inputs(make_cell("gdn", "chunked", state="bfloat16", H=1, HV=2, K=16, lens=(70, 5), decay="weak",
                                   slots="padded", qk="unit", split=None, act="bfloat16"))
     args = [_t(x[n]) for n in ("q", "k", "v", "g", "beta", "cu_seqlens")]
-    pools = [_t(x["state"]).clone(), _t(x["state"]).clone()]
+    pools = [_t(x["state"]).clone() for _ in range(3)]
     whole = C.chunked(*args, pools[0], _t(x["state_indices"]))
-    out, launches = C.stages(*args, pools[1], _t(x["state_indices"]))
-    assert [name for name, _ in launches] == ["solve", "wu", "state", "output"]
-    for _, launch in launches:
-        launch()
-    assert torch.equal(whole, out) and torch.equal(pools[0], pools[1])
+    for readout, pool, names in ((True, pools[1], ["prep", "readout", "state"]),
+                                 (False, pools[2], ["prep", "state", "output"])):
+        out, launches = C.stages(*args, pool, _t(x["state_indices"]), readout=readout)
+        assert [name for name, _ in launches] == names
+        for _, launch in launches:
+            launch()
+        assert torch.equal(whole, out) and torch.equal(pools[0], pool), readout
 
 
 # ---------------------------------------------------------------- bad input
@@ -188,6 +206,9 @@ def test_state_pass_configuration_is_checked_by_name():
 def test_problem_and_stage_bytes():
     assert C.problem(K=128, V=128, state_dtype="bfloat16", act="bfloat16", H=16, HV=32) is None
     assert C.problem(K=64, V=64, state_dtype="float64", act="bfloat16").startswith("state: dtype float64")
-    # G fp32, T, W, U and v_new bf16 per token and value head, h bf16 per chunk; written once and read once
-    assert C.stage_bytes(64, 1, 1, 16, 16) == 2 * (64 * (4 + 128 + 32 + 32 + 32) + 16 * 16 * 2)
-    assert np.isclose(C.stage_bytes(8192, 128, 32, 128, 128) / 1e6, 740.3, atol=0.1)
+    # G fp32, W, U, k exp(G_last - G) bf16 per token and value head; q exp(G) and a row of tril(q k^T) bf16, or
+    # v_new bf16 per token and h bf16 per chunk; written once and read once
+    assert C.stage_bytes(64, 1, 1, 16, 16, readout=True) == 2 * 64 * (4 + 32 + 32 + 32 + 32 + 128)
+    assert C.stage_bytes(64, 1, 1, 16, 16, readout=False) == 2 * (64 * (4 + 32 + 32 + 32 + 32) + 16 * 16 * 2)
+    assert np.isclose(C.stage_bytes(8192, 128, 32, 128, 128, readout=True) / 1e6, 606.1, atol=0.1)
+    assert np.isclose(C.stage_bytes(8192, 128, 32, 128, 128, readout=False) / 1e6, 807.4, atol=0.1)
