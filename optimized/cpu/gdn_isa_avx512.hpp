@@ -139,8 +139,9 @@ struct Avx512Isa {
     // per row, the update of `up` (UP) and then the reductions of `red` (RED), whose 2 NV
     // accumulators stay in registers (the loops over i are fully unrolled; from zero at j0 = 0, else
     // from red's sums); u is read from a stack copy each row. A 16-bit row is widened and narrowed
-    // in the same pass that streams it (load32 / store32). WIDE (one of UP, RED; NV = 4): the
-    // reduction stores its widened rows to red->wide, the update reads them from up->wide.
+    // in the same pass that streams it (load32 / store32). WIDE (w <= 16 NV <= the wide rows' ld): the
+    // reduction stores its widened rows to red->wide, the update reads them from up->wide (when
+    // both: the same rows, row r read by the update before the reduction stores it).
     template <DType SD, int NV, bool UP, bool RED, bool WIDE = false>
     static void stream_rows_n(const RowUpdate* up, const RowReduce* red, int64_t K, int64_t w, const void* next,
                               int64_t j0, int64_t j1) {
@@ -164,10 +165,10 @@ struct Avx512Isa {
             }
         }
         // The fields in locals: the compiler cannot tell that the stores leave *up unchanged.
-        static_assert(!WIDE || (NV * 16 == kDecodeBlock && UP != RED), "wide rows: one pass, kDecodeBlock columns");
         const void* us = UP ? up->src : nullptr;
         const float* uw = UP && WIDE ? up->wide : nullptr;
         float* rw = RED && WIDE ? red->wide : nullptr;
+        const int64_t uwl = UP && WIDE ? up->wide_ld : 0, rwl = RED && WIDE ? red->wide_ld : 0;
         void* ud = UP ? up->dst : nullptr;
         const int64_t uld = UP ? up->ld : 0, rld = RED ? red->ld : 0;
         const float* uk = UP ? up->k : nullptr;
@@ -178,45 +179,57 @@ struct Avx512Isa {
         const void* rs = RED ? red->src : nullptr;
         const float *rk = RED ? red->k : nullptr, *rq = RED ? red->q : nullptr;
         const __m512 av = _mm512_set1_ps(UP ? up->alpha : 0.0f);
-        const int64_t seg = walk_segment(K);
-        for (int64_t j = j0; j < j1; ++j) {
-            const Ahead ahead = ahead_of(RED ? rs : nullptr, RED ? next : nullptr, seg, j, rld * eb);
-            for (int s = 0; s < kRowStreams; ++s) {
-                const int64_t r = s * seg + j;
-                if (r >= K) break;
-                if constexpr (RED) prefetch_ahead(ahead, s, seg, K, rld * eb, w * eb);
-                if constexpr (UP) {
-                    const __m512 kr = _mm512_set1_ps(uk[r]);
+        // Row r: its update, then its reductions.
+        auto visit = [&](int64_t r) __attribute__((always_inline)) {
+            if constexpr (UP) {
+                const __m512 kr = _mm512_set1_ps(uk[r]);
 #pragma GCC unroll 4
-                    for (int i = 0; i < NV; i += 2) {
-                        __m512 s0, s1;
-                        if constexpr (WIDE) {
-                            s0 = _mm512_loadu_ps(uw + r * kDecodeBlock + 16 * i);
-                            s1 = _mm512_loadu_ps(uw + r * kDecodeBlock + 16 * i + 16);
-                        } else {
-                            load32<SD>(us, r * uld + 16 * i, m[i], m[i + 1], s0, s1);
-                        }
-                        const __m512 n0 = _mm512_fmadd_ps(av, s0, _mm512_mul_ps(kr, _mm512_load_ps(uu + 16 * i)));
-                        const __m512 n1 = _mm512_fmadd_ps(av, s1, _mm512_mul_ps(kr, _mm512_load_ps(uu + 16 * i + 16)));
-                        store32<SD>(ud, r * uld + 16 * i, m[i], m[i + 1], n0, n1);
+                for (int i = 0; i < NV; i += 2) {
+                    __m512 s0, s1;
+                    if constexpr (WIDE) {
+                        s0 = _mm512_loadu_ps(uw + r * uwl + 16 * i);
+                        s1 = _mm512_loadu_ps(uw + r * uwl + 16 * i + 16);
+                    } else {
+                        load32<SD>(us, r * uld + 16 * i, m[i], m[i + 1], s0, s1);
                     }
+                    const __m512 n0 = _mm512_fmadd_ps(av, s0, _mm512_mul_ps(kr, _mm512_load_ps(uu + 16 * i)));
+                    const __m512 n1 = _mm512_fmadd_ps(av, s1, _mm512_mul_ps(kr, _mm512_load_ps(uu + 16 * i + 16)));
+                    store32<SD>(ud, r * uld + 16 * i, m[i], m[i + 1], n0, n1);
                 }
-                if constexpr (RED) {
-                    const __m512 kr = _mm512_set1_ps(rk[r]), qr = _mm512_set1_ps(rq[r]);
+            }
+            if constexpr (RED) {
+                const __m512 kr = _mm512_set1_ps(rk[r]), qr = _mm512_set1_ps(rq[r]);
 #pragma GCC unroll 4
-                    for (int i = 0; i < NV; i += 2) {
-                        __m512 s0, s1;
-                        if constexpr (WIDE) load32<SD>(rs, r * rld + 16 * i, m[i], m[i + 1], s0, s1);
-                        else load32_any<SD>(rs, r * rld + 16 * i, m[i], m[i + 1], s0, s1);
-                        if constexpr (WIDE) {
-                            _mm512_storeu_ps(rw + r * kDecodeBlock + 16 * i, s0);
-                            _mm512_storeu_ps(rw + r * kDecodeBlock + 16 * i + 16, s1);
-                        }
-                        kv[i] = _mm512_fmadd_ps(s0, kr, kv[i]);
-                        kv[i + 1] = _mm512_fmadd_ps(s1, kr, kv[i + 1]);
-                        sq[i] = _mm512_fmadd_ps(s0, qr, sq[i]);
-                        sq[i + 1] = _mm512_fmadd_ps(s1, qr, sq[i + 1]);
+                for (int i = 0; i < NV; i += 2) {
+                    __m512 s0, s1;
+                    if constexpr (WIDE) load32<SD>(rs, r * rld + 16 * i, m[i], m[i + 1], s0, s1);
+                    else load32_any<SD>(rs, r * rld + 16 * i, m[i], m[i + 1], s0, s1);
+                    if constexpr (WIDE) {
+                        _mm512_storeu_ps(rw + r * rwl + 16 * i, s0);
+                        _mm512_storeu_ps(rw + r * rwl + 16 * i + 16, s1);
                     }
+                    kv[i] = _mm512_fmadd_ps(s0, kr, kv[i]);
+                    kv[i + 1] = _mm512_fmadd_ps(s1, kr, kv[i + 1]);
+                    sq[i] = _mm512_fmadd_ps(s0, qr, sq[i]);
+                    sq[i + 1] = _mm512_fmadd_ps(s1, qr, sq[i + 1]);
+                }
+            }
+        };
+        // Steps j < full visit a row in every segment: the unrolled loop below, without a bound check.
+        const int64_t seg = walk_segment(K), full = K - (kRowStreams - 1) * seg;
+        const int64_t pstride = rld * eb, pwidth = w * eb;
+        for (int64_t j = j0; j < j1; ++j) {
+            const Ahead ahead = ahead_of(RED ? rs : nullptr, RED ? next : nullptr, seg, j, pstride);
+            if (j < full) {
+#pragma GCC unroll 16
+                for (int s = 0; s < kRowStreams; ++s) {
+                    if constexpr (RED) prefetch_ahead(ahead, s, seg, K, pstride, pwidth);
+                    visit(s * seg + j);
+                }
+            } else {
+                for (int s = 0; s < kRowStreams && s * seg + j < K; ++s) {
+                    if constexpr (RED) prefetch_ahead(ahead, s, seg, K, pstride, pwidth);
+                    visit(s * seg + j);
                 }
             }
         }
@@ -235,19 +248,21 @@ struct Avx512Isa {
         }
     }
 
-    template <DType SD, int NV>
+    template <DType SD, int NV, bool WIDE = false>
     static void stream_rows_w(const RowUpdate* up, const RowReduce* red, int64_t K, int64_t w, const void* next,
                               int64_t j0, int64_t j1) {
-        if (up && red) stream_rows_n<SD, NV, true, true>(up, red, K, w, next, j0, j1);
-        else if (up) stream_rows_n<SD, NV, true, false>(up, red, K, w, next, j0, j1);
-        else stream_rows_n<SD, NV, false, true>(up, red, K, w, next, j0, j1);
+        if (up && red) stream_rows_n<SD, NV, true, true, WIDE>(up, red, K, w, next, j0, j1);
+        else if (up) stream_rows_n<SD, NV, true, false, WIDE>(up, red, K, w, next, j0, j1);
+        else stream_rows_n<SD, NV, false, true, WIDE>(up, red, K, w, next, j0, j1);
     }
 
     template <DType SD>
     static void stream_rows(const RowUpdate* up, const RowReduce* red, int64_t K, int64_t w, const void* next,
                             int64_t j0, int64_t j1) {
-        if (up && !red && up->wide) stream_rows_n<SD, 4, true, false, true>(up, red, K, w, next, j0, j1);
-        else if (red && !up && red->wide) stream_rows_n<SD, 4, false, true, true>(up, red, K, w, next, j0, j1);
+        const bool wide = (up && up->wide) || (red && red->wide);
+        if (wide && w <= 32) stream_rows_w<SD, 2, true>(up, red, K, w, next, j0, j1);
+        else if (wide) stream_rows_w<SD, 4, true>(up, red, K, w, next, j0, j1);
+        else if (w <= 32) stream_rows_w<SD, 2>(up, red, K, w, next, j0, j1);
         else if (w <= 64) stream_rows_w<SD, 4>(up, red, K, w, next, j0, j1);
         else stream_rows_w<SD, 8>(up, red, K, w, next, j0, j1);
     }

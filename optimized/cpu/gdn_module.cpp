@@ -274,7 +274,8 @@ DecodePlan parse_plan(const std::string& plan) {
     if (plan == "pipelined") return DecodePlan::Pipelined;
     if (plan == "blocked") return DecodePlan::Blocked;
     if (plan == "blocked-keep") return DecodePlan::BlockedKeep;
-    throw std::invalid_argument(("plan: expected 'pipelined', 'blocked' or 'blocked-keep', got '" + plan +
+    if (plan == "columns") return DecodePlan::Columns;
+    throw std::invalid_argument(("plan: expected 'pipelined', 'blocked', 'blocked-keep' or 'columns', got '" + plan +
                                  "'").c_str());
 }
 
