@@ -217,7 +217,7 @@ struct Avx512Isa {
         };
         // Steps j < full visit a row in every segment: the unrolled loop below, without a bound check.
         const int64_t seg = walk_segment(K), full = K - (kRowStreams - 1) * seg;
-        const int64_t pstride = rld * eb, pwidth = w * eb;
+        const int64_t pstride = rld * eb, pwidth = RED && red->prefetch_bytes ? std::max<int64_t>(0, red->prefetch_bytes) : w * eb;
         for (int64_t j = j0; j < j1; ++j) {
             const Ahead ahead = ahead_of(RED ? rs : nullptr, RED ? next : nullptr, seg, j, pstride);
             if (j < full) {

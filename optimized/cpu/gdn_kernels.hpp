@@ -126,6 +126,7 @@ struct RowReduce {  // kv[j] = sum_r src[r, j] k[r], sq[j] = sum_r src[r, j] q[r
     float *kv, *sq;
     float* wide = nullptr;  // non-null: src's rows are also stored there as fp32, wide_ld floats apart
     int64_t wide_ld = kDecodeBlock;
+    int64_t prefetch_bytes = 0;  // bytes of each row ahead prefetched (0: the block's own)
 };
 
 // sum x[i]^2 over n elements, on 16 partial sums so the reduction vectorises.
@@ -379,7 +380,7 @@ void decode_run_columns(void* ctx, int64_t run, int tid) {
         for (int64_t j0 = 0; j0 < A.V; j0 += kColumnBlock) {
             const int64_t w = std::min(kColumnBlock, A.V - j0);
             const bool last = j0 + w == A.V;
-            const RowReduce R{at(nx->src, j0), A.V, nx->k, nx->q, nx->kv + j0, nx->sq + j0, keep, kColumnBlock};
+            const RowReduce R{at(nx->src, j0), A.V, nx->k, nx->q, nx->kv + j0, nx->sq + j0, keep, kColumnBlock, j0 == 0 ? A.V * eb : -1};
             const void* then = !last ? at(nx->src, j0 + w) : after < end ? decode_state(A, after) : nullptr;
             RowUpdate U{};
             if (cur) U = update_of();
