@@ -66,7 +66,7 @@ except ImportError as exc:  # not built: every entry point says so
 ISAS = ("amx", "avx512", "scalar")
 # How decode walks the state (gdn_api.hpp, DecodePlan); every plan gives the same bits.
 # KERNEL_LAB_GDN_DECODE_PLAN picks one (the probe bench.probes.gdn_decode_plans times each).
-DECODE_PLANS = ("pipelined", "blocked", "blocked-keep", "columns")
+DECODE_PLANS = ("pipelined", "blocked", "blocked-keep")
 DEFAULT_DECODE_PLAN = "pipelined"
 _DTYPE_NAMES = ("float32", "bfloat16", "float16")
 

@@ -41,12 +41,8 @@ struct OpOptions {
 //   Blocked      per item and block of kDecodeBlock columns, a reduction pass and then the update
 //                pass over the block's rows (still in L1);
 //   BlockedKeep  Blocked; a 16-bit state's rows are kept widened to fp32 by the reduction pass
-//                and the update reads them from there (no second conversion);
-//   Columns      one pass updates block b of kColumnBlock columns (read in the pass before) and
-//                reduces the next block (of the same item or the next one); a 16-bit state's block
-//                is widened once, into fp32 rows in L1 that the update reads (one conversion per
-//                element each way).
-enum class DecodePlan : int { Pipelined = 0, Blocked = 1, BlockedKeep = 2, Columns = 3 };
+//                and the update reads them from there (no second conversion).
+enum class DecodePlan : int { Pipelined = 0, Blocked = 1, BlockedKeep = 2 };
 
 // Decode (one token per sequence, T == N) and spec decode (varlen, several tokens per sequence).
 struct DecodeArgs : OpOptions {
@@ -75,7 +71,6 @@ struct ChunkArgs : OpOptions {
 
 constexpr int kChunk = 64;
 constexpr int64_t kDecodeBlock = 64;  // columns per block of the Blocked decode plans
-constexpr int64_t kColumnBlock = 32;  // columns per block of the Columns decode plan (one line of a 16-bit row)
 
 // One ISA build of the kernels. Each is defined in its own translation unit.
 #define GDN_DECLARE_ISA(ns)                                              \

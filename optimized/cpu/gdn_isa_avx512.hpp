@@ -139,9 +139,8 @@ struct Avx512Isa {
     // per row, the update of `up` (UP) and then the reductions of `red` (RED), whose 2 NV
     // accumulators stay in registers (the loops over i are fully unrolled; from zero at j0 = 0, else
     // from red's sums); u is read from a stack copy each row. A 16-bit row is widened and narrowed
-    // in the same pass that streams it (load32 / store32). WIDE (w <= 16 NV <= the wide rows' ld): the
-    // reduction stores its widened rows to red->wide, the update reads them from up->wide (when
-    // both: the same rows, row r read by the update before the reduction stores it).
+    // in the same pass that streams it (load32 / store32). WIDE (one of UP, RED; NV = 4): the
+    // reduction stores its widened rows to red->wide, the update reads them from up->wide.
     template <DType SD, int NV, bool UP, bool RED, bool WIDE = false>
     static void stream_rows_n(const RowUpdate* up, const RowReduce* red, int64_t K, int64_t w, const void* next,
                               int64_t j0, int64_t j1) {
@@ -165,10 +164,10 @@ struct Avx512Isa {
             }
         }
         // The fields in locals: the compiler cannot tell that the stores leave *up unchanged.
+        static_assert(!WIDE || (NV * 16 == kDecodeBlock && UP != RED), "wide rows: one pass, kDecodeBlock columns");
         const void* us = UP ? up->src : nullptr;
         const float* uw = UP && WIDE ? up->wide : nullptr;
         float* rw = RED && WIDE ? red->wide : nullptr;
-        const int64_t uwl = UP && WIDE ? up->wide_ld : 0, rwl = RED && WIDE ? red->wide_ld : 0;
         void* ud = UP ? up->dst : nullptr;
         const int64_t uld = UP ? up->ld : 0, rld = RED ? red->ld : 0;
         const float* uk = UP ? up->k : nullptr;
@@ -187,8 +186,8 @@ struct Avx512Isa {
                 for (int i = 0; i < NV; i += 2) {
                     __m512 s0, s1;
                     if constexpr (WIDE) {
-                        s0 = _mm512_loadu_ps(uw + r * uwl + 16 * i);
-                        s1 = _mm512_loadu_ps(uw + r * uwl + 16 * i + 16);
+                        s0 = _mm512_loadu_ps(uw + r * kDecodeBlock + 16 * i);
+                        s1 = _mm512_loadu_ps(uw + r * kDecodeBlock + 16 * i + 16);
                     } else {
                         load32<SD>(us, r * uld + 16 * i, m[i], m[i + 1], s0, s1);
                     }
@@ -205,8 +204,8 @@ struct Avx512Isa {
                     if constexpr (WIDE) load32<SD>(rs, r * rld + 16 * i, m[i], m[i + 1], s0, s1);
                     else load32_any<SD>(rs, r * rld + 16 * i, m[i], m[i + 1], s0, s1);
                     if constexpr (WIDE) {
-                        _mm512_storeu_ps(rw + r * rwl + 16 * i, s0);
-                        _mm512_storeu_ps(rw + r * rwl + 16 * i + 16, s1);
+                        _mm512_storeu_ps(rw + r * kDecodeBlock + 16 * i, s0);
+                        _mm512_storeu_ps(rw + r * kDecodeBlock + 16 * i + 16, s1);
                     }
                     kv[i] = _mm512_fmadd_ps(s0, kr, kv[i]);
                     kv[i + 1] = _mm512_fmadd_ps(s1, kr, kv[i + 1]);
@@ -215,9 +214,9 @@ struct Avx512Isa {
                 }
             }
         };
-        // Steps j < full visit a row in every segment: the unrolled loop below, without a bound check.
+        // Steps j < full visit a row in every segment: those take the unrolled loop, without bound checks.
         const int64_t seg = walk_segment(K), full = K - (kRowStreams - 1) * seg;
-        const int64_t pstride = rld * eb, pwidth = RED && red->prefetch_bytes ? std::max<int64_t>(0, red->prefetch_bytes) : w * eb;
+        const int64_t pstride = rld * eb, pwidth = w * eb;
         for (int64_t j = j0; j < j1; ++j) {
             const Ahead ahead = ahead_of(RED ? rs : nullptr, RED ? next : nullptr, seg, j, pstride);
             if (j < full) {
@@ -248,21 +247,19 @@ struct Avx512Isa {
         }
     }
 
-    template <DType SD, int NV, bool WIDE = false>
+    template <DType SD, int NV>
     static void stream_rows_w(const RowUpdate* up, const RowReduce* red, int64_t K, int64_t w, const void* next,
                               int64_t j0, int64_t j1) {
-        if (up && red) stream_rows_n<SD, NV, true, true, WIDE>(up, red, K, w, next, j0, j1);
-        else if (up) stream_rows_n<SD, NV, true, false, WIDE>(up, red, K, w, next, j0, j1);
-        else stream_rows_n<SD, NV, false, true, WIDE>(up, red, K, w, next, j0, j1);
+        if (up && red) stream_rows_n<SD, NV, true, true>(up, red, K, w, next, j0, j1);
+        else if (up) stream_rows_n<SD, NV, true, false>(up, red, K, w, next, j0, j1);
+        else stream_rows_n<SD, NV, false, true>(up, red, K, w, next, j0, j1);
     }
 
     template <DType SD>
     static void stream_rows(const RowUpdate* up, const RowReduce* red, int64_t K, int64_t w, const void* next,
                             int64_t j0, int64_t j1) {
-        const bool wide = (up && up->wide) || (red && red->wide);
-        if (wide && w <= 32) stream_rows_w<SD, 2, true>(up, red, K, w, next, j0, j1);
-        else if (wide) stream_rows_w<SD, 4, true>(up, red, K, w, next, j0, j1);
-        else if (w <= 32) stream_rows_w<SD, 2>(up, red, K, w, next, j0, j1);
+        if (up && !red && up->wide) stream_rows_n<SD, 4, true, false, true>(up, red, K, w, next, j0, j1);
+        else if (red && !up && red->wide) stream_rows_n<SD, 4, false, true, true>(up, red, K, w, next, j0, j1);
         else if (w <= 64) stream_rows_w<SD, 4>(up, red, K, w, next, j0, j1);
         else stream_rows_w<SD, 8>(up, red, K, w, next, j0, j1);
     }

@@ -51,7 +51,7 @@ struct ScalarIsa {
                 if (r >= K) break;
                 prefetch_ahead(ahead, s, seg, K, (red ? red->ld : 0) * eb, w * eb);
                 if (up) {
-                    const float* __restrict row = up->wide ? up->wide + r * up->wide_ld
+                    const float* __restrict row = up->wide ? up->wide + r * kDecodeBlock
                                                            : row_f32<SD>(static_cast<const char*>(up->src) + r * up->ld * eb, w, buf);
                     const float alpha = up->alpha, kr = up->k[r];
                     for (int64_t j = 0; j < w; ++j) n[j] = alpha * row[j] + kr * u[j];
@@ -59,7 +59,7 @@ struct ScalarIsa {
                 }
                 if (red) {
                     const float* __restrict row = row_f32<SD>(static_cast<const char*>(red->src) + r * red->ld * eb, w, buf);
-                    if (red->wide) std::memcpy(red->wide + r * red->wide_ld, row, size_t(w) * 4);
+                    if (red->wide) std::memcpy(red->wide + r * kDecodeBlock, row, size_t(w) * 4);
                     const float kr = red->k[r], qr = red->q[r];
                     for (int64_t j = 0; j < w; ++j) {
                         kv[j] += row[j] * kr;

@@ -12,10 +12,9 @@
 //                                               red's sums); red's rows and the first rows of `next` (the
 //                                               state the next pass reduces, null: none) are prefetched
 //                                               ahead; with
-//                                               `wide` set (w <= kDecodeBlock; on both of up and red
-//                                               when both are given), the reduction also stores its
-//                                               rows widened to fp32 there and the update reads them
-//                                               from there (row r is read before it is stored)
+//                                               `wide` set (w <= kDecodeBlock, one of up, red), the
+//                                               reduction also stores its rows widened to fp32 there
+//                                               and the update reads them from there
 //   pack_a(src, lds, M, Kd, uint16_t* dst, scale, ldd)
 //                                               fp32 [M, Kd] -> bf16 row-major [M][Kd] (dst rows ldd
 //                                               apart, 0: Kd); row i times scale[i] first (in fp32)
@@ -115,8 +114,7 @@ struct RowUpdate {  // dst[r, j] = alpha src[r, j] + k[r] u[j] in fp32, rounded 
     int64_t ld;     // row stride in elements
     float alpha;
     const float *k, *u;
-    const float* wide = nullptr;  // non-null: src's rows as fp32, wide_ld floats apart (read instead of src)
-    int64_t wide_ld = kDecodeBlock;
+    const float* wide = nullptr;  // non-null: src's rows as fp32, kDecodeBlock floats apart (read instead of src)
 };
 
 struct RowReduce {  // kv[j] = sum_r src[r, j] k[r], sq[j] = sum_r src[r, j] q[r] (fp32, r in walk order)
@@ -124,9 +122,7 @@ struct RowReduce {  // kv[j] = sum_r src[r, j] k[r], sq[j] = sum_r src[r, j] q[r
     int64_t ld;
     const float *k, *q;
     float *kv, *sq;
-    float* wide = nullptr;  // non-null: src's rows are also stored there as fp32, wide_ld floats apart
-    int64_t wide_ld = kDecodeBlock;
-    int64_t prefetch_bytes = 0;  // bytes of each row ahead prefetched (0: the block's own)
+    float* wide = nullptr;  // non-null: src's rows are also stored there as fp32, kDecodeBlock floats apart
 };
 
 // sum x[i]^2 over n elements, on 16 partial sums so the reduction vectorises.
@@ -339,81 +335,6 @@ void decode_run_blocked(void* ctx, int64_t run, int tid) {
     }
 }
 
-// A run of consecutive decode items in blocks of kColumnBlock columns, software-pipelined across
-// blocks and items: the pass that updates one block (reduced in the pass before) reduces the next
-// block, of the same item or of the next one; then u and o of that block's columns. A 16-bit
-// state's block is widened once, by the reduction, into K fp32 rows in `wide` (in L1), which the
-// update in the next pass reads (row r before the reduction overwrites it) and narrows once; an
-// fp32 block is read again from the state (in L1). The next item's token is loaded halfway through
-// the pass that reduces an item's last block. Padding sequences are skipped.
-template <class P, DType SD>
-void decode_run_columns(void* ctx, int64_t run, int tid) {
-    const auto& c = *static_cast<DecodeCtx*>(ctx);
-    const DecodeArgs& A = *c.args;
-    const int64_t end = std::min(A.N * A.HV, (run + 1) * c.run);
-    const int eb = dtype_bytes(SD);
-    float* wide = reinterpret_cast<float*>(c.scratch->at(tid));
-    float* base = wide + A.K * kColumnBlock;
-    const int64_t tf = Token::floats(A.K, A.V), seg = walk_segment(A.K), half = seg / 2;
-    Token slots[3] = {Token(base, A.K, A.V), Token(base + tf, A.K, A.V), Token(base + 2 * tf, A.K, A.V)};
-    float* keep = SD == DType::F32 ? nullptr : wide;
-    auto valid_from = [&](int64_t i) {
-        while (i < end && decode_slot(A, i) < 0) ++i;
-        return i;
-    };
-    auto load = [&](Token& tk, int64_t item) {
-        load_token<P>(A, tk, item / A.HV, item % A.HV);
-        tk.src = tk.dst = decode_state(A, item);
-    };
-    auto at = [eb](const void* p, int64_t j0) { return static_cast<const char*>(p) + j0 * eb; };
-    Token *cur = nullptr, *nx = &slots[0], *ahead = &slots[1];  // updated, reduced, loaded in a pass
-    int64_t cj = 0, cw = 0;  // the columns of cur that the next pass updates
-    auto update_of = [&] {
-        return RowUpdate{at(cur->src, cj), static_cast<char*>(cur->dst) + cj * eb, A.V, cur->alpha, cur->k,
-                         cur->kv + cj, keep, kColumnBlock};
-    };
-    int64_t item = valid_from(run * c.run);
-    if (item < end) load(*nx, item);
-    while (item < end) {
-        const int64_t after = valid_from(item + 1);
-        const float kq = token_kq(*nx, A.K);
-        for (int64_t j0 = 0; j0 < A.V; j0 += kColumnBlock) {
-            const int64_t w = std::min(kColumnBlock, A.V - j0);
-            const bool last = j0 + w == A.V;
-            const RowReduce R{at(nx->src, j0), A.V, nx->k, nx->q, nx->kv + j0, nx->sq + j0, keep, kColumnBlock, j0 == 0 ? A.V * eb : -1};
-            const void* then = !last ? at(nx->src, j0 + w) : after < end ? decode_state(A, after) : nullptr;
-            RowUpdate U{};
-            if (cur) U = update_of();
-            if (cur && cw != w) {  // blocks of different widths (V % kColumnBlock != 0): two passes
-                P::template stream_rows<SD>(&U, nullptr, A.K, cw, nullptr, 0, seg);
-                cur = nullptr;
-            }
-            const RowUpdate* up = cur ? &U : nullptr;
-            if (last) {
-                P::template stream_rows<SD>(up, &R, A.K, w, then, 0, half);
-                if (after < end) load(*ahead, after);
-                P::template stream_rows<SD>(up, &R, A.K, w, then, half, seg);
-            } else {
-                P::template stream_rows<SD>(up, &R, A.K, w, then, 0, seg);
-            }
-            finish_columns(*nx, kq, j0, j0 + w);
-            cur = nx;
-            cj = j0;
-            cw = w;
-        }
-        store_output<P>(A, *nx, item / A.HV, item % A.HV);
-        Token* spare = &slots[0];
-        while (spare == nx || spare == ahead) ++spare;
-        nx = ahead;
-        ahead = spare;
-        item = after;
-    }
-    if (cur) {
-        const RowUpdate U = update_of();
-        P::template stream_rows<SD>(&U, nullptr, A.K, cw, nullptr, 0, seg);
-    }
-}
-
 // Spec decode: resume from slot indices[n, max(accepted-1, 0)] (negative: padding sequence),
 // token t's state is stored to indices[n, t] and the next token continues from the stored value:
 // per token, one pass reduces the state it reads and a second stores its update.
@@ -440,10 +361,8 @@ void spec_item(void* ctx, int64_t item, int tid) {
 
 template <class P, template <class, DType> class Item>
 void run_decode_like(const DecodeArgs& A, int64_t n_work, int64_t run) {
-    // Three tokens (Pipelined), the widened block and one token (Blocked plans), or the widened
-    // block and three tokens (Columns).
-    Scratch scratch(A.num_threads, std::max(A.K * kColumnBlock + 3 * Token::floats(A.K, A.V),
-                                            A.K * kDecodeBlock + Token::floats(A.K, A.V)) * 4);
+    // Three tokens (Pipelined) or the widened block and one token (Blocked plans).
+    Scratch scratch(A.num_threads, std::max(3 * Token::floats(A.K, A.V), A.K * kDecodeBlock + Token::floats(A.K, A.V)) * 4);
     DecodeCtx ctx{&A, &scratch, run};
     switch (A.state.dt) {
         case DType::F32: parallel_for(n_work, A.num_threads, &ctx, Item<P, DType::F32>::fn); break;
@@ -454,7 +373,6 @@ void run_decode_like(const DecodeArgs& A, int64_t n_work, int64_t run) {
 
 template <class P, DType SD> struct DecodeRun { static constexpr ItemFn fn = decode_run<P, SD>; };
 template <class P, DType SD> struct DecodeRunBlocked { static constexpr ItemFn fn = decode_run_blocked<P, SD>; };
-template <class P, DType SD> struct DecodeRunColumns { static constexpr ItemFn fn = decode_run_columns<P, SD>; };
 template <class P, DType SD> struct SpecItem { static constexpr ItemFn fn = spec_item<P, SD>; };
 
 // Decode items go out in runs of consecutive items, about 8 runs per thread (the dynamic schedule
@@ -463,7 +381,6 @@ template <class P> void decode(const DecodeArgs& A) {
     const int64_t items = A.N * A.HV;
     const int64_t run = std::max<int64_t>(1, items / (int64_t(std::max(1, A.num_threads)) * 8));
     if (A.plan == DecodePlan::Pipelined) run_decode_like<P, DecodeRun>(A, (items + run - 1) / run, run);
-    else if (A.plan == DecodePlan::Columns) run_decode_like<P, DecodeRunColumns>(A, (items + run - 1) / run, run);
     else run_decode_like<P, DecodeRunBlocked>(A, (items + run - 1) / run, run);
 }
 template <class P> void spec_decode(const DecodeArgs& A) { run_decode_like<P, SpecItem>(A, A.N * A.HV, 1); }

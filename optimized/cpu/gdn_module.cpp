@@ -274,8 +274,7 @@ DecodePlan parse_plan(const std::string& plan) {
     if (plan == "pipelined") return DecodePlan::Pipelined;
     if (plan == "blocked") return DecodePlan::Blocked;
     if (plan == "blocked-keep") return DecodePlan::BlockedKeep;
-    if (plan == "columns") return DecodePlan::Columns;
-    throw std::invalid_argument(("plan: expected 'pipelined', 'blocked', 'blocked-keep' or 'columns', got '" + plan +
+    throw std::invalid_argument(("plan: expected 'pipelined', 'blocked' or 'blocked-keep', got '" + plan +
                                  "'").c_str());
 }
 
