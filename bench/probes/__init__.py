@@ -25,6 +25,10 @@ that does its work only when run, writing the file kept in the ledger under ledg
   ``tq_decode_variants.json``;
 - ``gdn_decode_configs``: the GPU GDN decode's tiles -> ``gdn_decode_gpu_configs.json``;
 - ``gdn_decode_plans``: the C++ decode plans beside the in-place stream -> ``gdn_cpu_decode_plans.json``;
+- ``gdn_decode_cached``: the C++ decode on L2-resident state (its arithmetic per item) beside the bench's
+  streamed decode and the in-place stream -> ``gdn_decode_cached.json``;
+- ``gdn_cpu_decode_builds``: builds of the C++ decode from several source trees, each in the registry's
+  ``gdn/decode`` bench and in ``gdn_decode_cached``, side by side -> ``decode_builds.json`` and a table;
 - ``gdn_chunked_stages``: the GPU chunked prefill and each of its stages alone -> ``gdn_chunked_gpu.json``;
 - ``gdn_chunked_variants``: its configurations, another version of the module and FLA side by side ->
   ``gdn_chunked_variants.json``;
