@@ -66,7 +66,7 @@ def test_spec_decode_allocates_nothing_and_replays_in_a_cuda_graph(state_dtype, 
     g = torch.Generator(device="cuda").manual_seed(1)
     H, HV, K, V, S = 4, 8, 128, 128, 12
     lens = [3, 2, 1, 3]
-    T, N = sum(lens), len(lens)
+    T = sum(lens)
 
     def randn(*shape, dtype=torch.bfloat16):
         return torch.randn(*shape, generator=g, device="cuda").to(dtype)
