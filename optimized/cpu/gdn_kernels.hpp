@@ -541,35 +541,38 @@ void decay_rows(ChunkBuffers& B) {
     for (int i = 0; i < C; ++i) {
         const int n = std::min(C, (i / 16 + 1) * 16);  // columns up to the diagonal, whole vectors
         for (int j = 0; j < n; ++j) d[j] = j <= i ? B.G[i] - B.G[j] : -200.0f;
-        for (int j = n; j < C; ++j) d[j] = 0.0f;
         P::exp_row(d, d, n);
         const float* __restrict kk = B.KK + i * C;
         const float* __restrict qk = B.QK + i * C;
         float* __restrict m = B.M + i * C;
         float* __restrict p = B.P + i * C;
         const float bi = B.beta[i];
-        for (int j = 0; j < C; ++j) {
+        for (int j = 0; j < n; ++j) {
             m[j] = j < i ? bi * kk[j] * d[j] : 0.0f;
             p[j] = j <= i ? qk[j] * d[j] : 0.0f;
         }
-        P::round_bf16(m, C);
+        std::fill(m + n, m + C, 0.0f);
+        std::fill(p + n, p + C, 0.0f);
+        P::round_bf16(m, n);
     }
 }
 
-// T = (I + M)^-1 by forward substitution in fp32, M strictly lower: row i is
-// e_i - sum_{m<i} M[i, m] T[m, :]; rows of T are zero right of the diagonal, so every row is
-// updated whole (64 wide) and the sum runs on two accumulators.
-inline void solve_unit_lower(const float* M, float* T) {
-    constexpr int C = kChunk;
-    for (int i = 0; i < C; ++i) {
-        float a0[C] = {}, a1[C] = {};
+// Rows [16 (NV - 1), 16 NV) of T = (I + M)^-1 by forward substitution in fp32, M strictly lower:
+// row i is e_i - sum_{m<i} M[i, m] T[m, :]. Rows of T are zero right of the diagonal, so the sums
+// run over the NV 16-column vectors left of column 16 NV (a compile-time width: the accumulators
+// stay in registers), on two accumulators; the columns right of them are zero.
+template <int NV>
+void solve_rows(const float* M, float* T) {
+    constexpr int C = kChunk, N = 16 * NV;
+    for (int i = N - 16; i < N; ++i) {
+        float a0[N] = {}, a1[N] = {};
         const float* __restrict Mi = M + i * C;
         int m = 0;
         for (; m + 1 < i; m += 2) {
             const float x0 = Mi[m], x1 = Mi[m + 1];
             const float* __restrict T0 = T + m * C;
             const float* __restrict T1 = T0 + C;
-            for (int j = 0; j < C; ++j) {
+            for (int j = 0; j < N; ++j) {
                 a0[j] += x0 * T0[j];
                 a1[j] += x1 * T1[j];
             }
@@ -577,12 +580,21 @@ inline void solve_unit_lower(const float* M, float* T) {
         if (m < i) {
             const float x0 = Mi[m];
             const float* __restrict T0 = T + m * C;
-            for (int j = 0; j < C; ++j) a0[j] += x0 * T0[j];
+            for (int j = 0; j < N; ++j) a0[j] += x0 * T0[j];
         }
         float* __restrict Ti = T + i * C;
-        for (int j = 0; j < C; ++j) Ti[j] = -(a0[j] + a1[j]);
+        for (int j = 0; j < N; ++j) Ti[j] = -(a0[j] + a1[j]);
+        std::fill(Ti + N, Ti + C, 0.0f);
         Ti[i] = 1.0f;
     }
+}
+
+inline void solve_unit_lower(const float* M, float* T) {
+    static_assert(kChunk == 64, "solve_unit_lower: four blocks of 16 rows");
+    solve_rows<1>(M, T);
+    solve_rows<2>(M, T);
+    solve_rows<3>(M, T);
+    solve_rows<4>(M, T);
 }
 
 // One chunk of the task's value head j (load_keys done for its key head): rounds the fp32 state S
