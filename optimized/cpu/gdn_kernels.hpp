@@ -34,6 +34,9 @@
 //                                               give 0 for results below the normal range)
 //   round_store(x, dst, dt, n)                  dst <- x rounded to dt (RNE), x <- the stored values
 //   round_bf16(x, n)                            x <- rd(x): rounded to bf16 (nearest even), kept fp32
+//   stream_out(dst, ldd, src, lds, rows, n)     rows of n bytes, src rows lds bytes apart, to dst rows
+//                                               ldd apart, visible to other threads once it returns
+//                                               (AVX-512: non-temporal stores and a store fence)
 //
 // Rounding model. Decode and spec decode compute in fp32 and round the state to SD after
 // every token (the output uses the unrounded fp32 state). Chunked prefill computes in fp32,
@@ -422,6 +425,12 @@ struct ChunkBuffers {
     }
 };
 
+// Prefetch (to L2) of the 64-byte lines that hold bytes [p, p + n).
+inline void prefetch_lines(const void* p, int64_t n) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    for (uintptr_t l = a & ~uintptr_t(63); l < a + uintptr_t(n); l += 64) __builtin_prefetch(reinterpret_cast<const void*>(l), 0, 2);
+}
+
 // One chunk's rows of a task's key heads [h0, h0 + heads) and their value heads [hv0, hv0 +
 // states): q, k, v, g and beta copied in token by token and the output rows written back the same
 // way after the chunk. Within a token a task's heads are adjacent, so each copy is one contiguous
@@ -463,11 +472,22 @@ struct ChunkStage {
             std::memcpy(beta + i * b_row, elem(A.beta, t * A.HV + hv0), size_t(b_run));
         }
     }
+    // Prefetch (to L2) of input rows [c0 + i0, c0 + i1) (those before t1).
+    void prefetch_in(const ChunkArgs& A, int64_t c0, int64_t i0, int64_t i1, int64_t t1) const {
+        const int64_t k_run = heads * A.K * dtype_bytes(A.k.dt);
+        for (int64_t t = c0 + i0; t < std::min(c0 + i1, t1); ++t) {
+            prefetch_lines(elem(A.q, (t * A.H + h0) * A.K), qk_run);
+            prefetch_lines(elem(A.k, (t * A.H + h0) * A.K), k_run);
+            prefetch_lines(elem(A.v, (t * A.HV + hv0) * A.V), v_run);
+            prefetch_lines(elem(A.g, t * A.HV + hv0), g_run);
+            prefetch_lines(elem(A.beta, t * A.HV + hv0), b_run);
+        }
+    }
     // Output rows [c0, c0 + L) out.
+    template <class P>
     void copy_out(const ChunkArgs& A, int64_t c0, int64_t L) const {
-        const int eo = dtype_bytes(A.out_dt);
-        for (int64_t i = 0; i < L; ++i)
-            std::memcpy(static_cast<char*>(A.out) + ((c0 + i) * A.HV + hv0) * A.V * eo, o + i * o_row, size_t(o_run));
+        const int64_t eo = dtype_bytes(A.out_dt);
+        P::stream_out(static_cast<char*>(A.out) + (c0 * A.HV + hv0) * A.V * eo, A.HV * A.V * eo, o, o_row, L, o_run);
     }
 };
 
@@ -660,9 +680,12 @@ void chunk_item(void* ctx, int64_t item, int tid) {
         st.copy_in(A, c0, L);
         for (int64_t hb = 0; hb < c.heads; ++hb) {
             load_keys<P>(A, B, st, L, hb);
-            for (int64_t j = hb * group; j < (hb + 1) * group; ++j) chunk_step<P>(A, B, st, B.S + j * KV, L, j, SD);
+            for (int64_t j = hb * group; j < (hb + 1) * group; ++j) {
+                st.prefetch_in(A, c0 + kChunk, j * kChunk / states, (j + 1) * kChunk / states, t1);
+                chunk_step<P>(A, B, st, B.S + j * KV, L, j, SD);
+            }
         }
-        st.copy_out(A, c0, L);
+        st.copy_out<P>(A, c0, L);
     }
     P::tiles_end();
     for (int64_t j = 0; j < states; ++j) P::round_store(B.S + j * KV, state(j), SD, KV);
