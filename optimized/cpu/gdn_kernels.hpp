@@ -432,24 +432,25 @@ inline void prefetch_lines(const void* p, int64_t n) {
 }
 
 // One chunk's rows of a task's key heads [h0, h0 + heads) and their value heads [hv0, hv0 +
-// states): q, k, v, g and beta copied in token by token and the output rows written back the same
-// way after the chunk. Within a token a task's heads are adjacent, so each copy is one contiguous
+// states): q, k, v, g and beta copied in token by token, and the output rows written back after the
+// chunk (P::stream_out). Within a token a task's heads are adjacent, so each copy is one contiguous
 // run per tensor (a head's rows alone are a few lines a page or more apart, which the hardware
 // prefetchers do not follow and whose lines for all tokens of a chunk fall in a few cache sets).
 // Staged rows are `*_row` bytes apart (64-byte multiples); row i is chunk row i.
 struct ChunkStage {
     int64_t h0, hv0, heads, states;
-    int64_t qk_run, v_run, g_run, b_run, o_run;  // bytes of a token's run: q (and k), v, g, beta, out
+    int64_t q_run, k_run, v_run, g_run, b_run, o_run;  // bytes of a token's run of each tensor
     int64_t qk_row, v_row, g_row, b_row, o_row;
     char *q, *k, *v, *g, *beta, *o;
 
     static int64_t row(int64_t run) { return (run + 63) / 64 * 64; }
     ChunkStage(const ChunkArgs& A, int64_t h0_, int64_t heads_, char* base)
         : h0(h0_), hv0(h0_ * (A.HV / A.H)), heads(heads_), states(heads_ * (A.HV / A.H)),
-          qk_run(heads * A.K * dtype_bytes(A.q.dt)), v_run(states * A.V * dtype_bytes(A.v.dt)),
+          q_run(heads * A.K * dtype_bytes(A.q.dt)), k_run(heads * A.K * dtype_bytes(A.k.dt)),
+          v_run(states * A.V * dtype_bytes(A.v.dt)),
           g_run(states * dtype_bytes(A.g.dt)), b_run(states * dtype_bytes(A.beta.dt)),
           o_run(states * A.V * dtype_bytes(A.out_dt)),
-          qk_row(row(std::max(qk_run, heads * A.K * dtype_bytes(A.k.dt)))), v_row(row(v_run)), g_row(row(g_run)),
+          qk_row(row(std::max(q_run, k_run))), v_row(row(v_run)), g_row(row(g_run)),
           b_row(row(b_run)), o_row(row(o_run)) {
         q = base; k = q + kChunk * qk_row; v = k + kChunk * qk_row; g = v + kChunk * v_row;
         beta = g + kChunk * g_row; o = beta + kChunk * b_row;
@@ -462,10 +463,9 @@ struct ChunkStage {
     }
     // Input rows [c0, c0 + L) in.
     void copy_in(const ChunkArgs& A, int64_t c0, int64_t L) const {
-        const int64_t k_run = heads * A.K * dtype_bytes(A.k.dt);
         for (int64_t i = 0; i < L; ++i) {
             const int64_t t = c0 + i;
-            std::memcpy(q + i * qk_row, elem(A.q, (t * A.H + h0) * A.K), size_t(qk_run));
+            std::memcpy(q + i * qk_row, elem(A.q, (t * A.H + h0) * A.K), size_t(q_run));
             std::memcpy(k + i * qk_row, elem(A.k, (t * A.H + h0) * A.K), size_t(k_run));
             std::memcpy(v + i * v_row, elem(A.v, (t * A.HV + hv0) * A.V), size_t(v_run));
             std::memcpy(g + i * g_row, elem(A.g, t * A.HV + hv0), size_t(g_run));
@@ -474,9 +474,8 @@ struct ChunkStage {
     }
     // Prefetch (to L2) of input rows [c0 + i0, c0 + i1) (those before t1).
     void prefetch_in(const ChunkArgs& A, int64_t c0, int64_t i0, int64_t i1, int64_t t1) const {
-        const int64_t k_run = heads * A.K * dtype_bytes(A.k.dt);
         for (int64_t t = c0 + i0; t < std::min(c0 + i1, t1); ++t) {
-            prefetch_lines(elem(A.q, (t * A.H + h0) * A.K), qk_run);
+            prefetch_lines(elem(A.q, (t * A.H + h0) * A.K), q_run);
             prefetch_lines(elem(A.k, (t * A.H + h0) * A.K), k_run);
             prefetch_lines(elem(A.v, (t * A.HV + hv0) * A.V), v_run);
             prefetch_lines(elem(A.g, t * A.HV + hv0), g_run);
@@ -660,7 +659,8 @@ void chunk_step(const ChunkArgs& A, ChunkBuffers& B, const ChunkStage& st, float
 
 // One task, sequence n = item / (H / heads) and key heads [h0, h0 + heads): its value heads'
 // states stay in B.S (fp32) across the chunks; per chunk, the rows are staged, then each key head
-// and its value heads in turn.
+// and its value heads in turn (each value head's step first prefetches its share of the next
+// chunk's input rows), then the output rows are written back.
 template <class P, DType SD>
 void chunk_item(void* ctx, int64_t item, int tid) {
     const auto& c = *static_cast<ChunkCtx*>(ctx);
