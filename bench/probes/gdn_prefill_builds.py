@@ -2,8 +2,9 @@
 (``python3 -m bench.probes.gdn_prefill_builds --build NAME=SRC [--build NAME=SRC ...] --out DIR``).
 
 Each SRC (a tree with the project's ``CMakeLists.txt`` and ``optimized/cpu``, e.g. another commit's,
-or ``.`` for this checkout) is built with CMake and Ninja into ``DIR/build/NAME`` (the builds run in
-parallel, the module not copied next to its sources). Then, loaded through
+or ``.`` for this checkout) is built with CMake and Ninja into ``BUILD_ROOT/NAME`` (``--build-root``,
+default ``build/prefill-builds``; the builds run in parallel, the module not copied next to its
+sources). Then, loaded through
 ``KERNEL_LAB_GDN_MODULE``:
 
 - each build computes one small prefill (3 sequences of 333, 700 and 64 tokens, Qwen3-Next heads,
@@ -111,6 +112,7 @@ def main(argv=None) -> int:
     ap.add_argument("--build", action="append", default=[], metavar="NAME=SRC",
                     help="a source tree to build and time under NAME (repeat; the first is the reference)")
     ap.add_argument("--out", default=os.environ.get("OUT", "reports/out/prefill-builds"), help="folder for the runs")
+    ap.add_argument("--build-root", default=str(ROOT / "build" / "prefill-builds"))
     ap.add_argument("--cpus", default="2,3", help="taskset CPU list of the timed runs")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--reps", type=int, default=5, help="calls per shape in each run (bench.probes.gdn_prefill)")
@@ -133,8 +135,8 @@ def main(argv=None) -> int:
         model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "unknown")
     print(f"{model}, {os.cpu_count()} CPUs; timed runs pinned to {a.cpus}", flush=True)
     t0 = time.monotonic()
-    out = Path(a.out)
-    build_root = out / "build"
+    out, build_root = Path(a.out), Path(a.build_root)
+    out.mkdir(parents=True, exist_ok=True)
     build_root.mkdir(parents=True, exist_ok=True)
     per = max(1, (os.cpu_count() or 2) // len(jobs))
     procs = [(n, build(n, src, build_root, per)) for n, src in jobs]
