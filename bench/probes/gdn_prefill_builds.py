@@ -17,8 +17,9 @@ sources). Then, loaded through
 
 The table printed last, per batch, state dtype and build: ms min / median / max over the rounds
 (the minimum of the runs' minimums, the median of their medians, the maximum of their maximums),
-and the fraction of the two-thread AMX tile peak at the minimum (the peak measured in the same
-process as that run).
+the fraction of the two-thread AMX tile peak at the minimum (the peak measured in the same process
+as that run), and that run's tile peak and the build's own GEMM at ``ceilings.GEMM_SHAPE`` (TFLOP/s
+on 2 threads).
 """
 from __future__ import annotations
 
@@ -91,7 +92,7 @@ def table(runs: list[tuple[str, dict]]) -> str:
     builds = list(dict.fromkeys(n for n, _ in runs))
     keys = list(dict.fromkeys((r["batch"], r["state"]) for _, res in runs for r in res["rows"] if "batch" in r))
     lines = [f"{'batch':7} {'state':9} {'build':12} {'runs':>4} {'ms min':>8} {'median':>8} {'max':>8} "
-             f"{'of tile peak':>12} {'peak TFLOP/s':>12}"]
+             f"{'of tile peak':>12} {'peak TFLOP/s':>12} {'GEMM TFLOP/s':>12}"]
     for batch, state in keys:
         for b in builds:
             rows = [r for n, res in runs if n == b for r in res["rows"]
@@ -101,9 +102,10 @@ def table(runs: list[tuple[str, dict]]) -> str:
             best = min(rows, key=lambda r: r["ours"]["min"])
             frac = f"{best['frac_amx_peak']:12.1%}" if best.get("frac_amx_peak") else f"{'-':>12}"
             peak = f"{best['amx_peak_TFLOPs']:12.2f}" if best.get("amx_peak_TFLOPs") else f"{'-':>12}"
+            gemm = f"{best['amx_gemm_TFLOPs']:12.2f}" if best.get("amx_gemm_TFLOPs") else f"{'-':>12}"
             lines.append(f"{batch:7} {state:9} {b:12} {len(rows):4d} {best['ours']['min']:8.1f} "
                          f"{np.median([r['ours']['median'] for r in rows]):8.1f} "
-                         f"{max(r['ours']['max'] for r in rows):8.1f} {frac} {peak}")
+                         f"{max(r['ours']['max'] for r in rows):8.1f} {frac} {peak} {gemm}")
     return "\n".join(lines)
 
 
