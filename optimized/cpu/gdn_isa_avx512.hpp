@@ -447,6 +447,22 @@ struct Avx512Isa {
         }
     }
 
+    // Rows of n bytes, src rows lds bytes apart, to dst rows ldd bytes apart: the whole 64-byte
+    // lines of dst with non-temporal stores (a written-once output: no read for ownership, no
+    // cache lines taken), the ends with ordinary ones; then a store fence.
+    static void stream_out(void* dst, int64_t ldd, const void* src, int64_t lds, int64_t rows, int64_t n) {
+        for (int64_t r = 0; r < rows; ++r) {
+            char* d = static_cast<char*>(dst) + r * ldd;
+            const char* s = static_cast<const char*>(src) + r * lds;
+            const int64_t head = std::min<int64_t>(n, int64_t((64 - reinterpret_cast<uintptr_t>(d) % 64) % 64));
+            std::memcpy(d, s, size_t(head));
+            int64_t i = head;
+            for (; i + 64 <= n; i += 64) _mm512_stream_si512(reinterpret_cast<__m512i*>(d + i), _mm512_loadu_si512(s + i));
+            std::memcpy(d + i, s + i, size_t(n - i));
+        }
+        _mm_sfence();
+    }
+
     static void tiles_begin() {}
     static void tiles_end() {}
 

@@ -110,6 +110,11 @@ struct ScalarIsa {
         }
     }
 
+    static void stream_out(void* dst, int64_t ldd, const void* src, int64_t lds, int64_t rows, int64_t n) {
+        for (int64_t r = 0; r < rows; ++r)
+            std::memcpy(static_cast<char*>(dst) + r * ldd, static_cast<const char*>(src) + r * lds, size_t(n));
+    }
+
     static void tiles_begin() {}
     static void tiles_end() {}
 

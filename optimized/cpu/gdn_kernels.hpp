@@ -34,6 +34,9 @@
 //                                               give 0 for results below the normal range)
 //   round_store(x, dst, dt, n)                  dst <- x rounded to dt (RNE), x <- the stored values
 //   round_bf16(x, n)                            x <- rd(x): rounded to bf16 (nearest even), kept fp32
+//   stream_out(dst, ldd, src, lds, rows, n)     rows of n bytes, src rows lds bytes apart, to dst rows
+//                                               ldd apart, visible to other threads once it returns
+//                                               (AVX-512: non-temporal stores and a store fence)
 //
 // Rounding model. Decode and spec decode compute in fp32 and round the state to SD after
 // every token (the output uses the unrounded fp32 state). Chunked prefill computes in fp32,
@@ -388,31 +391,31 @@ template <class P> void spec_decode(const DecodeArgs& A) { run_decode_like<P, Sp
 // ---------------------------------------------------------------------------------------------
 // Chunked prefill.
 
-// Buffers of one (sequence, key head) task, whose `group` = HV / H value heads share the key
-// rows; C = kChunk rows, fp32 unless named *_bf. Per key head and chunk: q, k, KK, QK and their
-// bf16 packs; per value head (reused in turn): the rest; S holds the group's fp32 states.
+// Buffers of one task (a sequence and a block of adjacent key heads, whose `states` value heads'
+// fp32 states stay in S across the chunks); C = kChunk rows, fp32 unless named *_bf. Per key head
+// and chunk (reused in turn): q, k, KK, QK and their bf16 packs; per value head: the rest.
 struct ChunkBuffers {
     float *q, *k, *KK, *QK, *v, *G, *eG, *eL, *beta, *x, *M, *P, *T, *W, *U, *O, *S;  // U: then Vn
     uint16_t *Ka_bf, *KbT_bf, *Qa_bf, *Ta_bf, *Xb_bf, *Yb_bf, *Sb_bf, *Vb_bf, *Wa_bf, *QPa_bf, *Kd_bf, *KdT_bf;
 
-    static int64_t floats(int64_t K, int64_t V, int64_t group) {
+    static int64_t floats(int64_t K, int64_t V, int64_t states) {
         const int64_t C = kChunk;
-        return group * K * V + 3 * C * K + 4 * C * V + 5 * C * C + 5 * C;  // S; q k W; v U O x; KK QK M P T; G eG eL beta, x tail
+        return states * K * V + 3 * C * K + 4 * C * V + 5 * C * C + 5 * C;  // S; q k W; v U O x; KK QK M P T; G eG eL beta, x tail
     }
     static int64_t halves(int64_t K, int64_t V) {
         const int64_t C = kChunk;
         return 8 * C * K + 2 * C * V + 2 * C * C + K * V;  // Ka KbT Qa Xb Wa Kd KdT, QPa (C K + C C); Yb Vb; Ta; Sb
     }
-    static int64_t bytes(int64_t K, int64_t V, int64_t group) { return floats(K, V, group) * 4 + halves(K, V) * 2; }
+    static int64_t bytes(int64_t K, int64_t V, int64_t states) { return floats(K, V, states) * 4 + halves(K, V) * 2; }
 
-    ChunkBuffers(char* base, int64_t K, int64_t V, int64_t group) {
+    ChunkBuffers(char* base, int64_t K, int64_t V, int64_t states) {
         const int64_t C = kChunk;
         float* f = reinterpret_cast<float*>(base);
         auto take = [&f](int64_t n) { float* p = f; f += n; return p; };
         q = take(C * K); k = take(C * K); KK = take(C * C); QK = take(C * C); v = take(C * V);
         G = take(C); eG = take(C); eL = take(C); beta = take(C); x = take(C * V + C);
         M = take(C * C); P = take(C * C); T = take(C * C);
-        W = take(C * K); U = take(C * V); O = take(C * V); S = take(group * K * V);
+        W = take(C * K); U = take(C * V); O = take(C * V); S = take(states * K * V);
         uint16_t* h = reinterpret_cast<uint16_t*>(f);
         auto half = [&h](int64_t n) { uint16_t* p = h; h += n; return p; };
         Ka_bf = half(C * K); KbT_bf = half(K * C); Qa_bf = half(C * K); Ta_bf = half(C * C);
@@ -422,42 +425,85 @@ struct ChunkBuffers {
     }
 };
 
+// Prefetch (to L2) of the 64-byte lines that hold bytes [p, p + n).
+inline void prefetch_lines(const void* p, int64_t n) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    for (uintptr_t l = a & ~uintptr_t(63); l < a + uintptr_t(n); l += 64) __builtin_prefetch(reinterpret_cast<const void*>(l), 0, 2);
+}
+
+// One chunk's rows of a task's key heads [h0, h0 + heads) and their value heads [hv0, hv0 +
+// states): q, k, v, g and beta copied in token by token, and the output rows written back after the
+// chunk (P::stream_out). Within a token a task's heads are adjacent, so each copy is one contiguous
+// run per tensor (a head's rows alone are a few lines a page or more apart, which the hardware
+// prefetchers do not follow and whose lines for all tokens of a chunk fall in a few cache sets).
+// Staged rows are `*_row` bytes apart (64-byte multiples); row i is chunk row i.
+struct ChunkStage {
+    int64_t h0, hv0, heads, states;
+    int64_t q_run, k_run, v_run, g_run, b_run, o_run;  // bytes of a token's run of each tensor
+    int64_t qk_row, v_row, g_row, b_row, o_row;
+    char *q, *k, *v, *g, *beta, *o;
+
+    static int64_t row(int64_t run) { return (run + 63) / 64 * 64; }
+    ChunkStage(const ChunkArgs& A, int64_t h0_, int64_t heads_, char* base)
+        : h0(h0_), hv0(h0_ * (A.HV / A.H)), heads(heads_), states(heads_ * (A.HV / A.H)),
+          q_run(heads * A.K * dtype_bytes(A.q.dt)), k_run(heads * A.K * dtype_bytes(A.k.dt)),
+          v_run(states * A.V * dtype_bytes(A.v.dt)),
+          g_run(states * dtype_bytes(A.g.dt)), b_run(states * dtype_bytes(A.beta.dt)),
+          o_run(states * A.V * dtype_bytes(A.out_dt)),
+          qk_row(row(std::max(q_run, k_run))), v_row(row(v_run)), g_row(row(g_run)),
+          b_row(row(b_run)), o_row(row(o_run)) {
+        q = base; k = q + kChunk * qk_row; v = k + kChunk * qk_row; g = v + kChunk * v_row;
+        beta = g + kChunk * g_row; o = beta + kChunk * b_row;
+    }
+    // Where a task's stage starts in its scratch: after its ChunkBuffers, 64-byte aligned.
+    static int64_t offset(int64_t K, int64_t V, int64_t states) { return row(ChunkBuffers::bytes(K, V, states)); }
+    static int64_t bytes(const ChunkArgs& A, int64_t heads) {
+        const ChunkStage s(A, 0, heads, nullptr);
+        return kChunk * (2 * s.qk_row + s.v_row + s.g_row + s.b_row + s.o_row);
+    }
+    // Input rows [c0, c0 + L) in.
+    void copy_in(const ChunkArgs& A, int64_t c0, int64_t L) const {
+        for (int64_t i = 0; i < L; ++i) {
+            const int64_t t = c0 + i;
+            std::memcpy(q + i * qk_row, elem(A.q, (t * A.H + h0) * A.K), size_t(q_run));
+            std::memcpy(k + i * qk_row, elem(A.k, (t * A.H + h0) * A.K), size_t(k_run));
+            std::memcpy(v + i * v_row, elem(A.v, (t * A.HV + hv0) * A.V), size_t(v_run));
+            std::memcpy(g + i * g_row, elem(A.g, t * A.HV + hv0), size_t(g_run));
+            std::memcpy(beta + i * b_row, elem(A.beta, t * A.HV + hv0), size_t(b_run));
+        }
+    }
+    // Prefetch (to L2) of input rows [c0 + i0, c0 + i1) (those before t1).
+    void prefetch_in(const ChunkArgs& A, int64_t c0, int64_t i0, int64_t i1, int64_t t1) const {
+        for (int64_t t = c0 + i0; t < std::min(c0 + i1, t1); ++t) {
+            prefetch_lines(elem(A.q, (t * A.H + h0) * A.K), q_run);
+            prefetch_lines(elem(A.k, (t * A.H + h0) * A.K), k_run);
+            prefetch_lines(elem(A.v, (t * A.HV + hv0) * A.V), v_run);
+            prefetch_lines(elem(A.g, t * A.HV + hv0), g_run);
+            prefetch_lines(elem(A.beta, t * A.HV + hv0), b_run);
+        }
+    }
+    // Output rows [c0, c0 + L) out.
+    template <class P>
+    void copy_out(const ChunkArgs& A, int64_t c0, int64_t L) const {
+        const int64_t eo = dtype_bytes(A.out_dt);
+        P::stream_out(static_cast<char*>(A.out) + (c0 * A.HV + hv0) * A.V * eo, A.HV * A.V * eo, o, o_row, L, o_run);
+    }
+};
+
 struct ChunkCtx {
     const ChunkArgs* args;
     const Scratch* scratch;
+    int64_t heads;  // key heads per task
 };
 
-// Prefetch to L2 of token t's q, k rows of key head h and the v rows, g and beta entries of its
-// value heads, and of its output rows for writing: consecutive tokens are a page or more apart, which the hardware prefetchers do
-// not follow. Issued one token at a time, a chunk ahead, so that few requests are in flight.
-inline void prefetch_token(const ChunkArgs& A, int64_t t, int64_t h) {
-    const int64_t group = A.HV / A.H, hv0 = h * group;
-    const int64_t qk_bytes = A.K * dtype_bytes(A.q.dt), v_bytes = group * A.V * dtype_bytes(A.v.dt);
-    const char* q = static_cast<const char*>(elem(A.q, (t * A.H + h) * A.K));
-    const char* k = static_cast<const char*>(elem(A.k, (t * A.H + h) * A.K));
-    const char* v = static_cast<const char*>(elem(A.v, (t * A.HV + hv0) * A.V));
-    for (int64_t b = 0; b < qk_bytes; b += 64) {
-        __builtin_prefetch(q + b, 0, 2);
-        __builtin_prefetch(k + b, 0, 2);
-    }
-    char* o = static_cast<char*>(A.out) + (t * A.HV + hv0) * A.V * dtype_bytes(A.out_dt);
-    for (int64_t b = 0; b < v_bytes; b += 64) __builtin_prefetch(v + b, 0, 2);
-    for (int64_t b = 0; b < group * A.V * dtype_bytes(A.out_dt); b += 64) __builtin_prefetch(o + b, 1, 2);
-    __builtin_prefetch(elem(A.g, t * A.HV + hv0), 0, 2);
-    __builtin_prefetch(elem(A.beta, t * A.HV + hv0), 0, 2);
-}
-
-// Rows [c0, c0 + L) of x (q or k, key head h) to dst [C][K] in fp32 (rows L..C-1 zero), divided
-// by sqrt(sum x^2 + eps) when l2norm, times mul: all sums first, then all scales, so the rows'
-// reductions overlap. With t1 > 0, prefetches token t + C (t + C < t1) as token t is read.
+// Staged rows [0, L) of key head hb of the task (q or k: x, of type dt) to dst [C][K] in fp32
+// (rows L..C-1 zero), divided by sqrt(sum x^2 + eps) when l2norm, times mul: all sums first, then
+// all scales, so the rows' reductions overlap.
 template <class P>
-void load_key_rows(const ChunkArgs& A, const Input& x, int64_t c0, int64_t L, int64_t t1, int64_t h, float mul,
+void load_key_rows(const ChunkArgs& A, const char* x, int64_t row, DType dt, int64_t L, int64_t hb, float mul,
                    float* dst, float* scale) {
     const int64_t C = kChunk, K = A.K;
-    for (int64_t i = 0; i < L; ++i) {
-        if (c0 + i + C < t1) prefetch_token(A, c0 + i + C, h);
-        P::load_row(elem(x, ((c0 + i) * A.H + h) * K), x.dt, dst + i * K, K);
-    }
+    for (int64_t i = 0; i < L; ++i) P::load_row(x + i * row + hb * K * dtype_bytes(dt), dt, dst + i * K, K);
     std::fill(dst + L * K, dst + C * K, 0.0f);
     for (int64_t i = 0; i < L; ++i) scale[i] = A.l2norm ? sum_squares(dst + i * K, K) + A.eps : 0.0f;
     for (int64_t i = 0; i < L; ++i) scale[i] = A.l2norm ? mul / std::sqrt(scale[i]) : mul;
@@ -465,13 +511,13 @@ void load_key_rows(const ChunkArgs& A, const Input& x, int64_t c0, int64_t L, in
         for (int64_t j = 0; j < K; ++j) dst[i * K + j] *= scale[i];
 }
 
-// Key-head part of chunk rows [c0, c0 + L) (rows L..C-1 zero): q, k normalised and rounded to
-// bf16 values, their packs, KK = kn kn^T and QK = qn kn^T.
+// Key-head part of the staged chunk rows [0, L) (rows L..C-1 zero) of the task's key head hb: q,
+// k normalised and rounded to bf16 values, their packs, KK = kn kn^T and QK = qn kn^T.
 template <class P>
-void load_keys(const ChunkArgs& A, ChunkBuffers& B, int64_t c0, int64_t L, int64_t t1, int64_t h) {
+void load_keys(const ChunkArgs& A, ChunkBuffers& B, const ChunkStage& st, int64_t L, int64_t hb) {
     const int C = kChunk, K = int(A.K);
-    load_key_rows<P>(A, A.q, c0, L, t1, h, A.scale, B.q, B.x);
-    load_key_rows<P>(A, A.k, c0, L, 0, h, 1.0f, B.k, B.x);
+    load_key_rows<P>(A, st.q, st.qk_row, A.q.dt, L, hb, A.scale, B.q, B.x);
+    load_key_rows<P>(A, st.k, st.qk_row, A.k.dt, L, hb, 1.0f, B.k, B.x);
     P::round_bf16(B.q, int64_t(C) * K);
     P::round_bf16(B.k, int64_t(C) * K);
     P::pack_a(B.k, K, C, K, B.Ka_bf);
@@ -481,18 +527,17 @@ void load_keys(const ChunkArgs& A, ChunkBuffers& B, int64_t c0, int64_t L, int64
     P::gemm(C, C, K, B.Qa_bf, B.KbT_bf, B.QK, C, false);
 }
 
-// Value-head part: v rows, beta, the chunk-local cumulative decay G (padded rows repeat G[L-1]),
-// eG = exp(G) and eL = exp(G[L-1] - G) (zero on padded rows).
+// Value-head part (the task's value head j, staged rows): v rows, beta, the chunk-local cumulative
+// decay G (padded rows repeat G[L-1]), eG = exp(G) and eL = exp(G[L-1] - G) (zero on padded rows).
 template <class P>
-void load_values(const ChunkArgs& A, ChunkBuffers& B, int64_t c0, int64_t L, int64_t hv) {
+void load_values(const ChunkArgs& A, ChunkBuffers& B, const ChunkStage& st, int64_t L, int64_t j) {
     const int64_t C = kChunk, V = A.V;
     float cum = 0.0f;
     for (int64_t i = 0; i < C; ++i) {
         if (i < L) {
-            const int64_t t = c0 + i;
-            P::load_row(elem(A.v, (t * A.HV + hv) * V), A.v.dt, B.v + i * V, V);
-            cum += load_scalar(A.g.p, A.g.dt, t * A.HV + hv);
-            B.beta[i] = load_scalar(A.beta.p, A.beta.dt, t * A.HV + hv);
+            P::load_row(st.v + i * st.v_row + j * V * dtype_bytes(A.v.dt), A.v.dt, B.v + i * V, V);
+            cum += load_scalar(st.g + i * st.g_row, A.g.dt, j);
+            B.beta[i] = load_scalar(st.beta + i * st.b_row, A.beta.dt, j);
         } else {
             std::fill(B.v + i * V, B.v + (i + 1) * V, 0.0f);
             B.beta[i] = 0.0f;
@@ -515,35 +560,38 @@ void decay_rows(ChunkBuffers& B) {
     for (int i = 0; i < C; ++i) {
         const int n = std::min(C, (i / 16 + 1) * 16);  // columns up to the diagonal, whole vectors
         for (int j = 0; j < n; ++j) d[j] = j <= i ? B.G[i] - B.G[j] : -200.0f;
-        for (int j = n; j < C; ++j) d[j] = 0.0f;
         P::exp_row(d, d, n);
         const float* __restrict kk = B.KK + i * C;
         const float* __restrict qk = B.QK + i * C;
         float* __restrict m = B.M + i * C;
         float* __restrict p = B.P + i * C;
         const float bi = B.beta[i];
-        for (int j = 0; j < C; ++j) {
+        for (int j = 0; j < n; ++j) {
             m[j] = j < i ? bi * kk[j] * d[j] : 0.0f;
             p[j] = j <= i ? qk[j] * d[j] : 0.0f;
         }
-        P::round_bf16(m, C);
+        std::fill(m + n, m + C, 0.0f);
+        std::fill(p + n, p + C, 0.0f);
+        P::round_bf16(m, n);
     }
 }
 
-// T = (I + M)^-1 by forward substitution in fp32, M strictly lower: row i is
-// e_i - sum_{m<i} M[i, m] T[m, :]; rows of T are zero right of the diagonal, so every row is
-// updated whole (64 wide) and the sum runs on two accumulators.
-inline void solve_unit_lower(const float* M, float* T) {
-    constexpr int C = kChunk;
-    for (int i = 0; i < C; ++i) {
-        float a0[C] = {}, a1[C] = {};
+// Rows [16 (NV - 1), 16 NV) of T = (I + M)^-1 by forward substitution in fp32, M strictly lower:
+// row i is e_i - sum_{m<i} M[i, m] T[m, :]. Rows of T are zero right of the diagonal, so the sums
+// run over the NV 16-column vectors left of column 16 NV (a compile-time width: the accumulators
+// stay in registers), on two accumulators; the columns right of them are zero.
+template <int NV>
+void solve_rows(const float* M, float* T) {
+    constexpr int C = kChunk, N = 16 * NV;
+    for (int i = N - 16; i < N; ++i) {
+        float a0[N] = {}, a1[N] = {};
         const float* __restrict Mi = M + i * C;
         int m = 0;
         for (; m + 1 < i; m += 2) {
             const float x0 = Mi[m], x1 = Mi[m + 1];
             const float* __restrict T0 = T + m * C;
             const float* __restrict T1 = T0 + C;
-            for (int j = 0; j < C; ++j) {
+            for (int j = 0; j < N; ++j) {
                 a0[j] += x0 * T0[j];
                 a1[j] += x1 * T1[j];
             }
@@ -551,20 +599,31 @@ inline void solve_unit_lower(const float* M, float* T) {
         if (m < i) {
             const float x0 = Mi[m];
             const float* __restrict T0 = T + m * C;
-            for (int j = 0; j < C; ++j) a0[j] += x0 * T0[j];
+            for (int j = 0; j < N; ++j) a0[j] += x0 * T0[j];
         }
         float* __restrict Ti = T + i * C;
-        for (int j = 0; j < C; ++j) Ti[j] = -(a0[j] + a1[j]);
+        for (int j = 0; j < N; ++j) Ti[j] = -(a0[j] + a1[j]);
+        std::fill(Ti + N, Ti + C, 0.0f);
         Ti[i] = 1.0f;
     }
 }
 
-// One chunk of value head hv (load_keys done for its key head): rounds the fp32 state S to `round`
-// (the state type: the previous chunk's write-back), reads and updates it, writes O rows.
+inline void solve_unit_lower(const float* M, float* T) {
+    static_assert(kChunk == 64, "solve_unit_lower: four blocks of 16 rows");
+    solve_rows<1>(M, T);
+    solve_rows<2>(M, T);
+    solve_rows<3>(M, T);
+    solve_rows<4>(M, T);
+}
+
+// One chunk of the task's value head j (load_keys done for its key head): rounds the fp32 state S
+// to `round` (the state type: the previous chunk's write-back), reads and updates it, writes its
+// staged O rows.
 template <class P>
-void chunk_step(const ChunkArgs& A, ChunkBuffers& B, float* S, int64_t c0, int64_t L, int64_t hv, DType round) {
+void chunk_step(const ChunkArgs& A, ChunkBuffers& B, const ChunkStage& st, float* S, int64_t L, int64_t j,
+                DType round) {
     const int C = kChunk, K = int(A.K), V = int(A.V);
-    load_values<P>(A, B, c0, L, hv);
+    load_values<P>(A, B, st, L, j);
     decay_rows<P>(B);
     solve_unit_lower(B.M, B.T);
     for (int i = 0; i < C; ++i) B.x[i] = B.beta[i] * B.eG[i];
@@ -590,9 +649,7 @@ void chunk_step(const ChunkArgs& A, ChunkBuffers& B, float* S, int64_t c0, int64
     P::pack_b(Vn, V, C, V, B.Vb_bf);
     P::gemm(C, V, K + C, B.QPa_bf, B.Sb_bf, B.O, V, false);
     const int eo = dtype_bytes(A.out_dt);
-    for (int64_t i = 0; i < L; ++i)
-        P::store_row(B.O + i * V, static_cast<char*>(A.out) + ((c0 + i) * A.HV + hv) * V * eo,
-                     A.out_dt, V);
+    for (int64_t i = 0; i < L; ++i) P::store_row(B.O + i * V, st.o + i * st.o_row + j * V * eo, A.out_dt, V);
     // State: S = exp(G_last) S + rd((kn exp(G_last - G))^T) rd(Vn) (S decayed above); the A
     // operand is the pair transpose of the pair-interleaved rows kn exp(G_last - G).
     P::pack_b(B.k, K, C, K, B.Kd_bf, B.eL);
@@ -600,35 +657,58 @@ void chunk_step(const ChunkArgs& A, ChunkBuffers& B, float* S, int64_t c0, int64
     P::gemm(K, V, C, B.KdT_bf, B.Vb_bf, S, V, true);
 }
 
-// One (sequence, key head): its value heads' states stay in B.S (fp32) across the chunks.
+// One task, sequence n = item / (H / heads) and key heads [h0, h0 + heads): its value heads'
+// states stay in B.S (fp32) across the chunks; per chunk, the rows are staged, then each key head
+// and its value heads in turn (each value head's step first prefetches its share of the next
+// chunk's input rows), then the output rows are written back.
 template <class P, DType SD>
 void chunk_item(void* ctx, int64_t item, int tid) {
     const auto& c = *static_cast<ChunkCtx*>(ctx);
     const ChunkArgs& A = *c.args;
-    const int64_t group = A.HV / A.H, n = item / A.H, h = item % A.H;
+    const int64_t group = A.HV / A.H, blocks = A.H / c.heads, n = item / blocks, h0 = item % blocks * c.heads;
     const int64_t slot = A.indices[n];
     const int64_t t0 = A.cu_seqlens[n], t1 = A.cu_seqlens[n + 1];
     if (slot < 0) return;
-    ChunkBuffers B(c.scratch->at(tid), A.K, A.V, group);
-    const int64_t KV = A.K * A.V;
-    auto state = [&](int64_t g) { return state_row(A.state, slot, (h * group + g) * KV); };
-    for (int64_t g = 0; g < group; ++g) P::load_row(state(g), SD, B.S + g * KV, KV);
+    const int64_t states = c.heads * group, KV = A.K * A.V;
+    ChunkBuffers B(c.scratch->at(tid), A.K, A.V, states);
+    const ChunkStage st(A, h0, c.heads, c.scratch->at(tid) + ChunkStage::offset(A.K, A.V, states));
+    auto state = [&](int64_t j) { return state_row(A.state, slot, (st.hv0 + j) * KV); };
+    for (int64_t j = 0; j < states; ++j) P::load_row(state(j), SD, B.S + j * KV, KV);
     P::tiles_begin();
-    for (int64_t t = t0; t < std::min<int64_t>(t0 + kChunk, t1); ++t) prefetch_token(A, t, h);
     for (int64_t c0 = t0; c0 < t1; c0 += kChunk) {
         const int64_t L = std::min<int64_t>(kChunk, t1 - c0);
-        load_keys<P>(A, B, c0, L, t1, h);
-        for (int64_t g = 0; g < group; ++g) chunk_step<P>(A, B, B.S + g * KV, c0, L, h * group + g, SD);
+        st.copy_in(A, c0, L);
+        for (int64_t hb = 0; hb < c.heads; ++hb) {
+            load_keys<P>(A, B, st, L, hb);
+            for (int64_t j = hb * group; j < (hb + 1) * group; ++j) {
+                st.prefetch_in(A, c0 + kChunk, j * kChunk / states, (j + 1) * kChunk / states, t1);
+                chunk_step<P>(A, B, st, B.S + j * KV, L, j, SD);
+            }
+        }
+        st.copy_out<P>(A, c0, L);
     }
     P::tiles_end();
-    for (int64_t g = 0; g < group; ++g) P::round_store(B.S + g * KV, state(g), SD, KV);
+    for (int64_t j = 0; j < states; ++j) P::round_store(B.S + j * KV, state(j), SD, KV);
+}
+
+// Key heads per task: the most (a divisor of H) whose value heads' fp32 states take at most
+// kChunkStateBytes, while the tasks still number at least two per thread.
+constexpr int64_t kChunkStateBytes = 512 * 1024;
+inline int64_t chunk_heads(const ChunkArgs& A) {
+    int64_t best = 1;
+    for (int64_t d = 2; d <= A.H; ++d)
+        if (A.H % d == 0 && d * (A.HV / A.H) * A.K * A.V * 4 <= kChunkStateBytes &&
+            A.N * (A.H / d) >= 2 * int64_t(std::max(1, A.num_threads)))
+            best = d;
+    return best;
 }
 
 template <class P>
 void chunk_prefill(const ChunkArgs& A) {
-    Scratch scratch(A.num_threads, ChunkBuffers::bytes(A.K, A.V, A.HV / A.H));
-    ChunkCtx ctx{&A, &scratch};
-    const int64_t items = A.N * A.H;
+    const int64_t heads = chunk_heads(A);
+    Scratch scratch(A.num_threads, ChunkStage::offset(A.K, A.V, heads * (A.HV / A.H)) + ChunkStage::bytes(A, heads));
+    ChunkCtx ctx{&A, &scratch, heads};
+    const int64_t items = A.N * (A.H / heads);
     switch (A.state.dt) {
         case DType::F32: parallel_for(items, A.num_threads, &ctx, chunk_item<P, DType::F32>); break;
         case DType::BF16: parallel_for(items, A.num_threads, &ctx, chunk_item<P, DType::BF16>); break;
