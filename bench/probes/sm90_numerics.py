@@ -91,7 +91,7 @@ VARIANTS = {"kernel (80aa210 defaults)": {}, "kernel (116211e defaults)": dict(p
 def main(argv=None) -> int:
     from conformance import families
     from conformance.memo import Memo
-    from conformance.run.runner import select_cells
+    from conformance.run.selection import select_cells
 
     argv = sys.argv[1:] if argv is None else argv
     pattern = argv[0] if argv else FAILED
