@@ -94,11 +94,13 @@ def dequantized(inputs: dict, cache, table=None) -> tuple[list, list]:
                                 inputs["layout"], inputs["rotation"], rotated=True, key_table=table)
 
 
-def key_table(preset: str, D: int, act: str) -> np.ndarray:
-    """The preset's centroid table for head size ``D`` rounded to the activation dtype ``act``, as float32."""
+def key_table(preset: str, D: int, act: str) -> np.ndarray | None:
+    """The preset's centroid table for head size ``D`` rounded to the activation dtype ``act``, as float32;
+    None for FP8 keys (no table; E4M3 values are exact in every activation dtype)."""
     from reference.turboquant.presets import preset as lookup
 
-    return to_activation(numpy_ref.centroids(lookup(preset).key_bits, D), act).astype(np.float32)
+    p = lookup(preset)
+    return None if p.key_fp8 else to_activation(numpy_ref.centroids(p.key_bits, D), act).astype(np.float32)
 
 
 def unquantized(inputs: dict) -> tuple[list, list]:
