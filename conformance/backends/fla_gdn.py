@@ -26,6 +26,8 @@ line numbers of the wheel's files) rounds to bf16 where the ``fla-chunk`` oracle
 (ops/common/chunk_o.py#L138-L154); the state increment is k^T bf16(v_new exp(g_last - g)) from the
 unrounded v_new (ops/common/chunk_delta_h.py#L250, #L288); the chunk-start state h (#L185, #L214),
 A = (I + M)^-1 (ops/gated_delta_rule/chunk_fwd.py#L385), w and u (ops/gated_delta_rule/wy_fast.py#L88-L106).
+Its A is merged from 16-row diagonal blocks by dots whose operands the tensor cores truncate to TF32
+(chunk_fwd.py#L21, #L257-L291); the oracle merges the same blocks in the same order with the same truncation.
 Against the ``bf16-operands`` oracle those placements failed 27 of the 42 chunked cells of the H200 run
 of 2026-12-01 (o rel_l2 0.0016-0.0045); the oracle's emulation of them reproduced every verdict
 (``kernel-lab study fla-chunk-rounding``).
