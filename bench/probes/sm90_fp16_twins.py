@@ -1,6 +1,6 @@
 """The float16 twins of the full turboquant tier's cells that ``triton-sm90`` runs (the same shapes and
 seeds with ``act=float16``: the tier itself has few float16 cells of that preset and layout), judged by the
-family's check under act-mma for ``triton-sm90`` and the configurations of ``sm90_variants``, in the
+family's check under the model of ``triton-sm90`` (act-mma-table) and the configurations of ``sm90_variants``, in the
 runner's worker processes. Writes ``sm90_fp16_twins_cells.jsonl`` and prints the counts:
 ``python -m bench.probes.sm90_fp16_twins --out DIR [--jobs N]`` (on an sm_90 GPU).
 """

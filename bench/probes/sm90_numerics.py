@@ -1,11 +1,13 @@
 """The roundings of the sm_90 decode (``tq_decode_sm90``, bfloat16) emulated in NumPy on the CPU and judged
-by the family's act-mma check, to see which rounding decides a cell's margin: the kernel's (bf16 rotated
-queries and centroids, ``bf16(P * s)`` times exact codes, the lazy running max, its split count and tiles),
-and the same with one rounding removed or changed: ``P * s`` in fp32, centred codes (``code - 7.5``, the
-offset moved into ``v_zero``), fp32 queries, one split, and the model's own roundings (``bf16(P)`` times
-``bf16(V)``). Sums are float64 (the MMA's fp32 accumulation is left out).
+by the family's check under its model (``act-mma-table``) and under ``act-mma``, to see which rounding decides
+a cell's margin: the kernel's (bf16 rotated queries and centroid table, the fp16 norm on the fp32 score,
+``bf16(P * s)`` times exact codes, the lazy running max, its split count and tiles), and the same with one
+rounding removed or changed: ``P * s`` in fp32, centred codes (``code - 7.5``, the offset moved into
+``v_zero``), fp32 queries, one split, keys rounded as products (``bf16(norm * centroid)``, as act-mma's
+oracle rounds them), and act-mma's roundings (those keys, ``bf16(P)`` times ``bf16(V)``). Sums are float64
+(the MMA's fp32 accumulation is left out).
 ``python -m bench.probes.sm90_numerics [PATTERN]`` (cells of the full tier whose id contains
-PATTERN; default: the cell the H200 run of 80aa210 failed).
+PATTERN; default: the cell the H200 run of 80aa210 and the H100 run of 2026-12-06 failed under act-mma).
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import sys
 import ml_dtypes
 import numpy as np
 
+LOG2E = 1.4426950408889634
 FAILED = "Hk=8/G=16/bs=16/lens=256/rotation=hadamard/sinks=off/D=128/range=unit/act=bfloat16"
 
 
@@ -27,9 +30,10 @@ class Emulation:
     ``programs_per_sm`` and ``block_n`` pick its split count and tile as the launcher does on 132 SMs."""
 
     def __init__(self, programs_per_sm=16, block_n=16, centre=0.0, round_ps=True, round_q=True, splits=True,
-                 model=False):
+                 round_keys=False, model=False):
         self.pps, self.N, self.centre = programs_per_sm, block_n, centre
-        self.round_ps, self.round_q, self.splits, self.model = round_ps, round_q, splits, model
+        self.round_ps, self.round_q, self.splits = round_ps, round_q, splits
+        self.round_keys, self.model = round_keys or model, model
 
     def decode(self, query, kv_cache, block_table, seq_lens, preset, layout, rotation, scale=None, sinks=None):
         from reference.turboquant import numpy_ref, validate
@@ -43,7 +47,8 @@ class Emulation:
         scale = 1 / math.sqrt(D) if scale is None else scale
         q = (np.asarray(query, np.float32).astype(np.float64) @ np.asarray(rotation, np.float64)).astype(np.float32)
         q = _bf16(q) if self.round_q else q.astype(np.float64)
-        c = _bf16(centroids(p.key_bits, D))
+        c0 = centroids(p.key_bits, D).astype(np.float64)
+        c = _bf16(c0)
         want = 1 << (math.ceil(self.pps * 132 / (B * Hk * math.ceil(G / 8))) - 1).bit_length()
         S = max(1, min(want, 32, math.ceil(block_table.shape[1] * bs / self.N))) if self.splits else 1
         out = np.zeros((B, Hq, D))
@@ -56,7 +61,10 @@ class Emulation:
             W = math.ceil(math.ceil(L / S) / self.N) * self.N
             for hq in range(Hq):
                 h = hq // G
-                x = (c[f["key_codes"][:, h]] @ q[b, hq]) * kn[:, h] * np.float32(scale * 1.4426950408889634)
+                if self.round_keys:
+                    x = (_bf16(c0[f["key_codes"][:, h]] * kn[:, h, None]) @ q[b, hq]) * np.float32(scale * LOG2E)
+                else:
+                    x = (c[f["key_codes"][:, h]] @ q[b, hq]) * kn[:, h] * np.float32(scale * LOG2E)
                 parts = [self._split(x, codes[:, h], vs[:, h], vz[:, h], st, min(st + W, L))
                          for st in range(0, L, W)]
                 lse = np.array([lse for _, lse in parts])
@@ -85,13 +93,14 @@ class Emulation:
 
 VARIANTS = {"kernel (80aa210 defaults)": {}, "kernel (116211e defaults)": dict(programs_per_sm=8, block_n=32),
             "P * s in fp32": dict(round_ps=False), "centred codes": dict(centre=7.5), "fp32 queries": dict(round_q=False),
-            "one split": dict(splits=False), "the model's roundings": dict(model=True)}
+            "one split": dict(splits=False), "keys rounded as products": dict(round_keys=True),
+            "act-mma's roundings": dict(model=True)}
 
 
 def main(argv=None) -> int:
     from conformance import families
     from conformance.memo import Memo
-    from conformance.run.runner import select_cells
+    from conformance.run.selection import select_cells
 
     argv = sys.argv[1:] if argv is None else argv
     pattern = argv[0] if argv else FAILED
@@ -101,9 +110,11 @@ def main(argv=None) -> int:
     for cell in cells:
         print(cell.id)
         inputs, memo = fam.make_inputs(cell), Memo()
+        print(f"  {'':28} {'act-mma-table':>24}  {'act-mma':>24}")
         for name, kw in VARIANTS.items():
-            worst = fam.check(cell, "act-mma", inputs, fam.run_with(Emulation(**kw), cell, inputs), memo).worst()
-            print(f"  {name:28} margin {worst.metrics['margin']:.3f}  max_abs {worst.metrics['max_abs']:.4f}")
+            out = fam.run_with(Emulation(**kw), cell, inputs)
+            cols = [fam.check(cell, m, inputs, out, memo).worst().metrics for m in ("act-mma-table", "act-mma")]
+            print(f"  {name:28}" + "".join(f"  margin {w['margin']:6.3f} max_abs {w['max_abs']:.4f}" for w in cols))
     return 0
 
 

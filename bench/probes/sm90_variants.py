@@ -1,7 +1,7 @@
 """Configurations of the sm_90 decode as conformance backends, for runs that judge them beside the
 default ``triton-sm90`` on the same cells (``KERNEL_LAB_BACKEND_MODULES=bench.probes.sm90_variants``;
 the runner's workers import it too). Each is ``triton-sm90`` with launch options (``VARIANTS``); the
-float16 twins of the full tier's cells (``fp16_twins``) hold the float16 paths to the act-mma model on
+float16 twins of the full tier's cells (``fp16_twins``) hold the float16 paths to its model (act-mma-table) on
 every shape the bfloat16 cells have.
 """
 from __future__ import annotations

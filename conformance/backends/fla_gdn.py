@@ -6,7 +6,7 @@
   kernel (``use_qk_l2norm_in_kernel``), state ``[N, HV, K, V]`` gathered from and scattered back to the
   pool by the adapter; o comes back in the activation dtype. Rounding model ``fla-chunk``: its chunked
   op is held to an oracle that rounds to the activation dtype where FLA's chunk kernels do (bf16 and
-  fp16; fp32 activations are skips: FLA's fp32 path runs TF32 dots, which the model does not emulate);
+  fp16; fp32 activations are skips: FLA's fp32 path runs every dot at TF32, the model only T's merge);
   its recurrent op (fp32 arithmetic inside) is held to exact, as that model prescribes for every other op.
 - ``fla-naive``: FLA's torch references ``naive_chunk_gated_delta_rule`` and
   ``naive_recurrent_gated_delta_rule`` on the CPU in float32 (the activations converted exactly), one
@@ -26,6 +26,8 @@ line numbers of the wheel's files) rounds to bf16 where the ``fla-chunk`` oracle
 (ops/common/chunk_o.py#L138-L154); the state increment is k^T bf16(v_new exp(g_last - g)) from the
 unrounded v_new (ops/common/chunk_delta_h.py#L250, #L288); the chunk-start state h (#L185, #L214),
 A = (I + M)^-1 (ops/gated_delta_rule/chunk_fwd.py#L385), w and u (ops/gated_delta_rule/wy_fast.py#L88-L106).
+Its A is merged from 16-row diagonal blocks by dots whose operands the tensor cores truncate to TF32
+(chunk_fwd.py#L21, #L257-L291); the oracle merges the same blocks in the same order with the same truncation.
 Against the ``bf16-operands`` oracle those placements failed 27 of the 42 chunked cells of the H200 run
 of 2026-12-01 (o rel_l2 0.0016-0.0045); the oracle's emulation of them reproduced every verdict
 (``kernel-lab study fla-chunk-rounding``).
@@ -147,7 +149,7 @@ def _supports(cell) -> str | None:
     if cell.op == "chunked" and not defined_for(cell, "fla-chunk"):
         return (f"{activation(cell)} activations: FLA's chunk kernels run TF32 dots on fp32 inputs "
                 "(fla/ops/gated_delta_rule/chunk_fwd.py: SOLVE_TRIL_DOT_PRECISION = 'tf32', and tl.dot's "
-                "default), which the fla-chunk model does not emulate")
+                "default), which the fla-chunk model emulates only in T's merge")
     return _whole_call(cell)
 
 

@@ -15,8 +15,9 @@ Five decode kernels, each held to the matrix on a GPU and (all but the sm_90 dec
   decode (one query token per sequence; SoA, every preset); ``act-mma`` on the GPU, ``exact`` in
   the interpreter.
 - ``triton-sm90``: store kernel + the Gluon decode for sm_90 (``tq_decode_sm90``: operands built in
-  registers; SoA ``turboquant_4bit_nc``), ``act-mma`` for bfloat16 and float16 activations (MMA operands in
-  that dtype; float32 cells are skips with the reason: its ``mma.sync`` takes 16-bit operands); available
+  registers; SoA ``turboquant_4bit_nc``), ``act-mma-table`` for bfloat16 and float16 activations (rotated
+  queries and the centroid table in that dtype, the norm on the fp32 score, exact value codes times ``P * s``
+  in that dtype; float32 cells are skips with the reason: its ``mma.sync`` takes 16-bit operands); available
   only on an NVIDIA GPU of compute capability 9.0 (Gluon has no interpreter, so no ``-interpret`` twin).
 Query, key and value reach the kernels in the cell's activation dtype; the decode output is written
 into a poisoned buffer (an element never written is NaN) of that dtype on a GPU, and of float32 in the
@@ -149,7 +150,8 @@ def _make(name: str, kernel: str, interpret: bool, ops: tuple[str, ...]) -> Back
     path = paths.fixed("interpreter") if interpret else paths.fixed("sm_90") if kernel == "sm90" else paths.on_gpu
     return register(Backend(
         name=name, ops={"turboquant": ops}, available=available, run=run, supports=_supports(kernel),
-        rounding_models={"turboquant": "exact" if precision == "exact" else "act-mma"},
+        rounding_models={"turboquant": "exact" if precision == "exact" else "act-mma-table" if kernel == "sm90"
+                         else "act-mma"},
         env=INTERPRET_ENV if interpret else {}, timeout_s=1800.0 if interpret else 600.0, uses_gpu=not interpret,
         probe_call=interpret, path=path, **(INTERPRET_COST if interpret else {})))
 

@@ -3,7 +3,8 @@
 fla-core 0.6.0's ``chunk_gated_delta_rule`` rounds to bf16 where the gdn ``bf16-operands`` model does
 not (``conformance.backends.fla_gdn``): the output o; q and k straight out of the l2 norm, with the
 scale and exp(g) applied to fp32 dot products; the state increment's bf16(v_new exp(g_last - g)) from
-the unrounded v_new. The emulation is the ``fla-chunk`` model's oracle
+the unrounded v_new; T merged from 16-row blocks by TF32-truncated products. The emulation is the
+``fla-chunk`` model's oracle
 (``numpy_ref.chunked(operand_dtype="bfloat16", rounding_points="fla")`` in float64).
 
 For each fla chunked cell a record ran (default: the H200 run, ledger/h200/peers_full_cells.jsonl),

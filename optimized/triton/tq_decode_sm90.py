@@ -31,8 +31,9 @@ fp16's range for any finite fp16 ``s``), statistics per (query, token) in regist
 split 0 starts at ``m = sink, l = 1``. Partials ``[D + 1]`` fp32 as in ``tq_decode_launch``; the split-KV
 reduce merges them.
 
-Rounding model ``act-mma``: rotated queries and centroids in the query's dtype (bf16 or fp16), exact codes,
-``P * s`` rounded to that dtype (the model's rounded P), fp32 accumulation. A float32 query is refused
+Rounding model ``act-mma-table``: rotated queries and centroids in the query's dtype (bf16 or fp16), the fp16
+norm applied to the fp32 score (keys ``norm * centroid`` exact, not rounded as products), exact value codes,
+``P * s`` rounded to that dtype, fp32 accumulation. A float32 query is refused
 (``dtype_problem``) rather than rounded to 16 bits; ``decode_grouped`` serves it.
 """
 from __future__ import annotations

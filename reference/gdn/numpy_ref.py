@@ -97,6 +97,39 @@ def _unit_lower_inverse(A: np.ndarray) -> np.ndarray:
     return X + np.eye(A.shape[-1], dtype=A.dtype)
 
 
+def _tf32(x: np.ndarray) -> np.ndarray:
+    """``x`` as a tensor core reads an fp32 operand at TF32 input precision: rounded to fp32, then its low 13
+    mantissa bits dropped (truncated to 10); returned in ``x``'s dtype."""
+    bits = np.asarray(x, np.float32).view(np.uint32) & np.uint32(0xFFFFE000)
+    return bits.view(np.float32).astype(x.dtype)
+
+
+def _fla_unit_lower_inverse(A: np.ndarray) -> np.ndarray:
+    """(I - A)^-1 for strictly lower A [HV, C, C] (C <= 64) as fla-core 0.6.0 computes it on an NVIDIA GPU
+    (``chunk_gated_delta_rule_fwd_kkt_solve_kernel``, the chunk padded to 64 rows): each 16-row diagonal block
+    by substitution, the off-diagonal blocks merged by products whose operands the tensor cores read at TF32
+    input precision (``SOLVE_TRIL_DOT_PRECISION = 'tf32'``), in the kernel's order and grouping."""
+    C = A.shape[-1]
+    P = np.zeros(A.shape[:-2] + (64, 64), A.dtype)
+    P[..., :C, :C] = A
+    b = [[P[..., 16 * i:16 * i + 16, 16 * j:16 * j + 16] for j in range(4)] for i in range(4)]
+
+    def dot(x, y):
+        return _tf32(x) @ _tf32(y)
+
+    d = [_unit_lower_inverse(b[i][i]) for i in range(4)]
+    X = {(i, i): d[i] for i in range(4)}
+    for i in (1, 2, 3):
+        X[i, i - 1] = dot(dot(d[i], b[i][i - 1]), d[i - 1])
+    X[2, 0] = dot(d[2], dot(b[2][0], d[0]) + dot(b[2][1], X[1, 0]))
+    X[3, 1] = dot(d[3], dot(b[3][1], d[1]) + dot(b[3][2], X[2, 1]))
+    X[3, 0] = dot(d[3], dot(b[3][0], d[0]) + dot(b[3][1], X[1, 0]) + dot(b[3][2], X[2, 0]))
+    out = np.zeros_like(P)
+    for (i, j), x in X.items():
+        out[..., 16 * i:16 * i + 16, 16 * j:16 * j + 16] = x
+    return out[..., :C, :C]
+
+
 def _chunk_forward(S, q, k, v, g, beta, rnd, fla_scale=None):
     """One chunk of one sequence, UT/WY form, all heads at once.
 
@@ -105,7 +138,7 @@ def _chunk_forward(S, q, k, v, g, beta, rnd, fla_scale=None):
     ``fla_scale`` (None: the CPU kernel's rounding points) selects the rounding points of FLA's chunk
     kernels with q unscaled: the -beta*D*kk^T matrix is inverted unrounded; q's scale and exp(G) multiply
     the readout's products; v_new is rounded only for the readout; the state increment is
-    k^T rnd(v_new * exp(G_last - G)); o is rounded.
+    k^T rnd(v_new * exp(G_last - G)); o is rounded; T is FLA's (``_fla_unit_lower_inverse``: TF32 merge).
     """
     q, k, v = (x.transpose(1, 0, 2) for x in (q, k, v))
     g, beta = g.T, beta.T
@@ -115,7 +148,7 @@ def _chunk_forward(S, q, k, v, g, beta, rnd, fla_scale=None):
     D = np.exp(np.where(lower, G[:, :, None] - G[:, None, :], -np.inf))   # exp(G_i - G_j), j <= i
     strict = np.tril(np.ones((C, C), dtype=bool), -1)
     A = np.where(strict, -beta[:, :, None] * (k @ k.transpose(0, 2, 1)) * D, 0.0)
-    Tm = rnd(_unit_lower_inverse(A if fla_scale is not None else rnd(A)))   # (I + M)^-1
+    Tm = rnd(_fla_unit_lower_inverse(A) if fla_scale is not None else _unit_lower_inverse(rnd(A)))   # (I + M)^-1
     eG = np.exp(G)[:, :, None]
     W = rnd(Tm @ rnd(beta[:, :, None] * eG * k))
     U = rnd(Tm @ rnd(beta[:, :, None] * v))
@@ -187,7 +220,8 @@ def chunked(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, u
     16-bit operands: FLA rounds to its inputs' dtype) rounds where fla-core 0.6.0's chunk_gated_delta_rule
     does instead: q and k straight after the l2 norm (the scale applied to the readout's products),
     the inverse T but not the matrix inverted, W, U, the chunk-start state copy, v_new for the readout,
-    v_new * exp(G_last - G) for the state increment, and the output o.
+    v_new * exp(G_last - G) for the state increment, and the output o; T is merged from 16-row blocks by
+    products of TF32-truncated operands, as FLA's solve does on an NVIDIA GPU.
     """
     in_place("state", state, IN_PLACE)
     dims, cu, idx = arguments.varlen(q, k, v, g, beta, cu_seqlens, state, state_indices,

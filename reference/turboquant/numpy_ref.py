@@ -123,10 +123,11 @@ def store(kv_cache, key, value, slot_mapping, preset, layout, rotation):
     return kv_cache
 
 
-def dequantize(kv_cache, block_table, seq_lens, preset, layout, rotation, *, rotated=False):
+def dequantize(kv_cache, block_table, seq_lens, preset, layout, rotation, *, rotated=False, key_table=None):
     """Dequantized ``(keys, values)``: one float32 ``[L_b, Hk, D]`` array each per sequence.
     Keys are in the original space (``k_rot @ R.T``), or in the stored rotated space when
-    ``rotated=True`` (exactly ``scalar * centroid``); FP8 keys are never rotated."""
+    ``rotated=True`` (exactly ``scalar * centroid``); FP8 keys are never rotated. ``key_table``: the
+    float32 ``[2^key_bits]`` centroid table the codes index (None: the preset's ``centroids``)."""
     kv_cache = np.asarray(kv_cache)
     p, layout, D, (num_blocks, block_size, _) = validate.cache_args(kv_cache, preset, layout)
     validate.rotation_for(p, rotation, D)
@@ -134,7 +135,7 @@ def dequantize(kv_cache, block_table, seq_lens, preset, layout, rotation, *, rot
     keys, values = [], []
     for b, L in enumerate(lens):
         fields = read_fields(kv_cache, validate.token_slots(bt, b, L, block_size), p, layout, D)
-        k, v = dequantize_fields(fields, p, layout)
+        k, v = dequantize_fields(fields, p, layout, key_table)
         if not rotated and not p.key_fp8:
             k = k @ np.asarray(rotation, dtype=F32).T
         keys.append(k)

@@ -49,12 +49,14 @@ def quantize_values(value: np.ndarray, bits: int) -> tuple[np.ndarray, np.ndarra
     return codes.astype(np.uint8), scale.astype(np.float16), vmin.astype(np.float16)
 
 
-def dequantize_fields(fields: dict, p: Preset, layout: str) -> tuple[np.ndarray, np.ndarray]:
-    """Fields from ``read_fields`` -> (keys in ROTATED space, values), float32 ``[..., D]``."""
+def dequantize_fields(fields: dict, p: Preset, layout: str, key_table=None) -> tuple[np.ndarray, np.ndarray]:
+    """Fields from ``read_fields`` -> (keys in ROTATED space, values), float32 ``[..., D]``.
+    ``key_table``: the float32 centroid table the key codes index (None: the preset's)."""
     if p.key_fp8:
         keys = fields["key_codes"].view(ml_dtypes.float8_e4m3fn).astype(F32)
     else:
-        c = centroids(p.key_bits, fields["key_codes"].shape[-1])[fields["key_codes"]]
+        table = centroids(p.key_bits, fields["key_codes"].shape[-1]) if key_table is None else key_table
+        c = np.asarray(table, F32)[fields["key_codes"]]
         if p.norm_correction and layout == "aos":
             c = c / np.sqrt(np.sum(c * c, axis=-1, keepdims=True, dtype=F32) + NC_EPS, dtype=F32)
         keys = fields["k_norm"].astype(F32)[..., None] * c

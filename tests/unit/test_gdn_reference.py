@@ -196,6 +196,20 @@ def test_fla_rounding_points_round_o_and_reject_bad_arguments():
                           rounding_points="tf32")
 
 
+@pytest.mark.parametrize("C", [64, 37, 1])
+def test_fla_inverse_is_the_inverse_up_to_tf32_truncation(C):
+    rng = np.random.default_rng(C)
+    k = rng.standard_normal((3, C, 16)) / 4
+    A = np.tril(-k @ k.transpose(0, 2, 1), -1)
+    want = numpy_ref._unit_lower_inverse(A)
+    got = numpy_ref._fla_unit_lower_inverse(A)
+    first = np.s_[..., :16, :16]                            # the first diagonal block: substitution, no TF32
+    assert np.allclose(got[first], want[first], rtol=1e-12, atol=1e-12)
+    err = rel_l2(got, want)
+    assert err < 4 * 2.0**-10 and (C <= 16 or err > 2.0**-16)   # truncated operands, not a wrong merge
+    assert np.array_equal(numpy_ref._tf32(np.array([1 + 2.0**-10 + 2.0**-11])), np.array([1 + 2.0**-10]))
+
+
 def test_numpy_and_jax_agree_on_the_bf16_operand_model():
     cell = _cell("chunked", state="bfloat16")
     inputs = gdn.make_inputs(cell)

@@ -8,7 +8,8 @@ from __future__ import annotations
 import numpy as np
 
 from conformance.families.turboquant import tolerances as tol
-from conformance.families.turboquant.oracle import DEQUANTIZED_ACT, UNQUANTIZED, attention64, unquantized
+from conformance.families.turboquant.oracle import (DEQUANTIZED_ACT, DEQUANTIZED_TABLE, UNQUANTIZED, attention64,
+                                                    key_table, unquantized)
 from conformance.rounding import RoundingModel, by_name, lookup
 from reference.turboquant import numpy_ref
 
@@ -16,24 +17,30 @@ from reference.turboquant import numpy_ref
 class ActMmaReference:
     """``reference.turboquant.numpy_ref`` whose decode rounds q_rot, the dequantized K and V to the query's
     dtype (float64 attention over them; a float32 query rounds nothing): the base implementation of the
-    "act-mma" model."""
+    "act-mma" model. ``table=True``: q_rot and the centroid table the keys are dequantized through are
+    rounded instead, the values kept exact (the "act-mma-table" model)."""
+
+    def __init__(self, table: bool = False):
+        self.table = table
 
     def __getattr__(self, name):
         return getattr(numpy_ref, name)
 
-    @staticmethod
-    def decode(query, kv_cache, block_table, seq_lens, preset, layout, rotation, scale=None, sinks=None):
+    def decode(self, query, kv_cache, block_table, seq_lens, preset, layout, rotation, scale=None, sinks=None):
         act = np.asarray(query).dtype
 
         def rounded(x):
             return np.asarray(x, np.float32).astype(act).astype(np.float64)
 
-        keys, values = numpy_ref.dequantize(kv_cache, block_table, seq_lens, preset, layout, rotation, rotated=True)
+        table = key_table(preset, np.shape(query)[-1], act.name) if self.table else None
+        keys, values = numpy_ref.dequantize(kv_cache, block_table, seq_lens, preset, layout, rotation, rotated=True,
+                                            key_table=table)
+        if not self.table:
+            keys, values = [rounded(k) for k in keys], [rounded(v) for v in values]
         q_rot = numpy_ref.rotate_query(query, preset, rotation)
         scale = 1.0 / np.sqrt(q_rot.shape[-1]) if scale is None else scale
         G = q_rot.shape[1] // kv_cache.shape[2]
-        out = attention64(rounded(q_rot), [rounded(k) for k in keys], [rounded(v) for v in values], G, scale,
-                          None if sinks is None else np.asarray(sinks, np.float64))
+        out = attention64(rounded(q_rot), keys, values, G, scale, None if sinks is None else np.asarray(sinks, np.float64))
         return out.astype(np.float32)
 
 
@@ -71,6 +78,11 @@ MODELS = by_name((
                   "accumulation (GPU kernels; float32 activations: fp32 operands)", ActMmaReference,
                   differs_on=("decode", "store_decode"), oracle={"*": DEQUANTIZED_ACT},
                   terms={"*": (tol.DECODE_ACT_MMA,)}),
+    RoundingModel("act-mma-table", "MMA operands from the centroid table: q_rot and the table in the activation "
+                  "dtype (the fp16 norm scales the fp32 score), exact value codes times P s rounded to that dtype, "
+                  "fp32 accumulation (the sm_90 decode)", lambda: ActMmaReference(table=True),
+                  differs_on=("decode", "store_decode"), oracle={"*": DEQUANTIZED_TABLE},
+                  terms={"*": (tol.DECODE_ACT_TABLE,)}),
     # torch-sdpa attends over the unquantized cache: bugs in reading the quantized cache or rotating the
     # query have nothing to act on there
     RoundingModel("act-sdpa", "SDPA in the activation dtype over the unquantized cache (torch-sdpa: it never "

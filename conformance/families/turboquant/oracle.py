@@ -5,8 +5,11 @@ float64 attention.
 ``q_rot = q @ R``); "act-sdpa" over the UNQUANTIZED ``key_cache``/``value_cache`` (torch-sdpa never
 reads the quantized cache). The store oracle is ``numpy_ref.store`` on a copy of the input cache.
 
-The activation dtype ``act`` is the query's (``act_of``); "act-mma" and "act-sdpa" round where their
-kernels do to that dtype and take its unit roundoff ``numerics.UNIT[act]``. For float32 activations
+"act-mma-table" attends over the cache dequantized through the centroid table rounded to the
+activation dtype (``key_table``), with exact values.
+
+The activation dtype ``act`` is the query's (``act_of``); "act-mma", "act-mma-table" and "act-sdpa" round
+where their kernels do to that dtype and take its unit roundoff ``numerics.UNIT[act]``. For float32 activations
 that is float32: "act-mma" means fp32 MMA operands (its oracle is the exact one, its tolerance the exact
 one plus u32 terms), "act-sdpa" float32 SDPA. A kernel whose MMA takes only 16-bit operands skips
 float32 cells (its backend's ``supports`` says so) rather than rounding them to 16 bits.
@@ -27,15 +30,20 @@ from reference.turboquant import numpy_ref
 @dataclass(frozen=True)
 class DecodeOracle:
     """What a decode oracle attends over: the dequantized cache (``quantized``) or the unquantized
-    keys and values, and whether it rounds q_rot, K and V to the activation dtype first."""
+    keys and values, and whether it rounds q_rot, K and V to the activation dtype first
+    (``rounds_operands``), or q_rot and the centroid table the keys are dequantized through (``rounds_table``;
+    values exact)."""
 
     name: str
     quantized: bool
     rounds_operands: bool = False
+    rounds_table: bool = False
 
 
 DEQUANTIZED = DecodeOracle("dequantized", quantized=True)
 DEQUANTIZED_ACT = DecodeOracle("dequantized, operands in the activation dtype", quantized=True, rounds_operands=True)
+DEQUANTIZED_TABLE = DecodeOracle("dequantized through the centroid table in the activation dtype, exact values",
+                                 quantized=True, rounds_table=True)
 UNQUANTIZED = DecodeOracle("unquantized", quantized=False)
 
 
@@ -79,10 +87,20 @@ def attention64(q, keys, values, G: int, scale: float, sinks) -> np.ndarray:
     return out
 
 
-def dequantized(inputs: dict, cache) -> tuple[list, list]:
-    """Rotated-space keys and values per sequence, float32, from ``cache``."""
+def dequantized(inputs: dict, cache, table=None) -> tuple[list, list]:
+    """Rotated-space keys and values per sequence, float32, from ``cache`` (keys through ``table``, None:
+    the preset's centroids)."""
     return numpy_ref.dequantize(cache, inputs["block_table"], inputs["seq_lens"], inputs["preset"],
-                                inputs["layout"], inputs["rotation"], rotated=True)
+                                inputs["layout"], inputs["rotation"], rotated=True, key_table=table)
+
+
+def key_table(preset: str, D: int, act: str) -> np.ndarray | None:
+    """The preset's centroid table for head size ``D`` rounded to the activation dtype ``act``, as float32;
+    None for FP8 keys (no table; E4M3 values are exact in every activation dtype)."""
+    from reference.turboquant.presets import preset as lookup
+
+    p = lookup(preset)
+    return None if p.key_fp8 else to_activation(numpy_ref.centroids(p.key_bits, D), act).astype(np.float32)
 
 
 def unquantized(inputs: dict) -> tuple[list, list]:
@@ -114,11 +132,13 @@ def decode_oracle(model: RoundingModel, op: str, inputs: dict, cache, G: int) ->
         keys, values = unquantized(inputs)
         tol = decode_tolerance(terms, *attention_atol(q, keys, values, G, scale, L_max), UNIT[act])
         return attention64(q, keys, values, G, scale, sinks), tol
-    keys, values = dequantized(inputs, cache)
+    table = key_table(inputs["preset"], inputs["query"].shape[-1], act) if how.rounds_table else None
+    keys, values = dequantized(inputs, cache, table)
     q_rot = rotated_query(inputs)
     tol = decode_tolerance(terms, *attention_atol(q_rot, keys, values, G, scale, L_max), UNIT[act])
-    if how.rounds_operands:
+    if how.rounds_operands or how.rounds_table:
         q_rot = to_activation(rotated_query(inputs, np.float32), act).astype(np.float64)
+    if how.rounds_operands:
         keys, values = [to_activation(k, act) for k in keys], [to_activation(v, act) for v in values]
     return attention64(q_rot, keys, values, G, scale, sinks), tol
 

@@ -29,7 +29,8 @@ CODE_SUM_ULPS = (2, 8)   # STORE_CODES: keys' (2D + 8) u32 sum_i |x_hat_i R_ij|
 VALUE_ULPS = 8           # STORE_CODES: values' 8 u32 (t + 1)
 FP16_STEPS = 1           # STORE_FP16: fp16 ulps (ordinal distance)
 WEIGHT_SHIFT = 2         # DECODE_EXACT: a logit off by e_x moves the softmax weights by 2 e_x relative
-ACT_RTOL = 2             # DECODE_ACT_MMA, DECODE_ACT_SDPA: rtol 2 u_act (the normaliser and a 16-bit result)
+ACT_RTOL = 2             # DECODE_ACT_MMA, DECODE_ACT_TABLE, DECODE_ACT_SDPA: rtol 2 u_act (the normaliser and a 16-bit result)
+VALUE_SPAN = 2           # DECODE_ACT_TABLE: |V - v_zero| <= 2 max|V|
 QUANT_SIGMAS = 3         # QUANT_ERROR: rel_l2 <= 3 sqrt(distortions)
 
 STORE_CODES_SPEC = ToleranceSpec(
@@ -85,6 +86,24 @@ DECODE_ACT_MMA = ToleranceSpec(
     _decode_act_mma)
 
 
+def _decode_act_table(f: DecodeFigures, tol: Tolerance) -> Tolerance:
+    return tol.term(DECODE_ACT_TABLE, f"u_act={f.unit:g}: {DECODE_ACT_TABLE.bound}",
+                    atol=tol.atol + VALUE_SPAN * f.vmax * f.unit, rtol=tol.rtol + ACT_RTOL * f.unit)
+
+
+DECODE_ACT_TABLE = ToleranceSpec(
+    "turboquant.decode-act-table", f"after DECODE_EXACT: + atol {VALUE_SPAN} u_act max|V|, rtol {ACT_RTOL} u_act",
+    "the oracle rounds q_rot and the centroid table to the activation dtype as the kernel's MMA operands are "
+    "(the fp16 norm scales the fp32 score: exact), and keeps the values exact: the kernel rounds P s once to "
+    "that dtype and multiplies the exact codes, so token t's term moves by at most u_act p_t |s_t code_t| = "
+    f"u_act p_t |V_t - v_zero_t| <= {VALUE_SPAN} u_act p_t max|V| (a stored row holds its minimum at code 0, "
+    f"which is v_zero, and its maximum at the top code); its normaliser and a 16-bit result {ACT_RTOL} u_act "
+    "relative (float32 activations: u_act = u32)",
+    ("turboquant.norm-correction-twice", "turboquant.query-rotated-by-transpose", "turboquant.wrong-kv-head",
+     "turboquant.soa-read-as-aos", "turboquant.last-token-skipped", "turboquant.fp16-read-as-bf16"),
+    _decode_act_table)
+
+
 def _decode_act_sdpa(f: DecodeFigures, tol: Tolerance) -> Tolerance:
     return tol.term(DECODE_ACT_SDPA, f"u_act={f.unit:g}: {DECODE_ACT_SDPA.bound}",
                     atol=tol.atol + f.vmax * f.unit * (1 + WEIGHT_SHIFT * f.xmax), rtol=tol.rtol + ACT_RTOL * f.unit)
@@ -129,8 +148,8 @@ QUANT_ERROR = ToleranceSpec(
     "b-bit uniform values over ~5.2 sigma: (5.2 / (2^b - 1))^2 / 12",
     ())
 
-SPECS = (STORE_CODES_SPEC, STORE_FP16_SPEC, DECODE_EXACT, DECODE_ACT_MMA, DECODE_ACT_SDPA, OUTPUT_ROUNDING,
-         QUANT_ERROR)
+SPECS = (STORE_CODES_SPEC, STORE_FP16_SPEC, DECODE_EXACT, DECODE_ACT_MMA, DECODE_ACT_TABLE, DECODE_ACT_SDPA,
+         OUTPUT_ROUNDING, QUANT_ERROR)
 
 STORE_CODES = Tolerance(0.0, 0.0, f"{STORE_CODES_SPEC.name}: codes {STORE_CODES_SPEC.bound}: "
                         f"{STORE_CODES_SPEC.argument}", terms=(STORE_CODES_SPEC.name,))
@@ -215,8 +234,8 @@ def decode_agreement(query, kv_cache, block_table, seq_lens, preset, layout, rot
 
 def decode_tolerance(terms: tuple[ToleranceSpec, ...], atol: float, vmax: float, xmax: float,
                      unit: float = U32) -> Tolerance:
-    """The decode tolerance of a rounding model that adds ``terms`` (``DECODE_ACT_MMA``, ``DECODE_ACT_SDPA``
-    or none) to ``DECODE_EXACT``, folded in that order from ``attention_atol``'s figures; ``unit`` is u_act."""
+    """The decode tolerance of a rounding model that adds ``terms`` (``DECODE_ACT_MMA``, ``DECODE_ACT_TABLE``,
+    ``DECODE_ACT_SDPA`` or none) to ``DECODE_EXACT``, folded in that order from ``attention_atol``'s figures; ``unit`` is u_act."""
     return fold((DECODE_EXACT,) + terms, DecodeFigures(atol, vmax, xmax, unit), NONE)
 
 
