@@ -215,14 +215,9 @@ def _from_blocks(b00, b10, b11, b20, b21, b22, b30, b31, b32, b33):
 
 
 @triton.jit
-def _unit_lower_inverse(A, BITS: tl.constexpr):
-    """bf16((I - A)^-1) of a strictly lower [64, 64] ``A`` (fp32) as a [64, 64] tensor: the 16-row blocks'
-    inverses by ``_inv_diag`` and the blocks below them X_ij = X_ii sum_{j <= m < i} A_im X_mj, IEEE fp32."""
-    A00, A10, A20, A30, A11, A21, A31, A22, A32, A33 = _column_blocks(A)
-    X00 = _inv_diag(A00)
-    X11 = _inv_diag(A11)
-    X22 = _inv_diag(A22)
-    X33 = _inv_diag(A33)
+def _below_diagonal(A10, A20, A21, A30, A31, A32, X00, X11, X22, X33):
+    """The blocks of (I + A)^-1 below its diagonal from the diagonal blocks' inverses X_ii and A's blocks below
+    the diagonal: X_ij = X_ii sum_{j <= m < i} A_im X_mj, rows in order, IEEE fp32 products."""
     ieee: tl.constexpr = "ieee"
     X10 = tl.dot(X11, tl.dot(A10, X00, input_precision=ieee), input_precision=ieee)
     X21 = tl.dot(X22, tl.dot(A21, X11, input_precision=ieee), input_precision=ieee)
@@ -233,6 +228,19 @@ def _unit_lower_inverse(A, BITS: tl.constexpr):
                  input_precision=ieee)
     X30 = tl.dot(X33, tl.dot(A30, X00, input_precision=ieee) + tl.dot(A31, X10, input_precision=ieee) +
                  tl.dot(A32, X20, input_precision=ieee), input_precision=ieee)
+    return X10, X20, X21, X30, X31, X32
+
+
+@triton.jit
+def _unit_lower_inverse(A, BITS: tl.constexpr):
+    """bf16((I - A)^-1) of a strictly lower [64, 64] ``A`` (fp32) as a [64, 64] tensor: the 16-row blocks'
+    inverses by ``_inv_diag`` and the blocks below them X_ij = X_ii sum_{j <= m < i} A_im X_mj, IEEE fp32."""
+    A00, A10, A20, A30, A11, A21, A31, A22, A32, A33 = _column_blocks(A)
+    X00 = _inv_diag(A00)
+    X11 = _inv_diag(A11)
+    X22 = _inv_diag(A22)
+    X33 = _inv_diag(A33)
+    X10, X20, X21, X30, X31, X32 = _below_diagonal(A10, A20, A21, A30, A31, A32, X00, X11, X22, X33)
     return _bf16(_from_blocks(X00, X10, X11, X20, X21, X22, X30, X31, X32, X33), BITS)
 
 
@@ -295,17 +303,7 @@ def _prep_kernel(k_ptr, v_ptr, g_ptr, beta_ptr, cu_ptr, chunk_cu_ptr, idx_ptr, G
         A30 = _a_block(k3, k0, b3, G3, G0, False, BITS)
         A31 = _a_block(k3, k1, b3, G3, G1, False, BITS)
         A32 = _a_block(k3, k2, b3, G3, G2, False, BITS)
-        # block row i below the diagonal: X_ij = X_ii sum_{j <= m < i} A_im X_mj
-        ieee: tl.constexpr = "ieee"
-        X10 = tl.dot(X11, tl.dot(A10, X00, input_precision=ieee), input_precision=ieee)
-        X21 = tl.dot(X22, tl.dot(A21, X11, input_precision=ieee), input_precision=ieee)
-        X20 = tl.dot(X22, tl.dot(A20, X00, input_precision=ieee) + tl.dot(A21, X10, input_precision=ieee),
-                     input_precision=ieee)
-        X32 = tl.dot(X33, tl.dot(A32, X22, input_precision=ieee), input_precision=ieee)
-        X31 = tl.dot(X33, tl.dot(A31, X11, input_precision=ieee) + tl.dot(A32, X21, input_precision=ieee),
-                     input_precision=ieee)
-        X30 = tl.dot(X33, tl.dot(A30, X00, input_precision=ieee) + tl.dot(A31, X10, input_precision=ieee) +
-                     tl.dot(A32, X20, input_precision=ieee), input_precision=ieee)
+        X10, X20, X21, X30, X31, X32 = _below_diagonal(A10, A20, A21, A30, A31, A32, X00, X11, X22, X33)
         T00, T11, T22, T33 = _bf16(X00, BITS), _bf16(X11, BITS), _bf16(X22, BITS), _bf16(X33, BITS)
         T10, T20, T21 = _bf16(X10, BITS), _bf16(X20, BITS), _bf16(X21, BITS)
         T30, T31, T32 = _bf16(X30, BITS), _bf16(X31, BITS), _bf16(X32, BITS)

@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+from tests.unit.gpu_replay import assert_equal, replay_then_eager  # noqa: E402
+
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(
     os.environ.get("TRITON_INTERPRET") == "1" or not torch.cuda.is_available(),
     reason="needs a CUDA/ROCm GPU (not the interpreter)")]
@@ -37,20 +39,9 @@ def test_chunked_replays_in_a_cuda_graph(state_dtype):
     start = pool.clone()
     step()  # compile
     torch.cuda.synchronize()
-    graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
-    with torch.cuda.stream(stream):
-        with torch.cuda.graph(graph, stream=stream):
-            step()
-    pool.copy_(start)
-    q.copy_(randn(T, H, K))
-    graph.replay()
-    torch.cuda.synchronize()
-    replayed, replayed_pool = out.clone(), pool.clone()
-    pool.copy_(start)
-    step()
-    torch.cuda.synchronize()
+    replayed, replayed_pool = replay_then_eager(step, out, pool, start, lambda: q.copy_(randn(T, H, K)))
     assert torch.isfinite(replayed.float()).all()
-    np.testing.assert_array_equal(replayed.float().cpu().numpy(), out.float().cpu().numpy())
-    np.testing.assert_array_equal(replayed_pool.float().cpu().numpy(), pool.float().cpu().numpy())
+    assert_equal(replayed, out)
+    assert_equal(replayed_pool, pool)
     assert torch.equal(pool[[1, 2, 4, 6]], start[[1, 2, 4, 6]]), "slots no sequence names changed"
     assert not out[200:201].float().abs().any(), "a padding sequence's rows are zeros"

@@ -3,10 +3,11 @@ and ``out`` given, a call allocates nothing on the device, and it can be capture
 recomputes the step for new inputs (the same output and pool as an eager call from the same pool)."""
 import os
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+from tests.unit.gpu_replay import assert_allocates_nothing, assert_equal, replay_then_eager  # noqa: E402
+
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(
     os.environ.get("TRITON_INTERPRET") == "1" or not torch.cuda.is_available(),
     reason="needs a CUDA/ROCm GPU (not the interpreter)")]
@@ -31,29 +32,12 @@ def test_decode_allocates_nothing_and_replays_in_a_cuda_graph(state_dtype):
     def step():
         return decode(q, k, v, A_log, a, b, dt_bias, pool, idx, out=out, workspace=ws)
 
-    step()  # compile
-    torch.cuda.synchronize()
-    before = torch.cuda.memory_stats()["allocation.all.allocated"]
-    step()
-    torch.cuda.synchronize()
-    assert torch.cuda.memory_stats()["allocation.all.allocated"] == before, "a repeated decode allocated"
-
-    graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
+    assert_allocates_nothing(step, "decode")
     start = pool.clone()
-    with torch.cuda.stream(stream):
-        with torch.cuda.graph(graph, stream=stream):
-            step()
-    pool.copy_(start)
-    q.copy_(randn(N, H, K))
-    graph.replay()
-    torch.cuda.synchronize()
-    replayed, replayed_pool = out.clone(), pool.clone()
-    pool.copy_(start)
-    step()
-    torch.cuda.synchronize()
+    replayed, replayed_pool = replay_then_eager(step, out, pool, start, lambda: q.copy_(randn(N, H, K)))
     assert torch.isfinite(replayed[idx >= 0].float()).all()
-    np.testing.assert_array_equal(replayed[idx >= 0].float().cpu().numpy(), out[idx >= 0].float().cpu().numpy())
-    np.testing.assert_array_equal(replayed_pool.float().cpu().numpy(), pool.float().cpu().numpy())
+    assert_equal(replayed[idx >= 0], out[idx >= 0])
+    assert_equal(replayed_pool, pool)
     assert torch.equal(pool[[2, 4, 6, 7]], start[[2, 4, 6, 7]]), "slots no sequence names changed"
 
 
@@ -86,29 +70,16 @@ def test_spec_decode_allocates_nothing_and_replays_in_a_cuda_graph(state_dtype, 
         return gdn_dispatch.spec_decode(q, k, v, A_log, a, b, dt_bias, pool, spec, acc, cu, out=out, workspace=ws,
                                         kernel=kernel)
 
-    step()  # compile
-    torch.cuda.synchronize()
-    before = torch.cuda.memory_stats()["allocation.all.allocated"]
-    step()
-    torch.cuda.synchronize()
-    assert torch.cuda.memory_stats()["allocation.all.allocated"] == before, "a repeated spec decode allocated"
-
-    graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
+    assert_allocates_nothing(step, "spec decode")
     start = pool.clone()
-    with torch.cuda.stream(stream):
-        with torch.cuda.graph(graph, stream=stream):
-            step()
-    pool.copy_(start)
-    q.copy_(randn(T, H, K))
-    out.fill_(float("nan"))
-    graph.replay()
-    torch.cuda.synchronize()
-    replayed, replayed_pool = out.clone(), pool.clone()
-    pool.copy_(start)
-    step()
-    torch.cuda.synchronize()
+
+    def refresh():
+        q.copy_(randn(T, H, K))
+        out.fill_(float("nan"))
+
+    replayed, replayed_pool = replay_then_eager(step, out, pool, start, refresh)
     assert torch.isfinite(replayed.float()).all()
     assert (replayed[3:5] == 0).all(), "the padded sequence's rows are not zero"
-    np.testing.assert_array_equal(replayed.float().cpu().numpy(), out.float().cpu().numpy())
-    np.testing.assert_array_equal(replayed_pool.float().cpu().numpy(), pool.float().cpu().numpy())
+    assert_equal(replayed, out)
+    assert_equal(replayed_pool, pool)
     assert torch.equal(pool[[0, 4, 5, 10, 11]], start[[0, 4, 5, 10, 11]]), "slots no sequence writes changed"
