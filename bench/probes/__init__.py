@@ -29,6 +29,8 @@ that does its work only when run, writing the file kept in the ledger under ledg
   streamed decode and the in-place stream -> ``gdn_decode_cached.json``;
 - ``gdn_cpu_decode_builds``: builds of the C++ decode from several source trees, each in the registry's
   ``gdn/decode`` bench and in ``gdn_decode_cached``, side by side -> ``decode_builds.json`` and a table;
+- ``gdn_prefill_builds``: builds of the C++ chunked prefill from several source trees, their outputs compared,
+  each timed in ``gdn_prefill`` beside the tile peak of its run -> a table (both build through ``module_builds``);
 - ``gdn_chunked_stages``: the GPU chunked prefill and each of its stages alone -> ``gdn_chunked_gpu.json``;
 - ``gdn_chunked_variants``: its configurations, another version of the module and FLA side by side ->
   ``gdn_chunked_variants.json``;

@@ -31,6 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.probes.module_builds import build_modules, cpu_model
+
 ROOT = Path(__file__).resolve().parents[2]
 DTYPES = (("float32", "fp32"), ("bfloat16", "bf16"), ("float16", "fp16"), ("bfloat16/act=float16", "bf16/a16"))
 PLANS = ("pipelined", "blocked", "blocked-keep", "columns")
@@ -53,22 +55,6 @@ def parse_run(spec: str) -> tuple[str, Path, str]:
 
 def tree_key(path: Path) -> str:
     return "checkout" if path == ROOT else path.name
-
-
-def build(path: Path, build_root: Path, jobs: int) -> subprocess.Popen:
-    """Starts the configure and build of one tree's module; its log is build_root/KEY.log."""
-    d = build_root / tree_key(path)
-    cmd = (f"cmake -S {path} -B {d} -G Ninja -DCMAKE_BUILD_TYPE=Release -DGDN_COPY_TO_SOURCE=OFF "
-           f"-DPython_EXECUTABLE={sys.executable} && ninja -C {d} -j {jobs}")
-    log = open(build_root / f"{tree_key(path)}.log", "w")
-    return subprocess.Popen(cmd, shell=True, stdout=log, stderr=subprocess.STDOUT)
-
-
-def module(build_root: Path, path: Path) -> Path:
-    found = sorted((build_root / tree_key(path)).glob("_gdn*.so"))
-    if not found:
-        raise SystemExit(f"tree {path}: no module (log: {build_root / tree_key(path)}.log)")
-    return found[0]
 
 
 def env_of(so: Path, tree: Path, plan: str) -> dict:
@@ -164,23 +150,13 @@ def main(argv=None) -> int:
         ap.error(str(exc))
     if len({n for n, _, _ in specs}) != len(specs):
         ap.error("--run: names must differ")
-    with open("/proc/cpuinfo") as f:
-        model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "unknown")
-    print(f"{model}, {os.cpu_count()} CPUs; bench runs pinned to {a.cpus}", flush=True)
+    print(f"{cpu_model()}, {os.cpu_count()} CPUs; bench runs pinned to {a.cpus}", flush=True)
     t0 = time.monotonic()
-    out, build_root = Path(a.out).resolve(), Path(a.build_root).resolve()
+    out = Path(a.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    build_root.mkdir(parents=True, exist_ok=True)
     trees = list(dict.fromkeys(path for _, path, _ in specs))
-    per = max(1, (os.cpu_count() or 2) // len(trees))
-    procs = [(t, build(t, build_root, per)) for t in trees]
-    failed = [t for t, p in procs if p.wait() != 0]
-    for t in failed:
-        print(f"build of {t} failed:\n" + (build_root / f"{tree_key(t)}.log").read_text()[-3000:], file=sys.stderr)
-    if failed:
-        return 1
-    print(f"built {len(trees)} modules in {time.monotonic() - t0:.0f} s", flush=True)
-    envs = {name: env_of(module(build_root, path), path, plan) for name, path, plan in specs}
+    sos = build_modules({tree_key(t): t for t in trees}, Path(a.build_root).resolve())
+    envs = {name: env_of(sos[tree_key(path)], path, plan) for name, path, plan in specs}
     tree_of = {name: path for name, path, _ in specs}
     runs: list[tuple[str, Path]] = []
     took: list[float] = []
@@ -203,7 +179,7 @@ def main(argv=None) -> int:
             print(f"cached probe {name}: at {time.monotonic() - t0:.0f} s", flush=True)
     text, rows = table(runs, cached)
     (out / "decode_builds.json").write_text(json.dumps(
-        {"cpu": model, "cpus": a.cpus, "runs": [[n, str(p), plan] for n, p, plan in specs], "rows": rows},
+        {"cpu": cpu_model(), "cpus": a.cpus, "runs": [[n, str(p), plan] for n, p, plan in specs], "rows": rows},
         indent=1) + "\n")
     print(text)
     return 0

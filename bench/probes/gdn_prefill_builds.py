@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -34,24 +33,9 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.probes.module_builds import build_modules, cpu_model
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def build(name: str, src: Path, build_root: Path, jobs: int) -> subprocess.Popen:
-    """Starts the configure and build of one module; its log is build_root/NAME.log."""
-    d = build_root / name
-    shutil.rmtree(d, ignore_errors=True)
-    cmd = (f"cmake -S {src} -B {d} -G Ninja -DCMAKE_BUILD_TYPE=Release -DGDN_COPY_TO_SOURCE=OFF "
-           f"-DPython_EXECUTABLE={sys.executable} && ninja -C {d} -j {jobs}")
-    log = open(build_root / f"{name}.log", "w")
-    return subprocess.Popen(cmd, shell=True, stdout=log, stderr=subprocess.STDOUT)
-
-
-def module(build_root: Path, name: str) -> Path:
-    found = sorted((build_root / name).glob("_gdn*.so"))
-    if not found:
-        raise SystemExit(f"build {name}: no module (log: {build_root / name}.log)")
-    return found[0]
 
 
 def env_for(so: Path) -> dict:
@@ -133,22 +117,11 @@ def main(argv=None) -> int:
         jobs.append((name, Path(src).resolve()))
     if len({n for n, _ in jobs}) != len(jobs):
         ap.error("--build: names must differ")
-    with open("/proc/cpuinfo") as f:
-        model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "unknown")
-    print(f"{model}, {os.cpu_count()} CPUs; timed runs pinned to {a.cpus}", flush=True)
+    print(f"{cpu_model()}, {os.cpu_count()} CPUs; timed runs pinned to {a.cpus}", flush=True)
     t0 = time.monotonic()
-    out, build_root = Path(a.out), Path(a.build_root)
+    out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    build_root.mkdir(parents=True, exist_ok=True)
-    per = max(1, (os.cpu_count() or 2) // len(jobs))
-    procs = [(n, build(n, src, build_root, per)) for n, src in jobs]
-    failed = [n for n, p in procs if p.wait() != 0]
-    for n in failed:
-        print(f"build {n} failed:\n" + (build_root / f"{n}.log").read_text()[-3000:], file=sys.stderr)
-    if failed:
-        return 1
-    print(f"built {len(jobs)} modules in {time.monotonic() - t0:.0f} s", flush=True)
-    sos = {n: module(build_root, n) for n, _ in jobs}
+    sos = build_modules(dict(jobs), Path(a.build_root))
 
     files = {}
     for n, so in sos.items():
