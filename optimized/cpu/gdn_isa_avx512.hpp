@@ -178,57 +178,45 @@ struct Avx512Isa {
         const void* rs = RED ? red->src : nullptr;
         const float *rk = RED ? red->k : nullptr, *rq = RED ? red->q : nullptr;
         const __m512 av = _mm512_set1_ps(UP ? up->alpha : 0.0f);
-        // Row r: its update, then its reductions.
-        auto visit = [&](int64_t r) __attribute__((always_inline)) {
-            if constexpr (UP) {
-                const __m512 kr = _mm512_set1_ps(uk[r]);
-#pragma GCC unroll 4
-                for (int i = 0; i < NV; i += 2) {
-                    __m512 s0, s1;
-                    if constexpr (WIDE) {
-                        s0 = _mm512_loadu_ps(uw + r * kDecodeBlock + 16 * i);
-                        s1 = _mm512_loadu_ps(uw + r * kDecodeBlock + 16 * i + 16);
-                    } else {
-                        load32<SD>(us, r * uld + 16 * i, m[i], m[i + 1], s0, s1);
-                    }
-                    const __m512 n0 = _mm512_fmadd_ps(av, s0, _mm512_mul_ps(kr, _mm512_load_ps(uu + 16 * i)));
-                    const __m512 n1 = _mm512_fmadd_ps(av, s1, _mm512_mul_ps(kr, _mm512_load_ps(uu + 16 * i + 16)));
-                    store32<SD>(ud, r * uld + 16 * i, m[i], m[i + 1], n0, n1);
-                }
-            }
-            if constexpr (RED) {
-                const __m512 kr = _mm512_set1_ps(rk[r]), qr = _mm512_set1_ps(rq[r]);
-#pragma GCC unroll 4
-                for (int i = 0; i < NV; i += 2) {
-                    __m512 s0, s1;
-                    if constexpr (WIDE) load32<SD>(rs, r * rld + 16 * i, m[i], m[i + 1], s0, s1);
-                    else load32_any<SD>(rs, r * rld + 16 * i, m[i], m[i + 1], s0, s1);
-                    if constexpr (WIDE) {
-                        _mm512_storeu_ps(rw + r * kDecodeBlock + 16 * i, s0);
-                        _mm512_storeu_ps(rw + r * kDecodeBlock + 16 * i + 16, s1);
-                    }
-                    kv[i] = _mm512_fmadd_ps(s0, kr, kv[i]);
-                    kv[i + 1] = _mm512_fmadd_ps(s1, kr, kv[i + 1]);
-                    sq[i] = _mm512_fmadd_ps(s0, qr, sq[i]);
-                    sq[i + 1] = _mm512_fmadd_ps(s1, qr, sq[i + 1]);
-                }
-            }
-        };
-        // Steps j < full visit a row in every segment: those take the unrolled loop, without bound checks.
-        const int64_t seg = walk_segment(K), full = K - (kRowStreams - 1) * seg;
-        const int64_t pstride = rld * eb, pwidth = w * eb;
+        const int64_t seg = walk_segment(K);
         for (int64_t j = j0; j < j1; ++j) {
-            const Ahead ahead = ahead_of(RED ? rs : nullptr, RED ? next : nullptr, seg, j, pstride);
-            if (j < full) {
-#pragma GCC unroll 16
-                for (int s = 0; s < kRowStreams; ++s) {
-                    if constexpr (RED) prefetch_ahead(ahead, s, seg, K, pstride, pwidth);
-                    visit(s * seg + j);
+            const Ahead ahead = ahead_of(RED ? rs : nullptr, RED ? next : nullptr, seg, j, rld * eb);
+            for (int s = 0; s < kRowStreams; ++s) {
+                const int64_t r = s * seg + j;
+                if (r >= K) break;
+                if constexpr (RED) prefetch_ahead(ahead, s, seg, K, rld * eb, w * eb);
+                if constexpr (UP) {
+                    const __m512 kr = _mm512_set1_ps(uk[r]);
+#pragma GCC unroll 4
+                    for (int i = 0; i < NV; i += 2) {
+                        __m512 s0, s1;
+                        if constexpr (WIDE) {
+                            s0 = _mm512_loadu_ps(uw + r * kDecodeBlock + 16 * i);
+                            s1 = _mm512_loadu_ps(uw + r * kDecodeBlock + 16 * i + 16);
+                        } else {
+                            load32<SD>(us, r * uld + 16 * i, m[i], m[i + 1], s0, s1);
+                        }
+                        const __m512 n0 = _mm512_fmadd_ps(av, s0, _mm512_mul_ps(kr, _mm512_load_ps(uu + 16 * i)));
+                        const __m512 n1 = _mm512_fmadd_ps(av, s1, _mm512_mul_ps(kr, _mm512_load_ps(uu + 16 * i + 16)));
+                        store32<SD>(ud, r * uld + 16 * i, m[i], m[i + 1], n0, n1);
+                    }
                 }
-            } else {
-                for (int s = 0; s < kRowStreams && s * seg + j < K; ++s) {
-                    if constexpr (RED) prefetch_ahead(ahead, s, seg, K, pstride, pwidth);
-                    visit(s * seg + j);
+                if constexpr (RED) {
+                    const __m512 kr = _mm512_set1_ps(rk[r]), qr = _mm512_set1_ps(rq[r]);
+#pragma GCC unroll 4
+                    for (int i = 0; i < NV; i += 2) {
+                        __m512 s0, s1;
+                        if constexpr (WIDE) load32<SD>(rs, r * rld + 16 * i, m[i], m[i + 1], s0, s1);
+                        else load32_any<SD>(rs, r * rld + 16 * i, m[i], m[i + 1], s0, s1);
+                        if constexpr (WIDE) {
+                            _mm512_storeu_ps(rw + r * kDecodeBlock + 16 * i, s0);
+                            _mm512_storeu_ps(rw + r * kDecodeBlock + 16 * i + 16, s1);
+                        }
+                        kv[i] = _mm512_fmadd_ps(s0, kr, kv[i]);
+                        kv[i + 1] = _mm512_fmadd_ps(s1, kr, kv[i + 1]);
+                        sq[i] = _mm512_fmadd_ps(s0, qr, sq[i]);
+                        sq[i + 1] = _mm512_fmadd_ps(s1, qr, sq[i + 1]);
+                    }
                 }
             }
         }
