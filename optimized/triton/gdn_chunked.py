@@ -263,6 +263,19 @@ def _readout_operands(q_ptr, k_ptr, G_ptr, t0, r, valid, sq_t, sq_h, sk_t, sk_h,
 # ---------------------------------------------------------------- the kernels
 
 @triton.jit
+def _store_lower_product(ptr, T00, T10, T11, T20, T21, T22, T30, T31, T32, T33, x0, x1, x2, x3, t0, r0, r1, r2, r3,
+                         m0, m1, m2, m3, s_t, col, n: tl.constexpr, BN: tl.constexpr, BITS: tl.constexpr):
+    """Rows r0..r3 (valid m0..m3) of bf16(T @ X) stored through ``_store_rows``: T block lower triangular in
+    16-row blocks T_ij, X in the matching row blocks x0..x3 (row block i = sum_{j <= i} T_ij x_j)."""
+    _store_rows(ptr, _mm(T00, x0, BITS), t0, r0, m0, s_t, col, n, BN, BITS)
+    _store_rows(ptr, _mm(T10, x0, BITS) + _mm(T11, x1, BITS), t0, r1, m1, s_t, col, n, BN, BITS)
+    _store_rows(ptr, _mm(T20, x0, BITS) + _mm(T21, x1, BITS) + _mm(T22, x2, BITS), t0, r2, m2, s_t, col, n, BN,
+                BITS)
+    _store_rows(ptr, _mm(T30, x0, BITS) + _mm(T31, x1, BITS) + _mm(T32, x2, BITS) + _mm(T33, x3, BITS), t0, r3, m3,
+                s_t, col, n, BN, BITS)
+
+
+@triton.jit
 def _prep_kernel(k_ptr, v_ptr, g_ptr, beta_ptr, cu_ptr, chunk_cu_ptr, idx_ptr, G_ptr, W_ptr, U_ptr, Kd_ptr, N, sk_t,
                  sk_h, sv_t, sv_h, sg_t, sb_t, sG_t, sW_t, sU_t, eps, H, HV, K: tl.constexpr, V: tl.constexpr,
                  BK: tl.constexpr, BV: tl.constexpr, L2NORM: tl.constexpr, BITS: tl.constexpr):
@@ -314,12 +327,8 @@ def _prep_kernel(k_ptr, v_ptr, g_ptr, beta_ptr, cu_ptr, chunk_cu_ptr, idx_ptr, G
         e2 = _bf16((b2 * tl.exp(G2))[:, None] * kf2, BITS)
         e3 = _bf16((b3 * tl.exp(G3))[:, None] * kf3, BITS)
         col = hv * K
-        _store_rows(W_ptr, _mm(T00, e0, BITS), t0, r, v0, sW_t, col, K, BK, BITS)
-        _store_rows(W_ptr, _mm(T10, e0, BITS) + _mm(T11, e1, BITS), t0, r1, v1, sW_t, col, K, BK, BITS)
-        _store_rows(W_ptr, _mm(T20, e0, BITS) + _mm(T21, e1, BITS) + _mm(T22, e2, BITS), t0, r2, v2, sW_t, col,
-                    K, BK, BITS)
-        _store_rows(W_ptr, _mm(T30, e0, BITS) + _mm(T31, e1, BITS) + _mm(T32, e2, BITS) + _mm(T33, e3, BITS),
-                    t0, r3, v3, sW_t, col, K, BK, BITS)
+        _store_lower_product(W_ptr, T00, T10, T11, T20, T21, T22, T30, T31, T32, T33, e0, e1, e2, e3, t0, r, r1, r2,
+                             r3, v0, v1, v2, v3, sW_t, col, K, BK, BITS)
         # the state increment's operand bf16(k exp(G_last - G))
         _store_rows(Kd_ptr, kf0 * tl.exp(G_last - G0)[:, None], t0, r, v0, sW_t, col, K, BK, BITS)
         _store_rows(Kd_ptr, kf1 * tl.exp(G_last - G1)[:, None], t0, r1, v1, sW_t, col, K, BK, BITS)
@@ -338,12 +347,8 @@ def _prep_kernel(k_ptr, v_ptr, g_ptr, beta_ptr, cu_ptr, chunk_cu_ptr, idx_ptr, G
         u3 = _bf16(b3[:, None] * tl.load(vp + (t0 + r3)[:, None] * sv_t, mask=v3[:, None] & vm, other=0.0)
                    .to(tl.float32), BITS)
         col = hv * V
-        _store_rows(U_ptr, _mm(T00, u0, BITS), t0, r, v0, sU_t, col, V, BV, BITS)
-        _store_rows(U_ptr, _mm(T10, u0, BITS) + _mm(T11, u1, BITS), t0, r1, v1, sU_t, col, V, BV, BITS)
-        _store_rows(U_ptr, _mm(T20, u0, BITS) + _mm(T21, u1, BITS) + _mm(T22, u2, BITS), t0, r2, v2, sU_t, col,
-                    V, BV, BITS)
-        _store_rows(U_ptr, _mm(T30, u0, BITS) + _mm(T31, u1, BITS) + _mm(T32, u2, BITS) + _mm(T33, u3, BITS),
-                    t0, r3, v3, sU_t, col, V, BV, BITS)
+        _store_lower_product(U_ptr, T00, T10, T11, T20, T21, T22, T30, T31, T32, T33, u0, u1, u2, u3, t0, r, r1, r2,
+                             r3, v0, v1, v2, v3, sU_t, col, V, BV, BITS)
 
 
 @triton.jit
