@@ -139,7 +139,7 @@ class RemoteExecutor:
 
     def node_answers(self, backend: registry.Backend) -> dict[str, tuple[bool, str]]:
         """Each node's probe of ``backend``, by its slots of the backend's kind (GPU or CPU; a GPU
-        backend on a node without a GPU: its CPU slot)."""
+        backend in a run without a GPU slot: the CPU slots)."""
         out: dict[str, tuple[bool, str]] = {}
         for slot in self.active:
             if not self._fits(slot, backend.uses_gpu):
@@ -196,12 +196,12 @@ class RemoteExecutor:
                 and self._fits(slot, item.gpu) and slot.node in item.nodes)
 
     def _fits(self, slot: RemoteSlot, gpu: bool) -> bool:
-        """Whether ``slot`` is of the kind a backend needs: a GPU backend takes a GPU slot, or on a node
-        without one its CPU slot (as the local pool runs it where no device is visible: its probe says
-        whether it can run there)."""
+        """Whether ``slot`` is of the kind a backend needs: a GPU backend takes a GPU slot, or, where no
+        node of the run has one, a CPU slot (as the local pool runs it where no device is visible: its probe
+        says whether it can run there). A cluster with GPUs never runs it on a CPU, whichever slot is free first."""
         if (slot.device is not None) == gpu:
             return True
-        return gpu and not any(s.device is not None for s in self.active if s.node == slot.node)
+        return gpu and not any(s.device is not None for s in self.active)
 
     def _record(self, record: dict, slot: RemoteSlot, item: _Item) -> dict:
         record = {**record, "node": slot.node}
