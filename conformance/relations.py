@@ -37,11 +37,11 @@ from conformance.cells import Cell
 from conformance.families.gdn import inputs as gdn_inputs
 from conformance.families.gdn.matrix import cell_of
 from conformance.memo import Memo
+from conformance.relation_verdicts import worst
 from conformance.run.inprocess import inputs_copy
 
 RELATIONS = ("batch", "split", "rollback", "determinism")
-VERDICTS = ("bitwise", "within bound", "not", "n/a")      # best first; "n/a" never outranks a result
-# a relation that raised is "error" (``Relations.all``), outside this order
+# a relation that raised is "error" (``Relations.all``), outside the order of ``relation_verdicts.VERDICTS``
 SPLIT_K = 3
 ROLLBACK_ACCEPTED = (2, 4)
 BATCH_ALONE = 2                     # the sequence run alone (a middle batch position)
@@ -62,12 +62,6 @@ def base_cell(op: str) -> Cell:
     if op == "spec_decode":
         return cell_of(op, dict(_SHAPE, drafts=(4, 4, 4, 4), accepted="1", act="bfloat16"))
     raise ValueError(f"op: expected recurrent, chunked, decode or spec_decode, got {op!r}")
-
-
-def worst(verdicts) -> str:
-    """The worst of some verdicts ("n/a" only when there is nothing else)."""
-    found = [v for v in verdicts if v != "n/a"]
-    return max(found, key=VERDICTS.index) if found else "n/a"
 
 
 class Relations:

@@ -22,6 +22,7 @@ from conformance import families, registry
 from conformance.cells import Cell
 from conformance.families.turboquant.matrix import decode_cell, store_cell
 from conformance.memo import Memo
+from conformance.relation_verdicts import worst
 from conformance.run.inprocess import inputs_copy
 
 RELATIONS = ("tq-batch", "tq-split", "tq-determinism")
@@ -121,11 +122,10 @@ class TurboQuantRelations:
             x = self.family.make_inputs(cell)
             first, second = self.run(cell, x), self.run(cell, x)
             per[op] = self.verdict(cell, x, first, second, name, slice(None))
-        found = [v for v in per.values() if v != "n/a"]
-        order = ("bitwise", "within bound", "not")
-        if not found:
+        verdict = worst(per.values())
+        if verdict == "n/a":
             return {"verdict": "n/a", "reason": "no store or decode op it runs", "ops": per}
-        return {"verdict": max(found, key=order.index), "ops": per}
+        return {"verdict": verdict, "ops": per}
 
     def all(self) -> dict:
         """Every relation; one that raises is an ``error`` naming the exception."""
