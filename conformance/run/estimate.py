@@ -92,6 +92,15 @@ def prices_core_share() -> float:
     return float(_prices_file().get("measured", {}).get("core_share", 1.0))
 
 
+def use_prices(path: Path) -> None:
+    """Read the measured prices from ``path`` from now on, in place of ``prices.json`` (a replay of
+    a run estimated with the prices of its day: ``conformance.run.eta_replay``)."""
+    global PRICES
+    PRICES = Path(path)
+    for cached in (_prices_file, measured_prices, prices_core_share):
+        cached.cache_clear()
+
+
 def one_thread_share(seconds: float = 0.25) -> float:
     """The share of a core one busy thread of this process gets now (CPU time over wall time of a
     ``seconds`` spin): 1 on a machine with a core to spare, ``cores / (others + 1)`` on a busy one."""
