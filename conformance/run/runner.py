@@ -45,7 +45,7 @@ NOTHING_RAN = 5   # exit status: no pair of the folder ran (every record a skip)
 FINISH_S = 5.0    # of a time budget: kept for stopping the workers and writing run.json
 REFRESH_S = 2.0   # the progress line is redrawn this often while pairs run, records or not
 LONG_RUNNING_S = 10.0   # a pair in flight this long, the longest, is named on the progress line
-CELL_ID_CHARS = 48      # of a cell id on the progress line
+CELL_ID_CHARS = 40      # of a cell id on the progress line
 
 
 class BudgetSpent(Exception):
@@ -304,8 +304,9 @@ def _run_locked(selection, cells, backends, out_dir, executor, *, resume, timeou
     def line() -> str:
         written = len(seen) - len(done)
         running = running_text(estimator)
-        return (f"{max(0, written - len(statics))}/{len(pairs)} pairs ETA {estimator.eta()} "
-                + " ".join(f"{k}={v}" for k, v in sorted(tally.items())) + (f"; {running}" if running else ""))
+        text = (f"{max(0, written - len(statics))}/{len(pairs)} pairs ETA {estimator.eta()} "
+                + " ".join(f"{k}={v}" for k, v in sorted(tally.items())))
+        return text.rstrip() + (f"; {running}" if running else "")
 
     def began(slot: str, cell: Cell, backend_names: list[str], since: float, first_in_worker: bool | None) -> None:
         with lock:
