@@ -293,9 +293,9 @@ def _run_locked(selection, cells, backends, out_dir, executor, *, resume, timeou
                              f"{len(all_recs)} records before it are valid: free space, then "
                              "continue with --resume") from None
         all_recs.append(record)
-        tally[record["status"]] += 1
         written = len(seen) - len(done)
         with lock:
+            tally[record["status"]] += 1
             weight = estimator.done(record)
             progress.advance(weight, line(), finished=written >= len(statics) + len(pairs))
         if time_limit is not None and time.monotonic() > time_limit.deadline - FINISH_S:
