@@ -135,3 +135,32 @@ def test_a_file_or_a_pipe_gets_a_redrawn_line_at_most_once_per_interval(tmp_path
     assert any("longest running: toy-gpu-slow" in ln for ln in waiting)
     assert 2 <= len(waiting) <= 1 + result.elapsed_s   # a line per second at most, not one per redraw
     assert lines[-1].startswith("[####################] 100% 1/1 pairs")
+
+
+def test_each_executor_says_when_its_pairs_start_before_their_records_come(monkeypatch):
+    """The local pool: each pair as it is sent to its worker, whether it is the worker's first of its
+    backend; a remote slot: each call, its backends together, first pair or not unknown."""
+    from conformance import registry
+    from conformance.run.remote import RemoteExecutor
+    from tests.engine.fake_cluster import FakeEngine
+
+    monkeypatch.setenv("KERNEL_LAB_FAKE_DEVICES", "")
+    backends = [registry.get("toy-good"), registry.get("toy-wrong")]
+    work = [(make_cell("toy", "scale", n=n, factor=1.0), backends) for n in (8, 9)]
+    for executor, want in ((executors.LocalExecutor(jobs=1),
+                            [("slot 0", 8, ["toy-good"], True), ("slot 0", 8, ["toy-wrong"], True),
+                             ("slot 0", 9, ["toy-good"], False), ("slot 0", 9, ["toy-wrong"], False)]),
+                           (RemoteExecutor(FakeEngine({"nodes": [{"name": "a"}]})),
+                            [("a/cpu", n, ["toy-good", "toy-wrong"], None) for n in (8, 9)])):
+        events = []
+        executor.start(backends)
+        executor.use_class(None)
+        executor.run(work, lambda r: events.append(("record", r["id"], r["backend"])),
+                     lambda slot, cell, names, since, first: events.append(("began", slot, cell, names, first)))
+        executor.close()
+        began = [(slot, cell["n"], names, first) for kind, slot, cell, names, first in
+                 (e for e in events if e[0] == "began")]
+        assert began == want
+        for i, e in enumerate(events):   # a pair's record comes after it began
+            if e[0] == "record":
+                assert any(b[0] == "began" and b[2].id == e[1] and e[2] in b[3] for b in events[:i])
