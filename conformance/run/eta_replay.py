@@ -9,7 +9,8 @@ schedule is that of the run only approximately.
     python -m conformance.run.eta_replay RUN_DIR [--every S] [--last S] [--prices FILE]
 
 prints, every S seconds (default 30), the seconds actually left and each ETA with its error; the
-rows of the last ``--last`` seconds (default 300) are marked. ``--prices``: the prices the run was
+rows of the last ``--last`` seconds (default 300) are marked, and the share of the rows from the
+first minute on whose ETA was within 30% of the time left. ``--prices``: the prices the run was
 estimated with (``git show COMMIT:conformance/run/prices.json``, COMMIT from its run.json), where
 ``prices.json`` has since been refitted, perhaps from this very run.
 """
@@ -108,7 +109,18 @@ def main(argv: list[str] | None = None) -> int:
     for a, b in zip(finished_only, told):
         mark = "*" if a.left <= args.last else " "
         print(f"{hms(a.t):>7} {hms(a.left):>7}{mark} {_column(a):<32} {_column(b):<32}")
+    print("within 30% from the first minute on: " + ", ".join(
+        f"{name} {within(samples)}" for name, samples in (("finished pairs only", finished_only),
+                                                            ("pairs in flight counted", told))))
     return 0
+
+
+def within(samples: list[Sample], error: float = 0.3, after_s: float = 60.0) -> str:
+    """``k/n``: of the ``n`` samples from ``after_s`` on with time left, those whose ETA was within
+    ``error`` of it."""
+    rows = [s for s in samples if s.t >= after_s and s.left > 0]
+    good = sum(abs(s.remaining - s.left) <= error * s.left for s in rows)
+    return f"{good}/{len(rows)}"
 
 
 if __name__ == "__main__":
