@@ -4,7 +4,8 @@ recorded ``wall_s``), and what the ``Estimator`` said every ``every`` seconds ag
 was actually left, twice: told when each pair starts (as the runner's executors tell it), and
 learning from finished pairs only (an executor that does not say when pairs start). A resumed
 folder is replayed as one uninterrupted run; the order of dispatch is the records' order, so the
-schedule is that of the run only approximately.
+schedule is that of the run only approximately; pairs of cells outside the run's tier (a model's
+shapes, captured inputs) are left out.
 
     python -m conformance.run.eta_replay RUN_DIR [--every S] [--last S] [--prices FILE]
 
@@ -95,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.every <= 0:
         p.error(f"--every: expected a positive number of seconds, got {args.every:g}")
+    if not (args.run_dir / "run.json").is_file() or not (args.run_dir / "cells.jsonl").is_file():
+        p.error(f"RUN_DIR {args.run_dir}: expected a run folder (run.json and cells.jsonl)")
     if args.prices is not None:
         if not args.prices.is_file():
             p.error(f"--prices {args.prices}: expected a prices.json file")
