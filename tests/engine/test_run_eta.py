@@ -126,7 +126,7 @@ def test_the_progress_line_is_redrawn_while_a_pair_runs_and_names_it(tmp_path, q
     assert all("\n" not in part for part in before_record.split("\r")[1:])   # in place: one line
 
 
-def test_a_file_or_a_pipe_gets_a_redrawn_line_at_most_once_per_interval(tmp_path, quick_refresh):
+def test_a_file_or_a_pipe_gets_a_redrawn_line_at_most_once_per_interval(tmp_path, quick_refresh, capsys):
     stream = io.StringIO()
     result = run_slow(tmp_path, stream)
     assert result.exit_status == 0
@@ -135,6 +135,10 @@ def test_a_file_or_a_pipe_gets_a_redrawn_line_at_most_once_per_interval(tmp_path
     assert any("longest running: toy-gpu-slow" in ln for ln in waiting)
     assert 2 <= len(waiting) <= 1 + result.elapsed_s   # a line per second at most, not one per redraw
     assert lines[-1].startswith("[####################] 100% 1/1 pairs")
+    # the run replayed: a row a second of what each ETA said against the time left
+    assert eta_replay.main([str(tmp_path), "--every", "1"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("1 pairs on 1 workers, replayed: 0m0") and "within 30% from the first minute on" in out
 
 
 def test_each_executor_says_when_its_pairs_start_before_their_records_come(monkeypatch):
