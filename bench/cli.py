@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from pathlib import Path
 
 from conformance.errors import UsageError, needs
@@ -103,25 +104,42 @@ def run_command(args) -> int:
 
 def _aa(names: list[str], gate_list, args, path: Path, rows: dict | None) -> int:
     """A/A: ``args.aa`` pairs of runs of unchanged code (``rows``: only those, ``run.gated_rows``).
-    Each run's gates are judged as deployed (a straddling gate measured again), and a fail counts
-    as a false alarm; the pairs give each record's regression noise (``bench.baselines.aa_noise``).
+    Every row is set up once (inputs built, calls prepared, GPU calls captured: ``run.set_up_all``,
+    all rows held at once) and timed in each of the runs, with the timing of a normal run
+    (``bench.timing``); the set-ups are dropped after the last run. Each run's gates are judged as
+    deployed (a straddling gate measured again, from the same set-ups), and a fail counts as a false
+    alarm; the pairs give each record's regression noise (``bench.baselines.aa_noise``).
     ``--write-gates``: each judged gate's rate written into the gates file ``path``."""
-    from bench import baselines, gates, machine, registry, run
+    from bench import baselines, gates, machine, registry, run, timing
 
     if args.aa < baselines.MIN_PAIRS:
         _usage(f"--aa {args.aa}: at least {baselines.MIN_PAIRS} pairs")
+    planned = run.planned_rows(names, rows)
+    gpu = [reps for device, reps in planned if device == "gpu"]
+    cpu = len(planned) - len(gpu)
+    print(f"A/A plan: {args.aa} pairs x {len(planned)} rows, about "
+          f"{2 * args.aa * sum(map(timing.gpu_row_seconds, gpu)):.0f} s of GPU timing"
+          + (f" and the time of {cpu} CPU rows" if cpu else "") + ", after setting every row up once", flush=True)
+    start = time.monotonic()
+    set_ups = run.set_up_all(names, rows)
+    print(f"set up in {time.monotonic() - start:.0f} s{_gpu_memory(gpu)}", flush=True)
     progress = run.ticker(2 * args.aa * run.planned_calls(names, rows))
     mine = [g for g in gate_list if g.benches <= set(names)]
     pairs, verdicts = [], {g.name: [] for g in mine}
-    for _ in range(args.aa):
+    for i in range(args.aa):
         pair = []
         for _ in range(2):
-            records = run.measure_all(names, tick=progress, rows=rows)
+            start = time.monotonic()
+            records = run.time_all(set_ups, tick=progress)
             for g in mine:
-                r = gates.judge(g, records, run.remeasurer(dict(records), rows))
+                r = gates.judge(g, records, run.remeasurer(dict(records), rows, set_ups))
                 verdicts[g.name].append((r["verdict"], r["ratio"], r["reason"]))
             pair.append(list(records.values()))
+            if i == 0 and len(pair) == 1:
+                took = time.monotonic() - start
+                print(f"first run {took:.1f} s: about {2 * args.aa * took:.0f} s for the {2 * args.aa} runs", flush=True)
         pairs.append(tuple(pair))
+    del set_ups   # every row's inputs and captured graphs freed
     gate_noise = {}
     for name, vs in verdicts.items():
         judged = [(v, x) for v, x, _ in vs if v != "skip"]
@@ -161,6 +179,16 @@ def _aa(names: list[str], gate_list, args, path: Path, rows: dict | None) -> int
             for name, (rate, key) in rates.items():
                 print(f"  [[gate]] {name}:\n" + "\n".join(f"    {line}" for line in gates.rate_lines(known[name], rate, key)))
     return 0
+
+
+def _gpu_memory(gpu_rows: list) -> str:
+    """", holding X GiB of the GPU's Y GiB" when GPU rows are set up, else ""."""
+    if not gpu_rows:
+        return ""
+    import torch
+
+    return f", holding {torch.cuda.memory_allocated() / 2**30:.1f} GiB of the GPU's " \
+           f"{torch.cuda.get_device_properties(0).total_memory / 2**30:.0f} GiB"
 
 
 def main(argv: list[str] | None = None) -> int:
