@@ -182,10 +182,13 @@ def _aa(names: list[str], gate_list, args, path: Path, rows: dict | None) -> int
 
 
 def _gpu_memory(gpu_rows: list) -> str:
-    """", holding X GiB of the GPU's Y GiB" when GPU rows are set up, else ""."""
+    """", holding X GiB of the GPU's Y GiB" when GPU rows are set up on a CUDA device, else ""."""
     if not gpu_rows:
         return ""
     import torch
+
+    if not torch.cuda.is_available():
+        return ""
 
     return f", holding {torch.cuda.memory_allocated() / 2**30:.1f} GiB of the GPU's " \
            f"{torch.cuda.get_device_properties(0).total_memory / 2**30:.0f} GiB"
