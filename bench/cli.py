@@ -109,37 +109,56 @@ def _aa(names: list[str], gate_list, args, path: Path, rows: dict | None) -> int
     (``bench.timing``); the set-ups are dropped after the last run. Each run's gates are judged as
     deployed (a straddling gate measured again, from the same set-ups), and a fail counts as a false
     alarm; the pairs give each record's regression noise (``bench.baselines.aa_noise``).
+    Each finished pair is journaled (``baselines.journal``) and an A/A of the same code, machine, rows and
+    gates continues from the pairs there, so the pairs may be measured over several calls.
     ``--write-gates``: each judged gate's rate written into the gates file ``path``."""
     from bench import baselines, gates, machine, registry, run, timing
+    from conformance.fingerprint import versions
 
     if args.aa < baselines.MIN_PAIRS:
         _usage(f"--aa {args.aa}: at least {baselines.MIN_PAIRS} pairs")
+    benches = registry.benches()
+    mine = [g for g in gate_list if g.benches <= set(names)]
+    keys = {d: machine.fingerprint(d)["key"] for d in sorted({benches[n].device for n in (rows or names)})}
+    identity = {"code": baselines.code_digest(), "versions": versions(), "machines": keys, "benches": names,
+                "rows": rows, "gates": [{k: v for k, v in g.__dict__.items() if k not in gates.RATE_KEYS} for g in mine]}
+    journal = baselines.journal_path(list(keys.values()))
+    pairs, done, why = baselines.journaled(journal, identity)
+    if why:
+        print(why)
+    pairs = pairs[:args.aa]
+    verdicts = {g.name: [v for d in done[:args.aa] for v in d[g.name]] for g in mine}
+    todo = args.aa - len(pairs)
     planned = run.planned_rows(names, rows)
     gpu = [reps for device, reps in planned if device == "gpu"]
     cpu = len(planned) - len(gpu)
-    print(f"A/A plan: {args.aa} pairs x {len(planned)} rows, about "
-          f"{2 * args.aa * sum(map(timing.gpu_row_seconds, gpu)):.0f} s of GPU timing"
-          + (f" and the time of {cpu} CPU rows" if cpu else "") + ", after setting every row up once", flush=True)
-    start = time.monotonic()
-    set_ups = run.set_up_all(names, rows)
-    print(f"set up in {time.monotonic() - start:.0f} s{_gpu_memory(gpu)}", flush=True)
-    progress = run.ticker(2 * args.aa * run.planned_calls(names, rows))
-    mine = [g for g in gate_list if g.benches <= set(names)]
-    pairs, verdicts = [], {g.name: [] for g in mine}
-    for i in range(args.aa):
-        pair = []
+    print(f"A/A plan: {todo} pairs x {len(planned)} rows, about "
+          f"{2 * todo * sum(map(timing.gpu_row_seconds, gpu)):.0f} s of GPU timing"
+          + (f" and the time of {cpu} CPU rows" if cpu else "") + ", after setting every row up once"
+          + (f"; {len(pairs)} of the {args.aa} pairs were measured before ({journal})" if pairs else ""), flush=True)
+    if todo:
+        start = time.monotonic()
+        set_ups = run.set_up_all(names, rows)
+        print(f"set up in {time.monotonic() - start:.0f} s{_gpu_memory(gpu)}", flush=True)
+        progress = run.ticker(2 * todo * run.planned_calls(names, rows))
+    for i in range(todo):
+        pair, judged = [], {g.name: [] for g in mine}
         for _ in range(2):
             start = time.monotonic()
             records = run.time_all(set_ups, tick=progress)
             for g in mine:
                 r = gates.judge(g, records, run.remeasurer(dict(records), rows, set_ups))
-                verdicts[g.name].append((r["verdict"], r["ratio"], r["reason"]))
+                judged[g.name].append([r["verdict"], r["ratio"], r["reason"]])
             pair.append(list(records.values()))
             if i == 0 and len(pair) == 1:
                 took = time.monotonic() - start
-                print(f"first run {took:.1f} s: about {2 * args.aa * took:.0f} s for the {2 * args.aa} runs", flush=True)
+                print(f"first run {took:.1f} s: about {2 * todo * took:.0f} s for the {2 * todo} runs", flush=True)
         pairs.append(tuple(pair))
-    del set_ups   # every row's inputs and captured graphs freed
+        baselines.journal(journal, identity, pairs[-1], judged)
+        for name, vs in judged.items():
+            verdicts[name] += vs
+    if todo:
+        del set_ups   # every row's inputs and captured graphs freed
     gate_noise = {}
     for name, vs in verdicts.items():
         judged = [(v, x) for v, x, _ in vs if v != "skip"]
@@ -147,11 +166,9 @@ def _aa(names: list[str], gate_list, args, path: Path, rows: dict | None) -> int
                              "remeasured": sum("close" in why for _, _, why in vs),
                              "ratios": [round(x, 4) for _, x in judged]}
                             if judged else {"skipped": vs[0][2]})
-    benches = registry.benches()
-    for device in {benches[n].device for n in (rows or names)}:
+    for device, key in keys.items():
         def on(recs, device=device):
             return [r for r in recs if benches[r.extra_info["bench"]].device == device]
-        key = machine.fingerprint(device)["key"]
         noise = baselines.aa_noise([(on(a), on(b)) for a, b in pairs], args.load)
         noise["gates"] = {g.name: gate_noise[g.name] for g in mine
                           if all(benches[b].device == device for b in g.benches)}
@@ -160,6 +177,7 @@ def _aa(names: list[str], gate_list, args, path: Path, rows: dict | None) -> int
         for rid, n in noise["records"].items():
             print(f"  {rid:50} threshold {n['threshold']:.2f}  false alarms {n['false_alarm_rate']}  "
                   f"A/A ratios {min(n['ratios']):.3f}-{max(n['ratios']):.3f}")
+    journal.unlink(missing_ok=True)   # the pairs are in noise.json now
     print("in-run gates on unchanged code (as deployed, a straddling gate measured again):")
     for name, n in gate_noise.items():
         if "skipped" in n:
@@ -189,7 +207,6 @@ def _gpu_memory(gpu_rows: list) -> str:
 
     if not torch.cuda.is_available():
         return ""
-
     return f", holding {torch.cuda.memory_allocated() / 2**30:.1f} GiB of the GPU's " \
            f"{torch.cuda.get_device_properties(0).total_memory / 2**30:.0f} GiB"
 
