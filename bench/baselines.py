@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.gates import point_time
+from bench.gates import RATE_KEYS, point_time
 from bench.measure import Record
 
 BASELINES = Path("baselines")   # under the current folder
@@ -174,6 +174,16 @@ def code_digest() -> str:
             if path.suffix in (".py", ".cpp", ".h") and path.is_file():
                 h.update(f"{path.relative_to(root)}\0".encode() + path.read_bytes() + b"\0")
     return h.hexdigest()[:16]
+
+
+def aa_identity(machines: dict[str, str], benches: list[str], rows: dict | None, gate_list: list) -> dict:
+    """What the journaled pairs of an A/A share with the A/A that continues them: the code (``code_digest``)
+    and package versions, the machine key per device, the benches and rows timed, the gates judged (their
+    rates aside)."""
+    from conformance.fingerprint import versions
+
+    return {"code": code_digest(), "versions": versions(), "machines": machines, "benches": benches, "rows": rows,
+            "gates": [{k: v for k, v in g.__dict__.items() if k not in RATE_KEYS} for g in gate_list]}
 
 
 def journal_path(keys: list[str]) -> Path:

@@ -113,15 +113,13 @@ def _aa(names: list[str], gate_list, args, path: Path, rows: dict | None) -> int
     gates continues from the pairs there, so the pairs may be measured over several calls.
     ``--write-gates``: each judged gate's rate written into the gates file ``path``."""
     from bench import baselines, gates, machine, registry, run, timing
-    from conformance.fingerprint import versions
 
     if args.aa < baselines.MIN_PAIRS:
         _usage(f"--aa {args.aa}: at least {baselines.MIN_PAIRS} pairs")
     benches = registry.benches()
     mine = [g for g in gate_list if g.benches <= set(names)]
     keys = {d: machine.fingerprint(d)["key"] for d in sorted({benches[n].device for n in (rows or names)})}
-    identity = {"code": baselines.code_digest(), "versions": versions(), "machines": keys, "benches": names,
-                "rows": rows, "gates": [{k: v for k, v in g.__dict__.items() if k not in gates.RATE_KEYS} for g in mine]}
+    identity = baselines.aa_identity(keys, names, rows, mine)
     journal = baselines.journal_path(list(keys.values()))
     pairs, done, why = baselines.journaled(journal, identity)
     if why:

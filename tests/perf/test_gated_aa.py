@@ -215,3 +215,74 @@ def test_gpu_samples_warm_up_once_per_row_and_a_normal_run_times_like_the_aa(mon
     assert calls == [(timing.WARMUP_MS, timing.SAMPLE_MS, "median")] + [(0, timing.SAMPLE_MS, "median")] * 4
     assert (timing.WARMUP_MS, timing.SAMPLE_MS) == (10, 30)
     assert timing.gpu_row_seconds(5) == pytest.approx((10 + 5 * (30 + timing.SAMPLE_OVERHEAD_MS)) / 1e3)
+
+
+_TOY_GATE = ('[[gate]]\nname = "toy-steady"\nnumerator = "toy/gpu/s/steady"\ndenominator = "toy/gpu/s/fast"\n'
+             'quantity = "time"\ndirection = ">="\nthreshold = 1.5\n')
+
+
+class _Cut(Exception):
+    """The call ends (the device call's time limit) in the middle of an A/A."""
+
+
+def test_an_aa_cut_short_continues_from_its_journaled_pairs(tmp_path, monkeypatch, capsys):
+    """An A/A of 3 pairs cut in its third pair keeps the 2 finished pairs; the next call of the same A/A measures
+    only the third, and its noise holds all 3; the journal is gone once they are saved."""
+    from bench import timing
+
+    counts = dict.fromkeys(("inputs", "prepare", "capture", "eager", "samples"), 0)
+    _toy_gpu_bench(monkeypatch, counts)
+    fake = timing.samples
+
+    def cut_in_the_fifth_run(fn, reps):
+        if counts["samples"] == 4 * 2:   # 2 pairs of 2 runs of its 2 rows
+            raise _Cut
+        return fake(fn, reps)
+    monkeypatch.setattr(timing, "samples", cut_in_the_fifth_run)
+    gates_file = tmp_path / "gates.toml"
+    gates_file.write_text(_TOY_GATE)
+    monkeypatch.setattr(baselines, "MIN_PAIRS", 3)
+    args = ("bench", "--bench", "toy/gpu", "--gated-only", "--aa", "3", "--gates", gates_file,
+            "--baselines", tmp_path / "bl", "--load", "test")
+    with pytest.raises(_Cut):
+        main(capsys, *args)
+    key = machine.fingerprint("gpu")["key"]
+    journal = tmp_path / "bl" / key / baselines.JOURNAL
+    assert len(journal.read_text().splitlines()) == 1 + 2   # the identity, then a line per finished pair
+    capsys.readouterr()
+    monkeypatch.setattr(timing, "samples", fake)
+    rc, out, err = main(capsys, *args)
+    assert rc == 0, err
+    assert "A/A plan: 1 pairs x 2 rows" in out and "2 of the 3 pairs were measured before" in out
+    assert counts["samples"] == 4 * 2 + 2 * 2   # the first call's 4 runs, then the third pair's 2
+    noise = json.loads((tmp_path / "bl" / key / "noise.json").read_text())
+    assert noise["records"]["toy/gpu/s/steady"]["pairs"] == 3
+    assert noise["gates"]["toy-steady"]["false_alarm_rate"] == "0/6"
+    assert not journal.exists()
+
+
+def test_an_aa_of_other_code_or_another_machine_starts_over(tmp_path, monkeypatch, capsys):
+    """A journal written for another machine key (or other code, rows, gates) is not continued: it is removed,
+    the call says so and measures every pair."""
+    counts = dict.fromkeys(("inputs", "prepare", "capture", "eager", "samples"), 0)
+    _toy_gpu_bench(monkeypatch, counts)
+    gates_file = tmp_path / "gates.toml"
+    gates_file.write_text(_TOY_GATE)
+    monkeypatch.setattr(baselines, "MIN_PAIRS", 2)
+    args = ("bench", "--bench", "toy/gpu", "--gated-only", "--aa", "2", "--gates", gates_file,
+            "--baselines", tmp_path / "bl", "--load", "test")
+    monkeypatch.setenv(baselines.VARIABLE, str(tmp_path / "bl"))
+    key = machine.fingerprint("gpu")["key"]
+    journal = baselines.journal_path([key])
+    rows = run.gated_rows(gates.load(gates_file), ["toy/gpu"])
+    ran = list(run.measure_all(["toy/gpu"], rows=rows).values())
+    pair = (ran, ran)
+    for other, field in (({"machines": {"gpu": "h100-80gb-hbm3"}}, "machines"), ({"code": "0" * 16}, "code")):
+        identity = {**baselines.aa_identity({"gpu": key}, ["toy/gpu"], rows, gates.load(gates_file)), **other}
+        baselines.journal(journal, identity, pair, {"toy-steady": [["pass", 2.0, ""], ["pass", 2.0, ""]]})
+        counts["samples"] = 0
+        rc, out, err = main(capsys, *args)
+        assert rc == 0, err
+        assert f"{journal} held pairs measured with other {field}" in out and "starting over" in out
+        assert "A/A plan: 2 pairs x 2 rows" in out and counts["samples"] == 4 * 2
+        assert not journal.exists()
