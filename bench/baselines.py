@@ -4,9 +4,9 @@
 whose fingerprint key is ``<key>`` (``bench.machine``). ``noise.json`` beside it: per record id the
 ratios of A/A pairs (the same code measured twice in a row, at least 20 pairs), the regression
 threshold derived from them (the largest A/A slowdown plus 5%, at least 1.05) and the false-alarm
-rate at that threshold; ``aa-pairs.jsonl`` there while an A/A is unfinished: the pairs measured so far, which
-the next A/A of the same code, machine, rows and gates continues. A regression gate compares a record's time with the saved run of the same
-key only: ``current / saved <= threshold``. Saved runs are data, not part of the package: they
+rate at that threshold; ``aa-pairs.jsonl`` there while an A/A is unfinished: the pairs measured so
+far, which the next A/A of the same code, machine, rows and gates continues. A regression gate
+compares a record's time with the saved run of the same key only: ``current / saved <= threshold``. Saved runs are data, not part of the package: they
 are read from and written to ``baselines/`` under the current folder (the repository's, run from
 its root), or the folder ``$KERNEL_LAB_BASELINES`` names.
 """
