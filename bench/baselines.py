@@ -6,9 +6,10 @@ ratios of A/A pairs (the same code measured twice in a row, at least 20 pairs), 
 threshold derived from them (the largest A/A slowdown plus 5%, at least 1.05) and the false-alarm
 rate at that threshold; ``aa-pairs.jsonl`` there while an A/A is unfinished: the pairs measured so
 far, which the next A/A of the same code, machine, rows and gates continues. A regression gate
-compares a record's time with the saved run of the same key only: ``current / saved <= threshold``. Saved runs are data, not part of the package: they
-are read from and written to ``baselines/`` under the current folder (the repository's, run from
-its root), or the folder ``$KERNEL_LAB_BASELINES`` names.
+compares a record's time with the saved run of the same key only: ``current / saved <= threshold``.
+Saved runs are data, not part of the package: they are read from and written to ``baselines/``
+under the current folder (the repository's, run from its root), or the folder
+``$KERNEL_LAB_BASELINES`` names.
 """
 from __future__ import annotations
 
@@ -211,7 +212,8 @@ def journal(path: Path, identity: dict, pair: tuple[list[Record], list[Record]],
         f.write("\n".join(lines) + "\n")
 
 
-def journaled(path: Path, identity: dict) -> tuple[list[tuple[list[Record], list[Record]]], list[dict], str | None]:
+def journaled(path: Path, identity: dict) -> tuple[list[tuple[list[Record], list[Record]]], list[dict],
+                                                    str | None]:
     """(pairs, their verdicts, None) journaled at ``path`` for ``identity``; ([], [], why) when the journal
     was written for another identity (its code, machine keys, rows or gates differ: it is removed) and
     ([], [], None) when there is none. A last line cut short (the call ended while writing it) is left out."""
