@@ -104,8 +104,8 @@ def run_command(args) -> int:
 
 def _aa(names: list[str], gate_list, args, path: Path, rows: dict | None) -> int:
     """A/A: ``args.aa`` pairs of runs of unchanged code (``rows``: only those, ``run.gated_rows``).
-    Every row is set up once (inputs built, calls prepared, GPU calls captured: ``run.set_up_all``,
-    all rows held at once) and timed in each of the runs, with the timing of a normal run
+    Every row is set up once (inputs built, calls prepared: ``run.set_up_all``, all rows held at once; a
+    GPU call captured at its first timing and replayed in the later runs) and timed in each of the runs, with the timing of a normal run
     (``bench.timing``); the set-ups are dropped after the last run. Each run's gates are judged as
     deployed (a straddling gate measured again, from the same set-ups), and a fail counts as a false
     alarm; the pairs give each record's regression noise (``bench.baselines.aa_noise``).

@@ -1,9 +1,11 @@
 """One measurement of a bench: every enabled implementation and ceiling at every selected shape,
 timed in the same run, as records whose ``extra_info`` follows the perf-JSON schema.
 
-A measurement is a set-up (``set_up``: inputs built, calls prepared, a GPU call captured) and its
-timing (``time_set_up``); ``measure`` does both. A set-up can be timed again and again (the A/A pairs of
-``kernel-lab bench --aa`` set each row up once and time it in every run).
+A measurement is a set-up (``set_up``: inputs built, calls prepared) and its timing (``time_set_up``);
+``measure`` does both. A GPU call is captured (or warmed up) right before it is first timed and released
+after it, as each row was timed before set-ups existed, unless its set-up is kept: the A/A pairs of
+``kernel-lab bench --aa`` set each row up once (``keep``), capture it at its first timing and replay
+that capture in every later run.
 
 CPU benches interleave all shapes and implementations (A B C A B C ...): ratios between them see
 the same machine load. GPU benches take one shape at a time (its inputs may fill the device) and
@@ -33,13 +35,16 @@ class Record:
 
 @dataclass
 class SetUp:
-    """Rows of one bench ready to time: ``calls`` {(shape label, impl name): the timed call} (a GPU
-    call already captured, or called once eagerly), ``skips`` the records of the rows that do not run
-    here. The calls hold their inputs (on the device for a GPU bench) as long as the set-up is held."""
+    """Rows of one bench ready to time: ``calls`` {(shape label, impl name): the prepared call}, ``skips``
+    the records of the rows that do not run here. The calls hold their inputs (on the device for a GPU
+    bench) as long as the set-up is held. ``keep``: a GPU call's capture (or warmed-up eager call) made at
+    its first timing replaces it in ``calls`` (its key in ``ready``), so later timings replay it."""
     bench: Bench
     chosen: dict[str, Impl]
     labels: list[str]
+    keep: bool = False
     calls: dict[tuple[str, str], object] = field(default_factory=dict)
+    ready: set[tuple[str, str]] = field(default_factory=set)
     skips: list[Record] = field(default_factory=list)
 
 
@@ -47,10 +52,11 @@ def rid(bench: str, shape: str, impl: str) -> str:
     return f"{bench}/{shape}/{impl}"
 
 
-def set_up(bench_name: str, shapes: list[str] | None = None, impls: list[str] | None = None) -> SetUp:
+def set_up(bench_name: str, shapes: list[str] | None = None, impls: list[str] | None = None,
+           keep: bool = False) -> SetUp:
     """``bench_name``'s rows at ``shapes`` (default all) for ``impls`` (default all, ceilings
-    included), set up: inputs built once per shape and shared, each call prepared (a peer that raises
-    is a skip with its reason, not the end of the run), a GPU call captured or warmed up."""
+    included), set up: inputs built once per shape and shared, each call prepared (a peer's called
+    once: one that raises is a skip with its reason, not the end of the run); ``keep``: ``SetUp.keep``."""
     b = registry.benches()[bench_name]
     labels = list(b.shapes) if shapes is None else shapes
     for label in labels:
@@ -58,7 +64,7 @@ def set_up(bench_name: str, shapes: list[str] | None = None, impls: list[str] | 
             raise KeyError(f"shape: {bench_name} has no shape {label!r} (known: {list(b.shapes)})")
     chosen = {n: i for n, i in registry.impls(bench_name).items() if impls is None or n in impls}
     fp = machine.fingerprint(b.device)
-    out = SetUp(b, chosen, labels)
+    out = SetUp(b, chosen, labels, keep)
     for label in labels:
         shape = b.shapes[label]
         inputs = None
@@ -71,9 +77,7 @@ def set_up(bench_name: str, shapes: list[str] | None = None, impls: list[str] | 
                 inputs = b.inputs(shape)
             try:
                 fn = impl.prepare(shape, inputs)
-                if b.device == "gpu":
-                    fn = timing.capture(fn) if impl.timing == "cuda-graph" else timing.eager(fn)
-                elif impl.role == "peer":
+                if impl.role == "peer":
                     fn()
             except Exception as exc:
                 if impl.role != "peer":
@@ -94,7 +98,7 @@ def time_set_up(s: SetUp, reps: int | None = None, tick=None) -> list[Record]:
     if b.device == "cpu":
         times = timing.interleaved(_ticking(s.calls, tick), reps)
     else:
-        times = {key: _gpu_times(fn, reps, tick, "/".join(key)) for key, fn in s.calls.items()}
+        times = {key: _gpu_times(s, key, reps, tick) for key in s.calls}
     out = [Record(r.rid, dict(r.extra_info), skip=r.skip) for r in s.skips]   # a run's own records
     for label in s.labels:
         out.extend(_records(b, label, s.chosen, {n: t for (lb, n), t in times.items() if lb == label}, fp))
@@ -119,10 +123,18 @@ def _ticking(fns: dict, tick):
     return {key: (lambda fn=fn, key=key: (fn(), tick("/".join(key)))) for key, fn in fns.items()}
 
 
-def _gpu_times(fn, reps, tick, label):
+def _gpu_times(s: SetUp, key: tuple[str, str], reps: int, tick):
+    """``reps`` samples of the GPU row ``key``: its capture (or warmed-up eager call), made now unless
+    the set-up kept it from an earlier timing."""
+    fn = s.calls[key]
+    if key not in s.ready:
+        fn = timing.capture(fn) if s.chosen[key[1]].timing == "cuda-graph" else timing.eager(fn)
+        if s.keep:
+            s.calls[key] = fn
+            s.ready.add(key)
     t = timing.samples(fn, reps)
     if tick is not None:
-        tick(label)
+        tick("/".join(key))
     return t
 
 

@@ -108,7 +108,8 @@ def measure_all(bench_names: list[str], tick=None, rows: dict | None = None) -> 
 def set_up_all(bench_names: list[str], rows: dict | None = None) -> dict[str, list[SetUp]]:
     """Per selected bench, its rows (``rows``: only those) set up to be timed again and again (``time_all``):
     what ``measure_all`` measures, with every input of every row held at once."""
-    return {name: [set_up(name, shapes, impls) for shapes, impls in _rows_of(name, rows)] for name in bench_names}
+    return {name: [set_up(name, shapes, impls, keep=True) for shapes, impls in _rows_of(name, rows)]
+            for name in bench_names}
 
 
 def _time_bench(set_ups: list[SetUp], tick=None) -> list[Record]:
