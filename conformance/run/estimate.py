@@ -226,6 +226,7 @@ class Estimator:
         self.compile_later_s: Counter = Counter()  # backend -> compile/autotune seconds of steady pairs
         self.steady_n: Counter = Counter()        # backend -> finished pairs after a worker's first
         self.first_sums: dict[str, tuple[float, float]] = {}   # backend -> (wall, estimate) of first pairs
+        self.totals: dict[str, tuple[float, float]] = {}   # backend -> (wall, estimate) of every pair, compile included
         self._first: dict[tuple[str, str], float] = {}
         for cell, b in pending:
             self._first[cell.id, b.name] = est = first_estimate(cell, b)
@@ -261,6 +262,10 @@ class Estimator:
         return (self.PRIOR_S, self.start_rate) if backend in measured_prices() else (0.0, 1.0)
 
     def _observe(self, backend: str, estimate: float, wall: float, first_in_worker: bool) -> None:
+        full = estimate + (self.startup_s.get(backend, 0.0) if first_in_worker else 0.0)
+        if full >= self.NOISE_S:
+            w, e = self.totals.get(backend, (0.0, 0.0))
+            self.totals[backend] = (w + wall, e + full)
         if first_in_worker:
             w, e = self.first_sums.get(backend, (0.0, 0.0))
             if estimate + self.startup_s.get(backend, 0.0) >= self.NOISE_S:
@@ -328,9 +333,12 @@ class Estimator:
         return self.compile_later_s[backend] / n if n else 0.0
 
     def machine_rate(self) -> float:
-        """The median rate of the backends seen so far (``start_rate`` before any): this machine's
-        time against the prices'."""
-        seen = sorted(self.rate.values())
+        """This machine's time against the prices': the median over the backends seen so far of
+        their whole time over their whole estimate (first and steady pairs, compile and autotune
+        included, as the prices were fitted), each counting its prior (``_prior``); ``start_rate``
+        before any."""
+        seen = sorted((w + self._prior(b)[0] * self._prior(b)[1]) / (e + self._prior(b)[0])
+                      for b, (w, e) in self.totals.items())
         return seen[len(seen) // 2] if seen else self.start_rate
 
     def _learned_rate(self, backend: str) -> tuple[float, float]:
