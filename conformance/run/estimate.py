@@ -182,8 +182,11 @@ class Estimator:
     the backend's compile time, so one long JIT does not rescale every pair left. Pairs left are
     expected to meet compile time as often as the finished steady pairs did. Before any steady pair
     of a backend, its rate is that of its first pairs (compile included: on a GPU every pair may
-    compile or autotune), and before any pair at all the median rate of the backends seen so far
-    (how much slower or faster this machine is than the prices' machine), else, for a backend with a
+    compile or autotune), and before any pair at all the machine's rate (``machine_rate``: how much
+    slower or faster this machine is than the prices' machine, the median over the backends seen so
+    far of their whole time over their whole estimate, compile and autotune included as the prices
+    include them; a backend's rate with its compile time set apart is no measure of another's: an
+    autotuning backend's steady pairs run at a twentieth of its price between its autotunes), else, for a backend with a
     measured price, the ratio of the share of a core a worker had when the prices were measured to
     the share it can expect here now (``share``, from the machine's load before the run), and 1 for
     a declared cost model. The sum is divided among the workers. ``eta`` gives a range until ``SETTLED_PAIRS`` steady pairs and
@@ -263,7 +266,8 @@ class Estimator:
 
     def _observe(self, backend: str, estimate: float, wall: float, first_in_worker: bool) -> None:
         full = estimate + (self.startup_s.get(backend, 0.0) if first_in_worker else 0.0)
-        if full >= self.NOISE_S:
+        if full >= self.NOISE_S and (not first_in_worker or backend in measured_prices()):
+            # a declared cost model has no startup: its first pairs' compile is in no estimate
             w, e = self.totals.get(backend, (0.0, 0.0))
             self.totals[backend] = (w + wall, e + full)
         if first_in_worker:
@@ -334,9 +338,9 @@ class Estimator:
 
     def machine_rate(self) -> float:
         """This machine's time against the prices': the median over the backends seen so far of
-        their whole time over their whole estimate (first and steady pairs, compile and autotune
-        included, as the prices were fitted), each counting its prior (``_prior``); ``start_rate``
-        before any."""
+        their whole time over their whole estimate (steady pairs, and a measured price's first
+        pairs with its startup; compile and autotune included, as the prices were fitted), each
+        counting its prior (``_prior``); ``start_rate`` before any."""
         seen = sorted((w + self._prior(b)[0] * self._prior(b)[1]) / (e + self._prior(b)[0])
                       for b, (w, e) in self.totals.items())
         return seen[len(seen) // 2] if seen else self.start_rate

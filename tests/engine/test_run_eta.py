@@ -168,3 +168,27 @@ def test_each_executor_says_when_its_pairs_start_before_their_records_come(monke
         for i, e in enumerate(events):   # a pair's record comes after it began
             if e[0] == "record":
                 assert any(b[0] == "began" and b[2].id == e[1] and e[2] in b[3] for b in events[:i])
+
+
+@pytest.fixture
+def two_measured(monkeypatch):
+    """Backends ``a`` and ``b`` with a measured price of 1 s a pair, measured with a core each."""
+    monkeypatch.setattr(estimate, "measured_prices", lambda: {"a": estimate.Price(pair_s=1.0),
+                                                             "b": estimate.Price(pair_s=1.0)})
+    monkeypatch.setattr(estimate, "prices_core_share", lambda: 1.0)
+    return toy("a", 9.0), toy("b", 9.0)
+
+
+def test_a_backend_not_run_yet_takes_the_machines_whole_time_rate_compile_included(two_measured):
+    """``a``'s steady pairs take a fifth of their price and one autotunes for 5 s (set apart as
+    compile time): ``a`` took its prices' time in all, so ``b``, not run yet, is expected at its price,
+    not at the fifth ``a``'s rate has between its autotunes."""
+    a, b = two_measured
+    cs = cells(16)
+    est = estimate.Estimator([(c, a) for c in cs[:6]] + [(c, b) for c in cs[6:]], jobs=1, share=1.0)
+    for i, c in enumerate(cs[:6]):
+        est.done({"id": c.id, "backend": "a", "status": "pass", "wall_s": 5.0 if i == 5 else 0.2,
+                  "first_in_worker": False})
+    assert est.rate["a"] < 0.4 and est.compile_later_s["a"] > 4.0   # the autotune was set apart
+    assert est.machine_rate() == pytest.approx(1.0)
+    assert est.per_backend()["b"] == pytest.approx(10 * 1.0)
