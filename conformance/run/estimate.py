@@ -182,7 +182,10 @@ class Estimator:
     the backend's compile time, so one long JIT does not rescale every pair left. Pairs left are
     expected to meet compile time as often as the finished steady pairs did. Before any steady pair
     of a backend, its rate is that of its first pairs (compile included: on a GPU every pair may
-    compile or autotune), and before any pair at all the machine's rate (``machine_rate``: how much
+    compile or autotune), starting for a measured price from the machine's rate worth ``PRIOR_S``
+    as a steady rate starts from the start rate (a first pair is mostly its worker's startup, a
+    cheap cell priced at a tenth of a second took 4 s on the 2-core machine: alone it would set
+    every pair left of its backend at ten times its price), and before any pair at all the machine's rate (``machine_rate``: how much
     slower or faster this machine is than the prices' machine, the median over the backends seen so
     far of their whole time over their whole estimate, compile and autotune included as the prices
     include them; a backend's rate with its compile time set apart is no measure of another's: an
@@ -336,25 +339,27 @@ class Estimator:
         n = self.steady_n[backend]
         return self.compile_later_s[backend] / n if n else 0.0
 
-    def machine_rate(self) -> float:
+    def machine_rate(self, without: str | None = None) -> float:
         """This machine's time against the prices': the median over the backends seen so far of
         their whole time over their whole estimate (steady pairs, and a measured price's first
         pairs with its startup; compile and autotune included, as the prices were fitted), each
-        counting its prior (``_prior``); ``start_rate`` before any."""
+        counting its prior (``_prior``), backend ``without`` left out; ``start_rate`` before any."""
         seen = sorted((w + self._prior(b)[0] * self._prior(b)[1]) / (e + self._prior(b)[0])
-                      for b, (w, e) in self.totals.items())
+                      for b, (w, e) in self.totals.items() if b != without)
         return seen[len(seen) // 2] if seen else self.start_rate
 
     def _learned_rate(self, backend: str) -> tuple[float, float]:
         """(rate, estimated seconds it rests on) from finished pairs: the steady rate, else that of
-        the first pairs, else the machine's (``machine_rate``, resting on ``PRIOR_S``; 1 and nothing
+        the first pairs (a measured price's from the other backends' ``machine_rate`` worth
+        ``PRIOR_S``), else the machine's (``machine_rate``, resting on ``PRIOR_S``; 1 and nothing
         for a declared cost model before any pair)."""
         if backend in self.rate:
             return self.rate[backend], self._sums[backend][1] + self._prior(backend)[0]
         w, e = self.first_sums.get(backend, (0.0, 0.0))
-        if e > 0:
-            return w / e, e
-        if self.rate or backend in measured_prices():
+        if e > 0:   # a measured price's first pairs, from the machine's rate worth PRIOR_S
+            prior_s = self._prior(backend)[0]
+            return (w + prior_s * self.machine_rate(without=backend)) / (e + prior_s), e + prior_s
+        if self.rate or self.totals or backend in measured_prices():
             return self.machine_rate(), self.PRIOR_S
         return 1.0, 0.0
 

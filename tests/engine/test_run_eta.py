@@ -192,3 +192,18 @@ def test_a_backend_not_run_yet_takes_the_machines_whole_time_rate_compile_includ
     assert est.rate["a"] < 0.4 and est.compile_later_s["a"] > 4.0   # the autotune was set apart
     assert est.machine_rate() == pytest.approx(1.0)
     assert est.per_backend()["b"] == pytest.approx(10 * 1.0)
+
+
+def test_a_backends_first_pairs_alone_move_its_rate_from_the_machines_by_their_estimated_seconds(two_measured):
+    """``a`` ran at its price; ``b``'s one first pair, priced at 1 s, took 20 s (its worker's
+    imports): ``b``'s pairs left are expected at the first pair's 1 estimated second weighed
+    against the ``PRIOR_S`` of the machine's rate, not all at 20 times their price."""
+    a, b = two_measured
+    cs = cells(16)
+    est = estimate.Estimator([(c, a) for c in cs[:4]] + [(c, b) for c in cs[4:]], jobs=1, share=1.0)
+    for c in cs[:4]:
+        est.done({"id": c.id, "backend": "a", "status": "pass", "wall_s": 1.0, "first_in_worker": False})
+    est.done({"id": cs[4].id, "backend": "b", "status": "pass", "wall_s": 20.0, "first_in_worker": True})
+    rate = (20.0 + est.PRIOR_S * 1.0) / (1.0 + est.PRIOR_S)
+    assert est.backend_rate("b") == pytest.approx(rate)   # a's whole time over whole estimate: 1
+    assert est.per_backend()["b"] == pytest.approx(11 * rate) and rate < 11
