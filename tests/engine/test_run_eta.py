@@ -45,19 +45,19 @@ def test_a_replayed_run_with_a_pair_stuck_past_its_price_has_an_eta_growing_with
     said = [told[i].remaining for i in alone]
     assert all(b > a for a, b in zip(said, said[1:]))   # grows with its time
     stuck_for = [told[i].t - 50.0 for i in alone]         # it started at 50 s
-    assert all(s >= e > 0 for s, e in zip(said, stuck_for))   # as long again as it has run
+    assert all(s >= estimate.Estimator.PAST_DUE * e > 0 for s, e in zip(said, stuck_for))   # a share of its time again
     assert [blind[i].remaining for i in alone] == pytest.approx([5.0] * len(alone))   # its price, all along
     assert told[alone[-1]].eta == estimate.hms(told[alone[-1]].remaining)   # settled: one figure
 
 
-def test_a_pair_in_flight_counts_what_is_left_of_its_prediction_then_as_long_again_as_it_has_run():
+def test_a_pair_in_flight_counts_what_is_left_of_its_prediction_then_a_share_of_its_time_so_far():
     clock = [100.0]
     b = toy("g", 5.0)
     cs = cells(4)
     est = estimate.Estimator([(c, b) for c in cs], jobs=1, clock=lambda: clock[0])
     assert est.remaining() == pytest.approx(20.0)
     est.began("slot 0", cs[0].id, ["g"], since=100.0, first_in_worker=False)
-    for elapsed, left in ((0.0, 5.0), (1.0, 4.0), (2.5, 2.5), (4.0, 4.0), (60.0, 60.0)):
+    for elapsed, left in ((0.0, 5.0), (1.0, 4.0), (2.5, 2.5), (4.0, 4.0 * est.PAST_DUE), (60.0, 60.0 * est.PAST_DUE)):
         clock[0] = 100.0 + elapsed
         r = est.running["slot 0"]
         assert est.running_left(r) == pytest.approx(left) and est.running_left(r) > 0
@@ -65,7 +65,7 @@ def test_a_pair_in_flight_counts_what_is_left_of_its_prediction_then_as_long_aga
     # OUTLIER times the prediction counted), and they are expected at that rate
     rate = (est.OUTLIER * 5.0) / 5.0
     assert est.backend_rate("g") == pytest.approx(rate)
-    assert est.remaining() == pytest.approx(60.0 + 3 * 5.0 * rate)
+    assert est.remaining() == pytest.approx(60.0 * est.PAST_DUE + 3 * 5.0 * rate)
     # the range before it settles is the same figure scaled: both ends move with the pair's time
     lo, hi = (estimate.hms(f * est.remaining()) for f in est.SPREAD)
     assert est.eta() == f"{lo}-{hi}"
@@ -83,7 +83,7 @@ def test_first_pairs_and_remote_calls_in_flight_count_by_their_time_but_teach_no
     est.began("node/cpu", cs[1].id, ["g"], since=0.0)                     # a remote call: not known
     clock[0] = 30.0
     assert est.backend_rate("g") == 1.0
-    assert est.remaining() == pytest.approx((30.0 + 30.0 + 2 * 5.0 + 1.0) / 2)
+    assert est.remaining() == pytest.approx((2 * 30.0 * est.PAST_DUE + 2 * 5.0 + 1.0) / 2)
     # a remote call of two backends of one cell counts as one: its time against both predictions
     est.began("node/cpu", cs[0].id, ["g", "h"], since=30.0)
     assert est.running_left(est.running["node/cpu"]) == pytest.approx(6.0)
