@@ -176,7 +176,8 @@ class Estimator:
     ``NOISE_S`` left out (their time is dispatch jitter: a gating pair priced at a millisecond takes
     1 to 40 here, a decode's 0.25 s holds within 10%). A
     worker's first pair of a backend pays the backend's startup price too, once per worker (at most
-    ``jobs`` of them). Compile and autotune time is counted apart: a pair over ``OUTLIER`` times the
+    ``jobs`` of them in each of the run's ``stages``: a budgeted run's second stage starts its
+    workers afresh, and on the 2-core machine its first pairs were a third of that stage's time). Compile and autotune time is counted apart: a pair over ``OUTLIER`` times the
     rate's prediction, once the rate rests on ``PRIOR_S`` of finished work (a new shape compiled or
     autotuned), adds only its time above the prediction to
     the backend's compile time, so one long JIT does not rescale every pair left. Pairs left are
@@ -222,7 +223,7 @@ class Estimator:
     SPREAD = (0.7, 1.4)   # the range before it settles: the prices' spread across runs of one machine
 
     def __init__(self, pending: list[tuple[Cell, registry.Backend]], jobs: int, share: float = 1.0,
-                 clock=time.monotonic):
+                 clock=time.monotonic, stages: list[list[tuple[Cell, registry.Backend]]] | None = None):
         self.jobs = max(1, min(jobs, len(pending) or 1))
         self.clock = clock
         self.running: dict[str, Running] = {}     # slot -> the pairs in flight there
@@ -243,8 +244,9 @@ class Estimator:
             self.left[b.name] += est
             self.n_left[b.name] += 1
             self.startup_s[b.name] = startup_estimate(b)
-        for b, n in self.n_left.items():
-            self.startups_left[b] = min(n, self.jobs)
+        for stage in stages or [pending]:   # each stage starts its workers afresh
+            for b, n in Counter(b.name for _, b in stage).items():
+                self.startups_left[b] += min(n, self.jobs)
         self.total = self.work_left()
 
     def replan(self, pending: list[tuple[Cell, registry.Backend]]) -> None:

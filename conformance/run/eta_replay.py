@@ -5,9 +5,11 @@ before the rest), dispatched to the run's workers on a simulated clock (each ite
 worker free, each pair for its recorded ``wall_s``), and what the ``Estimator`` said every
 ``every`` seconds against the time that was actually left, twice: told when each pair starts (as
 the runner's executors tell it), and learning from finished pairs only (an executor that does not
-say when pairs start). A resumed folder is replayed as one uninterrupted run; pairs of cells
-outside the run's tier (a model's shapes, captured inputs) are left out. Records of a run older
-than ``wall_s`` give their ``duration_s`` (the kernel's pair without the worker's dispatch).
+say when pairs start). A budgeted run's second stage begins once its first has ended, on fresh
+workers, and the estimator is given its pairs then, as the runner gives it the pairs chosen
+again. A resumed folder is replayed as one uninterrupted run; pairs of cells outside the run's
+tier (a model's shapes, captured inputs) are left out. Records of a run older than ``wall_s``
+give their ``duration_s`` (the kernel's pair without the worker's dispatch).
 
     python -m conformance.run.eta_replay RUN_DIR [RUN_DIR...] [--every S] [--last S] [--prices FILE]
 
@@ -45,22 +47,33 @@ class Sample:
 
 
 def replay(pairs: list[tuple[Cell, registry.Backend, dict]], jobs: int, share: float = 1.0, every: float = 30.0,
-           starts: bool = True) -> list[Sample]:
+           starts: bool = True, stage_sizes: list[int] | None = None) -> list[Sample]:
     """The ETA every ``every`` seconds of a run of ``pairs`` (cell, backend, its record with
     ``wall_s``), in the order the pool queued them, on ``jobs`` workers: consecutive pairs of one
     cell and one worker environment are an item, run in turn on the first worker free; ``starts``:
-    the estimator is told when each pair starts."""
+    the estimator is told when each pair starts. ``stage_sizes``: the pairs are stages of these
+    sizes (a budgeted run), each begun once the one before has ended, on fresh workers, the
+    estimator given the pairs left then (``Estimator.replan``, as the runner does)."""
+    sizes = stage_sizes or [len(pairs)]
+    bounds = [sum(sizes[:i]) for i in range(len(sizes) + 1)]
+    stages = [pairs[a:b] for a, b in zip(bounds, bounds[1:])]
     now = [0.0]
-    est = Estimator([(c, b) for c, b, _ in pairs], jobs, share, clock=lambda: now[0])
-    free = [(0.0, i) for i in range(est.jobs)]
-    events = []   # (time, 0 for an end / 1 for a start, sequence, slot, cell, backend, record)
-    for item in _items(pairs):
-        t, slot = heapq.heappop(free)
-        for c, b, r in item:
-            end = t + _wall(r)
-            events += [(t, 1, len(events), slot, c, b, r), (end, 0, len(events) + 1, slot, c, b, r)]
-            t = end
-        heapq.heappush(free, (t, slot))
+    est = Estimator([(c, b) for c, b, _ in pairs], jobs, share, clock=lambda: now[0],
+                    stages=[[(c, b) for c, b, _ in st] for st in stages])
+    events = []   # (time, 0 for an end / 1 for a new stage / 2 for a start, sequence, slot, cell, backend, record)
+    begin = 0.0
+    for k, stage in enumerate(stages):
+        if k:
+            events.append((begin, 1, len(events), None, None, None, [(c, b) for st in stages[k:] for c, b, _ in st]))
+        free = [(begin, i) for i in range(est.jobs)]
+        for item in _items(stage):
+            t, slot = heapq.heappop(free)
+            for c, b, r in item:
+                end = t + _wall(r)
+                events += [(t, 2, len(events), slot, c, b, r), (end, 0, len(events) + 1, slot, c, b, r)]
+                t = end
+            heapq.heappush(free, (t, slot))
+        begin = max(t for t, _ in free)
     events.sort(key=lambda e: e[:3])
     makespan = max((e[0] for e in events), default=0.0)
     samples, i, t = [], 0, 0.0
@@ -70,6 +83,8 @@ def replay(pairs: list[tuple[Cell, registry.Backend, dict]], jobs: int, share: f
             now[0] = when
             if kind == 0:
                 est.done(r)
+            elif kind == 1:
+                est.replan(r)
             elif starts:
                 est.began(f"slot {slot}", c.id, [b.name], when, bool(r.get("first_in_worker")))
             i += 1
@@ -99,10 +114,10 @@ def _env(b: registry.Backend) -> tuple:
     return tuple(sorted(b.env.items())), b.uses_gpu
 
 
-def folder_pairs(run_dir: Path) -> tuple[list[tuple[Cell, registry.Backend, dict]], dict]:
+def folder_pairs(run_dir: Path) -> tuple[list[tuple[Cell, registry.Backend, dict]], dict, list[int]]:
     """The pairs of a run folder that ran (cell, backend, record), in the order the local pool queued
     them (``workers.items`` of the cells in the tier's order, a budgeted run's first stage first),
-    and its run.json."""
+    its run.json, and the sizes of its stages (one for a run without a budget)."""
     info = records.read_json(run_dir / "run.json")
     tier = select_cells(info["selection"]["tier"])
     cells = {c.id: c for c in tier}
@@ -122,7 +137,7 @@ def folder_pairs(run_dir: Path) -> tuple[list[tuple[Cell, registry.Backend, dict
             by_cell.setdefault(c.id, (c, []))[1].append(b)
         queued += [(item.cell, b, ran[item.cell.id, b.name])
                    for item in workers.items(list(by_cell.values())) for b in item.backends]
-    return queued, info
+    return queued, info, [len(st) for st in stages]
 
 
 def _column(s: Sample) -> str:
@@ -149,11 +164,11 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"--prices {args.prices}: expected a prices.json file")
         use_prices(args.prices)
     for run_dir in args.run_dirs:
-        pairs, info = folder_pairs(run_dir)
+        pairs, info, sizes = folder_pairs(run_dir)
         jobs = int(info.get("jobs") or 1)
         share = core_share(info.get("load"), jobs)
-        told = replay(pairs, jobs, share, args.every, starts=True)
-        finished_only = replay(pairs, jobs, share, args.every, starts=False)
+        told = replay(pairs, jobs, share, args.every, starts=True, stage_sizes=sizes)
+        finished_only = replay(pairs, jobs, share, args.every, starts=False, stage_sizes=sizes)
         head = f"{len(pairs)} pairs on {jobs} workers, replayed: {hms(told[0].left)}"
         counts = "within 30% from the first minute on: " + ", ".join(
             f"{name} {within(samples)}" for name, samples in (("finished pairs only", finished_only),

@@ -207,3 +207,16 @@ def test_a_backends_first_pairs_alone_move_its_rate_from_the_machines_by_their_e
     rate = (20.0 + est.PRIOR_S * 1.0) / (1.0 + est.PRIOR_S)
     assert est.backend_rate("b") == pytest.approx(rate)   # a's whole time over whole estimate: 1
     assert est.per_backend()["b"] == pytest.approx(11 * rate) and rate < 11
+
+
+def test_each_stage_of_a_budgeted_run_starts_its_workers_afresh_and_pays_their_startups(monkeypatch):
+    """A backend with pairs in both stages of a budgeted run meets its startup price on each of
+    the 2 workers of each stage: 4 startups, not 2."""
+    monkeypatch.setattr(estimate, "measured_prices", lambda: {"a": estimate.Price(startup_s=10.0, pair_s=1.0)})
+    monkeypatch.setattr(estimate, "prices_core_share", lambda: 1.0)
+    a = toy("a", 9.0)
+    cs = cells(8)
+    stages = [[(c, a) for c in cs[:2]], [(c, a) for c in cs[2:]]]
+    est = estimate.Estimator(stages[0] + stages[1], jobs=2, share=1.0, stages=stages)
+    assert est.startups_left["a"] == 4 and est.work_left() == pytest.approx(8 * 1.0 + 4 * 10.0)
+    assert estimate.Estimator(stages[0] + stages[1], jobs=2, share=1.0).startups_left["a"] == 2
