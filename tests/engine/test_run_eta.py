@@ -220,3 +220,16 @@ def test_each_stage_of_a_budgeted_run_starts_its_workers_afresh_and_pays_their_s
     est = estimate.Estimator(stages[0] + stages[1], jobs=2, share=1.0, stages=stages)
     assert est.startups_left["a"] == 4 and est.work_left() == pytest.approx(8 * 1.0 + 4 * 10.0)
     assert estimate.Estimator(stages[0] + stages[1], jobs=2, share=1.0).startups_left["a"] == 2
+
+
+def test_a_replay_runs_a_cells_pairs_of_one_environment_in_turn_and_a_stage_after_the_one_before():
+    """Two backends of one worker environment on one cell are one item, run in turn on one worker
+    (the pool's items): 2 + 3 s on one of the 2 workers; a second stage begins once the first has
+    ended, so its 1-s pair ends at 6 s, not at 1 s on the idle worker."""
+    g, h = toy("g", 1.0), toy("h", 1.0)
+    c0, c1 = cells(2)
+    pairs = [(c0, g, rec(c0, "g", 2.0, first=True)), (c0, h, rec(c0, "h", 3.0, first=True))]
+    assert eta_replay.replay(pairs, jobs=2, every=1.0)[0].left == pytest.approx(5.0)
+    staged = pairs + [(c1, g, rec(c1, "g", 1.0, first=True))]
+    assert eta_replay.replay(staged, jobs=2, every=1.0)[0].left == pytest.approx(5.0)
+    assert eta_replay.replay(staged, jobs=2, every=1.0, stage_sizes=[2, 1])[0].left == pytest.approx(6.0)
