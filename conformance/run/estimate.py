@@ -176,14 +176,21 @@ class Estimator:
     ``NOISE_S`` left out (their time is dispatch jitter: a gating pair priced at a millisecond takes
     1 to 40 here, a decode's 0.25 s holds within 10%). A
     worker's first pair of a backend pays the backend's startup price too, once per worker (at most
-    ``jobs`` of them). Compile and autotune time is counted apart: a pair over ``OUTLIER`` times the
+    ``jobs`` of them in each of the run's ``stages``: a budgeted run's second stage starts its
+    workers afresh, and on the 2-core machine its first pairs were a third of that stage's time). Compile and autotune time is counted apart: a pair over ``OUTLIER`` times the
     rate's prediction, once the rate rests on ``PRIOR_S`` of finished work (a new shape compiled or
     autotuned), adds only its time above the prediction to
     the backend's compile time, so one long JIT does not rescale every pair left. Pairs left are
     expected to meet compile time as often as the finished steady pairs did. Before any steady pair
     of a backend, its rate is that of its first pairs (compile included: on a GPU every pair may
-    compile or autotune), and before any pair at all the median rate of the backends seen so far
-    (how much slower or faster this machine is than the prices' machine), else, for a backend with a
+    compile or autotune), starting for a measured price from the machine's rate worth ``PRIOR_S``
+    as a steady rate starts from the start rate (a first pair is mostly its worker's startup, a
+    cheap cell priced at a tenth of a second took 4 s on the 2-core machine: alone it would set
+    every pair left of its backend at ten times its price), and before any pair at all the machine's rate (``machine_rate``: how much
+    slower or faster this machine is than the prices' machine, the median over the backends seen so
+    far of their whole time over their whole estimate, compile and autotune included as the prices
+    include them; a backend's rate with its compile time set apart is no measure of another's: an
+    autotuning backend's steady pairs run at a twentieth of its price between its autotunes), else, for a backend with a
     measured price, the ratio of the share of a core a worker had when the prices were measured to
     the share it can expect here now (``share``, from the machine's load before the run), and 1 for
     a declared cost model. The sum is divided among the workers. ``eta`` gives a range until ``SETTLED_PAIRS`` steady pairs and
@@ -191,10 +198,13 @@ class Estimator:
 
     Pairs in flight (``began``; a record ends them) count by their elapsed time ``e`` on the
     estimator's ``clock`` against their prediction ``P`` (price times rate, a worker's startup for
-    its first pair): ``max(P - e, e)`` left, what is left of the prediction until it is half run,
-    then as long again as it has run so far (the doubling rule: a pair past its price is as likely
-    as not to run as long again, so the ETA is within a factor two of its end whatever its true
-    length; never zero or negative for a pair running). A pair in flight also feeds its backend's
+    its first pair): ``max(P - e, PAST_DUE * e)`` left, what is left of the prediction, then a
+    share of its time so far again (measured: in the saved runs of the GPU full tiers of the H100
+    and H200, their ci runs, a run of long decode chains and the 2-core machine's ci runs, a pair in
+    flight past its prediction ran a median of 0.13 to 0.4 of its time so far again, 0.4 on the GPU
+    machines; as long again, the doubling rule, was 2.5 times too long at that median, and the
+    longest such pair held the ETA up to the end); it grows with ``e``, so a pair stuck far past its
+    price moves the ETA, and is never zero or negative for a pair running). A pair in flight also feeds its backend's
     rate while it runs past its prediction, as a finished pair of wall time ``e`` would (its wall
     time is at least that, so the rate can only rise to what is already certain), capped at
     ``OUTLIER`` times the prediction (beyond that a finished pair counts as compile time, which does
@@ -207,12 +217,13 @@ class Estimator:
     PRIOR_S = 1.0      # estimated seconds of work the starting rate counts for
     NOISE_S = 0.02     # pairs estimated under this teach no rate
     OUTLIER = 4.0   # a pair this many times its prediction is compile or autotune
+    PAST_DUE = 0.4   # a pair past its prediction runs this share of its time so far again (measured)
     SETTLED_PAIRS = 10
     SETTLED_WORK = 0.15
     SPREAD = (0.7, 1.4)   # the range before it settles: the prices' spread across runs of one machine
 
     def __init__(self, pending: list[tuple[Cell, registry.Backend]], jobs: int, share: float = 1.0,
-                 clock=time.monotonic):
+                 clock=time.monotonic, stages: list[list[tuple[Cell, registry.Backend]]] | None = None):
         self.jobs = max(1, min(jobs, len(pending) or 1))
         self.clock = clock
         self.running: dict[str, Running] = {}     # slot -> the pairs in flight there
@@ -226,14 +237,16 @@ class Estimator:
         self.compile_later_s: Counter = Counter()  # backend -> compile/autotune seconds of steady pairs
         self.steady_n: Counter = Counter()        # backend -> finished pairs after a worker's first
         self.first_sums: dict[str, tuple[float, float]] = {}   # backend -> (wall, estimate) of first pairs
+        self.totals: dict[str, tuple[float, float]] = {}   # backend -> (wall, estimate) of every pair, compile included
         self._first: dict[tuple[str, str], float] = {}
         for cell, b in pending:
             self._first[cell.id, b.name] = est = first_estimate(cell, b)
             self.left[b.name] += est
             self.n_left[b.name] += 1
             self.startup_s[b.name] = startup_estimate(b)
-        for b, n in self.n_left.items():
-            self.startups_left[b] = min(n, self.jobs)
+        for stage in stages or [pending]:   # each stage starts its workers afresh
+            for b, n in Counter(b.name for _, b in stage).items():
+                self.startups_left[b] += min(n, self.jobs)
         self.total = self.work_left()
 
     def replan(self, pending: list[tuple[Cell, registry.Backend]]) -> None:
@@ -261,6 +274,11 @@ class Estimator:
         return (self.PRIOR_S, self.start_rate) if backend in measured_prices() else (0.0, 1.0)
 
     def _observe(self, backend: str, estimate: float, wall: float, first_in_worker: bool) -> None:
+        full = estimate + (self.startup_s.get(backend, 0.0) if first_in_worker else 0.0)
+        if full >= self.NOISE_S and (not first_in_worker or backend in measured_prices()):
+            # a declared cost model has no startup: its first pairs' compile is in no estimate
+            w, e = self.totals.get(backend, (0.0, 0.0))
+            self.totals[backend] = (w + wall, e + full)
         if first_in_worker:
             w, e = self.first_sums.get(backend, (0.0, 0.0))
             if estimate + self.startup_s.get(backend, 0.0) >= self.NOISE_S:
@@ -327,22 +345,27 @@ class Estimator:
         n = self.steady_n[backend]
         return self.compile_later_s[backend] / n if n else 0.0
 
-    def machine_rate(self) -> float:
-        """The median rate of the backends seen so far (``start_rate`` before any): this machine's
-        time against the prices'."""
-        seen = sorted(self.rate.values())
+    def machine_rate(self, without: str | None = None) -> float:
+        """This machine's time against the prices': the median over the backends seen so far of
+        their whole time over their whole estimate (steady pairs, and a measured price's first
+        pairs with its startup; compile and autotune included, as the prices were fitted), each
+        counting its prior (``_prior``), backend ``without`` left out; ``start_rate`` before any."""
+        seen = sorted((w + self._prior(b)[0] * self._prior(b)[1]) / (e + self._prior(b)[0])
+                      for b, (w, e) in self.totals.items() if b != without)
         return seen[len(seen) // 2] if seen else self.start_rate
 
     def _learned_rate(self, backend: str) -> tuple[float, float]:
         """(rate, estimated seconds it rests on) from finished pairs: the steady rate, else that of
-        the first pairs, else the machine's (``machine_rate``, resting on ``PRIOR_S``; 1 and nothing
+        the first pairs (a measured price's from the other backends' ``machine_rate`` worth
+        ``PRIOR_S``), else the machine's (``machine_rate``, resting on ``PRIOR_S``; 1 and nothing
         for a declared cost model before any pair)."""
         if backend in self.rate:
             return self.rate[backend], self._sums[backend][1] + self._prior(backend)[0]
         w, e = self.first_sums.get(backend, (0.0, 0.0))
-        if e > 0:
-            return w / e, e
-        if self.rate or backend in measured_prices():
+        if e > 0:   # a measured price's first pairs, from the machine's rate worth PRIOR_S
+            prior_s = self._prior(backend)[0]
+            return (w + prior_s * self.machine_rate(without=backend)) / (e + prior_s), e + prior_s
+        if self.rate or self.totals or backend in measured_prices():
             return self.machine_rate(), self.PRIOR_S
         return 1.0, 0.0
 
@@ -389,10 +412,10 @@ class Estimator:
         return total
 
     def running_left(self, r: Running) -> float:
-        """Seconds the pairs of ``r`` are expected to run still: ``max(P - e, e)``, ``P`` their
+        """Seconds the pairs of ``r`` are expected to run still: ``max(P - e, PAST_DUE * e)``, ``P`` their
         ``prediction``, ``e`` their time so far (the class docstring says why)."""
         elapsed = max(0.0, self.clock() - r.since)
-        return max(self.prediction(r) - elapsed, elapsed)
+        return max(self.prediction(r) - elapsed, self.PAST_DUE * elapsed)
 
     def longest_running(self) -> tuple[Running, float] | None:
         """The pairs in flight the longest and their time so far (None: none in flight)."""

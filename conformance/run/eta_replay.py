@@ -1,17 +1,22 @@
-"""The ETA replayed on a finished run folder: its pairs that ran, in the order of their records,
-dispatched to the run's workers on a simulated clock (each to the first worker free, for its
-recorded ``wall_s``), and what the ``Estimator`` said every ``every`` seconds against the time that
-was actually left, twice: told when each pair starts (as the runner's executors tell it), and
-learning from finished pairs only (an executor that does not say when pairs start). A resumed
-folder is replayed as one uninterrupted run; the order of dispatch is the records' order, so the
-schedule is that of the run only approximately; pairs of cells outside the run's tier (a model's
-shapes, captured inputs) are left out.
+"""The ETA replayed on a finished run folder: its pairs that ran, queued as the local pool queued
+them (cells in the tier's order, each cell's backends of one worker environment an item run in turn
+on one worker, CPU items first; a budgeted run's first stage, each backend and op's cheapest cell,
+before the rest), dispatched to the run's workers on a simulated clock (each item to the first
+worker free, each pair for its recorded ``wall_s``), and what the ``Estimator`` said every
+``every`` seconds against the time that was actually left, twice: told when each pair starts (as
+the runner's executors tell it), and learning from finished pairs only (an executor that does not
+say when pairs start). A budgeted run's second stage begins once its first has ended, on fresh
+workers, and the estimator is given its pairs then, as the runner gives it the pairs chosen
+again. A resumed folder is replayed as one uninterrupted run; pairs of cells outside the run's
+tier (a model's shapes, captured inputs) are left out. Records of a run older than ``wall_s``
+give their ``duration_s`` (the kernel's pair without the worker's dispatch).
 
-    python -m conformance.run.eta_replay RUN_DIR [--every S] [--last S] [--prices FILE]
+    python -m conformance.run.eta_replay RUN_DIR [RUN_DIR...] [--every S] [--last S] [--prices FILE]
 
 prints, every S seconds (default 30), the seconds actually left and each ETA with its error; the
 rows of the last ``--last`` seconds (default 300) are marked, and the share of the rows from the
-first minute on whose ETA was within 30% of the time left. ``--prices``: the prices the run was
+first minute on whose ETA was within 30% of the time left; with several RUN_DIRs, one line each
+of that share (``--summary``: those lines only). ``--prices``: the prices the run was
 estimated with (``git show COMMIT:conformance/run/prices.json``, COMMIT from its run.json), where
 ``prices.json`` has since been refitted, perhaps from this very run.
 """
@@ -19,12 +24,13 @@ from __future__ import annotations
 
 import argparse
 import heapq
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from conformance import registry
 from conformance.cells import Cell
-from conformance.run import records
+from conformance.run import budget, records, workers
 from conformance.run.estimate import Estimator, core_share, hms, use_prices
 from conformance.run.selection import select_cells
 
@@ -41,18 +47,33 @@ class Sample:
 
 
 def replay(pairs: list[tuple[Cell, registry.Backend, dict]], jobs: int, share: float = 1.0, every: float = 30.0,
-           starts: bool = True) -> list[Sample]:
+           starts: bool = True, stage_sizes: list[int] | None = None) -> list[Sample]:
     """The ETA every ``every`` seconds of a run of ``pairs`` (cell, backend, its record with
-    ``wall_s``) on ``jobs`` workers; ``starts``: the estimator is told when each pair starts."""
+    ``wall_s``), in the order the pool queued them, on ``jobs`` workers: consecutive pairs of one
+    cell and one worker environment are an item, run in turn on the first worker free; ``starts``:
+    the estimator is told when each pair starts. ``stage_sizes``: the pairs are stages of these
+    sizes (a budgeted run), each begun once the one before has ended, on fresh workers, the
+    estimator given the pairs left then (``Estimator.replan``, as the runner does)."""
+    sizes = stage_sizes or [len(pairs)]
+    bounds = [sum(sizes[:i]) for i in range(len(sizes) + 1)]
+    stages = [pairs[a:b] for a, b in zip(bounds, bounds[1:])]
     now = [0.0]
-    est = Estimator([(c, b) for c, b, _ in pairs], jobs, share, clock=lambda: now[0])
-    free = [(0.0, i) for i in range(est.jobs)]
-    events = []   # (time, 0 for an end / 1 for a start, sequence, slot, cell, backend, record)
-    for seq, (c, b, r) in enumerate(pairs):
-        t, slot = heapq.heappop(free)
-        end = t + float(r["wall_s"])
-        events += [(t, 1, seq, slot, c, b, r), (end, 0, seq, slot, c, b, r)]
-        heapq.heappush(free, (end, slot))
+    est = Estimator([(c, b) for c, b, _ in pairs], jobs, share, clock=lambda: now[0],
+                    stages=[[(c, b) for c, b, _ in st] for st in stages])
+    events = []   # (time, 0 for an end / 1 for a new stage / 2 for a start, sequence, slot, cell, backend, record)
+    begin = 0.0
+    for k, stage in enumerate(stages):
+        if k:
+            events.append((begin, 1, len(events), None, None, None, [(c, b) for st in stages[k:] for c, b, _ in st]))
+        free = [(begin, i) for i in range(est.jobs)]
+        for item in _items(stage):
+            t, slot = heapq.heappop(free)
+            for c, b, r in item:
+                end = t + _wall(r)
+                events += [(t, 2, len(events), slot, c, b, r), (end, 0, len(events) + 1, slot, c, b, r)]
+                t = end
+            heapq.heappush(free, (t, slot))
+        begin = max(t for t, _ in free)
     events.sort(key=lambda e: e[:3])
     makespan = max((e[0] for e in events), default=0.0)
     samples, i, t = [], 0, 0.0
@@ -62,6 +83,8 @@ def replay(pairs: list[tuple[Cell, registry.Backend, dict]], jobs: int, share: f
             now[0] = when
             if kind == 0:
                 est.done(r)
+            elif kind == 1:
+                est.replan(r)
             elif starts:
                 est.began(f"slot {slot}", c.id, [b.name], when, bool(r.get("first_in_worker")))
             i += 1
@@ -71,15 +94,50 @@ def replay(pairs: list[tuple[Cell, registry.Backend, dict]], jobs: int, share: f
     return samples
 
 
-def folder_pairs(run_dir: Path) -> tuple[list[tuple[Cell, registry.Backend, dict]], dict]:
-    """The pairs of a run folder that ran (cell, backend, record), in record order, and its run.json."""
+def _wall(record: dict) -> float:
+    """The pair's wall time: ``wall_s``, else (a record older than it) ``duration_s``."""
+    return float(record["wall_s"] if record.get("wall_s") is not None else record["duration_s"])
+
+
+def _items(pairs: list[tuple[Cell, registry.Backend, dict]]) -> list[list[tuple[Cell, registry.Backend, dict]]]:
+    """Consecutive pairs of one cell and one worker environment, grouped (the pool's items)."""
+    out: list[list] = []
+    for c, b, r in pairs:
+        if out and out[-1][0][0].id == c.id and _env(out[-1][0][1]) == _env(b):
+            out[-1].append((c, b, r))
+        else:
+            out.append([(c, b, r)])
+    return out
+
+
+def _env(b: registry.Backend) -> tuple:
+    return tuple(sorted(b.env.items())), b.uses_gpu
+
+
+def folder_pairs(run_dir: Path) -> tuple[list[tuple[Cell, registry.Backend, dict]], dict, list[int]]:
+    """The pairs of a run folder that ran (cell, backend, record), in the order the local pool queued
+    them (``workers.items`` of the cells in the tier's order, a budgeted run's first stage first),
+    its run.json, and the sizes of its stages (one for a run without a budget)."""
     info = records.read_json(run_dir / "run.json")
-    cells = {c.id: c for c in select_cells(info["selection"]["tier"])}
+    tier = select_cells(info["selection"]["tier"])
+    cells = {c.id: c for c in tier}
+    order = {c.id: i for i, c in enumerate(tier)}
     recs = records.read_partial(run_dir / "cells.jsonl")[0]
     known = registry.backends()
-    pairs = [(cells[r["id"]], known[r["backend"]], r) for r in recs
-             if r["status"] != "skip" and r.get("wall_s") is not None and r["id"] in cells and r["backend"] in known]
-    return pairs, info
+    rank = {name: i for i, name in enumerate(info.get("backends") or known)}
+    ran = {(r["id"], r["backend"]): r for r in recs
+           if r["status"] != "skip" and (r.get("wall_s") is not None or r.get("duration_s") is not None)
+           and r["id"] in cells and r["backend"] in known}
+    pairs = sorted(((cells[i], known[b]) for i, b in ran), key=lambda p: (order[p[0].id], rank.get(p[1].name, 0)))
+    stages = budget.choose(pairs, math.inf, int(info.get("jobs") or 1))[0] if "left_out" in info else [pairs]
+    queued = []
+    for stage in stages:
+        by_cell: dict[str, tuple[Cell, list]] = {}
+        for c, b in stage:
+            by_cell.setdefault(c.id, (c, []))[1].append(b)
+        queued += [(item.cell, b, ran[item.cell.id, b.name])
+                   for item in workers.items(list(by_cell.values())) for b in item.backends]
+    return queued, info, [len(st) for st in stages]
 
 
 def _column(s: Sample) -> str:
@@ -89,32 +147,42 @@ def _column(s: Sample) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m conformance.run.eta_replay", description=__doc__.split("\n\n")[0])
-    p.add_argument("run_dir", metavar="RUN_DIR", type=Path, help="a finished run folder (run.json, cells.jsonl)")
+    p.add_argument("run_dirs", metavar="RUN_DIR", type=Path, nargs="+",
+                   help="a finished run folder (run.json, cells.jsonl)")
     p.add_argument("--every", type=float, default=30.0, help="seconds between rows (default 30)")
     p.add_argument("--last", type=float, default=300.0, help="the rows of this many last seconds are marked")
     p.add_argument("--prices", type=Path, help="a prices.json to estimate with (default: the lab's)")
+    p.add_argument("--summary", action="store_true", help="one line per RUN_DIR, without the rows")
     args = p.parse_args(argv)
     if args.every <= 0:
         p.error(f"--every: expected a positive number of seconds, got {args.every:g}")
-    if not (args.run_dir / "run.json").is_file() or not (args.run_dir / "cells.jsonl").is_file():
-        p.error(f"RUN_DIR {args.run_dir}: expected a run folder (run.json and cells.jsonl)")
+    for run_dir in args.run_dirs:
+        if not (run_dir / "run.json").is_file() or not (run_dir / "cells.jsonl").is_file():
+            p.error(f"RUN_DIR {run_dir}: expected a run folder (run.json and cells.jsonl)")
     if args.prices is not None:
         if not args.prices.is_file():
             p.error(f"--prices {args.prices}: expected a prices.json file")
         use_prices(args.prices)
-    pairs, info = folder_pairs(args.run_dir)
-    jobs = int(info.get("jobs") or 1)
-    share = core_share(info.get("load"), jobs)
-    told = replay(pairs, jobs, share, args.every, starts=True)
-    finished_only = replay(pairs, jobs, share, args.every, starts=False)
-    print(f"{len(pairs)} pairs on {jobs} workers, replayed: {hms(told[0].left)}")
-    print(f"{'t':>7} {'left':>7}  {'ETA, finished pairs only':<32} {'ETA, pairs in flight counted':<32}")
-    for a, b in zip(finished_only, told):
-        mark = "*" if a.left <= args.last else " "
-        print(f"{hms(a.t):>7} {hms(a.left):>7}{mark} {_column(a):<32} {_column(b):<32}")
-    print("within 30% from the first minute on: " + ", ".join(
-        f"{name} {within(samples)}" for name, samples in (("finished pairs only", finished_only),
-                                                            ("pairs in flight counted", told))))
+    for run_dir in args.run_dirs:
+        pairs, info, sizes = folder_pairs(run_dir)
+        jobs = int(info.get("jobs") or 1)
+        share = core_share(info.get("load"), jobs)
+        told = replay(pairs, jobs, share, args.every, starts=True, stage_sizes=sizes)
+        finished_only = replay(pairs, jobs, share, args.every, starts=False, stage_sizes=sizes)
+        head = f"{len(pairs)} pairs on {jobs} workers, replayed: {hms(told[0].left)}"
+        counts = "within 30% from the first minute on: " + ", ".join(
+            f"{name} {within(samples)}" for name, samples in (("finished pairs only", finished_only),
+                                                                ("pairs in flight counted", told)))
+        if args.summary or len(args.run_dirs) > 1:
+            print(f"{run_dir}: {head}; {counts}")
+        if args.summary:
+            continue
+        print(head)
+        print(f"{'t':>7} {'left':>7}  {'ETA, finished pairs only':<32} {'ETA, pairs in flight counted':<32}")
+        for a, b in zip(finished_only, told):
+            mark = "*" if a.left <= args.last else " "
+            print(f"{hms(a.t):>7} {hms(a.left):>7}{mark} {_column(a):<32} {_column(b):<32}")
+        print(counts)
     return 0
 
 

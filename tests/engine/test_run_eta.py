@@ -45,19 +45,19 @@ def test_a_replayed_run_with_a_pair_stuck_past_its_price_has_an_eta_growing_with
     said = [told[i].remaining for i in alone]
     assert all(b > a for a, b in zip(said, said[1:]))   # grows with its time
     stuck_for = [told[i].t - 50.0 for i in alone]         # it started at 50 s
-    assert all(s >= e > 0 for s, e in zip(said, stuck_for))   # as long again as it has run
+    assert all(s >= estimate.Estimator.PAST_DUE * e > 0 for s, e in zip(said, stuck_for))   # a share of its time again
     assert [blind[i].remaining for i in alone] == pytest.approx([5.0] * len(alone))   # its price, all along
     assert told[alone[-1]].eta == estimate.hms(told[alone[-1]].remaining)   # settled: one figure
 
 
-def test_a_pair_in_flight_counts_what_is_left_of_its_prediction_then_as_long_again_as_it_has_run():
+def test_a_pair_in_flight_counts_what_is_left_of_its_prediction_then_a_share_of_its_time_so_far():
     clock = [100.0]
     b = toy("g", 5.0)
     cs = cells(4)
     est = estimate.Estimator([(c, b) for c in cs], jobs=1, clock=lambda: clock[0])
     assert est.remaining() == pytest.approx(20.0)
     est.began("slot 0", cs[0].id, ["g"], since=100.0, first_in_worker=False)
-    for elapsed, left in ((0.0, 5.0), (1.0, 4.0), (2.5, 2.5), (4.0, 4.0), (60.0, 60.0)):
+    for elapsed, left in ((0.0, 5.0), (1.0, 4.0), (2.5, 2.5), (4.0, 4.0 * est.PAST_DUE), (60.0, 60.0 * est.PAST_DUE)):
         clock[0] = 100.0 + elapsed
         r = est.running["slot 0"]
         assert est.running_left(r) == pytest.approx(left) and est.running_left(r) > 0
@@ -65,7 +65,7 @@ def test_a_pair_in_flight_counts_what_is_left_of_its_prediction_then_as_long_aga
     # OUTLIER times the prediction counted), and they are expected at that rate
     rate = (est.OUTLIER * 5.0) / 5.0
     assert est.backend_rate("g") == pytest.approx(rate)
-    assert est.remaining() == pytest.approx(60.0 + 3 * 5.0 * rate)
+    assert est.remaining() == pytest.approx(60.0 * est.PAST_DUE + 3 * 5.0 * rate)
     # the range before it settles is the same figure scaled: both ends move with the pair's time
     lo, hi = (estimate.hms(f * est.remaining()) for f in est.SPREAD)
     assert est.eta() == f"{lo}-{hi}"
@@ -83,7 +83,7 @@ def test_first_pairs_and_remote_calls_in_flight_count_by_their_time_but_teach_no
     est.began("node/cpu", cs[1].id, ["g"], since=0.0)                     # a remote call: not known
     clock[0] = 30.0
     assert est.backend_rate("g") == 1.0
-    assert est.remaining() == pytest.approx((30.0 + 30.0 + 2 * 5.0 + 1.0) / 2)
+    assert est.remaining() == pytest.approx((2 * 30.0 * est.PAST_DUE + 2 * 5.0 + 1.0) / 2)
     # a remote call of two backends of one cell counts as one: its time against both predictions
     est.began("node/cpu", cs[0].id, ["g", "h"], since=30.0)
     assert est.running_left(est.running["node/cpu"]) == pytest.approx(6.0)
@@ -168,3 +168,68 @@ def test_each_executor_says_when_its_pairs_start_before_their_records_come(monke
         for i, e in enumerate(events):   # a pair's record comes after it began
             if e[0] == "record":
                 assert any(b[0] == "began" and b[2].id == e[1] and e[2] in b[3] for b in events[:i])
+
+
+@pytest.fixture
+def two_measured(monkeypatch):
+    """Backends ``a`` and ``b`` with a measured price of 1 s a pair, measured with a core each."""
+    monkeypatch.setattr(estimate, "measured_prices", lambda: {"a": estimate.Price(pair_s=1.0),
+                                                             "b": estimate.Price(pair_s=1.0)})
+    monkeypatch.setattr(estimate, "prices_core_share", lambda: 1.0)
+    return toy("a", 9.0), toy("b", 9.0)
+
+
+def test_a_backend_not_run_yet_takes_the_machines_whole_time_rate_compile_included(two_measured):
+    """``a``'s steady pairs take a fifth of their price and one autotunes for 5 s (set apart as
+    compile time): ``a`` took its prices' time in all, so ``b``, not run yet, is expected at its price,
+    not at the fifth ``a``'s rate has between its autotunes."""
+    a, b = two_measured
+    cs = cells(16)
+    est = estimate.Estimator([(c, a) for c in cs[:6]] + [(c, b) for c in cs[6:]], jobs=1, share=1.0)
+    for i, c in enumerate(cs[:6]):
+        est.done({"id": c.id, "backend": "a", "status": "pass", "wall_s": 5.0 if i == 5 else 0.2,
+                  "first_in_worker": False})
+    assert est.rate["a"] < 0.4 and est.compile_later_s["a"] > 4.0   # the autotune was set apart
+    assert est.machine_rate() == pytest.approx(1.0)
+    assert est.per_backend()["b"] == pytest.approx(10 * 1.0)
+
+
+def test_a_backends_first_pairs_alone_move_its_rate_from_the_machines_by_their_estimated_seconds(two_measured):
+    """``a`` ran at its price; ``b``'s one first pair, priced at 1 s, took 20 s (its worker's
+    imports): ``b``'s pairs left are expected at the first pair's 1 estimated second weighed
+    against the ``PRIOR_S`` of the machine's rate, not all at 20 times their price."""
+    a, b = two_measured
+    cs = cells(16)
+    est = estimate.Estimator([(c, a) for c in cs[:4]] + [(c, b) for c in cs[4:]], jobs=1, share=1.0)
+    for c in cs[:4]:
+        est.done({"id": c.id, "backend": "a", "status": "pass", "wall_s": 1.0, "first_in_worker": False})
+    est.done({"id": cs[4].id, "backend": "b", "status": "pass", "wall_s": 20.0, "first_in_worker": True})
+    rate = (20.0 + est.PRIOR_S * 1.0) / (1.0 + est.PRIOR_S)
+    assert est.backend_rate("b") == pytest.approx(rate)   # a's whole time over whole estimate: 1
+    assert est.per_backend()["b"] == pytest.approx(11 * rate) and rate < 11
+
+
+def test_each_stage_of_a_budgeted_run_starts_its_workers_afresh_and_pays_their_startups(monkeypatch):
+    """A backend with pairs in both stages of a budgeted run meets its startup price on each of
+    the 2 workers of each stage: 4 startups, not 2."""
+    monkeypatch.setattr(estimate, "measured_prices", lambda: {"a": estimate.Price(startup_s=10.0, pair_s=1.0)})
+    monkeypatch.setattr(estimate, "prices_core_share", lambda: 1.0)
+    a = toy("a", 9.0)
+    cs = cells(8)
+    stages = [[(c, a) for c in cs[:2]], [(c, a) for c in cs[2:]]]
+    est = estimate.Estimator(stages[0] + stages[1], jobs=2, share=1.0, stages=stages)
+    assert est.startups_left["a"] == 4 and est.work_left() == pytest.approx(8 * 1.0 + 4 * 10.0)
+    assert estimate.Estimator(stages[0] + stages[1], jobs=2, share=1.0).startups_left["a"] == 2
+
+
+def test_a_replay_runs_a_cells_pairs_of_one_environment_in_turn_and_a_stage_after_the_one_before():
+    """Two backends of one worker environment on one cell are one item, run in turn on one worker
+    (the pool's items): 2 + 3 s on one of the 2 workers; a second stage begins once the first has
+    ended, so its 1-s pair ends at 6 s, not at 1 s on the idle worker."""
+    g, h = toy("g", 1.0), toy("h", 1.0)
+    c0, c1 = cells(2)
+    pairs = [(c0, g, rec(c0, "g", 2.0, first=True)), (c0, h, rec(c0, "h", 3.0, first=True))]
+    assert eta_replay.replay(pairs, jobs=2, every=1.0)[0].left == pytest.approx(5.0)
+    staged = pairs + [(c1, g, rec(c1, "g", 1.0, first=True))]
+    assert eta_replay.replay(staged, jobs=2, every=1.0)[0].left == pytest.approx(5.0)
+    assert eta_replay.replay(staged, jobs=2, every=1.0, stage_sizes=[2, 1])[0].left == pytest.approx(6.0)

@@ -292,8 +292,9 @@ def test_the_estimate_comes_from_each_backends_own_cost_and_is_refined_by_record
     est.done({**rec, "id": cells[0].id, "wall_s": 60.0})
     assert est.per_backend()["s"] == pytest.approx((20 + 30 + 40) * 6) and est.compile_remaining() == 0
     # then a steady pair at half its estimate sets the backend's rate (every op of the backend): the
-    # first pair's time counts apart, as compile time; a backend not seen yet goes by the median rate
-    # of those seen (this machine against the prices' one)
+    # first pair's time counts apart, as compile time; a backend not seen yet goes by the machine's
+    # rate (this machine against the prices' one: the steady pairs here, a declared cost model's
+    # first pairs having no startup estimate to compare with)
     est.done({**rec, "id": cells[1].id, "wall_s": 10.0, "first_in_worker": False})
     assert est.per_backend()["s"] == pytest.approx((30 + 40) * 0.5) and est.per_backend()["c"] == 1.5 * 0.5
     # a pair far over its prediction (a new shape autotuned) adds its excess as compile time that the
