@@ -51,9 +51,9 @@ from optimized.triton.tq_decode_launch import interpreting
 CHUNK = 64
 SUB = 16                       # rows of the solve's blocks
 STATE_BV = 32                  # V-tile of the state pass
-STATE_STAGES = 2               # its software-pipeline stages (the next chunk's loads in flight)
+STATE_STAGES = 3               # its software-pipeline stages (the next chunks' loads in flight)
 WARPS = 4
-PREP_WARPS = 8                 # the prep kernel's (at 4, both spill registers)
+PREP_WARPS = 4                 # the prep kernel's
 PREP = "tiles"                 # the prep kernel: its products over the whole chunk, or in 16-row blocks ("blocks")
 READOUT = True                 # the state pass writes the output (h and v_new never go to memory)
 
