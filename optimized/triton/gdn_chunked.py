@@ -396,11 +396,17 @@ def _prep_tiles_kernel(k_ptr, v_ptr, g_ptr, beta_ptr, cu_ptr, chunk_cu_ptr, idx_
         r = tl.arange(0, 64)
         valid = r < length
         ks = _qk(k_ptr, t0, r, valid, sk_t, h, sk_h, K, BK, 1.0, eps, L2NORM, BITS, RCP)
-        kk = _mm(ks, tl.trans(ks), BITS)
-        kf = ks.to(tl.float32)
-        if READOUT:
+        if READOUT:     # first, for every head: q and q k^T are then dead before the solves
             qs = _qk(q_ptr, t0, r, valid, sq_t, h, sq_h, K, BK, scale, eps, L2NORM, BITS, RCP)
             qk = _mm(qs, tl.trans(ks), BITS)
+            for i in tl.static_range(HEADS):
+                g, beta = _gates(g_ptr, beta_ptr, t0, r, valid, sg_t, sb_t, hv0 + i)
+                G = tl.cumsum(g, axis=0)
+                qe, qkD = _readout_tiles(qs, qk, G, _decay(G, r), r, BITS)
+                _store_rows(qe_ptr, qe, t0, r, valid, sW_t, (hv0 + i) * K, K, BK, BITS)
+                _store_rows(qkd_ptr, qkD, t0, r, valid, sD_t, (hv0 + i) * 64, 64, 64, BITS)
+        kk = _mm(ks, tl.trans(ks), BITS)
+        kf = ks.to(tl.float32)
         strict = r[:, None] > r[None, :]
         vv = tl.arange(0, BV)
         for i in tl.static_range(HEADS):
@@ -409,9 +415,8 @@ def _prep_tiles_kernel(k_ptr, v_ptr, g_ptr, beta_ptr, cu_ptr, chunk_cu_ptr, idx_
             G = tl.cumsum(g, axis=0)
             tl.store(G_ptr + (t0 + r) * sG_t + hv, G, mask=valid)
             G_last = _at_last(G, r, length)
-            D = _decay(G, r)
-            Tm = _unit_lower_inverse(_bf16(tl.where(strict, -beta[:, None] * kk * D, 0.0), BITS).to(tl.float32),
-                                     BITS, SOLVE)
+            Tm = _unit_lower_inverse(_bf16(tl.where(strict, -beta[:, None] * kk * _decay(G, r), 0.0), BITS)
+                                     .to(tl.float32), BITS, SOLVE)
             _store_rows(W_ptr, _mm(Tm, _bf16((beta * tl.exp(G))[:, None] * kf, BITS), BITS), t0, r, valid, sW_t,
                         hv * K, K, BK, BITS)
             _store_rows(Kd_ptr, kf * tl.exp(G_last - G)[:, None], t0, r, valid, sW_t, hv * K, K, BK, BITS)
@@ -419,10 +424,6 @@ def _prep_tiles_kernel(k_ptr, v_ptr, g_ptr, beta_ptr, cu_ptr, chunk_cu_ptr, idx_
                          mask=valid[:, None] & (vv < V)[None, :], other=0.0).to(tl.float32)
             _store_rows(U_ptr, _mm(Tm, _bf16(beta[:, None] * vs, BITS), BITS), t0, r, valid, sU_t, hv * V, V, BV,
                         BITS)
-            if READOUT:
-                qe, qkD = _readout_tiles(qs, qk, G, D, r, BITS)
-                _store_rows(qe_ptr, qe, t0, r, valid, sW_t, hv * K, K, BK, BITS)
-                _store_rows(qkd_ptr, qkD, t0, r, valid, sD_t, hv * 64, 64, 64, BITS)
 
 
 @triton.jit
