@@ -4,8 +4,9 @@ in the same run (CUDA-graph medians, ms). Per variant and shape: the stages befo
 kernel, and the readout kernel unless the variant computes the readout operands itself), the prep kernel alone,
 and the whole prefill; the pre-state stages do not read the pool, so they are timed at the bf16 pools' shapes
 only. Before timing, each variant's output and pool are compared with the default's: "bitwise", or max |diff|
-over max |x| (a few bf16 ulps where a variant's fp32 sums round an operand the other way). Each step catches
-its failure, prints it whole and goes on; past ``--budget`` seconds the rest is skipped. Writes
+over max |x| (a few bf16 ulps where a variant's fp32 sums round an operand the other way). FLA first at every
+shape, then variant by variant (the likeliest first) at every shape; past ``--budget`` seconds the remaining
+variants are skipped. Each step catches its failure, prints it whole and goes on. Writes
 ``gdn_chunked_prep.json``; the table is printed last:
 
     python -m bench.probes.gdn_chunked_prep --out DIR [--shapes LABEL ...] [--variants NAME ...] [--budget S]
@@ -30,12 +31,14 @@ VARIANTS = {     # the likeliest first: past the budget the rest is skipped
     "heads2 readout": dict(prep_heads=2, prep_readout=True),
     "heads2 readout w8": dict(prep_heads=2, prep_readout=True, prep_warps=8),
     "heads2 readout rcp w8": dict(prep_heads=2, prep_readout=True, prep_norm="rcp", prep_warps=8),
+    "heads2 readout batched w8": dict(prep_heads=2, prep_readout=True, prep_batched=True, prep_warps=8),
     "readout": dict(prep_readout=True),
     "readout w8": dict(prep_readout=True, prep_warps=8),
     "readout rcp w8": dict(prep_readout=True, prep_norm="rcp", prep_warps=8),
     "heads2": dict(prep_heads=2),
     "heads2 w8": dict(prep_heads=2, prep_warps=8),
     "rcp": dict(prep_norm="rcp"),
+    "batched": dict(prep_batched=True),
     "tf32x3": dict(prep_solve="tf32x3"),
     "tf32 (outside model)": dict(prep_solve="tf32"),
     "w8": dict(prep_warps=8),
@@ -52,52 +55,58 @@ def _pre_state(launches: dict):
     return run
 
 
-def shape_rows(label: str, shape: dict, variants: dict, rows: list, deadline: float) -> None:
-    """Append (label, variant, quantity, value) rows of one shape to ``rows`` as they are measured."""
+def measure(shapes: dict, variants: dict, rows: list, deadline: float, save) -> None:
+    """Append (shape label, variant, quantity, value) rows to ``rows`` as they are measured: FLA at every shape,
+    then variant by variant (past ``deadline`` the rest skipped) every shape; ``save()`` after each variant."""
     import torch
 
     from bench import registry
     from bench.gdn_gpu import CHUNKED_BENCH, chunked_inputs
     from optimized.triton import gdn_chunked
 
-    def step(name, quantity, what):
+    def step(label, name, quantity, what):
         try:
             value = what()
         except Exception:
             print(f"{label} {name} {quantity}: FAILED\n{traceback.format_exc()}", flush=True)
             value = "failed"
         rows.append((label, name, quantity, value))
-        print(f"{label:30} {name:24} {quantity:10} {value if isinstance(value, str) else f'{value:.4f}'}",
+        print(f"{label:30} {name:26} {quantity:10} {value if isinstance(value, str) else f'{value:.4f}'}",
               flush=True)
 
-    x = chunked_inputs(shape)
-    pool0 = x["state"].clone()
-    step("fla", "whole", lambda: _ms(registry.impls(CHUNKED_BENCH)["fla"].prepare(shape, x)))
-    ref = None
+    inputs = {label: chunked_inputs(shape) for label, shape in shapes.items()}
+    fla = registry.impls(CHUNKED_BENCH)["fla"]
+    for label, x in inputs.items():
+        step(label, "fla", "whole", lambda: _ms(fla.prepare(shapes[label], x)))
+    refs = {}
     for name, config in variants.items():
         if time.monotonic() > deadline:
-            print(f"{label} {name}: skipped (past the budget)", flush=True)
+            print(f"{name}: skipped (past the budget)", flush=True)
             continue
-        try:
-            pool = pool0.clone()
-            out, whole, launches = _staged(gdn_chunked, x, pool, **config)
-        except Exception:
-            print(f"{label} {name}: FAILED\n{traceback.format_exc()}", flush=True)
-            rows.append((label, name, "check", "failed"))
-            continue
-        if ref is None:
-            ref = (out.clone(), pool.clone())
-            same = "reference"
-        elif torch.equal(out, ref[0]) and torch.equal(pool, ref[1]):
-            same = "bitwise"
-        else:
-            same = f"{_diff(out, ref[0])} / {_diff(pool, ref[1])}"
-        rows.append((label, name, "check", same))
-        print(f"{label:30} {name:24} {'check':10} {same}", flush=True)
-        if "bfloat16" in label:
-            step(name, "pre-state", lambda: _ms(_pre_state(launches)))
-            step(name, "prep", lambda: _ms(launches["prep"]))
-        step(name, "whole", lambda: _ms(whole))
+        for label, x in inputs.items():
+            try:
+                pool = x["state"].clone()
+                out, whole, launches = _staged(gdn_chunked, x, pool, **config)
+            except Exception:
+                print(f"{label} {name}: FAILED\n{traceback.format_exc()}", flush=True)
+                rows.append((label, name, "check", "failed"))
+                continue
+            if name == "default":
+                refs[label] = (out.clone(), pool.clone())
+                same = "reference"
+            elif label not in refs:
+                same = "no reference"
+            elif torch.equal(out, refs[label][0]) and torch.equal(pool, refs[label][1]):
+                same = "bitwise"
+            else:
+                same = f"{_diff(out, refs[label][0])} / {_diff(pool, refs[label][1])}"
+            rows.append((label, name, "check", same))
+            print(f"{label:30} {name:26} {'check':10} {same}", flush=True)
+            if "bfloat16" in label:
+                step(label, name, "pre-state", lambda: _ms(_pre_state(launches)))
+                step(label, name, "prep", lambda: _ms(launches["prep"]))
+            step(label, name, "whole", lambda: _ms(whole))
+        save()
 
 
 def table(rows: list, labels: list, variants: list) -> list[str]:
@@ -110,12 +119,12 @@ def table(rows: list, labels: list, variants: list) -> list[str]:
     short = {label: label.replace("varlen=", "").replace("T=8192", "1x8192").replace(",state=", " ")
              .replace("bfloat16", "bf16").replace("float32", "fp32") for label in labels}
     bf16 = {label: "bfloat16" in label for label in labels}
-    lines = [f"{'ms, CUDA-graph medians':24}" + "".join(f" | {short[label]:>36}" if bf16[label]
+    lines = [f"{'ms, CUDA-graph medians':26}" + "".join(f" | {short[label]:>36}" if bf16[label]
                                                         else f" | {short[label]:>16}" for label in labels),
-             f"{'variant':24}" + "".join(f" | {'pre-state':>9} {'prep':>9} {'whole':>9} {'/FLA':>6}" if bf16[label]
+             f"{'variant':26}" + "".join(f" | {'pre-state':>9} {'prep':>9} {'whole':>9} {'/FLA':>6}" if bf16[label]
                                          else f" | {'whole':>9} {'/FLA':>6}" for label in labels)]
     for name in ["fla"] + variants:
-        line = f"{name:24}"
+        line = f"{name:26}"
         for label in labels:
             fla, whole = value.get((label, "fla", "whole")), value.get((label, name, "whole"))
             ratio = f"{whole / fla:5.2f}x" if isinstance(whole, float) and isinstance(fla, float) else f"{'-':>6}"
@@ -123,9 +132,9 @@ def table(rows: list, labels: list, variants: list) -> list[str]:
                 if bf16[label] else ""
             line += f" |{pre} {ms(whole)} {ratio}"
         lines.append(line)
-    lines += ["", f"{'variant':24} output / pool against the default's"]
+    lines += ["", f"{'variant':26} output / pool against the default's"]
     for name in variants:
-        lines.append(f"{name:24} " + "; ".join(f"{short[label]}: {value.get((label, name, 'check'), '-')}"
+        lines.append(f"{name:26} " + "; ".join(f"{short[label]}: {value.get((label, name, 'check'), '-')}"
                                                 for label in labels))
     return lines
 
@@ -165,14 +174,13 @@ def main(argv=None) -> int:
     rows = []
     signal.signal(signal.SIGTERM, _stop)        # a ``timeout`` still gets the table of what was measured
     try:
-        for label in args.shapes:
-            try:
-                shape_rows(label, shapes[label], variants, rows, deadline)
-            except Exception:
-                print(f"{label}: FAILED\n{traceback.format_exc()}", flush=True)
-            (out / "gdn_chunked_prep.json").write_text(json.dumps(rows, indent=1) + "\n")
+        measure({label: shapes[label] for label in args.shapes}, variants, rows, deadline,
+                lambda: (out / "gdn_chunked_prep.json").write_text(json.dumps(rows, indent=1) + "\n"))
     except _Stopped:
         print("stopped by SIGTERM: the table holds what was measured before it", flush=True)
+    except Exception:
+        print(f"FAILED\n{traceback.format_exc()}", flush=True)
+    (out / "gdn_chunked_prep.json").write_text(json.dumps(rows, indent=1) + "\n")
     print()
     for line in table(rows, args.shapes, list(variants)):
         print(line)

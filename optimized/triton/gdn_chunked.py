@@ -63,6 +63,7 @@ PREP_HEADS = 1                 # value heads per program of the "tiles" prep ker
 PREP_READOUT = False           # the readout operands computed by the "tiles" prep kernel (no readout kernel)
 PREP_SOLVE = "ieee"            # the input precision of the solve's fp32 products: "ieee", "tf32x3", "tf32"
 PREP_NORM = "div"              # the "tiles" prep kernel's l2 norms: a division per element, or "rcp" (``_qk``)
+PREP_BATCHED = False           # its solve's four diagonal-block inverses as one batched chain
 READOUT = True                 # the state pass writes the output (h and v_new never go to memory)
 
 
@@ -164,8 +165,9 @@ def _a_block(ki, kj, beta_i, Gi, Gj, DIAG: tl.constexpr, BITS: tl.constexpr):
 
 @triton.jit
 def _inv_diag(a, PREC: tl.constexpr):
-    """(I - a)^-1 of a strictly lower [16, 16] block in fp32: (I + a)(I + a^2)(I + a^4)(I + a^8) (a^16 = 0),
-    fp32 products at input precision PREC ("ieee"; "tf32x3": three TF32 products, near fp32; "tf32")."""
+    """(I - a)^-1 of a strictly lower [16, 16] block (or of each of a [B, 16, 16] batch) in fp32:
+    (I + a)(I + a^2)(I + a^4)(I + a^8) (a^16 = 0), fp32 products at input precision PREC ("ieee"; "tf32x3":
+    three TF32 products, near fp32; "tf32")."""
     r = tl.arange(0, 16)
     x = a + tl.where(r[:, None] == r[None, :], 1.0, 0.0)
     p = a
@@ -246,15 +248,20 @@ def _below_diagonal(A10, A20, A21, A30, A31, A32, X00, X11, X22, X33, PREC: tl.c
 
 
 @triton.jit
-def _unit_lower_inverse(A, BITS: tl.constexpr, PREC: tl.constexpr):
+def _unit_lower_inverse(A, BITS: tl.constexpr, PREC: tl.constexpr, BATCHED: tl.constexpr):
     """bf16((I - A)^-1) of a strictly lower [64, 64] ``A`` (fp32) as a [64, 64] tensor: the 16-row blocks'
-    inverses by ``_inv_diag`` and the blocks below them X_ij = X_ii sum_{j <= m < i} A_im X_mj, fp32 products
-    at input precision PREC (``_inv_diag``)."""
+    inverses by ``_inv_diag`` (with BATCHED the four as one [4, 16, 16] chain of batched products) and the
+    blocks below them X_ij = X_ii sum_{j <= m < i} A_im X_mj, fp32 products at input precision PREC
+    (``_inv_diag``)."""
     A00, A10, A20, A30, A11, A21, A31, A22, A32, A33 = _column_blocks(A)
-    X00 = _inv_diag(A00, PREC)
-    X11 = _inv_diag(A11, PREC)
-    X22 = _inv_diag(A22, PREC)
-    X33 = _inv_diag(A33, PREC)
+    if BATCHED:
+        X = _inv_diag(tl.permute(tl.reshape(_join4(A00, A11, A22, A33), (16, 16, 4)), (2, 0, 1)), PREC)
+        X00, X11, X22, X33 = _split4(tl.reshape(tl.permute(X, (1, 2, 0)), (16, 16, 2, 2)))
+    else:
+        X00 = _inv_diag(A00, PREC)
+        X11 = _inv_diag(A11, PREC)
+        X22 = _inv_diag(A22, PREC)
+        X33 = _inv_diag(A33, PREC)
     X10, X20, X21, X30, X31, X32 = _below_diagonal(A10, A20, A21, A30, A31, A32, X00, X11, X22, X33, PREC)
     return _bf16(_from_blocks(X00, X10, X11, X20, X21, X22, X30, X31, X32, X33), BITS)
 
@@ -383,11 +390,12 @@ def _prep_tiles_kernel(k_ptr, v_ptr, g_ptr, beta_ptr, cu_ptr, chunk_cu_ptr, idx_
                        sk_t, sk_h, sv_t, sv_h, sg_t, sb_t, sG_t, sW_t, sU_t, eps, H, HV, q_ptr, qe_ptr, qkd_ptr,
                        sq_t, sq_h, sD_t, scale, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr,
                        BV: tl.constexpr, L2NORM: tl.constexpr, BITS: tl.constexpr, HEADS: tl.constexpr,
-                       READOUT: tl.constexpr, SOLVE: tl.constexpr, RCP: tl.constexpr):
+                       READOUT: tl.constexpr, SOLVE: tl.constexpr, RCP: tl.constexpr, BATCHED: tl.constexpr):
     """Step 1 (module docstring) for chunk program_id(0), value heads HEADS program_id(1) + [0, HEADS) of one
     key head (k, its norm and k k^T computed once for them): A, W, U one dot each over the whole chunk, only
-    the solve in 16-row blocks, its products at input precision SOLVE (``_inv_diag``); the norms by
-    reciprocal where RCP (``_qk``); with READOUT step 2 too (q, its norm and q k^T once for the heads)."""
+    the solve in 16-row blocks (``_unit_lower_inverse`` with BATCHED), its products at input precision SOLVE;
+    the norms by reciprocal where RCP (``_qk``); with READOUT step 2 too (q, its norm and q k^T once for the
+    heads)."""
     c = tl.program_id(0)
     hv0 = tl.program_id(1) * HEADS
     n, t0, length, j = _chunk(c, chunk_cu_ptr, cu_ptr, N)
@@ -416,7 +424,7 @@ def _prep_tiles_kernel(k_ptr, v_ptr, g_ptr, beta_ptr, cu_ptr, chunk_cu_ptr, idx_
             tl.store(G_ptr + (t0 + r) * sG_t + hv, G, mask=valid)
             G_last = _at_last(G, r, length)
             Tm = _unit_lower_inverse(_bf16(tl.where(strict, -beta[:, None] * kk * _decay(G, r), 0.0), BITS)
-                                     .to(tl.float32), BITS, SOLVE)
+                                     .to(tl.float32), BITS, SOLVE, BATCHED)
             _store_rows(W_ptr, _mm(Tm, _bf16((beta * tl.exp(G))[:, None] * kf, BITS), BITS), t0, r, valid, sW_t,
                         hv * K, K, BK, BITS)
             _store_rows(Kd_ptr, kf * tl.exp(G_last - G)[:, None], t0, r, valid, sW_t, hv * K, K, BK, BITS)
@@ -563,15 +571,15 @@ def stages(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, us
            l2norm_eps=1e-6, chunk_size=CHUNK, state_write_interval=None, out=None, workspace=None,
            readout=READOUT, prep=PREP, state_block_v=STATE_BV, state_warps=WARPS, state_stages=STATE_STAGES,
            prep_warps=PREP_WARPS, prep_heads=PREP_HEADS, prep_readout=PREP_READOUT, prep_solve=PREP_SOLVE,
-           prep_norm=PREP_NORM):
+           prep_norm=PREP_NORM, prep_batched=PREP_BATCHED):
     """``chunked``'s checks and buffers: (out, [(stage name, launch)]), the launches in order (each a
     no-argument callable; a stage can be timed alone once those before it have run): "prep", "readout"
     unless ``prep_readout`` (the prep kernel computes the readout operands), "state", and "output" unless
     ``readout`` (the state pass writes the output). The state pass's V-tile (a power of two, at least 16),
     warps and software-pipeline stages, the prep kernel's warps, and the "tiles" prep kernel's value heads per
     program (a divisor of the value heads per key head), its solve's input precision (``PREP_SOLVE``;
-    "tf32" rounds the solve's operands, outside the ``bf16-operands`` model) and norm (``PREP_NORM``) are
-    tunable."""
+    "tf32" rounds the solve's operands, outside the ``bf16-operands`` model) and batching (``PREP_BATCHED``)
+    and its norm (``PREP_NORM``) are tunable."""
     import torch
 
     from reference.gdn.arguments import interval as check_interval
@@ -610,7 +618,7 @@ def stages(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, us
 
     if prep not in PREP_KERNELS:
         raise ValueError(f"prep: expected one of {sorted(PREP_KERNELS)}, got {prep!r}")
-    _check_prep_variant(prep, prep_heads, prep_readout, prep_solve, prep_norm, readout, HV // H)
+    _check_prep_variant(prep, prep_heads, prep_readout, prep_solve, prep_norm, prep_batched, readout, HV // H)
     prep_readout = bool(prep_readout)
 
     def prep_pass():
@@ -622,7 +630,7 @@ def stages(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, us
             _prep_tiles_kernel[(bound, HV // prep_heads)](
                 *args, q, qe, qkd, q.stride(0), q.stride(1), qkd.stride(0), scale, K=K, V=V, BK=BK, BV=BV,
                 L2NORM=norm, BITS=bits, HEADS=prep_heads, READOUT=prep_readout, SOLVE=prep_solve,
-                RCP=prep_norm == "rcp", num_warps=prep_warps)
+                RCP=prep_norm == "rcp", BATCHED=bool(prep_batched), num_warps=prep_warps)
 
     def readout_operands():
         _readout_kernel[(bound, HV)](
@@ -648,7 +656,7 @@ def stages(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, us
     return out, [("prep", prep_pass), ("state", state_pass), ("output", output)]
 
 
-def _check_prep_variant(prep, heads, prep_readout, solve, norm, readout, group: int) -> None:
+def _check_prep_variant(prep, heads, prep_readout, solve, norm, batched, readout, group: int) -> None:
     """ValueError naming the first of ``stages``' prep_* arguments that ``prep`` cannot run (``group``: value
     heads per key head)."""
     if isinstance(heads, bool) or not isinstance(heads, int) or heads < 1 or group % heads:
@@ -659,10 +667,11 @@ def _check_prep_variant(prep, heads, prep_readout, solve, norm, readout, group: 
         raise ValueError(f"prep_norm: expected 'div' or 'rcp', got {norm!r}")
     if prep_readout and not readout:
         raise ValueError("prep_readout: the readout operands are read by the state pass only with readout=True")
-    if prep == "blocks" and (heads, bool(prep_readout), solve, norm) != (1, False, "ieee", "div"):
-        raise ValueError("prep: the 'blocks' kernel runs one value head a program, no readout, an IEEE solve and "
-                         "divided norms; prep_heads, prep_readout, prep_solve and prep_norm are the 'tiles' "
-                         "kernel's")
+    if prep == "blocks" and (heads, bool(prep_readout), solve, norm, bool(batched)) != (1, False, "ieee", "div",
+                                                                                         False):
+        raise ValueError("prep: the 'blocks' kernel runs one value head a program, no readout, an unbatched IEEE "
+                         "solve and divided norms; prep_heads, prep_readout, prep_solve, prep_norm and "
+                         "prep_batched are the 'tiles' kernel's")
 
 
 PREP_KERNELS = {"blocks": _prep_kernel, "tiles": _prep_tiles_kernel}
@@ -688,11 +697,14 @@ def compile_specs():
     consts = dict(K=128, V=128, BK=BK, BV=BV, L2NORM=True, BITS=False)
     out = [CompileSpec("gdn chunked output", _output_kernel, types, consts)]
     out.append(CompileSpec("gdn chunked prep", _prep_kernel, types, consts, warps=PREP_WARPS))
-    tiles = dict(HEADS=PREP_HEADS, READOUT=PREP_READOUT, SOLVE=PREP_SOLVE, RCP=PREP_NORM == "rcp")
+    tiles = dict(HEADS=PREP_HEADS, READOUT=PREP_READOUT, SOLVE=PREP_SOLVE, RCP=PREP_NORM == "rcp",
+                 BATCHED=PREP_BATCHED)
     out.append(CompileSpec("gdn chunked prep tiles", _prep_tiles_kernel, types, {**consts, **tiles},
                            warps=PREP_WARPS))
     out.append(CompileSpec("gdn chunked prep tiles, two heads, readout", _prep_tiles_kernel, types,
                            {**consts, **tiles, "HEADS": 2, "READOUT": True}, warps=8))
+    out.append(CompileSpec("gdn chunked prep tiles, batched solve", _prep_tiles_kernel, types,
+                           {**consts, **tiles, "BATCHED": True}, warps=PREP_WARPS))
     out.append(CompileSpec("gdn chunked readout operands", _readout_kernel, types,
                            dict(K=128, BK=BK, L2NORM=True, BITS=False)))
     for readout in (False, True):

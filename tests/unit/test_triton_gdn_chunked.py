@@ -7,8 +7,9 @@
 - bad input is refused before launch by a ValueError/TypeError whose message starts with the argument's
   name, nothing written;
 - each prep kernel, with the output read out in the state pass or after it, passes the check on a small cell;
-  the "tiles" prep kernel's variants that share work between value heads or compute the readout operands give
-  the default's result bit for bit, those that round elsewhere pass the check;
+  the "tiles" prep kernel's variants that share work between value heads, compute the readout operands or
+  batch the solve's diagonal blocks give the default's result bit for bit, those that round elsewhere pass
+  the check;
 - the stages run one after another give what ``chunked`` gives, the output read out in the state pass or
   after it.
 """
@@ -121,8 +122,8 @@ def test_each_prep_kernel_and_readout_mode_passes_the_family_check(monkeypatch, 
     assert verdict.status == "pass", verdict.reason
 
 
-@pytest.mark.parametrize("variant", [dict(prep_heads=2), dict(prep_readout=True),
-                                     dict(prep_heads=2, prep_readout=True, prep_warps=8)])
+@pytest.mark.parametrize("variant", [dict(prep_heads=2), dict(prep_readout=True), dict(prep_batched=True),
+                                     dict(prep_heads=2, prep_readout=True, prep_batched=True, prep_warps=8)])
 def test_the_tiles_prep_variants_that_share_work_give_what_the_default_gives_bit_for_bit(variant):
     x = gdn.make_inputs(make_cell("gdn", "chunked", state="bfloat16", H=2, HV=4, K=16, lens=(70, 5), decay="weak",
                                   slots="padded", qk="unit", split=None, act="bfloat16"))
@@ -237,7 +238,7 @@ def test_state_pass_and_prep_configuration_is_checked_by_name():
     for name, bad in (("prep_heads", dict(prep_heads=2)), ("prep_heads", dict(prep_heads=True)),
                       ("prep_solve", dict(prep_solve="bf16")), ("prep_norm", dict(prep_norm="approx")),
                       ("prep_readout", dict(prep_readout=True, readout=False)),
-                      ("prep", dict(prep="blocks", prep_norm="rcp"))):
+                      ("prep", dict(prep="blocks", prep_norm="rcp")), ("prep", dict(prep="blocks", prep_batched=True))):
         with pytest.raises(ValueError, match=rf"^{name}:"):
             C.stages(*args, **bad)
 
