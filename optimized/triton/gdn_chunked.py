@@ -14,7 +14,8 @@ kernels; what passes between them goes through global memory (``stage_bytes`` co
    ``_prep_kernel`` instead, which computes the same in 16-row blocks throughout (A's blocks, W and U summed
    over T's 16-column blocks). The "tiles" kernel's variants (``stages``' prep_* arguments): several value
    heads of one key head a program (k, its norm and k k^T computed once for them; the same values), the
-   step 2 operands computed there too (the same values; no readout kernel), the solve's products at TF32x3
+   step 2 operands computed there too (the same values; no readout kernel), the solve's four diagonal blocks
+   batched or the whole solve by forward substitution row by row (fp32), the solve's products at TF32x3
    (near fp32) or TF32 input precision (T then deviates from the model's: TF32 operands keep 10 bits), the
    norms by one reciprocal a row (within 1.5 fp32 ulps of the quotient, before the bf16 rounding).
 2. ``_readout_kernel``, per (chunk, value head): the output's state-free operands bf16(q exp(G)) and
@@ -63,7 +64,7 @@ PREP_HEADS = 1                 # value heads per program of the "tiles" prep ker
 PREP_READOUT = False           # the readout operands computed by the "tiles" prep kernel (no readout kernel)
 PREP_SOLVE = "ieee"            # the input precision of the solve's fp32 products: "ieee", "tf32x3", "tf32"
 PREP_NORM = "div"              # the "tiles" prep kernel's l2 norms: a division per element, or "rcp" (``_qk``)
-PREP_BATCHED = False           # its solve's four diagonal-block inverses as one batched chain
+PREP_FORM = "blocks"           # its solve's form: 16-row blocks, "batched" diagonal blocks, or "rows"
 READOUT = True                 # the state pass writes the output (h and v_new never go to memory)
 
 
@@ -248,13 +249,28 @@ def _below_diagonal(A10, A20, A21, A30, A31, A32, X00, X11, X22, X33, PREC: tl.c
 
 
 @triton.jit
-def _unit_lower_inverse(A, BITS: tl.constexpr, PREC: tl.constexpr, BATCHED: tl.constexpr):
-    """bf16((I - A)^-1) of a strictly lower [64, 64] ``A`` (fp32) as a [64, 64] tensor: the 16-row blocks'
-    inverses by ``_inv_diag`` (with BATCHED the four as one [4, 16, 16] chain of batched products) and the
-    blocks below them X_ij = X_ii sum_{j <= m < i} A_im X_mj, fp32 products at input precision PREC
-    (``_inv_diag``)."""
+def _rows_inverse(A):
+    """(I - A)^-1 of a strictly lower [64, 64] ``A`` in fp32 by forward substitution, row i = A_i + A_i X (rows
+    of X above i final), one row a step."""
+    r = tl.arange(0, 64)
+    X = A
+    for i in range(1, 64):
+        row = tl.sum(tl.where(r[:, None] == i, A, 0.0), axis=0)
+        X = tl.where(r[:, None] == i, (row + tl.sum(row[:, None] * X, axis=0))[None, :], X)
+    return X + tl.where(r[:, None] == r[None, :], 1.0, 0.0)
+
+
+@triton.jit
+def _unit_lower_inverse(A, BITS: tl.constexpr, PREC: tl.constexpr, FORM: tl.constexpr):
+    """bf16((I - A)^-1) of a strictly lower [64, 64] ``A`` (fp32) as a [64, 64] tensor. FORM "blocks": the
+    16-row blocks' inverses by ``_inv_diag`` and the blocks below them X_ij = X_ii sum_{j <= m < i} A_im X_mj,
+    fp32 products at input precision PREC (``_inv_diag``); "batched": the same, the four diagonal blocks as one
+    [4, 16, 16] chain of batched products; "rows": forward substitution row by row over the whole tile (fp32,
+    no products; PREC unused)."""
+    if FORM == "rows":
+        return _bf16(_rows_inverse(A), BITS)
     A00, A10, A20, A30, A11, A21, A31, A22, A32, A33 = _column_blocks(A)
-    if BATCHED:
+    if FORM == "batched":
         X = _inv_diag(tl.permute(tl.reshape(_join4(A00, A11, A22, A33), (16, 16, 4)), (2, 0, 1)), PREC)
         X00, X11, X22, X33 = _split4(tl.reshape(tl.permute(X, (1, 2, 0)), (16, 16, 2, 2)))
     else:
@@ -390,10 +406,10 @@ def _prep_tiles_kernel(k_ptr, v_ptr, g_ptr, beta_ptr, cu_ptr, chunk_cu_ptr, idx_
                        sk_t, sk_h, sv_t, sv_h, sg_t, sb_t, sG_t, sW_t, sU_t, eps, H, HV, q_ptr, qe_ptr, qkd_ptr,
                        sq_t, sq_h, sD_t, scale, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr,
                        BV: tl.constexpr, L2NORM: tl.constexpr, BITS: tl.constexpr, HEADS: tl.constexpr,
-                       READOUT: tl.constexpr, SOLVE: tl.constexpr, RCP: tl.constexpr, BATCHED: tl.constexpr):
+                       READOUT: tl.constexpr, SOLVE: tl.constexpr, RCP: tl.constexpr, FORM: tl.constexpr):
     """Step 1 (module docstring) for chunk program_id(0), value heads HEADS program_id(1) + [0, HEADS) of one
     key head (k, its norm and k k^T computed once for them): A, W, U one dot each over the whole chunk, only
-    the solve in 16-row blocks (``_unit_lower_inverse`` with BATCHED), its products at input precision SOLVE;
+    the solve in the FORM of ``_unit_lower_inverse``, its products at input precision SOLVE;
     the norms by reciprocal where RCP (``_qk``); with READOUT step 2 too (q, its norm and q k^T once for the
     heads)."""
     c = tl.program_id(0)
@@ -424,7 +440,7 @@ def _prep_tiles_kernel(k_ptr, v_ptr, g_ptr, beta_ptr, cu_ptr, chunk_cu_ptr, idx_
             tl.store(G_ptr + (t0 + r) * sG_t + hv, G, mask=valid)
             G_last = _at_last(G, r, length)
             Tm = _unit_lower_inverse(_bf16(tl.where(strict, -beta[:, None] * kk * _decay(G, r), 0.0), BITS)
-                                     .to(tl.float32), BITS, SOLVE, BATCHED)
+                                     .to(tl.float32), BITS, SOLVE, FORM)
             _store_rows(W_ptr, _mm(Tm, _bf16((beta * tl.exp(G))[:, None] * kf, BITS), BITS), t0, r, valid, sW_t,
                         hv * K, K, BK, BITS)
             _store_rows(Kd_ptr, kf * tl.exp(G_last - G)[:, None], t0, r, valid, sW_t, hv * K, K, BK, BITS)
@@ -571,14 +587,14 @@ def stages(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, us
            l2norm_eps=1e-6, chunk_size=CHUNK, state_write_interval=None, out=None, workspace=None,
            readout=READOUT, prep=PREP, state_block_v=STATE_BV, state_warps=WARPS, state_stages=STATE_STAGES,
            prep_warps=PREP_WARPS, prep_heads=PREP_HEADS, prep_readout=PREP_READOUT, prep_solve=PREP_SOLVE,
-           prep_norm=PREP_NORM, prep_batched=PREP_BATCHED):
+           prep_norm=PREP_NORM, prep_form=PREP_FORM):
     """``chunked``'s checks and buffers: (out, [(stage name, launch)]), the launches in order (each a
     no-argument callable; a stage can be timed alone once those before it have run): "prep", "readout"
     unless ``prep_readout`` (the prep kernel computes the readout operands), "state", and "output" unless
     ``readout`` (the state pass writes the output). The state pass's V-tile (a power of two, at least 16),
     warps and software-pipeline stages, the prep kernel's warps, and the "tiles" prep kernel's value heads per
     program (a divisor of the value heads per key head), its solve's input precision (``PREP_SOLVE``;
-    "tf32" rounds the solve's operands, outside the ``bf16-operands`` model) and batching (``PREP_BATCHED``)
+    "tf32" rounds the solve's operands, outside the ``bf16-operands`` model) and form (``PREP_FORM``)
     and its norm (``PREP_NORM``) are tunable."""
     import torch
 
@@ -618,7 +634,7 @@ def stages(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, us
 
     if prep not in PREP_KERNELS:
         raise ValueError(f"prep: expected one of {sorted(PREP_KERNELS)}, got {prep!r}")
-    _check_prep_variant(prep, prep_heads, prep_readout, prep_solve, prep_norm, prep_batched, readout, HV // H)
+    _check_prep_variant(prep, prep_heads, prep_readout, prep_solve, prep_norm, prep_form, readout, HV // H)
     prep_readout = bool(prep_readout)
 
     def prep_pass():
@@ -630,7 +646,7 @@ def stages(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, us
             _prep_tiles_kernel[(bound, HV // prep_heads)](
                 *args, q, qe, qkd, q.stride(0), q.stride(1), qkd.stride(0), scale, K=K, V=V, BK=BK, BV=BV,
                 L2NORM=norm, BITS=bits, HEADS=prep_heads, READOUT=prep_readout, SOLVE=prep_solve,
-                RCP=prep_norm == "rcp", BATCHED=bool(prep_batched), num_warps=prep_warps)
+                RCP=prep_norm == "rcp", FORM=prep_form, num_warps=prep_warps)
 
     def readout_operands():
         _readout_kernel[(bound, HV)](
@@ -656,7 +672,7 @@ def stages(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, us
     return out, [("prep", prep_pass), ("state", state_pass), ("output", output)]
 
 
-def _check_prep_variant(prep, heads, prep_readout, solve, norm, batched, readout, group: int) -> None:
+def _check_prep_variant(prep, heads, prep_readout, solve, norm, form, readout, group: int) -> None:
     """ValueError naming the first of ``stages``' prep_* arguments that ``prep`` cannot run (``group``: value
     heads per key head)."""
     if isinstance(heads, bool) or not isinstance(heads, int) or heads < 1 or group % heads:
@@ -665,13 +681,14 @@ def _check_prep_variant(prep, heads, prep_readout, solve, norm, batched, readout
         raise ValueError(f"prep_solve: expected 'ieee', 'tf32x3' or 'tf32', got {solve!r}")
     if norm not in ("div", "rcp"):
         raise ValueError(f"prep_norm: expected 'div' or 'rcp', got {norm!r}")
+    if form not in ("blocks", "batched", "rows"):
+        raise ValueError(f"prep_form: expected 'blocks', 'batched' or 'rows', got {form!r}")
     if prep_readout and not readout:
         raise ValueError("prep_readout: the readout operands are read by the state pass only with readout=True")
-    if prep == "blocks" and (heads, bool(prep_readout), solve, norm, bool(batched)) != (1, False, "ieee", "div",
-                                                                                         False):
-        raise ValueError("prep: the 'blocks' kernel runs one value head a program, no readout, an unbatched IEEE "
-                         "solve and divided norms; prep_heads, prep_readout, prep_solve, prep_norm and "
-                         "prep_batched are the 'tiles' kernel's")
+    if prep == "blocks" and (heads, bool(prep_readout), solve, norm, form) != (1, False, "ieee", "div", "blocks"):
+        raise ValueError("prep: the 'blocks' kernel runs one value head a program, no readout, an IEEE solve in "
+                         "blocks and divided norms; prep_heads, prep_readout, prep_solve, prep_norm and "
+                         "prep_form are the 'tiles' kernel's")
 
 
 PREP_KERNELS = {"blocks": _prep_kernel, "tiles": _prep_tiles_kernel}
@@ -698,13 +715,14 @@ def compile_specs():
     out = [CompileSpec("gdn chunked output", _output_kernel, types, consts)]
     out.append(CompileSpec("gdn chunked prep", _prep_kernel, types, consts, warps=PREP_WARPS))
     tiles = dict(HEADS=PREP_HEADS, READOUT=PREP_READOUT, SOLVE=PREP_SOLVE, RCP=PREP_NORM == "rcp",
-                 BATCHED=PREP_BATCHED)
+                 FORM=PREP_FORM)
     out.append(CompileSpec("gdn chunked prep tiles", _prep_tiles_kernel, types, {**consts, **tiles},
                            warps=PREP_WARPS))
     out.append(CompileSpec("gdn chunked prep tiles, two heads, readout", _prep_tiles_kernel, types,
                            {**consts, **tiles, "HEADS": 2, "READOUT": True}, warps=8))
-    out.append(CompileSpec("gdn chunked prep tiles, batched solve", _prep_tiles_kernel, types,
-                           {**consts, **tiles, "BATCHED": True}, warps=PREP_WARPS))
+    for form in ("batched", "rows"):
+        out.append(CompileSpec(f"gdn chunked prep tiles, solve {form}", _prep_tiles_kernel, types,
+                               {**consts, **tiles, "FORM": form}, warps=PREP_WARPS))
     out.append(CompileSpec("gdn chunked readout operands", _readout_kernel, types,
                            dict(K=128, BK=BK, L2NORM=True, BITS=False)))
     for readout in (False, True):

@@ -8,8 +8,8 @@
   name, nothing written;
 - each prep kernel, with the output read out in the state pass or after it, passes the check on a small cell;
   the "tiles" prep kernel's variants that share work between value heads, compute the readout operands or
-  batch the solve's diagonal blocks give the default's result bit for bit, those that round elsewhere pass
-  the check;
+  batch the solve's diagonal blocks give the default's result bit for bit, those that round elsewhere (the
+  solve by rows among them) pass the check;
 - the stages run one after another give what ``chunked`` gives, the output read out in the state pass or
   after it.
 """
@@ -122,8 +122,8 @@ def test_each_prep_kernel_and_readout_mode_passes_the_family_check(monkeypatch, 
     assert verdict.status == "pass", verdict.reason
 
 
-@pytest.mark.parametrize("variant", [dict(prep_heads=2), dict(prep_readout=True), dict(prep_batched=True),
-                                     dict(prep_heads=2, prep_readout=True, prep_batched=True, prep_warps=8)])
+@pytest.mark.parametrize("variant", [dict(prep_heads=2), dict(prep_readout=True), dict(prep_form="batched"),
+                                     dict(prep_heads=2, prep_readout=True, prep_form="batched", prep_warps=8)])
 def test_the_tiles_prep_variants_that_share_work_give_what_the_default_gives_bit_for_bit(variant):
     x = gdn.make_inputs(make_cell("gdn", "chunked", state="bfloat16", H=2, HV=4, K=16, lens=(70, 5), decay="weak",
                                   slots="padded", qk="unit", split=None, act="bfloat16"))
@@ -138,7 +138,7 @@ def test_the_tiles_prep_variants_that_share_work_give_what_the_default_gives_bit
     assert torch.equal(whole, out) and torch.equal(pools[0], pools[1])
 
 
-@pytest.mark.parametrize("variant", [dict(prep_norm="rcp"), dict(prep_solve="tf32x3"),
+@pytest.mark.parametrize("variant", [dict(prep_norm="rcp"), dict(prep_solve="tf32x3"), dict(prep_form="rows"),
                                      dict(prep_heads=2, prep_readout=True, prep_norm="rcp")])
 def test_the_tiles_prep_variants_that_round_differently_pass_the_family_check(monkeypatch, variant):
     cell = make_cell("gdn", "chunked", state="bfloat16", H=1, HV=2, K=32, lens=(70, 5, 130), decay="weak",
@@ -237,8 +237,10 @@ def test_state_pass_and_prep_configuration_is_checked_by_name():
         C.stages(*args, state_block_v=48)
     for name, bad in (("prep_heads", dict(prep_heads=2)), ("prep_heads", dict(prep_heads=True)),
                       ("prep_solve", dict(prep_solve="bf16")), ("prep_norm", dict(prep_norm="approx")),
+                      ("prep_form", dict(prep_form="columns")),
                       ("prep_readout", dict(prep_readout=True, readout=False)),
-                      ("prep", dict(prep="blocks", prep_norm="rcp")), ("prep", dict(prep="blocks", prep_batched=True))):
+                      ("prep", dict(prep="blocks", prep_norm="rcp")),
+                      ("prep", dict(prep="blocks", prep_form="batched"))):
         with pytest.raises(ValueError, match=rf"^{name}:"):
             C.stages(*args, **bad)
 
