@@ -4,12 +4,14 @@ in the same run (CUDA-graph medians, ms). Per variant and shape: the stages befo
 kernel, and the readout kernel unless the variant computes the readout operands itself), the prep kernel alone,
 and the whole prefill; the pre-state stages do not read the pool, so they are timed at the bf16 pools' shapes
 only. Before timing, each variant's output and pool are compared with the default's: "bitwise", or max |diff|
-over max |x| (a few bf16 ulps where a variant's fp32 sums round an operand the other way). FLA first at every
-shape, then variant by variant (the likeliest first) at every shape; past ``--budget`` seconds the remaining
-variants are skipped. Each step catches its failure, prints it whole and goes on. Writes
-``gdn_chunked_prep.json``; the table is printed last:
+over max |x| (a few bf16 ulps where a variant's fp32 sums round an operand the other way). The variants are
+first compiled in ``--compile-workers`` processes at once (Triton's on-disk cache then serves the timing
+process); then FLA at every shape, then variant by variant (the likeliest first) at every shape; past
+``--budget`` seconds (counted from the start) the remaining variants are skipped. Each step catches its
+failure, prints it whole and goes on. Writes ``gdn_chunked_prep.json``; the table is printed last:
 
     python -m bench.probes.gdn_chunked_prep --out DIR [--shapes LABEL ...] [--variants NAME ...] [--budget S]
+        [--compile-workers N]
 """
 from __future__ import annotations
 
@@ -54,6 +56,40 @@ def _pre_state(launches: dict):
         for launch in before:
             launch()
     return run
+
+
+def _compile(name: str, labels: list) -> str:
+    """Run variant ``name`` once at each shape of ``labels`` (its kernels compiled into Triton's on-disk cache);
+    what failed, or "" (run in a worker process of ``precompile``)."""
+    from bench import registry
+    from bench.gdn_gpu import CHUNKED_BENCH, chunked_inputs
+    from optimized.triton import gdn_chunked
+
+    registry.load()
+    shapes = registry.benches()[CHUNKED_BENCH].shapes
+    failed = ""
+    for label in labels:
+        try:
+            x = chunked_inputs(shapes[label])
+            _staged(gdn_chunked, x, x["state"].clone(), **VARIANTS[name])
+        except Exception as exc:
+            failed += f"{label}: {type(exc).__name__}: {exc}\n"
+    return failed
+
+
+def precompile(names: list, labels: list, workers: int) -> None:
+    """Compile the variants ``names`` at the shapes ``labels`` in ``workers`` processes at once, so that the
+    timing process finds every kernel in Triton's cache; failures are printed (the timing process meets them
+    again and records them)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    t0 = time.monotonic()
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        for name, failed in zip(names, pool.map(_compile, names, [labels] * len(names))):
+            if failed:
+                print(f"precompile {name}: FAILED\n{failed}", flush=True)
+    print(f"precompiled {len(names)} variants in {workers} processes: {time.monotonic() - t0:.1f} s", flush=True)
 
 
 def measure(shapes: dict, variants: dict, rows: list, deadline: float, save) -> None:
@@ -157,6 +193,8 @@ def main(argv=None) -> int:
     ap.add_argument("--shapes", nargs="*", default=list(SHAPES), help="shape labels of gdn/chunked-gpu")
     ap.add_argument("--variants", nargs="*", default=list(VARIANTS), help="names of VARIANTS (default first)")
     ap.add_argument("--budget", type=float, default=240.0, help="seconds after which the rest is skipped")
+    ap.add_argument("--compile-workers", type=int, default=8,
+                    help="processes compiling the variants before the timing (0: compile as they are timed)")
     args = ap.parse_args(argv)
     unknown = [v for v in args.variants if v not in VARIANTS]
     if unknown:
@@ -175,6 +213,11 @@ def main(argv=None) -> int:
     rows = []
     signal.signal(signal.SIGTERM, _stop)        # a ``timeout`` still gets the table of what was measured
     try:
+        if args.compile_workers > 0:
+            try:
+                precompile(list(variants), args.shapes, args.compile_workers)
+            except Exception:
+                print(f"precompile: FAILED\n{traceback.format_exc()}", flush=True)
         measure({label: shapes[label] for label in args.shapes}, variants, rows, deadline,
                 lambda: (out / "gdn_chunked_prep.json").write_text(json.dumps(rows, indent=1) + "\n"))
     except _Stopped:
