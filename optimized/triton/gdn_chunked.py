@@ -235,16 +235,15 @@ def _below_diagonal(A10, A20, A21, A30, A31, A32, X00, X11, X22, X33, PREC: tl.c
     """The blocks of (I + A)^-1 below its diagonal from the diagonal blocks' inverses X_ii and A's blocks below
     the diagonal: X_ij = X_ii sum_{j <= m < i} A_im X_mj, rows in order, fp32 products at input precision PREC
     (``_inv_diag``)."""
-    ieee: tl.constexpr = PREC
-    X10 = tl.dot(X11, tl.dot(A10, X00, input_precision=ieee), input_precision=ieee)
-    X21 = tl.dot(X22, tl.dot(A21, X11, input_precision=ieee), input_precision=ieee)
-    X20 = tl.dot(X22, tl.dot(A20, X00, input_precision=ieee) + tl.dot(A21, X10, input_precision=ieee),
-                 input_precision=ieee)
-    X32 = tl.dot(X33, tl.dot(A32, X22, input_precision=ieee), input_precision=ieee)
-    X31 = tl.dot(X33, tl.dot(A31, X11, input_precision=ieee) + tl.dot(A32, X21, input_precision=ieee),
-                 input_precision=ieee)
-    X30 = tl.dot(X33, tl.dot(A30, X00, input_precision=ieee) + tl.dot(A31, X10, input_precision=ieee) +
-                 tl.dot(A32, X20, input_precision=ieee), input_precision=ieee)
+    X10 = tl.dot(X11, tl.dot(A10, X00, input_precision=PREC), input_precision=PREC)
+    X21 = tl.dot(X22, tl.dot(A21, X11, input_precision=PREC), input_precision=PREC)
+    X20 = tl.dot(X22, tl.dot(A20, X00, input_precision=PREC) + tl.dot(A21, X10, input_precision=PREC),
+                 input_precision=PREC)
+    X32 = tl.dot(X33, tl.dot(A32, X22, input_precision=PREC), input_precision=PREC)
+    X31 = tl.dot(X33, tl.dot(A31, X11, input_precision=PREC) + tl.dot(A32, X21, input_precision=PREC),
+                 input_precision=PREC)
+    X30 = tl.dot(X33, tl.dot(A30, X00, input_precision=PREC) + tl.dot(A31, X10, input_precision=PREC) +
+                 tl.dot(A32, X20, input_precision=PREC), input_precision=PREC)
     return X10, X20, X21, X30, X31, X32
 
 
