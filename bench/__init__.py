@@ -9,6 +9,6 @@
 - ``timing``, ``measure``: interleaved CPU timing and CUDA-graph GPU timing into records whose
   ``extra_info`` is the perf-JSON schema.
 - ``gates``: gates as data (bench/gates.toml) and verdicts; ``baselines``: saved runs per
-  machine fingerprint, regression gates, A/A noise; ``run``: a whole run and its JSON;
-  ``cli``: ``kernel-lab bench`` / ``python -m bench``.
+  machine fingerprint, regression gates, A/A noise and the pairs of an unfinished A/A; ``run``: a
+  whole run and its JSON; ``cli``: ``kernel-lab bench`` / ``python -m bench``.
 """

@@ -4,14 +4,17 @@
 whose fingerprint key is ``<key>`` (``bench.machine``). ``noise.json`` beside it: per record id the
 ratios of A/A pairs (the same code measured twice in a row, at least 20 pairs), the regression
 threshold derived from them (the largest A/A slowdown plus 5%, at least 1.05) and the false-alarm
-rate at that threshold. A regression gate compares a record's time with the saved run of the same
-key only: ``current / saved <= threshold``. Saved runs are data, not part of the package: they
-are read from and written to ``baselines/`` under the current folder (the repository's, run from
-its root), or the folder ``$KERNEL_LAB_BASELINES`` names.
+rate at that threshold; ``aa-pairs.jsonl`` there while an A/A is unfinished: the pairs measured so
+far, which the next A/A of the same code, machine, rows and gates continues. A regression gate
+compares a record's time with the saved run of the same key only: ``current / saved <= threshold``.
+Saved runs are data, not part of the package: they are read from and written to ``baselines/``
+under the current folder (the repository's, run from its root), or the folder
+``$KERNEL_LAB_BASELINES`` names.
 """
 from __future__ import annotations
 
 import datetime
+import hashlib
 import json
 import math
 import os
@@ -19,13 +22,15 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.gates import point_time
+from bench.gates import RATE_KEYS, point_time
 from bench.measure import Record
 
 BASELINES = Path("baselines")   # under the current folder
 VARIABLE = "KERNEL_LAB_BASELINES"
 MIN_PAIRS = 20
 GATED_ROLES = ("ours", "baseline", "peer")
+JOURNAL = "aa-pairs.jsonl"
+SOURCES = ("reference", "planner", "optimized", "conformance", "bench")   # the packages whose code is timed
 
 
 def root() -> Path:
@@ -158,3 +163,78 @@ def save(key: str, perf_json: dict, noise_json: dict | None = None, base: Path |
     if noise is not None:
         (d / "noise.json").write_text(json.dumps(noise, indent=1) + "\n")
     return d
+
+
+def code_digest() -> str:
+    """The first 16 hex digits of the sha256 of the lab's sources (every ``.py``, ``.cpp`` and ``.h`` of the
+    packages ``SOURCES``, path and bytes): which code an A/A's journaled pairs were measured with."""
+    root = Path(__file__).resolve().parent.parent
+    h = hashlib.sha256()
+    for package in SOURCES:
+        for path in sorted((root / package).rglob("*")):
+            if path.suffix in (".py", ".cpp", ".h") and path.is_file():
+                h.update(f"{path.relative_to(root)}\0".encode() + path.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def aa_identity(machines: dict[str, str], benches: list[str], rows: dict | None, gate_list: list) -> dict:
+    """What the journaled pairs of an A/A share with the A/A that continues them: the code (``code_digest``)
+    and package versions, the machine key per device, the benches and rows timed, the gates judged (their
+    rates aside)."""
+    from conformance.fingerprint import versions
+
+    return {"code": code_digest(), "versions": versions(), "machines": machines, "benches": benches, "rows": rows,
+            "gates": [{k: v for k, v in g.__dict__.items() if k not in RATE_KEYS} for g in gate_list]}
+
+
+def journal_path(keys: list[str]) -> Path:
+    """The journal of an unfinished A/A on the machines ``keys``: ``aa-pairs.jsonl`` in their folder (one
+    key: that machine's; CPU and GPU benches together: ``<cpu key>+<gpu key>``)."""
+    return folder("+".join(sorted(set(keys)))) / JOURNAL
+
+
+def _record_json(r: Record) -> dict:
+    return {"rid": r.rid, "extra_info": r.extra_info, "skip": r.skip,
+            "samples": None if r.samples is None else [float(x) for x in r.samples]}
+
+
+def _record(d: dict) -> Record:
+    return Record(d["rid"], d["extra_info"], None if d["samples"] is None else np.array(d["samples"]), d["skip"])
+
+
+def journal(path: Path, identity: dict, pair: tuple[list[Record], list[Record]], verdicts: dict) -> None:
+    """Append one finished A/A pair (its two runs' records, and per gate the two runs' [verdict, ratio,
+    reason]) to the journal ``path``, whose first line is ``identity`` (written with the first pair)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [] if path.exists() else [json.dumps({"identity": identity})]
+    lines.append(json.dumps({"pair": [[_record_json(r) for r in run] for run in pair], "verdicts": verdicts}))
+    with open(path, "a") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def journaled(path: Path, identity: dict) -> tuple[list[tuple[list[Record], list[Record]]], list[dict],
+                                                    str | None]:
+    """(pairs, their verdicts, None) journaled at ``path`` for ``identity``; ([], [], why) when the journal
+    was written for another identity (its code, machine keys, rows or gates differ: it is removed) and
+    ([], [], None) when there is none. A last line cut short (the call ended while writing it) is left out."""
+    if not path.exists():
+        return [], [], None
+    lines = path.read_text().splitlines()
+    try:
+        theirs = json.loads(lines[0])["identity"]
+    except (IndexError, ValueError, KeyError, TypeError):
+        theirs = {}
+    mine = json.loads(json.dumps(identity))
+    differ = [k for k in mine if theirs.get(k) != mine[k]]
+    if differ:
+        path.unlink()
+        return [], [], f"{path} held pairs measured with other {', '.join(differ)}: removed, starting over"
+    pairs, verdicts = [], []
+    for line in lines[1:]:
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            break
+        pairs.append(tuple([_record(d) for d in run] for run in entry["pair"]))
+        verdicts.append(entry["verdicts"])
+    return pairs, verdicts, None

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from pathlib import Path
 
 from conformance.errors import UsageError, needs
@@ -103,25 +104,59 @@ def run_command(args) -> int:
 
 def _aa(names: list[str], gate_list, args, path: Path, rows: dict | None) -> int:
     """A/A: ``args.aa`` pairs of runs of unchanged code (``rows``: only those, ``run.gated_rows``).
-    Each run's gates are judged as deployed (a straddling gate measured again), and a fail counts
-    as a false alarm; the pairs give each record's regression noise (``bench.baselines.aa_noise``).
+    Every row is set up once (inputs built, calls prepared, GPU calls captured: ``run.set_up_all``,
+    all rows held at once) and timed in each of the runs, with the timing of a normal run
+    (``bench.timing``); the set-ups are dropped after the last run. Each run's gates are judged as
+    deployed (a straddling gate measured again, from the same set-ups), and a fail counts as a false
+    alarm; the pairs give each record's regression noise (``bench.baselines.aa_noise``).
+    Each finished pair is journaled (``baselines.journal``) and an A/A of the same code, machine, rows and
+    gates continues from the pairs there, so the pairs may be measured over several calls.
     ``--write-gates``: each judged gate's rate written into the gates file ``path``."""
-    from bench import baselines, gates, machine, registry, run
+    from bench import baselines, gates, machine, registry, run, timing
 
     if args.aa < baselines.MIN_PAIRS:
         _usage(f"--aa {args.aa}: at least {baselines.MIN_PAIRS} pairs")
-    progress = run.ticker(2 * args.aa * run.planned_calls(names, rows))
+    benches = registry.benches()
     mine = [g for g in gate_list if g.benches <= set(names)]
-    pairs, verdicts = [], {g.name: [] for g in mine}
-    for _ in range(args.aa):
-        pair = []
+    keys = {d: machine.fingerprint(d)["key"] for d in sorted({benches[n].device for n in (rows or names)})}
+    identity = baselines.aa_identity(keys, names, rows, mine)
+    journal = baselines.journal_path(list(keys.values()))
+    pairs, done, why = baselines.journaled(journal, identity)
+    if why:
+        print(why)
+    pairs = pairs[:args.aa]
+    verdicts = {g.name: [v for d in done[:args.aa] for v in d[g.name]] for g in mine}
+    todo = args.aa - len(pairs)
+    planned = run.planned_rows(names, rows)
+    gpu = [reps for device, reps in planned if device == "gpu"]
+    cpu = len(planned) - len(gpu)
+    print(f"A/A plan: {todo} pairs x {len(planned)} rows, about "
+          f"{2 * todo * sum(map(timing.gpu_row_seconds, gpu)):.0f} s of GPU timing"
+          + (f" and the time of {cpu} CPU rows" if cpu else "") + ", after setting every row up once"
+          + (f"; {len(pairs)} of the {args.aa} pairs were measured before ({journal})" if pairs else ""), flush=True)
+    if todo:
+        start = time.monotonic()
+        set_ups = run.set_up_all(names, rows)
+        print(f"set up in {time.monotonic() - start:.0f} s{_gpu_memory(gpu)}", flush=True)
+        progress = run.ticker(2 * todo * run.planned_calls(names, rows))
+    for i in range(todo):
+        pair, judged = [], {g.name: [] for g in mine}
         for _ in range(2):
-            records = run.measure_all(names, tick=progress, rows=rows)
+            start = time.monotonic()
+            records = run.time_all(set_ups, tick=progress)
             for g in mine:
-                r = gates.judge(g, records, run.remeasurer(dict(records), rows))
-                verdicts[g.name].append((r["verdict"], r["ratio"], r["reason"]))
+                r = gates.judge(g, records, run.remeasurer(dict(records), rows, set_ups))
+                judged[g.name].append([r["verdict"], r["ratio"], r["reason"]])
             pair.append(list(records.values()))
+            if i == 0 and len(pair) == 1:
+                took = time.monotonic() - start
+                print(f"first run {took:.1f} s: about {2 * todo * took:.0f} s for the {2 * todo} runs", flush=True)
         pairs.append(tuple(pair))
+        baselines.journal(journal, identity, pairs[-1], judged)
+        for name, vs in judged.items():
+            verdicts[name] += vs
+    if todo:
+        del set_ups   # every row's inputs and captured graphs freed
     gate_noise = {}
     for name, vs in verdicts.items():
         judged = [(v, x) for v, x, _ in vs if v != "skip"]
@@ -129,11 +164,9 @@ def _aa(names: list[str], gate_list, args, path: Path, rows: dict | None) -> int
                              "remeasured": sum("close" in why for _, _, why in vs),
                              "ratios": [round(x, 4) for _, x in judged]}
                             if judged else {"skipped": vs[0][2]})
-    benches = registry.benches()
-    for device in {benches[n].device for n in (rows or names)}:
+    for device, key in keys.items():
         def on(recs, device=device):
             return [r for r in recs if benches[r.extra_info["bench"]].device == device]
-        key = machine.fingerprint(device)["key"]
         noise = baselines.aa_noise([(on(a), on(b)) for a, b in pairs], args.load)
         noise["gates"] = {g.name: gate_noise[g.name] for g in mine
                           if all(benches[b].device == device for b in g.benches)}
@@ -142,6 +175,7 @@ def _aa(names: list[str], gate_list, args, path: Path, rows: dict | None) -> int
         for rid, n in noise["records"].items():
             print(f"  {rid:50} threshold {n['threshold']:.2f}  false alarms {n['false_alarm_rate']}  "
                   f"A/A ratios {min(n['ratios']):.3f}-{max(n['ratios']):.3f}")
+    journal.unlink(missing_ok=True)   # the pairs are in noise.json now
     print("in-run gates on unchanged code (as deployed, a straddling gate measured again):")
     for name, n in gate_noise.items():
         if "skipped" in n:
@@ -161,6 +195,18 @@ def _aa(names: list[str], gate_list, args, path: Path, rows: dict | None) -> int
             for name, (rate, key) in rates.items():
                 print(f"  [[gate]] {name}:\n" + "\n".join(f"    {line}" for line in gates.rate_lines(known[name], rate, key)))
     return 0
+
+
+def _gpu_memory(gpu_rows: list) -> str:
+    """", holding X GiB of the GPU's Y GiB" when GPU rows are set up on a CUDA device, else ""."""
+    if not gpu_rows:
+        return ""
+    import torch
+
+    if not torch.cuda.is_available():
+        return ""
+    return f", holding {torch.cuda.memory_allocated() / 2**30:.1f} GiB of the GPU's " \
+           f"{torch.cuda.get_device_properties(0).total_memory / 2**30:.0f} GiB"
 
 
 def main(argv: list[str] | None = None) -> int:

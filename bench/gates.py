@@ -195,7 +195,7 @@ def table(results: list[dict]) -> str:
 
 
 _NAME = re.compile(r'^name\s*=\s*"(.*)"\s*$')
-_RATE_KEYS = ("false_alarm_rate", "measured_on", "false_alarm_rates")
+RATE_KEYS = ("false_alarm_rate", "measured_on", "false_alarm_rates")
 _RATE_LINE = re.compile(r"^(false_alarm_rate|measured_on|false_alarm_rates)\s*=")
 
 
@@ -233,8 +233,8 @@ def with_rates(text: str, rates: dict[str, tuple[str, str]]) -> str:
     new_text = "\n".join(out)
     new = {g["name"]: g for g in tomllib.loads(new_text)["gate"]}
     for name, g in old.items():
-        same = {k: v for k, v in g.items() if k not in _RATE_KEYS} == \
-               {k: v for k, v in new.get(name, {}).items() if k not in _RATE_KEYS}
+        same = {k: v for k, v in g.items() if k not in RATE_KEYS} == \
+               {k: v for k, v in new.get(name, {}).items() if k not in RATE_KEYS}
         if not same or (name in rates and (new[name]["false_alarm_rate"], new[name]["measured_on"]) != rates[name]):
             raise ValueError(f"{name}: the edited file does not read back as intended")
     return new_text

@@ -1,6 +1,10 @@
 """One measurement of a bench: every enabled implementation and ceiling at every selected shape,
 timed in the same run, as records whose ``extra_info`` follows the perf-JSON schema.
 
+A measurement is a set-up (``set_up``: inputs built, calls prepared, a GPU call captured) and its
+timing (``time_set_up``); ``measure`` does both. A set-up can be timed again and again (the A/A pairs of
+``kernel-lab bench --aa`` set each row up once and time it in every run).
+
 CPU benches interleave all shapes and implementations (A B C A B C ...): ratios between them see
 the same machine load. GPU benches take one shape at a time (its inputs may fill the device) and
 time CUDA-graph replays (or, for an implementation whose ``timing`` is "events", eager calls timed with
@@ -9,11 +13,12 @@ and the median on a GPU.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from bench import machine, registry, timing
+from bench.registry import Bench, Impl
 
 
 @dataclass
@@ -26,58 +31,86 @@ class Record:
     skip: str | None = None
 
 
+@dataclass
+class SetUp:
+    """Rows of one bench ready to time: ``calls`` {(shape label, impl name): the timed call} (a GPU
+    call already captured, or called once eagerly), ``skips`` the records of the rows that do not run
+    here. The calls hold their inputs (on the device for a GPU bench) as long as the set-up is held."""
+    bench: Bench
+    chosen: dict[str, Impl]
+    labels: list[str]
+    calls: dict[tuple[str, str], object] = field(default_factory=dict)
+    skips: list[Record] = field(default_factory=list)
+
+
 def rid(bench: str, shape: str, impl: str) -> str:
     return f"{bench}/{shape}/{impl}"
 
 
-def measure(bench_name: str, shapes: list[str] | None = None, impls: list[str] | None = None,
-            reps: int | None = None, tick=None) -> list[Record]:
-    """Records of ``bench_name`` at ``shapes`` (default all) for ``impls`` (default all, ceilings
-    included). ``tick(label)`` is called after each timed repetition (a progress bar)."""
+def set_up(bench_name: str, shapes: list[str] | None = None, impls: list[str] | None = None) -> SetUp:
+    """``bench_name``'s rows at ``shapes`` (default all) for ``impls`` (default all, ceilings
+    included), set up: inputs built once per shape and shared, each call prepared (a peer that raises
+    is a skip with its reason, not the end of the run), a GPU call captured or warmed up."""
     b = registry.benches()[bench_name]
     labels = list(b.shapes) if shapes is None else shapes
     for label in labels:
         if label not in b.shapes:
             raise KeyError(f"shape: {bench_name} has no shape {label!r} (known: {list(b.shapes)})")
     chosen = {n: i for n, i in registry.impls(bench_name).items() if impls is None or n in impls}
-    reps = b.reps if reps is None else reps
     fp = machine.fingerprint(b.device)
-    out: list[Record] = []
-    plans = []
+    out = SetUp(b, chosen, labels)
     for label in labels:
         shape = b.shapes[label]
         inputs = None
-        calls = {}
         for name, impl in chosen.items():
             why = registry.capability(impl, shape)
             if why is not None:
-                out.append(Record(rid(b.name, label, name), _info(b, label, impl, fp), skip=why))
+                out.skips.append(Record(rid(b.name, label, name), _info(b, label, impl, fp), skip=why))
                 continue
             if inputs is None:
                 inputs = b.inputs(shape)
-            if impl.role != "peer":
-                calls[name] = impl.prepare(shape, inputs)
-                continue
-            try:   # a peer that raises is a skip with its reason, not the end of the run
+            try:
                 fn = impl.prepare(shape, inputs)
-                fn()
+                if b.device == "gpu":
+                    fn = timing.capture(fn) if impl.timing == "cuda-graph" else timing.eager(fn)
+                elif impl.role == "peer":
+                    fn()
             except Exception as exc:
-                out.append(Record(rid(b.name, label, name), _info(b, label, impl, fp),
-                                  skip=f"{name} raised {type(exc).__name__}: {str(exc)[:300]}"))
+                if impl.role != "peer":
+                    raise
+                out.skips.append(Record(rid(b.name, label, name), _info(b, label, impl, fp),
+                                        skip=f"{name} raised {type(exc).__name__}: {str(exc)[:300]}"))
                 continue
-            calls[name] = fn
-        if b.device == "gpu":   # one shape's inputs on the device at a time
-            times = {name: _gpu_times(fn, chosen[name].timing, reps, tick, f"{label}/{name}")
-                     for name, fn in calls.items()}
-            out.extend(_records(b, label, chosen, times, fp))
-        else:
-            plans.append((label, calls))
-    if b.device == "cpu":
-        flat = {(label, name): fn for label, calls in plans for name, fn in calls.items()}
-        times = timing.interleaved(_ticking(flat, tick), reps)
-        for label, calls in plans:
-            out.extend(_records(b, label, chosen, {n: times[(label, n)] for n in calls}, fp))
+            out.calls[(label, name)] = fn
     return out
+
+
+def time_set_up(s: SetUp, reps: int | None = None, tick=None) -> list[Record]:
+    """Records of the set-up rows (its skips first): CPU rows interleaved, GPU rows one after another.
+    ``tick(label)`` is called after each timed CPU repetition or GPU row (a progress bar)."""
+    b = s.bench
+    reps = b.reps if reps is None else reps
+    fp = machine.fingerprint(b.device)
+    if b.device == "cpu":
+        times = timing.interleaved(_ticking(s.calls, tick), reps)
+    else:
+        times = {key: _gpu_times(fn, reps, tick, "/".join(key)) for key, fn in s.calls.items()}
+    out = [Record(r.rid, dict(r.extra_info), skip=r.skip) for r in s.skips]   # a run's own records
+    for label in s.labels:
+        out.extend(_records(b, label, s.chosen, {n: t for (lb, n), t in times.items() if lb == label}, fp))
+    return out
+
+
+def measure(bench_name: str, shapes: list[str] | None = None, impls: list[str] | None = None,
+            reps: int | None = None, tick=None) -> list[Record]:
+    """Records of ``bench_name`` at ``shapes`` (default all) for ``impls`` (default all, ceilings
+    included): ``set_up`` and ``time_set_up``, a GPU bench one shape at a time (its inputs freed before the
+    next shape's are built). ``tick(label)`` is called after each timed repetition (a progress bar)."""
+    b = registry.benches()[bench_name]
+    labels = list(b.shapes) if shapes is None else shapes
+    if b.device == "gpu":
+        return [r for label in labels for r in time_set_up(set_up(bench_name, [label], impls), reps, tick)]
+    return time_set_up(set_up(bench_name, labels, impls), reps, tick)
 
 
 def _ticking(fns: dict, tick):
@@ -86,8 +119,8 @@ def _ticking(fns: dict, tick):
     return {key: (lambda fn=fn, key=key: (fn(), tick("/".join(key)))) for key, fn in fns.items()}
 
 
-def _gpu_times(fn, how: str, reps, tick, label):
-    t = timing.cuda_graph(fn, reps) if how == "cuda-graph" else timing.cuda_events(fn, reps)
+def _gpu_times(fn, reps, tick, label):
+    t = timing.samples(fn, reps)
     if tick is not None:
         tick(label)
     return t

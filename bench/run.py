@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from bench import baselines, gates, machine, registry
-from bench.measure import Record, measure
+from bench.measure import Record, SetUp, measure, set_up, time_set_up
 from conformance.fingerprint import load_now
 from conformance.run.progress import Progress
 
@@ -57,37 +57,47 @@ def _rows_of(bench: str, rows: dict | None) -> list[tuple[list[str], list[str]]]
     """The (shapes, implementations) of the ``measure`` calls of one bench: all of it without
     ``rows``; a CPU bench's rows in one call (one interleaved run, so ratios across its shapes see
     the same load: every implementation named at every shape named), a GPU bench's shape by shape
-    (exactly the implementations named there). Shapes the registry lacks are left out (a gate
-    reading one is judged a skip by ``gates.judge``, which says so)."""
+    (with ``rows``, exactly the implementations named there). Shapes the registry lacks are left out
+    (a gate reading one is judged a skip by ``gates.judge``, which says so)."""
     b = registry.benches()[bench]
     if rows is None:
-        return [(list(b.shapes), list(registry.impls(bench)))]
-    named = {shape: impls for shape, impls in rows.get(bench, {}).items() if shape in b.shapes}
+        named = {shape: list(registry.impls(bench)) for shape in b.shapes}
+    else:
+        named = {shape: impls for shape, impls in rows.get(bench, {}).items() if shape in b.shapes}
     if b.device == "cpu":
         return [(list(named), sorted({i for impls in named.values() for i in impls}))] if named else []
     return [([shape], impls) for shape, impls in named.items()]
 
 
+def planned_rows(bench_names: list[str], rows: dict | None = None) -> list[tuple[str, int]]:
+    """(device, repetitions) of each row the run will time: every enabled implementation at every
+    shape of ``_rows_of`` (a peer that raises in its set-up is counted, then skipped)."""
+    b = registry.benches()
+    out = []
+    for n in bench_names:
+        known = registry.impls(n)
+        out += [(b[n].device, b[n].reps) for shapes, impls in _rows_of(n, rows) for label in shapes for name in impls
+                if name in known and registry.capability(known[name], b[n].shapes[label]) is None]
+    return out
+
+
 def planned_calls(bench_names: list[str], rows: dict | None = None) -> int:
     """Progress ticks the run will make: per enabled implementation and shape, each CPU call
     (warm-up included), or one per GPU timing. ``rows`` (``gated_rows``): only those."""
-    b = registry.benches()
-    total = 0
-    for n in bench_names:
-        known = registry.impls(n)
-        for shapes, impls in _rows_of(n, rows):
-            total += sum(b[n].reps + 1 if b[n].device == "cpu" else 1 for label in shapes for name in impls
-                         if name in known and registry.capability(known[name], b[n].shapes[label]) is None)
-    return total
+    return sum(reps + 1 if device == "cpu" else 1 for device, reps in planned_rows(bench_names, rows))
 
 
-def _measure(bench: str, rows: dict | None, tick=None) -> list[Record]:
-    """The records of ``bench`` (with ``rows``: only those), the load when it finished in ``extra_info["load"]``."""
-    recs = [r for shapes, impls in _rows_of(bench, rows) for r in measure(bench, shapes, impls, tick=tick)]
+def _with_load(recs: list[Record]) -> list[Record]:
+    """``recs`` with the load when they finished in ``extra_info["load"]``."""
     load = load_now()
     for r in recs:
         r.extra_info["load"] = load
     return recs
+
+
+def _measure(bench: str, rows: dict | None, tick=None) -> list[Record]:
+    """The records of ``bench`` (with ``rows``: only those), the load when it finished in ``extra_info["load"]``."""
+    return _with_load([r for shapes, impls in _rows_of(bench, rows) for r in measure(bench, shapes, impls, tick=tick)])
 
 
 def measure_all(bench_names: list[str], tick=None, rows: dict | None = None) -> dict[str, Record]:
@@ -95,15 +105,32 @@ def measure_all(bench_names: list[str], tick=None, rows: dict | None = None) -> 
     return {r.rid: r for name in bench_names for r in _measure(name, rows, tick)}
 
 
-def remeasurer(records: dict[str, Record], rows: dict | None = None):
+def set_up_all(bench_names: list[str], rows: dict | None = None) -> dict[str, list[SetUp]]:
+    """Per selected bench, its rows (``rows``: only those) set up to be timed again and again (``time_all``):
+    what ``measure_all`` measures, with every input of every row held at once."""
+    return {name: [set_up(name, shapes, impls) for shapes, impls in _rows_of(name, rows)] for name in bench_names}
+
+
+def _time_bench(set_ups: list[SetUp], tick=None) -> list[Record]:
+    return _with_load([r for s in set_ups for r in time_set_up(s, tick=tick)])
+
+
+def time_all(set_ups: dict[str, list[SetUp]], tick=None) -> dict[str, Record]:
+    """One run of ``set_up_all``'s rows: their records, as ``measure_all`` gives them."""
+    return {r.rid: r for name, ss in set_ups.items() for r in _time_bench(ss, tick)}
+
+
+def remeasurer(records: dict[str, Record], rows: dict | None = None, set_ups: dict[str, list[SetUp]] | None = None):
     """``remeasure(gate_or_rid)`` for ``gates.judge`` / ``baselines.regression``: measures the
     benches involved once more, whole (every shape, implementation and ceiling, so that records
     compared across shapes still come from one interleaved run; with ``rows``, every row of it
-    that a run of those rows measures); the fresh records replace the old ones."""
+    that a run of those rows measures; with ``set_ups``, ``set_up_all``'s, timed again); the fresh
+    records replace the old ones."""
     def again(refs: list[str]) -> dict[str, Record]:
         fresh = {}
         for bench in sorted({ref.rsplit("/", 2)[0] for ref in refs}):
-            fresh.update({r.rid: r for r in _measure(bench, rows)})
+            recs = _time_bench(set_ups[bench]) if set_ups is not None else _measure(bench, rows)
+            fresh.update({r.rid: r for r in recs})
         records.update(fresh)
         return fresh
 

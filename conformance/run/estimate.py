@@ -1,6 +1,6 @@
 """How long a run will take: a cell's work (tokens * heads * head dims), the interpreter work
 budget, each backend's price per cell (measured: ``prices.json``, fitted by ``conformance.run.pricing``),
-and the ``Estimator`` that rescales them from finished records and gives the ETA."""
+and the ``Estimator`` that rescales them from finished records and pairs in flight and gives the ETA."""
 from __future__ import annotations
 
 import json
@@ -92,6 +92,15 @@ def prices_core_share() -> float:
     return float(_prices_file().get("measured", {}).get("core_share", 1.0))
 
 
+def use_prices(path: Path) -> None:
+    """Read the measured prices from ``path`` from now on, in place of ``prices.json`` (a replay of
+    a run estimated with the prices of its day: ``conformance.run.eta_replay``)."""
+    global PRICES
+    PRICES = Path(path)
+    for cached in (_prices_file, measured_prices, prices_core_share):
+        cached.cache_clear()
+
+
 def one_thread_share(seconds: float = 0.25) -> float:
     """The share of a core one busy thread of this process gets now (CPU time over wall time of a
     ``seconds`` spin): 1 on a machine with a core to spare, ``cores / (others + 1)`` on a busy one."""
@@ -142,6 +151,20 @@ def startup_estimate(backend: registry.Backend) -> float:
     return price(backend).startup_s
 
 
+@dataclass
+class Running:
+    """Pairs in flight on one slot since ``since`` (the estimator's clock, ``time.monotonic``): one
+    pair on the local pool; on a remote slot the whole call (a cell's backends run there in turn and
+    their records come back together, so only the call's start is known). ``first_in_worker``: the
+    pair is its worker's first of the backend (None: not known)."""
+
+    slot: str
+    cell_id: str
+    backends: list[str]
+    since: float
+    first_in_worker: bool | None = None
+
+
 class Estimator:
     """Remaining wall time of a run, kept per backend.
 
@@ -164,7 +187,21 @@ class Estimator:
     measured price, the ratio of the share of a core a worker had when the prices were measured to
     the share it can expect here now (``share``, from the machine's load before the run), and 1 for
     a declared cost model. The sum is divided among the workers. ``eta`` gives a range until ``SETTLED_PAIRS`` steady pairs and
-    ``SETTLED_WORK`` of the work have finished."""
+    ``SETTLED_WORK`` of the work have finished.
+
+    Pairs in flight (``began``; a record ends them) count by their elapsed time ``e`` on the
+    estimator's ``clock`` against their prediction ``P`` (price times rate, a worker's startup for
+    its first pair): ``max(P - e, e)`` left, what is left of the prediction until it is half run,
+    then as long again as it has run so far (the doubling rule: a pair past its price is as likely
+    as not to run as long again, so the ETA is within a factor two of its end whatever its true
+    length; never zero or negative for a pair running). A pair in flight also feeds its backend's
+    rate while it runs past its prediction, as a finished pair of wall time ``e`` would (its wall
+    time is at least that, so the rate can only rise to what is already certain), capped at
+    ``OUTLIER`` times the prediction (beyond that a finished pair counts as compile time, which does
+    not rescale the pairs left); only a worker's steady pair of one backend feeds it (a first pair's
+    excess is its worker's compile, once; a remote call's time cannot be split among its backends).
+    An executor that does not say when its pairs start leaves them counted at their whole
+    prediction until their records come."""
 
     HORIZON_S = 30.0   # a backend's rate forgets finished work over this many estimated seconds
     PRIOR_S = 1.0      # estimated seconds of work the starting rate counts for
@@ -174,8 +211,11 @@ class Estimator:
     SETTLED_WORK = 0.15
     SPREAD = (0.7, 1.4)   # the range before it settles: the prices' spread across runs of one machine
 
-    def __init__(self, pending: list[tuple[Cell, registry.Backend]], jobs: int, share: float = 1.0):
+    def __init__(self, pending: list[tuple[Cell, registry.Backend]], jobs: int, share: float = 1.0,
+                 clock=time.monotonic):
         self.jobs = max(1, min(jobs, len(pending) or 1))
+        self.clock = clock
+        self.running: dict[str, Running] = {}     # slot -> the pairs in flight there
         self.start_rate = start_rate(share)
         self.left: Counter = Counter()            # backend -> first estimates of its pairs left
         self.n_left: Counter = Counter()          # backend -> pairs left
@@ -249,8 +289,26 @@ class Estimator:
                 self._observe(r["backend"], first_estimate(cells[r["id"]], backends[r["backend"]]),
                               float(wall or 0.0), bool(r.get("first_in_worker")))
 
+    def began(self, slot: str, cell_id: str, backends: list[str], since: float | None = None,
+              first_in_worker: bool | None = None) -> None:
+        """The pairs of ``cell_id`` on ``backends`` started on ``slot`` at ``since`` (the clock's time;
+        default now); what was in flight there before has ended, and a pair begun again (retried
+        elsewhere) is in flight only here."""
+        for b in backends:
+            self._ended(cell_id, b)
+        self.running[slot] = Running(slot, cell_id, list(backends), self.clock() if since is None else since,
+                                     first_in_worker)
+
+    def _ended(self, cell_id: str, backend: str) -> None:
+        for slot, r in list(self.running.items()):
+            if r.cell_id == cell_id and backend in r.backends:
+                r.backends.remove(backend)
+                if not r.backends:
+                    del self.running[slot]
+
     def done(self, record: dict) -> float:
-        """Count the finished record; returns its weight (``weight``)."""
+        """Count the finished record (its pair no longer in flight); returns its weight (``weight``)."""
+        self._ended(record["id"], record["backend"])
         weight = self.weight(record)
         est = self._first.pop((record["id"], record["backend"]), None)
         if est is None:
@@ -275,38 +333,101 @@ class Estimator:
         seen = sorted(self.rate.values())
         return seen[len(seen) // 2] if seen else self.start_rate
 
-    def backend_rate(self, backend: str) -> float:
-        """Seconds here per estimated second for ``backend``: its steady rate, else that of its first
-        pairs, else the machine's (``machine_rate``; 1 for a declared cost model before any pair)."""
+    def _learned_rate(self, backend: str) -> tuple[float, float]:
+        """(rate, estimated seconds it rests on) from finished pairs: the steady rate, else that of
+        the first pairs, else the machine's (``machine_rate``, resting on ``PRIOR_S``; 1 and nothing
+        for a declared cost model before any pair)."""
         if backend in self.rate:
-            return self.rate[backend]
+            return self.rate[backend], self._sums[backend][1] + self._prior(backend)[0]
         w, e = self.first_sums.get(backend, (0.0, 0.0))
         if e > 0:
-            return w / e
-        return self.machine_rate() if self.rate or backend in measured_prices() else 1.0
+            return w / e, e
+        if self.rate or backend in measured_prices():
+            return self.machine_rate(), self.PRIOR_S
+        return 1.0, 0.0
+
+    def backend_rate(self, backend: str) -> float:
+        """Seconds here per estimated second for ``backend``: the rate learned from finished pairs
+        (``_learned_rate``), raised by its steady pairs in flight past their prediction, each as a
+        finished pair of its elapsed time (at most ``OUTLIER`` times the prediction)."""
+        rate, weight = self._learned_rate(backend)
+        now, wall, est = self.clock(), rate * weight, weight
+        for r in self.running.values():
+            if r.backends != [backend] or r.first_in_worker is not False:
+                continue
+            e_pair = self._first.get((r.cell_id, backend), 0.0)
+            elapsed = now - r.since
+            if e_pair >= self.NOISE_S and elapsed > rate * e_pair:
+                wall += min(elapsed, self.OUTLIER * rate * e_pair)
+                est += e_pair
+        return wall / est if est > weight else rate
+
+    def _in_flight(self) -> set[tuple[str, str]]:
+        """(cell id, backend) of the pairs in flight."""
+        return {(r.cell_id, b) for r in self.running.values() for b in r.backends}
+
+    def _queued(self) -> tuple[Counter, Counter, Counter]:
+        """Per backend the first estimates, the number and the worker startups of the pairs left
+        that are not in flight."""
+        left, n_left, startups = Counter(self.left), Counter(self.n_left), Counter(self.startups_left)
+        for r in self.running.values():
+            for b in r.backends:
+                if (r.cell_id, b) in self._first:
+                    left[b] -= self._first[r.cell_id, b]
+                    n_left[b] -= 1
+                    startups[b] -= bool(r.first_in_worker)
+        return left, n_left, startups
+
+    def prediction(self, r: Running) -> float:
+        """Seconds the pairs of ``r`` are expected to take from their start: their first estimates
+        (a worker's startup for a first pair) at their backends' rates, the compile time a steady
+        pair is expected to meet."""
+        total = 0.0
+        for b in r.backends:
+            est = self._first.get((r.cell_id, b), 0.0) + (self.startup_s.get(b, 0.0) if r.first_in_worker else 0.0)
+            total += est * self.backend_rate(b) + (0.0 if r.first_in_worker else self.compile_per_pair(b))
+        return total
+
+    def running_left(self, r: Running) -> float:
+        """Seconds the pairs of ``r`` are expected to run still: ``max(P - e, e)``, ``P`` their
+        ``prediction``, ``e`` their time so far (the class docstring says why)."""
+        elapsed = max(0.0, self.clock() - r.since)
+        return max(self.prediction(r) - elapsed, elapsed)
+
+    def longest_running(self) -> tuple[Running, float] | None:
+        """The pairs in flight the longest and their time so far (None: none in flight)."""
+        if not self.running:
+            return None
+        r = min(self.running.values(), key=lambda r: r.since)
+        return r, max(0.0, self.clock() - r.since)
 
     def per_backend(self) -> dict[str, float]:
-        """Backend -> seconds of its pairs left (one worker's time)."""
+        """Backend -> seconds of its pairs left that are not in flight (one worker's time)."""
         out = {}
-        for b, left in self.left.items():
-            secs = ((max(0.0, left) + max(0, self.startups_left[b]) * self.startup_s[b]) * self.backend_rate(b)
-                    + max(0, self.n_left[b]) * self.compile_per_pair(b))
+        left, n_left, startups = self._queued()
+        for b, est in left.items():
+            secs = ((max(0.0, est) + max(0, startups[b]) * self.startup_s[b]) * self.backend_rate(b)
+                    + max(0, n_left[b]) * self.compile_per_pair(b))
             if secs > 0:
                 out[b] = secs
         return out
 
     def remaining(self) -> float:
-        """Seconds left: the work left divided among the workers, and at least the longest pair left
-        (a few long chains on many workers end when the longest does)."""
+        """Seconds left: the work left (pairs in flight by ``running_left``) divided among the
+        workers, and at least the longest pair left or in flight (a few long chains on many workers
+        end when the longest does)."""
         longest_est: dict[str, float] = {}
-        for (_, b), est in self._first.items():
-            longest_est[b] = max(est, longest_est.get(b, 0.0))
+        flying = self._in_flight()
+        for key, est in self._first.items():
+            if key not in flying:
+                longest_est[key[1]] = max(est, longest_est.get(key[1], 0.0))
         longest = max((est * self.backend_rate(b) for b, est in longest_est.items()), default=0.0)
-        return max(sum(self.per_backend().values()) / self.jobs, longest)
+        running = [self.running_left(r) for r in self.running.values()]
+        return max((sum(self.per_backend().values()) + sum(running)) / self.jobs, longest, *running)
 
     def compile_remaining(self) -> float:
-        """The part of ``remaining`` that is expected compile and autotune time."""
-        return sum(max(0, n) * self.compile_per_pair(b) for b, n in self.n_left.items()) / self.jobs
+        """The part of ``remaining`` that is expected compile and autotune time of pairs not started."""
+        return sum(max(0, n) * self.compile_per_pair(b) for b, n in self._queued()[1].items()) / self.jobs
 
     def settled(self) -> bool:
         """Enough pairs have finished for one figure rather than a range."""

@@ -2,8 +2,9 @@
 or ``ray`` (the slots of a Ray cluster, ``conformance.run.remote`` over ``conformance.run.ray_executor``).
 
 An executor is started on the selected backends, then says which device classes it has and which
-backends it can run (``probes``), runs the planned pairs (``run(work, emit)``, one record per pair
-through ``emit``), reports what it retired (``retired``) and describes itself for run.json
+backends it can run (``probes``), runs the planned pairs (``run(work, emit, began)``, one record per pair
+through ``emit``; ``began(slot, cell, backend_names, since, first_in_worker)`` as pairs start on a slot,
+``since`` a ``time.monotonic()``, for the ETA), reports what it retired (``retired``) and describes itself for run.json
 (``info``). The executor is not part of the selection: a run folder can be resumed by another.
 """
 from __future__ import annotations
@@ -61,10 +62,10 @@ class LocalExecutor:
                 "nodes": {self.node: {"device_class": self.device_class, "fingerprint": fingerprint.fingerprint(),
                                       "identity": node_report.identity()}}}
 
-    def run(self, work: list[tuple[Cell, list[registry.Backend]]], emit) -> None:
+    def run(self, work: list[tuple[Cell, list[registry.Backend]]], emit, began=None) -> None:
         pool = LocalPool(self.jobs, devices=self.devices, timeout_s=self.timeout_s)
         self.retired = pool.retired   # device id -> why
-        pool.run(work, lambda record: emit({**record, "node": self.node}))
+        pool.run(work, lambda record: emit({**record, "node": self.node}), began)
 
     def slot_name(self, device: str) -> str:
         return f"device {self.devices.label(device)}"

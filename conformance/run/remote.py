@@ -210,8 +210,11 @@ class RemoteExecutor:
             record["retried_from"] = item.retried_from
         return record
 
-    def run(self, work: list[tuple[Cell, list[registry.Backend]]], emit) -> None:
-        """Run each cell's backends on the active slots; ``emit(record)`` per pair as each call returns."""
+    def run(self, work: list[tuple[Cell, list[registry.Backend]]], emit, began=None) -> None:
+        """Run each cell's backends on the active slots; ``emit(record)`` per pair as each call returns,
+        ``began(slot label, cell, backend names, since, None)`` as each call is submitted: a call runs
+        its backends in turn and returns their records together, so the driver knows when the call
+        started, not when each pair did, nor whether a pair is its worker's first."""
         queue = deque(self._items(work))
         idle = list(self.active)
         calls: dict = {}
@@ -227,6 +230,8 @@ class RemoteExecutor:
                 idle.remove(slot)
                 call = self.engine.submit(slot, item.cell, [b.name for b in item.backends])
                 calls[call] = (slot, item, time.monotonic())
+                if began is not None:
+                    began(slot.label, item.cell, [b.name for b in item.backends], calls[call][2], None)
             if not calls:
                 break
             for call in self.engine.wait(list(calls)):

@@ -10,8 +10,10 @@ joined), ``counts`` (status tallies).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -41,6 +43,9 @@ from conformance.run.selection import Selection
 
 NOTHING_RAN = 5   # exit status: no pair of the folder ran (every record a skip), as pytest's "no tests ran"
 FINISH_S = 5.0    # of a time budget: kept for stopping the workers and writing run.json
+REFRESH_S = 2.0   # the progress line is redrawn this often while pairs run, records or not
+LONG_RUNNING_S = 10.0   # a pair in flight this long, the longest, is named on the progress line
+CELL_ID_CHARS = 40      # of a cell id on the progress line
 
 
 class BudgetSpent(Exception):
@@ -172,6 +177,35 @@ def _choose_again(stage, left_out: list, time_limit: TimeBudget, estimator: Esti
     return _regroup(pairs)
 
 
+@contextlib.contextmanager
+def _refreshing(redraw, every: float):
+    """Call ``redraw()`` every ``every`` seconds from a thread of its own while the block runs."""
+    stop = threading.Event()
+
+    def loop():
+        while not stop.wait(every):
+            redraw()
+
+    thread = threading.Thread(target=loop, name="kernel-lab-progress", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def running_text(estimator: Estimator) -> str:
+    """``longest running: <backend> <cell id> 2m10s`` for the pairs in flight the longest, once they
+    have run ``LONG_RUNNING_S`` (why the ETA grows while no record comes); else empty."""
+    longest = estimator.longest_running()
+    if longest is None or longest[1] < LONG_RUNNING_S:
+        return ""
+    r, elapsed = longest
+    cell = r.cell_id if len(r.cell_id) <= CELL_ID_CHARS else r.cell_id[:CELL_ID_CHARS - 3] + "..."
+    return f"longest running: {'+'.join(r.backends)} {cell} {hms(elapsed)}"
+
+
 def _regroup(pairs: list[tuple[Cell, registry.Backend]]) -> list[tuple[Cell, list[registry.Backend]]]:
     """Pairs as (cell, its backends), cells in first-seen order."""
     out: dict[str, tuple[Cell, list]] = {}
@@ -242,6 +276,7 @@ def _run_locked(selection, cells, backends, out_dir, executor, *, resume, timeou
         raise UsageError(f"{out_dir / 'cells.jsonl'}: cannot be written ({exc.strerror or exc})") from None
     seen = set(done)
     dropped = 0
+    lock = threading.Lock()   # the estimator and the progress line, shared with the refreshing thread
 
     def emit(record: dict) -> None:
         nonlocal dropped
@@ -258,14 +293,28 @@ def _run_locked(selection, cells, backends, out_dir, executor, *, resume, timeou
                              f"{len(all_recs)} records before it are valid: free space, then "
                              "continue with --resume") from None
         all_recs.append(record)
-        tally[record["status"]] += 1
         written = len(seen) - len(done)
-        progress.advance(estimator.done(record),
-                         f"{max(0, written - len(statics))}/{len(pairs)} pairs ETA {estimator.eta()} "
-                         + " ".join(f"{k}={v}" for k, v in sorted(tally.items())),
-                         finished=written >= len(statics) + len(pairs))
+        with lock:
+            tally[record["status"]] += 1
+            weight = estimator.done(record)
+            progress.advance(weight, line(), finished=written >= len(statics) + len(pairs))
         if time_limit is not None and time.monotonic() > time_limit.deadline - FINISH_S:
             raise BudgetSpent
+
+    def line() -> str:
+        written = len(seen) - len(done)
+        running = running_text(estimator)
+        text = (f"{max(0, written - len(statics))}/{len(pairs)} pairs ETA {estimator.eta()} "
+                + " ".join(f"{k}={v}" for k, v in sorted(tally.items())))
+        return text.rstrip() + (f"; {running}" if running else "")
+
+    def began(slot: str, cell: Cell, backend_names: list[str], since: float, first_in_worker: bool | None) -> None:
+        with lock:
+            estimator.began(slot, cell.id, backend_names, since, first_in_worker)
+
+    def refresh() -> None:
+        with lock:
+            progress.refresh(line())
 
     stopped = None
     try:
@@ -276,7 +325,8 @@ def _run_locked(selection, cells, backends, out_dir, executor, *, resume, timeou
                 stage = _choose_again(stage, left_out, time_limit, estimator, progress, jobs)
                 pairs = [(c, b) for c, bks in stages[0] + stage for b in bks]
                 info["left_out"] = _left_out(left_out, time_limit, "did not fit the budget")
-            executor.run(stage, emit)
+            with _refreshing(refresh, REFRESH_S):
+                executor.run(stage, emit, began)
     except RunStopped as exc:
         stopped = exc
     except BudgetSpent:

@@ -4,8 +4,9 @@ A worker process runs one cell's backends in turn (so the cell's inputs and orac
 once). If a worker dies (segfault, abort) or runs past the timeout, the pair in flight becomes a
 ``crash`` record, a fresh worker is started and the pool goes on. Workers of GPU backends are
 pinned one per visible device; a device whose worker dies is retired and the pair retried once
-elsewhere. ``LocalPool.run(work, emit)`` is what an executor provides: ``emit(record)`` once per
-pair, as each finishes.
+elsewhere. ``LocalPool.run(work, emit, began)`` is what an executor provides: ``emit(record)`` once per
+pair, as each finishes, and ``began(slot, cell, [backend name], since, first_in_worker)`` as each is sent
+to its worker (a pair retried elsewhere begins again).
 """
 from __future__ import annotations
 
@@ -176,10 +177,13 @@ class LocalPool:
         self.retired: dict[str, str] = {}
         self.queue: deque[Item] = deque()
         self.emit = None
+        self.began = None
 
-    def run(self, work: list[tuple[Cell, list[registry.Backend]]], emit) -> None:
-        """Run each cell's backends; ``emit(record)`` per pair (an exception from it stops the pool)."""
-        self.queue, self.emit = deque(items(work)), emit
+    def run(self, work: list[tuple[Cell, list[registry.Backend]]], emit, began=None) -> None:
+        """Run each cell's backends; ``emit(record)`` per pair (an exception from it stops the pool),
+        ``began(slot, cell, [backend name], since, first_in_worker)`` as each pair is sent (``slot``:
+        ``"slot <i>"``, ``since``: ``time.monotonic()``)."""
+        self.queue, self.emit, self.began = deque(items(work)), emit, began
         # JAX would take 75% of a GPU's memory in every worker that touches it: workers share the GPU.
         os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
         try:
@@ -286,11 +290,15 @@ class LocalPool:
             slot.current, slot.started = backend, time.monotonic()
             try:
                 slot.worker.conn.send((slot.item.cell, backend.name))
-                return
             except (OSError, BrokenPipeError):
                 self._died(slot, slot.worker.death_reason())
                 if slot.current is not None:
                     return
+                continue
+            if self.began is not None:
+                self.began(f"slot {self.slots.index(slot)}", slot.item.cell, [backend.name], slot.started,
+                           backend.name not in slot.seen)
+            return
         slot.current = None
 
     @staticmethod

@@ -6,6 +6,7 @@ import difflib
 import json
 import tomllib
 
+import numpy as np
 import pytest
 
 from bench import baselines, gates, machine, registry, run
@@ -132,3 +133,156 @@ def test_aa_of_the_gated_rows_writes_the_rates_into_the_gates_file(tmp_path, mon
     assert set(noise["records"]) == {gate.numerator, gate.denominator}   # only the rows the gate reads
     assert {b["name"] for b in saved["benchmarks"]} == {gate.numerator, gate.denominator}
     assert noise["gates"][gate.name]["false_alarm_rate"] == rate
+
+
+def _toy_gpu_bench(monkeypatch, counts):
+    """A GPU bench "toy/gpu" with one shape and three rows, run on the CPU: ``bench.timing``'s capture,
+    eager warm-up and samples replaced by counters, each sample the value the row's call returns (seconds):
+    ``steady`` 2 ms, ``fast`` 1 ms (timed as eager calls), ``wobbly`` 1 and 3 ms in turn for 5 samples (its
+    gate straddles), then 3 ms for 5 (measured again, it passes)."""
+    from bench import timing
+    from bench.registry import Bench, Impl
+    from conformance.cost import Cost
+
+    def inputs(shape):
+        counts["inputs"] += 1
+        return {}
+
+    def prepare(seconds):
+        def prep(shape, x):
+            counts["prepare"] += 1
+            turn = iter(seconds * 1000)
+            return lambda: next(turn)
+        return prep
+
+    def counted(name, fn):
+        counts[name] += 1
+        return fn
+
+    bench = Bench(name="toy/gpu", device="gpu", shapes={"s": {}}, cost=lambda shape: Cost(bytes=1, flops=1),
+                  inputs=inputs, reps=5)
+    impls = {"steady": Impl("toy/gpu", "steady", "ours", prepare([2e-3])),
+             "fast": Impl("toy/gpu", "fast", "ours", prepare([1e-3]), timing="events"),
+             "wobbly": Impl("toy/gpu", "wobbly", "ours", prepare([1e-3, 3e-3, 1e-3, 3e-3, 1e-3] + [3e-3] * 5))}
+    monkeypatch.setitem(registry._BENCHES, bench.name, bench)
+    monkeypatch.setitem(registry._IMPLS, bench.name, impls)
+    monkeypatch.setattr(timing, "capture", lambda fn: counted("capture", fn))
+    monkeypatch.setattr(timing, "eager", lambda fn: counted("eager", fn))
+    monkeypatch.setattr(timing, "samples", lambda fn, reps: counted("samples", np.array([fn() for _ in range(reps)])))
+
+
+def test_aa_sets_each_row_up_once_and_times_it_in_every_run(tmp_path, monkeypatch, capsys):
+    """2 pairs of a GPU bench's gated rows: inputs built once per shape, each call prepared and captured once
+    for the whole A/A, timed in each of the 4 runs, and a straddling gate measured again from the same set-ups."""
+    counts = dict.fromkeys(("inputs", "prepare", "capture", "eager", "samples"), 0)
+    _toy_gpu_bench(monkeypatch, counts)
+    gates_file = tmp_path / "gates.toml"
+    gates_file.write_text(
+        '[[gate]]\nname = "toy-steady"\nnumerator = "toy/gpu/s/steady"\ndenominator = "toy/gpu/s/fast"\n'
+        'quantity = "time"\ndirection = ">="\nthreshold = 1.5\n\n'
+        '[[gate]]\nname = "toy-wobbly"\nnumerator = "toy/gpu/s/wobbly"\ndenominator = "toy/gpu/s/fast"\n'
+        'quantity = "time"\ndirection = ">="\nthreshold = 2.0\n')
+    monkeypatch.setattr(baselines, "MIN_PAIRS", 2)
+    rc, out, err = main(capsys, "bench", "--bench", "toy/gpu", "--gated-only", "--aa", "2", "--write-gates",
+                        "--gates", gates_file, "--baselines", tmp_path / "bl", "--load", "test")
+    assert rc == 0, err
+    # per row: 10 ms of warm-up and 5 samples of 30 + 5 ms, in 4 runs
+    assert "A/A plan: 2 pairs x 3 rows, about 2 s of GPU timing" in out
+    assert counts == {"inputs": 1, "prepare": 3, "capture": 2, "eager": 1,
+                      "samples": 4 * 3 * 2}   # each run: the 3 rows, then again for the straddling gate
+    written = {g.name: g for g in gates.load(gates_file)}
+    key = machine.fingerprint("gpu")["key"]
+    assert written["toy-steady"].false_alarm_rates == written["toy-wobbly"].false_alarm_rates == {key: "0/4"}
+    noise = json.loads((tmp_path / "bl" / key / "noise.json").read_text())
+    assert noise["gates"]["toy-wobbly"]["remeasured"] == 4 and noise["gates"]["toy-steady"]["remeasured"] == 0
+    assert set(noise["records"]) == {"toy/gpu/s/steady", "toy/gpu/s/fast", "toy/gpu/s/wobbly"}
+    # a normal run sets every shape up afresh
+    run.measure_all(["toy/gpu"])
+    assert counts["prepare"] == 6 and counts["samples"] == 4 * 3 * 2 + 3
+
+
+def test_gpu_samples_warm_up_once_per_row_and_a_normal_run_times_like_the_aa(monkeypatch):
+    """``timing.samples``: ``WARMUP_MS`` before the first sample only, each sample over ``SAMPLE_MS``; the
+    plan's row time counts them."""
+    import triton.testing
+
+    from bench import timing
+
+    calls = []
+    monkeypatch.setattr(triton.testing, "do_bench",
+                        lambda fn, warmup, rep, return_mode: calls.append((warmup, rep, return_mode)) or 2.0)
+    assert list(timing.samples(lambda: None, 5)) == [2e-3] * 5
+    assert calls == [(timing.WARMUP_MS, timing.SAMPLE_MS, "median")] + [(0, timing.SAMPLE_MS, "median")] * 4
+    assert (timing.WARMUP_MS, timing.SAMPLE_MS) == (10, 30)
+    assert timing.gpu_row_seconds(5) == pytest.approx((10 + 5 * (30 + timing.SAMPLE_OVERHEAD_MS)) / 1e3)
+
+
+_TOY_GATE = ('[[gate]]\nname = "toy-steady"\nnumerator = "toy/gpu/s/steady"\ndenominator = "toy/gpu/s/fast"\n'
+             'quantity = "time"\ndirection = ">="\nthreshold = 1.5\n')
+
+
+class _Cut(Exception):
+    """The call ends (the device call's time limit) in the middle of an A/A."""
+
+
+def test_an_aa_cut_short_continues_from_its_journaled_pairs(tmp_path, monkeypatch, capsys):
+    """An A/A of 3 pairs cut in its third pair keeps the 2 finished pairs; the next call of the same A/A measures
+    only the third, and its noise holds all 3; the journal is gone once they are saved."""
+    from bench import timing
+
+    counts = dict.fromkeys(("inputs", "prepare", "capture", "eager", "samples"), 0)
+    _toy_gpu_bench(monkeypatch, counts)
+    fake = timing.samples
+
+    def cut_in_the_fifth_run(fn, reps):
+        if counts["samples"] == 4 * 2:   # 2 pairs of 2 runs of its 2 rows
+            raise _Cut
+        return fake(fn, reps)
+    monkeypatch.setattr(timing, "samples", cut_in_the_fifth_run)
+    gates_file = tmp_path / "gates.toml"
+    gates_file.write_text(_TOY_GATE)
+    monkeypatch.setattr(baselines, "MIN_PAIRS", 3)
+    args = ("bench", "--bench", "toy/gpu", "--gated-only", "--aa", "3", "--gates", gates_file,
+            "--baselines", tmp_path / "bl", "--load", "test")
+    with pytest.raises(_Cut):
+        main(capsys, *args)
+    key = machine.fingerprint("gpu")["key"]
+    journal = tmp_path / "bl" / key / baselines.JOURNAL
+    assert len(journal.read_text().splitlines()) == 1 + 2   # the identity, then a line per finished pair
+    capsys.readouterr()
+    monkeypatch.setattr(timing, "samples", fake)
+    rc, out, err = main(capsys, *args)
+    assert rc == 0, err
+    assert "A/A plan: 1 pairs x 2 rows" in out and "2 of the 3 pairs were measured before" in out
+    assert counts["samples"] == 4 * 2 + 2 * 2   # the first call's 4 runs, then the third pair's 2
+    noise = json.loads((tmp_path / "bl" / key / "noise.json").read_text())
+    assert noise["records"]["toy/gpu/s/steady"]["pairs"] == 3
+    assert noise["gates"]["toy-steady"]["false_alarm_rate"] == "0/6"
+    assert not journal.exists()
+
+
+def test_an_aa_of_other_code_or_another_machine_starts_over(tmp_path, monkeypatch, capsys):
+    """A journal written for another machine key (or other code, rows, gates) is not continued: it is removed,
+    the call says so and measures every pair."""
+    counts = dict.fromkeys(("inputs", "prepare", "capture", "eager", "samples"), 0)
+    _toy_gpu_bench(monkeypatch, counts)
+    gates_file = tmp_path / "gates.toml"
+    gates_file.write_text(_TOY_GATE)
+    monkeypatch.setattr(baselines, "MIN_PAIRS", 2)
+    args = ("bench", "--bench", "toy/gpu", "--gated-only", "--aa", "2", "--gates", gates_file,
+            "--baselines", tmp_path / "bl", "--load", "test")
+    monkeypatch.setenv(baselines.VARIABLE, str(tmp_path / "bl"))
+    key = machine.fingerprint("gpu")["key"]
+    journal = baselines.journal_path([key])
+    rows = run.gated_rows(gates.load(gates_file), ["toy/gpu"])
+    ran = list(run.measure_all(["toy/gpu"], rows=rows).values())
+    pair = (ran, ran)
+    for other, field in (({"machines": {"gpu": "h100-80gb-hbm3"}}, "machines"), ({"code": "0" * 16}, "code")):
+        identity = {**baselines.aa_identity({"gpu": key}, ["toy/gpu"], rows, gates.load(gates_file)), **other}
+        baselines.journal(journal, identity, pair, {"toy-steady": [["pass", 2.0, ""], ["pass", 2.0, ""]]})
+        counts["samples"] = 0
+        rc, out, err = main(capsys, *args)
+        assert rc == 0, err
+        assert f"{journal} held pairs measured with other {field}" in out and "starting over" in out
+        assert "A/A plan: 2 pairs x 2 rows" in out and counts["samples"] == 4 * 2
+        assert not journal.exists()

@@ -1,0 +1,170 @@
+"""The ETA of pairs in flight (a pair far past its price moves it while no record comes) and the
+progress line redrawn on a timer, naming the longest-running pair."""
+import io
+import re
+
+import pytest
+
+from conformance.cells import make_cell
+from conformance.registry import Backend
+from conformance.run import estimate, eta_replay, executors, runner
+from conformance.run.progress import Progress
+from conformance.run.selection import Selection
+
+
+@pytest.fixture(autouse=True)
+def toy_lab(monkeypatch):
+    monkeypatch.setenv("KERNEL_LAB_FAMILY_MODULES", "tests.engine.toy_family")
+    monkeypatch.setenv("KERNEL_LAB_BACKEND_MODULES", "tests.engine.toy_backends")
+    import tests.engine.toy_backends  # noqa: F401
+
+
+def toy(name, per_call):
+    return Backend(name, {"toy": ("scale",)}, lambda: (True, ""), lambda c, i: {}, seconds_per_cell=per_call,
+                   seconds_per_work=0.0)
+
+
+def cells(n):
+    return [make_cell("toy", "scale", n=i, factor=1.0) for i in range(n)]
+
+
+def rec(cell, backend, wall, first=False):
+    return {"id": cell.id, "backend": backend, "op": "scale", "status": "pass", "wall_s": wall,
+            "first_in_worker": first}
+
+
+def test_a_replayed_run_with_a_pair_stuck_past_its_price_has_an_eta_growing_with_its_time():
+    """20 pairs priced and taking 5 s on 2 workers, and the last one stuck for 300 s: once it is the
+    only pair in flight, the ETA learning from finished pairs only stays where it was (what the H100
+    full tier showed), while the ETA told of pairs in flight counts its elapsed time and grows."""
+    b = toy("g", 5.0)
+    pairs = [(c, b, rec(c, "g", 300.0 if i == 20 else 5.0, first=i < 2)) for i, c in enumerate(cells(21))]
+    told = eta_replay.replay(pairs, jobs=2, every=10.0, starts=True)
+    blind = eta_replay.replay(pairs, jobs=2, every=10.0, starts=False)
+    alone = [i for i, s in enumerate(told) if s.t >= 60.0 and s.left > 0]   # the others ended by 50 s
+    said = [told[i].remaining for i in alone]
+    assert all(b > a for a, b in zip(said, said[1:]))   # grows with its time
+    stuck_for = [told[i].t - 50.0 for i in alone]         # it started at 50 s
+    assert all(s >= e > 0 for s, e in zip(said, stuck_for))   # as long again as it has run
+    assert [blind[i].remaining for i in alone] == pytest.approx([5.0] * len(alone))   # its price, all along
+    assert told[alone[-1]].eta == estimate.hms(told[alone[-1]].remaining)   # settled: one figure
+
+
+def test_a_pair_in_flight_counts_what_is_left_of_its_prediction_then_as_long_again_as_it_has_run():
+    clock = [100.0]
+    b = toy("g", 5.0)
+    cs = cells(4)
+    est = estimate.Estimator([(c, b) for c in cs], jobs=1, clock=lambda: clock[0])
+    assert est.remaining() == pytest.approx(20.0)
+    est.began("slot 0", cs[0].id, ["g"], since=100.0, first_in_worker=False)
+    for elapsed, left in ((0.0, 5.0), (1.0, 4.0), (2.5, 2.5), (4.0, 4.0), (60.0, 60.0)):
+        clock[0] = 100.0 + elapsed
+        r = est.running["slot 0"]
+        assert est.running_left(r) == pytest.approx(left) and est.running_left(r) > 0
+    # at 60 s of a 5-s price: the pair in flight raises the rate of its backend's pairs left (at most
+    # OUTLIER times the prediction counted), and they are expected at that rate
+    rate = (est.OUTLIER * 5.0) / 5.0
+    assert est.backend_rate("g") == pytest.approx(rate)
+    assert est.remaining() == pytest.approx(60.0 + 3 * 5.0 * rate)
+    # the range before it settles is the same figure scaled: both ends move with the pair's time
+    lo, hi = (estimate.hms(f * est.remaining()) for f in est.SPREAD)
+    assert est.eta() == f"{lo}-{hi}"
+    # its record ends it: the rate is then its finished wall time's, as before
+    est.done(rec(cs[0], "g", 60.0))
+    assert not est.running and est.remaining() == pytest.approx(3 * 5.0 * 60.0 / 5.0)
+
+
+def test_first_pairs_and_remote_calls_in_flight_count_by_their_time_but_teach_no_rate():
+    clock = [0.0]
+    g, h = toy("g", 5.0), toy("h", 1.0)
+    cs = cells(4)
+    est = estimate.Estimator([(c, g) for c in cs] + [(cs[0], h)], jobs=2, clock=lambda: clock[0])
+    est.began("slot 0", cs[0].id, ["g"], since=0.0, first_in_worker=True)   # a worker's compile, once
+    est.began("node/cpu", cs[1].id, ["g"], since=0.0)                     # a remote call: not known
+    clock[0] = 30.0
+    assert est.backend_rate("g") == 1.0
+    assert est.remaining() == pytest.approx((30.0 + 30.0 + 2 * 5.0 + 1.0) / 2)
+    # a remote call of two backends of one cell counts as one: its time against both predictions
+    est.began("node/cpu", cs[0].id, ["g", "h"], since=30.0)
+    assert est.running_left(est.running["node/cpu"]) == pytest.approx(6.0)
+    # a pair retried elsewhere is in flight only where it began again
+    est.began("slot 1", cs[0].id, ["g"], since=30.0)
+    assert est.running["node/cpu"].backends == ["h"] and "slot 0" not in est.running
+    est.done(rec(cs[0], "h", 1.0))
+    assert "node/cpu" not in est.running
+
+
+class Tty(io.StringIO):
+    def isatty(self):
+        return True
+
+
+@pytest.fixture
+def quick_refresh(monkeypatch):
+    """The progress line redrawn every 0.2 s, naming a pair in flight after 0.5 s; a file or pipe
+    gets a line per 1 s at most; the slow toy backend takes 3 s (a real worker process)."""
+    monkeypatch.setattr(runner, "REFRESH_S", 0.2)
+    monkeypatch.setattr(runner, "LONG_RUNNING_S", 0.5)
+    monkeypatch.setattr(Progress, "EVERY_S", 1.0)
+    monkeypatch.setenv("KERNEL_LAB_TOY_SLOW_S", "3")
+    monkeypatch.setenv("KERNEL_LAB_FAKE_DEVICES", "")   # no GPU: the slow toy runs on the CPU
+    monkeypatch.setenv("COLUMNS", "160")   # the terminal's width, which the line is cut to
+
+
+def run_slow(tmp_path, stream):
+    sel = Selection("smoke", family="toy", backends=("toy-gpu-slow",), filter="n=8/")
+    return runner.run(sel, tmp_path, executor=executors.LocalExecutor(jobs=1), stream=stream)
+
+
+def test_the_progress_line_is_redrawn_while_a_pair_runs_and_names_it(tmp_path, quick_refresh):
+    stream = Tty()
+    assert run_slow(tmp_path, stream).exit_status == 0
+    out = stream.getvalue()
+    before_record = out.split("1/1 pairs")[0]   # every redraw before the one record came
+    times = re.findall(r"longest running: toy-gpu-slow toy/scale/n=8/factor=1\.0/seed=0 0m0(\d)s", before_record)
+    assert len(before_record.split("\r")) > 5 and len(set(times)) >= 2   # redrawn, its time counting
+    assert all("\n" not in part for part in before_record.split("\r")[1:])   # in place: one line
+
+
+def test_a_file_or_a_pipe_gets_a_redrawn_line_at_most_once_per_interval(tmp_path, quick_refresh, capsys):
+    stream = io.StringIO()
+    result = run_slow(tmp_path, stream)
+    assert result.exit_status == 0
+    lines = [ln for ln in stream.getvalue().splitlines() if ln.startswith("[")]
+    waiting = [ln for ln in lines if "0/1 pairs" in ln]
+    assert any("longest running: toy-gpu-slow" in ln for ln in waiting)
+    assert 2 <= len(waiting) <= 1 + result.elapsed_s   # a line per second at most, not one per redraw
+    assert lines[-1].startswith("[####################] 100% 1/1 pairs")
+    # the run replayed: a row a second of what each ETA said against the time left
+    assert eta_replay.main([str(tmp_path), "--every", "1"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("1 pairs on 1 workers, replayed: 0m0") and "within 30% from the first minute on" in out
+
+
+def test_each_executor_says_when_its_pairs_start_before_their_records_come(monkeypatch):
+    """The local pool: each pair as it is sent to its worker, whether it is the worker's first of its
+    backend; a remote slot: each call, its backends together, first pair or not unknown."""
+    from conformance import registry
+    from conformance.run.remote import RemoteExecutor
+    from tests.engine.fake_cluster import FakeEngine
+
+    monkeypatch.setenv("KERNEL_LAB_FAKE_DEVICES", "")
+    backends = [registry.get("toy-good"), registry.get("toy-wrong")]
+    work = [(make_cell("toy", "scale", n=n, factor=1.0), backends) for n in (8, 9)]
+    for executor, want in ((executors.LocalExecutor(jobs=1),
+                            [("slot 0", 8, ["toy-good"], True), ("slot 0", 8, ["toy-wrong"], True),
+                             ("slot 0", 9, ["toy-good"], False), ("slot 0", 9, ["toy-wrong"], False)]),
+                           (RemoteExecutor(FakeEngine({"nodes": [{"name": "a"}]})),
+                            [("a/cpu", n, ["toy-good", "toy-wrong"], None) for n in (8, 9)])):
+        events = []
+        executor.start(backends)
+        executor.use_class(None)
+        executor.run(work, lambda r: events.append(("record", r["id"], r["backend"])),
+                     lambda slot, cell, names, since, first: events.append(("began", slot, cell, names, first)))
+        executor.close()
+        began = [(slot, cell["n"], names, first) for kind, slot, cell, names, first in
+                 (e for e in events if e[0] == "began")]
+        assert began == want
+        for i, e in enumerate(events):   # a pair's record comes after it began
+            if e[0] == "record":
+                assert any(b[0] == "began" and b[2].id == e[1] and e[2] in b[3] for b in events[:i])
