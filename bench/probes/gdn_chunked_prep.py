@@ -1,14 +1,15 @@
 """The GPU chunked prefill's prep kernel variants (``optimized.triton.gdn_chunked.stages``' prep_* arguments)
 timed beside the default at the ``gdn/chunked-gpu`` shapes, with FLA's ``chunk_gated_delta_rule`` in a CUDA graph
-in the same run (CUDA-graph medians, ms). Per variant and shape: the stages before the state pass (the prep
-kernel, and the readout kernel unless the variant computes the readout operands itself), the prep kernel alone,
-and the whole prefill; the pre-state stages do not read the pool, so they are timed at the bf16 pools' shapes
-only. Before timing, each variant's output and pool are compared with the default's: "bitwise", or max |diff|
-over max |x| (a few bf16 ulps where a variant's fp32 sums round an operand the other way). The variants are
-first compiled in ``--compile-workers`` processes at once (Triton's on-disk cache then serves the timing
-process); then FLA at every shape, then variant by variant (the likeliest first) at every shape; past
-``--budget`` seconds (counted from the start) the remaining variants are skipped. Each step catches its
-failure, prints it whole and goes on. Writes ``gdn_chunked_prep.json``; the table is printed last:
+in the same run (ms: the median of ``SAMPLES`` CUDA-graph samples, their min and max kept). Per variant and
+shape: the stages before the state pass (the prep kernel, and the readout kernel unless the variant computes
+the readout operands itself), the prep kernel alone, and the whole prefill; the pre-state stages do not read
+the pool, so they are timed at the bf16 pools' shapes only. Before timing, each variant's output and pool are
+compared with the default's: "bitwise", or max |diff| over max |x| (a few bf16 ulps where a variant's fp32
+sums round an operand the other way). The variants are first compiled in ``--compile-workers`` processes at
+once (Triton's on-disk cache then serves the timing process); then FLA at every shape, then variant by
+variant (the likeliest first) at every shape; past ``--budget`` seconds (counted from the start) the
+remaining variants are skipped. Each step catches its failure, prints it whole and goes on. Writes
+``gdn_chunked_prep.json``; the table is printed last:
 
     python -m bench.probes.gdn_chunked_prep --out DIR [--shapes LABEL ...] [--variants NAME ...] [--budget S]
         [--compile-workers N]
@@ -23,8 +24,9 @@ import time
 import traceback
 from pathlib import Path
 
-from bench.probes.gdn_chunked_variants import _diff, _ms, _staged
+from bench.probes.gdn_chunked_variants import _diff, _staged
 
+SAMPLES = 3     # CUDA-graph samples a timing (``bench.timing.cuda_graph``): median, min and max kept
 SHAPES = ("T=8192,state=bfloat16", "varlen=4x2048,state=bfloat16", "T=8192,state=float32",
           "varlen=4x2048,state=float32")
 # name: the ``stages`` keywords beside the defaults ("tf32" rounds the solve's operands outside the model)
@@ -46,6 +48,16 @@ VARIANTS = {     # the likeliest first: past the budget the rest is skipped
     "tf32 (outside model)": dict(prep_solve="tf32"),
     "w8": dict(prep_warps=8),
 }
+
+
+def _samples(fn) -> tuple[float, float, float]:
+    """(median, min, max) ms of ``SAMPLES`` CUDA-graph samples of ``fn``."""
+    import numpy as np
+
+    from bench import timing
+
+    ms = timing.cuda_graph(fn, SAMPLES) * 1e3
+    return float(np.median(ms)), float(np.min(ms)), float(np.max(ms))
 
 
 def _pre_state(launches: dict):
@@ -93,7 +105,8 @@ def precompile(names: list, labels: list, workers: int) -> None:
 
 
 def measure(shapes: dict, variants: dict, rows: list, deadline: float, save) -> None:
-    """Append (shape label, variant, quantity, value) rows to ``rows`` as they are measured: FLA at every shape,
+    """Append (shape label, variant, quantity, value, [min, max] of a timing's samples or None) rows to
+    ``rows`` as they are measured (a timing's value: its median, ms): FLA at every shape,
     then variant by variant (past ``deadline`` the rest skipped) every shape; ``save()`` after each variant."""
     import torch
 
@@ -101,20 +114,19 @@ def measure(shapes: dict, variants: dict, rows: list, deadline: float, save) -> 
     from bench.gdn_gpu import CHUNKED_BENCH, chunked_inputs
     from optimized.triton import gdn_chunked
 
-    def step(label, name, quantity, what):
+    def step(label, name, quantity, fn):
         try:
-            value = what()
+            value, lo, hi = _samples(fn())
+            rows.append((label, name, quantity, value, [lo, hi]))
+            print(f"{label:30} {name:26} {quantity:10} {value:.4f} ({lo:.4f}-{hi:.4f})", flush=True)
         except Exception:
             print(f"{label} {name} {quantity}: FAILED\n{traceback.format_exc()}", flush=True)
-            value = "failed"
-        rows.append((label, name, quantity, value))
-        print(f"{label:30} {name:26} {quantity:10} {value if isinstance(value, str) else f'{value:.4f}'}",
-              flush=True)
+            rows.append((label, name, quantity, "failed", None))
 
     inputs = {label: chunked_inputs(shape) for label, shape in shapes.items()}
     fla = registry.impls(CHUNKED_BENCH)["fla"]
     for label, x in inputs.items():
-        step(label, "fla", "whole", lambda: _ms(fla.prepare(shapes[label], x)))
+        step(label, "fla", "whole", lambda: fla.prepare(shapes[label], x))
     refs = {}
     for name, config in variants.items():
         if time.monotonic() > deadline:
@@ -126,7 +138,7 @@ def measure(shapes: dict, variants: dict, rows: list, deadline: float, save) -> 
                 out, whole, launches = _staged(gdn_chunked, x, pool, **config)
             except Exception:
                 print(f"{label} {name}: FAILED\n{traceback.format_exc()}", flush=True)
-                rows.append((label, name, "check", "failed"))
+                rows.append((label, name, "check", "failed", None))
                 continue
             if name == "default":
                 refs[label] = (out.clone(), pool.clone())
@@ -137,26 +149,27 @@ def measure(shapes: dict, variants: dict, rows: list, deadline: float, save) -> 
                 same = "bitwise"
             else:
                 same = f"{_diff(out, refs[label][0])} / {_diff(pool, refs[label][1])}"
-            rows.append((label, name, "check", same))
+            rows.append((label, name, "check", same, None))
             print(f"{label:30} {name:26} {'check':10} {same}", flush=True)
             if "bfloat16" in label:
-                step(label, name, "pre-state", lambda: _ms(_pre_state(launches)))
-                step(label, name, "prep", lambda: _ms(launches["prep"]))
-            step(label, name, "whole", lambda: _ms(whole))
+                step(label, name, "pre-state", lambda: _pre_state(launches))
+                step(label, name, "prep", lambda: launches["prep"])
+            step(label, name, "whole", lambda: whole)
         save()
 
 
 def table(rows: list, labels: list, variants: list) -> list[str]:
     """One line per variant: the times per shape (ms) and the whole as a multiple of FLA's graph; then the
     checks against the default."""
-    value = {(label, name, q): v for label, name, q, v in rows}
+    value = {(label, name, q): v for label, name, q, v, _ in rows}
+    spreads = [(hi - lo) / v for *_, v, spread in rows if spread for lo, hi in [spread]]
 
     def ms(v):
         return f"{v:9.4f}" if isinstance(v, float) else f"{'-' if v is None else v:>9}"
     short = {label: label.replace("varlen=", "").replace("T=8192", "1x8192").replace(",state=", " ")
              .replace("bfloat16", "bf16").replace("float32", "fp32") for label in labels}
     bf16 = {label: "bfloat16" in label for label in labels}
-    lines = [f"{'ms, CUDA-graph medians':26}" + "".join(f" | {short[label]:>36}" if bf16[label]
+    lines = [f"{'ms, CUDA-graph median':26}" + "".join(f" | {short[label]:>36}" if bf16[label]
                                                         else f" | {short[label]:>16}" for label in labels),
              f"{'variant':26}" + "".join(f" | {'pre-state':>9} {'prep':>9} {'whole':>9} {'/FLA':>6}" if bf16[label]
                                          else f" | {'whole':>9} {'/FLA':>6}" for label in labels)]
@@ -169,6 +182,9 @@ def table(rows: list, labels: list, variants: list) -> list[str]:
                 if bf16[label] else ""
             line += f" |{pre} {ms(whole)} {ratio}"
         lines.append(line)
+    if spreads:
+        lines.append(f"medians of {SAMPLES} samples; (max - min) / median over the timings: largest "
+                     f"{100 * max(spreads):.2f}%, median {100 * sorted(spreads)[len(spreads) // 2]:.2f}%")
     lines += ["", f"{'variant':26} output / pool against the default's"]
     for name in variants:
         lines.append(f"{name:26} " + "; ".join(f"{short[label]}: {value.get((label, name, 'check'), '-')}"
