@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU chunked prefill in one device call (4-5 minutes), from the repository root:
+# The GPU chunked prefill in one device call (under 5 minutes), from the repository root:
 #   1. the ci tier's chunked cells on triton-gdn (records under OUT/ci; every record that did not pass printed);
 #   2. the CUDA-graph replay test (tests/unit/test_triton_gdn_chunked_gpu.py) where pytest is installed;
 #   3. bench.probes.gdn_chunked_variants (ours by readout mode and stage, the state pass's configurations,
@@ -37,7 +37,7 @@ else
 fi
 echo "== 3. timings"
 if [ "${PROBE:-variants}" = prep ]; then
-  timeout -s TERM 185 python3 -m bench.probes.gdn_chunked_prep --out "$OUT" --budget 160 2>&1 \
+  timeout -s TERM 170 python3 -m bench.probes.gdn_chunked_prep --out "$OUT" --budget 150 2>&1 \
     || echo "the timing probe stopped or failed"
 else
   timeout -s TERM 140 python3 -m bench.probes.gdn_chunked_variants --out "$OUT" ${BASELINE:+--baseline "$BASELINE"} \
