@@ -37,6 +37,9 @@ VARIANTS = {     # the likeliest first: past the budget the rest is skipped
     "heads2 readout rcp w8": dict(prep_heads=2, prep_readout=True, prep_norm="rcp", prep_warps=8),
     "heads2 readout batched w8": dict(prep_heads=2, prep_readout=True, prep_form="batched", prep_warps=8),
     "readout": dict(prep_readout=True),
+    "readout w8 r128": dict(prep_readout=True, prep_warps=8, prep_registers=128),
+    "heads2 readout w8 r128": dict(prep_heads=2, prep_readout=True, prep_warps=8, prep_registers=128),
+    "r168": dict(prep_registers=168),
     "readout w8": dict(prep_readout=True, prep_warps=8),
     "readout rcp w8": dict(prep_readout=True, prep_norm="rcp", prep_warps=8),
     "heads2": dict(prep_heads=2),
@@ -209,7 +212,7 @@ def main(argv=None) -> int:
     ap.add_argument("--shapes", nargs="*", default=list(SHAPES), help="shape labels of gdn/chunked-gpu")
     ap.add_argument("--variants", nargs="*", default=list(VARIANTS), help="names of VARIANTS (default first)")
     ap.add_argument("--budget", type=float, default=240.0, help="seconds after which the rest is skipped")
-    ap.add_argument("--compile-workers", type=int, default=8,
+    ap.add_argument("--compile-workers", type=int, default=12,
                     help="processes compiling the variants before the timing (0: compile as they are timed)")
     args = ap.parse_args(argv)
     unknown = [v for v in args.variants if v not in VARIANTS]

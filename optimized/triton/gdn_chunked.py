@@ -586,7 +586,7 @@ def stages(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, us
            l2norm_eps=1e-6, chunk_size=CHUNK, state_write_interval=None, out=None, workspace=None,
            readout=READOUT, prep=PREP, state_block_v=STATE_BV, state_warps=WARPS, state_stages=STATE_STAGES,
            prep_warps=PREP_WARPS, prep_heads=PREP_HEADS, prep_readout=PREP_READOUT, prep_solve=PREP_SOLVE,
-           prep_norm=PREP_NORM, prep_form=PREP_FORM):
+           prep_norm=PREP_NORM, prep_form=PREP_FORM, prep_registers=None):
     """``chunked``'s checks and buffers: (out, [(stage name, launch)]), the launches in order (each a
     no-argument callable; a stage can be timed alone once those before it have run): "prep", "readout"
     unless ``prep_readout`` (the prep kernel computes the readout operands), "state", and "output" unless
@@ -594,7 +594,8 @@ def stages(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, us
     warps and software-pipeline stages, the prep kernel's warps, and the "tiles" prep kernel's value heads per
     program (a divisor of the value heads per key head), its solve's input precision (``PREP_SOLVE``;
     "tf32" rounds the solve's operands, outside the ``bf16-operands`` model) and form (``PREP_FORM``)
-    and its norm (``PREP_NORM``) are tunable."""
+    and its norm (``PREP_NORM``) are tunable; ``prep_registers`` caps the prep kernel's registers a thread
+    (``maxnreg``, 32 to 255, NVIDIA only; default the compiler's choice)."""
     import torch
 
     from reference.gdn.arguments import interval as check_interval
@@ -634,18 +635,23 @@ def stages(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, us
     if prep not in PREP_KERNELS:
         raise ValueError(f"prep: expected one of {sorted(PREP_KERNELS)}, got {prep!r}")
     _check_prep_variant(prep, prep_heads, prep_readout, prep_solve, prep_norm, prep_form, readout, HV // H)
+    if prep_registers is not None and (isinstance(prep_registers, bool) or not isinstance(prep_registers, int)
+                                       or not 32 <= prep_registers <= 255):
+        raise ValueError(f"prep_registers: expected None or an int in [32, 255], got {prep_registers!r}")
+    cap = {} if prep_registers is None or bits else {"maxnreg": prep_registers}
     prep_readout = bool(prep_readout)
 
     def prep_pass():
         args = (k, v, g, beta, cu, chunk_cu, idx, G, W, U, Kd, N, k.stride(0), k.stride(1), v.stride(0), v.stride(1),
                 g.stride(0), beta.stride(0), G.stride(0), W.stride(0), U.stride(0), eps, H, HV)
         if prep == "blocks":
-            _prep_kernel[(bound, HV)](*args, K=K, V=V, BK=BK, BV=BV, L2NORM=norm, BITS=bits, num_warps=prep_warps)
+            _prep_kernel[(bound, HV)](*args, K=K, V=V, BK=BK, BV=BV, L2NORM=norm, BITS=bits, num_warps=prep_warps,
+                                      **cap)
         else:
             _prep_tiles_kernel[(bound, HV // prep_heads)](
                 *args, q, qe, qkd, q.stride(0), q.stride(1), qkd.stride(0), scale, K=K, V=V, BK=BK, BV=BV,
                 L2NORM=norm, BITS=bits, HEADS=prep_heads, READOUT=prep_readout, SOLVE=prep_solve,
-                RCP=prep_norm == "rcp", FORM=prep_form, num_warps=prep_warps)
+                RCP=prep_norm == "rcp", FORM=prep_form, num_warps=prep_warps, **cap)
 
     def readout_operands():
         _readout_kernel[(bound, HV)](

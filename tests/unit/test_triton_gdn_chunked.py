@@ -237,7 +237,7 @@ def test_state_pass_and_prep_configuration_is_checked_by_name():
         C.stages(*args, state_block_v=48)
     for name, bad in (("prep_heads", dict(prep_heads=2)), ("prep_heads", dict(prep_heads=True)),
                       ("prep_solve", dict(prep_solve="bf16")), ("prep_norm", dict(prep_norm="approx")),
-                      ("prep_form", dict(prep_form="columns")),
+                      ("prep_form", dict(prep_form="columns")), ("prep_registers", dict(prep_registers=16)),
                       ("prep_readout", dict(prep_readout=True, readout=False)),
                       ("prep", dict(prep="blocks", prep_norm="rcp")),
                       ("prep", dict(prep="blocks", prep_form="batched"))):
