@@ -593,8 +593,8 @@ def stages(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, us
     ``readout`` (the state pass writes the output). The state pass's V-tile (a power of two, at least 16),
     warps and software-pipeline stages, the prep kernel's warps, and the "tiles" prep kernel's value heads per
     program (a divisor of the value heads per key head), its solve's input precision (``PREP_SOLVE``;
-    "tf32" rounds the solve's operands, outside the ``bf16-operands`` model) and form (``PREP_FORM``)
-    and its norm (``PREP_NORM``) are tunable; ``prep_registers`` caps the prep kernel's registers a thread
+    "tf32" rounds the solve's operands, outside the ``bf16-operands`` model), the solve's form
+    (``PREP_FORM``) and its norms (``PREP_NORM``) are tunable; ``prep_registers`` caps the prep kernel's registers a thread
     (``maxnreg``, 32 to 255, NVIDIA only; default the compiler's choice)."""
     import torch
 
