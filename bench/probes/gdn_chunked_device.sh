@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# The GPU chunked prefill in one device call (about 4 minutes), from the repository root:
+# The GPU chunked prefill in one device call (under 5 minutes), from the repository root:
 #   1. the ci tier's chunked cells on triton-gdn (records under OUT/ci; every record that did not pass printed);
 #   2. the CUDA-graph replay test (tests/unit/test_triton_gdn_chunked_gpu.py) where pytest is installed;
 #   3. bench.probes.gdn_chunked_variants (ours by readout mode and stage, the state pass's configurations,
-#      BASELINE, another gdn_chunked.py, and FLA; the table printed last).
+#      BASELINE, another gdn_chunked.py, and FLA; the table printed last), or with PROBE=prep
+#      bench.probes.gdn_chunked_prep (the prep kernel's variants against the default and FLA; BASELINE unused).
 # Each step is bounded by a timeout; a failure is printed whole and the next step runs.
-#   bash bench/probes/gdn_chunked_device.sh OUT [BASELINE] [WHEELS]   (WHEELS: a folder holding fla-core's wheel)
+#   [PROBE=prep] bash bench/probes/gdn_chunked_device.sh OUT [BASELINE] [WHEELS]   (WHEELS: a folder holding
+#   fla-core's wheel)
 OUT=${1:?usage: gdn_chunked_device.sh OUT [BASELINE] [WHEELS]}
 BASELINE=${2:-}
 WHEELS=${3:-}
@@ -34,5 +36,10 @@ else
   echo "pytest is not installed: skipped"
 fi
 echo "== 3. timings"
-timeout -s TERM 140 python3 -m bench.probes.gdn_chunked_variants --out "$OUT" ${BASELINE:+--baseline "$BASELINE"} 2>&1 \
-  || echo "the timing probe stopped or failed"
+if [ "${PROBE:-variants}" = prep ]; then
+  timeout -s TERM 170 python3 -m bench.probes.gdn_chunked_prep --out "$OUT" --budget 150 2>&1 \
+    || echo "the timing probe stopped or failed"
+else
+  timeout -s TERM 140 python3 -m bench.probes.gdn_chunked_variants --out "$OUT" ${BASELINE:+--baseline "$BASELINE"} \
+    2>&1 || echo "the timing probe stopped or failed"
+fi

@@ -12,7 +12,12 @@ kernels; what passes between them goes through global memory (``stage_bytes`` co
    bf16(T @ bf16(beta exp(G) k)), U = bf16(T @ bf16(beta v)) and the state increment's operand
    bf16(k exp(G_last - G)) (bf16 [T, HV, K], [T, HV, V], [T, HV, K]). ``stages(..., prep="blocks")`` runs
    ``_prep_kernel`` instead, which computes the same in 16-row blocks throughout (A's blocks, W and U summed
-   over T's 16-column blocks).
+   over T's 16-column blocks). The "tiles" kernel's variants (``stages``' prep_* arguments): several value
+   heads of one key head a program (k, its norm and k k^T computed once for them; the same values), the
+   step 2 operands computed there too (the same values; no readout kernel), the solve's four diagonal blocks
+   batched or the whole solve by forward substitution row by row (fp32), the solve's products at TF32x3
+   (near fp32) or TF32 input precision (T then deviates from the model's: TF32 operands keep 10 bits), the
+   norms by one reciprocal a row (within 1.5 fp32 ulps of the quotient, before the bf16 rounding).
 2. ``_readout_kernel``, per (chunk, value head): the output's state-free operands bf16(q exp(G)) and
    bf16(tril(q k^T exp(G_i - G_j))) (bf16 [T, HV, K] and [T, HV, 64]).
 3. ``_state_kernel``, per (sequence, value head, V-tile), serial over the sequence's chunks (the next
@@ -51,10 +56,15 @@ from optimized.triton.tq_decode_launch import interpreting
 CHUNK = 64
 SUB = 16                       # rows of the solve's blocks
 STATE_BV = 32                  # V-tile of the state pass
-STATE_STAGES = 2               # its software-pipeline stages (the next chunk's loads in flight)
+STATE_STAGES = 3               # its software-pipeline stages (the next chunks' loads in flight)
 WARPS = 4
-PREP_WARPS = 8                 # the prep kernel's (at 4, both spill registers)
+PREP_WARPS = 4                 # the prep kernel's
 PREP = "tiles"                 # the prep kernel: its products over the whole chunk, or in 16-row blocks ("blocks")
+PREP_HEADS = 1                 # value heads per program of the "tiles" prep kernel (k and k k^T shared by them)
+PREP_READOUT = False           # the readout operands computed by the "tiles" prep kernel (no readout kernel)
+PREP_SOLVE = "ieee"            # the input precision of the solve's fp32 products: "ieee", "tf32x3", "tf32"
+PREP_NORM = "div"              # the "tiles" prep kernel's l2 norms: a division per element, or "rcp" (``_qk``)
+PREP_FORM = "blocks"           # its solve's form: 16-row blocks, "batched" diagonal blocks, or "rows"
 READOUT = True                 # the state pass writes the output (h and v_new never go to memory)
 
 
@@ -118,14 +128,19 @@ def _chunk(c, chunk_cu_ptr, cu_ptr, N):
 
 @triton.jit
 def _qk(ptr, t0, rows, valid, s_t, h, s_h, D: tl.constexpr, BD: tl.constexpr, scale, eps, L2NORM: tl.constexpr,
-        BITS: tl.constexpr):
+        BITS: tl.constexpr, RCP: tl.constexpr):
     """Rows ``t0 + rows`` of q or k (head h) in fp32, l2-normalised, times ``scale``, rounded to bf16
-    (invalid rows and padding columns 0)."""
+    (invalid rows and padding columns 0). The norm divides each element (IEEE), or with RCP multiplies it by
+    the row's reciprocal (IEEE; within 1.5 fp32 ulps of the quotient)."""
     d = tl.arange(0, BD)
     x = tl.load(ptr + (t0 + rows)[:, None] * s_t + h * s_h + d[None, :],
                 mask=valid[:, None] & (d < D)[None, :], other=0.0).to(tl.float32)
     if L2NORM:
-        x = tl.math.div_rn(x, tl.sqrt_rn(tl.sum(x * x, axis=1) + eps)[:, None])
+        norm = tl.sqrt_rn(tl.sum(x * x, axis=1) + eps)
+        if RCP:
+            x = x * tl.math.div_rn(tl.full(norm.shape, 1.0, tl.float32), norm)[:, None]
+        else:
+            x = tl.math.div_rn(x, norm[:, None])
     return _bf16(x * scale, BITS)
 
 
@@ -150,15 +165,16 @@ def _a_block(ki, kj, beta_i, Gi, Gj, DIAG: tl.constexpr, BITS: tl.constexpr):
 
 
 @triton.jit
-def _inv_diag(a):
-    """(I - a)^-1 of a strictly lower [16, 16] block in fp32: (I + a)(I + a^2)(I + a^4)(I + a^8) (a^16 = 0),
-    IEEE fp32 products."""
+def _inv_diag(a, PREC: tl.constexpr):
+    """(I - a)^-1 of a strictly lower [16, 16] block (or of each of a [B, 16, 16] batch) in fp32:
+    (I + a)(I + a^2)(I + a^4)(I + a^8) (a^16 = 0), fp32 products at input precision PREC ("ieee"; "tf32x3":
+    three TF32 products, near fp32; "tf32")."""
     r = tl.arange(0, 16)
     x = a + tl.where(r[:, None] == r[None, :], 1.0, 0.0)
     p = a
     for _ in tl.static_range(3):
-        p = tl.dot(p, p, input_precision="ieee")
-        x = x + tl.dot(x, p, input_precision="ieee")
+        p = tl.dot(p, p, input_precision=PREC)
+        x = x + tl.dot(x, p, input_precision=PREC)
     return x
 
 
@@ -215,32 +231,53 @@ def _from_blocks(b00, b10, b11, b20, b21, b22, b30, b31, b32, b33):
 
 
 @triton.jit
-def _below_diagonal(A10, A20, A21, A30, A31, A32, X00, X11, X22, X33):
+def _below_diagonal(A10, A20, A21, A30, A31, A32, X00, X11, X22, X33, PREC: tl.constexpr):
     """The blocks of (I + A)^-1 below its diagonal from the diagonal blocks' inverses X_ii and A's blocks below
-    the diagonal: X_ij = X_ii sum_{j <= m < i} A_im X_mj, rows in order, IEEE fp32 products."""
-    ieee: tl.constexpr = "ieee"
-    X10 = tl.dot(X11, tl.dot(A10, X00, input_precision=ieee), input_precision=ieee)
-    X21 = tl.dot(X22, tl.dot(A21, X11, input_precision=ieee), input_precision=ieee)
-    X20 = tl.dot(X22, tl.dot(A20, X00, input_precision=ieee) + tl.dot(A21, X10, input_precision=ieee),
-                 input_precision=ieee)
-    X32 = tl.dot(X33, tl.dot(A32, X22, input_precision=ieee), input_precision=ieee)
-    X31 = tl.dot(X33, tl.dot(A31, X11, input_precision=ieee) + tl.dot(A32, X21, input_precision=ieee),
-                 input_precision=ieee)
-    X30 = tl.dot(X33, tl.dot(A30, X00, input_precision=ieee) + tl.dot(A31, X10, input_precision=ieee) +
-                 tl.dot(A32, X20, input_precision=ieee), input_precision=ieee)
+    the diagonal: X_ij = X_ii sum_{j <= m < i} A_im X_mj, rows in order, fp32 products at input precision PREC
+    (``_inv_diag``)."""
+    X10 = tl.dot(X11, tl.dot(A10, X00, input_precision=PREC), input_precision=PREC)
+    X21 = tl.dot(X22, tl.dot(A21, X11, input_precision=PREC), input_precision=PREC)
+    X20 = tl.dot(X22, tl.dot(A20, X00, input_precision=PREC) + tl.dot(A21, X10, input_precision=PREC),
+                 input_precision=PREC)
+    X32 = tl.dot(X33, tl.dot(A32, X22, input_precision=PREC), input_precision=PREC)
+    X31 = tl.dot(X33, tl.dot(A31, X11, input_precision=PREC) + tl.dot(A32, X21, input_precision=PREC),
+                 input_precision=PREC)
+    X30 = tl.dot(X33, tl.dot(A30, X00, input_precision=PREC) + tl.dot(A31, X10, input_precision=PREC) +
+                 tl.dot(A32, X20, input_precision=PREC), input_precision=PREC)
     return X10, X20, X21, X30, X31, X32
 
 
 @triton.jit
-def _unit_lower_inverse(A, BITS: tl.constexpr):
-    """bf16((I - A)^-1) of a strictly lower [64, 64] ``A`` (fp32) as a [64, 64] tensor: the 16-row blocks'
-    inverses by ``_inv_diag`` and the blocks below them X_ij = X_ii sum_{j <= m < i} A_im X_mj, IEEE fp32."""
+def _rows_inverse(A):
+    """(I - A)^-1 of a strictly lower [64, 64] ``A`` in fp32 by forward substitution, row i = A_i + A_i X (rows
+    of X above i final), one row a step."""
+    r = tl.arange(0, 64)
+    X = A
+    for i in range(1, 64):
+        row = tl.sum(tl.where(r[:, None] == i, A, 0.0), axis=0)
+        X = tl.where(r[:, None] == i, (row + tl.sum(row[:, None] * X, axis=0))[None, :], X)
+    return X + tl.where(r[:, None] == r[None, :], 1.0, 0.0)
+
+
+@triton.jit
+def _unit_lower_inverse(A, BITS: tl.constexpr, PREC: tl.constexpr, FORM: tl.constexpr):
+    """bf16((I - A)^-1) of a strictly lower [64, 64] ``A`` (fp32) as a [64, 64] tensor. FORM "blocks": the
+    16-row blocks' inverses by ``_inv_diag`` and the blocks below them X_ij = X_ii sum_{j <= m < i} A_im X_mj,
+    fp32 products at input precision PREC (``_inv_diag``); "batched": the same, the four diagonal blocks as one
+    [4, 16, 16] chain of batched products; "rows": forward substitution row by row over the whole tile (fp32,
+    no products; PREC unused)."""
+    if FORM == "rows":
+        return _bf16(_rows_inverse(A), BITS)
     A00, A10, A20, A30, A11, A21, A31, A22, A32, A33 = _column_blocks(A)
-    X00 = _inv_diag(A00)
-    X11 = _inv_diag(A11)
-    X22 = _inv_diag(A22)
-    X33 = _inv_diag(A33)
-    X10, X20, X21, X30, X31, X32 = _below_diagonal(A10, A20, A21, A30, A31, A32, X00, X11, X22, X33)
+    if FORM == "batched":
+        X = _inv_diag(tl.permute(tl.reshape(_join4(A00, A11, A22, A33), (16, 16, 4)), (2, 0, 1)), PREC)
+        X00, X11, X22, X33 = _split4(tl.reshape(tl.permute(X, (1, 2, 0)), (16, 16, 2, 2)))
+    else:
+        X00 = _inv_diag(A00, PREC)
+        X11 = _inv_diag(A11, PREC)
+        X22 = _inv_diag(A22, PREC)
+        X33 = _inv_diag(A33, PREC)
+    X10, X20, X21, X30, X31, X32 = _below_diagonal(A10, A20, A21, A30, A31, A32, X00, X11, X22, X33, PREC)
     return _bf16(_from_blocks(X00, X10, X11, X20, X21, X22, X30, X31, X32, X33), BITS)
 
 
@@ -250,12 +287,23 @@ def _readout_operands(q_ptr, k_ptr, G_ptr, t0, r, valid, sq_t, sq_h, sk_t, sk_h,
     """The output's state-free operands of a chunk's rows ``t0 + r``: (bf16(q exp(G)) [64, BK],
     bf16(tril(q k^T) exp(G_i - G_j)) [64, 64])."""
     h = hv // (HV // H)
-    qs = _qk(q_ptr, t0, r, valid, sq_t, h, sq_h, K, BK, scale, eps, L2NORM, BITS)
-    ks = _qk(k_ptr, t0, r, valid, sk_t, h, sk_h, K, BK, 1.0, eps, L2NORM, BITS)
+    qs = _qk(q_ptr, t0, r, valid, sq_t, h, sq_h, K, BK, scale, eps, L2NORM, BITS, False)
+    ks = _qk(k_ptr, t0, r, valid, sk_t, h, sk_h, K, BK, 1.0, eps, L2NORM, BITS, False)
     G = tl.load(G_ptr + (t0 + r) * sG_t + hv, mask=valid, other=0.0)
-    lower = r[:, None] >= r[None, :]
-    qkD = _bf16(tl.where(lower, _mm(qs, tl.trans(ks), BITS) *
-                         tl.exp(tl.where(lower, G[:, None] - G[None, :], 0.0)), 0.0), BITS)
+    return _readout_tiles(qs, _mm(qs, tl.trans(ks), BITS), G, _decay(G, r), r, BITS)
+
+
+@triton.jit
+def _decay(G, r):
+    """exp(G_i - G_j) on and below the diagonal of a [64, 64] tile, 1 above it."""
+    return tl.exp(tl.where(r[:, None] >= r[None, :], G[:, None] - G[None, :], 0.0))
+
+
+@triton.jit
+def _readout_tiles(qs, qk, G, D, r, BITS: tl.constexpr):
+    """(bf16(q exp(G)), bf16(tril(q k^T) exp(G_i - G_j))) from the rounded q rows ``qs``, their products with
+    the k rows ``qk`` (fp32) and the decay ``D`` (``_decay``)."""
+    qkD = _bf16(tl.where(r[:, None] >= r[None, :], qk * D, 0.0), BITS)
     qe = _bf16(qs.to(tl.float32) * tl.exp(G)[:, None], BITS)
     return qe, qkD
 
@@ -288,10 +336,10 @@ def _prep_kernel(k_ptr, v_ptr, g_ptr, beta_ptr, cu_ptr, chunk_cu_ptr, idx_ptr, G
         r = tl.arange(0, 16)
         r1, r2, r3 = 16 + r, 32 + r, 48 + r
         v0, v1, v2, v3 = r < length, r1 < length, r2 < length, r3 < length
-        k0 = _qk(k_ptr, t0, r, v0, sk_t, h, sk_h, K, BK, 1.0, eps, L2NORM, BITS)
-        k1 = _qk(k_ptr, t0, r1, v1, sk_t, h, sk_h, K, BK, 1.0, eps, L2NORM, BITS)
-        k2 = _qk(k_ptr, t0, r2, v2, sk_t, h, sk_h, K, BK, 1.0, eps, L2NORM, BITS)
-        k3 = _qk(k_ptr, t0, r3, v3, sk_t, h, sk_h, K, BK, 1.0, eps, L2NORM, BITS)
+        k0 = _qk(k_ptr, t0, r, v0, sk_t, h, sk_h, K, BK, 1.0, eps, L2NORM, BITS, False)
+        k1 = _qk(k_ptr, t0, r1, v1, sk_t, h, sk_h, K, BK, 1.0, eps, L2NORM, BITS, False)
+        k2 = _qk(k_ptr, t0, r2, v2, sk_t, h, sk_h, K, BK, 1.0, eps, L2NORM, BITS, False)
+        k3 = _qk(k_ptr, t0, r3, v3, sk_t, h, sk_h, K, BK, 1.0, eps, L2NORM, BITS, False)
         g0, b0 = _gates(g_ptr, beta_ptr, t0, r, v0, sg_t, sb_t, hv)
         g1, b1 = _gates(g_ptr, beta_ptr, t0, r1, v1, sg_t, sb_t, hv)
         g2, b2 = _gates(g_ptr, beta_ptr, t0, r2, v2, sg_t, sb_t, hv)
@@ -306,17 +354,18 @@ def _prep_kernel(k_ptr, v_ptr, g_ptr, beta_ptr, cu_ptr, chunk_cu_ptr, idx_ptr, G
         tl.store(G_ptr + (t0 + r3) * sG_t + hv, G3, mask=v3)
         G_last = _at_last(G0, r, length) + _at_last(G1, r1, length) + _at_last(G2, r2, length) + \
             _at_last(G3, r3, length)
-        X00 = _inv_diag(_a_block(k0, k0, b0, G0, G0, True, BITS))
-        X11 = _inv_diag(_a_block(k1, k1, b1, G1, G1, True, BITS))
-        X22 = _inv_diag(_a_block(k2, k2, b2, G2, G2, True, BITS))
-        X33 = _inv_diag(_a_block(k3, k3, b3, G3, G3, True, BITS))
+        X00 = _inv_diag(_a_block(k0, k0, b0, G0, G0, True, BITS), "ieee")
+        X11 = _inv_diag(_a_block(k1, k1, b1, G1, G1, True, BITS), "ieee")
+        X22 = _inv_diag(_a_block(k2, k2, b2, G2, G2, True, BITS), "ieee")
+        X33 = _inv_diag(_a_block(k3, k3, b3, G3, G3, True, BITS), "ieee")
         A10 = _a_block(k1, k0, b1, G1, G0, False, BITS)
         A20 = _a_block(k2, k0, b2, G2, G0, False, BITS)
         A21 = _a_block(k2, k1, b2, G2, G1, False, BITS)
         A30 = _a_block(k3, k0, b3, G3, G0, False, BITS)
         A31 = _a_block(k3, k1, b3, G3, G1, False, BITS)
         A32 = _a_block(k3, k2, b3, G3, G2, False, BITS)
-        X10, X20, X21, X30, X31, X32 = _below_diagonal(A10, A20, A21, A30, A31, A32, X00, X11, X22, X33)
+        X10, X20, X21, X30, X31, X32 = _below_diagonal(A10, A20, A21, A30, A31, A32, X00, X11, X22, X33,
+                                                       "ieee")
         T00, T11, T22, T33 = _bf16(X00, BITS), _bf16(X11, BITS), _bf16(X22, BITS), _bf16(X33, BITS)
         T10, T20, T21 = _bf16(X10, BITS), _bf16(X20, BITS), _bf16(X21, BITS)
         T30, T31, T32 = _bf16(X30, BITS), _bf16(X31, BITS), _bf16(X32, BITS)
@@ -353,36 +402,51 @@ def _prep_kernel(k_ptr, v_ptr, g_ptr, beta_ptr, cu_ptr, chunk_cu_ptr, idx_ptr, G
 
 @triton.jit
 def _prep_tiles_kernel(k_ptr, v_ptr, g_ptr, beta_ptr, cu_ptr, chunk_cu_ptr, idx_ptr, G_ptr, W_ptr, U_ptr, Kd_ptr, N,
-                       sk_t, sk_h, sv_t, sv_h, sg_t, sb_t, sG_t, sW_t, sU_t, eps, H, HV, K: tl.constexpr,
-                       V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, L2NORM: tl.constexpr,
-                       BITS: tl.constexpr):
-    """Step 1 (module docstring) for chunk program_id(0), value head program_id(1): A, W, U one dot each over
-    the whole chunk, only the solve in 16-row blocks."""
+                       sk_t, sk_h, sv_t, sv_h, sg_t, sb_t, sG_t, sW_t, sU_t, eps, H, HV, q_ptr, qe_ptr, qkd_ptr,
+                       sq_t, sq_h, sD_t, scale, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr,
+                       BV: tl.constexpr, L2NORM: tl.constexpr, BITS: tl.constexpr, HEADS: tl.constexpr,
+                       READOUT: tl.constexpr, SOLVE: tl.constexpr, RCP: tl.constexpr, FORM: tl.constexpr):
+    """Step 1 (module docstring) for chunk program_id(0), value heads HEADS program_id(1) + [0, HEADS) of one
+    key head (k, its norm and k k^T computed once for them): A, W, U one dot each over the whole chunk, only
+    the solve in the FORM of ``_unit_lower_inverse``, its products at input precision SOLVE;
+    the norms by reciprocal where RCP (``_qk``); with READOUT step 2 too (q, its norm and q k^T once for the
+    heads)."""
     c = tl.program_id(0)
-    hv = tl.program_id(1)
+    hv0 = tl.program_id(1) * HEADS
     n, t0, length, j = _chunk(c, chunk_cu_ptr, cu_ptr, N)
     if (length > 0) & (tl.load(idx_ptr + n) >= 0):
-        h = hv // (HV // H)
+        h = hv0 // (HV // H)
         r = tl.arange(0, 64)
         valid = r < length
-        ks = _qk(k_ptr, t0, r, valid, sk_t, h, sk_h, K, BK, 1.0, eps, L2NORM, BITS)
-        g, beta = _gates(g_ptr, beta_ptr, t0, r, valid, sg_t, sb_t, hv)
-        G = tl.cumsum(g, axis=0)
-        tl.store(G_ptr + (t0 + r) * sG_t + hv, G, mask=valid)
-        G_last = _at_last(G, r, length)
-        strict = r[:, None] > r[None, :]
-        A = tl.where(strict, -beta[:, None] * _mm(ks, tl.trans(ks), BITS) *
-                     tl.exp(tl.where(strict, G[:, None] - G[None, :], 0.0)), 0.0)
-        Tm = _unit_lower_inverse(_bf16(A, BITS).to(tl.float32), BITS)
+        ks = _qk(k_ptr, t0, r, valid, sk_t, h, sk_h, K, BK, 1.0, eps, L2NORM, BITS, RCP)
+        if READOUT:     # first, for every head: q and q k^T are then dead before the solves
+            qs = _qk(q_ptr, t0, r, valid, sq_t, h, sq_h, K, BK, scale, eps, L2NORM, BITS, RCP)
+            qk = _mm(qs, tl.trans(ks), BITS)
+            for i in tl.static_range(HEADS):
+                g, beta = _gates(g_ptr, beta_ptr, t0, r, valid, sg_t, sb_t, hv0 + i)
+                G = tl.cumsum(g, axis=0)
+                qe, qkD = _readout_tiles(qs, qk, G, _decay(G, r), r, BITS)
+                _store_rows(qe_ptr, qe, t0, r, valid, sW_t, (hv0 + i) * K, K, BK, BITS)
+                _store_rows(qkd_ptr, qkD, t0, r, valid, sD_t, (hv0 + i) * 64, 64, 64, BITS)
+        kk = _mm(ks, tl.trans(ks), BITS)
         kf = ks.to(tl.float32)
-        col = hv * K
-        _store_rows(W_ptr, _mm(Tm, _bf16((beta * tl.exp(G))[:, None] * kf, BITS), BITS), t0, r, valid, sW_t, col,
-                    K, BK, BITS)
-        _store_rows(Kd_ptr, kf * tl.exp(G_last - G)[:, None], t0, r, valid, sW_t, col, K, BK, BITS)
+        strict = r[:, None] > r[None, :]
         vv = tl.arange(0, BV)
-        vs = tl.load(v_ptr + (t0 + r)[:, None] * sv_t + hv * sv_h + vv[None, :],
-                     mask=valid[:, None] & (vv < V)[None, :], other=0.0).to(tl.float32)
-        _store_rows(U_ptr, _mm(Tm, _bf16(beta[:, None] * vs, BITS), BITS), t0, r, valid, sU_t, hv * V, V, BV, BITS)
+        for i in tl.static_range(HEADS):
+            hv = hv0 + i
+            g, beta = _gates(g_ptr, beta_ptr, t0, r, valid, sg_t, sb_t, hv)
+            G = tl.cumsum(g, axis=0)
+            tl.store(G_ptr + (t0 + r) * sG_t + hv, G, mask=valid)
+            G_last = _at_last(G, r, length)
+            Tm = _unit_lower_inverse(_bf16(tl.where(strict, -beta[:, None] * kk * _decay(G, r), 0.0), BITS)
+                                     .to(tl.float32), BITS, SOLVE, FORM)
+            _store_rows(W_ptr, _mm(Tm, _bf16((beta * tl.exp(G))[:, None] * kf, BITS), BITS), t0, r, valid, sW_t,
+                        hv * K, K, BK, BITS)
+            _store_rows(Kd_ptr, kf * tl.exp(G_last - G)[:, None], t0, r, valid, sW_t, hv * K, K, BK, BITS)
+            vs = tl.load(v_ptr + (t0 + r)[:, None] * sv_t + hv * sv_h + vv[None, :],
+                         mask=valid[:, None] & (vv < V)[None, :], other=0.0).to(tl.float32)
+            _store_rows(U_ptr, _mm(Tm, _bf16(beta[:, None] * vs, BITS), BITS), t0, r, valid, sU_t, hv * V, V, BV,
+                        BITS)
 
 
 @triton.jit
@@ -521,11 +585,17 @@ def chunked(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, u
 def stages(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, use_qk_l2norm=True,
            l2norm_eps=1e-6, chunk_size=CHUNK, state_write_interval=None, out=None, workspace=None,
            readout=READOUT, prep=PREP, state_block_v=STATE_BV, state_warps=WARPS, state_stages=STATE_STAGES,
-           prep_warps=PREP_WARPS):
+           prep_warps=PREP_WARPS, prep_heads=PREP_HEADS, prep_readout=PREP_READOUT, prep_solve=PREP_SOLVE,
+           prep_norm=PREP_NORM, prep_form=PREP_FORM, prep_registers=None):
     """``chunked``'s checks and buffers: (out, [(stage name, launch)]), the launches in order (each a
-    no-argument callable; a stage can be timed alone once those before it have run): "prep", "state", and
-    "output" unless ``readout`` (the state pass writes the output). The state pass's V-tile (a power of two,
-    at least 16), warps and software-pipeline stages, and the prep kernel's warps are tunable."""
+    no-argument callable; a stage can be timed alone once those before it have run): "prep", "readout"
+    unless ``prep_readout`` (the prep kernel computes the readout operands), "state", and "output" unless
+    ``readout`` (the state pass writes the output). The state pass's V-tile (a power of two, at least 16),
+    warps and software-pipeline stages, the prep kernel's warps, and the "tiles" prep kernel's value heads per
+    program (a divisor of the value heads per key head), its solve's input precision (``PREP_SOLVE``;
+    "tf32" rounds the solve's operands, outside the ``bf16-operands`` model), the solve's form
+    (``PREP_FORM``) and its norms (``PREP_NORM``) are tunable; ``prep_registers`` caps the prep kernel's registers a thread
+    (``maxnreg``, 32 to 255, NVIDIA only; default the compiler's choice)."""
     import torch
 
     from reference.gdn.arguments import interval as check_interval
@@ -564,13 +634,24 @@ def stages(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, us
 
     if prep not in PREP_KERNELS:
         raise ValueError(f"prep: expected one of {sorted(PREP_KERNELS)}, got {prep!r}")
-    prep_kernel = PREP_KERNELS[prep]
+    _check_prep_variant(prep, prep_heads, prep_readout, prep_solve, prep_norm, prep_form, readout, HV // H)
+    if prep_registers is not None and (isinstance(prep_registers, bool) or not isinstance(prep_registers, int)
+                                       or not 32 <= prep_registers <= 255):
+        raise ValueError(f"prep_registers: expected None or an int in [32, 255], got {prep_registers!r}")
+    cap = {} if prep_registers is None or bits else {"maxnreg": prep_registers}
+    prep_readout = bool(prep_readout)
 
     def prep_pass():
-        prep_kernel[(bound, HV)](
-            k, v, g, beta, cu, chunk_cu, idx, G, W, U, Kd, N, k.stride(0), k.stride(1), v.stride(0), v.stride(1),
-            g.stride(0), beta.stride(0), G.stride(0), W.stride(0), U.stride(0), eps, H, HV, K=K, V=V, BK=BK, BV=BV,
-            L2NORM=norm, BITS=bits, num_warps=prep_warps)
+        args = (k, v, g, beta, cu, chunk_cu, idx, G, W, U, Kd, N, k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+                g.stride(0), beta.stride(0), G.stride(0), W.stride(0), U.stride(0), eps, H, HV)
+        if prep == "blocks":
+            _prep_kernel[(bound, HV)](*args, K=K, V=V, BK=BK, BV=BV, L2NORM=norm, BITS=bits, num_warps=prep_warps,
+                                      **cap)
+        else:
+            _prep_tiles_kernel[(bound, HV // prep_heads)](
+                *args, q, qe, qkd, q.stride(0), q.stride(1), qkd.stride(0), scale, K=K, V=V, BK=BK, BV=BV,
+                L2NORM=norm, BITS=bits, HEADS=prep_heads, READOUT=prep_readout, SOLVE=prep_solve,
+                RCP=prep_norm == "rcp", FORM=prep_form, num_warps=prep_warps, **cap)
 
     def readout_operands():
         _readout_kernel[(bound, HV)](
@@ -589,9 +670,30 @@ def stages(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, us
             G.stride(0), U.stride(0), out.stride(0), out.stride(1), scale, eps, H, HV, K=K, V=V, BK=BK, BV=BV,
             L2NORM=norm, BITS=bits, num_warps=WARPS)
 
+    if prep_readout:
+        return out, [("prep", prep_pass), ("state", state_pass)]
     if readout:
         return out, [("prep", prep_pass), ("readout", readout_operands), ("state", state_pass)]
     return out, [("prep", prep_pass), ("state", state_pass), ("output", output)]
+
+
+def _check_prep_variant(prep, heads, prep_readout, solve, norm, form, readout, group: int) -> None:
+    """ValueError naming the first of ``stages``' prep_* arguments that ``prep`` cannot run (``group``: value
+    heads per key head)."""
+    if isinstance(heads, bool) or not isinstance(heads, int) or heads < 1 or group % heads:
+        raise ValueError(f"prep_heads: expected a divisor of the value heads per key head ({group}), got {heads!r}")
+    if solve not in ("ieee", "tf32x3", "tf32"):
+        raise ValueError(f"prep_solve: expected 'ieee', 'tf32x3' or 'tf32', got {solve!r}")
+    if norm not in ("div", "rcp"):
+        raise ValueError(f"prep_norm: expected 'div' or 'rcp', got {norm!r}")
+    if form not in ("blocks", "batched", "rows"):
+        raise ValueError(f"prep_form: expected 'blocks', 'batched' or 'rows', got {form!r}")
+    if prep_readout and not readout:
+        raise ValueError("prep_readout: the readout operands are read by the state pass only with readout=True")
+    if prep == "blocks" and (heads, bool(prep_readout), solve, norm, form) != (1, False, "ieee", "div", "blocks"):
+        raise ValueError("prep: the 'blocks' kernel runs one value head a program, no readout, an IEEE solve in "
+                         "blocks and divided norms; prep_heads, prep_readout, prep_solve, prep_norm and "
+                         "prep_form are the 'tiles' kernel's")
 
 
 PREP_KERNELS = {"blocks": _prep_kernel, "tiles": _prep_tiles_kernel}
@@ -617,7 +719,15 @@ def compile_specs():
     consts = dict(K=128, V=128, BK=BK, BV=BV, L2NORM=True, BITS=False)
     out = [CompileSpec("gdn chunked output", _output_kernel, types, consts)]
     out.append(CompileSpec("gdn chunked prep", _prep_kernel, types, consts, warps=PREP_WARPS))
-    out.append(CompileSpec("gdn chunked prep tiles", _prep_tiles_kernel, types, consts, warps=PREP_WARPS))
+    tiles = dict(HEADS=PREP_HEADS, READOUT=PREP_READOUT, SOLVE=PREP_SOLVE, RCP=PREP_NORM == "rcp",
+                 FORM=PREP_FORM)
+    out.append(CompileSpec("gdn chunked prep tiles", _prep_tiles_kernel, types, {**consts, **tiles},
+                           warps=PREP_WARPS))
+    out.append(CompileSpec("gdn chunked prep tiles, two heads, readout", _prep_tiles_kernel, types,
+                           {**consts, **tiles, "HEADS": 2, "READOUT": True}, warps=8))
+    for form in ("batched", "rows"):
+        out.append(CompileSpec(f"gdn chunked prep tiles, solve {form}", _prep_tiles_kernel, types,
+                               {**consts, **tiles, "FORM": form}, warps=PREP_WARPS))
     out.append(CompileSpec("gdn chunked readout operands", _readout_kernel, types,
                            dict(K=128, BK=BK, L2NORM=True, BITS=False)))
     for readout in (False, True):

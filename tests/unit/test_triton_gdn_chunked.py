@@ -7,6 +7,9 @@
 - bad input is refused before launch by a ValueError/TypeError whose message starts with the argument's
   name, nothing written;
 - each prep kernel, with the output read out in the state pass or after it, passes the check on a small cell;
+  the "tiles" prep kernel's variants that share work between value heads, compute the readout operands or
+  batch the solve's diagonal blocks give the default's result bit for bit, those that round elsewhere (the
+  solve by rows among them) pass the check;
 - the stages run one after another give what ``chunked`` gives, the output read out in the state pass or
   after it.
 """
@@ -119,6 +122,34 @@ def test_each_prep_kernel_and_readout_mode_passes_the_family_check(monkeypatch, 
     assert verdict.status == "pass", verdict.reason
 
 
+@pytest.mark.parametrize("variant", [dict(prep_heads=2), dict(prep_readout=True), dict(prep_form="batched"),
+                                     dict(prep_heads=2, prep_readout=True, prep_form="batched", prep_warps=8)])
+def test_the_tiles_prep_variants_that_share_work_give_what_the_default_gives_bit_for_bit(variant):
+    x = gdn.make_inputs(make_cell("gdn", "chunked", state="bfloat16", H=2, HV=4, K=16, lens=(70, 5), decay="weak",
+                                  slots="padded", qk="unit", split=None, act="bfloat16"))
+    args = [_t(x[n]) for n in ("q", "k", "v", "g", "beta", "cu_seqlens")]
+    pools = [_t(x["state"]).clone() for _ in range(2)]
+    whole = C.chunked(*args, pools[0], _t(x["state_indices"]))
+    out, launches = C.stages(*args, pools[1], _t(x["state_indices"]), prep="tiles", **variant)
+    assert [name for name, _ in launches] == (["prep", "state"] if variant.get("prep_readout")
+                                              else ["prep", "readout", "state"])
+    for _, launch in launches:
+        launch()
+    assert torch.equal(whole, out) and torch.equal(pools[0], pools[1])
+
+
+@pytest.mark.parametrize("variant", [dict(prep_norm="rcp"), dict(prep_solve="tf32x3"), dict(prep_form="rows"),
+                                     dict(prep_heads=2, prep_readout=True, prep_norm="rcp")])
+def test_the_tiles_prep_variants_that_round_differently_pass_the_family_check(monkeypatch, variant):
+    cell = make_cell("gdn", "chunked", state="bfloat16", H=1, HV=2, K=32, lens=(70, 5, 130), decay="weak",
+                     slots="padded", qk="unit", split=None, act="bfloat16")
+    x = gdn.make_inputs(cell)
+    monkeypatch.setattr(C, "stages", functools.partial(C.stages, prep="tiles", **variant))
+    got = gdn.run_with(TritonGdnImpl("cpu"), cell, {**x, "state": x["state"].copy()})
+    verdict = gdn.check(cell, MODEL, x, got)
+    assert verdict.status == "pass", verdict.reason
+
+
 def test_the_stages_one_by_one_give_what_chunked_gives_with_and_without_the_readout_in_the_state_pass():
     x = gdn.make_inputs(make_cell("gdn", "chunked", state="bfloat16", H=1, HV=2, K=16, lens=(70, 5), decay="weak",
                                   slots="padded", qk="unit", split=None, act="bfloat16"))
@@ -198,12 +229,20 @@ def test_an_out_overlapping_the_pool_is_refused_by_name():
     assert torch.equal(pool, before)
 
 
-def test_state_pass_configuration_is_checked_by_name():
+def test_state_pass_and_prep_configuration_is_checked_by_name():
     x = gdn.make_inputs(make_cell("gdn", "chunked", state="float32", H=1, HV=1, K=16, lens=(3,), decay="weak",
                                   slots="shuffled", qk="unit", split=None, act="bfloat16"))
     args = [_t(x[n]) for n in ("q", "k", "v", "g", "beta", "cu_seqlens", "state", "state_indices")]
     with pytest.raises(ValueError, match=r"^state_block_v"):
         C.stages(*args, state_block_v=48)
+    for name, bad in (("prep_heads", dict(prep_heads=2)), ("prep_heads", dict(prep_heads=True)),
+                      ("prep_solve", dict(prep_solve="bf16")), ("prep_norm", dict(prep_norm="approx")),
+                      ("prep_form", dict(prep_form="columns")), ("prep_registers", dict(prep_registers=16)),
+                      ("prep_readout", dict(prep_readout=True, readout=False)),
+                      ("prep", dict(prep="blocks", prep_norm="rcp")),
+                      ("prep", dict(prep="blocks", prep_form="batched"))):
+        with pytest.raises(ValueError, match=rf"^{name}:"):
+            C.stages(*args, **bad)
 
 
 def test_problem_and_stage_bytes():
