@@ -431,18 +431,17 @@ inline void prefetch_lines(const void* p, int64_t n) {
     for (uintptr_t l = a & ~uintptr_t(63); l < a + uintptr_t(n); l += 64) __builtin_prefetch(reinterpret_cast<const void*>(l), 0, 2);
 }
 
-// One chunk's input rows of a task's key heads [h0, h0 + heads) and their value heads [hv0, hv0 +
-// states): q, k, v, g and beta copied in token by token. Within a token a task's heads are
-// adjacent, so each copy is one contiguous run per tensor (a head's rows alone are a few lines a
-// page or more apart, which the hardware prefetchers do not follow and whose lines for all tokens of
-// a chunk fall in a few cache sets). Staged rows are `*_row` bytes apart (64-byte multiples); row i
-// is chunk row i. A task has two stages: the chunk it computes and the next one, copied in part by
-// part while it computes (chunk_item).
+// One chunk's rows of a task's key heads [h0, h0 + heads) and their value heads [hv0, hv0 +
+// states): q, k, v, g and beta copied in token by token, and the output rows written back after the
+// chunk (P::stream_out). Within a token a task's heads are adjacent, so each copy is one contiguous
+// run per tensor (a head's rows alone are a few lines a page or more apart, which the hardware
+// prefetchers do not follow and whose lines for all tokens of a chunk fall in a few cache sets).
+// Staged rows are `*_row` bytes apart (64-byte multiples); row i is chunk row i.
 struct ChunkStage {
     int64_t h0, hv0, heads, states;
-    int64_t q_run, k_run, v_run, g_run, b_run;  // bytes of a token's run of each tensor
-    int64_t qk_row, v_row, g_row, b_row;
-    char *q, *k, *v, *g, *beta;
+    int64_t q_run, k_run, v_run, g_run, b_run, o_run;  // bytes of a token's run of each tensor
+    int64_t qk_row, v_row, g_row, b_row, o_row;
+    char *q, *k, *v, *g, *beta, *o;
 
     static int64_t row(int64_t run) { return (run + 63) / 64 * 64; }
     ChunkStage(const ChunkArgs& A, int64_t h0_, int64_t heads_, char* base)
@@ -450,19 +449,21 @@ struct ChunkStage {
           q_run(heads * A.K * dtype_bytes(A.q.dt)), k_run(heads * A.K * dtype_bytes(A.k.dt)),
           v_run(states * A.V * dtype_bytes(A.v.dt)),
           g_run(states * dtype_bytes(A.g.dt)), b_run(states * dtype_bytes(A.beta.dt)),
-          qk_row(row(std::max(q_run, k_run))), v_row(row(v_run)), g_row(row(g_run)), b_row(row(b_run)) {
+          o_run(states * A.V * dtype_bytes(A.out_dt)),
+          qk_row(row(std::max(q_run, k_run))), v_row(row(v_run)), g_row(row(g_run)),
+          b_row(row(b_run)), o_row(row(o_run)) {
         q = base; k = q + kChunk * qk_row; v = k + kChunk * qk_row; g = v + kChunk * v_row;
-        beta = g + kChunk * g_row;
+        beta = g + kChunk * g_row; o = beta + kChunk * b_row;
     }
-    // Where a task's first stage starts in its scratch: after its ChunkBuffers, 64-byte aligned.
+    // Where a task's stage starts in its scratch: after its ChunkBuffers, 64-byte aligned.
     static int64_t offset(int64_t K, int64_t V, int64_t states) { return row(ChunkBuffers::bytes(K, V, states)); }
     static int64_t bytes(const ChunkArgs& A, int64_t heads) {
         const ChunkStage s(A, 0, heads, nullptr);
-        return kChunk * (2 * s.qk_row + s.v_row + s.g_row + s.b_row);
+        return kChunk * (2 * s.qk_row + s.v_row + s.g_row + s.b_row + s.o_row);
     }
-    // Input rows [c0 + i0, c0 + i1) (those before t1) in.
-    void copy_in(const ChunkArgs& A, int64_t c0, int64_t i0, int64_t i1, int64_t t1) const {
-        for (int64_t i = i0; i < std::min(i1, t1 - c0); ++i) {
+    // Input rows [c0, c0 + L) in.
+    void copy_in(const ChunkArgs& A, int64_t c0, int64_t L) const {
+        for (int64_t i = 0; i < L; ++i) {
             const int64_t t = c0 + i;
             std::memcpy(q + i * qk_row, elem(A.q, (t * A.H + h0) * A.K), size_t(q_run));
             std::memcpy(k + i * qk_row, elem(A.k, (t * A.H + h0) * A.K), size_t(k_run));
@@ -480,6 +481,12 @@ struct ChunkStage {
             prefetch_lines(elem(A.g, t * A.HV + hv0), g_run);
             prefetch_lines(elem(A.beta, t * A.HV + hv0), b_run);
         }
+    }
+    // Output rows [c0, c0 + L) out.
+    template <class P>
+    void copy_out(const ChunkArgs& A, int64_t c0, int64_t L) const {
+        const int64_t eo = dtype_bytes(A.out_dt);
+        P::stream_out(static_cast<char*>(A.out) + (c0 * A.HV + hv0) * A.V * eo, A.HV * A.V * eo, o, o_row, L, o_run);
     }
 };
 
@@ -610,11 +617,11 @@ inline void solve_unit_lower(const float* M, float* T) {
 }
 
 // One chunk of the task's value head j (load_keys done for its key head): rounds the fp32 state S
-// to `round` (the state type: the previous chunk's write-back), reads and updates it, writes its L
-// output rows to `out` (rows A.HV * A.V elements apart) through P::stream_out.
+// to `round` (the state type: the previous chunk's write-back), reads and updates it, writes its
+// staged O rows.
 template <class P>
 void chunk_step(const ChunkArgs& A, ChunkBuffers& B, const ChunkStage& st, float* S, int64_t L, int64_t j,
-                DType round, void* out) {
+                DType round) {
     const int C = kChunk, K = int(A.K), V = int(A.V);
     load_values<P>(A, B, st, L, j);
     decay_rows<P>(B);
@@ -641,11 +648,8 @@ void chunk_step(const ChunkArgs& A, ChunkBuffers& B, const ChunkStage& st, float
     P::pack_a(B.P, C, C, C, B.QPa_bf + K, nullptr, K + C);
     P::pack_b(Vn, V, C, V, B.Vb_bf);
     P::gemm(C, V, K + C, B.QPa_bf, B.Sb_bf, B.O, V, false);
-    // The rows in the output type, in x (free from here; C V + C floats hold C V elements of any type).
     const int eo = dtype_bytes(A.out_dt);
-    char* rows = reinterpret_cast<char*>(B.x);
-    for (int64_t i = 0; i < L; ++i) P::store_row(B.O + i * V, rows + i * V * eo, A.out_dt, V);
-    P::stream_out(out, A.HV * A.V * eo, rows, V * eo, L, V * eo);
+    for (int64_t i = 0; i < L; ++i) P::store_row(B.O + i * V, st.o + i * st.o_row + j * V * eo, A.out_dt, V);
     // State: S = exp(G_last) S + rd((kn exp(G_last - G))^T) rd(Vn) (S decayed above); the A
     // operand is the pair transpose of the pair-interleaved rows kn exp(G_last - G).
     P::pack_b(B.k, K, C, K, B.Kd_bf, B.eL);
@@ -654,11 +658,9 @@ void chunk_step(const ChunkArgs& A, ChunkBuffers& B, const ChunkStage& st, float
 }
 
 // One task, sequence n = item / (H / heads) and key heads [h0, h0 + heads): its value heads'
-// states stay in B.S (fp32) across the chunks; per chunk each key head and its value heads in
-// turn, each value head's step writing its output rows. The chunk's rows are staged in one of two
-// stages while the next chunk's are copied into the other in parts, one per value head step, each
-// part prefetched (to L2) during the step before the one that copies it: the input streams from
-// memory while the chunk computes, and no prefetched line waits in L2 for long.
+// states stay in B.S (fp32) across the chunks; per chunk, the rows are staged, then each key head
+// and its value heads in turn (each value head's step first prefetches its share of the next
+// chunk's input rows), then the output rows are written back.
 template <class P, DType SD>
 void chunk_item(void* ctx, int64_t item, int tid) {
     const auto& c = *static_cast<ChunkCtx*>(ctx);
@@ -667,30 +669,23 @@ void chunk_item(void* ctx, int64_t item, int tid) {
     const int64_t slot = A.indices[n];
     const int64_t t0 = A.cu_seqlens[n], t1 = A.cu_seqlens[n + 1];
     if (slot < 0) return;
-    const int64_t states = c.heads * group, KV = A.K * A.V, eo = dtype_bytes(A.out_dt);
+    const int64_t states = c.heads * group, KV = A.K * A.V;
     ChunkBuffers B(c.scratch->at(tid), A.K, A.V, states);
-    char* stages = c.scratch->at(tid) + ChunkStage::offset(A.K, A.V, states);
-    const ChunkStage st[2] = {ChunkStage(A, h0, c.heads, stages),
-                              ChunkStage(A, h0, c.heads, stages + ChunkStage::bytes(A, c.heads))};
-    auto state = [&](int64_t j) { return state_row(A.state, slot, (st[0].hv0 + j) * KV); };
-    auto part = [&](int64_t j) { return j * kChunk / states; };  // first row of part j (j <= states)
+    const ChunkStage st(A, h0, c.heads, c.scratch->at(tid) + ChunkStage::offset(A.K, A.V, states));
+    auto state = [&](int64_t j) { return state_row(A.state, slot, (st.hv0 + j) * KV); };
     for (int64_t j = 0; j < states; ++j) P::load_row(state(j), SD, B.S + j * KV, KV);
-    st[0].copy_in(A, t0, 0, kChunk, t1);
-    st[0].prefetch_in(A, t0 + kChunk, part(0), part(1), t1);
     P::tiles_begin();
-    for (int64_t c0 = t0, b = 0; c0 < t1; c0 += kChunk, b ^= 1) {
+    for (int64_t c0 = t0; c0 < t1; c0 += kChunk) {
         const int64_t L = std::min<int64_t>(kChunk, t1 - c0);
-        const ChunkStage &cur = st[b], &next = st[b ^ 1];
+        st.copy_in(A, c0, L);
         for (int64_t hb = 0; hb < c.heads; ++hb) {
-            load_keys<P>(A, B, cur, L, hb);
+            load_keys<P>(A, B, st, L, hb);
             for (int64_t j = hb * group; j < (hb + 1) * group; ++j) {
-                next.copy_in(A, c0 + kChunk, part(j), part(j + 1), t1);
-                if (j + 1 < states) next.prefetch_in(A, c0 + kChunk, part(j + 1), part(j + 2), t1);
-                else next.prefetch_in(A, c0 + 2 * kChunk, part(0), part(1), t1);
-                void* out = static_cast<char*>(A.out) + (c0 * A.HV + cur.hv0 + j) * A.V * eo;
-                chunk_step<P>(A, B, cur, B.S + j * KV, L, j, SD, out);
+                st.prefetch_in(A, c0 + kChunk, j * kChunk / states, (j + 1) * kChunk / states, t1);
+                chunk_step<P>(A, B, st, B.S + j * KV, L, j, SD);
             }
         }
+        st.copy_out<P>(A, c0, L);
     }
     P::tiles_end();
     for (int64_t j = 0; j < states; ++j) P::round_store(B.S + j * KV, state(j), SD, KV);
@@ -711,7 +706,7 @@ inline int64_t chunk_heads(const ChunkArgs& A) {
 template <class P>
 void chunk_prefill(const ChunkArgs& A) {
     const int64_t heads = chunk_heads(A);
-    Scratch scratch(A.num_threads, ChunkStage::offset(A.K, A.V, heads * (A.HV / A.H)) + 2 * ChunkStage::bytes(A, heads));
+    Scratch scratch(A.num_threads, ChunkStage::offset(A.K, A.V, heads * (A.HV / A.H)) + ChunkStage::bytes(A, heads));
     ChunkCtx ctx{&A, &scratch, heads};
     const int64_t items = A.N * (A.H / heads);
     switch (A.state.dt) {
