@@ -37,6 +37,9 @@
 //   stream_out(dst, ldd, src, lds, rows, n)     rows of n bytes, src rows lds bytes apart, to dst rows
 //                                               ldd apart, visible to other threads once it returns
 //                                               (AVX-512: non-temporal stores and a store fence)
+//   decay_rows(B)                               B.M, B.P from B.G, B.beta, B.KK, B.QK: the numbers of
+//                                               decay_rows_portable
+//   solve_unit_lower(M, T)                      T = (I + M)^-1: the numbers of solve_unit_lower_portable
 //
 // Rounding model. Decode and spec decode compute in fp32 and round the state to SD after
 // every token (the output uses the unrounded fp32 state). Chunked prefill computes in fp32,
@@ -550,11 +553,11 @@ void load_values(const ChunkArgs& A, ChunkBuffers& B, const ChunkStage& st, int6
     for (int64_t i = L; i < C; ++i) B.eL[i] = 0.0f;
 }
 
-// Decay mask rows: M[i, j] = rd(beta_i KK[i, j] D[i, j]) for j < i and P[i, j] = QK[i, j] D[i, j]
-// for j <= i, zero above, with D[i, j] = exp(G_i - G_j) (computed directly, never as a ratio of
-// exponentials).
+// Decay mask rows: M[i, j] = rd((beta_i KK[i, j]) D[i, j]) for j < i and P[i, j] = QK[i, j] D[i, j]
+// for j <= i, zero above, with D[i, j] = P::exp_row(G_i - G_j) (computed directly, never as a ratio
+// of exponentials). The portable form of P::decay_rows (x: scratch).
 template <class P>
-void decay_rows(ChunkBuffers& B) {
+void decay_rows_portable(ChunkBuffers& B) {
     constexpr int C = kChunk;
     float* d = B.x;
     for (int i = 0; i < C; ++i) {
@@ -578,8 +581,9 @@ void decay_rows(ChunkBuffers& B) {
 
 // Rows [16 (NV - 1), 16 NV) of T = (I + M)^-1 by forward substitution in fp32, M strictly lower:
 // row i is e_i - sum_{m<i} M[i, m] T[m, :]. Rows of T are zero right of the diagonal, so the sums
-// run over the NV 16-column vectors left of column 16 NV (a compile-time width: the accumulators
-// stay in registers), on two accumulators; the columns right of them are zero.
+// run over the NV 16-column vectors left of column 16 NV, on two accumulators per column: even m
+// into a0, odd m into a1, each in increasing m (a0 += M[i, m] T[m, :], fused where the ISA has
+// FMA), then T[i, :] = -(a0 + a1); the columns right of them are zero.
 template <int NV>
 void solve_rows(const float* M, float* T) {
     constexpr int C = kChunk, N = 16 * NV;
@@ -608,7 +612,8 @@ void solve_rows(const float* M, float* T) {
     }
 }
 
-inline void solve_unit_lower(const float* M, float* T) {
+// The portable form of P::solve_unit_lower.
+inline void solve_unit_lower_portable(const float* M, float* T) {
     static_assert(kChunk == 64, "solve_unit_lower: four blocks of 16 rows");
     solve_rows<1>(M, T);
     solve_rows<2>(M, T);
@@ -624,8 +629,8 @@ void chunk_step(const ChunkArgs& A, ChunkBuffers& B, const ChunkStage& st, float
                 DType round) {
     const int C = kChunk, K = int(A.K), V = int(A.V);
     load_values<P>(A, B, st, L, j);
-    decay_rows<P>(B);
-    solve_unit_lower(B.M, B.T);
+    P::decay_rows(B);
+    P::solve_unit_lower(B.M, B.T);
     for (int i = 0; i < C; ++i) B.x[i] = B.beta[i] * B.eG[i];
     P::pack_a(B.T, C, C, C, B.Ta_bf);
     P::pack_b(B.k, K, C, K, B.Xb_bf, B.x);       // rd(beta exp(G) kn)
