@@ -521,6 +521,31 @@ struct Avx512Isa {
         }
     }
 
+    // sum_squares of 16 rows at a time: each row's 16 partial sums in one vector (the same FMAs in
+    // the same order), the 16 vectors transposed, then the partial sums added in order 0..15 for
+    // the 16 rows at once. Rows left over, or n not a multiple of 16: sum_squares.
+    static void sum_squares_rows(const float* x, int64_t rows, int64_t n, float* out) {
+        int64_t r0 = 0;
+        if (n % 16 == 0)
+            for (; r0 + 16 <= rows; r0 += 16) {
+                alignas(64) float part[16][16], col[16][16];
+                for (int r = 0; r < 16; ++r) {
+                    const float* xr = x + (r0 + r) * n;
+                    __m512 a = _mm512_setzero_ps();
+                    for (int64_t i = 0; i < n; i += 16) {
+                        const __m512 v = _mm512_loadu_ps(xr + i);
+                        a = _mm512_fmadd_ps(v, v, a);
+                    }
+                    _mm512_store_ps(part[r], a);
+                }
+                transpose_pairs(reinterpret_cast<const uint16_t*>(part), 16, 32, reinterpret_cast<uint16_t*>(col));
+                __m512 ss = _mm512_setzero_ps();
+                for (int j = 0; j < 16; ++j) ss = _mm512_add_ps(ss, _mm512_load_ps(col[j]));
+                _mm512_storeu_ps(out + r0, ss);
+            }
+        for (int64_t r = r0; r < rows; ++r) out[r] = sum_squares(x + r * n, n);
+    }
+
     static void solve_unit_lower(const float* M, float* T) {
         static_assert(kChunk == 64, "solve_unit_lower: four blocks of 16 rows");
         solve_rows<1>(M, T);

@@ -40,6 +40,8 @@
 //   decay_rows(B)                               B.M, B.P from B.G, B.beta, B.KK, B.QK: the numbers of
 //                                               decay_rows_portable
 //   solve_unit_lower(M, T)                      T = (I + M)^-1: the numbers of solve_unit_lower_portable
+//   sum_squares_rows(x, rows, n, out)           out[i] = sum_squares(x + i n, n) for i < rows, the same
+//                                               numbers
 //
 // Rounding model. Decode and spec decode compute in fp32 and round the state to SD after
 // every token (the output uses the unrounded fp32 state). Chunked prefill computes in fp32,
@@ -508,7 +510,8 @@ void load_key_rows(const ChunkArgs& A, const char* x, int64_t row, DType dt, int
     const int64_t C = kChunk, K = A.K;
     for (int64_t i = 0; i < L; ++i) P::load_row(x + i * row + hb * K * dtype_bytes(dt), dt, dst + i * K, K);
     std::fill(dst + L * K, dst + C * K, 0.0f);
-    for (int64_t i = 0; i < L; ++i) scale[i] = A.l2norm ? sum_squares(dst + i * K, K) + A.eps : 0.0f;
+    if (A.l2norm) P::sum_squares_rows(dst, L, K, scale);
+    for (int64_t i = 0; i < L; ++i) scale[i] = A.l2norm ? scale[i] + A.eps : 0.0f;
     for (int64_t i = 0; i < L; ++i) scale[i] = A.l2norm ? mul / std::sqrt(scale[i]) : mul;
     for (int64_t i = 0; i < L; ++i)
         for (int64_t j = 0; j < K; ++j) dst[i * K + j] *= scale[i];
