@@ -501,20 +501,27 @@ struct ChunkCtx {
     int64_t heads;  // key heads per task
 };
 
-// Staged rows [0, L) of key head hb of the task (q or k: x, of type dt) to dst [C][K] in fp32
-// (rows L..C-1 zero), divided by sqrt(sum x^2 + eps) when l2norm, times mul: all sums first, then
-// all scales, so the rows' reductions overlap.
+// Staged rows [0, L) of key head hb of the task (q or k: x, of type dt) to dst [C][K] in fp32 and
+// its bf16 pack dst_bf [C][K] (rows L..C-1 zero): divided by sqrt(sum x^2 + eps) when l2norm, times
+// mul, rounded to bf16 values. Sixteen rows at a time, so that a group's passes (load, sums of
+// squares, scale, round, pack) stay in L1.
 template <class P>
 void load_key_rows(const ChunkArgs& A, const char* x, int64_t row, DType dt, int64_t L, int64_t hb, float mul,
-                   float* dst, float* scale) {
+                   float* dst, uint16_t* dst_bf, float* scale) {
     const int64_t C = kChunk, K = A.K;
-    for (int64_t i = 0; i < L; ++i) P::load_row(x + i * row + hb * K * dtype_bytes(dt), dt, dst + i * K, K);
+    for (int64_t r0 = 0; r0 < L; r0 += 16) {
+        const int64_t n = std::min<int64_t>(16, L - r0);
+        float* d = dst + r0 * K;
+        for (int64_t i = 0; i < n; ++i) P::load_row(x + (r0 + i) * row + hb * K * dtype_bytes(dt), dt, d + i * K, K);
+        if (A.l2norm) P::sum_squares_rows(d, n, K, scale);
+        for (int64_t i = 0; i < n; ++i) scale[i] = A.l2norm ? mul / std::sqrt(scale[i] + A.eps) : mul;
+        for (int64_t i = 0; i < n; ++i)
+            for (int64_t j = 0; j < K; ++j) d[i * K + j] *= scale[i];
+        P::round_bf16(d, n * K);
+        P::pack_a(d, K, int(n), int(K), dst_bf + r0 * K);
+    }
     std::fill(dst + L * K, dst + C * K, 0.0f);
-    if (A.l2norm) P::sum_squares_rows(dst, L, K, scale);
-    for (int64_t i = 0; i < L; ++i) scale[i] = A.l2norm ? scale[i] + A.eps : 0.0f;
-    for (int64_t i = 0; i < L; ++i) scale[i] = A.l2norm ? mul / std::sqrt(scale[i]) : mul;
-    for (int64_t i = 0; i < L; ++i)
-        for (int64_t j = 0; j < K; ++j) dst[i * K + j] *= scale[i];
+    std::fill(dst_bf + L * K, dst_bf + C * K, uint16_t(0));
 }
 
 // Key-head part of the staged chunk rows [0, L) (rows L..C-1 zero) of the task's key head hb: q,
@@ -522,14 +529,10 @@ void load_key_rows(const ChunkArgs& A, const char* x, int64_t row, DType dt, int
 template <class P>
 void load_keys(const ChunkArgs& A, ChunkBuffers& B, const ChunkStage& st, int64_t L, int64_t hb) {
     const int C = kChunk, K = int(A.K);
-    load_key_rows<P>(A, st.q, st.qk_row, A.q.dt, L, hb, A.scale, B.q, B.x);
-    load_key_rows<P>(A, st.k, st.qk_row, A.k.dt, L, hb, 1.0f, B.k, B.x);
-    P::round_bf16(B.q, int64_t(C) * K);
-    P::round_bf16(B.k, int64_t(C) * K);
-    P::pack_a(B.k, K, C, K, B.Ka_bf);
+    load_key_rows<P>(A, st.q, st.qk_row, A.q.dt, L, hb, A.scale, B.q, B.Qa_bf, B.x);
+    load_key_rows<P>(A, st.k, st.qk_row, A.k.dt, L, hb, 1.0f, B.k, B.Ka_bf, B.x);
     P::transpose_pairs(B.Ka_bf, C, K, B.KbT_bf);
     P::gemm(C, C, K, B.Ka_bf, B.KbT_bf, B.KK, C, false);
-    P::pack_a(B.q, K, C, K, B.Qa_bf);
     P::gemm(C, C, K, B.Qa_bf, B.KbT_bf, B.QK, C, false);
 }
 
