@@ -60,6 +60,7 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -69,6 +70,19 @@
 
 namespace gdn {
 namespace {
+
+// Stage clocks (gdn_api.hpp, ChunkClock): GDN_STAGE(s) closes stage s on this thread.
+#ifdef GDN_STAGE_CLOCKS
+inline void stage_mark(ChunkClock s) {
+    thread_local std::chrono::steady_clock::time_point last;
+    const auto now = std::chrono::steady_clock::now();
+    if (s != ChunkClock::Begin) chunk_clock_add(s, std::chrono::duration_cast<std::chrono::nanoseconds>(now - last).count());
+    last = now;
+}
+#define GDN_STAGE(s) stage_mark(ChunkClock::s)
+#else
+#define GDN_STAGE(s) ((void)0)
+#endif
 
 inline const void* elem(const Input& x, int64_t offset) {
     return static_cast<const char*>(x.p) + offset * dtype_bytes(x.dt);
@@ -531,9 +545,11 @@ void load_keys(const ChunkArgs& A, ChunkBuffers& B, const ChunkStage& st, int64_
     const int C = kChunk, K = int(A.K);
     load_key_rows<P>(A, st.q, st.qk_row, A.q.dt, L, hb, A.scale, B.q, B.Qa_bf, B.x);
     load_key_rows<P>(A, st.k, st.qk_row, A.k.dt, L, hb, 1.0f, B.k, B.Ka_bf, B.x);
+    GDN_STAGE(KeyRows);
     P::transpose_pairs(B.Ka_bf, C, K, B.KbT_bf);
     P::gemm(C, C, K, B.Ka_bf, B.KbT_bf, B.KK, C, false);
     P::gemm(C, C, K, B.Qa_bf, B.KbT_bf, B.QK, C, false);
+    GDN_STAGE(KeyGemms);
 }
 
 // Value-head part (the task's value head j, staged rows): v rows, beta, the chunk-local cumulative
@@ -635,14 +651,18 @@ void chunk_step(const ChunkArgs& A, ChunkBuffers& B, const ChunkStage& st, float
                 DType round) {
     const int C = kChunk, K = int(A.K), V = int(A.V);
     load_values<P>(A, B, st, L, j);
+    GDN_STAGE(Values);  // with the prefetch of the next chunk's rows before the step
     P::decay_rows(B);
+    GDN_STAGE(Decay);
     P::solve_unit_lower(B.M, B.T);
+    GDN_STAGE(Solve);
     for (int i = 0; i < C; ++i) B.x[i] = B.beta[i] * B.eG[i];
     P::pack_a(B.T, C, C, C, B.Ta_bf);
     P::pack_b(B.k, K, C, K, B.Xb_bf, B.x);       // rd(beta exp(G) kn)
     P::pack_b(B.v, V, C, V, B.Yb_bf, B.beta);    // rd(beta v)
     P::gemm(C, K, C, B.Ta_bf, B.Xb_bf, B.W, K, false);
     P::gemm(C, V, C, B.Ta_bf, B.Yb_bf, B.U, V, false);
+    GDN_STAGE(WU);
     // Inter-chunk: Vn = U - rd(W) rd(S), with U a bf16 value (Vn is rounded by pack_b below), as
     // one GEMM accumulating -rd(W) rd(S) onto U (in place: U holds Vn from here); the pass that
     // rounds S to its type and packs rd(S) also decays S by exp(G_last) for the state update.
@@ -652,6 +672,7 @@ void chunk_step(const ChunkArgs& A, ChunkBuffers& B, const ChunkStage& st, float
     P::pack_a(B.W, K, C, K, B.Wa_bf, B.x);
     P::round_bf16(B.U, int64_t(C) * V);
     P::gemm(C, V, K, B.Wa_bf, B.Sb_bf, B.U, V, true);
+    GDN_STAGE(Vn);
     float* Vn = B.U;
     // O = rd(qn exp(G)) rd(S) + rd(lower(qn kn^T D)) rd(Vn).
     // One GEMM over K + C: A = [rd(qn exp(G)) | rd(P)], B = [rd(S); rd(Vn)] (Vb follows Sb).
@@ -661,11 +682,13 @@ void chunk_step(const ChunkArgs& A, ChunkBuffers& B, const ChunkStage& st, float
     P::gemm(C, V, K + C, B.QPa_bf, B.Sb_bf, B.O, V, false);
     const int eo = dtype_bytes(A.out_dt);
     for (int64_t i = 0; i < L; ++i) P::store_row(B.O + i * V, st.o + i * st.o_row + j * V * eo, A.out_dt, V);
+    GDN_STAGE(Out);
     // State: S = exp(G_last) S + rd((kn exp(G_last - G))^T) rd(Vn) (S decayed above); the A
     // operand is the pair transpose of the pair-interleaved rows kn exp(G_last - G).
     P::pack_b(B.k, K, C, K, B.Kd_bf, B.eL);
     P::transpose_pairs(B.Kd_bf, C / 2, 2 * K, B.KdT_bf);
     P::gemm(K, V, C, B.KdT_bf, B.Vb_bf, S, V, true);
+    GDN_STAGE(StateUpdate);
 }
 
 // One task, sequence n = item / (H / heads) and key heads [h0, h0 + heads): its value heads'
@@ -684,11 +707,14 @@ void chunk_item(void* ctx, int64_t item, int tid) {
     ChunkBuffers B(c.scratch->at(tid), A.K, A.V, states);
     const ChunkStage st(A, h0, c.heads, c.scratch->at(tid) + ChunkStage::offset(A.K, A.V, states));
     auto state = [&](int64_t j) { return state_row(A.state, slot, (st.hv0 + j) * KV); };
+    GDN_STAGE(Begin);
     for (int64_t j = 0; j < states; ++j) P::load_row(state(j), SD, B.S + j * KV, KV);
     P::tiles_begin();
+    GDN_STAGE(StateLoad);
     for (int64_t c0 = t0; c0 < t1; c0 += kChunk) {
         const int64_t L = std::min<int64_t>(kChunk, t1 - c0);
         st.copy_in(A, c0, L);
+        GDN_STAGE(StageIn);
         for (int64_t hb = 0; hb < c.heads; ++hb) {
             load_keys<P>(A, B, st, L, hb);
             for (int64_t j = hb * group; j < (hb + 1) * group; ++j) {
@@ -697,9 +723,11 @@ void chunk_item(void* ctx, int64_t item, int tid) {
             }
         }
         st.copy_out<P>(A, c0, L);
+        GDN_STAGE(StageOut);
     }
     P::tiles_end();
     for (int64_t j = 0; j < states; ++j) P::round_store(B.S + j * KV, state(j), SD, KV);
+    GDN_STAGE(StateStore);
 }
 
 // Key heads per task: the most (a divisor of H) whose value heads' fp32 states take at most
