@@ -10,9 +10,10 @@ import time
 from pathlib import Path
 
 
-def build_modules(sources: dict[str, Path], build_root: Path) -> dict[str, Path]:
-    """name -> the module built from ``sources[name]`` in build_root/NAME (cleared first), its log in
-    build_root/NAME.log. A failed build prints its log's tail and ends the probe (exit status 1)."""
+def build_modules(sources: dict[str, Path], build_root: Path, cmake_args: str = "") -> dict[str, Path]:
+    """name -> the module built from ``sources[name]`` in build_root/NAME (cleared first; ``cmake_args``
+    added to each configure), its log in build_root/NAME.log. A failed build prints its log's tail and
+    ends the probe (exit status 1)."""
     build_root.mkdir(parents=True, exist_ok=True)
     jobs = max(1, (os.cpu_count() or 2) // max(1, len(sources)))
     t0 = time.monotonic()
@@ -21,7 +22,7 @@ def build_modules(sources: dict[str, Path], build_root: Path) -> dict[str, Path]
         d = build_root / name
         shutil.rmtree(d, ignore_errors=True)
         cmd = (f"cmake -S {src} -B {d} -G Ninja -DCMAKE_BUILD_TYPE=Release -DGDN_COPY_TO_SOURCE=OFF "
-               f"-DPython_EXECUTABLE={sys.executable} && ninja -C {d} -j {jobs}")
+               f"-DPython_EXECUTABLE={sys.executable} {cmake_args} && ninja -C {d} -j {jobs}")
         with open(build_root / f"{name}.log", "w") as log:
             procs[name] = subprocess.Popen(cmd, shell=True, stdout=log, stderr=subprocess.STDOUT)
     failed = [name for name, p in procs.items() if p.wait() != 0]

@@ -113,6 +113,18 @@ using ItemFn = void (*)(void* ctx, int64_t item, int tid);
 void parallel_for(int64_t n_items, int num_threads, void* ctx, ItemFn body);
 // Copies n bytes with num_threads threads (the memory-bandwidth ceiling of the perf gates).
 void parallel_copy(void* dst, const void* src, int64_t n, int num_threads);
+// Stage clocks of the chunked prefill, for a build with GDN_STAGE_CLOCKS defined (the CMake option
+// of that name; `python -m bench.probes.gdn_prefill_stages`): each task's thread adds the steady-clock
+// time since its previous mark to the stage a mark closes (ChunkClock::Begin only starts the count);
+// in other builds the kernels mark nothing and the totals stay zero. Nanoseconds summed over threads.
+enum class ChunkClock : int {
+    StateLoad, StageIn, KeyRows, KeyGemms, Values, Decay, Solve, WU, Vn, Out, StateUpdate, StageOut, StateStore,
+    Count, Begin = Count
+};
+extern const char* const kChunkClockNames[int(ChunkClock::Count)];
+void chunk_clock_add(ChunkClock stage, int64_t ns);
+int64_t chunk_clock_total(ChunkClock stage);
+void chunk_clocks_reset();
 // Per-thread scratch: one 64-byte aligned block of `bytes` per thread.
 struct Scratch {
     Scratch(int num_threads, int64_t bytes);

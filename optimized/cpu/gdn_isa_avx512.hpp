@@ -454,6 +454,106 @@ struct Avx512Isa {
     static void tiles_begin() {}
     static void tiles_end() {}
 
+    // decay_rows_portable in registers: per row i and 16-column vector up to the diagonal, the
+    // exponent G_i - G_j (-200 right of the diagonal, exp16 gives 0 there), exp16, then M and P
+    // masked to j < i and j <= i; M rounded to bf16 values.
+    static void decay_rows(ChunkBuffers& B) {
+        constexpr int C = kChunk;
+        static_assert(C % 16 == 0, "decay_rows: whole vectors");
+        for (int i = 0; i < C; ++i) {
+            const __m512 gi = _mm512_set1_ps(B.G[i]), bi = _mm512_set1_ps(B.beta[i]);
+            for (int j0 = 0; j0 < C; j0 += 16) {
+                float* m = B.M + i * C + j0;
+                float* p = B.P + i * C + j0;
+                if (j0 > i) {
+                    _mm512_storeu_ps(m, _mm512_setzero_ps());
+                    _mm512_storeu_ps(p, _mm512_setzero_ps());
+                    continue;
+                }
+                const int on = i - j0;  // lanes l <= on are j <= i
+                const __mmask16 le = on >= 15 ? __mmask16(0xFFFF) : __mmask16((2u << on) - 1u);
+                const __mmask16 lt = __mmask16(le >> 1 | (on >= 16 ? 0x8000u : 0u));
+                const __m512 d = exp16(_mm512_mask_sub_ps(_mm512_set1_ps(-200.0f), le, gi, _mm512_loadu_ps(B.G + j0)));
+                const __m512 mv = _mm512_maskz_mul_ps(lt, _mm512_mul_ps(bi, _mm512_loadu_ps(B.KK + i * C + j0)), d);
+                _mm512_storeu_ps(m, round16<DType::BF16>(mv));
+                _mm512_storeu_ps(p, _mm512_maskz_mul_ps(le, _mm512_loadu_ps(B.QK + i * C + j0), d));
+            }
+        }
+    }
+
+    // solve_unit_lower_portable with the accumulators in registers and two rows at a time (i even
+    // and i + 1: both sum m < i, then row i + 1 adds m = i once row i is stored); the same FMAs in
+    // the same order per accumulator.
+    template <int NV>
+    static void solve_rows(const float* M, float* T) {
+        constexpr int C = kChunk, N = 16 * NV;
+        const __m512i sign = _mm512_set1_epi32(int32_t(0x80000000u));
+        auto finish = [&](int i, const __m512* a0, const __m512* a1) {
+            float* Ti = T + i * C;
+            for (int v = 0; v < NV; ++v)
+                _mm512_storeu_ps(Ti + 16 * v, _mm512_castsi512_ps(_mm512_xor_si512(
+                                                  _mm512_castps_si512(_mm512_add_ps(a0[v], a1[v])), sign)));
+            for (int j = N; j < C; j += 16) _mm512_storeu_ps(Ti + j, _mm512_setzero_ps());
+            Ti[i] = 1.0f;
+        };
+        for (int i = N - 16; i < N; i += 2) {
+            __m512 a0[NV], a1[NV], b0[NV], b1[NV];
+            for (int v = 0; v < NV; ++v) a0[v] = a1[v] = b0[v] = b1[v] = _mm512_setzero_ps();
+            const float* Ma = M + i * C;
+            const float* Mb = Ma + C;
+            for (int m = 0; m < i; m += 2) {
+                const __m512 xa0 = _mm512_set1_ps(Ma[m]), xa1 = _mm512_set1_ps(Ma[m + 1]);
+                const __m512 xb0 = _mm512_set1_ps(Mb[m]), xb1 = _mm512_set1_ps(Mb[m + 1]);
+                const float* T0 = T + m * C;
+                const float* T1 = T0 + C;
+                for (int v = 0; v < NV; ++v) {
+                    const __m512 t0 = _mm512_loadu_ps(T0 + 16 * v), t1 = _mm512_loadu_ps(T1 + 16 * v);
+                    a0[v] = _mm512_fmadd_ps(xa0, t0, a0[v]);
+                    a1[v] = _mm512_fmadd_ps(xa1, t1, a1[v]);
+                    b0[v] = _mm512_fmadd_ps(xb0, t0, b0[v]);
+                    b1[v] = _mm512_fmadd_ps(xb1, t1, b1[v]);
+                }
+            }
+            finish(i, a0, a1);
+            const __m512 xb = _mm512_set1_ps(Mb[i]);
+            for (int v = 0; v < NV; ++v) b0[v] = _mm512_fmadd_ps(xb, _mm512_loadu_ps(T + i * C + 16 * v), b0[v]);
+            finish(i + 1, b0, b1);
+        }
+    }
+
+    // sum_squares of 16 rows at a time: each row's 16 partial sums in one vector (the same FMAs in
+    // the same order), the 16 vectors transposed, then the partial sums added in order 0..15 for
+    // the 16 rows at once. Rows left over, or n not a multiple of 16: sum_squares.
+    static void sum_squares_rows(const float* x, int64_t rows, int64_t n, float* out) {
+        int64_t r0 = 0;
+        if (n % 16 == 0)
+            for (; r0 + 16 <= rows; r0 += 16) {
+                alignas(64) float part[16][16], col[16][16];
+                for (int r = 0; r < 16; ++r) {
+                    const float* xr = x + (r0 + r) * n;
+                    __m512 a = _mm512_setzero_ps();
+                    for (int64_t i = 0; i < n; i += 16) {
+                        const __m512 v = _mm512_loadu_ps(xr + i);
+                        a = _mm512_fmadd_ps(v, v, a);
+                    }
+                    _mm512_store_ps(part[r], a);
+                }
+                transpose_pairs(reinterpret_cast<const uint16_t*>(part), 16, 32, reinterpret_cast<uint16_t*>(col));
+                __m512 ss = _mm512_setzero_ps();
+                for (int j = 0; j < 16; ++j) ss = _mm512_add_ps(ss, _mm512_load_ps(col[j]));
+                _mm512_storeu_ps(out + r0, ss);
+            }
+        for (int64_t r = r0; r < rows; ++r) out[r] = sum_squares(x + r * n, n);
+    }
+
+    static void solve_unit_lower(const float* M, float* T) {
+        static_assert(kChunk == 64, "solve_unit_lower: four blocks of 16 rows");
+        solve_rows<1>(M, T);
+        solve_rows<2>(M, T);
+        solve_rows<3>(M, T);
+        solve_rows<4>(M, T);
+    }
+
     // C[M,N] (+)= A B; 4 rows x 32 columns of accumulators; M % 4 == 0, N % 32 == 0, Kd even.
     static void gemm(int M, int N, int Kd, const uint16_t* A, const uint16_t* B, float* C,
                      int64_t ldc, bool accumulate) {

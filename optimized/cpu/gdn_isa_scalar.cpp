@@ -118,6 +118,12 @@ struct ScalarIsa {
     static void tiles_begin() {}
     static void tiles_end() {}
 
+    static void decay_rows(ChunkBuffers& B) { decay_rows_portable<ScalarIsa>(B); }
+    static void solve_unit_lower(const float* M, float* T) { solve_unit_lower_portable(M, T); }
+    static void sum_squares_rows(const float* x, int64_t rows, int64_t n, float* out) {
+        for (int64_t i = 0; i < rows; ++i) out[i] = sum_squares(x + i * n, n);
+    }
+
     static void gemm(int M, int N, int Kd, const uint16_t* A, const uint16_t* B, float* C,
                      int64_t ldc, bool accumulate) {
         float brow[2 * 256];

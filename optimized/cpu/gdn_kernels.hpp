@@ -37,6 +37,11 @@
 //   stream_out(dst, ldd, src, lds, rows, n)     rows of n bytes, src rows lds bytes apart, to dst rows
 //                                               ldd apart, visible to other threads once it returns
 //                                               (AVX-512: non-temporal stores and a store fence)
+//   decay_rows(B)                               B.M, B.P from B.G, B.beta, B.KK, B.QK: the numbers of
+//                                               decay_rows_portable
+//   solve_unit_lower(M, T)                      T = (I + M)^-1: the numbers of solve_unit_lower_portable
+//   sum_squares_rows(x, rows, n, out)           out[i] = sum_squares(x + i n, n) for i < rows, the same
+//                                               numbers
 //
 // Rounding model. Decode and spec decode compute in fp32 and round the state to SD after
 // every token (the output uses the unrounded fp32 state). Chunked prefill computes in fp32,
@@ -55,6 +60,7 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -64,6 +70,19 @@
 
 namespace gdn {
 namespace {
+
+// Stage clocks (gdn_api.hpp, ChunkClock): GDN_STAGE(s) closes stage s on this thread.
+#ifdef GDN_STAGE_CLOCKS
+inline void stage_mark(ChunkClock s) {
+    thread_local std::chrono::steady_clock::time_point last;
+    const auto now = std::chrono::steady_clock::now();
+    if (s != ChunkClock::Begin) chunk_clock_add(s, std::chrono::duration_cast<std::chrono::nanoseconds>(now - last).count());
+    last = now;
+}
+#define GDN_STAGE(s) stage_mark(ChunkClock::s)
+#else
+#define GDN_STAGE(s) ((void)0)
+#endif
 
 inline const void* elem(const Input& x, int64_t offset) {
     return static_cast<const char*>(x.p) + offset * dtype_bytes(x.dt);
@@ -496,19 +515,27 @@ struct ChunkCtx {
     int64_t heads;  // key heads per task
 };
 
-// Staged rows [0, L) of key head hb of the task (q or k: x, of type dt) to dst [C][K] in fp32
-// (rows L..C-1 zero), divided by sqrt(sum x^2 + eps) when l2norm, times mul: all sums first, then
-// all scales, so the rows' reductions overlap.
+// Staged rows [0, L) of key head hb of the task (q or k: x, of type dt) to dst [C][K] in fp32 and
+// its bf16 pack dst_bf [C][K] (rows L..C-1 zero): divided by sqrt(sum x^2 + eps) when l2norm, times
+// mul, rounded to bf16 values. Sixteen rows at a time, so that a group's passes (load, sums of
+// squares, scale, round, pack) stay in L1.
 template <class P>
 void load_key_rows(const ChunkArgs& A, const char* x, int64_t row, DType dt, int64_t L, int64_t hb, float mul,
-                   float* dst, float* scale) {
+                   float* dst, uint16_t* dst_bf, float* scale) {
     const int64_t C = kChunk, K = A.K;
-    for (int64_t i = 0; i < L; ++i) P::load_row(x + i * row + hb * K * dtype_bytes(dt), dt, dst + i * K, K);
+    for (int64_t r0 = 0; r0 < L; r0 += 16) {
+        const int64_t n = std::min<int64_t>(16, L - r0);
+        float* d = dst + r0 * K;
+        for (int64_t i = 0; i < n; ++i) P::load_row(x + (r0 + i) * row + hb * K * dtype_bytes(dt), dt, d + i * K, K);
+        if (A.l2norm) P::sum_squares_rows(d, n, K, scale);
+        for (int64_t i = 0; i < n; ++i) scale[i] = A.l2norm ? mul / std::sqrt(scale[i] + A.eps) : mul;
+        for (int64_t i = 0; i < n; ++i)
+            for (int64_t j = 0; j < K; ++j) d[i * K + j] *= scale[i];
+        P::round_bf16(d, n * K);
+        P::pack_a(d, K, int(n), int(K), dst_bf + r0 * K);
+    }
     std::fill(dst + L * K, dst + C * K, 0.0f);
-    for (int64_t i = 0; i < L; ++i) scale[i] = A.l2norm ? sum_squares(dst + i * K, K) + A.eps : 0.0f;
-    for (int64_t i = 0; i < L; ++i) scale[i] = A.l2norm ? mul / std::sqrt(scale[i]) : mul;
-    for (int64_t i = 0; i < L; ++i)
-        for (int64_t j = 0; j < K; ++j) dst[i * K + j] *= scale[i];
+    std::fill(dst_bf + L * K, dst_bf + C * K, uint16_t(0));
 }
 
 // Key-head part of the staged chunk rows [0, L) (rows L..C-1 zero) of the task's key head hb: q,
@@ -516,15 +543,13 @@ void load_key_rows(const ChunkArgs& A, const char* x, int64_t row, DType dt, int
 template <class P>
 void load_keys(const ChunkArgs& A, ChunkBuffers& B, const ChunkStage& st, int64_t L, int64_t hb) {
     const int C = kChunk, K = int(A.K);
-    load_key_rows<P>(A, st.q, st.qk_row, A.q.dt, L, hb, A.scale, B.q, B.x);
-    load_key_rows<P>(A, st.k, st.qk_row, A.k.dt, L, hb, 1.0f, B.k, B.x);
-    P::round_bf16(B.q, int64_t(C) * K);
-    P::round_bf16(B.k, int64_t(C) * K);
-    P::pack_a(B.k, K, C, K, B.Ka_bf);
+    load_key_rows<P>(A, st.q, st.qk_row, A.q.dt, L, hb, A.scale, B.q, B.Qa_bf, B.x);
+    load_key_rows<P>(A, st.k, st.qk_row, A.k.dt, L, hb, 1.0f, B.k, B.Ka_bf, B.x);
+    GDN_STAGE(KeyRows);
     P::transpose_pairs(B.Ka_bf, C, K, B.KbT_bf);
     P::gemm(C, C, K, B.Ka_bf, B.KbT_bf, B.KK, C, false);
-    P::pack_a(B.q, K, C, K, B.Qa_bf);
     P::gemm(C, C, K, B.Qa_bf, B.KbT_bf, B.QK, C, false);
+    GDN_STAGE(KeyGemms);
 }
 
 // Value-head part (the task's value head j, staged rows): v rows, beta, the chunk-local cumulative
@@ -550,11 +575,11 @@ void load_values(const ChunkArgs& A, ChunkBuffers& B, const ChunkStage& st, int6
     for (int64_t i = L; i < C; ++i) B.eL[i] = 0.0f;
 }
 
-// Decay mask rows: M[i, j] = rd(beta_i KK[i, j] D[i, j]) for j < i and P[i, j] = QK[i, j] D[i, j]
-// for j <= i, zero above, with D[i, j] = exp(G_i - G_j) (computed directly, never as a ratio of
-// exponentials).
+// Decay mask rows: M[i, j] = rd((beta_i KK[i, j]) D[i, j]) for j < i and P[i, j] = QK[i, j] D[i, j]
+// for j <= i, zero above, with D[i, j] = P::exp_row(G_i - G_j) (computed directly, never as a ratio
+// of exponentials). The portable form of P::decay_rows (x: scratch).
 template <class P>
-void decay_rows(ChunkBuffers& B) {
+void decay_rows_portable(ChunkBuffers& B) {
     constexpr int C = kChunk;
     float* d = B.x;
     for (int i = 0; i < C; ++i) {
@@ -578,8 +603,9 @@ void decay_rows(ChunkBuffers& B) {
 
 // Rows [16 (NV - 1), 16 NV) of T = (I + M)^-1 by forward substitution in fp32, M strictly lower:
 // row i is e_i - sum_{m<i} M[i, m] T[m, :]. Rows of T are zero right of the diagonal, so the sums
-// run over the NV 16-column vectors left of column 16 NV (a compile-time width: the accumulators
-// stay in registers), on two accumulators; the columns right of them are zero.
+// run over the NV 16-column vectors left of column 16 NV, on two accumulators per column: even m
+// into a0, odd m into a1, each in increasing m (a0 += M[i, m] T[m, :], fused where the ISA has
+// FMA), then T[i, :] = -(a0 + a1); the columns right of them are zero.
 template <int NV>
 void solve_rows(const float* M, float* T) {
     constexpr int C = kChunk, N = 16 * NV;
@@ -608,7 +634,8 @@ void solve_rows(const float* M, float* T) {
     }
 }
 
-inline void solve_unit_lower(const float* M, float* T) {
+// The portable form of P::solve_unit_lower.
+inline void solve_unit_lower_portable(const float* M, float* T) {
     static_assert(kChunk == 64, "solve_unit_lower: four blocks of 16 rows");
     solve_rows<1>(M, T);
     solve_rows<2>(M, T);
@@ -624,14 +651,18 @@ void chunk_step(const ChunkArgs& A, ChunkBuffers& B, const ChunkStage& st, float
                 DType round) {
     const int C = kChunk, K = int(A.K), V = int(A.V);
     load_values<P>(A, B, st, L, j);
-    decay_rows<P>(B);
-    solve_unit_lower(B.M, B.T);
+    GDN_STAGE(Values);  // with the prefetch of the next chunk's rows before the step
+    P::decay_rows(B);
+    GDN_STAGE(Decay);
+    P::solve_unit_lower(B.M, B.T);
+    GDN_STAGE(Solve);
     for (int i = 0; i < C; ++i) B.x[i] = B.beta[i] * B.eG[i];
     P::pack_a(B.T, C, C, C, B.Ta_bf);
     P::pack_b(B.k, K, C, K, B.Xb_bf, B.x);       // rd(beta exp(G) kn)
     P::pack_b(B.v, V, C, V, B.Yb_bf, B.beta);    // rd(beta v)
     P::gemm(C, K, C, B.Ta_bf, B.Xb_bf, B.W, K, false);
     P::gemm(C, V, C, B.Ta_bf, B.Yb_bf, B.U, V, false);
+    GDN_STAGE(WU);
     // Inter-chunk: Vn = U - rd(W) rd(S), with U a bf16 value (Vn is rounded by pack_b below), as
     // one GEMM accumulating -rd(W) rd(S) onto U (in place: U holds Vn from here); the pass that
     // rounds S to its type and packs rd(S) also decays S by exp(G_last) for the state update.
@@ -641,6 +672,7 @@ void chunk_step(const ChunkArgs& A, ChunkBuffers& B, const ChunkStage& st, float
     P::pack_a(B.W, K, C, K, B.Wa_bf, B.x);
     P::round_bf16(B.U, int64_t(C) * V);
     P::gemm(C, V, K, B.Wa_bf, B.Sb_bf, B.U, V, true);
+    GDN_STAGE(Vn);
     float* Vn = B.U;
     // O = rd(qn exp(G)) rd(S) + rd(lower(qn kn^T D)) rd(Vn).
     // One GEMM over K + C: A = [rd(qn exp(G)) | rd(P)], B = [rd(S); rd(Vn)] (Vb follows Sb).
@@ -650,11 +682,13 @@ void chunk_step(const ChunkArgs& A, ChunkBuffers& B, const ChunkStage& st, float
     P::gemm(C, V, K + C, B.QPa_bf, B.Sb_bf, B.O, V, false);
     const int eo = dtype_bytes(A.out_dt);
     for (int64_t i = 0; i < L; ++i) P::store_row(B.O + i * V, st.o + i * st.o_row + j * V * eo, A.out_dt, V);
+    GDN_STAGE(Out);
     // State: S = exp(G_last) S + rd((kn exp(G_last - G))^T) rd(Vn) (S decayed above); the A
     // operand is the pair transpose of the pair-interleaved rows kn exp(G_last - G).
     P::pack_b(B.k, K, C, K, B.Kd_bf, B.eL);
     P::transpose_pairs(B.Kd_bf, C / 2, 2 * K, B.KdT_bf);
     P::gemm(K, V, C, B.KdT_bf, B.Vb_bf, S, V, true);
+    GDN_STAGE(StateUpdate);
 }
 
 // One task, sequence n = item / (H / heads) and key heads [h0, h0 + heads): its value heads'
@@ -673,11 +707,14 @@ void chunk_item(void* ctx, int64_t item, int tid) {
     ChunkBuffers B(c.scratch->at(tid), A.K, A.V, states);
     const ChunkStage st(A, h0, c.heads, c.scratch->at(tid) + ChunkStage::offset(A.K, A.V, states));
     auto state = [&](int64_t j) { return state_row(A.state, slot, (st.hv0 + j) * KV); };
+    GDN_STAGE(Begin);
     for (int64_t j = 0; j < states; ++j) P::load_row(state(j), SD, B.S + j * KV, KV);
     P::tiles_begin();
+    GDN_STAGE(StateLoad);
     for (int64_t c0 = t0; c0 < t1; c0 += kChunk) {
         const int64_t L = std::min<int64_t>(kChunk, t1 - c0);
         st.copy_in(A, c0, L);
+        GDN_STAGE(StageIn);
         for (int64_t hb = 0; hb < c.heads; ++hb) {
             load_keys<P>(A, B, st, L, hb);
             for (int64_t j = hb * group; j < (hb + 1) * group; ++j) {
@@ -686,9 +723,11 @@ void chunk_item(void* ctx, int64_t item, int tid) {
             }
         }
         st.copy_out<P>(A, c0, L);
+        GDN_STAGE(StageOut);
     }
     P::tiles_end();
     for (int64_t j = 0; j < states; ++j) P::round_store(B.S + j * KV, state(j), SD, KV);
+    GDN_STAGE(StateStore);
 }
 
 // Key heads per task: the most (a divisor of H) whose value heads' fp32 states take at most

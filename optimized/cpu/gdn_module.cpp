@@ -534,6 +534,14 @@ nb::dict dispatch_counts() {
     return d;
 }
 
+// {stage: seconds summed over threads} of the chunked prefill's stage clocks; reset: zero them after.
+nb::dict chunk_stage_clocks(bool reset) {
+    nb::dict d;
+    for (int s = 0; s < int(ChunkClock::Count); ++s) d[kChunkClockNames[s]] = chunk_clock_total(ChunkClock(s)) * 1e-9;
+    if (reset) chunk_clocks_reset();
+    return d;
+}
+
 }  // namespace
 void bind_ceilings(nb::module_& m);  // ceilings.cpp
 }  // namespace gdn
@@ -549,6 +557,14 @@ NB_MODULE(_gdn, m) {
     m.def("dispatch_counts", &dispatch_counts,
           "{isa: calls dispatched to that ISA build since the module loaded} (gating counts as 'scalar').");
     m.def("default_threads", &default_threads, "CPUs this process may run on.");
+#ifdef GDN_STAGE_CLOCKS
+    m.attr("STAGE_CLOCKS") = true;
+#else
+    m.attr("STAGE_CLOCKS") = false;
+#endif
+    m.def("chunk_stage_clocks", &chunk_stage_clocks, "reset"_a,
+          "{stage: seconds summed over threads} of the chunked prefill since the last reset (a build with "
+          "GDN_STAGE_CLOCKS; zero otherwise); reset: zero them after reading.");
     m.def("gdn_decode", &gdn_decode, "q"_a, "k"_a, "v"_a, "A_log"_a, "a"_a, "b"_a, "dt_bias"_a,
           "state"_a.noconvert(), "state_indices"_a, "out"_a.noconvert(), "scale"_a, "use_qk_l2norm"_a, "l2norm_eps"_a, "isa"_a,
           "num_threads"_a, "plan"_a);

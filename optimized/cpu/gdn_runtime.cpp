@@ -102,6 +102,20 @@ namespace {
 std::atomic<int64_t> dispatches[3];  // indexed by Isa
 }  // namespace
 
+const char* const kChunkClockNames[int(ChunkClock::Count)] = {
+    "state load", "stage in", "key rows", "key gemms", "values", "decay", "solve", "W U", "Vn", "out", "state update",
+    "stage out", "state store"};
+
+namespace {
+std::atomic<int64_t> chunk_clocks[int(ChunkClock::Count)];
+}
+
+void chunk_clock_add(ChunkClock stage, int64_t ns) { chunk_clocks[int(stage)].fetch_add(ns, std::memory_order_relaxed); }
+int64_t chunk_clock_total(ChunkClock stage) { return chunk_clocks[int(stage)].load(std::memory_order_relaxed); }
+void chunk_clocks_reset() {
+    for (auto& c : chunk_clocks) c.store(0, std::memory_order_relaxed);
+}
+
 void count_dispatch(Isa isa) { dispatches[int(isa)].fetch_add(1, std::memory_order_relaxed); }
 
 int64_t dispatch_count(Isa isa) { return dispatches[int(isa)].load(std::memory_order_relaxed); }

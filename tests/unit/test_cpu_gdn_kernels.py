@@ -126,6 +126,21 @@ def test_results_do_not_depend_on_thread_count(isa):
 
 
 @pytest.mark.parametrize("isa", ISAS)
+def test_stage_clocks_count_only_in_a_clocked_build(isa):
+    """The chunked prefill's stage clocks: a build with GDN_STAGE_CLOCKS (bench.probes.gdn_prefill_stages)
+    counts time in every stage a call passes through; any other build counts nothing."""
+    ext = cpu._ext()
+    args, state, idx = _chunk_case(BF16)
+    ext.chunk_stage_clocks(True)
+    cpu.gdn_chunk_prefill(**args, state=state, state_indices=idx, isa=isa)
+    clocks = ext.chunk_stage_clocks(True)
+    if ext.STAGE_CLOCKS:
+        assert all(s > 0 for s in clocks.values()), clocks
+    else:
+        assert not any(clocks.values()), clocks
+
+
+@pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("state_dtype", [np.float32, BF16, np.float16], ids=["f32", "bf16", "f16"])
 @pytest.mark.parametrize("V", [200, 64, 23])
 def test_decode_plans_give_the_same_bits(isa, state_dtype, V, monkeypatch):
