@@ -29,7 +29,7 @@ from bench.probes.gdn_chunked_variants import _diff, _staged
 SAMPLES = 3     # CUDA-graph samples a timing (``bench.timing.cuda_graph``): median, min and max kept
 SHAPES = ("T=8192,state=bfloat16", "varlen=4x2048,state=bfloat16", "T=8192,state=float32",
           "varlen=4x2048,state=float32")
-# name: the ``stages`` keywords beside the defaults ("tf32" rounds the solve's operands outside the model)
+# name: the ``stages`` keywords beside the defaults
 VARIANTS = {     # the likeliest first: past the budget the rest is skipped
     "default": {},
     "heads2 readout": dict(prep_heads=2, prep_readout=True),
@@ -46,9 +46,6 @@ VARIANTS = {     # the likeliest first: past the budget the rest is skipped
     "heads2 w8": dict(prep_heads=2, prep_warps=8),
     "rcp": dict(prep_norm="rcp"),
     "batched": dict(prep_form="batched"),
-    "rows": dict(prep_form="rows"),
-    "tf32x3": dict(prep_solve="tf32x3"),
-    "tf32 (outside model)": dict(prep_solve="tf32"),
     "w8": dict(prep_warps=8),
 }
 

@@ -3,8 +3,8 @@ compiled for sm_90 on a machine without a GPU (``optimized.triton.compile_check`
 and strides specialised as multiples of 16 as a launch specialises them), each read back from its cubin with
 the ``cuobjdump`` Triton bundles: registers a thread, spill bytes (stack), shared memory, and the static SASS
 instruction counts a warp (all, FFMA, HGMMA, BAR, LDS/LDSM + STS, local loads and stores), with the static
-instructions per value head (a warp's count x warps / value heads a program). Static counts: a loop body (the
-"rows" solve's) counts once. Prints one line per kernel:
+instructions per value head (a warp's count x warps / value heads a program). Static counts: a loop body counts
+once. Prints one line per kernel:
 
     python -m bench.probes.gdn_chunked_sass [--variants NAME ...]
 """
@@ -76,8 +76,7 @@ def main(argv=None) -> int:
         v = VARIANTS[name]
         heads = v.get("prep_heads", C.PREP_HEADS)
         consts = dict(HEADS=heads, READOUT=v.get("prep_readout", C.PREP_READOUT),
-                      SOLVE=v.get("prep_solve", C.PREP_SOLVE), RCP=v.get("prep_norm", C.PREP_NORM) == "rcp",
-                      FORM=v.get("prep_form", C.PREP_FORM))
+                      RCP=v.get("prep_norm", C.PREP_NORM) == "rcp", FORM=v.get("prep_form", C.PREP_FORM))
         rows.append((f"prep {name}", C._prep_tiles_kernel, consts, v.get("prep_warps", C.PREP_WARPS),
                      v.get("prep_registers"), heads))
     for name, fn, consts, warps, registers, heads in rows:

@@ -15,9 +15,8 @@ kernels; what passes between them goes through global memory (``stage_bytes`` co
    over T's 16-column blocks). The "tiles" kernel's variants (``stages``' prep_* arguments): several value
    heads of one key head a program (k, its norm and k k^T computed once for them; the same values), the
    step 2 operands computed there too (the same values; no readout kernel), the solve's four diagonal blocks
-   batched or the whole solve by forward substitution row by row (fp32), the solve's products at TF32x3
-   (near fp32) or TF32 input precision (T then deviates from the model's: TF32 operands keep 10 bits), the
-   norms by one reciprocal a row (within 1.5 fp32 ulps of the quotient, before the bf16 rounding).
+   batched, the norms by one reciprocal a row (within 1.5 fp32 ulps of the quotient, before the bf16
+   rounding).
 2. ``_readout_kernel``, per (chunk, value head): the output's state-free operands bf16(q exp(G)) and
    bf16(tril(q k^T exp(G_i - G_j))) (bf16 [T, HV, K] and [T, HV, 64]).
 3. ``_state_kernel``, per (sequence, value head, V-tile), serial over the sequence's chunks (the next
@@ -62,9 +61,8 @@ PREP_WARPS = 4                 # the prep kernel's
 PREP = "tiles"                 # the prep kernel: its products over the whole chunk, or in 16-row blocks ("blocks")
 PREP_HEADS = 1                 # value heads per program of the "tiles" prep kernel (k and k k^T shared by them)
 PREP_READOUT = False           # the readout operands computed by the "tiles" prep kernel (no readout kernel)
-PREP_SOLVE = "ieee"            # the input precision of the solve's fp32 products: "ieee", "tf32x3", "tf32"
 PREP_NORM = "div"              # the "tiles" prep kernel's l2 norms: a division per element, or "rcp" (``_qk``)
-PREP_FORM = "blocks"           # its solve's form: 16-row blocks, "batched" diagonal blocks, or "rows"
+PREP_FORM = "blocks"           # its solve's form: 16-row blocks, or "batched" diagonal blocks
 READOUT = True                 # the state pass writes the output (h and v_new never go to memory)
 
 
@@ -165,16 +163,15 @@ def _a_block(ki, kj, beta_i, Gi, Gj, DIAG: tl.constexpr, BITS: tl.constexpr):
 
 
 @triton.jit
-def _inv_diag(a, PREC: tl.constexpr):
+def _inv_diag(a):
     """(I - a)^-1 of a strictly lower [16, 16] block (or of each of a [B, 16, 16] batch) in fp32:
-    (I + a)(I + a^2)(I + a^4)(I + a^8) (a^16 = 0), fp32 products at input precision PREC ("ieee"; "tf32x3":
-    three TF32 products, near fp32; "tf32")."""
+    (I + a)(I + a^2)(I + a^4)(I + a^8) (a^16 = 0), fp32 products (IEEE)."""
     r = tl.arange(0, 16)
     x = a + tl.where(r[:, None] == r[None, :], 1.0, 0.0)
     p = a
     for _ in tl.static_range(3):
-        p = tl.dot(p, p, input_precision=PREC)
-        x = x + tl.dot(x, p, input_precision=PREC)
+        p = tl.dot(p, p, input_precision="ieee")
+        x = x + tl.dot(x, p, input_precision="ieee")
     return x
 
 
@@ -231,53 +228,37 @@ def _from_blocks(b00, b10, b11, b20, b21, b22, b30, b31, b32, b33):
 
 
 @triton.jit
-def _below_diagonal(A10, A20, A21, A30, A31, A32, X00, X11, X22, X33, PREC: tl.constexpr):
+def _below_diagonal(A10, A20, A21, A30, A31, A32, X00, X11, X22, X33):
     """The blocks of (I + A)^-1 below its diagonal from the diagonal blocks' inverses X_ii and A's blocks below
-    the diagonal: X_ij = X_ii sum_{j <= m < i} A_im X_mj, rows in order, fp32 products at input precision PREC
-    (``_inv_diag``)."""
-    X10 = tl.dot(X11, tl.dot(A10, X00, input_precision=PREC), input_precision=PREC)
-    X21 = tl.dot(X22, tl.dot(A21, X11, input_precision=PREC), input_precision=PREC)
-    X20 = tl.dot(X22, tl.dot(A20, X00, input_precision=PREC) + tl.dot(A21, X10, input_precision=PREC),
-                 input_precision=PREC)
-    X32 = tl.dot(X33, tl.dot(A32, X22, input_precision=PREC), input_precision=PREC)
-    X31 = tl.dot(X33, tl.dot(A31, X11, input_precision=PREC) + tl.dot(A32, X21, input_precision=PREC),
-                 input_precision=PREC)
-    X30 = tl.dot(X33, tl.dot(A30, X00, input_precision=PREC) + tl.dot(A31, X10, input_precision=PREC) +
-                 tl.dot(A32, X20, input_precision=PREC), input_precision=PREC)
+    the diagonal: X_ij = X_ii sum_{j <= m < i} A_im X_mj, rows in order, fp32 products (IEEE)."""
+    X10 = tl.dot(X11, tl.dot(A10, X00, input_precision="ieee"), input_precision="ieee")
+    X21 = tl.dot(X22, tl.dot(A21, X11, input_precision="ieee"), input_precision="ieee")
+    X20 = tl.dot(X22, tl.dot(A20, X00, input_precision="ieee") + tl.dot(A21, X10, input_precision="ieee"),
+                 input_precision="ieee")
+    X32 = tl.dot(X33, tl.dot(A32, X22, input_precision="ieee"), input_precision="ieee")
+    X31 = tl.dot(X33, tl.dot(A31, X11, input_precision="ieee") + tl.dot(A32, X21, input_precision="ieee"),
+                 input_precision="ieee")
+    X30 = tl.dot(X33, tl.dot(A30, X00, input_precision="ieee") + tl.dot(A31, X10, input_precision="ieee") +
+                 tl.dot(A32, X20, input_precision="ieee"), input_precision="ieee")
     return X10, X20, X21, X30, X31, X32
 
 
 @triton.jit
-def _rows_inverse(A):
-    """(I - A)^-1 of a strictly lower [64, 64] ``A`` in fp32 by forward substitution, row i = A_i + A_i X (rows
-    of X above i final), one row a step."""
-    r = tl.arange(0, 64)
-    X = A
-    for i in range(1, 64):
-        row = tl.sum(tl.where(r[:, None] == i, A, 0.0), axis=0)
-        X = tl.where(r[:, None] == i, (row + tl.sum(row[:, None] * X, axis=0))[None, :], X)
-    return X + tl.where(r[:, None] == r[None, :], 1.0, 0.0)
-
-
-@triton.jit
-def _unit_lower_inverse(A, BITS: tl.constexpr, PREC: tl.constexpr, FORM: tl.constexpr):
+def _unit_lower_inverse(A, BITS: tl.constexpr, FORM: tl.constexpr):
     """bf16((I - A)^-1) of a strictly lower [64, 64] ``A`` (fp32) as a [64, 64] tensor. FORM "blocks": the
     16-row blocks' inverses by ``_inv_diag`` and the blocks below them X_ij = X_ii sum_{j <= m < i} A_im X_mj,
-    fp32 products at input precision PREC (``_inv_diag``); "batched": the same, the four diagonal blocks as one
-    [4, 16, 16] chain of batched products; "rows": forward substitution row by row over the whole tile (fp32,
-    no products; PREC unused)."""
-    if FORM == "rows":
-        return _bf16(_rows_inverse(A), BITS)
+    fp32 products (IEEE); "batched": the same, the four diagonal blocks as one [4, 16, 16] chain of batched
+    products."""
     A00, A10, A20, A30, A11, A21, A31, A22, A32, A33 = _column_blocks(A)
     if FORM == "batched":
-        X = _inv_diag(tl.permute(tl.reshape(_join4(A00, A11, A22, A33), (16, 16, 4)), (2, 0, 1)), PREC)
+        X = _inv_diag(tl.permute(tl.reshape(_join4(A00, A11, A22, A33), (16, 16, 4)), (2, 0, 1)))
         X00, X11, X22, X33 = _split4(tl.reshape(tl.permute(X, (1, 2, 0)), (16, 16, 2, 2)))
     else:
-        X00 = _inv_diag(A00, PREC)
-        X11 = _inv_diag(A11, PREC)
-        X22 = _inv_diag(A22, PREC)
-        X33 = _inv_diag(A33, PREC)
-    X10, X20, X21, X30, X31, X32 = _below_diagonal(A10, A20, A21, A30, A31, A32, X00, X11, X22, X33, PREC)
+        X00 = _inv_diag(A00)
+        X11 = _inv_diag(A11)
+        X22 = _inv_diag(A22)
+        X33 = _inv_diag(A33)
+    X10, X20, X21, X30, X31, X32 = _below_diagonal(A10, A20, A21, A30, A31, A32, X00, X11, X22, X33)
     return _bf16(_from_blocks(X00, X10, X11, X20, X21, X22, X30, X31, X32, X33), BITS)
 
 
@@ -354,18 +335,17 @@ def _prep_kernel(k_ptr, v_ptr, g_ptr, beta_ptr, cu_ptr, chunk_cu_ptr, idx_ptr, G
         tl.store(G_ptr + (t0 + r3) * sG_t + hv, G3, mask=v3)
         G_last = _at_last(G0, r, length) + _at_last(G1, r1, length) + _at_last(G2, r2, length) + \
             _at_last(G3, r3, length)
-        X00 = _inv_diag(_a_block(k0, k0, b0, G0, G0, True, BITS), "ieee")
-        X11 = _inv_diag(_a_block(k1, k1, b1, G1, G1, True, BITS), "ieee")
-        X22 = _inv_diag(_a_block(k2, k2, b2, G2, G2, True, BITS), "ieee")
-        X33 = _inv_diag(_a_block(k3, k3, b3, G3, G3, True, BITS), "ieee")
+        X00 = _inv_diag(_a_block(k0, k0, b0, G0, G0, True, BITS))
+        X11 = _inv_diag(_a_block(k1, k1, b1, G1, G1, True, BITS))
+        X22 = _inv_diag(_a_block(k2, k2, b2, G2, G2, True, BITS))
+        X33 = _inv_diag(_a_block(k3, k3, b3, G3, G3, True, BITS))
         A10 = _a_block(k1, k0, b1, G1, G0, False, BITS)
         A20 = _a_block(k2, k0, b2, G2, G0, False, BITS)
         A21 = _a_block(k2, k1, b2, G2, G1, False, BITS)
         A30 = _a_block(k3, k0, b3, G3, G0, False, BITS)
         A31 = _a_block(k3, k1, b3, G3, G1, False, BITS)
         A32 = _a_block(k3, k2, b3, G3, G2, False, BITS)
-        X10, X20, X21, X30, X31, X32 = _below_diagonal(A10, A20, A21, A30, A31, A32, X00, X11, X22, X33,
-                                                       "ieee")
+        X10, X20, X21, X30, X31, X32 = _below_diagonal(A10, A20, A21, A30, A31, A32, X00, X11, X22, X33)
         T00, T11, T22, T33 = _bf16(X00, BITS), _bf16(X11, BITS), _bf16(X22, BITS), _bf16(X33, BITS)
         T10, T20, T21 = _bf16(X10, BITS), _bf16(X20, BITS), _bf16(X21, BITS)
         T30, T31, T32 = _bf16(X30, BITS), _bf16(X31, BITS), _bf16(X32, BITS)
@@ -405,12 +385,11 @@ def _prep_tiles_kernel(k_ptr, v_ptr, g_ptr, beta_ptr, cu_ptr, chunk_cu_ptr, idx_
                        sk_t, sk_h, sv_t, sv_h, sg_t, sb_t, sG_t, sW_t, sU_t, eps, H, HV, q_ptr, qe_ptr, qkd_ptr,
                        sq_t, sq_h, sD_t, scale, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr,
                        BV: tl.constexpr, L2NORM: tl.constexpr, BITS: tl.constexpr, HEADS: tl.constexpr,
-                       READOUT: tl.constexpr, SOLVE: tl.constexpr, RCP: tl.constexpr, FORM: tl.constexpr):
+                       READOUT: tl.constexpr, RCP: tl.constexpr, FORM: tl.constexpr):
     """Step 1 (module docstring) for chunk program_id(0), value heads HEADS program_id(1) + [0, HEADS) of one
     key head (k, its norm and k k^T computed once for them): A, W, U one dot each over the whole chunk, only
-    the solve in the FORM of ``_unit_lower_inverse``, its products at input precision SOLVE;
-    the norms by reciprocal where RCP (``_qk``); with READOUT step 2 too (q, its norm and q k^T once for the
-    heads)."""
+    the solve in the FORM of ``_unit_lower_inverse``; the norms by reciprocal where RCP (``_qk``); with READOUT
+    step 2 too (q, its norm and q k^T once for the heads)."""
     c = tl.program_id(0)
     hv0 = tl.program_id(1) * HEADS
     n, t0, length, j = _chunk(c, chunk_cu_ptr, cu_ptr, N)
@@ -439,7 +418,7 @@ def _prep_tiles_kernel(k_ptr, v_ptr, g_ptr, beta_ptr, cu_ptr, chunk_cu_ptr, idx_
             tl.store(G_ptr + (t0 + r) * sG_t + hv, G, mask=valid)
             G_last = _at_last(G, r, length)
             Tm = _unit_lower_inverse(_bf16(tl.where(strict, -beta[:, None] * kk * _decay(G, r), 0.0), BITS)
-                                     .to(tl.float32), BITS, SOLVE, FORM)
+                                     .to(tl.float32), BITS, FORM)
             _store_rows(W_ptr, _mm(Tm, _bf16((beta * tl.exp(G))[:, None] * kf, BITS), BITS), t0, r, valid, sW_t,
                         hv * K, K, BK, BITS)
             _store_rows(Kd_ptr, kf * tl.exp(G_last - G)[:, None], t0, r, valid, sW_t, hv * K, K, BK, BITS)
@@ -585,17 +564,16 @@ def chunked(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, u
 def stages(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, use_qk_l2norm=True,
            l2norm_eps=1e-6, chunk_size=CHUNK, state_write_interval=None, out=None, workspace=None,
            readout=READOUT, prep=PREP, state_block_v=STATE_BV, state_warps=WARPS, state_stages=STATE_STAGES,
-           prep_warps=PREP_WARPS, prep_heads=PREP_HEADS, prep_readout=PREP_READOUT, prep_solve=PREP_SOLVE,
-           prep_norm=PREP_NORM, prep_form=PREP_FORM, prep_registers=None):
+           prep_warps=PREP_WARPS, prep_heads=PREP_HEADS, prep_readout=PREP_READOUT, prep_norm=PREP_NORM,
+           prep_form=PREP_FORM, prep_registers=None):
     """``chunked``'s checks and buffers: (out, [(stage name, launch)]), the launches in order (each a
     no-argument callable; a stage can be timed alone once those before it have run): "prep", "readout"
     unless ``prep_readout`` (the prep kernel computes the readout operands), "state", and "output" unless
     ``readout`` (the state pass writes the output). The state pass's V-tile (a power of two, at least 16),
     warps and software-pipeline stages, the prep kernel's warps, and the "tiles" prep kernel's value heads per
-    program (a divisor of the value heads per key head), its solve's input precision (``PREP_SOLVE``;
-    "tf32" rounds the solve's operands, outside the ``bf16-operands`` model), the solve's form
-    (``PREP_FORM``) and its norms (``PREP_NORM``) are tunable; ``prep_registers`` caps the prep kernel's registers a thread
-    (``maxnreg``, 32 to 255, NVIDIA only; default the compiler's choice)."""
+    program (a divisor of the value heads per key head), its solve's form (``PREP_FORM``) and its norms
+    (``PREP_NORM``) are tunable; ``prep_registers`` caps the prep kernel's registers a thread (``maxnreg``, 32
+    to 255, NVIDIA only; default the compiler's choice)."""
     import torch
 
     from reference.gdn.arguments import interval as check_interval
@@ -634,7 +612,7 @@ def stages(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, us
 
     if prep not in PREP_KERNELS:
         raise ValueError(f"prep: expected one of {sorted(PREP_KERNELS)}, got {prep!r}")
-    _check_prep_variant(prep, prep_heads, prep_readout, prep_solve, prep_norm, prep_form, readout, HV // H)
+    _check_prep_variant(prep, prep_heads, prep_readout, prep_norm, prep_form, readout, HV // H)
     if prep_registers is not None and (isinstance(prep_registers, bool) or not isinstance(prep_registers, int)
                                        or not 32 <= prep_registers <= 255):
         raise ValueError(f"prep_registers: expected None or an int in [32, 255], got {prep_registers!r}")
@@ -650,7 +628,7 @@ def stages(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, us
         else:
             _prep_tiles_kernel[(bound, HV // prep_heads)](
                 *args, q, qe, qkd, q.stride(0), q.stride(1), qkd.stride(0), scale, K=K, V=V, BK=BK, BV=BV,
-                L2NORM=norm, BITS=bits, HEADS=prep_heads, READOUT=prep_readout, SOLVE=prep_solve,
+                L2NORM=norm, BITS=bits, HEADS=prep_heads, READOUT=prep_readout,
                 RCP=prep_norm == "rcp", FORM=prep_form, num_warps=prep_warps, **cap)
 
     def readout_operands():
@@ -677,23 +655,21 @@ def stages(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, us
     return out, [("prep", prep_pass), ("state", state_pass), ("output", output)]
 
 
-def _check_prep_variant(prep, heads, prep_readout, solve, norm, form, readout, group: int) -> None:
+def _check_prep_variant(prep, heads, prep_readout, norm, form, readout, group: int) -> None:
     """ValueError naming the first of ``stages``' prep_* arguments that ``prep`` cannot run (``group``: value
     heads per key head)."""
     if isinstance(heads, bool) or not isinstance(heads, int) or heads < 1 or group % heads:
         raise ValueError(f"prep_heads: expected a divisor of the value heads per key head ({group}), got {heads!r}")
-    if solve not in ("ieee", "tf32x3", "tf32"):
-        raise ValueError(f"prep_solve: expected 'ieee', 'tf32x3' or 'tf32', got {solve!r}")
     if norm not in ("div", "rcp"):
         raise ValueError(f"prep_norm: expected 'div' or 'rcp', got {norm!r}")
-    if form not in ("blocks", "batched", "rows"):
-        raise ValueError(f"prep_form: expected 'blocks', 'batched' or 'rows', got {form!r}")
+    if form not in ("blocks", "batched"):
+        raise ValueError(f"prep_form: expected 'blocks' or 'batched', got {form!r}")
     if prep_readout and not readout:
         raise ValueError("prep_readout: the readout operands are read by the state pass only with readout=True")
-    if prep == "blocks" and (heads, bool(prep_readout), solve, norm, form) != (1, False, "ieee", "div", "blocks"):
-        raise ValueError("prep: the 'blocks' kernel runs one value head a program, no readout, an IEEE solve in "
-                         "blocks and divided norms; prep_heads, prep_readout, prep_solve, prep_norm and "
-                         "prep_form are the 'tiles' kernel's")
+    if prep == "blocks" and (heads, bool(prep_readout), norm, form) != (1, False, "div", "blocks"):
+        raise ValueError("prep: the 'blocks' kernel runs one value head a program, no readout, the solve in "
+                         "blocks and divided norms; prep_heads, prep_readout, prep_norm and prep_form are the "
+                         "'tiles' kernel's")
 
 
 PREP_KERNELS = {"blocks": _prep_kernel, "tiles": _prep_tiles_kernel}
@@ -719,15 +695,13 @@ def compile_specs():
     consts = dict(K=128, V=128, BK=BK, BV=BV, L2NORM=True, BITS=False)
     out = [CompileSpec("gdn chunked output", _output_kernel, types, consts)]
     out.append(CompileSpec("gdn chunked prep", _prep_kernel, types, consts, warps=PREP_WARPS))
-    tiles = dict(HEADS=PREP_HEADS, READOUT=PREP_READOUT, SOLVE=PREP_SOLVE, RCP=PREP_NORM == "rcp",
-                 FORM=PREP_FORM)
+    tiles = dict(HEADS=PREP_HEADS, READOUT=PREP_READOUT, RCP=PREP_NORM == "rcp", FORM=PREP_FORM)
     out.append(CompileSpec("gdn chunked prep tiles", _prep_tiles_kernel, types, {**consts, **tiles},
                            warps=PREP_WARPS))
     out.append(CompileSpec("gdn chunked prep tiles, two heads, readout", _prep_tiles_kernel, types,
                            {**consts, **tiles, "HEADS": 2, "READOUT": True}, warps=8))
-    for form in ("batched", "rows"):
-        out.append(CompileSpec(f"gdn chunked prep tiles, solve {form}", _prep_tiles_kernel, types,
-                               {**consts, **tiles, "FORM": form}, warps=PREP_WARPS))
+    out.append(CompileSpec("gdn chunked prep tiles, solve batched", _prep_tiles_kernel, types,
+                           {**consts, **tiles, "FORM": "batched"}, warps=PREP_WARPS))
     out.append(CompileSpec("gdn chunked readout operands", _readout_kernel, types,
                            dict(K=128, BK=BK, L2NORM=True, BITS=False)))
     for readout in (False, True):

@@ -138,8 +138,7 @@ def test_the_tiles_prep_variants_that_share_work_give_what_the_default_gives_bit
     assert torch.equal(whole, out) and torch.equal(pools[0], pools[1])
 
 
-@pytest.mark.parametrize("variant", [dict(prep_norm="rcp"), dict(prep_solve="tf32x3"), dict(prep_form="rows"),
-                                     dict(prep_heads=2, prep_readout=True, prep_norm="rcp")])
+@pytest.mark.parametrize("variant", [dict(prep_norm="rcp"), dict(prep_heads=2, prep_readout=True, prep_norm="rcp")])
 def test_the_tiles_prep_variants_that_round_differently_pass_the_family_check(monkeypatch, variant):
     cell = make_cell("gdn", "chunked", state="bfloat16", H=1, HV=2, K=32, lens=(70, 5, 130), decay="weak",
                      slots="padded", qk="unit", split=None, act="bfloat16")
@@ -236,7 +235,7 @@ def test_state_pass_and_prep_configuration_is_checked_by_name():
     with pytest.raises(ValueError, match=r"^state_block_v"):
         C.stages(*args, state_block_v=48)
     for name, bad in (("prep_heads", dict(prep_heads=2)), ("prep_heads", dict(prep_heads=True)),
-                      ("prep_solve", dict(prep_solve="bf16")), ("prep_norm", dict(prep_norm="approx")),
+                      ("prep_norm", dict(prep_norm="approx")),
                       ("prep_form", dict(prep_form="columns")), ("prep_registers", dict(prep_registers=16)),
                       ("prep_readout", dict(prep_readout=True, readout=False)),
                       ("prep", dict(prep="blocks", prep_norm="rcp")),
