@@ -1,12 +1,27 @@
 """What the probes share: the decode shape of the registry's ``turboquant/decode`` bench at one
-length, its inputs, CUDA-graph medians in ms, and an ``--out DIR`` argument."""
+length, its inputs, CUDA-graph medians in ms, an ``--out DIR`` argument, and a time limit's SIGTERM
+turned into ``Stopped``."""
 from __future__ import annotations
 
 import argparse
 import json
+import signal
 from pathlib import Path
 
 import numpy as np
+
+
+class Stopped(BaseException):
+    """Raised in a probe by SIGTERM (``timeout``) after ``stop_on_term``: the probe prints what it measured."""
+
+
+def _raise_stopped(signum, frame):
+    raise Stopped()
+
+
+def stop_on_term() -> None:
+    """From now on, SIGTERM raises ``Stopped`` in this process."""
+    signal.signal(signal.SIGTERM, _raise_stopped)
 
 
 def shape(L: int = 8192) -> dict:

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
 import time
 import traceback
 from pathlib import Path
 
+from bench.probes.common import Stopped, stop_on_term
 from bench.probes.gdn_chunked_variants import _diff, _staged
 
 SAMPLES = 3     # CUDA-graph samples a timing (``bench.timing.cuda_graph``): median, min and max kept
@@ -192,14 +192,6 @@ def table(rows: list, labels: list, variants: list) -> list[str]:
     return lines
 
 
-class _Stopped(BaseException):
-    pass
-
-
-def _stop(signum, frame):
-    raise _Stopped()
-
-
 def main(argv=None) -> int:
     from bench import registry
     from bench.gdn_gpu import CHUNKED_BENCH
@@ -227,7 +219,7 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
-    signal.signal(signal.SIGTERM, _stop)        # a ``timeout`` still gets the table of what was measured
+    stop_on_term()   # a ``timeout`` still gets the table of what was measured
     try:
         if args.compile_workers > 0:
             try:
@@ -236,7 +228,7 @@ def main(argv=None) -> int:
                 print(f"precompile: FAILED\n{traceback.format_exc()}", flush=True)
         measure({label: shapes[label] for label in args.shapes}, variants, rows, deadline,
                 lambda: (out / "gdn_chunked_prep.json").write_text(json.dumps(rows, indent=1) + "\n"))
-    except _Stopped:
+    except Stopped:
         print("stopped by SIGTERM: the table holds what was measured before it", flush=True)
     except Exception:
         print(f"FAILED\n{traceback.format_exc()}", flush=True)

@@ -15,12 +15,13 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import signal
 import sys
 import traceback
 from pathlib import Path
 
 import numpy as np
+
+from bench.probes.common import Stopped, stop_on_term
 
 SHAPES = ("T=8192,state=bfloat16", "varlen=4x2048,state=bfloat16", "T=8192,state=float32",
           "varlen=4x2048,state=float32")
@@ -160,14 +161,6 @@ def shape_rows(label: str, shape: dict, baseline, rows: list, sweep: bool) -> No
                            f"s{stages}", best_ms)
 
 
-class _Stopped(BaseException):
-    pass
-
-
-def _stop(signum, frame):
-    raise _Stopped()
-
-
 def main(argv=None) -> int:
     from bench import registry
     from bench.gdn_gpu import CHUNKED_BENCH
@@ -190,7 +183,7 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
-    signal.signal(signal.SIGTERM, _stop)        # a ``timeout`` still gets the table of what was measured
+    stop_on_term()   # a ``timeout`` still gets the table of what was measured
     try:
         for label in args.shapes:
             try:
@@ -198,7 +191,7 @@ def main(argv=None) -> int:
             except Exception:
                 print(f"{label}: FAILED\n{traceback.format_exc()}", flush=True)
             (out / "gdn_chunked_variants.json").write_text(json.dumps(rows, indent=1) + "\n")
-    except _Stopped:
+    except Stopped:
         print("stopped by SIGTERM: the table holds the shapes finished before it", flush=True)
     print(f"\n{'shape':30} {'configuration':34} ms (or o / pool difference)")
     for label, name, value in rows:
