@@ -388,6 +388,9 @@ class Estimator:
         the backend's rate where none of the class has finished."""
         rate, weight = self._learned_rate(backend)
         if (backend, size) not in self._class_sums:
+            seen = [k for bb, k in self._class_sums if bb == backend]
+            if seen and size > max(seen) and backend in measured_prices():
+                return min(rate, self.start_rate), self.PRIOR_S
             return rate, weight
         w, e = self._class_sums[backend, size]
         return (w + self.PRIOR_S * rate) / (e + self.PRIOR_S), e + self.PRIOR_S
