@@ -393,7 +393,8 @@ class Estimator:
                 return min(rate, self.start_rate), self.PRIOR_S
             return rate, weight
         w, e = self._class_sums[backend, size]
-        return (w + self.PRIOR_S * rate) / (e + self.PRIOR_S), e + self.PRIOR_S
+        prior_s, prior_rate = self._prior(backend)
+        return (w + prior_s * prior_rate) / (e + prior_s), e + prior_s
 
     def backend_rate(self, backend: str, size: int | None = None) -> float:
         """Seconds here per estimated second for ``backend`` (its pairs of ``size_class`` ``size``;
