@@ -183,7 +183,18 @@ class Estimator:
     pairs, older work forgotten over ``HORIZON_S`` estimated seconds (a sum, not a mean of ratios),
     the starting rate of a measured price counting as ``PRIOR_S`` estimated seconds of work, pairs estimated under
     ``NOISE_S`` left out (their time is dispatch jitter: a gating pair priced at a millisecond takes
-    1 to 40 here, a decode's 0.25 s holds within 10%). A
+    1 to 40 here, a decode's 0.25 s holds within 10%). The same rate is kept apart for each *size
+    class* of the backend's pairs (``size_class``: first estimates ``CLASS_RATIO`` apart), by the
+    same rules, and a pair left is expected at its class's rate: a price fitted over pairs of every
+    size is off in opposite directions at the two ends (a pair's fixed cost, the worker's dispatch,
+    inputs and check, is a larger share of a small pair: in the saved GPU full tiers ``vllm-gdn``
+    ran its quarter-second pairs at 1.2 to 2.1 times their price and its second-long ones at a
+    third, ``triton-gdn`` on the H200 at 2.4 and 0.5). A class none of whose steady pairs has
+    finished takes its backend's rate; where it is larger than every class finished, the start
+    rate where that is lower (what the small pairs' excess says is their fixed cost, which a larger
+    pair pays a smaller share of; left to the backend's rate, a chain priced at a minute was
+    expected at three times that, held the ETA up to the end as the longest pair left, and took
+    two thirds of its price). A
     worker's first pair of a backend pays the backend's startup price too, once per worker (at most
     ``jobs`` of them in each of the run's ``stages``: a budgeted run's second stage starts its
     workers afresh, and on the 2-core machine its first pairs were a third of that stage's time). Compile and autotune time is counted apart: a pair over ``OUTLIER`` times the
@@ -384,8 +395,10 @@ class Estimator:
 
     def _class_rate(self, backend: str, size: int) -> tuple[float, float]:
         """(rate, estimated seconds it rests on) of the backend's pairs of one size class: its steady
-        pairs of that class, starting from the backend's rate (``_learned_rate``) worth ``PRIOR_S``;
-        the backend's rate where none of the class has finished."""
+        pairs of that class from the backend's prior (``_prior``), as the backend's rate; where none
+        of the class has finished, the backend's rate (``_learned_rate``: its first pairs', then the
+        machine's), for a measured price at most the start rate where the class is larger than every
+        class finished (the class docstring says why)."""
         rate, weight = self._learned_rate(backend)
         if (backend, size) not in self._class_sums:
             seen = [k for bb, k in self._class_sums if bb == backend]
@@ -471,8 +484,8 @@ class Estimator:
 
     def remaining(self) -> float:
         """Seconds left: the work left (pairs in flight by ``running_left``) divided among the
-        workers, and at least the longest pair left or in flight (a few long chains on many workers
-        end when the longest does)."""
+        workers, and at least the longest pair left (at its size class's rate) or in flight (a few
+        long chains on many workers end when the longest does)."""
         longest_est: dict[tuple[str, int], float] = {}   # (backend, size class) -> its longest pair left
         flying = self._in_flight()
         for key, est in self._first.items():
