@@ -151,6 +151,15 @@ def startup_estimate(backend: registry.Backend) -> float:
     return price(backend).startup_s
 
 
+CLASS_RATIO = 4.0   # pairs whose first estimates are this factor apart are rated apart (``Estimator``)
+
+
+def size_class(estimate: float) -> int:
+    """The size class of a pair's first estimate: classes a factor ``CLASS_RATIO`` apart (``k`` holds
+    estimates in ``[CLASS_RATIO**k, CLASS_RATIO**(k+1))`` seconds; ``NOISE_S`` and below are one)."""
+    return math.floor(math.log(max(estimate, Estimator.NOISE_S)) / math.log(CLASS_RATIO))
+
+
 @dataclass
 class Running:
     """Pairs in flight on one slot since ``since`` (the estimator's clock, ``time.monotonic``): one
@@ -174,7 +183,18 @@ class Estimator:
     pairs, older work forgotten over ``HORIZON_S`` estimated seconds (a sum, not a mean of ratios),
     the starting rate of a measured price counting as ``PRIOR_S`` estimated seconds of work, pairs estimated under
     ``NOISE_S`` left out (their time is dispatch jitter: a gating pair priced at a millisecond takes
-    1 to 40 here, a decode's 0.25 s holds within 10%). A
+    1 to 40 here, a decode's 0.25 s holds within 10%). The same rate is kept apart for each *size
+    class* of the backend's pairs (``size_class``: first estimates ``CLASS_RATIO`` apart), by the
+    same rules, and a pair left is expected at its class's rate: a price fitted over pairs of every
+    size is off in opposite directions at the two ends (a pair's fixed cost, the worker's dispatch,
+    inputs and check, is a larger share of a small pair: in the saved GPU full tiers ``vllm-gdn``
+    ran its quarter-second pairs at 1.2 to 2.1 times their price and its second-long ones at a
+    third, ``triton-gdn`` on the H200 at 2.4 and 0.5). A class none of whose steady pairs has
+    finished takes its backend's rate; where it is larger than every class finished, the start
+    rate where that is lower (what the small pairs' excess says is their fixed cost, which a larger
+    pair pays a smaller share of; left to the backend's rate, a chain priced at a minute was
+    expected at three times that, held the ETA up to the end as the longest pair left, and took
+    two thirds of its price). A
     worker's first pair of a backend pays the backend's startup price too, once per worker (at most
     ``jobs`` of them in each of the run's ``stages``: a budgeted run's second stage starts its
     workers afresh, and on the 2-core machine its first pairs were a third of that stage's time). Compile and autotune time is counted apart: a pair over ``OUTLIER`` times the
@@ -228,12 +248,13 @@ class Estimator:
         self.clock = clock
         self.running: dict[str, Running] = {}     # slot -> the pairs in flight there
         self.start_rate = start_rate(share)
-        self.left: Counter = Counter()            # backend -> first estimates of its pairs left
+        self.left: Counter = Counter()            # (backend, size class) -> first estimates of its pairs left
         self.n_left: Counter = Counter()          # backend -> pairs left
         self.startups_left: Counter = Counter()   # backend -> worker startups still to come
         self.startup_s: dict[str, float] = {}
         self.rate: dict[str, float] = {}          # backend -> decayed sum of wall / of first estimates
         self._sums: dict[str, tuple[float, float]] = {}   # backend -> (decayed wall sum, estimate sum)
+        self._class_sums: dict[tuple[str, int], tuple[float, float]] = {}   # the same per (backend, size class)
         self.compile_later_s: Counter = Counter()  # backend -> compile/autotune seconds of steady pairs
         self.steady_n: Counter = Counter()        # backend -> finished pairs after a worker's first
         self.first_sums: dict[str, tuple[float, float]] = {}   # backend -> (wall, estimate) of first pairs
@@ -241,7 +262,7 @@ class Estimator:
         self._first: dict[tuple[str, str], float] = {}
         for cell, b in pending:
             self._first[cell.id, b.name] = est = first_estimate(cell, b)
-            self.left[b.name] += est
+            self.left[b.name, size_class(est)] += est
             self.n_left[b.name] += 1
             self.startup_s[b.name] = startup_estimate(b)
         for stage in stages or [pending]:   # each stage starts its workers afresh
@@ -254,7 +275,7 @@ class Estimator:
         self.left, self.n_left, self._first = Counter(), Counter(), {}
         for cell, b in pending:
             self._first[cell.id, b.name] = est = first_estimate(cell, b)
-            self.left[b.name] += est
+            self.left[b.name, size_class(est)] += est
             self.n_left[b.name] += 1
             self.startup_s[b.name] = startup_estimate(b)
         self.startups_left = Counter({b: min(n, self.jobs) for b, n in self.n_left.items()})
@@ -286,7 +307,8 @@ class Estimator:
             return   # its compile time is this worker's, once; later pairs are not expected to meet it
         self.steady_n[backend] += 1
         w, e = self._sums.get(backend, (0.0, 0.0))
-        rate = self.rate.get(backend)
+        size = size_class(estimate)
+        rate = self._class_rate(backend, size)[0]
         if e >= self.PRIOR_S and wall > self.OUTLIER * rate * estimate:   # known well enough: compile
             self.compile_later_s[backend] += wall - rate * estimate
             return
@@ -297,6 +319,8 @@ class Estimator:
         self._sums[backend] = (w, e)
         prior_s, prior_rate = self._prior(backend)
         self.rate[backend] = (w + prior_s * prior_rate) / (e + prior_s)
+        w, e = self._class_sums.get((backend, size), (0.0, 0.0))
+        self._class_sums[backend, size] = (keep * w + wall, keep * e + estimate)
 
     def learn(self, cells: dict[str, Cell], backends: dict[str, registry.Backend], recs: list[dict]) -> None:
         """Calibrate from records already in the folder (on resume; records written before
@@ -332,7 +356,7 @@ class Estimator:
         if est is None:
             return weight
         b = record["backend"]
-        self.left[b] -= est
+        self.left[b, size_class(est)] -= est
         self.n_left[b] -= 1
         if record.get("first_in_worker") and self.startups_left[b] > 0:
             self.startups_left[b] -= 1
@@ -369,16 +393,36 @@ class Estimator:
             return self.machine_rate(), self.PRIOR_S
         return 1.0, 0.0
 
-    def backend_rate(self, backend: str) -> float:
-        """Seconds here per estimated second for ``backend``: the rate learned from finished pairs
-        (``_learned_rate``), raised by its steady pairs in flight past their prediction, each as a
-        finished pair of its elapsed time (at most ``OUTLIER`` times the prediction)."""
+    def _class_rate(self, backend: str, size: int) -> tuple[float, float]:
+        """(rate, estimated seconds it rests on) of the backend's pairs of one size class: its steady
+        pairs of that class from the backend's prior (``_prior``), as the backend's rate; where none
+        of the class has finished, the backend's rate (``_learned_rate``: its first pairs', then the
+        machine's), for a measured price at most the start rate where the class is larger than every
+        class finished (the class docstring says why)."""
         rate, weight = self._learned_rate(backend)
+        if (backend, size) not in self._class_sums:
+            seen = [k for bb, k in self._class_sums if bb == backend]
+            if seen and size > max(seen) and backend in measured_prices():
+                return min(rate, self.start_rate), self.PRIOR_S
+            return rate, weight
+        w, e = self._class_sums[backend, size]
+        prior_s, prior_rate = self._prior(backend)
+        return (w + prior_s * prior_rate) / (e + prior_s), e + prior_s
+
+    def backend_rate(self, backend: str, size: int | None = None) -> float:
+        """Seconds here per estimated second for ``backend`` (its pairs of ``size_class`` ``size``;
+        None: all its pairs): the rate learned from finished pairs (``_learned_rate``,
+        ``_class_rate``), raised by its steady pairs (of that class) in flight past their
+        prediction, each as a finished pair of its elapsed time (at most ``OUTLIER`` times the
+        prediction)."""
+        rate, weight = self._learned_rate(backend) if size is None else self._class_rate(backend, size)
         now, wall, est = self.clock(), rate * weight, weight
         for r in self.running.values():
             if r.backends != [backend] or r.first_in_worker is not False:
                 continue
             e_pair = self._first.get((r.cell_id, backend), 0.0)
+            if size is not None and size_class(e_pair) != size:
+                continue
             elapsed = now - r.since
             if e_pair >= self.NOISE_S and elapsed > rate * e_pair:
                 wall += min(elapsed, self.OUTLIER * rate * e_pair)
@@ -390,13 +434,13 @@ class Estimator:
         return {(r.cell_id, b) for r in self.running.values() for b in r.backends}
 
     def _queued(self) -> tuple[Counter, Counter, Counter]:
-        """Per backend the first estimates, the number and the worker startups of the pairs left
-        that are not in flight."""
+        """Per (backend, size class) the first estimates, and per backend the number and the worker
+        startups of the pairs left that are not in flight."""
         left, n_left, startups = Counter(self.left), Counter(self.n_left), Counter(self.startups_left)
         for r in self.running.values():
             for b in r.backends:
                 if (r.cell_id, b) in self._first:
-                    left[b] -= self._first[r.cell_id, b]
+                    left[b, size_class(self._first[r.cell_id, b])] -= self._first[r.cell_id, b]
                     n_left[b] -= 1
                     startups[b] -= bool(r.first_in_worker)
         return left, n_left, startups
@@ -407,8 +451,11 @@ class Estimator:
         pair is expected to meet."""
         total = 0.0
         for b in r.backends:
-            est = self._first.get((r.cell_id, b), 0.0) + (self.startup_s.get(b, 0.0) if r.first_in_worker else 0.0)
-            total += est * self.backend_rate(b) + (0.0 if r.first_in_worker else self.compile_per_pair(b))
+            est = self._first.get((r.cell_id, b), 0.0)
+            if r.first_in_worker:   # mostly the worker's startup: the backend's rate, as its first pairs teach
+                total += (est + self.startup_s.get(b, 0.0)) * self.backend_rate(b)
+            else:
+                total += est * self.backend_rate(b, size_class(est)) + self.compile_per_pair(b)
         return total
 
     def running_left(self, r: Running) -> float:
@@ -426,25 +473,26 @@ class Estimator:
 
     def per_backend(self) -> dict[str, float]:
         """Backend -> seconds of its pairs left that are not in flight (one worker's time)."""
-        out = {}
+        out: Counter = Counter()
         left, n_left, startups = self._queued()
-        for b, est in left.items():
-            secs = ((max(0.0, est) + max(0, startups[b]) * self.startup_s[b]) * self.backend_rate(b)
-                    + max(0, n_left[b]) * self.compile_per_pair(b))
-            if secs > 0:
-                out[b] = secs
-        return out
+        for (b, size), est in left.items():
+            out[b] += max(0.0, est) * self.backend_rate(b, size)
+        for b in n_left:
+            out[b] += (max(0, startups[b]) * self.startup_s[b] * self.backend_rate(b)
+                       + max(0, n_left[b]) * self.compile_per_pair(b))
+        return {b: secs for b, secs in out.items() if secs > 0}
 
     def remaining(self) -> float:
         """Seconds left: the work left (pairs in flight by ``running_left``) divided among the
-        workers, and at least the longest pair left or in flight (a few long chains on many workers
-        end when the longest does)."""
-        longest_est: dict[str, float] = {}
+        workers, and at least the longest pair left (at its size class's rate) or in flight (a few
+        long chains on many workers end when the longest does)."""
+        longest_est: dict[tuple[str, int], float] = {}   # (backend, size class) -> its longest pair left
         flying = self._in_flight()
         for key, est in self._first.items():
             if key not in flying:
-                longest_est[key[1]] = max(est, longest_est.get(key[1], 0.0))
-        longest = max((est * self.backend_rate(b) for b, est in longest_est.items()), default=0.0)
+                k = key[1], size_class(est)
+                longest_est[k] = max(est, longest_est.get(k, 0.0))
+        longest = max((est * self.backend_rate(b, size) for (b, size), est in longest_est.items()), default=0.0)
         running = [self.running_left(r) for r in self.running.values()]
         return max((sum(self.per_backend().values()) + sum(running)) / self.jobs, longest, *running)
 

@@ -1,6 +1,7 @@
 """The ETA of pairs in flight (a pair far past its price moves it while no record comes) and the
 progress line redrawn on a timer, naming the longest-running pair."""
 import io
+import math
 import re
 
 import pytest
@@ -233,3 +234,73 @@ def test_a_replay_runs_a_cells_pairs_of_one_environment_in_turn_and_a_stage_afte
     staged = pairs + [(c1, g, rec(c1, "g", 1.0, first=True))]
     assert eta_replay.replay(staged, jobs=2, every=1.0)[0].left == pytest.approx(5.0)
     assert eta_replay.replay(staged, jobs=2, every=1.0, stage_sizes=[2, 1])[0].left == pytest.approx(6.0)
+
+
+@pytest.fixture
+def by_work(monkeypatch):
+    """Backend ``a`` with a measured price of 0.05 s per unit of work (a toy cell's ``n``), measured
+    with a core, as this machine has: its start rate is 1."""
+    monkeypatch.setattr(estimate, "measured_prices", lambda: {"a": estimate.Price(work_s=0.05)})
+    monkeypatch.setattr(estimate, "prices_core_share", lambda: 1.0)
+    return toy("a", 9.0)
+
+
+def sized(ns):
+    return [make_cell("toy", "scale", n=n, factor=float(i)) for i, n in enumerate(ns)]
+
+
+def class_rate(walls_and_estimates, prior_s=estimate.Estimator.PRIOR_S, prior_rate=1.0):
+    """The rate of one size class's steady pairs, as ``Estimator`` keeps it (forgetting, prior)."""
+    w = e = 0.0
+    for wall, est in walls_and_estimates:
+        keep = math.exp(-est / estimate.Estimator.HORIZON_S)
+        w, e = keep * w + wall, keep * e + est
+    return (w + prior_s * prior_rate) / (e + prior_s)
+
+
+def test_pairs_of_different_sizes_of_one_backend_are_rated_apart(by_work):
+    """Quarter-second pairs at 4 times their price (their fixed cost) and 10-s pairs at half of it,
+    as one backend's small pairs and long chains ran on the GPU machines: the pairs left of each
+    size are expected at their own size class's rate, not at one rate of the two."""
+    small, large = sized([5] * 8), sized([200] * 4)
+    est = estimate.Estimator([(c, by_work) for c in small + large], jobs=1, share=1.0)
+    for c in small[:4]:
+        est.done(rec(c, "a", 1.0))
+    for c in large[:2]:
+        est.done(rec(c, "a", 5.0))
+    r_small, r_large = class_rate([(1.0, 0.25)] * 4), class_rate([(5.0, 10.0)] * 2)
+    assert est.backend_rate("a", estimate.size_class(0.25)) == pytest.approx(r_small) and r_small > 2
+    assert est.backend_rate("a", estimate.size_class(10.0)) == pytest.approx(r_large) and r_large < 0.6
+    assert est.per_backend()["a"] == pytest.approx(4 * 0.25 * r_small + 2 * 10.0 * r_large)
+
+
+def test_a_size_class_larger_than_any_finished_goes_by_the_start_rate_where_the_backends_is_higher(by_work):
+    """Quarter-second pairs at 4 times their price: a 10-s pair left, of a class none has finished,
+    is expected at the start rate (the small pairs' excess is their fixed cost), a 0.05-s one, smaller
+    than the finished, at the backend's rate; a backend faster than its price keeps its rate for both."""
+    tiny, small, large = sized([1] * 2), sized([5] * 6), sized([200] * 2)
+    est = estimate.Estimator([(c, by_work) for c in tiny + small + large], jobs=1, share=1.0)
+    for c in small[:4]:
+        est.done(rec(c, "a", 1.0))
+    rate = est.rate["a"]
+    assert rate > 2 and est.backend_rate("a", estimate.size_class(10.0)) == pytest.approx(1.0)
+    assert est.backend_rate("a", estimate.size_class(0.05)) == pytest.approx(rate)
+    assert est.per_backend()["a"] == pytest.approx(2 * 0.05 * rate + 2 * 0.25 * rate + 2 * 10.0 * 1.0)
+    fast = estimate.Estimator([(c, by_work) for c in small + large], jobs=1, share=1.0)
+    for c in small[:4]:
+        fast.done(rec(c, "a", 0.05))
+    assert fast.rate["a"] < 1.0 and fast.backend_rate("a", estimate.size_class(10.0)) == pytest.approx(fast.rate["a"])
+
+
+def test_the_longest_pair_left_is_expected_at_its_own_size_classs_rate(by_work):
+    """On 8 workers the run ends when its one 10-s pair left does: at the rate of the 10-s pair
+    that finished at half its price, not at the backend's rate, raised by its small pairs at 8 times
+    theirs."""
+    small, large = sized([5] * 8), sized([200] * 2)
+    est = estimate.Estimator([(c, by_work) for c in small + large], jobs=8, share=1.0)
+    for c in small:
+        est.done(rec(c, "a", 2.0))
+    est.done(rec(large[0], "a", 5.0))
+    r_large = class_rate([(5.0, 10.0)])
+    assert est.rate["a"] > 1.0 > r_large
+    assert est.remaining() == pytest.approx(10.0 * r_large)
