@@ -248,36 +248,35 @@ class Estimator:
         self.clock = clock
         self.running: dict[str, Running] = {}     # slot -> the pairs in flight there
         self.start_rate = start_rate(share)
-        self.left: Counter = Counter()            # (backend, size class) -> first estimates of its pairs left
-        self.n_left: Counter = Counter()          # backend -> pairs left
         self.startups_left: Counter = Counter()   # backend -> worker startups still to come
         self.startup_s: dict[str, float] = {}
-        self.rate: dict[str, float] = {}          # backend -> decayed sum of wall / of first estimates
         self._sums: dict[str, tuple[float, float]] = {}   # backend -> (decayed wall sum, estimate sum)
         self._class_sums: dict[tuple[str, int], tuple[float, float]] = {}   # the same per (backend, size class)
         self.compile_later_s: Counter = Counter()  # backend -> compile/autotune seconds of steady pairs
         self.steady_n: Counter = Counter()        # backend -> finished pairs after a worker's first
         self.first_sums: dict[str, tuple[float, float]] = {}   # backend -> (wall, estimate) of first pairs
         self.totals: dict[str, tuple[float, float]] = {}   # backend -> (wall, estimate) of every pair, compile included
+        self._plan(pending)
+        for stage in stages or [pending]:   # each stage starts its workers afresh
+            for b, n in Counter(b.name for _, b in stage).items():
+                self.startups_left[b] += min(n, self.jobs)
+        self.total = self.work_left()
+
+    def _plan(self, pending: list[tuple[Cell, registry.Backend]]) -> None:
+        """The pairs left: each one's first estimate (``_first``), per (backend, size class) their sum
+        (``left``), per backend their number (``n_left``) and its worker startup price."""
+        self.left: Counter = Counter()
+        self.n_left: Counter = Counter()
         self._first: dict[tuple[str, str], float] = {}
         for cell, b in pending:
             self._first[cell.id, b.name] = est = first_estimate(cell, b)
             self.left[b.name, size_class(est)] += est
             self.n_left[b.name] += 1
             self.startup_s[b.name] = startup_estimate(b)
-        for stage in stages or [pending]:   # each stage starts its workers afresh
-            for b, n in Counter(b.name for _, b in stage).items():
-                self.startups_left[b] += min(n, self.jobs)
-        self.total = self.work_left()
 
     def replan(self, pending: list[tuple[Cell, registry.Backend]]) -> None:
         """The pairs left are now ``pending`` (a time budget chose again); rates learned so far stay."""
-        self.left, self.n_left, self._first = Counter(), Counter(), {}
-        for cell, b in pending:
-            self._first[cell.id, b.name] = est = first_estimate(cell, b)
-            self.left[b.name, size_class(est)] += est
-            self.n_left[b.name] += 1
-            self.startup_s[b.name] = startup_estimate(b)
+        self._plan(pending)
         self.startups_left = Counter({b: min(n, self.jobs) for b, n in self.n_left.items()})
 
     def work_left(self) -> float:
@@ -293,6 +292,16 @@ class Estimator:
         """(seconds, rate) the backend's rate starts from: a measured price at ``start_rate`` for
         ``PRIOR_S``; a declared cost model is a guess, and no prior."""
         return (self.PRIOR_S, self.start_rate) if backend in measured_prices() else (0.0, 1.0)
+
+    def _blend(self, backend: str, wall: float, estimate: float) -> float:
+        """The rate of sums of wall times and estimates, started from the backend's prior (``_prior``)."""
+        prior_s, prior_rate = self._prior(backend)
+        return (wall + prior_s * prior_rate) / (estimate + prior_s)
+
+    @property
+    def rate(self) -> dict[str, float]:
+        """Backend -> the rate of its steady pairs (decayed sums, ``_blend``), for the backends that have one."""
+        return {b: self._blend(b, w, e) for b, (w, e) in self._sums.items()}
 
     def _observe(self, backend: str, estimate: float, wall: float, first_in_worker: bool) -> None:
         full = estimate + (self.startup_s.get(backend, 0.0) if first_in_worker else 0.0)
@@ -317,8 +326,6 @@ class Estimator:
         keep = math.exp(-estimate / self.HORIZON_S)
         w, e = keep * w + wall, keep * e + estimate
         self._sums[backend] = (w, e)
-        prior_s, prior_rate = self._prior(backend)
-        self.rate[backend] = (w + prior_s * prior_rate) / (e + prior_s)
         w, e = self._class_sums.get((backend, size), (0.0, 0.0))
         self._class_sums[backend, size] = (keep * w + wall, keep * e + estimate)
 
@@ -374,8 +381,7 @@ class Estimator:
         their whole time over their whole estimate (steady pairs, and a measured price's first
         pairs with its startup; compile and autotune included, as the prices were fitted), each
         counting its prior (``_prior``), backend ``without`` left out; ``start_rate`` before any."""
-        seen = sorted((w + self._prior(b)[0] * self._prior(b)[1]) / (e + self._prior(b)[0])
-                      for b, (w, e) in self.totals.items() if b != without)
+        seen = sorted(self._blend(b, w, e) for b, (w, e) in self.totals.items() if b != without)
         return seen[len(seen) // 2] if seen else self.start_rate
 
     def _learned_rate(self, backend: str) -> tuple[float, float]:
@@ -383,13 +389,14 @@ class Estimator:
         the first pairs (a measured price's from the other backends' ``machine_rate`` worth
         ``PRIOR_S``), else the machine's (``machine_rate``, resting on ``PRIOR_S``; 1 and nothing
         for a declared cost model before any pair)."""
-        if backend in self.rate:
-            return self.rate[backend], self._sums[backend][1] + self._prior(backend)[0]
+        if backend in self._sums:
+            w, e = self._sums[backend]
+            return self._blend(backend, w, e), e + self._prior(backend)[0]
         w, e = self.first_sums.get(backend, (0.0, 0.0))
         if e > 0:   # a measured price's first pairs, from the machine's rate worth PRIOR_S
             prior_s = self._prior(backend)[0]
             return (w + prior_s * self.machine_rate(without=backend)) / (e + prior_s), e + prior_s
-        if self.rate or self.totals or backend in measured_prices():
+        if self._sums or self.totals or backend in measured_prices():
             return self.machine_rate(), self.PRIOR_S
         return 1.0, 0.0
 
@@ -406,8 +413,7 @@ class Estimator:
                 return min(rate, self.start_rate), self.PRIOR_S
             return rate, weight
         w, e = self._class_sums[backend, size]
-        prior_s, prior_rate = self._prior(backend)
-        return (w + prior_s * prior_rate) / (e + prior_s), e + prior_s
+        return self._blend(backend, w, e), e + self._prior(backend)[0]
 
     def backend_rate(self, backend: str, size: int | None = None) -> float:
         """Seconds here per estimated second for ``backend`` (its pairs of ``size_class`` ``size``;
