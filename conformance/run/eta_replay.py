@@ -31,7 +31,7 @@ from pathlib import Path
 from conformance import registry
 from conformance.cells import Cell
 from conformance.run import budget, records, workers
-from conformance.run.estimate import Estimator, core_share, hms, use_prices
+from conformance.run.estimate import Estimator, core_share, hms, machine_kind, use_prices
 from conformance.run.selection import select_cells
 
 
@@ -47,19 +47,20 @@ class Sample:
 
 
 def replay(pairs: list[tuple[Cell, registry.Backend, dict]], jobs: int, share: float = 1.0, every: float = 30.0,
-           starts: bool = True, stage_sizes: list[int] | None = None) -> list[Sample]:
+           starts: bool = True, stage_sizes: list[int] | None = None, machine: str | None = None) -> list[Sample]:
     """The ETA every ``every`` seconds of a run of ``pairs`` (cell, backend, its record with
     ``wall_s``), in the order the pool queued them, on ``jobs`` workers: consecutive pairs of one
     cell and one worker environment are an item, run in turn on the first worker free; ``starts``:
     the estimator is told when each pair starts. ``stage_sizes``: the pairs are stages of these
     sizes (a budgeted run), each begun once the one before has ended, on fresh workers, the
-    estimator given the pairs left then (``Estimator.replan``, as the runner does)."""
+    estimator given the pairs left then (``Estimator.replan``, as the runner does). ``machine``: the
+    kind whose prices to use (``estimate.machine_kind`` of the run's GPUs, as the runner chose)."""
     sizes = stage_sizes or [len(pairs)]
     bounds = [sum(sizes[:i]) for i in range(len(sizes) + 1)]
     stages = [pairs[a:b] for a, b in zip(bounds, bounds[1:])]
     now = [0.0]
     est = Estimator([(c, b) for c, b, _ in pairs], jobs, share, clock=lambda: now[0],
-                    stages=[[(c, b) for c, b, _ in st] for st in stages])
+                    stages=[[(c, b) for c, b, _ in st] for st in stages], machine=machine)
     events = []   # (time, 0 for an end / 1 for a new stage / 2 for a start, sequence, slot, cell, backend, record)
     begin = 0.0
     for k, stage in enumerate(stages):
@@ -129,7 +130,8 @@ def folder_pairs(run_dir: Path) -> tuple[list[tuple[Cell, registry.Backend, dict
            if r["status"] != "skip" and (r.get("wall_s") is not None or r.get("duration_s") is not None)
            and r["id"] in cells and r["backend"] in known}
     pairs = sorted(((cells[i], known[b]) for i, b in ran), key=lambda p: (order[p[0].id], rank.get(p[1].name, 0)))
-    stages = budget.choose(pairs, math.inf, int(info.get("jobs") or 1))[0] if "left_out" in info else [pairs]
+    stages = (budget.choose(pairs, math.inf, int(info.get("jobs") or 1), machine_kind(info.get("gpus")))[0]
+              if "left_out" in info else [pairs])
     queued = []
     for stage in stages:
         by_cell: dict[str, tuple[Cell, list]] = {}
@@ -167,8 +169,9 @@ def main(argv: list[str] | None = None) -> int:
         pairs, info, sizes = folder_pairs(run_dir)
         jobs = int(info.get("jobs") or 1)
         share = core_share(info.get("load"), jobs)
-        told = replay(pairs, jobs, share, args.every, starts=True, stage_sizes=sizes)
-        finished_only = replay(pairs, jobs, share, args.every, starts=False, stage_sizes=sizes)
+        machine = machine_kind(info.get("gpus"))
+        told = replay(pairs, jobs, share, args.every, starts=True, stage_sizes=sizes, machine=machine)
+        finished_only = replay(pairs, jobs, share, args.every, starts=False, stage_sizes=sizes, machine=machine)
         head = f"{len(pairs)} pairs on {jobs} workers, replayed: {hms(told[0].left)}"
         counts = "within 30% from the first minute on: " + ", ".join(
             f"{name} {within(samples)}" for name, samples in (("finished pairs only", finished_only),

@@ -6,8 +6,11 @@ wall time: the seconds it would take with a core of its own, whatever else share
 ``core_share`` is then 1; records without CPU times give wall times, and ``core_share`` is left to
 the note. A run without CPU times is left out for the backends that a run of the same machine (CPU
 model, cores and GPUs) with CPU times measured (``cpu_timed_where_possible``): on a shared machine its
-wall times count the other jobs' time too (a 2-core ci run beside other jobs took 5 times its CPU
-time). ``run_core_share``: the median over pairs of CPU over wall time, how busy the machine was.
+wall times count the other jobs' time too (a 2-core ci run beside other jobs took a median 6 times
+the CPU time of its pairs in the machine's other runs). ``run_core_share``: the median over pairs of
+CPU over wall time, how busy the machine was. The prices are fitted on every run together
+(``backends``, the same on every machine) and apart on the runs of each kind of machine
+(``machines``: ``gpu`` or ``cpu``, ``estimate.machine_kind``), which a run on such a machine uses.
 
     python -m conformance.run.pricing RUN_DIR [RUN_DIR...] [--note TEXT]
 
@@ -28,7 +31,7 @@ from scipy.optimize import nnls
 
 from conformance import registry
 from conformance.run import records
-from conformance.run.estimate import PRICES, Price, cell_calls, cell_work
+from conformance.run.estimate import PRICES, Price, cell_calls, cell_work, machine_kind
 from conformance.run.selection import select_cells
 
 
@@ -113,21 +116,27 @@ def cpu_timed_where_possible(runs: list[tuple[dict, list[dict]]]) -> list[list[d
             else [r for r in recs if r["backend"] not in timed[_machine(info)]] for info, recs in runs]
 
 
-def fit_runs(run_dirs: list[Path], only: set | None = None) -> tuple[dict[str, Price], list[dict], int]:
-    """(backend -> Price, one description per run, the number of records priced from) of the run
-    folders together (``cpu_timed_where_possible``); ``only``: these backends alone."""
+def fit_runs(run_dirs: list[Path], only: set | None = None
+             ) -> tuple[dict[str, Price], dict[str, dict[str, Price]], list[dict], int]:
+    """(backend -> Price from every run, machine kind -> backend -> Price from the runs of machines
+    of that kind (``estimate.machine_kind``), one description per run, the number of records priced
+    from) of the run folders together (``cpu_timed_where_possible``); ``only``: these backends alone."""
     read = [_run(Path(d)) for d in run_dirs]
     kept = cpu_timed_where_possible([(info, recs) for info, recs, _ in read])
     cells = {i: c for _, _, cs in read for i, c in cs.items()}
-    known = set(registry.backends())
-    runs = []
+    wanted = set(registry.backends()) & (only or set(registry.backends()))
+    runs, by_kind = [], {}
     for (info, _, _), recs in zip(read, kept):
         share = core_share(recs)
-        ran = sorted({r["backend"] for r in recs if r["status"] != "skip"} & (only or known))
+        ran = sorted({r["backend"] for r in recs if r["status"] != "skip"} & wanted)
         runs.append({**_where(info), "backends": ran, **({"run_core_share": share} if share is not None else {})})
+        by_kind.setdefault(machine_kind(info.get("gpus")), []).extend(recs)
+
+    def priced(recs: list[dict]) -> dict[str, Price]:
+        return {n: price for n, price in fit(recs, cells).items() if n in wanted}
+
     every_rec = [r for recs in kept for r in recs]
-    prices = {n: price for n, price in fit(every_rec, cells).items() if n in known and (only is None or n in only)}
-    return prices, runs, len(every_rec)
+    return priced(every_rec), {kind: priced(recs) for kind, recs in sorted(by_kind.items())}, runs, len(every_rec)
 
 
 def _where(info: dict) -> dict:
@@ -148,18 +157,22 @@ def main(argv: list[str] | None = None) -> int:
     only = set(args.backend.split(",")) if args.backend else None
     if only and only - set(known):
         p.error(f"--backend: unknown {', '.join(sorted(only - set(known)))} (known: {', '.join(sorted(known))})")
-    fitted, runs, n_records = fit_runs(args.run_dirs, only)
+    fitted, by_kind, runs, n_records = fit_runs(args.run_dirs, only)
     refit = {n: _as_json(price) for n, price in fitted.items()}
     prices = refit
+    machines = {kind: {n: _as_json(price) for n, price in section.items()} for kind, section in by_kind.items()}
     if only is not None:        # keep the rest of the file
         old = json.loads(PRICES.read_text())
         prices = {**old["backends"], **refit}
+        machines = {kind: {**old.get("machines", {}).get(kind, {}), **machines.get(kind, {})}
+                    for kind in sorted({*old.get("machines", {}), *machines})}
         runs = old["measured"]["runs"] + runs
         args.note = f"{old['measured']['note']}; refit {', '.join(sorted(refit))}: {args.note}"
     timed_by_cpu = all("run_core_share" in r for r in runs)
     records.dump_json(PRICES, {
         "measured": {"note": args.note, **({"core_share": 1.0} if timed_by_cpu else {}), "runs": runs},
-        "backends": {n: prices[n] for n in sorted(prices)}})
+        "backends": {n: prices[n] for n in sorted(prices)},
+        "machines": {kind: {n: section[n] for n in sorted(section)} for kind, section in machines.items()}})
     print(f"{len(refit)} backends priced from {n_records} records -> {PRICES}")
     return 0
 

@@ -99,7 +99,7 @@ def measured(monkeypatch):
     worker had 0.25 of a core."""
     price = estimate.Price(pair_s=1.0, ops={"toy/scale": estimate.Price(pair_s=2.0),
                                            "toy/other": estimate.Price(pair_s=0.001)})
-    monkeypatch.setattr(estimate, "measured_prices", lambda: {"m": price})
+    monkeypatch.setattr(estimate, "measured_prices", lambda machine=None: {"m": price})
     monkeypatch.setattr(estimate, "prices_core_share", lambda: 0.25)
     return toy("m", 99.0)   # its declared cost model is not used: it has a measured price
 
