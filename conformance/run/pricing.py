@@ -145,6 +145,29 @@ def _where(info: dict) -> dict:
             "started": info.get("started")}
 
 
+def write_prices(path: Path, run_dirs: list[Path], note: str = "", only: set | None = None,
+                 old: dict | None = None) -> tuple[int, int]:
+    """Write a prices.json at ``path`` fitted from the run folders (``fit_runs``); with ``only``, those
+    backends refit and every other price of ``old`` (a prices.json's content) kept. Returns (backends
+    refit, records priced from)."""
+    fitted, by_kind, runs, n_records = fit_runs(run_dirs, only)
+    prices = {n: _as_json(price) for n, price in fitted.items()}
+    machines = {kind: {n: _as_json(price) for n, price in section.items()} for kind, section in by_kind.items()}
+    n_refit = len(prices)
+    if old is not None:        # keep the rest of the file
+        prices = {**old["backends"], **prices}
+        machines = {kind: {**old.get("machines", {}).get(kind, {}), **machines.get(kind, {})}
+                    for kind in sorted({*old.get("machines", {}), *machines})}
+        runs = old["measured"]["runs"] + runs
+        note = f"{old['measured']['note']}; refit {', '.join(sorted(fitted))}: {note}"
+    timed_by_cpu = all("run_core_share" in r for r in runs)
+    records.dump_json(path, {
+        "measured": {"note": note, **({"core_share": 1.0} if timed_by_cpu else {}), "runs": runs},
+        "backends": {n: prices[n] for n in sorted(prices)},
+        "machines": {kind: {n: section[n] for n in sorted(section)} for kind, section in machines.items()}})
+    return n_refit, n_records
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m conformance.run.pricing", description=__doc__.split("\n\n")[0])
     p.add_argument("run_dirs", metavar="RUN_DIR", nargs="+",
@@ -157,23 +180,9 @@ def main(argv: list[str] | None = None) -> int:
     only = set(args.backend.split(",")) if args.backend else None
     if only and only - set(known):
         p.error(f"--backend: unknown {', '.join(sorted(only - set(known)))} (known: {', '.join(sorted(known))})")
-    fitted, by_kind, runs, n_records = fit_runs(args.run_dirs, only)
-    refit = {n: _as_json(price) for n, price in fitted.items()}
-    prices = refit
-    machines = {kind: {n: _as_json(price) for n, price in section.items()} for kind, section in by_kind.items()}
-    if only is not None:        # keep the rest of the file
-        old = json.loads(PRICES.read_text())
-        prices = {**old["backends"], **refit}
-        machines = {kind: {**old.get("machines", {}).get(kind, {}), **machines.get(kind, {})}
-                    for kind in sorted({*old.get("machines", {}), *machines})}
-        runs = old["measured"]["runs"] + runs
-        args.note = f"{old['measured']['note']}; refit {', '.join(sorted(refit))}: {args.note}"
-    timed_by_cpu = all("run_core_share" in r for r in runs)
-    records.dump_json(PRICES, {
-        "measured": {"note": args.note, **({"core_share": 1.0} if timed_by_cpu else {}), "runs": runs},
-        "backends": {n: prices[n] for n in sorted(prices)},
-        "machines": {kind: {n: section[n] for n in sorted(section)} for kind, section in machines.items()}})
-    print(f"{len(refit)} backends priced from {n_records} records -> {PRICES}")
+    old = json.loads(PRICES.read_text()) if only is not None else None
+    n_refit, n_records = write_prices(PRICES, args.run_dirs, args.note, only, old)
+    print(f"{n_refit} backends priced from {n_records} records -> {PRICES}")
     return 0
 
 

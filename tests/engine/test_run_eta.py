@@ -343,3 +343,24 @@ def test_a_machine_kind_takes_the_prices_fitted_on_its_own_runs_and_sharding_the
         assert estimate.Estimator([(c, m) for c in cs], jobs=1, machine="cpu").work_left() == pytest.approx(0.3)
     finally:
         estimate.use_prices(before)
+
+
+def test_a_leave_one_out_replay_prices_each_run_from_the_other_runs_alone(tmp_path, monkeypatch, capsys):
+    """Two runs replayed with ``--leave-one-out``: each one estimated with prices fitted on the other
+    run only, and the lab's prices in force again afterwards; a single RUN_DIR is refused."""
+    from conformance.run import pricing
+
+    sel = Selection("smoke", family="toy", backends=("toy-good",))
+    runs = [tmp_path / "a", tmp_path / "b"]
+    for d in runs:
+        assert runner.run(sel, d, executor=executors.LocalExecutor(jobs=1), stream=io.StringIO()).exit_status == 0
+    fitted_on, write = [], pricing.write_prices
+    monkeypatch.setattr(pricing, "write_prices",
+                        lambda path, dirs, *a: fitted_on.append(list(dirs)) or write(path, dirs, *a))
+    lab_prices = estimate.PRICES
+    assert eta_replay.main(["--leave-one-out", "--summary", *map(str, runs)]) == 0
+    assert fitted_on == [[runs[1]], [runs[0]]] and estimate.PRICES == lab_prices
+    assert capsys.readouterr().out.count("within 30% from the first minute on") == 2
+    with pytest.raises(SystemExit):
+        eta_replay.main(["--leave-one-out", str(runs[0])])
+    assert "--leave-one-out: expected two RUN_DIRs or more" in capsys.readouterr().err
