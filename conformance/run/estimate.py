@@ -189,7 +189,8 @@ class Estimator:
     """Remaining wall time of a run, kept per backend.
 
     A pair's wall time (``wall_s``: dispatch to record, so the worker's start, the inputs, the
-    oracle, the kernel and the check) is divided by its first estimate (the measured price); the
+    oracle, the kernel and the check) is divided by its first estimate (the measured price, of the
+    run's kind of machine where given: ``machine``, ``measured_prices``); the
     backend's *rate* is the ratio of the sums of wall times and estimates over its finished steady
     pairs, older work forgotten over ``HORIZON_S`` estimated seconds (a sum, not a mean of ratios),
     the starting rate of a measured price counting as ``PRIOR_S`` estimated seconds of work, pairs estimated under
