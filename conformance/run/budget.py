@@ -47,20 +47,20 @@ def _features(cell: Cell) -> set[tuple]:
     return {(a, b) for a, b in itertools.combinations(items, 2)}
 
 
-def choose(pairs: list[tuple[Cell, registry.Backend]], capacity_s: float, jobs: int
+def choose(pairs: list[tuple[Cell, registry.Backend]], capacity_s: float, jobs: int, machine: str | None = None
            ) -> tuple[list[list[tuple[Cell, registry.Backend]]], list[tuple[Cell, registry.Backend]]]:
     """(stages, left out) of ``pairs`` within ``capacity_s`` seconds of each of ``jobs`` workers:
     the chosen pairs in two stages to run one after the other, every (backend, op)'s first cell,
     then the rest chosen (so that a slow machine, stopped at the deadline, has run each backend);
-    each list in the order of ``pairs``."""
+    each list in the order of ``pairs``. ``machine``: the kind whose prices to use (``estimate.machine_kind``)."""
     left = max(0.0, capacity_s) * max(1, jobs)
-    cost = {(c.id, b.name): first_estimate(c, b) for c, b in pairs}
+    cost = {(c.id, b.name): first_estimate(c, b, machine) for c, b in pairs}
     taken: Counter = Counter()   # backend -> pairs chosen (the first ``jobs`` of them may each start a worker)
     chosen: set[tuple[str, str]] = set()
 
     def take(cell: Cell, b: registry.Backend) -> bool:
         nonlocal left
-        price = cost[cell.id, b.name] + (startup_estimate(b) if taken[b.name] < jobs else 0.0)
+        price = cost[cell.id, b.name] + (startup_estimate(b, machine) if taken[b.name] < jobs else 0.0)
         if price > left:
             return False
         left -= price

@@ -78,11 +78,22 @@ def _prices_file() -> dict:
         return {"backends": {}}
 
 
-@lru_cache(maxsize=1)
-def measured_prices() -> dict[str, Price]:
-    """Backend name -> its measured ``Price`` (``prices.json``; empty when the file is absent)."""
+def machine_kind(gpus: list) -> str:
+    """The kind of machine a run's ``gpus`` (``fingerprint.gpus``, run.json) make it: ``"gpu"`` or ``"cpu"``."""
+    return "gpu" if gpus else "cpu"
+
+
+@lru_cache(maxsize=None)
+def measured_prices(machine: str | None = None) -> dict[str, Price]:
+    """Backend name -> its measured ``Price`` (``prices.json``; empty when the file is absent): those
+    fitted on every run, or with ``machine`` (``machine_kind``) those fitted on the runs of machines
+    of that kind where it ran there (a GPU machine's host runs the CPU backends on other cores, and
+    a GPU backend's pairs on it cost what they cost there; ``torch-sdpa`` takes a twentieth of its
+    GPU runs' time on the 2-core CPU machine). Without ``machine`` the prices are the same on every
+    machine (``selection.cost_shard`` splits a run by them)."""
+    section = _prices_file().get("machines", {}).get(machine, {}) if machine else {}
     return {name: Price(**{**fields, "ops": {op: Price(**f) for op, f in fields.get("ops", {}).items()}})
-            for name, fields in _prices_file()["backends"].items()}
+            for name, fields in {**_prices_file()["backends"], **section}.items()}
 
 
 @lru_cache(maxsize=1)
@@ -132,23 +143,23 @@ def start_rate(share: float) -> float:
     return prices_core_share() / max(share, 1e-3)
 
 
-def price(backend: registry.Backend) -> Price:
-    """The backend's measured price, else its declared cost model (``seconds_per_cell`` per call,
-    ``seconds_per_work`` per unit of work, no startup)."""
-    return measured_prices().get(backend.name) or Price(call_s=backend.seconds_per_cell,
-                                                        work_s=backend.seconds_per_work)
+def price(backend: registry.Backend, machine: str | None = None) -> Price:
+    """The backend's measured price (on a ``machine`` of that kind: ``measured_prices``), else its
+    declared cost model (``seconds_per_cell`` per call, ``seconds_per_work`` per unit of work, no startup)."""
+    return measured_prices(machine).get(backend.name) or Price(call_s=backend.seconds_per_cell,
+                                                               work_s=backend.seconds_per_work)
 
 
-def first_estimate(cell: Cell, backend: registry.Backend) -> float:
+def first_estimate(cell: Cell, backend: registry.Backend, machine: str | None = None) -> float:
     """Seconds the backend is expected to take on the cell, before any record of it, its worker's
-    startup apart: ``price(backend)`` of the cell's op at the cell's calls and work."""
-    p = price(backend).of(cell)
+    startup apart: ``price(backend, machine)`` of the cell's op at the cell's calls and work."""
+    p = price(backend, machine).of(cell)
     return p.pair_s + p.call_s * cell_calls(cell) + p.work_s * cell_work(cell)
 
 
-def startup_estimate(backend: registry.Backend) -> float:
+def startup_estimate(backend: registry.Backend, machine: str | None = None) -> float:
     """Seconds a worker's first pair of the backend takes beyond ``first_estimate``."""
-    return price(backend).startup_s
+    return price(backend, machine).startup_s
 
 
 CLASS_RATIO = 4.0   # pairs whose first estimates are this factor apart are rated apart (``Estimator``)
@@ -178,7 +189,8 @@ class Estimator:
     """Remaining wall time of a run, kept per backend.
 
     A pair's wall time (``wall_s``: dispatch to record, so the worker's start, the inputs, the
-    oracle, the kernel and the check) is divided by its first estimate (the measured price); the
+    oracle, the kernel and the check) is divided by its first estimate (the measured price, of the
+    run's kind of machine where given: ``machine``, ``measured_prices``); the
     backend's *rate* is the ratio of the sums of wall times and estimates over its finished steady
     pairs, older work forgotten over ``HORIZON_S`` estimated seconds (a sum, not a mean of ratios),
     the starting rate of a measured price counting as ``PRIOR_S`` estimated seconds of work, pairs estimated under
@@ -243,8 +255,10 @@ class Estimator:
     SPREAD = (0.7, 1.4)   # the range before it settles: the prices' spread across runs of one machine
 
     def __init__(self, pending: list[tuple[Cell, registry.Backend]], jobs: int, share: float = 1.0,
-                 clock=time.monotonic, stages: list[list[tuple[Cell, registry.Backend]]] | None = None):
+                 clock=time.monotonic, stages: list[list[tuple[Cell, registry.Backend]]] | None = None,
+                 machine: str | None = None):
         self.jobs = max(1, min(jobs, len(pending) or 1))
+        self.machine = machine   # the prices of this kind of machine (``measured_prices``)
         self.clock = clock
         self.running: dict[str, Running] = {}     # slot -> the pairs in flight there
         self.start_rate = start_rate(share)
@@ -269,10 +283,10 @@ class Estimator:
         self.n_left: Counter = Counter()
         self._first: dict[tuple[str, str], float] = {}
         for cell, b in pending:
-            self._first[cell.id, b.name] = est = first_estimate(cell, b)
+            self._first[cell.id, b.name] = est = first_estimate(cell, b, self.machine)
             self.left[b.name, size_class(est)] += est
             self.n_left[b.name] += 1
-            self.startup_s[b.name] = startup_estimate(b)
+            self.startup_s[b.name] = startup_estimate(b, self.machine)
 
     def replan(self, pending: list[tuple[Cell, registry.Backend]]) -> None:
         """The pairs left are now ``pending`` (a time budget chose again); rates learned so far stay."""
@@ -291,7 +305,7 @@ class Estimator:
     def _prior(self, backend: str) -> tuple[float, float]:
         """(seconds, rate) the backend's rate starts from: a measured price at ``start_rate`` for
         ``PRIOR_S``; a declared cost model is a guess, and no prior."""
-        return (self.PRIOR_S, self.start_rate) if backend in measured_prices() else (0.0, 1.0)
+        return (self.PRIOR_S, self.start_rate) if backend in measured_prices(self.machine) else (0.0, 1.0)
 
     def _blend(self, backend: str, wall: float, estimate: float) -> float:
         """The rate of sums of wall times and estimates, started from the backend's prior (``_prior``)."""
@@ -305,7 +319,7 @@ class Estimator:
 
     def _observe(self, backend: str, estimate: float, wall: float, first_in_worker: bool) -> None:
         full = estimate + (self.startup_s.get(backend, 0.0) if first_in_worker else 0.0)
-        if full >= self.NOISE_S and (not first_in_worker or backend in measured_prices()):
+        if full >= self.NOISE_S and (not first_in_worker or backend in measured_prices(self.machine)):
             # a declared cost model has no startup: its first pairs' compile is in no estimate
             w, e = self.totals.get(backend, (0.0, 0.0))
             self.totals[backend] = (w + wall, e + full)
@@ -335,7 +349,7 @@ class Estimator:
         for r in recs:
             if r["id"] in cells and r["backend"] in backends and r["status"] != "skip":
                 wall = r.get("wall_s", r.get("duration_s"))
-                self._observe(r["backend"], first_estimate(cells[r["id"]], backends[r["backend"]]),
+                self._observe(r["backend"], first_estimate(cells[r["id"]], backends[r["backend"]], self.machine),
                               float(wall or 0.0), bool(r.get("first_in_worker")))
 
     def began(self, slot: str, cell_id: str, backends: list[str], since: float | None = None,
@@ -396,7 +410,7 @@ class Estimator:
         if e > 0:   # a measured price's first pairs, from the machine's rate worth PRIOR_S
             prior_s = self._prior(backend)[0]
             return (w + prior_s * self.machine_rate(without=backend)) / (e + prior_s), e + prior_s
-        if self._sums or self.totals or backend in measured_prices():
+        if self._sums or self.totals or backend in measured_prices(self.machine):
             return self.machine_rate(), self.PRIOR_S
         return 1.0, 0.0
 
@@ -409,7 +423,7 @@ class Estimator:
         rate, weight = self._learned_rate(backend)
         if (backend, size) not in self._class_sums:
             seen = [k for bb, k in self._class_sums if bb == backend]
-            if seen and size > max(seen) and backend in measured_prices():
+            if seen and size > max(seen) and backend in measured_prices(self.machine):
                 return min(rate, self.start_rate), self.PRIOR_S
             return rate, weight
         w, e = self._class_sums[backend, size]

@@ -11,27 +11,30 @@ again. A resumed folder is replayed as one uninterrupted run; pairs of cells out
 tier (a model's shapes, captured inputs) are left out. Records of a run older than ``wall_s``
 give their ``duration_s`` (the kernel's pair without the worker's dispatch).
 
-    python -m conformance.run.eta_replay RUN_DIR [RUN_DIR...] [--every S] [--last S] [--prices FILE]
+    python -m conformance.run.eta_replay RUN_DIR [RUN_DIR...] [--every S] [--last S] [--prices FILE | --leave-one-out]
 
 prints, every S seconds (default 30), the seconds actually left and each ETA with its error; the
 rows of the last ``--last`` seconds (default 300) are marked, and the share of the rows from the
 first minute on whose ETA was within 30% of the time left; with several RUN_DIRs, one line each
 of that share (``--summary``: those lines only). ``--prices``: the prices the run was
 estimated with (``git show COMMIT:conformance/run/prices.json``, COMMIT from its run.json), where
-``prices.json`` has since been refitted, perhaps from this very run.
+``prices.json`` has since been refitted, perhaps from this very run. ``--leave-one-out``: each RUN_DIR
+estimated with prices fitted (``pricing.write_prices``) on the other RUN_DIRs, as a run of a machine
+or tier the prices have not seen would be.
 """
 from __future__ import annotations
 
 import argparse
 import heapq
 import math
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from conformance import registry
 from conformance.cells import Cell
-from conformance.run import budget, records, workers
-from conformance.run.estimate import Estimator, core_share, hms, use_prices
+from conformance.run import budget, estimate, pricing, records, workers
+from conformance.run.estimate import Estimator, core_share, hms, machine_kind, use_prices
 from conformance.run.selection import select_cells
 
 
@@ -47,19 +50,20 @@ class Sample:
 
 
 def replay(pairs: list[tuple[Cell, registry.Backend, dict]], jobs: int, share: float = 1.0, every: float = 30.0,
-           starts: bool = True, stage_sizes: list[int] | None = None) -> list[Sample]:
+           starts: bool = True, stage_sizes: list[int] | None = None, machine: str | None = None) -> list[Sample]:
     """The ETA every ``every`` seconds of a run of ``pairs`` (cell, backend, its record with
     ``wall_s``), in the order the pool queued them, on ``jobs`` workers: consecutive pairs of one
     cell and one worker environment are an item, run in turn on the first worker free; ``starts``:
     the estimator is told when each pair starts. ``stage_sizes``: the pairs are stages of these
     sizes (a budgeted run), each begun once the one before has ended, on fresh workers, the
-    estimator given the pairs left then (``Estimator.replan``, as the runner does)."""
+    estimator given the pairs left then (``Estimator.replan``, as the runner does). ``machine``: the
+    kind whose prices to use (``estimate.machine_kind`` of the run's GPUs, as the runner chose)."""
     sizes = stage_sizes or [len(pairs)]
     bounds = [sum(sizes[:i]) for i in range(len(sizes) + 1)]
     stages = [pairs[a:b] for a, b in zip(bounds, bounds[1:])]
     now = [0.0]
     est = Estimator([(c, b) for c, b, _ in pairs], jobs, share, clock=lambda: now[0],
-                    stages=[[(c, b) for c, b, _ in st] for st in stages])
+                    stages=[[(c, b) for c, b, _ in st] for st in stages], machine=machine)
     events = []   # (time, 0 for an end / 1 for a new stage / 2 for a start, sequence, slot, cell, backend, record)
     begin = 0.0
     for k, stage in enumerate(stages):
@@ -129,7 +133,8 @@ def folder_pairs(run_dir: Path) -> tuple[list[tuple[Cell, registry.Backend, dict
            if r["status"] != "skip" and (r.get("wall_s") is not None or r.get("duration_s") is not None)
            and r["id"] in cells and r["backend"] in known}
     pairs = sorted(((cells[i], known[b]) for i, b in ran), key=lambda p: (order[p[0].id], rank.get(p[1].name, 0)))
-    stages = budget.choose(pairs, math.inf, int(info.get("jobs") or 1))[0] if "left_out" in info else [pairs]
+    stages = (budget.choose(pairs, math.inf, int(info.get("jobs") or 1), machine_kind(info.get("gpus")))[0]
+              if "left_out" in info else [pairs])
     queued = []
     for stage in stages:
         by_cell: dict[str, tuple[Cell, list]] = {}
@@ -152,8 +157,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--every", type=float, default=30.0, help="seconds between rows (default 30)")
     p.add_argument("--last", type=float, default=300.0, help="the rows of this many last seconds are marked")
     p.add_argument("--prices", type=Path, help="a prices.json to estimate with (default: the lab's)")
+    p.add_argument("--leave-one-out", action="store_true",
+                   help="estimate each RUN_DIR with prices fitted on the other RUN_DIRs")
     p.add_argument("--summary", action="store_true", help="one line per RUN_DIR, without the rows")
     args = p.parse_args(argv)
+    if args.leave_one_out and (args.prices is not None or len(args.run_dirs) < 2):
+        p.error("--leave-one-out: expected two RUN_DIRs or more and no --prices")
     if args.every <= 0:
         p.error(f"--every: expected a positive number of seconds, got {args.every:g}")
     for run_dir in args.run_dirs:
@@ -163,27 +172,42 @@ def main(argv: list[str] | None = None) -> int:
         if not args.prices.is_file():
             p.error(f"--prices {args.prices}: expected a prices.json file")
         use_prices(args.prices)
-    for run_dir in args.run_dirs:
-        pairs, info, sizes = folder_pairs(run_dir)
-        jobs = int(info.get("jobs") or 1)
-        share = core_share(info.get("load"), jobs)
-        told = replay(pairs, jobs, share, args.every, starts=True, stage_sizes=sizes)
-        finished_only = replay(pairs, jobs, share, args.every, starts=False, stage_sizes=sizes)
-        head = f"{len(pairs)} pairs on {jobs} workers, replayed: {hms(told[0].left)}"
-        counts = "within 30% from the first minute on: " + ", ".join(
-            f"{name} {within(samples)}" for name, samples in (("finished pairs only", finished_only),
-                                                                ("pairs in flight counted", told)))
-        if args.summary or len(args.run_dirs) > 1:
-            print(f"{run_dir}: {head}; {counts}")
-        if args.summary:
-            continue
-        print(head)
-        print(f"{'t':>7} {'left':>7}  {'ETA, finished pairs only':<32} {'ETA, pairs in flight counted':<32}")
-        for a, b in zip(finished_only, told):
-            mark = "*" if a.left <= args.last else " "
-            print(f"{hms(a.t):>7} {hms(a.left):>7}{mark} {_column(a):<32} {_column(b):<32}")
-        print(counts)
+    with tempfile.TemporaryDirectory() as scratch:
+        lab_prices = estimate.PRICES
+        try:
+            for run_dir in args.run_dirs:
+                if args.leave_one_out:
+                    others = Path(scratch) / "prices.json"
+                    pricing.write_prices(others, [d for d in args.run_dirs if d != run_dir], f"all but {run_dir}")
+                    use_prices(others)
+                _print_replay(run_dir, args)
+        finally:
+            use_prices(lab_prices)
     return 0
+
+
+def _print_replay(run_dir: Path, args: argparse.Namespace) -> None:
+    """The replay of one run folder as ``main`` prints it."""
+    pairs, info, sizes = folder_pairs(run_dir)
+    jobs = int(info.get("jobs") or 1)
+    share = core_share(info.get("load"), jobs)
+    machine = machine_kind(info.get("gpus"))
+    told = replay(pairs, jobs, share, args.every, starts=True, stage_sizes=sizes, machine=machine)
+    finished_only = replay(pairs, jobs, share, args.every, starts=False, stage_sizes=sizes, machine=machine)
+    head = f"{len(pairs)} pairs on {jobs} workers, replayed: {hms(told[0].left)}"
+    counts = "within 30% from the first minute on: " + ", ".join(
+        f"{name} {within(samples)}" for name, samples in (("finished pairs only", finished_only),
+                                                            ("pairs in flight counted", told)))
+    if args.summary or len(args.run_dirs) > 1:
+        print(f"{run_dir}: {head}; {counts}")
+    if args.summary:
+        return
+    print(head)
+    print(f"{'t':>7} {'left':>7}  {'ETA, finished pairs only':<32} {'ETA, pairs in flight counted':<32}")
+    for a, b in zip(finished_only, told):
+        mark = "*" if a.left <= args.last else " "
+        print(f"{hms(a.t):>7} {hms(a.left):>7}{mark} {_column(a):<32} {_column(b):<32}")
+    print(counts)
 
 
 def within(samples: list[Sample], error: float = 0.3, after_s: float = 60.0) -> str:

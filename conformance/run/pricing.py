@@ -4,7 +4,13 @@ time to ``pair_s + call_s * calls + work_s * work``, and ``startup_s`` the media
 worker's first pair over that fit. A pair's time is its CPU time where the record has it (at most its
 wall time: the seconds it would take with a core of its own, whatever else shared the machine), and
 ``core_share`` is then 1; records without CPU times give wall times, and ``core_share`` is left to
-the note. ``run_core_share``: the median over pairs of CPU over wall time, how busy the machine was.
+the note. A run without CPU times is left out for the backends that a run of the same machine (CPU
+model, cores and GPUs) with CPU times measured (``cpu_timed_where_possible``): on a shared machine its
+wall times count the other jobs' time too (a 2-core ci run beside other jobs took a median 6 times
+the CPU time of its pairs in the machine's other runs). ``run_core_share``: the median over pairs of
+CPU over wall time, how busy the machine was. The prices are fitted on every run together
+(``backends``, the same on every machine) and apart on the runs of each kind of machine
+(``machines``: ``gpu`` or ``cpu``, ``estimate.machine_kind``), which a run on such a machine uses.
 
     python -m conformance.run.pricing RUN_DIR [RUN_DIR...] [--note TEXT]
 
@@ -25,7 +31,7 @@ from scipy.optimize import nnls
 
 from conformance import registry
 from conformance.run import records
-from conformance.run.estimate import PRICES, Price, cell_calls, cell_work
+from conformance.run.estimate import PRICES, Price, cell_calls, cell_work, machine_kind
 from conformance.run.selection import select_cells
 
 
@@ -94,10 +100,72 @@ def _run(run_dir: Path) -> tuple[dict, list[dict], dict]:
     return info, records.read_partial(run_dir / "cells.jsonl")[0], cells
 
 
+def _machine(info: dict) -> tuple:
+    """The machine a run.json names: CPU model, cores and GPUs."""
+    return info["cpu"]["model"], info["cpu"].get("cores"), tuple(g.get("name") for g in info.get("gpus") or [])
+
+
+def cpu_timed_where_possible(runs: list[tuple[dict, list[dict]]]) -> list[list[dict]]:
+    """Per run of ``runs`` ((run.json, records) each), its records to price from: all of a run with
+    CPU times; of a run without, those of the backends that no run of the same machine with CPU
+    times has a record of."""
+    timed: dict[tuple, set] = {}
+    for info, recs in runs:
+        timed.setdefault(_machine(info), set()).update(r["backend"] for r in recs if r.get("cpu_s") is not None)
+    return [recs if any(r.get("cpu_s") is not None for r in recs)
+            else [r for r in recs if r["backend"] not in timed[_machine(info)]] for info, recs in runs]
+
+
+def fit_runs(run_dirs: list[Path], only: set | None = None
+             ) -> tuple[dict[str, Price], dict[str, dict[str, Price]], list[dict], int]:
+    """(backend -> Price from every run, machine kind -> backend -> Price from the runs of machines
+    of that kind (``estimate.machine_kind``), one description per run, the number of records priced
+    from) of the run folders together (``cpu_timed_where_possible``); ``only``: these backends alone."""
+    read = [_run(Path(d)) for d in run_dirs]
+    kept = cpu_timed_where_possible([(info, recs) for info, recs, _ in read])
+    cells = {i: c for _, _, cs in read for i, c in cs.items()}
+    wanted = set(registry.backends()) & (only or set(registry.backends()))
+    runs, by_kind = [], {}
+    for (info, _, _), recs in zip(read, kept):
+        share = core_share(recs)
+        ran = sorted({r["backend"] for r in recs if r["status"] != "skip"} & wanted)
+        runs.append({**_where(info), "backends": ran, **({"run_core_share": share} if share is not None else {})})
+        by_kind.setdefault(machine_kind(info.get("gpus")), []).extend(recs)
+
+    def priced(recs: list[dict]) -> dict[str, Price]:
+        return {n: price for n, price in fit(recs, cells).items() if n in wanted}
+
+    every_rec = [r for recs in kept for r in recs]
+    return priced(every_rec), {kind: priced(recs) for kind, recs in sorted(by_kind.items())}, runs, len(every_rec)
+
+
 def _where(info: dict) -> dict:
     return {"tier": info["selection"]["tier"], "jobs": info.get("jobs"), "cpu": info["cpu"]["model"],
             "gpus": [g.get("name") for g in info.get("gpus") or []], "commit": info["git"]["commit"],
             "started": info.get("started")}
+
+
+def write_prices(path: Path, run_dirs: list[Path], note: str = "", only: set | None = None,
+                 old: dict | None = None) -> tuple[int, int]:
+    """Write a prices.json at ``path`` fitted from the run folders (``fit_runs``); with ``only``, those
+    backends refit and every other price of ``old`` (a prices.json's content) kept. Returns (backends
+    refit, records priced from)."""
+    fitted, by_kind, runs, n_records = fit_runs(run_dirs, only)
+    prices = {n: _as_json(price) for n, price in fitted.items()}
+    machines = {kind: {n: _as_json(price) for n, price in section.items()} for kind, section in by_kind.items()}
+    n_refit = len(prices)
+    if old is not None:        # keep the rest of the file
+        prices = {**old["backends"], **prices}
+        machines = {kind: {**old.get("machines", {}).get(kind, {}), **machines.get(kind, {})}
+                    for kind in sorted({*old.get("machines", {}), *machines})}
+        runs = old["measured"]["runs"] + runs
+        note = f"{old['measured']['note']}; refit {', '.join(sorted(fitted))}: {note}"
+    timed_by_cpu = all("run_core_share" in r for r in runs)
+    records.dump_json(path, {
+        "measured": {"note": note, **({"core_share": 1.0} if timed_by_cpu else {}), "runs": runs},
+        "backends": {n: prices[n] for n in sorted(prices)},
+        "machines": {kind: {n: section[n] for n in sorted(section)} for kind, section in machines.items()}})
+    return n_refit, n_records
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,29 +180,9 @@ def main(argv: list[str] | None = None) -> int:
     only = set(args.backend.split(",")) if args.backend else None
     if only and only - set(known):
         p.error(f"--backend: unknown {', '.join(sorted(only - set(known)))} (known: {', '.join(sorted(known))})")
-    every_rec: list[dict] = []
-    every_cell: dict = {}
-    runs = []
-    for run_dir in map(Path, args.run_dirs):
-        info, recs, cells = _run(run_dir)
-        every_rec += recs
-        every_cell.update(cells)
-        share = core_share(recs)
-        ran = sorted({r["backend"] for r in recs if r["status"] != "skip"} & (only or set(known)))
-        runs.append({**_where(info), "backends": ran, **({"run_core_share": share} if share is not None else {})})
-    refit = {n: _as_json(price) for n, price in fit(every_rec, every_cell).items()
-             if n in known and (only is None or n in only)}
-    prices = refit
-    if only is not None:        # keep the rest of the file
-        old = json.loads(PRICES.read_text())
-        prices = {**old["backends"], **refit}
-        runs = old["measured"]["runs"] + runs
-        args.note = f"{old['measured']['note']}; refit {', '.join(sorted(refit))}: {args.note}"
-    timed_by_cpu = all("run_core_share" in r for r in runs)
-    records.dump_json(PRICES, {
-        "measured": {"note": args.note, **({"core_share": 1.0} if timed_by_cpu else {}), "runs": runs},
-        "backends": {n: prices[n] for n in sorted(prices)}})
-    print(f"{len(refit)} backends priced from {len(every_rec)} records -> {PRICES}")
+    old = json.loads(PRICES.read_text()) if only is not None else None
+    n_refit, n_records = write_prices(PRICES, args.run_dirs, args.note, only, old)
+    print(f"{n_refit} backends priced from {n_records} records -> {PRICES}")
     return 0
 
 

@@ -25,8 +25,8 @@ from conformance.errors import RunStopped, UsageError
 from conformance.run import budget as time_budget
 from conformance.run import executors, hook_answers, records, schema
 from conformance.run.counts import count
-from conformance.run.estimate import (Estimator, cell_work, core_share, hms, one_thread_share, start_rate,
-                                      work_budget)
+from conformance.run.estimate import (Estimator, cell_work, core_share, hms, machine_kind, one_thread_share,
+                                      start_rate, work_budget)
 from conformance.run.inprocess import static_record
 from conformance.run.run_folder import (
     acquire_lock,
@@ -169,7 +169,7 @@ def _choose_again(stage, left_out: list, time_limit: TimeBudget, estimator: Esti
     machine ran the first stage than the prices say); ``left_out`` is updated in place."""
     rest = [(c, b) for c, bks in stage for b in bks] + left_out
     capacity = (time_limit.deadline - time.monotonic() - FINISH_S) / max(estimator.machine_rate(), 1e-3)
-    chosen, left = time_budget.choose(rest, capacity, jobs)
+    chosen, left = time_budget.choose(rest, capacity, jobs, estimator.machine)
     left_out[:] = left
     pairs = [p for st in chosen for p in st]
     estimator.replan(pairs)
@@ -235,6 +235,7 @@ def _run_locked(selection, cells, backends, out_dir, executor, *, resume, timeou
     if executor.name == "local":   # this machine's load before the run's own work: the ETA's first guess
         info["load"] = {**fingerprint.load_now(), "one_thread": round(one_thread_share(), 3)}
     share = core_share(info.get("load"), jobs)
+    machine = machine_kind(info["gpus"])
     probes = executor.probes(backends)
     info["backends"] = {b.name: {"available": probes[b.name][0], "reason": probes[b.name][1],
                                  "ops": {family: list(ops) for family, ops in b.ops.items()}} for b in backends}
@@ -252,13 +253,14 @@ def _run_locked(selection, cells, backends, out_dir, executor, *, resume, timeou
     stages = [todo]
     if time_limit is not None:
         chosen, left_out = time_budget.choose(
-            pairs, (time_limit.deadline - time.monotonic() - FINISH_S) / start_rate(share), jobs)
+            pairs, (time_limit.deadline - time.monotonic() - FINISH_S) / start_rate(share), jobs, machine)
         # the first stage (each backend and op), then the rest, chosen again once the first has run
         stages = [_regroup(chosen[0] if chosen else []), _regroup([p for st in chosen[1:] for p in st])]
         pairs = [p for stage in chosen for p in stage]
         info["left_out"] = _left_out(left_out, time_limit, "did not fit the budget")
         write_run_json(run_path, info)
-    estimator = Estimator(pairs, jobs, share, stages=[[(c, b) for c, bks in st for b in bks] for st in stages])
+    estimator = Estimator(pairs, jobs, share, stages=[[(c, b) for c, bks in st for b in bks] for st in stages],
+                          machine=machine)
     estimator.learn({c.id: c for c in cells}, {b.name: b for b in backends}, old)
     per = sorted(estimator.per_backend().items(), key=lambda kv: -kv[1])
     say(f"{len(cells)} cells x {len(backends)} backends -> {out_dir}: {len(pairs)} to run, {len(statics)} skip, "

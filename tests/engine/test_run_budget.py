@@ -99,7 +99,7 @@ def measured(monkeypatch):
     worker had 0.25 of a core."""
     price = estimate.Price(pair_s=1.0, ops={"toy/scale": estimate.Price(pair_s=2.0),
                                            "toy/other": estimate.Price(pair_s=0.001)})
-    monkeypatch.setattr(estimate, "measured_prices", lambda: {"m": price})
+    monkeypatch.setattr(estimate, "measured_prices", lambda machine=None: {"m": price})
     monkeypatch.setattr(estimate, "prices_core_share", lambda: 0.25)
     return toy("m", 99.0)   # its declared cost model is not used: it has a measured price
 
@@ -156,6 +156,26 @@ def test_prices_are_fitted_per_op_with_the_core_share_of_the_run():
     assert list(price.ops) == ["toy/scale"]   # "other" has too few pairs for a price of its own
     assert price.ops["toy/scale"].pair_s == pytest.approx(0.5)   # a core's seconds: CPU time, not wall
     assert pricing.core_share(recs) == 0.25   # the median of min(1, cpu / wall)
+
+
+def test_a_run_without_cpu_times_prices_only_the_backends_its_machine_has_no_cpu_timed_record_of():
+    """A shared machine's wall times count the other jobs' time: where a run of the same machine
+    measured CPU time, its runs without CPU times price only the backends that run lacks; another
+    machine's wall times still count."""
+    from conformance.run import pricing
+
+    cells = {c.id: c for c in (make_cell("toy", "scale", n=n, factor=1.0) for n in range(6))}
+
+    def run(machine, recs):
+        return {"cpu": {"model": "x", "cores": 2}, "gpus": [{"name": machine}] if machine else []}, recs
+
+    timed = run(None, [{"id": i, "backend": "m", "status": "pass", "wall_s": 3.0, "cpu_s": 1.0} for i in cells])
+    loaded = run(None, [{"id": i, "backend": b, "status": "pass", "wall_s": 5.0} for i in cells for b in "mn"])
+    gpu = run("G", [{"id": i, "backend": "m", "status": "pass", "wall_s": 2.0} for i in cells])
+    kept = pricing.cpu_timed_where_possible([timed, loaded, gpu])
+    assert kept == [timed[1], [r for r in loaded[1] if r["backend"] == "n"], gpu[1]]
+    price = pricing.fit([r for recs in kept for r in recs], cells)
+    assert price["m"].pair_s == pytest.approx(1.5) and price["n"].pair_s == pytest.approx(5.0)
 
 
 def test_pricing_refits_only_the_named_backends_and_keeps_the_rest(tmp_path, monkeypatch):

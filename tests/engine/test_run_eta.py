@@ -174,8 +174,8 @@ def test_each_executor_says_when_its_pairs_start_before_their_records_come(monke
 @pytest.fixture
 def two_measured(monkeypatch):
     """Backends ``a`` and ``b`` with a measured price of 1 s a pair, measured with a core each."""
-    monkeypatch.setattr(estimate, "measured_prices", lambda: {"a": estimate.Price(pair_s=1.0),
-                                                             "b": estimate.Price(pair_s=1.0)})
+    monkeypatch.setattr(estimate, "measured_prices", lambda machine=None: {"a": estimate.Price(pair_s=1.0),
+                                                                          "b": estimate.Price(pair_s=1.0)})
     monkeypatch.setattr(estimate, "prices_core_share", lambda: 1.0)
     return toy("a", 9.0), toy("b", 9.0)
 
@@ -213,7 +213,8 @@ def test_a_backends_first_pairs_alone_move_its_rate_from_the_machines_by_their_e
 def test_each_stage_of_a_budgeted_run_starts_its_workers_afresh_and_pays_their_startups(monkeypatch):
     """A backend with pairs in both stages of a budgeted run meets its startup price on each of
     the 2 workers of each stage: 4 startups, not 2."""
-    monkeypatch.setattr(estimate, "measured_prices", lambda: {"a": estimate.Price(startup_s=10.0, pair_s=1.0)})
+    monkeypatch.setattr(estimate, "measured_prices",
+                        lambda machine=None: {"a": estimate.Price(startup_s=10.0, pair_s=1.0)})
     monkeypatch.setattr(estimate, "prices_core_share", lambda: 1.0)
     a = toy("a", 9.0)
     cs = cells(8)
@@ -240,7 +241,7 @@ def test_a_replay_runs_a_cells_pairs_of_one_environment_in_turn_and_a_stage_afte
 def by_work(monkeypatch):
     """Backend ``a`` with a measured price of 0.05 s per unit of work (a toy cell's ``n``), measured
     with a core, as this machine has: its start rate is 1."""
-    monkeypatch.setattr(estimate, "measured_prices", lambda: {"a": estimate.Price(work_s=0.05)})
+    monkeypatch.setattr(estimate, "measured_prices", lambda machine=None: {"a": estimate.Price(work_s=0.05)})
     monkeypatch.setattr(estimate, "prices_core_share", lambda: 1.0)
     return toy("a", 9.0)
 
@@ -304,3 +305,62 @@ def test_the_longest_pair_left_is_expected_at_its_own_size_classs_rate(by_work):
     r_large = class_rate([(5.0, 10.0)])
     assert est.rate["a"] > 1.0 > r_large
     assert est.remaining() == pytest.approx(10.0 * r_large)
+
+
+def test_a_machine_kind_takes_the_prices_fitted_on_its_own_runs_and_sharding_the_prices_of_every_run(
+        tmp_path, monkeypatch):
+    """``m`` took 1 s a pair on a GPU machine and 0.05 s on a CPU machine: pricing writes each
+    kind's fit beside the fit of both, and a run on a CPU machine is estimated at 0.05 s a pair;
+    without a kind (``selection.cost_shard``, the same on every machine) and on a kind whose runs
+    lack the backend, the fit of both."""
+    import json
+
+    from conformance.run import pricing
+
+    cs = cells(6)
+    by_dir = {str(tmp_path / kind): ({"selection": {"tier": "ci"}, "jobs": 1, "cpu": {"model": "x", "cores": 2},
+                                      "gpus": [{"name": "G"}] if kind == "gpu" else [], "git": {"commit": "c"},
+                                      "started": "now"},
+                                     [{"id": c.id, "backend": "m", "status": "pass", "wall_s": wall, "cpu_s": wall}
+                                      for c in cs], {c.id: c for c in cs})
+              for kind, wall in (("gpu", 1.0), ("cpu", 0.05))}
+    monkeypatch.setattr(pricing, "_run", lambda run_dir: by_dir[str(run_dir)])
+    monkeypatch.setattr(pricing.registry, "backends", lambda: {"m": None})
+    prices = tmp_path / "prices.json"
+    monkeypatch.setattr(pricing, "PRICES", prices)
+    assert pricing.main(list(by_dir)) == 0
+    written = json.loads(prices.read_text())
+    assert written["backends"]["m"]["pair_s"] == pytest.approx(0.525)
+    assert {k: s["m"]["pair_s"] for k, s in written["machines"].items()} == pytest.approx({"gpu": 1.0, "cpu": 0.05})
+    written["machines"]["gpu"] = {}   # a kind whose runs lack the backend
+    prices.write_text(json.dumps(written))
+    before = estimate.PRICES
+    try:
+        estimate.use_prices(prices)
+        m = toy("m", 9.0)
+        assert estimate.first_estimate(cs[0], m, "cpu") == pytest.approx(0.05)
+        assert estimate.first_estimate(cs[0], m) == estimate.first_estimate(cs[0], m, "gpu") == pytest.approx(0.525)
+        assert estimate.Estimator([(c, m) for c in cs], jobs=1, machine="cpu").work_left() == pytest.approx(0.3)
+    finally:
+        estimate.use_prices(before)
+
+
+def test_a_leave_one_out_replay_prices_each_run_from_the_other_runs_alone(tmp_path, monkeypatch, capsys):
+    """Two runs replayed with ``--leave-one-out``: each one estimated with prices fitted on the other
+    run only, and the lab's prices in force again afterwards; a single RUN_DIR is refused."""
+    from conformance.run import pricing
+
+    sel = Selection("smoke", family="toy", backends=("toy-good",))
+    runs = [tmp_path / "a", tmp_path / "b"]
+    for d in runs:
+        assert runner.run(sel, d, executor=executors.LocalExecutor(jobs=1), stream=io.StringIO()).exit_status == 0
+    fitted_on, write = [], pricing.write_prices
+    monkeypatch.setattr(pricing, "write_prices",
+                        lambda path, dirs, *a: fitted_on.append(list(dirs)) or write(path, dirs, *a))
+    lab_prices = estimate.PRICES
+    assert eta_replay.main(["--leave-one-out", "--summary", *map(str, runs)]) == 0
+    assert fitted_on == [[runs[1]], [runs[0]]] and estimate.PRICES == lab_prices
+    assert capsys.readouterr().out.count("within 30% from the first minute on") == 2
+    with pytest.raises(SystemExit):
+        eta_replay.main(["--leave-one-out", str(runs[0])])
+    assert "--leave-one-out: expected two RUN_DIRs or more" in capsys.readouterr().err
