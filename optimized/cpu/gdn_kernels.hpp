@@ -447,12 +447,12 @@ void gemm_epilogue(int M, int N, int Kd, const uint16_t* A, const uint16_t* B, c
 // fp32 states stay in S across the chunks); C = kChunk rows, fp32 unless named *_bf. Per key head
 // and chunk (reused in turn): q, k, KK, QK and their bf16 packs; per value head: the rest.
 struct ChunkBuffers {
-    float *q, *k, *KK, *QK, *v, *G, *eG, *eL, *beta, *x, *M, *P, *T, *U, *S;
+    float *q, *k, *KK, *QK, *v, *G, *eG, *eL, *beta, *x, *M, *P, *T, *S;
     uint16_t *Ka_bf, *KbT_bf, *Qa_bf, *Ta_bf, *XYb_bf, *Sb_bf, *Vb_bf, *Wa_bf, *QPa_bf, *Kd_bf, *KdT_bf;
 
     static int64_t floats(int64_t K, int64_t V, int64_t states) {
         const int64_t C = kChunk;
-        return states * K * V + 2 * C * K + 3 * C * V + 5 * C * C + 5 * C;  // S; q k; v U x; KK QK M P T; G eG eL beta, x tail
+        return states * K * V + 2 * C * K + 2 * C * V + 5 * C * C + 5 * C;  // S; q k; v x; KK QK M P T; G eG eL beta, x tail
     }
     static int64_t halves(int64_t K, int64_t V) {
         const int64_t C = kChunk;
@@ -467,7 +467,7 @@ struct ChunkBuffers {
         q = take(C * K); k = take(C * K); KK = take(C * C); QK = take(C * C); v = take(C * V);
         G = take(C); eG = take(C); eL = take(C); beta = take(C); x = take(C * V + C);
         M = take(C * C); P = take(C * C); T = take(C * C);
-        U = take(C * V); S = take(states * K * V);
+        S = take(states * K * V);
         uint16_t* h = reinterpret_cast<uint16_t*>(f);
         auto half = [&h](int64_t n) { uint16_t* p = h; h += n; return p; };
         Ka_bf = half(C * K); KbT_bf = half(K * C); Qa_bf = half(C * K); Ta_bf = half(C * C);
@@ -691,34 +691,36 @@ void chunk_step(const ChunkArgs& A, ChunkBuffers& B, const ChunkStage& st, float
     GDN_STAGE(Solve);
     for (int i = 0; i < C; ++i) B.x[i] = B.beta[i] * B.eG[i];
     P::pack_a(B.T, C, C, C, B.Ta_bf);
-    // W and U as one GEMM sharing its A operand rd(T): B = [rd(beta exp(G) kn) | rd(beta v)] (K + V
-    // columns); W's blocks go out as rd(-W) (Vn's A operand), U's as rd(U) (Vn's initial C).
+    // B = [rd(beta exp(G) kn) | rd(beta v)] (K + V columns): W and U are one product with rd(T).
     P::pack_b(B.k, K, C, K, B.XYb_bf, B.x, nullptr, DType::F32, K + V);
     P::pack_b(B.v, V, C, V, B.XYb_bf + 2 * K, B.beta, nullptr, DType::F32, K + V);
-    float minus[32];
-    std::fill(minus, minus + 32, -1.0f);
-    gemm_epilogue<P>(C, K + V, C, B.Ta_bf, B.XYb_bf, nullptr, 0, [&](int i0, int j0, float* blk) {
-        if (j0 < K) {
-            P::pack_a(blk, 32, 32, 32, B.Wa_bf + i0 * K + j0, minus, K);
-        } else {
-            for (int r = 0; r < 32; ++r) {
-                float* u = B.U + (i0 + r) * V + j0 - K;
-                std::memcpy(u, blk + r * 32, 32 * 4);
-                P::round_bf16(u, 32);
-            }
-        }
-    });
-    GDN_STAGE(WU);
-    // Inter-chunk: Vn = U - rd(W) rd(S), with U a bf16 value, as one GEMM accumulating -rd(W)
-    // rd(S) onto U; its blocks go out as rd(Vn), packed (the B operand of the output and the state
-    // update). The pass that rounds S to its type and packs rd(S) also decays S by exp(G_last)
-    // for the state update.
+    // The pass that rounds S to its type and packs rd(S) also decays S by exp(G_last) for the
+    // state update.
     const float el = B.eG[L - 1];
     P::pack_b(S, V, K, V, B.Sb_bf, nullptr, &el, round);
-    gemm_epilogue<P>(C, V, K, B.Wa_bf, B.Sb_bf, B.U, V, [&](int i0, int j0, float* blk) {
-        P::pack_b(blk, 32, 32, 32, B.Vb_bf + (int64_t(i0 / 2) * V + j0) * 2, nullptr, nullptr, DType::F32, V);
-    });
-    GDN_STAGE(Vn);
+    GDN_STAGE(Packs);
+    // W, U and Vn = U - rd(W) rd(S) (U a bf16 value) per 32 rows, each 32x32 block of C handed
+    // from an L1 buffer to its use: W's blocks rounded and packed as rd(-W) (Vn's A operand; the
+    // strip's K columns first), each U block rounded to rd(U) and at once the initial C of its Vn
+    // block (-rd(W) rd(S) accumulated onto it), which goes out rounded and packed as rd(Vn), the B
+    // operand of the output and the state update. No fp32 W, U or Vn is stored whole.
+    float minus[32];
+    std::fill(minus, minus + 32, -1.0f);
+    alignas(64) float blk[32 * 32], vn[32 * 32];
+    for (int i0 = 0; i0 < C; i0 += 32) {
+        const uint16_t* t = B.Ta_bf + i0 * C;
+        for (int j0 = 0; j0 < K; j0 += 32) {
+            P::gemm_block(C, t, B.XYb_bf + j0 * 2, K + V, nullptr, 0, blk);
+            P::pack_a(blk, 32, 32, 32, B.Wa_bf + i0 * K + j0, minus, K);
+        }
+        for (int j0 = 0; j0 < V; j0 += 32) {
+            P::gemm_block(C, t, B.XYb_bf + (K + j0) * 2, K + V, nullptr, 0, blk);
+            for (int r = 0; r < 32; ++r) P::round_bf16(blk + r * 32, 32);
+            P::gemm_block(K, B.Wa_bf + i0 * K, B.Sb_bf + j0 * 2, V, blk, 32, vn);
+            P::pack_b(vn, 32, 32, 32, B.Vb_bf + (int64_t(i0 / 2) * V + j0) * 2, nullptr, nullptr, DType::F32, V);
+        }
+    }
+    GDN_STAGE(WUVn);
     // O = rd(qn exp(G)) rd(S) + rd(lower(qn kn^T D)) rd(Vn), its blocks converted straight into
     // the staged output rows [0, L).
     // One GEMM over K + C: A = [rd(qn exp(G)) | rd(P)], B = [rd(S); rd(Vn)] (Vb follows Sb).
