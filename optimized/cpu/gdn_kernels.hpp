@@ -464,13 +464,13 @@ struct ChunkBuffers {
         const int64_t C = kChunk;
         float* f = reinterpret_cast<float*>(base);
         auto take = [&f](int64_t n) { float* p = f; f += n; return p; };
-        q = take(C * K); k = take(C * K); KK = take(C * C); QK = take(C * C); v = take(C * V);
+        q = take(C * K); k = take(C * K); KK = take(C * C); QK = take(C * C); v = take(C * V);  // QK follows KK
         G = take(C); eG = take(C); eL = take(C); beta = take(C); x = take(C * V + C);
         M = take(C * C); P = take(C * C); T = take(C * C);
         S = take(states * K * V);
         uint16_t* h = reinterpret_cast<uint16_t*>(f);
         auto half = [&h](int64_t n) { uint16_t* p = h; h += n; return p; };
-        Ka_bf = half(C * K); KbT_bf = half(K * C); Qa_bf = half(C * K); Ta_bf = half(C * C);
+        Ka_bf = half(C * K); Qa_bf = half(C * K); KbT_bf = half(K * C); Ta_bf = half(C * C);  // Qa follows Ka
         XYb_bf = half(C * (K + V));
         Sb_bf = half(K * V); Vb_bf = half(C * V);  // adjacent: [rd(S); rd(Vn)] is one B operand
         Wa_bf = half(C * K); QPa_bf = half(C * (K + C)); Kd_bf = half(C * K); KdT_bf = half(K * C);
@@ -580,8 +580,8 @@ void load_keys(const ChunkArgs& A, ChunkBuffers& B, const ChunkStage& st, int64_
     load_key_rows<P>(A, st.k, st.qk_row, A.k.dt, L, hb, 1.0f, B.k, B.Ka_bf, B.x);
     GDN_STAGE(KeyRows);
     P::transpose_pairs(B.Ka_bf, C, K, B.KbT_bf);
-    P::gemm(C, C, K, B.Ka_bf, B.KbT_bf, B.KK, C, false);
-    P::gemm(C, C, K, B.Qa_bf, B.KbT_bf, B.QK, C, false);
+    // [KK; QK] = [kn; qn] kn^T: one GEMM of 2C rows (Qa follows Ka, QK follows KK).
+    P::gemm(2 * C, C, K, B.Ka_bf, B.KbT_bf, B.KK, C, false);
     GDN_STAGE(KeyGemms);
 }
 
