@@ -447,24 +447,18 @@ void gemm_epilogue(int M, int N, int Kd, const uint16_t* A, const uint16_t* B, c
 // fp32 states stay in S across the chunks); C = kChunk rows, fp32 unless named *_bf. Per key head
 // and chunk (reused in turn): q, k, KK, QK and their bf16 packs; per value head: the rest.
 struct ChunkBuffers {
-    float *q, *k, *KK, *QK, *v, *G, *eG, *eL, *beta, *x, *M, *P, *T, *S, *el_next;
-    // SVb: per value head [rd(S); rd(Vn)] ((K + C) x V, one B operand), rd(S) kept from the state
-    // update of one chunk to the next.
-    uint16_t *Ka_bf, *KbT_bf, *Qa_bf, *Ta_bf, *XYb_bf, *SVb_bf, *Wa_bf, *QPa_bf, *Kd_bf, *KdT_bf;
+    float *q, *k, *KK, *QK, *v, *G, *eG, *eL, *beta, *x, *M, *P, *T, *S;
+    uint16_t *Ka_bf, *KbT_bf, *Qa_bf, *Ta_bf, *XYb_bf, *Sb_bf, *Vb_bf, *Wa_bf, *QPa_bf, *Kd_bf, *KdT_bf;
 
     static int64_t floats(int64_t K, int64_t V, int64_t states) {
         const int64_t C = kChunk;
-        // S; q k; v x; KK QK M P T; G eG eL beta, x tail; el_next
-        return states * K * V + 2 * C * K + 2 * C * V + 5 * C * C + 5 * C + (states + 15) / 16 * 16;
+        return states * K * V + 2 * C * K + 2 * C * V + 5 * C * C + 5 * C;  // S; q k; v x; KK QK M P T; G eG eL beta, x tail
     }
-    static int64_t halves(int64_t K, int64_t V, int64_t states) {
+    static int64_t halves(int64_t K, int64_t V) {
         const int64_t C = kChunk;
-        // Ka KbT Qa Wa Kd KdT, XYb and QPa (C K + C C); XYb; Ta; SVb
-        return 8 * C * K + C * V + 2 * C * C + states * (K + C) * V;
+        return 8 * C * K + 2 * C * V + 2 * C * C + K * V;  // Ka KbT Qa Wa Kd KdT, XYb and QPa (C K + C C); XYb Vb; Ta; Sb
     }
-    static int64_t bytes(int64_t K, int64_t V, int64_t states) {
-        return floats(K, V, states) * 4 + halves(K, V, states) * 2;
-    }
+    static int64_t bytes(int64_t K, int64_t V, int64_t states) { return floats(K, V, states) * 4 + halves(K, V) * 2; }
 
     ChunkBuffers(char* base, int64_t K, int64_t V, int64_t states) {
         const int64_t C = kChunk;
@@ -473,12 +467,12 @@ struct ChunkBuffers {
         q = take(C * K); k = take(C * K); KK = take(C * C); QK = take(C * C); v = take(C * V);  // QK follows KK
         G = take(C); eG = take(C); eL = take(C); beta = take(C); x = take(C * V + C);
         M = take(C * C); P = take(C * C); T = take(C * C);
-        S = take(states * K * V); el_next = take((states + 15) / 16 * 16);
+        S = take(states * K * V);
         uint16_t* h = reinterpret_cast<uint16_t*>(f);
         auto half = [&h](int64_t n) { uint16_t* p = h; h += n; return p; };
         Ka_bf = half(C * K); Qa_bf = half(C * K); KbT_bf = half(K * C); Ta_bf = half(C * C);  // Qa follows Ka
         XYb_bf = half(C * (K + V));
-        SVb_bf = half(states * (K + C) * V);
+        Sb_bf = half(K * V); Vb_bf = half(C * V);  // adjacent: [rd(S); rd(Vn)] is one B operand
         Wa_bf = half(C * K); QPa_bf = half(C * (K + C)); Kd_bf = half(C * K); KdT_bf = half(K * C);
     }
 };
@@ -682,28 +676,13 @@ inline void solve_unit_lower_portable(const float* M, float* T) {
     solve_rows<4>(M, T);
 }
 
-// exp(G_last) of the chunk of value head hv (of the pool's heads) that starts at token c0 (1 when
-// c0 >= t1, none): the numbers of load_values' eG[L - 1].
-template <class P>
-float chunk_decay(const ChunkArgs& A, int64_t c0, int64_t t1, int64_t hv) {
-    float cum = 0.0f, e = 1.0f;
-    if (c0 >= t1) return e;
-    for (int64_t t = c0; t < std::min(c0 + kChunk, t1); ++t) cum += load_scalar(A.g.p, A.g.dt, t * A.HV + hv);
-    P::exp_row(&cum, &e, 1);
-    return e;
-}
-
-// One chunk of the task's value head j (load_keys done for its key head) on its fp32 state S:
-// reads and updates S, writes its staged O rows. S enters rounded to `round` (the state type) and
-// decayed by this chunk's exp(G_last), with rd(S) in the head's B.SVb_bf, and leaves so for the
-// next chunk (decayed by el_next, its exp(G_last); 1 after the last), both done by the state
-// update's blocks; on the first chunk (`first`) the pass that packs rd(S) rounds and decays S.
+// One chunk of the task's value head j (load_keys done for its key head): rounds the fp32 state S
+// to `round` (the state type: the previous chunk's write-back), reads and updates it, writes its
+// staged O rows.
 template <class P>
 void chunk_step(const ChunkArgs& A, ChunkBuffers& B, const ChunkStage& st, float* S, int64_t L, int64_t j,
-                DType round, bool first, float el_next) {
+                DType round) {
     const int C = kChunk, K = int(A.K), V = int(A.V);
-    uint16_t* Sb = B.SVb_bf + j * (K + C) * V;  // [rd(S); rd(Vn)]: one B operand
-    uint16_t* Vb = Sb + K * V;
     load_values<P>(A, B, st, L, j);
     GDN_STAGE(Values);  // with the prefetch of the next chunk's rows before the step
     P::decay_rows(B);
@@ -715,10 +694,10 @@ void chunk_step(const ChunkArgs& A, ChunkBuffers& B, const ChunkStage& st, float
     // B = [rd(beta exp(G) kn) | rd(beta v)] (K + V columns): W and U are one product with rd(T).
     P::pack_b(B.k, K, C, K, B.XYb_bf, B.x, nullptr, DType::F32, K + V);
     P::pack_b(B.v, V, C, V, B.XYb_bf + 2 * K, B.beta, nullptr, DType::F32, K + V);
-    if (first) {
-        const float el = B.eG[L - 1];
-        P::pack_b(S, V, K, V, Sb, nullptr, &el, round);
-    }
+    // The pass that rounds S to its type and packs rd(S) also decays S by exp(G_last) for the
+    // state update.
+    const float el = B.eG[L - 1];
+    P::pack_b(S, V, K, V, B.Sb_bf, nullptr, &el, round);
     GDN_STAGE(Packs);
     // W, U and Vn = U - rd(W) rd(S) (U a bf16 value) per 32 rows, each 32x32 block of C handed
     // from an L1 buffer to its use: W's blocks rounded and packed as rd(-W) (Vn's A operand; the
@@ -737,32 +716,27 @@ void chunk_step(const ChunkArgs& A, ChunkBuffers& B, const ChunkStage& st, float
         for (int j0 = 0; j0 < V; j0 += 32) {
             P::gemm_block(C, t, B.XYb_bf + (K + j0) * 2, K + V, nullptr, 0, blk);
             for (int r = 0; r < 32; ++r) P::round_bf16(blk + r * 32, 32);
-            P::gemm_block(K, B.Wa_bf + i0 * K, Sb + j0 * 2, V, blk, 32, vn);
-            P::pack_b(vn, 32, 32, 32, Vb + (int64_t(i0 / 2) * V + j0) * 2, nullptr, nullptr, DType::F32, V);
+            P::gemm_block(K, B.Wa_bf + i0 * K, B.Sb_bf + j0 * 2, V, blk, 32, vn);
+            P::pack_b(vn, 32, 32, 32, B.Vb_bf + (int64_t(i0 / 2) * V + j0) * 2, nullptr, nullptr, DType::F32, V);
         }
     }
     GDN_STAGE(WUVn);
     // O = rd(qn exp(G)) rd(S) + rd(lower(qn kn^T D)) rd(Vn), its blocks converted straight into
     // the staged output rows [0, L).
-    // One GEMM over K + C: A = [rd(qn exp(G)) | rd(P)], B = [rd(S); rd(Vn)].
+    // One GEMM over K + C: A = [rd(qn exp(G)) | rd(P)], B = [rd(S); rd(Vn)] (Vb follows Sb).
     P::pack_a(B.q, K, C, K, B.QPa_bf, B.eG, K + C);
     P::pack_a(B.P, C, C, C, B.QPa_bf + K, nullptr, K + C);
     const int eo = dtype_bytes(A.out_dt);
-    gemm_epilogue<P>(C, V, K + C, B.QPa_bf, Sb, nullptr, 0, [&](int i0, int j0, float* blk) {
+    gemm_epilogue<P>(C, V, K + C, B.QPa_bf, B.Sb_bf, nullptr, 0, [&](int i0, int j0, float* blk) {
         for (int r = 0; r < 32 && i0 + r < L; ++r)
             P::store_row(blk + r * 32, st.o + (i0 + r) * st.o_row + (j * V + j0) * eo, A.out_dt, 32);
     });
     GDN_STAGE(Out);
-    // State: S = exp(G_last) S + rd((kn exp(G_last - G))^T) rd(Vn) (S entered decayed); the A
-    // operand is the pair transpose of the pair-interleaved rows kn exp(G_last - G). Each block
-    // is rounded to the state type, packed as the next chunk's rd(S) and decayed by el_next in
-    // the pass that stores it.
+    // State: S = exp(G_last) S + rd((kn exp(G_last - G))^T) rd(Vn) (S decayed above); the A
+    // operand is the pair transpose of the pair-interleaved rows kn exp(G_last - G).
     P::pack_b(B.k, K, C, K, B.Kd_bf, B.eL);
     P::transpose_pairs(B.Kd_bf, C / 2, 2 * K, B.KdT_bf);
-    gemm_epilogue<P>(K, V, C, B.KdT_bf, Vb, S, V, [&](int i0, int j0, float* blk) {
-        P::pack_b(blk, 32, 32, 32, Sb + (int64_t(i0 / 2) * V + j0) * 2, nullptr, &el_next, round, V);
-        for (int r = 0; r < 32; ++r) std::memcpy(S + (i0 + r) * V + j0, blk + r * 32, 32 * 4);
-    });
+    P::gemm(K, V, C, B.KdT_bf, B.Vb_bf, S, V, true);
     GDN_STAGE(StateUpdate);
 }
 
@@ -789,13 +763,12 @@ void chunk_item(void* ctx, int64_t item, int tid) {
     for (int64_t c0 = t0; c0 < t1; c0 += kChunk) {
         const int64_t L = std::min<int64_t>(kChunk, t1 - c0);
         st.copy_in(A, c0, L);
-        for (int64_t j = 0; j < states; ++j) B.el_next[j] = chunk_decay<P>(A, c0 + kChunk, t1, st.hv0 + j);
         GDN_STAGE(StageIn);
         for (int64_t hb = 0; hb < c.heads; ++hb) {
             load_keys<P>(A, B, st, L, hb);
             for (int64_t j = hb * group; j < (hb + 1) * group; ++j) {
                 st.prefetch_in(A, c0 + kChunk, j * kChunk / states, (j + 1) * kChunk / states, t1);
-                chunk_step<P>(A, B, st, B.S + j * KV, L, j, SD, c0 == t0, B.el_next[j]);
+                chunk_step<P>(A, B, st, B.S + j * KV, L, j, SD);
             }
         }
         st.copy_out<P>(A, c0, L);
