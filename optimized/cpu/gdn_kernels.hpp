@@ -456,7 +456,8 @@ struct ChunkBuffers {
     }
     static int64_t halves(int64_t K, int64_t V) {
         const int64_t C = kChunk;
-        return 8 * C * K + 2 * C * V + 2 * C * C + K * V;  // Ka KbT Qa Wa Kd KdT, XYb and QPa (C K + C C); XYb Vb; Ta; Sb
+        // Ka Qa KbT Wa Kd KdT and XYb's, QPa's C K; XYb's C V, Vb; Ta, QPa's C C; Sb
+        return 8 * C * K + 2 * C * V + 2 * C * C + K * V;
     }
     static int64_t bytes(int64_t K, int64_t V, int64_t states) { return floats(K, V, states) * 4 + halves(K, V) * 2; }
 
