@@ -33,7 +33,7 @@ def stage_flops(N: int, L: int) -> dict[str, float]:
     from bench.probes.gdn_prefill import C, H, HV, K, V
     steps = N * -(-L // C) * HV                       # chunk x value-head steps
     return {"key gemms": N * -(-L // C) * H * 2 * 2 * C * C * K,   # k k^T, q k^T per key head
-            "W U": steps * 2 * C * C * (K + V), "Vn": steps * 2 * C * K * V,
+            "W U Vn": steps * 2 * C * (C * (K + V) + K * V),
             "out": steps * 2 * C * (K + C) * V, "state update": steps * 2 * K * C * V}
 
 

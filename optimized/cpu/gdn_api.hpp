@@ -118,7 +118,7 @@ void parallel_copy(void* dst, const void* src, int64_t n, int num_threads);
 // time since its previous mark to the stage a mark closes (ChunkClock::Begin only starts the count);
 // in other builds the kernels mark nothing and the totals stay zero. Nanoseconds summed over threads.
 enum class ChunkClock : int {
-    StateLoad, StageIn, KeyRows, KeyGemms, Values, Decay, Solve, WU, Vn, Out, StateUpdate, StageOut, StateStore,
+    StateLoad, StageIn, KeyRows, KeyGemms, Values, Decay, Solve, Packs, WUVn, Out, StateUpdate, StageOut, StateStore,
     Count, Begin = Count
 };
 extern const char* const kChunkClockNames[int(ChunkClock::Count)];

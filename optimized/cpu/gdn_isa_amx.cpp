@@ -27,42 +27,55 @@ struct AmxIsa : Avx512Isa {
     }
     static void tiles_end() { _tile_release(); }
 
-    // C[M,N] (+)= A B in 32x32 blocks (2x2 C tiles); M, N, Kd multiples of 32; between
-    // tiles_begin() and tiles_end().
+    // One 32x32 block (2x2 C tiles): cout = cin + A B (cin null: 0) with A's 32 rows sa bytes
+    // apart, B pair-interleaved with its pair-rows sb bytes apart, C rows ldin / ldout floats
+    // apart; each element sums its k-steps in increasing k.
+    static void block(int Kd, const uint16_t* A, int64_t sa, const uint16_t* B, int64_t sb,
+                      const float* cin, int64_t ldin, float* cout, int64_t ldout) {
+        if (cin) {
+            _tile_loadd(0, cin, ldin * 4);
+            _tile_loadd(1, cin + 16, ldin * 4);
+            _tile_loadd(2, cin + 16 * ldin, ldin * 4);
+            _tile_loadd(3, cin + 16 * ldin + 16, ldin * 4);
+        } else {
+            _tile_zero(0);
+            _tile_zero(1);
+            _tile_zero(2);
+            _tile_zero(3);
+        }
+        for (int k0 = 0; k0 < Kd; k0 += 32) {
+            _tile_loadd(4, A + k0, sa);
+            _tile_loadd(5, A + 16 * (sa / 2) + k0, sa);
+            _tile_loadd(6, B + int64_t(k0 / 2) * (sb / 2), sb);
+            _tile_loadd(7, B + int64_t(k0 / 2) * (sb / 2) + 32, sb);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_dpbf16ps(1, 4, 7);
+            _tile_dpbf16ps(2, 5, 6);
+            _tile_dpbf16ps(3, 5, 7);
+        }
+        _tile_stored(0, cout, ldout * 4);
+        _tile_stored(1, cout + 16, ldout * 4);
+        _tile_stored(2, cout + 16 * ldout, ldout * 4);
+        _tile_stored(3, cout + 16 * ldout + 16, ldout * 4);
+    }
+
+    // C[M,N] (+)= A B in 32x32 blocks; M, N, Kd multiples of 32; between tiles_begin() and
+    // tiles_end().
     static void gemm(int M, int N, int Kd, const uint16_t* A, const uint16_t* B, float* C,
                      int64_t ldc, bool accumulate) {
-        const int64_t sa = int64_t(Kd) * 2, sb = int64_t(N) * 4, sc = ldc * 4;
-        for (int i0 = 0; i0 < M; i0 += 32) {
+        for (int i0 = 0; i0 < M; i0 += 32)
             for (int j0 = 0; j0 < N; j0 += 32) {
-                float* c00 = C + i0 * ldc + j0;
-                float* c10 = c00 + 16 * ldc;
-                if (accumulate) {
-                    _tile_loadd(0, c00, sc);
-                    _tile_loadd(1, c00 + 16, sc);
-                    _tile_loadd(2, c10, sc);
-                    _tile_loadd(3, c10 + 16, sc);
-                } else {
-                    _tile_zero(0);
-                    _tile_zero(1);
-                    _tile_zero(2);
-                    _tile_zero(3);
-                }
-                for (int k0 = 0; k0 < Kd; k0 += 32) {
-                    _tile_loadd(4, A + int64_t(i0) * Kd + k0, sa);
-                    _tile_loadd(5, A + int64_t(i0 + 16) * Kd + k0, sa);
-                    _tile_loadd(6, B + (int64_t(k0 / 2) * N + j0) * 2, sb);
-                    _tile_loadd(7, B + (int64_t(k0 / 2) * N + j0 + 16) * 2, sb);
-                    _tile_dpbf16ps(0, 4, 6);
-                    _tile_dpbf16ps(1, 4, 7);
-                    _tile_dpbf16ps(2, 5, 6);
-                    _tile_dpbf16ps(3, 5, 7);
-                }
-                _tile_stored(0, c00, sc);
-                _tile_stored(1, c00 + 16, sc);
-                _tile_stored(2, c10, sc);
-                _tile_stored(3, c10 + 16, sc);
+                float* c = C + i0 * ldc + j0;
+                block(Kd, A + int64_t(i0) * Kd, int64_t(Kd) * 2, B + int64_t(j0) * 2, int64_t(N) * 4,
+                      accumulate ? c : nullptr, ldc, c, ldc);
             }
-        }
+    }
+
+    // blk[32][32] = cin + A B (cin null: 0), A [32, Kd] row-major, B pair-interleaved with rows of
+    // ldb columns, cin rows ldin apart; blk 64-byte aligned (the tiles are stored there, in L1).
+    static void gemm_block(int Kd, const uint16_t* A, const uint16_t* B, int64_t ldb, const float* cin,
+                           int64_t ldin, float* blk) {
+        block(Kd, A, int64_t(Kd) * 2, B, ldb * 4, cin, ldin, blk, 32);
     }
 };
 

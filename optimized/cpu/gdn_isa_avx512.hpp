@@ -389,10 +389,10 @@ struct Avx512Isa {
     // Rows k, k+1 of src (first rounded to R unless F32, then times scale[k], scale[k + 1]; null: 1)
     // become interleaved pairs: one vcvtne2ps2bf16 and one word permute per 16 columns; with
     // rescale, or with R not F32, src <- (rounded) src times rescale (null: 1) in the same pass.
-    // Kd is even.
+    // Kd is even; dst pair-rows ldd columns apart.
     template <DType R>
     static void pack_b_r(float* src, int64_t lds, int Kd, int N, uint16_t* dst, const float* scale,
-                         const float* rescale) {
+                         const float* rescale, int64_t ldd) {
         const __m512i inter = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
                                                23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
         const bool write_back = rescale || R != DType::F32;
@@ -403,7 +403,7 @@ struct Avx512Isa {
             float* r1 = r0 + lds;
             const float s0 = scale ? scale[k] : 1.0f, s1 = scale ? scale[k + 1] : 1.0f;
             const __m512 sv0 = _mm512_set1_ps(s0), sv1 = _mm512_set1_ps(s1);
-            uint16_t* d = dst + int64_t(k / 2) * N * 2;
+            uint16_t* d = dst + int64_t(k / 2) * ldd * 2;
             int j = 0;
             for (; j + 16 <= N; j += 16) {
                 const __m512 a = round16<R>(_mm512_loadu_ps(r0 + j)), b = round16<R>(_mm512_loadu_ps(r1 + j));
@@ -427,11 +427,11 @@ struct Avx512Isa {
     }
 
     static void pack_b(float* src, int64_t lds, int Kd, int N, uint16_t* dst, const float* scale = nullptr,
-                       const float* rescale = nullptr, DType round = DType::F32) {
+                       const float* rescale = nullptr, DType round = DType::F32, int64_t ldd = 0) {
         switch (round) {
-            case DType::F32: pack_b_r<DType::F32>(src, lds, Kd, N, dst, scale, rescale); break;
-            case DType::BF16: pack_b_r<DType::BF16>(src, lds, Kd, N, dst, scale, rescale); break;
-            case DType::F16: pack_b_r<DType::F16>(src, lds, Kd, N, dst, scale, rescale); break;
+            case DType::F32: pack_b_r<DType::F32>(src, lds, Kd, N, dst, scale, rescale, ldd ? ldd : N); break;
+            case DType::BF16: pack_b_r<DType::BF16>(src, lds, Kd, N, dst, scale, rescale, ldd ? ldd : N); break;
+            case DType::F16: pack_b_r<DType::F16>(src, lds, Kd, N, dst, scale, rescale, ldd ? ldd : N); break;
         }
     }
 
@@ -557,6 +557,17 @@ struct Avx512Isa {
     // C[M,N] (+)= A B; 4 rows x 32 columns of accumulators; M % 4 == 0, N % 32 == 0, Kd even.
     static void gemm(int M, int N, int Kd, const uint16_t* A, const uint16_t* B, float* C,
                      int64_t ldc, bool accumulate) {
+        gemm_ld(M, N, Kd, A, B, N, C, ldc, accumulate);
+    }
+
+    static void gemm_block(int Kd, const uint16_t* A, const uint16_t* B, int64_t ldb, const float* cin,
+                           int64_t ldin, float* blk) {
+        gemm_block_portable<Avx512Isa>(Kd, A, B, ldb, cin, ldin, blk);
+    }
+
+    // gemm with B's pair-rows ldb columns apart.
+    static void gemm_ld(int M, int N, int Kd, const uint16_t* A, const uint16_t* B, int64_t ldb, float* C,
+                        int64_t ldc, bool accumulate) {
         for (int i0 = 0; i0 < M; i0 += 4) {
             for (int j0 = 0; j0 < N; j0 += 32) {
                 __m512 c[4][2];
@@ -564,8 +575,8 @@ struct Avx512Isa {
                     for (int h = 0; h < 2; ++h)
                         c[r][h] = accumulate ? _mm512_loadu_ps(C + (i0 + r) * ldc + j0 + 16 * h) : _mm512_setzero_ps();
                 for (int p = 0; p < Kd / 2; ++p) {
-                    __m512i b0 = _mm512_loadu_si512(B + (int64_t(p) * N + j0) * 2);
-                    __m512i b1 = _mm512_loadu_si512(B + (int64_t(p) * N + j0 + 16) * 2);
+                    __m512i b0 = _mm512_loadu_si512(B + (p * ldb + j0) * 2);
+                    __m512i b1 = _mm512_loadu_si512(B + (p * ldb + j0 + 16) * 2);
                     for (int r = 0; r < 4; ++r) {
                         int32_t pair;
                         std::memcpy(&pair, A + int64_t(i0 + r) * Kd + 2 * p, 4);

@@ -98,13 +98,13 @@ struct ScalarIsa {
     }
 
     static void pack_b(float* src, int64_t lds, int Kd, int N, uint16_t* dst, const float* scale = nullptr,
-                       const float* rescale = nullptr, DType round = DType::F32) {
+                       const float* rescale = nullptr, DType round = DType::F32, int64_t ldd = 0) {
         const bool write_back = rescale || round != DType::F32;
         for (int k = 0; k < Kd; ++k) {
             const float sk = scale ? scale[k] : 1.0f;
             for (int j = 0; j < N; ++j) {
                 const float x = round_to(src[k * lds + j], round);
-                dst[(int64_t(k / 2) * N + j) * 2 + (k & 1)] = f32_to_bf16(sk * x);
+                dst[(int64_t(k / 2) * (ldd ? ldd : N) + j) * 2 + (k & 1)] = f32_to_bf16(sk * x);
                 if (write_back) src[k * lds + j] = rescale ? x * *rescale : x;
             }
         }
@@ -126,6 +126,17 @@ struct ScalarIsa {
 
     static void gemm(int M, int N, int Kd, const uint16_t* A, const uint16_t* B, float* C,
                      int64_t ldc, bool accumulate) {
+        gemm_ld(M, N, Kd, A, B, N, C, ldc, accumulate);
+    }
+
+    static void gemm_block(int Kd, const uint16_t* A, const uint16_t* B, int64_t ldb, const float* cin,
+                           int64_t ldin, float* blk) {
+        gemm_block_portable<ScalarIsa>(Kd, A, B, ldb, cin, ldin, blk);
+    }
+
+    // gemm with B's pair-rows ldb columns apart.
+    static void gemm_ld(int M, int N, int Kd, const uint16_t* A, const uint16_t* B, int64_t ldb, float* C,
+                        int64_t ldc, bool accumulate) {
         float brow[2 * 256];
         for (int i = 0; i < M; ++i) {
             float* c = C + i * ldc;
@@ -134,7 +145,7 @@ struct ScalarIsa {
         for (int p = 0; p < Kd / 2; ++p) {
             for (int j0 = 0; j0 < N; j0 += 256) {
                 const int nb = std::min(256, N - j0);
-                for (int j = 0; j < 2 * nb; ++j) brow[j] = bf16_to_f32(B[(int64_t(p) * N + j0) * 2 + j]);
+                for (int j = 0; j < 2 * nb; ++j) brow[j] = bf16_to_f32(B[(p * ldb + j0) * 2 + j]);
                 for (int i = 0; i < M; ++i) {
                     const float a0 = bf16_to_f32(A[int64_t(i) * Kd + 2 * p]);
                     const float a1 = bf16_to_f32(A[int64_t(i) * Kd + 2 * p + 1]);

@@ -19,14 +19,19 @@
 //                                               fp32 [M, Kd] -> bf16 row-major [M][Kd] (dst rows ldd
 //                                               apart, 0: Kd); row i times scale[i] first (in fp32)
 //                                               unless scale is null
-//   pack_b(src, lds, Kd, N, uint16_t* dst, scale, rescale, round)
-//                                               fp32 [Kd, N] -> bf16 pair-interleaved [Kd/2][N][2],
+//   pack_b(src, lds, Kd, N, uint16_t* dst, scale, rescale, round, ldd)
+//                                               fp32 [Kd, N] -> bf16 pair-interleaved [Kd/2][N][2]
+//                                               (dst pair-rows ldd columns apart, 0: N),
 //                                               src first rounded to `round` (RNE; F32: not), row
 //                                               scales as pack_a; then src <- (rounded) src times
 //                                               *rescale (null: 1) when rescale or round
 //   gemm(M, N, Kd, A, B, float* C, ldc, acc)    C (+)= A B with bf16 A, B and fp32 accumulation;
 //                                               M, N, Kd multiples of 32; only between
 //   tiles_begin(), tiles_end()                  (the AMX tile configuration of one task)
+//   gemm_block(Kd, A, B, ldb, cin, ldin, blk)   one 32x32 block of gemm: blk [32][32] = cin + A B
+//                                               (cin rows ldin apart, null: 0), A [32, Kd], B
+//                                               pair-interleaved with pair-rows ldb columns apart;
+//                                               each element the same sum as gemm's (same bits)
 //   transpose_pairs(src, R, C2, dst)            bf16 pairs as 32-bit words: src [R][C2/2] words ->
 //                                               dst [C2/2][R] words (the pair-interleaved layout
 //                                               of the transpose, as a B operand wants it)
@@ -410,20 +415,49 @@ template <class P> void spec_decode(const DecodeArgs& A) { run_decode_like<P, Sp
 // ---------------------------------------------------------------------------------------------
 // Chunked prefill.
 
+// P::gemm_block through the policy's gemm_ld(M, N, Kd, A, B, ldb, C, ldc, acc) (gemm with B's
+// pair-rows ldb columns apart): the portable policies' block.
+template <class P>
+void gemm_block_portable(int Kd, const uint16_t* A, const uint16_t* B, int64_t ldb, const float* cin, int64_t ldin,
+                         float* blk) {
+    for (int i = 0; i < 32; ++i) {
+        if (cin) std::memcpy(blk + i * 32, cin + i * ldin, 32 * 4);
+        else std::fill(blk + i * 32, blk + (i + 1) * 32, 0.0f);
+    }
+    P::gemm_ld(32, 32, Kd, A, B, ldb, blk, 32, true);
+}
+
+// C = cin + A B (cin rows ldin apart, null: 0) for bf16 A [M, Kd] and pair-interleaved B [Kd, N],
+// never stored whole: each 32x32 block goes to a 4 KiB buffer that stays in L1 and
+// epi(i0, j0, blk) (blk [32][32], rows 32 apart) takes it from there to where it is used (rounded,
+// packed, converted) before the next block. The same numbers as P::gemm. M, N, Kd multiples of 32.
+template <class P, class Epi>
+void gemm_epilogue(int M, int N, int Kd, const uint16_t* A, const uint16_t* B, const float* cin, int64_t ldin,
+                   Epi&& epi) {
+    alignas(64) float blk[32 * 32];
+    for (int i0 = 0; i0 < M; i0 += 32)
+        for (int j0 = 0; j0 < N; j0 += 32) {
+            P::gemm_block(Kd, A + int64_t(i0) * Kd, B + int64_t(j0) * 2, N, cin ? cin + i0 * ldin + j0 : nullptr, ldin,
+                          blk);
+            epi(i0, j0, blk);
+        }
+}
+
 // Buffers of one task (a sequence and a block of adjacent key heads, whose `states` value heads'
 // fp32 states stay in S across the chunks); C = kChunk rows, fp32 unless named *_bf. Per key head
 // and chunk (reused in turn): q, k, KK, QK and their bf16 packs; per value head: the rest.
 struct ChunkBuffers {
-    float *q, *k, *KK, *QK, *v, *G, *eG, *eL, *beta, *x, *M, *P, *T, *W, *U, *O, *S;  // U: then Vn
-    uint16_t *Ka_bf, *KbT_bf, *Qa_bf, *Ta_bf, *Xb_bf, *Yb_bf, *Sb_bf, *Vb_bf, *Wa_bf, *QPa_bf, *Kd_bf, *KdT_bf;
+    float *q, *k, *KK, *QK, *v, *G, *eG, *eL, *beta, *x, *M, *P, *T, *S;
+    uint16_t *Ka_bf, *KbT_bf, *Qa_bf, *Ta_bf, *XYb_bf, *Sb_bf, *Vb_bf, *Wa_bf, *QPa_bf, *Kd_bf, *KdT_bf;
 
     static int64_t floats(int64_t K, int64_t V, int64_t states) {
         const int64_t C = kChunk;
-        return states * K * V + 3 * C * K + 4 * C * V + 5 * C * C + 5 * C;  // S; q k W; v U O x; KK QK M P T; G eG eL beta, x tail
+        return states * K * V + 2 * C * K + 2 * C * V + 5 * C * C + 5 * C;  // S; q k; v x; KK QK M P T; G eG eL beta, x tail
     }
     static int64_t halves(int64_t K, int64_t V) {
         const int64_t C = kChunk;
-        return 8 * C * K + 2 * C * V + 2 * C * C + K * V;  // Ka KbT Qa Xb Wa Kd KdT, QPa (C K + C C); Yb Vb; Ta; Sb
+        // Ka Qa KbT Wa Kd KdT and XYb's, QPa's C K; XYb's C V, Vb; Ta, QPa's C C; Sb
+        return 8 * C * K + 2 * C * V + 2 * C * C + K * V;
     }
     static int64_t bytes(int64_t K, int64_t V, int64_t states) { return floats(K, V, states) * 4 + halves(K, V) * 2; }
 
@@ -431,14 +465,14 @@ struct ChunkBuffers {
         const int64_t C = kChunk;
         float* f = reinterpret_cast<float*>(base);
         auto take = [&f](int64_t n) { float* p = f; f += n; return p; };
-        q = take(C * K); k = take(C * K); KK = take(C * C); QK = take(C * C); v = take(C * V);
+        q = take(C * K); k = take(C * K); KK = take(C * C); QK = take(C * C); v = take(C * V);  // QK follows KK
         G = take(C); eG = take(C); eL = take(C); beta = take(C); x = take(C * V + C);
         M = take(C * C); P = take(C * C); T = take(C * C);
-        W = take(C * K); U = take(C * V); O = take(C * V); S = take(states * K * V);
+        S = take(states * K * V);
         uint16_t* h = reinterpret_cast<uint16_t*>(f);
         auto half = [&h](int64_t n) { uint16_t* p = h; h += n; return p; };
-        Ka_bf = half(C * K); KbT_bf = half(K * C); Qa_bf = half(C * K); Ta_bf = half(C * C);
-        Xb_bf = half(C * K); Yb_bf = half(C * V);
+        Ka_bf = half(C * K); Qa_bf = half(C * K); KbT_bf = half(K * C); Ta_bf = half(C * C);  // Qa follows Ka
+        XYb_bf = half(C * (K + V));
         Sb_bf = half(K * V); Vb_bf = half(C * V);  // adjacent: [rd(S); rd(Vn)] is one B operand
         Wa_bf = half(C * K); QPa_bf = half(C * (K + C)); Kd_bf = half(C * K); KdT_bf = half(K * C);
     }
@@ -547,8 +581,8 @@ void load_keys(const ChunkArgs& A, ChunkBuffers& B, const ChunkStage& st, int64_
     load_key_rows<P>(A, st.k, st.qk_row, A.k.dt, L, hb, 1.0f, B.k, B.Ka_bf, B.x);
     GDN_STAGE(KeyRows);
     P::transpose_pairs(B.Ka_bf, C, K, B.KbT_bf);
-    P::gemm(C, C, K, B.Ka_bf, B.KbT_bf, B.KK, C, false);
-    P::gemm(C, C, K, B.Qa_bf, B.KbT_bf, B.QK, C, false);
+    // [KK; QK] = [kn; qn] kn^T: one GEMM of 2C rows (Qa follows Ka, QK follows KK).
+    P::gemm(2 * C, C, K, B.Ka_bf, B.KbT_bf, B.KK, C, false);
     GDN_STAGE(KeyGemms);
 }
 
@@ -658,30 +692,46 @@ void chunk_step(const ChunkArgs& A, ChunkBuffers& B, const ChunkStage& st, float
     GDN_STAGE(Solve);
     for (int i = 0; i < C; ++i) B.x[i] = B.beta[i] * B.eG[i];
     P::pack_a(B.T, C, C, C, B.Ta_bf);
-    P::pack_b(B.k, K, C, K, B.Xb_bf, B.x);       // rd(beta exp(G) kn)
-    P::pack_b(B.v, V, C, V, B.Yb_bf, B.beta);    // rd(beta v)
-    P::gemm(C, K, C, B.Ta_bf, B.Xb_bf, B.W, K, false);
-    P::gemm(C, V, C, B.Ta_bf, B.Yb_bf, B.U, V, false);
-    GDN_STAGE(WU);
-    // Inter-chunk: Vn = U - rd(W) rd(S), with U a bf16 value (Vn is rounded by pack_b below), as
-    // one GEMM accumulating -rd(W) rd(S) onto U (in place: U holds Vn from here); the pass that
-    // rounds S to its type and packs rd(S) also decays S by exp(G_last) for the state update.
+    // B = [rd(beta exp(G) kn) | rd(beta v)] (K + V columns): W and U are one product with rd(T).
+    P::pack_b(B.k, K, C, K, B.XYb_bf, B.x, nullptr, DType::F32, K + V);
+    P::pack_b(B.v, V, C, V, B.XYb_bf + 2 * K, B.beta, nullptr, DType::F32, K + V);
+    // The pass that rounds S to its type and packs rd(S) also decays S by exp(G_last) for the
+    // state update.
     const float el = B.eG[L - 1];
     P::pack_b(S, V, K, V, B.Sb_bf, nullptr, &el, round);
-    std::fill(B.x, B.x + C, -1.0f);
-    P::pack_a(B.W, K, C, K, B.Wa_bf, B.x);
-    P::round_bf16(B.U, int64_t(C) * V);
-    P::gemm(C, V, K, B.Wa_bf, B.Sb_bf, B.U, V, true);
-    GDN_STAGE(Vn);
-    float* Vn = B.U;
-    // O = rd(qn exp(G)) rd(S) + rd(lower(qn kn^T D)) rd(Vn).
+    GDN_STAGE(Packs);
+    // W, U and Vn = U - rd(W) rd(S) (U a bf16 value) per 32 rows, each 32x32 block of C handed
+    // from an L1 buffer to its use: W's blocks rounded and packed as rd(-W) (Vn's A operand; the
+    // strip's K columns first), each U block rounded to rd(U) and at once the initial C of its Vn
+    // block (-rd(W) rd(S) accumulated onto it), which goes out rounded and packed as rd(Vn), the B
+    // operand of the output and the state update. No fp32 W, U or Vn is stored whole.
+    float minus[32];
+    std::fill(minus, minus + 32, -1.0f);
+    alignas(64) float blk[32 * 32], vn[32 * 32];
+    for (int i0 = 0; i0 < C; i0 += 32) {
+        const uint16_t* t = B.Ta_bf + i0 * C;
+        for (int j0 = 0; j0 < K; j0 += 32) {
+            P::gemm_block(C, t, B.XYb_bf + j0 * 2, K + V, nullptr, 0, blk);
+            P::pack_a(blk, 32, 32, 32, B.Wa_bf + i0 * K + j0, minus, K);
+        }
+        for (int j0 = 0; j0 < V; j0 += 32) {
+            P::gemm_block(C, t, B.XYb_bf + (K + j0) * 2, K + V, nullptr, 0, blk);
+            for (int r = 0; r < 32; ++r) P::round_bf16(blk + r * 32, 32);
+            P::gemm_block(K, B.Wa_bf + i0 * K, B.Sb_bf + j0 * 2, V, blk, 32, vn);
+            P::pack_b(vn, 32, 32, 32, B.Vb_bf + (int64_t(i0 / 2) * V + j0) * 2, nullptr, nullptr, DType::F32, V);
+        }
+    }
+    GDN_STAGE(WUVn);
+    // O = rd(qn exp(G)) rd(S) + rd(lower(qn kn^T D)) rd(Vn), its blocks converted straight into
+    // the staged output rows [0, L).
     // One GEMM over K + C: A = [rd(qn exp(G)) | rd(P)], B = [rd(S); rd(Vn)] (Vb follows Sb).
     P::pack_a(B.q, K, C, K, B.QPa_bf, B.eG, K + C);
     P::pack_a(B.P, C, C, C, B.QPa_bf + K, nullptr, K + C);
-    P::pack_b(Vn, V, C, V, B.Vb_bf);
-    P::gemm(C, V, K + C, B.QPa_bf, B.Sb_bf, B.O, V, false);
     const int eo = dtype_bytes(A.out_dt);
-    for (int64_t i = 0; i < L; ++i) P::store_row(B.O + i * V, st.o + i * st.o_row + j * V * eo, A.out_dt, V);
+    gemm_epilogue<P>(C, V, K + C, B.QPa_bf, B.Sb_bf, nullptr, 0, [&](int i0, int j0, float* blk) {
+        for (int r = 0; r < 32 && i0 + r < L; ++r)
+            P::store_row(blk + r * 32, st.o + (i0 + r) * st.o_row + (j * V + j0) * eo, A.out_dt, 32);
+    });
     GDN_STAGE(Out);
     // State: S = exp(G_last) S + rd((kn exp(G_last - G))^T) rd(Vn) (S decayed above); the A
     // operand is the pair transpose of the pair-interleaved rows kn exp(G_last - G).

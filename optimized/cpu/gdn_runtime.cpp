@@ -103,8 +103,8 @@ std::atomic<int64_t> dispatches[3];  // indexed by Isa
 }  // namespace
 
 const char* const kChunkClockNames[int(ChunkClock::Count)] = {
-    "state load", "stage in", "key rows", "key gemms", "values", "decay", "solve", "W U", "Vn", "out", "state update",
-    "stage out", "state store"};
+    "state load", "stage in", "key rows", "key gemms", "values", "decay", "solve", "W U Vn packs", "W U Vn", "out",
+    "state update", "stage out", "state store"};
 
 namespace {
 std::atomic<int64_t> chunk_clocks[int(ChunkClock::Count)];
