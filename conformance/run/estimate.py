@@ -254,7 +254,9 @@ class Estimator:
     prediction until their records come."""
 
     HORIZON_S = 30.0   # a backend's rate forgets finished work over this many estimated seconds
-    PRIOR_S = 1.0      # estimated seconds of work the starting rate counts for
+    PRIOR_S = 1.5      # estimated seconds of work the starting rate counts for (of 1, 1.25, 1.5, 1.75, 2 and 4,
+    # the most rows within 30% in the saved runs, 2026-12-06: 1 let an interpreter backend's first steady pair, which
+    # pays its op's first call, set its pairs left at three times their time)
     NOISE_S = 0.02     # pairs estimated under this teach no rate
     OUTLIER = 4.0   # a pair this many times its prediction is compile or autotune
     PAST_DUE = 0.4   # a pair past every finished pair's overrun runs this share of its time so far again (measured)

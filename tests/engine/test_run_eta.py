@@ -99,6 +99,16 @@ def test_a_pair_past_due_runs_on_as_the_runs_finished_pairs_that_ran_as_far_past
     assert est.running_left(r) == pytest.approx(est.PAST_DUE * 3.1 * p)
 
 
+def test_one_steady_pair_of_an_estimated_second_moves_a_measured_prices_rate_less_than_half_way(by_work):
+    """A first steady pair pays its op's first call (an interpreter backend's took five times its
+    price, its next ones their price): it counts for less than the start rate's prior."""
+    cs = sized([20] * 3)   # a second each at the price
+    est = estimate.Estimator([(c, by_work) for c in cs], jobs=1)
+    assert est.start_rate == 1.0 and est.weight(rec(cs[0], "a", 0.0)) == pytest.approx(1.0)
+    est.done(rec(cs[0], "a", 5.0))
+    assert 1.0 < est.rate["a"] < (1.0 + 5.0) / 2
+
+
 def test_first_pairs_and_remote_calls_in_flight_count_by_their_time_but_teach_no_rate():
     clock = [0.0]
     g, h = toy("g", 5.0), toy("h", 1.0)
