@@ -236,8 +236,9 @@ class Estimator:
     its first pair): ``P - e`` left, what is left of the prediction; past it, what the run's own
     finished pairs that ran as far past their predictions ran beyond that point, the median
     (``overrun_left``: the rest of a pair's life given how long it has lived, read from the run's
-    own overruns rather than a fixed share of its time so far: in the saved runs replayed with prices
-    fitted on the other runs it held 4 more rows within 30%), and before any finished pair ran so far a share
+    own overruns rather than a fixed share of its time so far: the saved runs replayed with prices
+    fitted on the other runs, 2026-12-06, had 415 rows of 695 within 30% against 411), and before any
+    finished pair ran so far a share
     ``PAST_DUE`` of its time so far again (measured: in the saved runs of the GPU full tiers of the H100
     and H200, their ci runs, a run of long decode chains and the 2-core machine's ci runs, a pair in
     flight past its prediction ran a median of 0.13 to 0.4 of its time so far again, 0.4 on the GPU
