@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -176,13 +177,15 @@ class Running:
     """Pairs in flight on one slot since ``since`` (the estimator's clock, ``time.monotonic``): one
     pair on the local pool; on a remote slot the whole call (a cell's backends run there in turn and
     their records come back together, so only the call's start is known). ``first_in_worker``: the
-    pair is its worker's first of the backend (None: not known)."""
+    pair is its worker's first of the backend (None: not known). ``predicted``: the estimator's
+    ``prediction`` of them when they began."""
 
     slot: str
     cell_id: str
     backends: list[str]
     since: float
     first_in_worker: bool | None = None
+    predicted: float = 0.0
 
 
 class Estimator:
@@ -230,13 +233,19 @@ class Estimator:
 
     Pairs in flight (``began``; a record ends them) count by their elapsed time ``e`` on the
     estimator's ``clock`` against their prediction ``P`` (price times rate, a worker's startup for
-    its first pair): ``max(P - e, PAST_DUE * e)`` left, what is left of the prediction, then a
-    share of its time so far again (measured: in the saved runs of the GPU full tiers of the H100
+    its first pair): ``P - e`` left, what is left of the prediction; past it, what the run's own
+    finished pairs that ran as far past their predictions ran beyond that point, the median
+    (``overrun_left``: the rest of a pair's life given how long it has lived, read from the run's
+    own overruns rather than a fixed share of its time so far: the saved runs replayed with prices
+    fitted on the other runs, 2026-12-06, had 415 rows of 695 within 30% against 411), and before any
+    finished pair ran so far a share
+    ``PAST_DUE`` of its time so far again (measured: in the saved runs of the GPU full tiers of the H100
     and H200, their ci runs, a run of long decode chains and the 2-core machine's ci runs, a pair in
     flight past its prediction ran a median of 0.13 to 0.4 of its time so far again, 0.4 on the GPU
     machines; as long again, the doubling rule, was 2.5 times too long at that median, and the
-    longest such pair held the ETA up to the end); it grows with ``e``, so a pair stuck far past its
-    price moves the ETA, and is never zero or negative for a pair running). A pair in flight also feeds its backend's
+    longest such pair held the ETA up to the end); past every finished pair's overrun it grows with
+    ``e``, so a pair stuck far past its price moves the ETA, and it is never zero or negative for a
+    pair running). A pair in flight also feeds its backend's
     rate while it runs past its prediction, as a finished pair of wall time ``e`` would (its wall
     time is at least that, so the rate can only rise to what is already certain), capped at
     ``OUTLIER`` times the prediction (beyond that a finished pair counts as compile time, which does
@@ -246,10 +255,12 @@ class Estimator:
     prediction until their records come."""
 
     HORIZON_S = 30.0   # a backend's rate forgets finished work over this many estimated seconds
-    PRIOR_S = 1.0      # estimated seconds of work the starting rate counts for
+    PRIOR_S = 1.5      # estimated seconds of work the starting rate counts for (of 1, 1.25, 1.5, 1.75, 2 and 4,
+    # the most rows within 30% in the saved runs, 2026-12-06: 1 let an interpreter backend's first steady pair, which
+    # pays its op's first call, set its pairs left at three times their time)
     NOISE_S = 0.02     # pairs estimated under this teach no rate
     OUTLIER = 4.0   # a pair this many times its prediction is compile or autotune
-    PAST_DUE = 0.4   # a pair past its prediction runs this share of its time so far again (measured)
+    PAST_DUE = 0.4   # a pair past every finished pair's overrun runs this share of its time so far again (measured)
     SETTLED_PAIRS = 10
     SETTLED_WORK = 0.15
     SPREAD = (0.7, 1.4)   # the range before it settles: the prices' spread across runs of one machine
@@ -261,6 +272,7 @@ class Estimator:
         self.machine = machine   # the prices of this kind of machine (``measured_prices``)
         self.clock = clock
         self.running: dict[str, Running] = {}     # slot -> the pairs in flight there
+        self.overruns: list[float] = []   # finished pairs' wall time over their prediction when they began
         self.start_rate = start_rate(share)
         self.startups_left: Counter = Counter()   # backend -> worker startups still to come
         self.startup_s: dict[str, float] = {}
@@ -359,8 +371,9 @@ class Estimator:
         elsewhere) is in flight only here."""
         for b in backends:
             self._ended(cell_id, b)
-        self.running[slot] = Running(slot, cell_id, list(backends), self.clock() if since is None else since,
-                                     first_in_worker)
+        r = self.running[slot] = Running(slot, cell_id, list(backends), self.clock() if since is None else since,
+                                         first_in_worker)
+        r.predicted = self.prediction(r)
 
     def _ended(self, cell_id: str, backend: str) -> None:
         for slot, r in list(self.running.items()):
@@ -370,7 +383,11 @@ class Estimator:
                     del self.running[slot]
 
     def done(self, record: dict) -> float:
-        """Count the finished record (its pair no longer in flight); returns its weight (``weight``)."""
+        """Count the finished record (its pair no longer in flight; the wall time of a pair alone on its
+        slot over its prediction when it began joins ``overruns``); returns its weight (``weight``)."""
+        wall = float(record.get("wall_s", record.get("duration_s")) or 0.0)
+        self.overruns += [wall / r.predicted for r in self.running.values()
+                          if r.cell_id == record["id"] and r.backends == [record["backend"]] and r.predicted > 0]
         self._ended(record["id"], record["backend"])
         weight = self.weight(record)
         est = self._first.pop((record["id"], record["backend"]), None)
@@ -381,8 +398,7 @@ class Estimator:
         self.n_left[b] -= 1
         if record.get("first_in_worker") and self.startups_left[b] > 0:
             self.startups_left[b] -= 1
-        self._observe(b, est, float(record.get("wall_s", record.get("duration_s")) or 0.0),
-                      bool(record.get("first_in_worker")))
+        self._observe(b, est, wall, bool(record.get("first_in_worker")))
         return weight
 
     def compile_per_pair(self, backend: str) -> float:
@@ -479,10 +495,21 @@ class Estimator:
         return total
 
     def running_left(self, r: Running) -> float:
-        """Seconds the pairs of ``r`` are expected to run still: ``max(P - e, PAST_DUE * e)``, ``P`` their
-        ``prediction``, ``e`` their time so far (the class docstring says why)."""
+        """Seconds the pairs of ``r`` are expected to run still: ``P - e``, ``P`` their ``prediction``,
+        ``e`` their time so far; past due, ``P`` times ``overrun_left(e / P)``, else (no finished pair
+        of the run ran that long against its prediction) ``PAST_DUE * e`` (the class docstring says why)."""
         elapsed = max(0.0, self.clock() - r.since)
-        return max(self.prediction(r) - elapsed, self.PAST_DUE * elapsed)
+        p = self.prediction(r)
+        if elapsed < p:
+            return p - elapsed
+        beyond = self.overrun_left(elapsed / p) if p > 0 else None
+        return p * beyond if beyond is not None else self.PAST_DUE * elapsed
+
+    def overrun_left(self, x: float) -> float | None:
+        """Of the finished pairs that ran past ``x`` times their prediction (``overruns``), the median
+        of what they ran beyond it, in predictions (None: none did)."""
+        beyond = [q - x for q in self.overruns if q > x]
+        return statistics.median(beyond) if beyond else None
 
     def longest_running(self) -> tuple[Running, float] | None:
         """The pairs in flight the longest and their time so far (None: none in flight)."""

@@ -52,13 +52,14 @@ def test_a_replayed_run_with_a_pair_stuck_past_its_price_has_an_eta_growing_with
 
 
 def test_a_pair_in_flight_counts_what_is_left_of_its_prediction_then_a_share_of_its_time_so_far():
+    """Before any finished pair of the run ran past its prediction."""
     clock = [100.0]
     b = toy("g", 5.0)
     cs = cells(4)
     est = estimate.Estimator([(c, b) for c in cs], jobs=1, clock=lambda: clock[0])
     assert est.remaining() == pytest.approx(20.0)
     est.began("slot 0", cs[0].id, ["g"], since=100.0, first_in_worker=False)
-    for elapsed, left in ((0.0, 5.0), (1.0, 4.0), (2.5, 2.5), (4.0, 4.0 * est.PAST_DUE), (60.0, 60.0 * est.PAST_DUE)):
+    for elapsed, left in ((0.0, 5.0), (1.0, 4.0), (2.5, 2.5), (4.0, 1.0), (60.0, 60.0 * est.PAST_DUE)):
         clock[0] = 100.0 + elapsed
         r = est.running["slot 0"]
         assert est.running_left(r) == pytest.approx(left) and est.running_left(r) > 0
@@ -73,6 +74,39 @@ def test_a_pair_in_flight_counts_what_is_left_of_its_prediction_then_a_share_of_
     # its record ends it: the rate is then its finished wall time's, as before
     est.done(rec(cs[0], "g", 60.0))
     assert not est.running and est.remaining() == pytest.approx(3 * 5.0 * 60.0 / 5.0)
+
+
+def test_a_pair_past_due_runs_on_as_the_runs_finished_pairs_that_ran_as_far_past_theirs_did():
+    """Finished pairs that took 1, 1.2, 1.5 and 3 times their predictions: a pair at 1.1 times its
+    own is expected to run the median of 0.1, 0.4 and 1.9 predictions more; one past every finished
+    pair's overrun takes the share of its time so far again."""
+    clock = [0.0]
+    b = toy("g", 10.0)
+    cs = cells(6)
+    est = estimate.Estimator([(c, b) for c in cs], jobs=1, clock=lambda: clock[0])
+    for c, ratio in zip(cs, (1.0, 1.2, 1.5, 3.0)):
+        est.began("slot 0", c.id, ["g"], since=clock[0], first_in_worker=True)
+        wall = ratio * est.running["slot 0"].predicted
+        clock[0] += wall
+        est.done(rec(c, "g", wall, first=True))
+    assert est.overruns == pytest.approx([1.0, 1.2, 1.5, 3.0])
+    est.began("slot 0", cs[4].id, ["g"], since=clock[0], first_in_worker=True)   # raises no rate while it runs
+    r = est.running["slot 0"]
+    p = est.prediction(r)
+    clock[0] += 1.1 * p
+    assert est.running_left(r) == pytest.approx(0.4 * p)
+    clock[0] += 2.0 * p   # at 3.1 predictions
+    assert est.running_left(r) == pytest.approx(est.PAST_DUE * 3.1 * p)
+
+
+def test_one_steady_pair_of_an_estimated_second_moves_a_measured_prices_rate_less_than_half_way(by_work):
+    """A first steady pair pays its op's first call (an interpreter backend's took five times its
+    price, its next ones their price): it counts for less than the start rate's prior."""
+    cs = sized([20] * 3)   # a second each at the price
+    est = estimate.Estimator([(c, by_work) for c in cs], jobs=1)
+    assert est.start_rate == 1.0 and est.weight(rec(cs[0], "a", 0.0)) == pytest.approx(1.0)
+    est.done(rec(cs[0], "a", 5.0))
+    assert 1.0 < est.rate["a"] < (1.0 + 5.0) / 2
 
 
 def test_first_pairs_and_remote_calls_in_flight_count_by_their_time_but_teach_no_rate():
