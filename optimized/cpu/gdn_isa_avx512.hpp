@@ -561,8 +561,8 @@ struct Avx512Isa {
     }
 
     static void gemm_block(int Kd, const uint16_t* A, const uint16_t* B, int64_t ldb, const float* cin,
-                           int64_t ldin, float* blk) {
-        gemm_block_portable<Avx512Isa>(Kd, A, B, ldb, cin, ldin, blk);
+                           int64_t ldin, float* blk, int64_t ldblk) {
+        gemm_block_portable<Avx512Isa>(Kd, A, B, ldb, cin, ldin, blk, ldblk);
     }
 
     // gemm with B's pair-rows ldb columns apart.

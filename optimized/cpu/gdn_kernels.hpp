@@ -28,8 +28,9 @@
 //   gemm(M, N, Kd, A, B, float* C, ldc, acc)    C (+)= A B with bf16 A, B and fp32 accumulation;
 //                                               M, N, Kd multiples of 32; only between
 //   tiles_begin(), tiles_end()                  (the AMX tile configuration of one task)
-//   gemm_block(Kd, A, B, ldb, cin, ldin, blk)   one 32x32 block of gemm: blk [32][32] = cin + A B
-//                                               (cin rows ldin apart, null: 0), A [32, Kd], B
+//   gemm_block(Kd, A, B, ldb, cin, ldin, blk, ldblk)
+//                                               one 32x32 block of gemm: blk [32][32] (rows ldblk
+//                                               apart) = cin + A B (cin rows ldin apart, null: 0), A [32, Kd], B
 //                                               pair-interleaved with pair-rows ldb columns apart;
 //                                               each element the same sum as gemm's (same bits)
 //   transpose_pairs(src, R, C2, dst)            bf16 pairs as 32-bit words: src [R][C2/2] words ->
@@ -419,12 +420,27 @@ template <class P> void spec_decode(const DecodeArgs& A) { run_decode_like<P, Sp
 // pair-rows ldb columns apart): the portable policies' block.
 template <class P>
 void gemm_block_portable(int Kd, const uint16_t* A, const uint16_t* B, int64_t ldb, const float* cin, int64_t ldin,
-                         float* blk) {
+                         float* blk, int64_t ldblk) {
     for (int i = 0; i < 32; ++i) {
-        if (cin) std::memcpy(blk + i * 32, cin + i * ldin, 32 * 4);
-        else std::fill(blk + i * 32, blk + (i + 1) * 32, 0.0f);
+        if (cin) std::memcpy(blk + i * ldblk, cin + i * ldin, 32 * 4);
+        else std::fill(blk + i * ldblk, blk + i * ldblk + 32, 0.0f);
     }
-    P::gemm_ld(32, 32, Kd, A, B, ldb, blk, 32, true);
+    P::gemm_ld(32, 32, Kd, A, B, ldb, blk, ldblk, true);
+}
+
+// blk[32][32] = scale times the fp32 values of the 32x32 block at (row k0, column j0) of a
+// pair-interleaved bf16 B operand (pair-rows ldb columns apart; k0 even): each 32-bit word holds
+// row 2p's element in its low half and row 2p + 1's in its high half.
+inline void unpack_b_block(const uint16_t* B, int64_t ldb, int64_t k0, int64_t j0, float scale, float* blk) {
+    for (int p = 0; p < 16; ++p) {
+        const uint16_t* w = B + ((k0 / 2 + p) * ldb + j0) * 2;
+        float* __restrict r0 = blk + 2 * p * 32;
+        float* __restrict r1 = r0 + 32;
+        for (int c = 0; c < 32; ++c) {
+            r0[c] = scale * bf16_to_f32(w[2 * c]);
+            r1[c] = scale * bf16_to_f32(w[2 * c + 1]);
+        }
+    }
 }
 
 // C = cin + A B (cin rows ldin apart, null: 0) for bf16 A [M, Kd] and pair-interleaved B [Kd, N],
@@ -438,7 +454,7 @@ void gemm_epilogue(int M, int N, int Kd, const uint16_t* A, const uint16_t* B, c
     for (int i0 = 0; i0 < M; i0 += 32)
         for (int j0 = 0; j0 < N; j0 += 32) {
             P::gemm_block(Kd, A + int64_t(i0) * Kd, B + int64_t(j0) * 2, N, cin ? cin + i0 * ldin + j0 : nullptr, ldin,
-                          blk);
+                          blk, 32);
             epi(i0, j0, blk);
         }
 }
@@ -695,10 +711,13 @@ void chunk_step(const ChunkArgs& A, ChunkBuffers& B, const ChunkStage& st, float
     // B = [rd(beta exp(G) kn) | rd(beta v)] (K + V columns): W and U are one product with rd(T).
     P::pack_b(B.k, K, C, K, B.XYb_bf, B.x, nullptr, DType::F32, K + V);
     P::pack_b(B.v, V, C, V, B.XYb_bf + 2 * K, B.beta, nullptr, DType::F32, K + V);
-    // The pass that rounds S to its type and packs rd(S) also decays S by exp(G_last) for the
-    // state update.
+    // The pass that packs rd(S). A bf16 state's rounded value is its pack (the state update
+    // takes exp(G_last) rd(S) from there); any other state is rounded to its type and decayed by
+    // exp(G_last) in S in the same pass.
     const float el = B.eG[L - 1];
-    P::pack_b(S, V, K, V, B.Sb_bf, nullptr, &el, round);
+    const bool from_pack = round == DType::BF16;
+    if (from_pack) P::pack_b(S, V, K, V, B.Sb_bf);
+    else P::pack_b(S, V, K, V, B.Sb_bf, nullptr, &el, round);
     GDN_STAGE(Packs);
     // W, U and Vn = U - rd(W) rd(S) (U a bf16 value) per 32 rows, each 32x32 block of C handed
     // from an L1 buffer to its use: W's blocks rounded and packed as rd(-W) (Vn's A operand; the
@@ -711,13 +730,13 @@ void chunk_step(const ChunkArgs& A, ChunkBuffers& B, const ChunkStage& st, float
     for (int i0 = 0; i0 < C; i0 += 32) {
         const uint16_t* t = B.Ta_bf + i0 * C;
         for (int j0 = 0; j0 < K; j0 += 32) {
-            P::gemm_block(C, t, B.XYb_bf + j0 * 2, K + V, nullptr, 0, blk);
+            P::gemm_block(C, t, B.XYb_bf + j0 * 2, K + V, nullptr, 0, blk, 32);
             P::pack_a(blk, 32, 32, 32, B.Wa_bf + i0 * K + j0, minus, K);
         }
         for (int j0 = 0; j0 < V; j0 += 32) {
-            P::gemm_block(C, t, B.XYb_bf + (K + j0) * 2, K + V, nullptr, 0, blk);
+            P::gemm_block(C, t, B.XYb_bf + (K + j0) * 2, K + V, nullptr, 0, blk, 32);
             for (int r = 0; r < 32; ++r) P::round_bf16(blk + r * 32, 32);
-            P::gemm_block(K, B.Wa_bf + i0 * K, B.Sb_bf + j0 * 2, V, blk, 32, vn);
+            P::gemm_block(K, B.Wa_bf + i0 * K, B.Sb_bf + j0 * 2, V, blk, 32, vn, 32);
             P::pack_b(vn, 32, 32, 32, B.Vb_bf + (int64_t(i0 / 2) * V + j0) * 2, nullptr, nullptr, DType::F32, V);
         }
     }
@@ -733,11 +752,21 @@ void chunk_step(const ChunkArgs& A, ChunkBuffers& B, const ChunkStage& st, float
             P::store_row(blk + r * 32, st.o + (i0 + r) * st.o_row + (j * V + j0) * eo, A.out_dt, 32);
     });
     GDN_STAGE(Out);
-    // State: S = exp(G_last) S + rd((kn exp(G_last - G))^T) rd(Vn) (S decayed above); the A
-    // operand is the pair transpose of the pair-interleaved rows kn exp(G_last - G).
+    // State: S = exp(G_last) S + rd((kn exp(G_last - G))^T) rd(Vn) (S rounded above); the A
+    // operand is the pair transpose of the pair-interleaved rows kn exp(G_last - G). A bf16
+    // state's exp(G_last) rd(S) comes per 32x32 block from its pack to an L1 buffer, the initial
+    // C of the block, whose tiles go out to S; any other state's S was decayed by the pack.
     P::pack_b(B.k, K, C, K, B.Kd_bf, B.eL);
     P::transpose_pairs(B.Kd_bf, C / 2, 2 * K, B.KdT_bf);
-    P::gemm(K, V, C, B.KdT_bf, B.Vb_bf, S, V, true);
+    if (from_pack) {
+        for (int k0 = 0; k0 < K; k0 += 32)
+            for (int j0 = 0; j0 < V; j0 += 32) {
+                unpack_b_block(B.Sb_bf, V, k0, j0, el, blk);
+                P::gemm_block(C, B.KdT_bf + k0 * C, B.Vb_bf + j0 * 2, V, blk, 32, S + k0 * V + j0, V);
+            }
+    } else {
+        P::gemm(K, V, C, B.KdT_bf, B.Vb_bf, S, V, true);
+    }
     GDN_STAGE(StateUpdate);
 }
 
