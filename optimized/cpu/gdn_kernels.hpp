@@ -33,6 +33,9 @@
 //                                               apart) = cin + A B (cin rows ldin apart, null: 0), A [32, Kd], B
 //                                               pair-interleaved with pair-rows ldb columns apart;
 //                                               each element the same sum as gemm's (same bits)
+//   unpack_b_block(B, ldb, k0, j0, scale, blk)  blk [32][32] = scale times the fp32 values of the
+//                                               32x32 block at (row k0, column j0) of a bf16
+//                                               pair-interleaved B (pair-rows ldb columns apart)
 //   transpose_pairs(src, R, C2, dst)            bf16 pairs as 32-bit words: src [R][C2/2] words ->
 //                                               dst [C2/2][R] words (the pair-interleaved layout
 //                                               of the transpose, as a B operand wants it)
@@ -428,10 +431,9 @@ void gemm_block_portable(int Kd, const uint16_t* A, const uint16_t* B, int64_t l
     P::gemm_ld(32, 32, Kd, A, B, ldb, blk, ldblk, true);
 }
 
-// blk[32][32] = scale times the fp32 values of the 32x32 block at (row k0, column j0) of a
-// pair-interleaved bf16 B operand (pair-rows ldb columns apart; k0 even): each 32-bit word holds
+// The portable form of P::unpack_b_block: each 32-bit word of the pair-interleaved operand holds
 // row 2p's element in its low half and row 2p + 1's in its high half.
-inline void unpack_b_block(const uint16_t* B, int64_t ldb, int64_t k0, int64_t j0, float scale, float* blk) {
+inline void unpack_b_block_portable(const uint16_t* B, int64_t ldb, int64_t k0, int64_t j0, float scale, float* blk) {
     for (int p = 0; p < 16; ++p) {
         const uint16_t* w = B + ((k0 / 2 + p) * ldb + j0) * 2;
         float* __restrict r0 = blk + 2 * p * 32;
@@ -761,7 +763,7 @@ void chunk_step(const ChunkArgs& A, ChunkBuffers& B, const ChunkStage& st, float
     if (from_pack) {
         for (int k0 = 0; k0 < K; k0 += 32)
             for (int j0 = 0; j0 < V; j0 += 32) {
-                unpack_b_block(B.Sb_bf, V, k0, j0, el, blk);
+                P::unpack_b_block(B.Sb_bf, V, k0, j0, el, blk);
                 P::gemm_block(C, B.KdT_bf + k0 * C, B.Vb_bf + j0 * 2, V, blk, 32, S + k0 * V + j0, V);
             }
     } else {
