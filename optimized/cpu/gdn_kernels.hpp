@@ -431,6 +431,12 @@ void gemm_block_portable(int Kd, const uint16_t* A, const uint16_t* B, int64_t l
     P::gemm_ld(32, 32, Kd, A, B, ldb, blk, ldblk, true);
 }
 
+// x [K][V] = the fp32 values of a pair-interleaved bf16 B operand [K/2][V][2] (K even).
+inline void unpack_b_portable(const uint16_t* B, int64_t K, int64_t V, float* x) {
+    for (int64_t k = 0; k < K; ++k)
+        for (int64_t v = 0; v < V; ++v) x[k * V + v] = bf16_to_f32(B[((k / 2) * V + v) * 2 + k % 2]);
+}
+
 // The portable form of P::unpack_b_block: each 32-bit word of the pair-interleaved operand holds
 // row 2p's element in its low half and row 2p + 1's in its high half.
 inline void unpack_b_block_portable(const uint16_t* B, int64_t ldb, int64_t k0, int64_t j0, float scale, float* blk) {
@@ -466,18 +472,23 @@ void gemm_epilogue(int M, int N, int Kd, const uint16_t* A, const uint16_t* B, c
 // and chunk (reused in turn): q, k, KK, QK and their bf16 packs; per value head: the rest.
 struct ChunkBuffers {
     float *q, *k, *KK, *QK, *v, *G, *eG, *eL, *beta, *x, *M, *P, *T, *S;
-    uint16_t *Ka_bf, *KbT_bf, *Qa_bf, *Ta_bf, *XYb_bf, *Sb_bf, *Vb_bf, *Wa_bf, *QPa_bf, *Kd_bf, *KdT_bf;
+    uint16_t *Ka_bf, *KbT_bf, *Qa_bf, *Ta_bf, *XYb_bf, *SVb_bf, *Wa_bf, *QPa_bf, *Kd_bf, *KdT_bf;
 
     static int64_t floats(int64_t K, int64_t V, int64_t states) {
         const int64_t C = kChunk;
         return states * K * V + 2 * C * K + 2 * C * V + 5 * C * C + 5 * C;  // S; q k; v x; KK QK M P T; G eG eL beta, x tail
     }
-    static int64_t halves(int64_t K, int64_t V) {
+    static int64_t halves(int64_t K, int64_t V, int64_t states) {
         const int64_t C = kChunk;
-        // Ka Qa KbT Wa Kd KdT and XYb's, QPa's C K; XYb's C V, Vb; Ta, QPa's C C; Sb
-        return 8 * C * K + 2 * C * V + 2 * C * C + K * V;
+        // Ka Qa KbT Wa Kd KdT and XYb's, QPa's C K; XYb's C V; Ta, QPa's C C; per state Sb, Vb
+        return 8 * C * K + C * V + 2 * C * C + states * (K * V + C * V);
     }
-    static int64_t bytes(int64_t K, int64_t V, int64_t states) { return floats(K, V, states) * 4 + halves(K, V) * 2; }
+    static int64_t bytes(int64_t K, int64_t V, int64_t states) {
+        return floats(K, V, states) * 4 + halves(K, V, states) * 2;
+    }
+    // Value head j's [rd(S); rd(Vn)], one B operand of K + C pair-interleaved rows: rd(S) kept
+    // across the chunks for a bf16 state (its rounded value is its pack), rewritten per chunk else.
+    uint16_t* svb(int64_t j, int64_t K, int64_t V) const { return SVb_bf + j * (K + kChunk) * V; }
 
     ChunkBuffers(char* base, int64_t K, int64_t V, int64_t states) {
         const int64_t C = kChunk;
@@ -491,8 +502,8 @@ struct ChunkBuffers {
         auto half = [&h](int64_t n) { uint16_t* p = h; h += n; return p; };
         Ka_bf = half(C * K); Qa_bf = half(C * K); KbT_bf = half(K * C); Ta_bf = half(C * C);  // Qa follows Ka
         XYb_bf = half(C * (K + V));
-        Sb_bf = half(K * V); Vb_bf = half(C * V);  // adjacent: [rd(S); rd(Vn)] is one B operand
         Wa_bf = half(C * K); QPa_bf = half(C * (K + C)); Kd_bf = half(C * K); KdT_bf = half(K * C);
+        SVb_bf = half(states * (K + C) * V);
     }
 };
 
@@ -713,13 +724,14 @@ void chunk_step(const ChunkArgs& A, ChunkBuffers& B, const ChunkStage& st, float
     // B = [rd(beta exp(G) kn) | rd(beta v)] (K + V columns): W and U are one product with rd(T).
     P::pack_b(B.k, K, C, K, B.XYb_bf, B.x, nullptr, DType::F32, K + V);
     P::pack_b(B.v, V, C, V, B.XYb_bf + 2 * K, B.beta, nullptr, DType::F32, K + V);
-    // The pass that packs rd(S). A bf16 state's rounded value is its pack (the state update
-    // takes exp(G_last) rd(S) from there); any other state is rounded to its type and decayed by
-    // exp(G_last) in S in the same pass.
+    // A bf16 state is kept as its pack rd(S) (the state update's write-back); any other state
+    // is rounded to its type, packed and decayed by exp(G_last) (for the state update) in one
+    // pass over S.
     const float el = B.eG[L - 1];
-    const bool from_pack = round == DType::BF16;
-    if (from_pack) P::pack_b(S, V, K, V, B.Sb_bf);
-    else P::pack_b(S, V, K, V, B.Sb_bf, nullptr, &el, round);
+    const bool kept_packed = round == DType::BF16;
+    uint16_t* Sb = B.svb(j, K, V);
+    uint16_t* Vb = Sb + int64_t(K) * V;
+    if (!kept_packed) P::pack_b(S, V, K, V, Sb, nullptr, &el, round);
     GDN_STAGE(Packs);
     // W, U and Vn = U - rd(W) rd(S) (U a bf16 value) per 32 rows, each 32x32 block of C handed
     // from an L1 buffer to its use: W's blocks rounded and packed as rd(-W) (Vn's A operand; the
@@ -738,8 +750,8 @@ void chunk_step(const ChunkArgs& A, ChunkBuffers& B, const ChunkStage& st, float
         for (int j0 = 0; j0 < V; j0 += 32) {
             P::gemm_block(C, t, B.XYb_bf + (K + j0) * 2, K + V, nullptr, 0, blk, 32);
             for (int r = 0; r < 32; ++r) P::round_bf16(blk + r * 32, 32);
-            P::gemm_block(K, B.Wa_bf + i0 * K, B.Sb_bf + j0 * 2, V, blk, 32, vn, 32);
-            P::pack_b(vn, 32, 32, 32, B.Vb_bf + (int64_t(i0 / 2) * V + j0) * 2, nullptr, nullptr, DType::F32, V);
+            P::gemm_block(K, B.Wa_bf + i0 * K, Sb + j0 * 2, V, blk, 32, vn, 32);
+            P::pack_b(vn, 32, 32, 32, Vb + (int64_t(i0 / 2) * V + j0) * 2, nullptr, nullptr, DType::F32, V);
         }
     }
     GDN_STAGE(WUVn);
@@ -749,25 +761,28 @@ void chunk_step(const ChunkArgs& A, ChunkBuffers& B, const ChunkStage& st, float
     P::pack_a(B.q, K, C, K, B.QPa_bf, B.eG, K + C);
     P::pack_a(B.P, C, C, C, B.QPa_bf + K, nullptr, K + C);
     const int eo = dtype_bytes(A.out_dt);
-    gemm_epilogue<P>(C, V, K + C, B.QPa_bf, B.Sb_bf, nullptr, 0, [&](int i0, int j0, float* blk) {
+    gemm_epilogue<P>(C, V, K + C, B.QPa_bf, Sb, nullptr, 0, [&](int i0, int j0, float* blk) {
         for (int r = 0; r < 32 && i0 + r < L; ++r)
             P::store_row(blk + r * 32, st.o + (i0 + r) * st.o_row + (j * V + j0) * eo, A.out_dt, 32);
     });
     GDN_STAGE(Out);
-    // State: S = exp(G_last) S + rd((kn exp(G_last - G))^T) rd(Vn) (S rounded above); the A
-    // operand is the pair transpose of the pair-interleaved rows kn exp(G_last - G). A bf16
-    // state's exp(G_last) rd(S) comes per 32x32 block from its pack to an L1 buffer, the initial
-    // C of the block, whose tiles go out to S; any other state's S was decayed by the pack.
+    // State: S = exp(G_last) rd(S) + rd((kn exp(G_last - G))^T) rd(Vn); the A operand is the
+    // pair transpose of the pair-interleaved rows kn exp(G_last - G). A bf16 state's update per
+    // 32x32 block, in L1: exp(G_last) rd(S) from its pack is the initial C, the result goes back
+    // rounded into the pack (the fp32 S is not stored); any other state's S was decayed by its
+    // pack and is updated in place.
     P::pack_b(B.k, K, C, K, B.Kd_bf, B.eL);
     P::transpose_pairs(B.Kd_bf, C / 2, 2 * K, B.KdT_bf);
-    if (from_pack) {
+    if (kept_packed) {
         for (int k0 = 0; k0 < K; k0 += 32)
             for (int j0 = 0; j0 < V; j0 += 32) {
-                P::unpack_b_block(B.Sb_bf, V, k0, j0, el, blk);
-                P::gemm_block(C, B.KdT_bf + k0 * C, B.Vb_bf + j0 * 2, V, blk, 32, S + k0 * V + j0, V);
+                uint16_t* sb = Sb + (int64_t(k0 / 2) * V + j0) * 2;
+                P::unpack_b_block(Sb, V, k0, j0, el, blk);
+                P::gemm_block(C, B.KdT_bf + k0 * C, Vb + j0 * 2, V, blk, 32, vn, 32);
+                P::pack_b(vn, 32, 32, 32, sb, nullptr, nullptr, DType::F32, V);
             }
     } else {
-        P::gemm(K, V, C, B.KdT_bf, B.Vb_bf, S, V, true);
+        P::gemm(K, V, C, B.KdT_bf, Vb, S, V, true);
     }
     GDN_STAGE(StateUpdate);
 }
@@ -789,7 +804,10 @@ void chunk_item(void* ctx, int64_t item, int tid) {
     const ChunkStage st(A, h0, c.heads, c.scratch->at(tid) + ChunkStage::offset(A.K, A.V, states));
     auto state = [&](int64_t j) { return state_row(A.state, slot, (st.hv0 + j) * KV); };
     GDN_STAGE(Begin);
-    for (int64_t j = 0; j < states; ++j) P::load_row(state(j), SD, B.S + j * KV, KV);
+    for (int64_t j = 0; j < states; ++j) {
+        P::load_row(state(j), SD, B.S + j * KV, KV);
+        if (SD == DType::BF16) P::pack_b(B.S + j * KV, A.V, int(A.K), int(A.V), B.svb(j, A.K, A.V));
+    }
     P::tiles_begin();
     GDN_STAGE(StateLoad);
     for (int64_t c0 = t0; c0 < t1; c0 += kChunk) {
@@ -807,7 +825,10 @@ void chunk_item(void* ctx, int64_t item, int tid) {
         GDN_STAGE(StageOut);
     }
     P::tiles_end();
-    for (int64_t j = 0; j < states; ++j) P::round_store(B.S + j * KV, state(j), SD, KV);
+    for (int64_t j = 0; j < states; ++j) {
+        if (SD == DType::BF16) unpack_b_portable(B.svb(j, A.K, A.V), A.K, A.V, B.S + j * KV);
+        P::round_store(B.S + j * KV, state(j), SD, KV);
+    }
     GDN_STAGE(StateStore);
 }
 
