@@ -56,8 +56,9 @@
 // every token (the output uses the unrounded fp32 state). Chunked prefill computes in fp32,
 // rounds every GEMM operand to bf16 (written rd() below) and accumulates in fp32; the state is
 // rounded to SD at every chunk end (chunks of 64 tokens from each sequence start in this call),
-// which is also the sequence end: at the start of the next chunk, in the pass that packs rd(S),
-// and into the pool after the last. This is reference.gdn.numpy_ref.chunked(operand_dtype=
+// which is also the sequence end: at the start of the next chunk, in the pass that packs rd(S)
+// (a bf16 state: at the end of the state update, into its pack, which is then the state), and into
+// the pool after the last. This is reference.gdn.numpy_ref.chunked(operand_dtype=
 // "bfloat16"). Per chunk, with kn = rd(l2norm(k)), qn = rd(scale l2norm(q)), G the chunk-local
 // cumulative sum of g and D[i,j] = exp(G_i - G_j) for j <= i:
 //   M  = rd(strict_lower(beta_i (kn kn^T) D)),   T = (I + M)^-1 (fp32 forward substitution)
@@ -708,7 +709,7 @@ inline void solve_unit_lower_portable(const float* M, float* T) {
 
 // One chunk of the task's value head j (load_keys done for its key head): rounds the fp32 state S
 // to `round` (the state type: the previous chunk's write-back), reads and updates it, writes its
-// staged O rows.
+// staged O rows. A bf16 state is not in S but in its pack (B.svb(j)), rounded where it is updated.
 template <class P>
 void chunk_step(const ChunkArgs& A, ChunkBuffers& B, const ChunkStage& st, float* S, int64_t L, int64_t j,
                 DType round) {
@@ -788,7 +789,8 @@ void chunk_step(const ChunkArgs& A, ChunkBuffers& B, const ChunkStage& st, float
 }
 
 // One task, sequence n = item / (H / heads) and key heads [h0, h0 + heads): its value heads'
-// states stay in B.S (fp32) across the chunks; per chunk, the rows are staged, then each key head
+// states stay in B.S (fp32; a bf16 state: packed in B.svb, B.S only on the way in and out) across
+// the chunks; per chunk, the rows are staged, then each key head
 // and its value heads in turn (each value head's step first prefetches its share of the next
 // chunk's input rows), then the output rows are written back.
 template <class P, DType SD>
