@@ -488,7 +488,8 @@ struct ChunkBuffers {
         return floats(K, V, states) * 4 + halves(K, V, states) * 2;
     }
     // Value head j's [rd(S); rd(Vn)], one B operand of K + C pair-interleaved rows: rd(S) kept
-    // across the chunks for a bf16 state (its rounded value is its pack), rewritten per chunk else.
+    // across the chunks for a bf16 state (its rounded value is its pack); other states' steps all
+    // use j = 0's, rewritten per chunk.
     uint16_t* svb(int64_t j, int64_t K, int64_t V) const { return SVb_bf + j * (K + kChunk) * V; }
 
     ChunkBuffers(char* base, int64_t K, int64_t V, int64_t states) {
@@ -730,7 +731,7 @@ void chunk_step(const ChunkArgs& A, ChunkBuffers& B, const ChunkStage& st, float
     // pass over S.
     const float el = B.eG[L - 1];
     const bool kept_packed = round == DType::BF16;
-    uint16_t* Sb = B.svb(j, K, V);
+    uint16_t* Sb = B.svb(kept_packed ? j : 0, K, V);  // other states share the first
     uint16_t* Vb = Sb + int64_t(K) * V;
     if (!kept_packed) P::pack_b(S, V, K, V, Sb, nullptr, &el, round);
     GDN_STAGE(Packs);
