@@ -71,11 +71,11 @@ struct AmxIsa : Avx512Isa {
             }
     }
 
-    // blk[32][32] = cin + A B (cin null: 0), A [32, Kd] row-major, B pair-interleaved with rows of
-    // ldb columns, cin rows ldin apart; blk 64-byte aligned (the tiles are stored there, in L1).
+    // blk[32][32] (rows ldblk apart) = cin + A B (cin null: 0), A [32, Kd] row-major, B
+    // pair-interleaved with rows of ldb columns, cin rows ldin apart.
     static void gemm_block(int Kd, const uint16_t* A, const uint16_t* B, int64_t ldb, const float* cin,
-                           int64_t ldin, float* blk) {
-        block(Kd, A, int64_t(Kd) * 2, B, ldb * 4, cin, ldin, blk, 32);
+                           int64_t ldin, float* blk, int64_t ldblk) {
+        block(Kd, A, int64_t(Kd) * 2, B, ldb * 4, cin, ldin, blk, ldblk);
     }
 };
 

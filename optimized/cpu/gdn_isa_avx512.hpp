@@ -561,8 +561,23 @@ struct Avx512Isa {
     }
 
     static void gemm_block(int Kd, const uint16_t* A, const uint16_t* B, int64_t ldb, const float* cin,
-                           int64_t ldin, float* blk) {
-        gemm_block_portable<Avx512Isa>(Kd, A, B, ldb, cin, ldin, blk);
+                           int64_t ldin, float* blk, int64_t ldblk) {
+        gemm_block_portable<Avx512Isa>(Kd, A, B, ldb, cin, ldin, blk, ldblk);
+    }
+
+    // Per 16 columns of a pair-row: the low halves shifted up, the high halves masked.
+    static void unpack_b_block(const uint16_t* B, int64_t ldb, int64_t k0, int64_t j0, float scale, float* blk) {
+        const __m512 sv = _mm512_set1_ps(scale);
+        const __m512i high = _mm512_set1_epi32(int(0xffff0000u));
+        for (int p = 0; p < 16; ++p) {
+            const uint16_t* w = B + ((k0 / 2 + p) * ldb + j0) * 2;
+            for (int h = 0; h < 2; ++h) {
+                const __m512i x = _mm512_loadu_si512(w + 32 * h);
+                _mm512_storeu_ps(blk + 2 * p * 32 + 16 * h, _mm512_mul_ps(sv, _mm512_castsi512_ps(_mm512_slli_epi32(x, 16))));
+                _mm512_storeu_ps(blk + (2 * p + 1) * 32 + 16 * h,
+                                 _mm512_mul_ps(sv, _mm512_castsi512_ps(_mm512_and_si512(x, high))));
+            }
+        }
     }
 
     // gemm with B's pair-rows ldb columns apart.

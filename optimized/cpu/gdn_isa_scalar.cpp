@@ -130,8 +130,12 @@ struct ScalarIsa {
     }
 
     static void gemm_block(int Kd, const uint16_t* A, const uint16_t* B, int64_t ldb, const float* cin,
-                           int64_t ldin, float* blk) {
-        gemm_block_portable<ScalarIsa>(Kd, A, B, ldb, cin, ldin, blk);
+                           int64_t ldin, float* blk, int64_t ldblk) {
+        gemm_block_portable<ScalarIsa>(Kd, A, B, ldb, cin, ldin, blk, ldblk);
+    }
+
+    static void unpack_b_block(const uint16_t* B, int64_t ldb, int64_t k0, int64_t j0, float scale, float* blk) {
+        unpack_b_block_portable(B, ldb, k0, j0, scale, blk);
     }
 
     // gemm with B's pair-rows ldb columns apart.

@@ -28,10 +28,14 @@
 //   gemm(M, N, Kd, A, B, float* C, ldc, acc)    C (+)= A B with bf16 A, B and fp32 accumulation;
 //                                               M, N, Kd multiples of 32; only between
 //   tiles_begin(), tiles_end()                  (the AMX tile configuration of one task)
-//   gemm_block(Kd, A, B, ldb, cin, ldin, blk)   one 32x32 block of gemm: blk [32][32] = cin + A B
-//                                               (cin rows ldin apart, null: 0), A [32, Kd], B
+//   gemm_block(Kd, A, B, ldb, cin, ldin, blk, ldblk)
+//                                               one 32x32 block of gemm: blk [32][32] (rows ldblk
+//                                               apart) = cin + A B (cin rows ldin apart, null: 0), A [32, Kd], B
 //                                               pair-interleaved with pair-rows ldb columns apart;
 //                                               each element the same sum as gemm's (same bits)
+//   unpack_b_block(B, ldb, k0, j0, scale, blk)  blk [32][32] = scale times the fp32 values of the
+//                                               32x32 block at (row k0, column j0) of a bf16
+//                                               pair-interleaved B (pair-rows ldb columns apart)
 //   transpose_pairs(src, R, C2, dst)            bf16 pairs as 32-bit words: src [R][C2/2] words ->
 //                                               dst [C2/2][R] words (the pair-interleaved layout
 //                                               of the transpose, as a B operand wants it)
@@ -52,8 +56,9 @@
 // every token (the output uses the unrounded fp32 state). Chunked prefill computes in fp32,
 // rounds every GEMM operand to bf16 (written rd() below) and accumulates in fp32; the state is
 // rounded to SD at every chunk end (chunks of 64 tokens from each sequence start in this call),
-// which is also the sequence end: at the start of the next chunk, in the pass that packs rd(S),
-// and into the pool after the last. This is reference.gdn.numpy_ref.chunked(operand_dtype=
+// which is also the sequence end: at the start of the next chunk, in the pass that packs rd(S)
+// (a bf16 state: at the end of the state update, into its pack, which is then the state), and into
+// the pool after the last. This is reference.gdn.numpy_ref.chunked(operand_dtype=
 // "bfloat16"). Per chunk, with kn = rd(l2norm(k)), qn = rd(scale l2norm(q)), G the chunk-local
 // cumulative sum of g and D[i,j] = exp(G_i - G_j) for j <= i:
 //   M  = rd(strict_lower(beta_i (kn kn^T) D)),   T = (I + M)^-1 (fp32 forward substitution)
@@ -419,12 +424,32 @@ template <class P> void spec_decode(const DecodeArgs& A) { run_decode_like<P, Sp
 // pair-rows ldb columns apart): the portable policies' block.
 template <class P>
 void gemm_block_portable(int Kd, const uint16_t* A, const uint16_t* B, int64_t ldb, const float* cin, int64_t ldin,
-                         float* blk) {
+                         float* blk, int64_t ldblk) {
     for (int i = 0; i < 32; ++i) {
-        if (cin) std::memcpy(blk + i * 32, cin + i * ldin, 32 * 4);
-        else std::fill(blk + i * 32, blk + (i + 1) * 32, 0.0f);
+        if (cin) std::memcpy(blk + i * ldblk, cin + i * ldin, 32 * 4);
+        else std::fill(blk + i * ldblk, blk + i * ldblk + 32, 0.0f);
     }
-    P::gemm_ld(32, 32, Kd, A, B, ldb, blk, 32, true);
+    P::gemm_ld(32, 32, Kd, A, B, ldb, blk, ldblk, true);
+}
+
+// x [K][V] = the fp32 values of a pair-interleaved bf16 B operand [K/2][V][2] (K even).
+inline void unpack_b_portable(const uint16_t* B, int64_t K, int64_t V, float* x) {
+    for (int64_t k = 0; k < K; ++k)
+        for (int64_t v = 0; v < V; ++v) x[k * V + v] = bf16_to_f32(B[((k / 2) * V + v) * 2 + k % 2]);
+}
+
+// The portable form of P::unpack_b_block: each 32-bit word of the pair-interleaved operand holds
+// row 2p's element in its low half and row 2p + 1's in its high half.
+inline void unpack_b_block_portable(const uint16_t* B, int64_t ldb, int64_t k0, int64_t j0, float scale, float* blk) {
+    for (int p = 0; p < 16; ++p) {
+        const uint16_t* w = B + ((k0 / 2 + p) * ldb + j0) * 2;
+        float* __restrict r0 = blk + 2 * p * 32;
+        float* __restrict r1 = r0 + 32;
+        for (int c = 0; c < 32; ++c) {
+            r0[c] = scale * bf16_to_f32(w[2 * c]);
+            r1[c] = scale * bf16_to_f32(w[2 * c + 1]);
+        }
+    }
 }
 
 // C = cin + A B (cin rows ldin apart, null: 0) for bf16 A [M, Kd] and pair-interleaved B [Kd, N],
@@ -438,7 +463,7 @@ void gemm_epilogue(int M, int N, int Kd, const uint16_t* A, const uint16_t* B, c
     for (int i0 = 0; i0 < M; i0 += 32)
         for (int j0 = 0; j0 < N; j0 += 32) {
             P::gemm_block(Kd, A + int64_t(i0) * Kd, B + int64_t(j0) * 2, N, cin ? cin + i0 * ldin + j0 : nullptr, ldin,
-                          blk);
+                          blk, 32);
             epi(i0, j0, blk);
         }
 }
@@ -448,18 +473,24 @@ void gemm_epilogue(int M, int N, int Kd, const uint16_t* A, const uint16_t* B, c
 // and chunk (reused in turn): q, k, KK, QK and their bf16 packs; per value head: the rest.
 struct ChunkBuffers {
     float *q, *k, *KK, *QK, *v, *G, *eG, *eL, *beta, *x, *M, *P, *T, *S;
-    uint16_t *Ka_bf, *KbT_bf, *Qa_bf, *Ta_bf, *XYb_bf, *Sb_bf, *Vb_bf, *Wa_bf, *QPa_bf, *Kd_bf, *KdT_bf;
+    uint16_t *Ka_bf, *KbT_bf, *Qa_bf, *Ta_bf, *XYb_bf, *SVb_bf, *Wa_bf, *QPa_bf, *Kd_bf, *KdT_bf;
 
     static int64_t floats(int64_t K, int64_t V, int64_t states) {
         const int64_t C = kChunk;
         return states * K * V + 2 * C * K + 2 * C * V + 5 * C * C + 5 * C;  // S; q k; v x; KK QK M P T; G eG eL beta, x tail
     }
-    static int64_t halves(int64_t K, int64_t V) {
+    static int64_t halves(int64_t K, int64_t V, int64_t states) {
         const int64_t C = kChunk;
-        // Ka Qa KbT Wa Kd KdT and XYb's, QPa's C K; XYb's C V, Vb; Ta, QPa's C C; Sb
-        return 8 * C * K + 2 * C * V + 2 * C * C + K * V;
+        // Ka Qa KbT Wa Kd KdT and XYb's, QPa's C K; XYb's C V; Ta, QPa's C C; per state Sb, Vb
+        return 8 * C * K + C * V + 2 * C * C + states * (K * V + C * V);
     }
-    static int64_t bytes(int64_t K, int64_t V, int64_t states) { return floats(K, V, states) * 4 + halves(K, V) * 2; }
+    static int64_t bytes(int64_t K, int64_t V, int64_t states) {
+        return floats(K, V, states) * 4 + halves(K, V, states) * 2;
+    }
+    // Value head j's [rd(S); rd(Vn)], one B operand of K + C pair-interleaved rows: rd(S) kept
+    // across the chunks for a bf16 state (its rounded value is its pack); other states' steps all
+    // use j = 0's, rewritten per chunk.
+    uint16_t* svb(int64_t j, int64_t K, int64_t V) const { return SVb_bf + j * (K + kChunk) * V; }
 
     ChunkBuffers(char* base, int64_t K, int64_t V, int64_t states) {
         const int64_t C = kChunk;
@@ -473,8 +504,8 @@ struct ChunkBuffers {
         auto half = [&h](int64_t n) { uint16_t* p = h; h += n; return p; };
         Ka_bf = half(C * K); Qa_bf = half(C * K); KbT_bf = half(K * C); Ta_bf = half(C * C);  // Qa follows Ka
         XYb_bf = half(C * (K + V));
-        Sb_bf = half(K * V); Vb_bf = half(C * V);  // adjacent: [rd(S); rd(Vn)] is one B operand
         Wa_bf = half(C * K); QPa_bf = half(C * (K + C)); Kd_bf = half(C * K); KdT_bf = half(K * C);
+        SVb_bf = half(states * (K + C) * V);
     }
 };
 
@@ -679,7 +710,7 @@ inline void solve_unit_lower_portable(const float* M, float* T) {
 
 // One chunk of the task's value head j (load_keys done for its key head): rounds the fp32 state S
 // to `round` (the state type: the previous chunk's write-back), reads and updates it, writes its
-// staged O rows.
+// staged O rows. A bf16 state is not in S but in its pack (B.svb(j)), rounded where it is updated.
 template <class P>
 void chunk_step(const ChunkArgs& A, ChunkBuffers& B, const ChunkStage& st, float* S, int64_t L, int64_t j,
                 DType round) {
@@ -695,10 +726,14 @@ void chunk_step(const ChunkArgs& A, ChunkBuffers& B, const ChunkStage& st, float
     // B = [rd(beta exp(G) kn) | rd(beta v)] (K + V columns): W and U are one product with rd(T).
     P::pack_b(B.k, K, C, K, B.XYb_bf, B.x, nullptr, DType::F32, K + V);
     P::pack_b(B.v, V, C, V, B.XYb_bf + 2 * K, B.beta, nullptr, DType::F32, K + V);
-    // The pass that rounds S to its type and packs rd(S) also decays S by exp(G_last) for the
-    // state update.
+    // A bf16 state is kept as its pack rd(S) (the state update's write-back); any other state
+    // is rounded to its type, packed and decayed by exp(G_last) (for the state update) in one
+    // pass over S.
     const float el = B.eG[L - 1];
-    P::pack_b(S, V, K, V, B.Sb_bf, nullptr, &el, round);
+    const bool kept_packed = round == DType::BF16;
+    uint16_t* Sb = B.svb(kept_packed ? j : 0, K, V);  // other states share the first
+    uint16_t* Vb = Sb + int64_t(K) * V;
+    if (!kept_packed) P::pack_b(S, V, K, V, Sb, nullptr, &el, round);
     GDN_STAGE(Packs);
     // W, U and Vn = U - rd(W) rd(S) (U a bf16 value) per 32 rows, each 32x32 block of C handed
     // from an L1 buffer to its use: W's blocks rounded and packed as rd(-W) (Vn's A operand; the
@@ -711,14 +746,14 @@ void chunk_step(const ChunkArgs& A, ChunkBuffers& B, const ChunkStage& st, float
     for (int i0 = 0; i0 < C; i0 += 32) {
         const uint16_t* t = B.Ta_bf + i0 * C;
         for (int j0 = 0; j0 < K; j0 += 32) {
-            P::gemm_block(C, t, B.XYb_bf + j0 * 2, K + V, nullptr, 0, blk);
+            P::gemm_block(C, t, B.XYb_bf + j0 * 2, K + V, nullptr, 0, blk, 32);
             P::pack_a(blk, 32, 32, 32, B.Wa_bf + i0 * K + j0, minus, K);
         }
         for (int j0 = 0; j0 < V; j0 += 32) {
-            P::gemm_block(C, t, B.XYb_bf + (K + j0) * 2, K + V, nullptr, 0, blk);
+            P::gemm_block(C, t, B.XYb_bf + (K + j0) * 2, K + V, nullptr, 0, blk, 32);
             for (int r = 0; r < 32; ++r) P::round_bf16(blk + r * 32, 32);
-            P::gemm_block(K, B.Wa_bf + i0 * K, B.Sb_bf + j0 * 2, V, blk, 32, vn);
-            P::pack_b(vn, 32, 32, 32, B.Vb_bf + (int64_t(i0 / 2) * V + j0) * 2, nullptr, nullptr, DType::F32, V);
+            P::gemm_block(K, B.Wa_bf + i0 * K, Sb + j0 * 2, V, blk, 32, vn, 32);
+            P::pack_b(vn, 32, 32, 32, Vb + (int64_t(i0 / 2) * V + j0) * 2, nullptr, nullptr, DType::F32, V);
         }
     }
     GDN_STAGE(WUVn);
@@ -728,21 +763,35 @@ void chunk_step(const ChunkArgs& A, ChunkBuffers& B, const ChunkStage& st, float
     P::pack_a(B.q, K, C, K, B.QPa_bf, B.eG, K + C);
     P::pack_a(B.P, C, C, C, B.QPa_bf + K, nullptr, K + C);
     const int eo = dtype_bytes(A.out_dt);
-    gemm_epilogue<P>(C, V, K + C, B.QPa_bf, B.Sb_bf, nullptr, 0, [&](int i0, int j0, float* blk) {
+    gemm_epilogue<P>(C, V, K + C, B.QPa_bf, Sb, nullptr, 0, [&](int i0, int j0, float* blk) {
         for (int r = 0; r < 32 && i0 + r < L; ++r)
             P::store_row(blk + r * 32, st.o + (i0 + r) * st.o_row + (j * V + j0) * eo, A.out_dt, 32);
     });
     GDN_STAGE(Out);
-    // State: S = exp(G_last) S + rd((kn exp(G_last - G))^T) rd(Vn) (S decayed above); the A
-    // operand is the pair transpose of the pair-interleaved rows kn exp(G_last - G).
+    // State: S = exp(G_last) rd(S) + rd((kn exp(G_last - G))^T) rd(Vn); the A operand is the
+    // pair transpose of the pair-interleaved rows kn exp(G_last - G). A bf16 state's update per
+    // 32x32 block, in L1: exp(G_last) rd(S) from its pack is the initial C, the result goes back
+    // rounded into the pack (the fp32 S is not stored); any other state's S was decayed by its
+    // pack and is updated in place.
     P::pack_b(B.k, K, C, K, B.Kd_bf, B.eL);
     P::transpose_pairs(B.Kd_bf, C / 2, 2 * K, B.KdT_bf);
-    P::gemm(K, V, C, B.KdT_bf, B.Vb_bf, S, V, true);
+    if (kept_packed) {
+        for (int k0 = 0; k0 < K; k0 += 32)
+            for (int j0 = 0; j0 < V; j0 += 32) {
+                uint16_t* sb = Sb + (int64_t(k0 / 2) * V + j0) * 2;
+                P::unpack_b_block(Sb, V, k0, j0, el, blk);
+                P::gemm_block(C, B.KdT_bf + k0 * C, Vb + j0 * 2, V, blk, 32, vn, 32);
+                P::pack_b(vn, 32, 32, 32, sb, nullptr, nullptr, DType::F32, V);
+            }
+    } else {
+        P::gemm(K, V, C, B.KdT_bf, Vb, S, V, true);
+    }
     GDN_STAGE(StateUpdate);
 }
 
 // One task, sequence n = item / (H / heads) and key heads [h0, h0 + heads): its value heads'
-// states stay in B.S (fp32) across the chunks; per chunk, the rows are staged, then each key head
+// states stay in B.S (fp32; a bf16 state: packed in B.svb, B.S only on the way in and out) across
+// the chunks; per chunk, the rows are staged, then each key head
 // and its value heads in turn (each value head's step first prefetches its share of the next
 // chunk's input rows), then the output rows are written back.
 template <class P, DType SD>
@@ -758,7 +807,10 @@ void chunk_item(void* ctx, int64_t item, int tid) {
     const ChunkStage st(A, h0, c.heads, c.scratch->at(tid) + ChunkStage::offset(A.K, A.V, states));
     auto state = [&](int64_t j) { return state_row(A.state, slot, (st.hv0 + j) * KV); };
     GDN_STAGE(Begin);
-    for (int64_t j = 0; j < states; ++j) P::load_row(state(j), SD, B.S + j * KV, KV);
+    for (int64_t j = 0; j < states; ++j) {
+        P::load_row(state(j), SD, B.S + j * KV, KV);
+        if (SD == DType::BF16) P::pack_b(B.S + j * KV, A.V, int(A.K), int(A.V), B.svb(j, A.K, A.V));
+    }
     P::tiles_begin();
     GDN_STAGE(StateLoad);
     for (int64_t c0 = t0; c0 < t1; c0 += kChunk) {
@@ -776,7 +828,10 @@ void chunk_item(void* ctx, int64_t item, int tid) {
         GDN_STAGE(StageOut);
     }
     P::tiles_end();
-    for (int64_t j = 0; j < states; ++j) P::round_store(B.S + j * KV, state(j), SD, KV);
+    for (int64_t j = 0; j < states; ++j) {
+        if (SD == DType::BF16) unpack_b_portable(B.svb(j, A.K, A.V), A.K, A.V, B.S + j * KV);
+        P::round_store(B.S + j * KV, state(j), SD, KV);
+    }
     GDN_STAGE(StateStore);
 }
 
