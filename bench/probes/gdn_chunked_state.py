@@ -1,13 +1,14 @@
 """The GPU chunked prefill's state pass (``optimized.triton.gdn_chunked.stages``' "state") against another
-version of the module (``--baseline PATH``, e.g. an older ``gdn_chunked.py``) at the ``gdn/chunked-gpu`` shapes,
-FLA's ``chunk_gated_delta_rule`` in a CUDA graph in the same run. Per shape: each version run once from the same
-pool, its output and pool compared with the baseline's bit for bit ("bitwise", or max |diff| over max |x|);
-then CUDA-graph samples (ms: the median of ``SAMPLES``, min and max kept) of the stages before the state pass,
-the state pass alone and the whole prefill. With ``--ncu``, instead, ncu's counters of one state pass of each
-version at each shape (the third launch; ``NCU_METRICS``: duration, instructions, DRAM bytes and throughput, L2
-hit rate, grid, waves and the occupancy limits), each in a process of its own (``--ncu-target``). Each step
-catches its failure, prints it whole and goes on. Writes ``gdn_chunked_state.json`` (or ``gdn_chunked_state_ncu.json``
-and one ncu CSV a run); the table is printed last:
+version of the module (``--baseline PATH``, e.g. an older ``gdn_chunked.py``) and ours at another V-tile
+(``VERSIONS``) at the ``gdn/chunked-gpu`` shapes, FLA's ``chunk_gated_delta_rule`` in a CUDA graph in the same
+run. Per shape: each version run once from the same pool, its output and pool compared with the baseline's bit
+for bit ("bitwise", or max |diff| over max |x|); then CUDA-graph samples (ms: the median of ``SAMPLES``, min and
+max kept) of the stages before the state pass, the state pass alone and the whole prefill. With ``--ncu``,
+instead, ncu's counters of one state pass of the baseline and ours at each shape (the third launch;
+``NCU_METRICS``: duration, instructions, DRAM bytes and throughput, L2 hit rate, grid, waves and the occupancy
+limits), each in a process of its own (``--ncu-target``). Each step catches its failure, prints it whole and
+goes on. Writes ``gdn_chunked_state.json`` (or ``gdn_chunked_state_ncu.json`` and one ncu CSV a run); the table
+is printed last:
 
     python -m bench.probes.gdn_chunked_state --out DIR --baseline PATH [--shapes LABEL ...] [--ncu]
 """
@@ -35,13 +36,22 @@ NCU_METRICS = ("gpu__time_duration.sum", "smsp__inst_executed.sum", "dram__bytes
                "launch__grid_size", "launch__waves_per_multiprocessor", "launch__registers_per_thread",
                "launch__occupancy_limit_shared_mem", "launch__occupancy_limit_registers",
                "sm__warps_active.avg.pct_of_peak_sustained_active")
-VERSIONS = ("baseline", "ours")
+# name: (the module, "baseline" or "ours"; ``stages`` keywords beside its defaults); "ours v64" (two V-tiles of 64
+# columns a value head) halves the programs of the state pass: fewer waves where the grid is more than one
+VERSIONS = {"baseline": ("baseline", {}), "ours": ("ours", {}),
+            "ours v64": ("ours", dict(state_block_v=64, state_warps=8, state_stages=2))}
 
 
 def _modules(baseline: str) -> dict:
     from optimized.triton import gdn_chunked
 
     return {"baseline": _load(baseline), "ours": gdn_chunked}
+
+
+def _versions(baseline: str) -> dict:
+    """{name: (module, stages keywords)} of ``VERSIONS``."""
+    modules = _modules(baseline)
+    return {name: (modules[module], config) for name, (module, config) in VERSIONS.items()}
 
 
 def _inputs(label: str) -> dict:
@@ -51,7 +61,7 @@ def _inputs(label: str) -> dict:
     return chunked_inputs(registry.benches()[CHUNKED_BENCH].shapes[label])
 
 
-def measure(labels: list, modules: dict, rows: list, save) -> None:
+def measure(labels: list, versions: dict, rows: list, save) -> None:
     """Append (shape label, version, quantity, value, [min, max] or None) rows to ``rows`` as they are measured
     (a timing's value: its median, ms): FLA at every shape, then per shape the check and the timings of each
     version; ``save()`` after each shape."""
@@ -77,19 +87,20 @@ def measure(labels: list, modules: dict, rows: list, save) -> None:
         step(label, "fla", "whole", lambda: fla.prepare(shapes[label], x))
     for label, x in inputs.items():
         runs = {}
-        for name, module in modules.items():
+        for name, (module, config) in versions.items():
             try:
                 pool = x["state"].clone()
-                out, whole, launches = _staged(module, x, pool)
+                out, whole, launches = _staged(module, x, pool, **config)
                 runs[name] = (out.clone(), pool.clone(), whole, launches)
             except Exception:
                 print(f"{label} {name}: FAILED\n{traceback.format_exc()}", flush=True)
                 rows.append((label, name, "check", "failed", None))
-        if "baseline" in runs and "ours" in runs:
-            (o, p, *_), (ob, pb, *_) = runs["ours"], runs["baseline"]
-            same = "bitwise" if torch.equal(o, ob) and torch.equal(p, pb) else f"{_diff(o, ob)} / {_diff(p, pb)}"
-            rows.append((label, "ours", "check", same, None))
-            print(f"{label:30} {'ours':9} {'check':10} {same}", flush=True)
+        for name, (o, p, *_) in runs.items():
+            if name != "baseline" and "baseline" in runs:
+                ob, pb = runs["baseline"][:2]
+                same = "bitwise" if torch.equal(o, ob) and torch.equal(p, pb) else f"{_diff(o, ob)} / {_diff(p, pb)}"
+                rows.append((label, name, "check", same, None))
+                print(f"{label:30} {name:9} {'check':10} {same}", flush=True)
         for name, (_, _, whole, launches) in runs.items():
             step(label, name, "pre-state", lambda: _pre_state(launches))
             step(label, name, "state", lambda: launches["state"])
@@ -102,7 +113,8 @@ def ncu_target(baseline: str, version: str, label: str) -> int:
     import torch
 
     x = _inputs(label)
-    _, _, launches = _staged(_modules(baseline)[version], x, x["state"].clone())
+    module, config = _versions(baseline)[version]
+    _, _, launches = _staged(module, x, x["state"].clone(), **config)
     for _ in range(2):
         launches["state"]()
     torch.cuda.synchronize()
@@ -110,7 +122,7 @@ def ncu_target(baseline: str, version: str, label: str) -> int:
 
 
 def ncu(out: Path, baseline: str, labels: list) -> dict:
-    """ncu's ``NCU_METRICS`` of the third state pass of each version at each shape of ``labels``:
+    """ncu's ``NCU_METRICS`` of the third state pass of the baseline and ours at each shape of ``labels``:
     {label: {version: {metric: (value, unit)}}}; each run's CSV kept under ``out``."""
     exe = shutil.which("ncu") or next((p for p in ("/usr/local/cuda/bin/ncu",) if Path(p).exists()), None)
     if exe is None:
@@ -118,15 +130,15 @@ def ncu(out: Path, baseline: str, labels: list) -> dict:
         return {}
     result = {}
     for label in labels:
-        for version in VERSIONS:
+        for version in ("baseline", "ours"):
             argv = [exe, "--clock-control", "none", "-k", "regex:_state_kernel", "--launch-skip", "2",
                     "--launch-count", "1", "--csv", "--metrics", ",".join(NCU_METRICS), sys.executable, "-m",
                     "bench.probes.gdn_chunked_state", "--out", str(out), "--baseline", baseline,
                     "--ncu-target", version, label]
             try:
                 p = subprocess.run(argv, capture_output=True, text=True, timeout=60)
-                tag = label.replace("=", "").replace(",", "_")
-                (out / f"ncu_state_{version}_{tag}.csv").write_text(p.stdout)
+                tag = f"{version}_{label}".replace("=", "").replace(",", "_").replace(" ", "_")
+                (out / f"ncu_state_{tag}.csv").write_text(p.stdout)
                 lines = [ln for ln in p.stdout.splitlines() if ln.startswith('"')]
                 metrics = {r["Metric Name"]: (r["Metric Value"], r["Metric Unit"])
                            for r in csv.DictReader(io.StringIO("\n".join(lines)))}
@@ -204,7 +216,7 @@ def main(argv=None) -> int:
         return 2
     if args.ncu_target:
         if args.ncu_target[0] not in VERSIONS:
-            print(f"--ncu-target: expected a version of {VERSIONS}, got {args.ncu_target[0]!r}")
+            print(f"--ncu-target: expected a version of {list(VERSIONS)}, got {args.ncu_target[0]!r}")
             return 2
         return ncu_target(args.baseline, *args.ncu_target)
     out = Path(args.out)
@@ -219,7 +231,7 @@ def main(argv=None) -> int:
     rows = []
     stop_on_term()   # a ``timeout`` still gets the table of what was measured
     try:
-        measure(labels, _modules(args.baseline), rows,
+        measure(labels, _versions(args.baseline), rows,
                 lambda: (out / "gdn_chunked_state.json").write_text(json.dumps(rows, indent=1) + "\n"))
     except Stopped:
         print("stopped by SIGTERM: the table holds what was measured before it", flush=True)
