@@ -39,10 +39,10 @@ else
 fi
 echo "== 3. timings"
 if [ "${PROBE:-variants}" = state ]; then
-  timeout -s TERM 100 python3 -m bench.probes.gdn_chunked_state --out "$OUT" --baseline "$BASELINE" 2>&1 \
+  timeout -s TERM 90 python3 -m bench.probes.gdn_chunked_state --out "$OUT" --baseline "$BASELINE" 2>&1 \
     || echo "the timing probe stopped or failed"
   echo "== 4. ncu of the state passes"
-  timeout 90 python3 -m bench.probes.gdn_chunked_state --out "$OUT" --baseline "$BASELINE" --ncu 2>&1 \
+  timeout 70 python3 -m bench.probes.gdn_chunked_state --out "$OUT" --baseline "$BASELINE" --ncu 2>&1 \
     || echo "ncu stopped or failed"
 elif [ "${PROBE:-variants}" = prep ]; then
   timeout -s TERM 170 python3 -m bench.probes.gdn_chunked_prep --out "$OUT" --budget 150 2>&1 \
