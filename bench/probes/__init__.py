@@ -34,6 +34,8 @@ that does its work only when run, writing the file kept in the ledger under ledg
 - ``gdn_chunked_stages``: the GPU chunked prefill and each of its stages alone -> ``gdn_chunked_gpu.json``;
 - ``gdn_chunked_variants``: its configurations, another version of the module and FLA side by side ->
   ``gdn_chunked_variants.json``;
+- ``gdn_chunked_state``: its state pass against another version's, bit for bit, timed beside FLA, and ncu's
+  counters of both -> ``gdn_chunked_state.json``, ``gdn_chunked_state_ncu.json``;
 - ``executor_overhead``: the ray executor against the local pool -> ``executor_overhead.json``.
 
 Run from the repository root, e.g. ``python -m bench.probes.decode_parts --out DIR``.

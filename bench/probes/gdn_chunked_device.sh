@@ -4,9 +4,11 @@
 #   2. the CUDA-graph replay test (tests/unit/test_triton_gdn_chunked_gpu.py) where pytest is installed;
 #   3. bench.probes.gdn_chunked_variants (ours by readout mode and stage, the state pass's configurations,
 #      BASELINE, another gdn_chunked.py, and FLA; the table printed last), or with PROBE=prep
-#      bench.probes.gdn_chunked_prep (the prep kernel's variants against the default and FLA; BASELINE unused).
+#      bench.probes.gdn_chunked_prep (the prep kernel's variants against the default and FLA; BASELINE unused),
+#      or with PROBE=state bench.probes.gdn_chunked_state (the state pass against BASELINE's, bit for bit and
+#      timed, FLA beside them; then ncu of both state passes at 1x8192 and 4x2048).
 # Each step is bounded by a timeout; a failure is printed whole and the next step runs.
-#   [PROBE=prep] bash bench/probes/gdn_chunked_device.sh OUT [BASELINE] [WHEELS]   (WHEELS: a folder holding
+#   [PROBE=prep|state] bash bench/probes/gdn_chunked_device.sh OUT [BASELINE] [WHEELS]   (WHEELS: a folder holding
 #   fla-core's wheel)
 OUT=${1:?usage: gdn_chunked_device.sh OUT [BASELINE] [WHEELS]}
 BASELINE=${2:-}
@@ -36,7 +38,13 @@ else
   echo "pytest is not installed: skipped"
 fi
 echo "== 3. timings"
-if [ "${PROBE:-variants}" = prep ]; then
+if [ "${PROBE:-variants}" = state ]; then
+  timeout -s TERM 90 python3 -m bench.probes.gdn_chunked_state --out "$OUT" --baseline "$BASELINE" 2>&1 \
+    || echo "the timing probe stopped or failed"
+  echo "== 4. ncu of the state passes"
+  timeout 70 python3 -m bench.probes.gdn_chunked_state --out "$OUT" --baseline "$BASELINE" --ncu 2>&1 \
+    || echo "ncu stopped or failed"
+elif [ "${PROBE:-variants}" = prep ]; then
   timeout -s TERM 170 python3 -m bench.probes.gdn_chunked_prep --out "$OUT" --budget 150 2>&1 \
     || echo "the timing probe stopped or failed"
 else

@@ -19,12 +19,12 @@ kernels; what passes between them goes through global memory (``stage_bytes`` co
    rounding).
 2. ``_readout_kernel``, per (chunk, value head): the output's state-free operands bf16(q exp(G)) and
    bf16(tril(q k^T exp(G_i - G_j))) (bf16 [T, HV, K] and [T, HV, 64]).
-3. ``_state_kernel``, per (sequence, value head, V-tile), serial over the sequence's chunks (the next
-   chunk's tiles loaded while one is computed): the carried fp32 state S; per chunk h = bf16(S),
-   v_new = bf16(U - W @ h), o = bf16(q exp(G)) @ h + bf16(tril(...)) @ v_new stored in ``out``'s dtype
-   (nearest even), S = exp(G_last) S + bf16(k exp(G_last - G))^T @ v_new; with a 16-bit pool S is replaced
-   by its stored value (nearest even) after every ``state_write_interval`` tokens of the sequence; the
-   final S stored into the pool in its dtype.
+3. ``_state_kernel``, per (sequence, value head, V-tile) (the V-tiles of a value head launched side by
+   side), serial over the sequence's chunks (the next chunk's tiles loaded while one is computed): the
+   carried fp32 state S; per chunk h = bf16(S), v_new = bf16(U - W @ h), o = bf16(q exp(G)) @ h +
+   bf16(tril(...)) @ v_new stored in ``out``'s dtype (nearest even), S = exp(G_last) S +
+   bf16(k exp(G_last - G))^T @ v_new; with a 16-bit pool S is replaced by its stored value (nearest even)
+   after every ``state_write_interval`` tokens of the sequence; the final S stored into the pool in its dtype.
 
 ``stages(..., readout=False)`` leaves the output to a fourth kernel, ``_output_kernel`` per (chunk, value
 head), which computes both readout operands itself from h (bf16 [chunks, HV, K, V]) and v_new (bf16
@@ -450,11 +450,15 @@ def _state_kernel(cu_ptr, chunk_cu_ptr, idx_ptr, G_ptr, W_ptr, U_ptr, Kd_ptr, st
                   qkd_ptr, o_ptr, sG_t, sW_t, sU_t, sD_t, so_t, so_h, s_slot, interval, HV, K: tl.constexpr,
                   V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, READOUT: tl.constexpr, STAGES: tl.constexpr,
                   BITS: tl.constexpr):
-    """Step 3 (module docstring) for sequence program_id(0), value head program_id(1), V-tile program_id(2);
-    with READOUT the output too (a padding sequence's rows written as zeros), else h and v_new stored."""
-    n = tl.program_id(0)
-    hv = tl.program_id(1)
-    vt = tl.program_id(2)
+    """Step 3 (module docstring) for one (sequence, value head, V-tile), program_id(0) numbering them in that
+    order, V-tile fastest: the V-tiles of one value head, which read the same W, k and readout tiles, are
+    launched side by side (a grid of more than one wave then reads those tiles from memory once, not once a
+    V-tile); with READOUT the output too (a padding sequence's rows written as zeros), else h and v_new stored."""
+    pid = tl.program_id(0)
+    tiles = (V + BV - 1) // BV
+    n = pid // (HV * tiles)
+    hv = (pid // tiles) % HV
+    vt = pid % tiles
     slot = tl.load(idx_ptr + n).to(tl.int64)
     bos = tl.load(cu_ptr + n).to(tl.int64)
     length = tl.load(cu_ptr + n + 1).to(tl.int64) - bos
@@ -637,7 +641,7 @@ def stages(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, us
             qe.stride(0), qkd.stride(0), scale, eps, H, HV, K=K, BK=BK, L2NORM=norm, BITS=bits, num_warps=WARPS)
 
     def state_pass():
-        _state_kernel[(N, HV, triton.cdiv(V, sbv))](
+        _state_kernel[(N * HV * triton.cdiv(V, sbv),)](
             cu, chunk_cu, idx, G, W, U, Kd, state, hs, vn, qe, qkd, out, G.stride(0), W.stride(0), U.stride(0),
             qkd.stride(0), out.stride(0), out.stride(1), state.stride(0), every, HV, K=K, V=V, BK=BK, BV=sbv,
             READOUT=readout, STAGES=state_stages, BITS=bits, num_warps=state_warps)
