@@ -1,11 +1,12 @@
 """What the probes share: the decode shape of the registry's ``turboquant/decode`` bench at one
 length, its inputs, CUDA-graph medians in ms, an ``--out DIR`` argument, and a time limit's SIGTERM
-turned into ``Stopped``."""
+turned into ``Stopped`` and the rows measured before it saved (``measure_rows``)."""
 from __future__ import annotations
 
 import argparse
 import json
 import signal
+import traceback
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +23,23 @@ def _raise_stopped(signum, frame):
 def stop_on_term() -> None:
     """From now on, SIGTERM raises ``Stopped`` in this process."""
     signal.signal(signal.SIGTERM, _raise_stopped)
+
+
+def measure_rows(path: Path, rows: list, measure) -> None:
+    """Run ``measure(save)``, which appends to ``rows`` and calls ``save()`` (``rows`` as JSON to ``path``) as it
+    goes; a SIGTERM (``timeout``) or a failure ends it with what was measured, printed whole, and ``rows``
+    saved at the end whatever happened."""
+    def save():
+        path.write_text(json.dumps(rows, indent=1) + "\n")
+
+    stop_on_term()   # a ``timeout`` still gets the table of what was measured
+    try:
+        measure(save)
+    except Stopped:
+        print("stopped by SIGTERM: the table holds what was measured before it", flush=True)
+    except Exception:
+        print(f"FAILED\n{traceback.format_exc()}", flush=True)
+    save()
 
 
 def shape(L: int = 8192) -> dict:

@@ -17,13 +17,12 @@ remaining variants are skipped. Each step catches its failure, prints it whole a
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 import traceback
 from pathlib import Path
 
-from bench.probes.common import Stopped, stop_on_term
+from bench.probes.common import measure_rows
 from bench.probes.gdn_chunked_variants import _diff, _staged
 
 SAMPLES = 3     # CUDA-graph samples a timing (``bench.timing.cuda_graph``): median, min and max kept
@@ -58,6 +57,31 @@ def _samples(fn) -> tuple[float, float, float]:
 
     ms = timing.cuda_graph(fn, SAMPLES) * 1e3
     return float(np.median(ms)), float(np.min(ms)), float(np.max(ms))
+
+
+def timing_step(rows: list, width: int):
+    """A ``step(label, name, quantity, fn)`` that times ``fn()`` (``_samples``), appends (label, name, quantity,
+    median, [min, max]) to ``rows`` and prints it (``name`` ``width`` wide); a failure is printed whole and
+    appended as "failed"."""
+    def step(label, name, quantity, fn):
+        try:
+            value, lo, hi = _samples(fn())
+            rows.append((label, name, quantity, value, [lo, hi]))
+            print(f"{label:30} {name:{width}} {quantity:10} {value:.4f} ({lo:.4f}-{hi:.4f})", flush=True)
+        except Exception:
+            print(f"{label} {name} {quantity}: FAILED\n{traceback.format_exc()}", flush=True)
+            rows.append((label, name, quantity, "failed", None))
+    return step
+
+
+def fla_rows(step, shapes: dict, inputs: dict) -> None:
+    """FLA's ``chunk_gated_delta_rule`` of the ``gdn/chunked-gpu`` bench timed whole at every shape (``step``)."""
+    from bench import registry
+    from bench.gdn_gpu import CHUNKED_BENCH
+
+    fla = registry.impls(CHUNKED_BENCH)["fla"]
+    for label, x in inputs.items():
+        step(label, "fla", "whole", lambda: fla.prepare(shapes[label], x))
 
 
 def _pre_state(launches: dict):
@@ -110,23 +134,12 @@ def measure(shapes: dict, variants: dict, rows: list, deadline: float, save) -> 
     then variant by variant (past ``deadline`` the rest skipped) every shape; ``save()`` after each variant."""
     import torch
 
-    from bench import registry
-    from bench.gdn_gpu import CHUNKED_BENCH, chunked_inputs
+    from bench.gdn_gpu import chunked_inputs
     from optimized.triton import gdn_chunked
 
-    def step(label, name, quantity, fn):
-        try:
-            value, lo, hi = _samples(fn())
-            rows.append((label, name, quantity, value, [lo, hi]))
-            print(f"{label:30} {name:26} {quantity:10} {value:.4f} ({lo:.4f}-{hi:.4f})", flush=True)
-        except Exception:
-            print(f"{label} {name} {quantity}: FAILED\n{traceback.format_exc()}", flush=True)
-            rows.append((label, name, quantity, "failed", None))
-
+    step = timing_step(rows, 26)
     inputs = {label: chunked_inputs(shape) for label, shape in shapes.items()}
-    fla = registry.impls(CHUNKED_BENCH)["fla"]
-    for label, x in inputs.items():
-        step(label, "fla", "whole", lambda: fla.prepare(shapes[label], x))
+    fla_rows(step, shapes, inputs)
     refs = {}
     for name, config in variants.items():
         if time.monotonic() > deadline:
@@ -219,20 +232,16 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
-    stop_on_term()   # a ``timeout`` still gets the table of what was measured
-    try:
+
+    def run(save):
         if args.compile_workers > 0:
             try:
                 precompile(list(variants), args.shapes, args.compile_workers)
             except Exception:
                 print(f"precompile: FAILED\n{traceback.format_exc()}", flush=True)
-        measure({label: shapes[label] for label in args.shapes}, variants, rows, deadline,
-                lambda: (out / "gdn_chunked_prep.json").write_text(json.dumps(rows, indent=1) + "\n"))
-    except Stopped:
-        print("stopped by SIGTERM: the table holds what was measured before it", flush=True)
-    except Exception:
-        print(f"FAILED\n{traceback.format_exc()}", flush=True)
-    (out / "gdn_chunked_prep.json").write_text(json.dumps(rows, indent=1) + "\n")
+        measure({label: shapes[label] for label in args.shapes}, variants, rows, deadline, save)
+
+    measure_rows(out / "gdn_chunked_prep.json", rows, run)
     print()
     for line in table(rows, args.shapes, list(variants)):
         print(line)

@@ -24,8 +24,8 @@ import sys
 import traceback
 from pathlib import Path
 
-from bench.probes.common import Stopped, stop_on_term
-from bench.probes.gdn_chunked_prep import _pre_state, _samples
+from bench.probes.common import measure_rows
+from bench.probes.gdn_chunked_prep import _pre_state, fla_rows, timing_step
 from bench.probes.gdn_chunked_variants import _diff, _load, _staged
 
 SHAPES = ("T=8192,state=bfloat16", "varlen=4x2048,state=bfloat16", "T=8192,state=float32",
@@ -72,19 +72,9 @@ def measure(labels: list, versions: dict, rows: list, save) -> None:
 
     shapes = registry.benches()[CHUNKED_BENCH].shapes
 
-    def step(label, name, quantity, fn):
-        try:
-            value, lo, hi = _samples(fn())
-            rows.append((label, name, quantity, value, [lo, hi]))
-            print(f"{label:30} {name:9} {quantity:10} {value:.4f} ({lo:.4f}-{hi:.4f})", flush=True)
-        except Exception:
-            print(f"{label} {name} {quantity}: FAILED\n{traceback.format_exc()}", flush=True)
-            rows.append((label, name, quantity, "failed", None))
-
+    step = timing_step(rows, 9)
     inputs = {label: _inputs(label) for label in labels}
-    fla = registry.impls(CHUNKED_BENCH)["fla"]
-    for label, x in inputs.items():
-        step(label, "fla", "whole", lambda: fla.prepare(shapes[label], x))
+    fla_rows(step, shapes, inputs)
     for label, x in inputs.items():
         runs = {}
         for name, (module, config) in versions.items():
@@ -229,15 +219,11 @@ def main(argv=None) -> int:
             print(line)
         return 0
     rows = []
-    stop_on_term()   # a ``timeout`` still gets the table of what was measured
-    try:
-        measure(labels, _versions(args.baseline), rows,
-                lambda: (out / "gdn_chunked_state.json").write_text(json.dumps(rows, indent=1) + "\n"))
-    except Stopped:
-        print("stopped by SIGTERM: the table holds what was measured before it", flush=True)
-    except Exception:
-        print(f"FAILED\n{traceback.format_exc()}", flush=True)
-    (out / "gdn_chunked_state.json").write_text(json.dumps(rows, indent=1) + "\n")
+
+    def run(save):
+        measure(labels, _versions(args.baseline), rows, save)
+
+    measure_rows(out / "gdn_chunked_state.json", rows, run)
     print()
     for line in table(rows, labels):
         print(line)
