@@ -28,9 +28,12 @@ from bench.probes.gdn_chunked_variants import _diff, _staged
 SAMPLES = 3     # CUDA-graph samples a timing (``bench.timing.cuda_graph``): median, min and max kept
 SHAPES = ("T=8192,state=bfloat16", "varlen=4x2048,state=bfloat16", "T=8192,state=float32",
           "varlen=4x2048,state=float32")
-# name: the ``stages`` keywords beside the defaults
-VARIANTS = {     # the likeliest first: past the budget the rest is skipped
-    "default": {},
+# the "tiles" prep kernel's plain form: one value head a program, the readout kernel beside it, the solve in
+# 16-row blocks, divided norms, 4 warps
+PLAIN = dict(prep_heads=1, prep_readout=False, prep_form="blocks", prep_norm="div", prep_warps=4)
+# name: the ``stages`` keywords beside PLAIN
+_BESIDE_PLAIN = {     # the likeliest first: past the budget the rest is skipped
+    "plain": {},
     "heads2 readout": dict(prep_heads=2, prep_readout=True),
     "heads2 readout w8": dict(prep_heads=2, prep_readout=True, prep_warps=8),
     "heads2 readout rcp w8": dict(prep_heads=2, prep_readout=True, prep_norm="rcp", prep_warps=8),
@@ -47,6 +50,8 @@ VARIANTS = {     # the likeliest first: past the budget the rest is skipped
     "batched": dict(prep_form="batched"),
     "w8": dict(prep_warps=8),
 }
+# "default": the module's defaults
+VARIANTS = {"default": {}, **{name: {**PLAIN, **kw} for name, kw in _BESIDE_PLAIN.items()}}
 
 
 def _samples(fn) -> tuple[float, float, float]:

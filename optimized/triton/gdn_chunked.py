@@ -2,8 +2,9 @@
 GPUs, and for the CPU through ``TRITON_INTERPRET=1``.
 
 Packed sequences (``cu_seqlens``), each starting from its pool slot ``state_indices[n]`` (-1: padding:
-no slot read or written, its output rows zero); chunks start at 0, 64, 128 ... of each sequence. Three
-kernels; what passes between them goes through global memory (``stage_bytes`` counts it):
+no slot read or written, its output rows zero); chunks start at 0, 64, 128 ... of each sequence. Up to
+three kernels (by default the prep kernel computes step 2's operands: two); what passes between them goes
+through global memory (``stage_bytes`` counts it):
 
 1. ``_prep_tiles_kernel``, one program per (chunk, value head): G = the chunk-local cumsum of g (fp32,
    stored [T, HV]); the strictly lower A = bf16(-beta_i (k_i . k_j) exp(G_i - G_j)) (one [64, 64] dot); its
@@ -16,7 +17,8 @@ kernels; what passes between them goes through global memory (``stage_bytes`` co
    heads of one key head a program (k, its norm and k k^T computed once for them; the same values), the
    step 2 operands computed there too (the same values; no readout kernel), the solve's four diagonal blocks
    batched, the norms by one reciprocal a row (within 1.5 fp32 ulps of the quotient, before the bf16
-   rounding).
+   rounding). By default it runs two value heads a program where the group allows, computes the step 2
+   operands and solves in batched blocks, with 8 warps (the same bits as its plain form).
 2. ``_readout_kernel``, per (chunk, value head): the output's state-free operands bf16(q exp(G)) and
    bf16(tril(q k^T exp(G_i - G_j))) (bf16 [T, HV, K] and [T, HV, 64]).
 3. ``_state_kernel``, per (sequence, value head, V-tile) (the V-tiles of a value head launched side by
@@ -57,12 +59,12 @@ SUB = 16                       # rows of the solve's blocks
 STATE_BV = 32                  # V-tile of the state pass
 STATE_STAGES = 3               # its software-pipeline stages (the next chunks' loads in flight)
 WARPS = 4
-PREP_WARPS = 4                 # the prep kernel's
+PREP_WARPS = 8                 # the prep kernel's
 PREP = "tiles"                 # the prep kernel: its products over the whole chunk, or in 16-row blocks ("blocks")
-PREP_HEADS = 1                 # value heads per program of the "tiles" prep kernel (k and k k^T shared by them)
-PREP_READOUT = False           # the readout operands computed by the "tiles" prep kernel (no readout kernel)
+PREP_HEADS = 2                 # value heads per program of the "tiles" prep kernel (k and k k^T shared by them)
+PREP_READOUT = True            # the readout operands computed by the "tiles" prep kernel (no readout kernel)
 PREP_NORM = "div"              # the "tiles" prep kernel's l2 norms: a division per element, or "rcp" (``_qk``)
-PREP_FORM = "blocks"           # its solve's form: 16-row blocks, or "batched" diagonal blocks
+PREP_FORM = "batched"          # its solve's form: 16-row blocks, or "batched" diagonal blocks
 READOUT = True                 # the state pass writes the output (h and v_new never go to memory)
 
 
@@ -568,8 +570,8 @@ def chunked(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, u
 def stages(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, use_qk_l2norm=True,
            l2norm_eps=1e-6, chunk_size=CHUNK, state_write_interval=None, out=None, workspace=None,
            readout=READOUT, prep=PREP, state_block_v=STATE_BV, state_warps=WARPS, state_stages=STATE_STAGES,
-           prep_warps=PREP_WARPS, prep_heads=PREP_HEADS, prep_readout=PREP_READOUT, prep_norm=PREP_NORM,
-           prep_form=PREP_FORM, prep_registers=None):
+           prep_warps=PREP_WARPS, prep_heads=None, prep_readout=None, prep_norm=PREP_NORM, prep_form=None,
+           prep_registers=None):
     """``chunked``'s checks and buffers: (out, [(stage name, launch)]), the launches in order (each a
     no-argument callable; a stage can be timed alone once those before it have run): "prep", "readout"
     unless ``prep_readout`` (the prep kernel computes the readout operands), "state", and "output" unless
@@ -577,7 +579,10 @@ def stages(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, us
     warps and software-pipeline stages, the prep kernel's warps, and the "tiles" prep kernel's value heads per
     program (a divisor of the value heads per key head), its solve's form (``PREP_FORM``) and its norms
     (``PREP_NORM``) are tunable; ``prep_registers`` caps the prep kernel's registers a thread (``maxnreg``, 32
-    to 255, NVIDIA only; default the compiler's choice)."""
+    to 255, NVIDIA only; default the compiler's choice). Left at None, the "tiles" kernel runs ``PREP_HEADS``
+    value heads a program where they divide the group (else one), computes the readout operands
+    (``PREP_READOUT``) when the state pass writes the output, and solves in ``PREP_FORM``; the "blocks"
+    kernel runs its one form."""
     import torch
 
     from reference.gdn.arguments import interval as check_interval
@@ -616,6 +621,13 @@ def stages(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, us
 
     if prep not in PREP_KERNELS:
         raise ValueError(f"prep: expected one of {sorted(PREP_KERNELS)}, got {prep!r}")
+    tiles = prep == "tiles"
+    if prep_heads is None:
+        prep_heads = PREP_HEADS if tiles and (HV // H) % PREP_HEADS == 0 else 1
+    if prep_readout is None:
+        prep_readout = PREP_READOUT and tiles and readout
+    if prep_form is None:
+        prep_form = PREP_FORM if tiles else "blocks"
     _check_prep_variant(prep, prep_heads, prep_readout, prep_norm, prep_form, readout, HV // H)
     if prep_registers is not None and (isinstance(prep_registers, bool) or not isinstance(prep_registers, int)
                                        or not 32 <= prep_registers <= 255):
@@ -700,12 +712,10 @@ def compile_specs():
     out = [CompileSpec("gdn chunked output", _output_kernel, types, consts)]
     out.append(CompileSpec("gdn chunked prep", _prep_kernel, types, consts, warps=PREP_WARPS))
     tiles = dict(HEADS=PREP_HEADS, READOUT=PREP_READOUT, RCP=PREP_NORM == "rcp", FORM=PREP_FORM)
-    out.append(CompileSpec("gdn chunked prep tiles", _prep_tiles_kernel, types, {**consts, **tiles},
+    out.append(CompileSpec("gdn chunked prep tiles (defaults)", _prep_tiles_kernel, types, {**consts, **tiles},
                            warps=PREP_WARPS))
-    out.append(CompileSpec("gdn chunked prep tiles, two heads, readout", _prep_tiles_kernel, types,
-                           {**consts, **tiles, "HEADS": 2, "READOUT": True}, warps=8))
-    out.append(CompileSpec("gdn chunked prep tiles, solve batched", _prep_tiles_kernel, types,
-                           {**consts, **tiles, "FORM": "batched"}, warps=PREP_WARPS))
+    plain = dict(HEADS=1, READOUT=False, RCP=False, FORM="blocks")
+    out.append(CompileSpec("gdn chunked prep tiles, plain", _prep_tiles_kernel, types, {**consts, **plain}, warps=4))
     out.append(CompileSpec("gdn chunked readout operands", _readout_kernel, types,
                            dict(K=128, BK=BK, L2NORM=True, BITS=False)))
     for readout in (False, True):

@@ -122,20 +122,30 @@ def test_each_prep_kernel_and_readout_mode_passes_the_family_check(monkeypatch, 
     assert verdict.status == "pass", verdict.reason
 
 
-@pytest.mark.parametrize("variant", [dict(prep_heads=2), dict(prep_readout=True), dict(prep_form="batched"),
-                                     dict(prep_heads=2, prep_readout=True, prep_form="batched", prep_warps=8)])
-def test_the_tiles_prep_variants_that_share_work_give_what_the_default_gives_bit_for_bit(variant):
+PLAIN_TILES = dict(prep="tiles", prep_heads=1, prep_readout=False, prep_form="blocks", prep_warps=4)
+
+
+def _staged_run(args, pool, indices, **kw):
+    """``stages`` launched one by one: (out, stage names)."""
+    out, launches = C.stages(*args, pool, indices, **kw)
+    for _, launch in launches:
+        launch()
+    return out, [name for name, _ in launches]
+
+
+@pytest.mark.parametrize("variant", [{**PLAIN_TILES, "prep_heads": 2}, {**PLAIN_TILES, "prep_readout": True},
+                                     {**PLAIN_TILES, "prep_form": "batched"}, {}],
+                         ids=["heads2", "readout", "batched", "defaults"])
+def test_the_tiles_prep_variants_that_share_work_give_what_the_plain_tiles_kernel_gives_bit_for_bit(variant):
     x = gdn.make_inputs(make_cell("gdn", "chunked", state="bfloat16", H=2, HV=4, K=16, lens=(70, 5), decay="weak",
                                   slots="padded", qk="unit", split=None, act="bfloat16"))
     args = [_t(x[n]) for n in ("q", "k", "v", "g", "beta", "cu_seqlens")]
     pools = [_t(x["state"]).clone() for _ in range(2)]
-    whole = C.chunked(*args, pools[0], _t(x["state_indices"]))
-    out, launches = C.stages(*args, pools[1], _t(x["state_indices"]), prep="tiles", **variant)
-    assert [name for name, _ in launches] == (["prep", "state"] if variant.get("prep_readout")
-                                              else ["prep", "readout", "state"])
-    for _, launch in launches:
-        launch()
-    assert torch.equal(whole, out) and torch.equal(pools[0], pools[1])
+    plain, names = _staged_run(args, pools[0], _t(x["state_indices"]), **PLAIN_TILES)
+    assert names == ["prep", "readout", "state"]
+    out, names = _staged_run(args, pools[1], _t(x["state_indices"]), **variant)
+    assert names == (["prep", "state"] if variant.get("prep_readout", C.PREP_READOUT) else ["prep", "readout", "state"])
+    assert torch.equal(plain, out) and torch.equal(pools[0], pools[1])
 
 
 @pytest.mark.parametrize("variant", [dict(prep_norm="rcp"), dict(prep_heads=2, prep_readout=True, prep_norm="rcp")])
@@ -153,15 +163,15 @@ def test_the_stages_one_by_one_give_what_chunked_gives_with_and_without_the_read
     x = gdn.make_inputs(make_cell("gdn", "chunked", state="bfloat16", H=1, HV=2, K=16, lens=(70, 5), decay="weak",
                                   slots="padded", qk="unit", split=None, act="bfloat16"))
     args = [_t(x[n]) for n in ("q", "k", "v", "g", "beta", "cu_seqlens")]
-    pools = [_t(x["state"]).clone() for _ in range(3)]
+    pools = [_t(x["state"]).clone() for _ in range(4)]
     whole = C.chunked(*args, pools[0], _t(x["state_indices"]))
-    for readout, pool, names in ((True, pools[1], ["prep", "readout", "state"]),
-                                 (False, pools[2], ["prep", "state", "output"])):
-        out, launches = C.stages(*args, pool, _t(x["state_indices"]), readout=readout)
-        assert [name for name, _ in launches] == names
-        for _, launch in launches:
-            launch()
-        assert torch.equal(whole, out) and torch.equal(pools[0], pool), readout
+    for kw, pool, names in ((dict(readout=True), pools[1], ["prep", "state"] if C.PREP_READOUT else
+                             ["prep", "readout", "state"]),
+                            (dict(readout=True, prep_readout=False), pools[2], ["prep", "readout", "state"]),
+                            (dict(readout=False), pools[3], ["prep", "state", "output"])):
+        out, got = _staged_run(args, pool, _t(x["state_indices"]), **kw)
+        assert got == names
+        assert torch.equal(whole, out) and torch.equal(pools[0], pool), kw
 
 
 # ---------------------------------------------------------------- bad input
