@@ -626,15 +626,15 @@ def sm90_stage1(a, S: int, ws, kv_cache, block_table, seq_lens, block_n: int, mm
 
 
 def decode_sm90(query, kv_cache, block_table, seq_lens, *, preset, layout, rotation=None, scale=None, sinks=None,
-                num_kv_splits=None, workspace=None, out=None, block_n=32, programs_per_sm=8, stages=4,
+                num_kv_splits=None, workspace=None, out=None, block_n=32, programs_per_sm=4, stages=2,
                 fp16_values="subnormal"):
     """Like ``tq_decode_split.decode_split`` (same arguments and result) for SoA ``turboquant_4bit_nc``
     caches on sm_90, MMA operands in the query's dtype (bfloat16 or float16); ``block_n`` in ``BLOCK_NS``
-    (tokens per loop step); by default about ``programs_per_sm`` one-warp programs per multiprocessor (the
-    defaults are the fastest configuration measured on the H200, ledger/h200/README.md); ``stages``
-    1 prefetches the next tile into
-    registers, 2 to ``MAX_STAGES`` stream tiles through a shared-memory ring (cp.async) ``stages - 1``
-    ahead; ``fp16_values`` the float16 value operands (``FP16_VALUES``: exact codes as fp16 subnormals,
+    (tokens per loop step); by default about ``programs_per_sm`` one-warp programs per multiprocessor:
+    at 4 the grid fits in one wave of resident programs (about 12 a multiprocessor at this kernel's
+    registers), where 8 left a second, partial wave (the defaults are the fastest configuration measured
+    on the H100, ledger/h100/README.md); ``stages`` 1 prefetches the next tile into registers, 2 to
+    ``MAX_STAGES`` stream tiles through a shared-memory ring (cp.async) ``stages - 1`` ahead; ``fp16_values`` the float16 value operands (``FP16_VALUES``: exact codes as fp16 subnormals,
     or as integers made by subtracting 1024). ValueError naming the argument for what the kernel cannot
     serve: another preset or layout, head size, block size, device, a cache not aligned to 4 bytes, a
     float32 query."""
@@ -671,7 +671,7 @@ ENTRY_POINTS = {"decode": decode_sm90}
 # (G, block size, MMA operands, VALUES, STAGES) of the configurations the compile check builds: the shape
 # G=8, block 16 and G=16, block 32, bf16 and fp16 operands (both fp16 value codes), register prefetch
 # (stages 1) and cp.async rings
-COMPILED_CONFIGS = ((8, 16, "bf16", 0, 1), (8, 16, "bf16", 0, 4), (8, 16, "fp16", 1, 1), (8, 16, "fp16", 2, 4),
+COMPILED_CONFIGS = ((8, 16, "bf16", 0, 1), (8, 16, "bf16", 0, 2), (8, 16, "fp16", 1, 1), (8, 16, "fp16", 2, 4),
                     (16, 32, "bf16", 0, 3), (16, 32, "fp16", 1, 1))
 
 
