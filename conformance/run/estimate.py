@@ -224,7 +224,8 @@ class Estimator:
     every pair left of its backend at ten times its price), and before any pair at all the machine's rate (``machine_rate``: how much
     slower or faster this machine is than the prices' machine, the median over the backends seen so
     far of their whole time over their whole estimate, compile and autotune included as the prices
-    include them; a backend's rate with its compile time set apart is no measure of another's: an
+    include them, moved from the start rate by their estimated seconds together, the prior counted
+    once for the machine rather than once per backend; a backend's rate with its compile time set apart is no measure of another's: an
     autotuning backend's steady pairs run at a twentieth of its price between its autotunes), else, for a backend with a
     measured price, the ratio of the share of a core a worker had when the prices were measured to
     the share it can expect here now (``share``, from the machine's load before the run), and 1 for
@@ -232,8 +233,8 @@ class Estimator:
     ``SETTLED_WORK`` of the work have finished.
 
     Pairs in flight (``began``; a record ends them) count by their elapsed time ``e`` on the
-    estimator's ``clock`` against their prediction ``P`` (price times rate, a worker's startup for
-    its first pair): ``P - e`` left, what is left of the prediction; past it, what the run's own
+    estimator's ``clock`` against their prediction ``P`` (price times its size class's rate; for a
+    worker's first pair, plus the startup at its backend's rate: ``prediction``): ``P - e`` left, what is left of the prediction; past it, what the run's own
     finished pairs that ran as far past their predictions ran beyond that point, the median
     (``overrun_left``: the rest of a pair's life given how long it has lived, read from the run's
     own overruns rather than a fixed share of its time so far: the saved runs replayed with prices
@@ -409,10 +410,17 @@ class Estimator:
     def machine_rate(self, without: str | None = None) -> float:
         """This machine's time against the prices': the median over the backends seen so far of
         their whole time over their whole estimate (steady pairs, and a measured price's first
-        pairs with its startup; compile and autotune included, as the prices were fitted), each
-        counting its prior (``_prior``), backend ``without`` left out; ``start_rate`` before any."""
-        seen = sorted(self._blend(b, w, e) for b, (w, e) in self.totals.items() if b != without)
-        return seen[len(seen) // 2] if seen else self.start_rate
+        pairs with its startup; compile and autotune included, as the prices were fitted), backend
+        ``without`` left out, moved from ``start_rate`` by their estimated seconds together against
+        ``PRIOR_S`` once (the machine's evidence is every backend's pairs: a prior of its own for
+        each held the median near the start rate while a dozen backends' first pairs all said
+        otherwise); ``start_rate`` before any."""
+        seen = [(w, e) for b, (w, e) in self.totals.items() if b != without and e > 0]
+        if not seen:
+            return self.start_rate
+        ratios = sorted(w / e for w, e in seen)
+        est = sum(e for _, e in seen)
+        return (ratios[len(ratios) // 2] * est + self.PRIOR_S * self.start_rate) / (est + self.PRIOR_S)
 
     def _learned_rate(self, backend: str) -> tuple[float, float]:
         """(rate, estimated seconds it rests on) from finished pairs: the steady rate, else that of
@@ -483,15 +491,18 @@ class Estimator:
 
     def prediction(self, r: Running) -> float:
         """Seconds the pairs of ``r`` are expected to take from their start: their first estimates
-        (a worker's startup for a first pair) at their backends' rates, the compile time a steady
-        pair is expected to meet."""
+        at their size classes' rates, and a worker's first pair its startup at its backend's rate
+        (what first pairs teach: a backend's first pairs are each worker's imports and first
+        compiles, whatever the cell; a long chain that is a worker's first pair runs its calls as
+        the backend's pairs of its size do), a steady pair the compile time it is expected to meet."""
         total = 0.0
         for b in r.backends:
             est = self._first.get((r.cell_id, b), 0.0)
-            if r.first_in_worker:   # mostly the worker's startup: the backend's rate, as its first pairs teach
-                total += (est + self.startup_s.get(b, 0.0)) * self.backend_rate(b)
+            total += est * self.backend_rate(b, size_class(est))
+            if r.first_in_worker:
+                total += self.startup_s.get(b, 0.0) * self.backend_rate(b)
             else:
-                total += est * self.backend_rate(b, size_class(est)) + self.compile_per_pair(b)
+                total += self.compile_per_pair(b)
         return total
 
     def running_left(self, r: Running) -> float:
