@@ -246,13 +246,12 @@ class Estimator:
     machines; as long again, the doubling rule, was 2.5 times too long at that median, and the
     longest such pair held the ETA up to the end); past every finished pair's overrun it grows with
     ``e``, so a pair stuck far past its price moves the ETA, and it is never zero or negative for a
-    pair running). A pair in flight also feeds its backend's
-    rate while it runs past its prediction, as a finished pair of wall time ``e`` would (its wall
-    time is at least that, so the rate can only rise to what is already certain), capped at
-    ``OUTLIER`` times the prediction (beyond that a finished pair counts as compile time, which does
-    not rescale the pairs left); only a worker's steady pair of one backend feeds it (a first pair's
-    excess is its worker's compile, once; a remote call's time cannot be split among its backends).
-    An executor that does not say when its pairs start leaves them counted at their whole
+    pair running). A pair in flight is counted once, by its own time: it teaches its backend's rate
+    when its record comes, not while it runs (pairs of one backend run side by side: in the H200 GPU
+    full tier twelve ``fla`` pairs at three times their prediction on one GPU each raised the rate
+    of the ``fla`` pairs left, run after them at two, while each was also counted 65 s more in flight;
+    and a pair that ends past ``OUTLIER`` times its prediction counts as compile time, not in the
+    rate). An executor that does not say when its pairs start leaves them counted at their whole
     prediction until their records come."""
 
     HORIZON_S = 30.0   # a backend's rate forgets finished work over this many estimated seconds
@@ -455,23 +454,8 @@ class Estimator:
 
     def backend_rate(self, backend: str, size: int | None = None) -> float:
         """Seconds here per estimated second for ``backend`` (its pairs of ``size_class`` ``size``;
-        None: all its pairs): the rate learned from finished pairs (``_learned_rate``,
-        ``_class_rate``), raised by its steady pairs (of that class) in flight past their
-        prediction, each as a finished pair of its elapsed time (at most ``OUTLIER`` times the
-        prediction)."""
-        rate, weight = self._learned_rate(backend) if size is None else self._class_rate(backend, size)
-        now, wall, est = self.clock(), rate * weight, weight
-        for r in self.running.values():
-            if r.backends != [backend] or r.first_in_worker is not False:
-                continue
-            e_pair = self._first.get((r.cell_id, backend), 0.0)
-            if size is not None and size_class(e_pair) != size:
-                continue
-            elapsed = now - r.since
-            if e_pair >= self.NOISE_S and elapsed > rate * e_pair:
-                wall += min(elapsed, self.OUTLIER * rate * e_pair)
-                est += e_pair
-        return wall / est if est > weight else rate
+        None: all its pairs): the rate learned from finished pairs (``_learned_rate``, ``_class_rate``)."""
+        return (self._learned_rate(backend) if size is None else self._class_rate(backend, size))[0]
 
     def _in_flight(self) -> set[tuple[str, str]]:
         """(cell id, backend) of the pairs in flight."""

@@ -63,11 +63,10 @@ def test_a_pair_in_flight_counts_what_is_left_of_its_prediction_then_a_share_of_
         clock[0] = 100.0 + elapsed
         r = est.running["slot 0"]
         assert est.running_left(r) == pytest.approx(left) and est.running_left(r) > 0
-    # at 60 s of a 5-s price: the pair in flight raises the rate of its backend's pairs left (at most
-    # OUTLIER times the prediction counted), and they are expected at that rate
-    rate = (est.OUTLIER * 5.0) / 5.0
-    assert est.backend_rate("g") == pytest.approx(rate)
-    assert est.remaining() == pytest.approx(60.0 * est.PAST_DUE + 3 * 5.0 * rate)
+    # at 60 s of a 5-s price: the pair in flight counts by its own time; its backend's pairs left keep
+    # the rate finished pairs taught
+    assert est.backend_rate("g") == pytest.approx(1.0)
+    assert est.remaining() == pytest.approx(60.0 * est.PAST_DUE + 3 * 5.0)
     # the range before it settles is the same figure scaled: both ends move with the pair's time
     lo, hi = (estimate.hms(f * est.remaining()) for f in est.SPREAD)
     assert est.eta() == f"{lo}-{hi}"
@@ -97,6 +96,24 @@ def test_a_pair_past_due_runs_on_as_the_runs_finished_pairs_that_ran_as_far_past
     assert est.running_left(r) == pytest.approx(0.4 * p)
     clock[0] += 2.0 * p   # at 3.1 predictions
     assert est.running_left(r) == pytest.approx(est.PAST_DUE * 3.1 * p)
+
+
+def test_pairs_of_one_backend_in_flight_side_by_side_past_their_prediction_do_not_rescale_the_pairs_left():
+    """Four pairs priced at 5 s run side by side for 15 s (on one GPU, as the H200 full tier's ``fla``
+    pairs did): each counts by its own time, the 16 pairs left of the backend stay at the rate that
+    finished pairs taught (their records, when they come, teach it)."""
+    clock = [0.0]
+    g = toy("g", 5.0)
+    cs = cells(24)
+    est = estimate.Estimator([(c, g) for c in cs], jobs=4, clock=lambda: clock[0])
+    for c in cs[:4]:
+        est.done(rec(c, "g", 5.0))
+    for i, c in enumerate(cs[4:8]):
+        est.began(f"slot {i}", c.id, ["g"], since=0.0, first_in_worker=False)
+    clock[0] = 15.0
+    assert est.backend_rate("g") == pytest.approx(1.0)
+    in_flight = sum(est.running_left(r) for r in est.running.values())
+    assert est.remaining() == pytest.approx((in_flight + 16 * 5.0) / 4)
 
 
 def test_one_steady_pair_of_an_estimated_second_moves_a_measured_prices_rate_less_than_half_way(by_work):
