@@ -411,15 +411,16 @@ class Estimator:
         their whole time over their whole estimate (steady pairs, and a measured price's first
         pairs with its startup; compile and autotune included, as the prices were fitted), backend
         ``without`` left out, moved from ``start_rate`` by their estimated seconds together against
-        ``PRIOR_S`` once (the machine's evidence is every backend's pairs: a prior of its own for
-        each held the median near the start rate while a dozen backends' first pairs all said
-        otherwise); ``start_rate`` before any."""
-        seen = [(w, e) for b, (w, e) in self.totals.items() if b != without and e > 0]
+        ``PRIOR_S`` once where any of them has a measured price (the machine's evidence is every
+        backend's pairs: a prior of its own for each held the median near the start rate while a
+        dozen backends' first pairs all said otherwise); ``start_rate`` before any."""
+        seen = {b: (w, e) for b, (w, e) in self.totals.items() if b != without and e > 0}
         if not seen:
             return self.start_rate
-        ratios = sorted(w / e for w, e in seen)
-        est = sum(e for _, e in seen)
-        return (ratios[len(ratios) // 2] * est + self.PRIOR_S * self.start_rate) / (est + self.PRIOR_S)
+        ratios = sorted(w / e for w, e in seen.values())
+        est = sum(e for _, e in seen.values())
+        prior_s = max(self._prior(b)[0] for b in seen)   # none where every one is a declared cost model
+        return (ratios[len(ratios) // 2] * est + prior_s * self.start_rate) / (est + prior_s)
 
     def _learned_rate(self, backend: str) -> tuple[float, float]:
         """(rate, estimated seconds it rests on) from finished pairs: the steady rate, else that of
