@@ -412,8 +412,9 @@ class Estimator:
         pairs with its startup; compile and autotune included, as the prices were fitted), backend
         ``without`` left out, moved from ``start_rate`` by their estimated seconds together against
         ``PRIOR_S`` once where any of them has a measured price (the machine's evidence is every
-        backend's pairs: a prior of its own for each held the median near the start rate while a
-        dozen backends' first pairs all said otherwise); ``start_rate`` before any."""
+        backend's pairs together; a prior for each backend held a median of backends of a few
+        estimated seconds each near the start rate, as in the 14-worker H200 chain run's first
+        minutes); ``start_rate`` before any."""
         seen = {b: (w, e) for b, (w, e) in self.totals.items() if b != without and e > 0}
         if not seen:
             return self.start_rate
