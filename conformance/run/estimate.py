@@ -224,7 +224,8 @@ class Estimator:
     every pair left of its backend at ten times its price), and before any pair at all the machine's rate (``machine_rate``: how much
     slower or faster this machine is than the prices' machine, the median over the backends seen so
     far of their whole time over their whole estimate, compile and autotune included as the prices
-    include them; a backend's rate with its compile time set apart is no measure of another's: an
+    include them, moved from the start rate by their estimated seconds together, the prior counted
+    once for the machine rather than once per backend; a backend's rate with its compile time set apart is no measure of another's: an
     autotuning backend's steady pairs run at a twentieth of its price between its autotunes), else, for a backend with a
     measured price, the ratio of the share of a core a worker had when the prices were measured to
     the share it can expect here now (``share``, from the machine's load before the run), and 1 for
@@ -232,8 +233,8 @@ class Estimator:
     ``SETTLED_WORK`` of the work have finished.
 
     Pairs in flight (``began``; a record ends them) count by their elapsed time ``e`` on the
-    estimator's ``clock`` against their prediction ``P`` (price times rate, a worker's startup for
-    its first pair): ``P - e`` left, what is left of the prediction; past it, what the run's own
+    estimator's ``clock`` against their prediction ``P`` (price times its size class's rate; for a
+    worker's first pair, plus the startup at its backend's rate: ``prediction``): ``P - e`` left, what is left of the prediction; past it, what the run's own
     finished pairs that ran as far past their predictions ran beyond that point, the median
     (``overrun_left``: the rest of a pair's life given how long it has lived, read from the run's
     own overruns rather than a fixed share of its time so far: the saved runs replayed with prices
@@ -245,13 +246,12 @@ class Estimator:
     machines; as long again, the doubling rule, was 2.5 times too long at that median, and the
     longest such pair held the ETA up to the end); past every finished pair's overrun it grows with
     ``e``, so a pair stuck far past its price moves the ETA, and it is never zero or negative for a
-    pair running). A pair in flight also feeds its backend's
-    rate while it runs past its prediction, as a finished pair of wall time ``e`` would (its wall
-    time is at least that, so the rate can only rise to what is already certain), capped at
-    ``OUTLIER`` times the prediction (beyond that a finished pair counts as compile time, which does
-    not rescale the pairs left); only a worker's steady pair of one backend feeds it (a first pair's
-    excess is its worker's compile, once; a remote call's time cannot be split among its backends).
-    An executor that does not say when its pairs start leaves them counted at their whole
+    pair running). A pair in flight is counted once, by its own time: it teaches its backend's rate
+    when its record comes, not while it runs (pairs of one backend run side by side: in the H200 GPU
+    full tier twelve ``fla`` pairs at three times their prediction on one GPU each raised the rate
+    of the ``fla`` pairs left, run after them at two, while each was also counted 65 s more in flight;
+    and a pair that ends past ``OUTLIER`` times its prediction counts as compile time, not in the
+    rate). An executor that does not say when its pairs start leaves them counted at their whole
     prediction until their records come."""
 
     HORIZON_S = 30.0   # a backend's rate forgets finished work over this many estimated seconds
@@ -409,10 +409,19 @@ class Estimator:
     def machine_rate(self, without: str | None = None) -> float:
         """This machine's time against the prices': the median over the backends seen so far of
         their whole time over their whole estimate (steady pairs, and a measured price's first
-        pairs with its startup; compile and autotune included, as the prices were fitted), each
-        counting its prior (``_prior``), backend ``without`` left out; ``start_rate`` before any."""
-        seen = sorted(self._blend(b, w, e) for b, (w, e) in self.totals.items() if b != without)
-        return seen[len(seen) // 2] if seen else self.start_rate
+        pairs with its startup; compile and autotune included, as the prices were fitted), backend
+        ``without`` left out, moved from ``start_rate`` by their estimated seconds together against
+        ``PRIOR_S`` once where any of them has a measured price (the machine's evidence is every
+        backend's pairs together; a prior for each backend held a median of backends of a few
+        estimated seconds each near the start rate: 1.5 against 2.1 at two minutes into the
+        14-worker H200 chain run); ``start_rate`` before any."""
+        seen = {b: (w, e) for b, (w, e) in self.totals.items() if b != without and e > 0}
+        if not seen:
+            return self.start_rate
+        ratios = sorted(w / e for w, e in seen.values())
+        est = sum(e for _, e in seen.values())
+        prior_s = max(self._prior(b)[0] for b in seen)   # none where every one is a declared cost model
+        return (ratios[len(ratios) // 2] * est + prior_s * self.start_rate) / (est + prior_s)
 
     def _learned_rate(self, backend: str) -> tuple[float, float]:
         """(rate, estimated seconds it rests on) from finished pairs: the steady rate, else that of
@@ -447,23 +456,8 @@ class Estimator:
 
     def backend_rate(self, backend: str, size: int | None = None) -> float:
         """Seconds here per estimated second for ``backend`` (its pairs of ``size_class`` ``size``;
-        None: all its pairs): the rate learned from finished pairs (``_learned_rate``,
-        ``_class_rate``), raised by its steady pairs (of that class) in flight past their
-        prediction, each as a finished pair of its elapsed time (at most ``OUTLIER`` times the
-        prediction)."""
-        rate, weight = self._learned_rate(backend) if size is None else self._class_rate(backend, size)
-        now, wall, est = self.clock(), rate * weight, weight
-        for r in self.running.values():
-            if r.backends != [backend] or r.first_in_worker is not False:
-                continue
-            e_pair = self._first.get((r.cell_id, backend), 0.0)
-            if size is not None and size_class(e_pair) != size:
-                continue
-            elapsed = now - r.since
-            if e_pair >= self.NOISE_S and elapsed > rate * e_pair:
-                wall += min(elapsed, self.OUTLIER * rate * e_pair)
-                est += e_pair
-        return wall / est if est > weight else rate
+        None: all its pairs): the rate learned from finished pairs (``_learned_rate``, ``_class_rate``)."""
+        return (self._learned_rate(backend) if size is None else self._class_rate(backend, size))[0]
 
     def _in_flight(self) -> set[tuple[str, str]]:
         """(cell id, backend) of the pairs in flight."""
@@ -483,15 +477,18 @@ class Estimator:
 
     def prediction(self, r: Running) -> float:
         """Seconds the pairs of ``r`` are expected to take from their start: their first estimates
-        (a worker's startup for a first pair) at their backends' rates, the compile time a steady
-        pair is expected to meet."""
+        at their size classes' rates, and a worker's first pair its startup at its backend's rate
+        (what first pairs teach: a backend's first pairs are each worker's imports and first
+        compiles, whatever the cell; a long chain that is a worker's first pair runs its calls as
+        the backend's pairs of its size do), a steady pair the compile time it is expected to meet."""
         total = 0.0
         for b in r.backends:
             est = self._first.get((r.cell_id, b), 0.0)
-            if r.first_in_worker:   # mostly the worker's startup: the backend's rate, as its first pairs teach
-                total += (est + self.startup_s.get(b, 0.0)) * self.backend_rate(b)
+            total += est * self.backend_rate(b, size_class(est))
+            if r.first_in_worker:
+                total += self.startup_s.get(b, 0.0) * self.backend_rate(b)
             else:
-                total += est * self.backend_rate(b, size_class(est)) + self.compile_per_pair(b)
+                total += self.compile_per_pair(b)
         return total
 
     def running_left(self, r: Running) -> float:

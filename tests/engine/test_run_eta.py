@@ -63,11 +63,10 @@ def test_a_pair_in_flight_counts_what_is_left_of_its_prediction_then_a_share_of_
         clock[0] = 100.0 + elapsed
         r = est.running["slot 0"]
         assert est.running_left(r) == pytest.approx(left) and est.running_left(r) > 0
-    # at 60 s of a 5-s price: the pair in flight raises the rate of its backend's pairs left (at most
-    # OUTLIER times the prediction counted), and they are expected at that rate
-    rate = (est.OUTLIER * 5.0) / 5.0
-    assert est.backend_rate("g") == pytest.approx(rate)
-    assert est.remaining() == pytest.approx(60.0 * est.PAST_DUE + 3 * 5.0 * rate)
+    # at 60 s of a 5-s price: the pair in flight counts by its own time; its backend's pairs left keep
+    # the rate finished pairs taught
+    assert est.backend_rate("g") == pytest.approx(1.0)
+    assert est.remaining() == pytest.approx(60.0 * est.PAST_DUE + 3 * 5.0)
     # the range before it settles is the same figure scaled: both ends move with the pair's time
     lo, hi = (estimate.hms(f * est.remaining()) for f in est.SPREAD)
     assert est.eta() == f"{lo}-{hi}"
@@ -97,6 +96,24 @@ def test_a_pair_past_due_runs_on_as_the_runs_finished_pairs_that_ran_as_far_past
     assert est.running_left(r) == pytest.approx(0.4 * p)
     clock[0] += 2.0 * p   # at 3.1 predictions
     assert est.running_left(r) == pytest.approx(est.PAST_DUE * 3.1 * p)
+
+
+def test_pairs_of_one_backend_in_flight_side_by_side_past_their_prediction_do_not_rescale_the_pairs_left():
+    """Four pairs priced at 5 s run side by side for 15 s (on one GPU, as the H200 full tier's ``fla``
+    pairs did): each counts by its own time, the 16 pairs left of the backend stay at the rate that
+    finished pairs taught (their records, when they come, teach it)."""
+    clock = [0.0]
+    g = toy("g", 5.0)
+    cs = cells(24)
+    est = estimate.Estimator([(c, g) for c in cs], jobs=4, clock=lambda: clock[0])
+    for c in cs[:4]:
+        est.done(rec(c, "g", 5.0))
+    for i, c in enumerate(cs[4:8]):
+        est.began(f"slot {i}", c.id, ["g"], since=0.0, first_in_worker=False)
+    clock[0] = 15.0
+    assert est.backend_rate("g") == pytest.approx(1.0)
+    in_flight = sum(est.running_left(r) for r in est.running.values())
+    assert est.remaining() == pytest.approx((in_flight + 16 * 5.0) / 4)
 
 
 def test_one_steady_pair_of_an_estimated_second_moves_a_measured_prices_rate_less_than_half_way(by_work):
@@ -242,6 +259,46 @@ def test_a_backends_first_pairs_alone_move_its_rate_from_the_machines_by_their_e
     rate = (20.0 + est.PRIOR_S * 1.0) / (1.0 + est.PRIOR_S)
     assert est.backend_rate("b") == pytest.approx(rate)   # a's whole time over whole estimate: 1
     assert est.per_backend()["b"] == pytest.approx(11 * rate) and rate < 11
+
+
+def test_a_backend_not_run_yet_takes_the_median_of_the_backends_seen_with_the_prior_counted_once(monkeypatch):
+    """Five backends each ran one pair of 0.2 estimated seconds at 4 times its price (a busy machine):
+    the sixth, not run yet, is expected at their median moved from the start rate by their 1
+    estimated second together against ``PRIOR_S``, not at the median of five rates each held near
+    the start rate by a prior of its own."""
+    names = "abcdef"
+    monkeypatch.setattr(estimate, "measured_prices",
+                        lambda machine=None: {n: estimate.Price(pair_s=0.2) for n in names})
+    monkeypatch.setattr(estimate, "prices_core_share", lambda: 1.0)
+    backends = [toy(n, 9.0) for n in names]
+    cs = cells(12)
+    est = estimate.Estimator([(c, b) for b in backends for c in cs[:2]], jobs=1, share=1.0)
+    for b in backends[:5]:
+        est.done({"id": cs[0].id, "backend": b.name, "status": "pass", "wall_s": 0.8, "first_in_worker": False})
+    pooled = (4.0 * 1.0 + est.PRIOR_S * 1.0) / (1.0 + est.PRIOR_S)
+    assert est.machine_rate() == pytest.approx(pooled) and pooled > 2.0
+    assert est.per_backend()["f"] == pytest.approx(2 * 0.2 * pooled)
+
+
+def test_a_workers_first_pair_runs_its_cell_at_its_size_classs_rate_and_its_startup_at_the_backends(monkeypatch):
+    """Quarter-second pairs ran at 4 times their price (their fixed cost); a 10-s chain that is a
+    worker's first pair, with a 2-s startup, is expected at 10 s (its size class, larger than any
+    finished, goes by the start rate) plus the startup at the backend's rate: not all 12 s at the
+    small pairs' rate (in the H200 chain run a 55-s chain, a worker's first, was predicted at 166 s
+    and took 36)."""
+    monkeypatch.setattr(estimate, "measured_prices",
+                        lambda machine=None: {"a": estimate.Price(startup_s=2.0, work_s=0.05)})
+    monkeypatch.setattr(estimate, "prices_core_share", lambda: 1.0)
+    a = toy("a", 9.0)
+    small, large = sized([5] * 6), sized([200] * 2)
+    clock = [0.0]
+    est = estimate.Estimator([(c, a) for c in small + large], jobs=2, share=1.0, clock=lambda: clock[0])
+    for c in small[:4]:
+        est.done(rec(c, "a", 1.0))
+    rate = est.backend_rate("a")
+    assert rate > 2.0 and est.backend_rate("a", estimate.size_class(10.0)) == pytest.approx(1.0)
+    est.began("slot 0", large[0].id, ["a"], since=0.0, first_in_worker=True)
+    assert est.running["slot 0"].predicted == pytest.approx(10.0 * 1.0 + 2.0 * rate)
 
 
 def test_each_stage_of_a_budgeted_run_starts_its_workers_afresh_and_pays_their_startups(monkeypatch):
