@@ -72,7 +72,7 @@ def regression(rec: Record, remeasure=None) -> dict | None:
     base = {"gate": f"regress:{rec.rid}", "numerator": rec.rid, "denominator": f"saved:{key}",
             "ratio": None, "threshold": None, "direction": "<=", "verdict": "skip", "spread": None,
             "remeasured": False, "false_alarm_rate": "not measured", "measured_on": key,
-            "description": f"no slower than this machine's saved run, beyond its A/A noise", "reason": ""}
+            "description": "no slower than this machine's saved run, beyond its A/A noise", "reason": ""}
     old = saved(key).get(rec.rid)
     if old is None:
         return {**base, "reason": f"no saved run of {rec.rid} under {folder(key)}/"}

@@ -58,7 +58,7 @@ def _available(gpu: bool):
         if version is None:
             return False, "fla-core is not installed (`make peers` installs fla-core==0.6.0)"
         try:
-            import torch
+            import torch  # noqa: F401 (importable, not only installed)
         except ImportError as exc:
             return False, f"torch is not importable ({exc})"
         if gpu:

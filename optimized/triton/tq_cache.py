@@ -75,7 +75,7 @@ def cache_spec(kv_cache, preset, head_size: int, num_kv_heads: int, layout: str)
     if kv_cache.dim() != 4 or shape[2] != num_kv_heads or shape[3] != slot or shape[0] < 1 or shape[1] < 1:
         raise ValueError(f"kv_cache must have shape [num_blocks, block_size, {num_kv_heads}, {slot}] for "
                          f"{p.name}, D={head_size}, Hk={num_kv_heads}; got {list(shape)}")
-    nb, bs = shape[0], shape[1]
+    bs = shape[1]
     if kv_cache.stride(3) != 1:
         raise ValueError(f"kv_cache slot bytes must be contiguous (stride(3) == 1), got strides {kv_cache.stride()}")
     if layout == "soa":

@@ -16,7 +16,7 @@ from conformance.studies import tq_distortion
 
 
 def test_torch_sdpa_matches_float64_attention_with_sinks_and_gqa():
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     from optimized.torch.tq_sdpa import paged_sdpa_decode
 
     cell = decode_cell("decode", "turboquant_4bit_nc", "aos", (4, 6), 16, (33, 1, 20), "hadamard", True)
