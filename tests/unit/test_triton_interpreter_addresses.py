@@ -16,7 +16,8 @@ from tests.unit.interpreter_bounds import checked_addresses
 from tests.unit.tq_triton_helpers import DEVICE
 
 pytestmark = pytest.mark.skipif(DEVICE != "cpu", reason="the interpreter runs on machines without a GPU")
-BACKENDS = ("triton-gdn-interpret", "triton-interpret", "triton-grouped-interpret", "triton-lut-interpret")
+BACKENDS = ("triton-gdn-interpret", "triton-interpret", "triton-grouped-interpret", "triton-lut-interpret",
+            "triton-unified-interpret")
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
