@@ -7,6 +7,7 @@ backend runs on a private copy of the inputs, and the family's check decides.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import time
 import traceback
@@ -48,6 +49,16 @@ def static_record(cell: Cell, backend: registry.Backend, status: str, reason: st
     return {**base_record(cell, backend), "status": status, "reason": reason, "duration_s": 0.0, "path": path}
 
 
+def addresses_checked(backend: registry.Backend):
+    """The interpreter's address check (``conformance.interpreter_addresses``) for a backend that runs Triton
+    kernels in its interpreter; nothing for the others."""
+    if not registry.INTERPRET_ENV.items() <= dict(backend.env).items():
+        return contextlib.nullcontext()
+    from conformance.interpreter_addresses import checked_addresses
+
+    return checked_addresses()
+
+
 def run_one(cell: Cell, backend_name: str, memo: Memo = MEMO) -> dict:
     """Run the backend on the cell and check it; exceptions become ``error`` records."""
     backend = registry.get(backend_name)
@@ -66,7 +77,7 @@ def run_one(cell: Cell, backend_name: str, memo: Memo = MEMO) -> dict:
     taken: list[str] = []   # the paths the run reported (paths.took); else the one it declares
     try:
         inputs = cell_inputs(cell, memo)
-        with paths.observe() as taken:
+        with paths.observe() as taken, addresses_checked(backend):
             outputs = backend.run(cell, inputs_copy(inputs))
         duration = time.perf_counter() - start
         record["path"] = "+".join(taken) or backend.code_path(cell)

@@ -1,8 +1,9 @@
-"""Address checks for kernels run through the Triton interpreter, which reads and writes whatever address a
-pointer holds (an out-of-bounds access reads a neighbour's bytes or crashes, never raises): inside
-``checked_addresses()`` every load and store of a launch must touch, where its mask is on, bytes of one tensor
-argument of that launch only (its storage), else ``OutOfBounds`` names the kernel, the source line of the
-access and the byte range. An access that lands wholly inside another argument's storage is not caught.
+"""An address check for Triton kernels run through its interpreter, which reads and writes whatever address a
+pointer holds (an out-of-bounds access reads a neighbour's bytes or crashes, never raises; on a GPU it
+faults): inside ``checked_addresses()`` every load and store of a launch must touch, where its mask is on,
+bytes of one tensor argument of that launch only (its storage), else ``OutOfBounds`` names the kernel, the
+source line of the access and the byte range. An access that lands wholly inside another argument's storage
+is not caught. ``conformance.run.inprocess.run_one`` runs every interpreter backend's pair under it.
 
 The hooks wrap the interpreter's ``GridExecutor._init_args_hst`` (the launch's tensor arguments) and
 ``InterpreterBuilder.create_masked_load`` / ``create_masked_store`` (every ``tl.load`` / ``tl.store``), both
@@ -15,8 +16,8 @@ import inspect
 import numpy as np
 
 
-class OutOfBounds(AssertionError):
-    pass
+class OutOfBounds(Exception):
+    """A masked-on access of an interpreted kernel outside every tensor argument of its launch."""
 
 
 def _site() -> str:
@@ -74,6 +75,13 @@ def checked_addresses():
     I.InterpreterBuilder.create_masked_store = masked_store
     try:
         yield
+    except Exception as exc:   # the interpreter wraps what a kernel raises: the check's own error, unwrapped
+        cause = exc
+        while cause is not None and not isinstance(cause, OutOfBounds):
+            cause = cause.__cause__ or cause.__context__
+        if cause is None or cause is exc:
+            raise
+        raise cause from None
     finally:
         I.GridExecutor._init_args_hst = init
         I.InterpreterBuilder.create_masked_load = load
