@@ -1,11 +1,17 @@
 """What the probes share: the decode shape of the registry's ``turboquant/decode`` bench at one
 length, its inputs, CUDA-graph medians in ms, an ``--out DIR`` argument, and a time limit's SIGTERM
-turned into ``Stopped`` and the rows measured before it saved (``measure_rows``)."""
+turned into ``Stopped`` and the rows measured before it saved (``measure_rows``), and ncu's metrics of one
+launch (``find_ncu``, ``ncu_metrics``)."""
 from __future__ import annotations
 
 import argparse
+import csv
+import io
 import json
+import shutil
 import signal
+import subprocess
+import sys
 import traceback
 from pathlib import Path
 
@@ -40,6 +46,31 @@ def measure_rows(path: Path, rows: list, measure) -> None:
     except Exception:
         print(f"FAILED\n{traceback.format_exc()}", flush=True)
     save()
+
+
+def find_ncu() -> str | None:
+    """ncu on PATH, else CUDA's default install; None (and a line saying so) where neither has it."""
+    exe = shutil.which("ncu") or next((p for p in ("/usr/local/cuda/bin/ncu",) if Path(p).exists()), None)
+    if exe is None:
+        print("ncu: not found on PATH nor in /usr/local/cuda/bin", flush=True)
+    return exe
+
+
+def ncu_metrics(exe: str, kernel_regex: str, metrics, target: list, csv_path: Path, name: str,
+                timeout: float) -> dict:
+    """ncu's ``metrics`` of the third launch of a kernel matching ``kernel_regex`` in ``python -m *target``
+    (``--clock-control none``): {metric name: (value, unit)}; ncu's CSV written to ``csv_path``; where it gave
+    none, ncu's output printed under ``name`` and {} returned. A timeout raises ``subprocess.TimeoutExpired``."""
+    argv = [exe, "--clock-control", "none", "-k", f"regex:{kernel_regex}", "--launch-skip", "2", "--launch-count",
+            "1", "--csv", "--metrics", ",".join(metrics), sys.executable, "-m", *target]
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    csv_path.write_text(p.stdout)
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith('"')]
+    found = {r["Metric Name"]: (r["Metric Value"], r["Metric Unit"])
+             for r in csv.DictReader(io.StringIO("\n".join(lines)))}
+    if not found:
+        print(f"ncu {name}: rc {p.returncode}, no metrics:", p.stdout[-1500:], p.stderr[-1500:], flush=True)
+    return found
 
 
 def shape(L: int = 8192) -> dict:

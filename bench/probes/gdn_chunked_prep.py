@@ -176,14 +176,25 @@ def measure(shapes: dict, variants: dict, rows: list, deadline: float, save) -> 
         save()
 
 
+def ms_cell(v) -> str:
+    """A table cell of a row's value: ms to four places, else what the row holds ("failed", a check) or "-"."""
+    return f"{v:9.4f}" if isinstance(v, float) else f"{'-' if v is None else v:>9}"
+
+
+def spread_lines(rows: list) -> list[str]:
+    """The line under a table of ``timing_step`` rows: (max - min) / median over the timings, the largest and the
+    median ([] without timings)."""
+    spreads = [(hi - lo) / v for *_, v, spread in rows if spread for lo, hi in [spread]]
+    if not spreads:
+        return []
+    return [f"medians of {SAMPLES} samples; (max - min) / median over the timings: largest "
+            f"{100 * max(spreads):.2f}%, median {100 * sorted(spreads)[len(spreads) // 2]:.2f}%"]
+
+
 def table(rows: list, labels: list, variants: list) -> list[str]:
     """One line per variant: the times per shape (ms) and the whole as a multiple of FLA's graph; then the
     checks against the default."""
     value = {(label, name, q): v for label, name, q, v, _ in rows}
-    spreads = [(hi - lo) / v for *_, v, spread in rows if spread for lo, hi in [spread]]
-
-    def ms(v):
-        return f"{v:9.4f}" if isinstance(v, float) else f"{'-' if v is None else v:>9}"
     short = {label: label.replace("varlen=", "").replace("T=8192", "1x8192").replace(",state=", " ")
              .replace("bfloat16", "bf16").replace("float32", "fp32") for label in labels}
     bf16 = {label: "bfloat16" in label for label in labels}
@@ -196,13 +207,11 @@ def table(rows: list, labels: list, variants: list) -> list[str]:
         for label in labels:
             fla, whole = value.get((label, "fla", "whole")), value.get((label, name, "whole"))
             ratio = f"{whole / fla:5.2f}x" if isinstance(whole, float) and isinstance(fla, float) else f"{'-':>6}"
-            pre = f" {ms(value.get((label, name, 'pre-state')))} {ms(value.get((label, name, 'prep')))}" \
+            pre = f" {ms_cell(value.get((label, name, 'pre-state')))} {ms_cell(value.get((label, name, 'prep')))}" \
                 if bf16[label] else ""
-            line += f" |{pre} {ms(whole)} {ratio}"
+            line += f" |{pre} {ms_cell(whole)} {ratio}"
         lines.append(line)
-    if spreads:
-        lines.append(f"medians of {SAMPLES} samples; (max - min) / median over the timings: largest "
-                     f"{100 * max(spreads):.2f}%, median {100 * sorted(spreads)[len(spreads) // 2]:.2f}%")
+    lines += spread_lines(rows)
     lines += ["", f"{'variant':26} output / pool against the default's"]
     for name in variants:
         lines.append(f"{name:26} " + "; ".join(f"{short[label]}: {value.get((label, name, 'check'), '-')}"

@@ -15,17 +15,13 @@ is printed last:
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
-import shutil
-import subprocess
 import sys
 import traceback
 from pathlib import Path
 
-from bench.probes.common import measure_rows
-from bench.probes.gdn_chunked_prep import _pre_state, fla_rows, timing_step
+from bench.probes.common import find_ncu, measure_rows, ncu_metrics
+from bench.probes.gdn_chunked_prep import _pre_state, fla_rows, ms_cell, spread_lines, timing_step
 from bench.probes.gdn_chunked_variants import _diff, _load, _staged
 
 SHAPES = ("T=8192,state=bfloat16", "varlen=4x2048,state=bfloat16", "T=8192,state=float32",
@@ -114,29 +110,20 @@ def ncu_target(baseline: str, version: str, label: str) -> int:
 def ncu(out: Path, baseline: str, labels: list) -> dict:
     """ncu's ``NCU_METRICS`` of the third state pass of the baseline and ours at each shape of ``labels``:
     {label: {version: {metric: (value, unit)}}}; each run's CSV kept under ``out``."""
-    exe = shutil.which("ncu") or next((p for p in ("/usr/local/cuda/bin/ncu",) if Path(p).exists()), None)
+    exe = find_ncu()
     if exe is None:
-        print("ncu: not found on PATH nor in /usr/local/cuda/bin", flush=True)
         return {}
     result = {}
     for label in labels:
         for version in ("baseline", "ours"):
-            argv = [exe, "--clock-control", "none", "-k", "regex:_state_kernel", "--launch-skip", "2",
-                    "--launch-count", "1", "--csv", "--metrics", ",".join(NCU_METRICS), sys.executable, "-m",
-                    "bench.probes.gdn_chunked_state", "--out", str(out), "--baseline", baseline,
-                    "--ncu-target", version, label]
+            target = ["bench.probes.gdn_chunked_state", "--out", str(out), "--baseline", baseline,
+                      "--ncu-target", version, label]
+            tag = f"{version}_{label}".replace("=", "").replace(",", "_").replace(" ", "_")
             try:
-                p = subprocess.run(argv, capture_output=True, text=True, timeout=60)
-                tag = f"{version}_{label}".replace("=", "").replace(",", "_").replace(" ", "_")
-                (out / f"ncu_state_{tag}.csv").write_text(p.stdout)
-                lines = [ln for ln in p.stdout.splitlines() if ln.startswith('"')]
-                metrics = {r["Metric Name"]: (r["Metric Value"], r["Metric Unit"])
-                           for r in csv.DictReader(io.StringIO("\n".join(lines)))}
+                metrics = ncu_metrics(exe, "_state_kernel", NCU_METRICS, target, out / f"ncu_state_{tag}.csv",
+                                      f"{label} {version}", 60)
                 result.setdefault(label, {})[version] = metrics
-                if not metrics:
-                    print(f"ncu {label} {version}: rc {p.returncode}, no metrics:", p.stdout[-1500:], p.stderr[-1500:],
-                          flush=True)
-                else:
+                if metrics:
                     print(f"ncu {label} {version}: " + ", ".join(f"{k}={v[0]}" for k, v in metrics.items()),
                           flush=True)
             except Exception as exc:
@@ -147,26 +134,17 @@ def ncu(out: Path, baseline: str, labels: list) -> dict:
 def table(rows: list, labels: list) -> list[str]:
     """One line per shape and version: pre-state, state pass and whole (ms), the whole over FLA's, the check."""
     value = {(label, name, q): v for label, name, q, v, _ in rows}
-    spreads = [(hi - lo) / v for *_, v, spread in rows if spread for lo, hi in [spread]]
-
-    def ms(v):
-        return f"{v:9.4f}" if isinstance(v, float) else f"{'-' if v is None else v:>9}"
     lines = [f"{'shape':30} {'version':9} {'pre-state':>9} {'state':>9} {'whole':>9} {'/FLA':>6}  check"]
     for label in labels:
         fla = value.get((label, "fla", "whole"))
-        lines.append(f"{label:30} {'fla':9} {'':>9} {'':>9} {ms(fla)}")
+        lines.append(f"{label:30} {'fla':9} {'':>9} {'':>9} {ms_cell(fla)}")
         for name in VERSIONS:
             whole = value.get((label, name, "whole"))
             ratio = f"{whole / fla:5.2f}x" if isinstance(whole, float) and isinstance(fla, float) else f"{'-':>6}"
-            lines.append(f"{label:30} {name:9} {ms(value.get((label, name, 'pre-state')))} "
-                         f"{ms(value.get((label, name, 'state')))} {ms(whole)} {ratio}  "
+            lines.append(f"{label:30} {name:9} {ms_cell(value.get((label, name, 'pre-state')))} "
+                         f"{ms_cell(value.get((label, name, 'state')))} {ms_cell(whole)} {ratio}  "
                          f"{value.get((label, name, 'check'), '')}")
-    if spreads:
-        from bench.probes.gdn_chunked_prep import SAMPLES
-
-        lines.append(f"medians of {SAMPLES} samples; (max - min) / median over the timings: largest "
-                     f"{100 * max(spreads):.2f}%, median {100 * sorted(spreads)[len(spreads) // 2]:.2f}%")
-    return lines
+    return lines + spread_lines(rows)
 
 
 def ncu_table(result: dict) -> list[str]:

@@ -25,10 +25,7 @@ Steps (each catches its failure, prints it and goes on; everything under ``--out
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
-import shutil
 import subprocess
 import sys
 import time
@@ -36,6 +33,8 @@ import traceback
 from pathlib import Path
 
 import numpy as np
+
+from bench.probes.common import find_ncu, ncu_metrics
 
 DTYPES = ("float32", "bfloat16", "float16")
 # sm_90 spec decode tile variants (``gdn_decode_sm90.spec_config``); "portable-bv16": today's kernel at V block 16
@@ -214,25 +213,14 @@ def ncu_target(kernel: str) -> int:
 
 
 def ncu(out: Path) -> dict:
-    exe = shutil.which("ncu") or next((p for p in ("/usr/local/cuda/bin/ncu",) if Path(p).exists()), None)
+    exe = find_ncu()
     if exe is None:
-        print("ncu: not found on PATH nor in /usr/local/cuda/bin", flush=True)
         return {}
     result = {}
     for kernel, regex in KERNELS.items():
-        argv = [exe, "--clock-control", "none", "-k", f"regex:{regex}", "--launch-skip", "2", "--launch-count", "1",
-                "--csv", "--metrics", ",".join(NCU_METRICS), sys.executable, "-m", "bench.probes.gdn_spec_sm90",
-                "--ncu-target", kernel]
         try:
-            p = subprocess.run(argv, capture_output=True, text=True, timeout=120)
-            (out / f"ncu_{kernel}.csv").write_text(p.stdout)
-            lines = [ln for ln in p.stdout.splitlines() if ln.startswith('"')]
-            metrics = {}
-            for r in csv.DictReader(io.StringIO("\n".join(lines))):
-                metrics[r["Metric Name"]] = (r["Metric Value"], r["Metric Unit"])
-            result[kernel] = metrics
-            if not metrics:
-                print(f"ncu {kernel}: rc {p.returncode}, no metrics:", p.stdout[-1500:], p.stderr[-1500:], flush=True)
+            target = ["bench.probes.gdn_spec_sm90", "--ncu-target", kernel]
+            result[kernel] = ncu_metrics(exe, regex, NCU_METRICS, target, out / f"ncu_{kernel}.csv", kernel, 120)
         except Exception as exc:
             print(f"ncu {kernel}: {type(exc).__name__}: {exc}"[:500], flush=True)
     (out / "ncu.json").write_text(json.dumps(result, indent=1))
