@@ -173,12 +173,13 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"--prices {args.prices}: expected a prices.json file")
         use_prices(args.prices)
     with tempfile.TemporaryDirectory() as scratch:
-        lab_prices = estimate.PRICES
+        lab_prices, read = estimate.PRICES, {}   # read: each run folder read once for every fit
         try:
             for run_dir in args.run_dirs:
                 if args.leave_one_out:
                     others = Path(scratch) / "prices.json"
-                    pricing.write_prices(others, [d for d in args.run_dirs if d != run_dir], f"all but {run_dir}")
+                    pricing.write_prices(others, [d for d in args.run_dirs if d != run_dir], f"all but {run_dir}",
+                                         cache=read)
                     use_prices(others)
                 _print_replay(run_dir, args)
         finally:

@@ -116,12 +116,18 @@ def cpu_timed_where_possible(runs: list[tuple[dict, list[dict]]]) -> list[list[d
             else [r for r in recs if r["backend"] not in timed[_machine(info)]] for info, recs in runs]
 
 
-def fit_runs(run_dirs: list[Path], only: set | None = None
+def fit_runs(run_dirs: list[Path], only: set | None = None, cache: dict | None = None
              ) -> tuple[dict[str, Price], dict[str, dict[str, Price]], list[dict], int]:
     """(backend -> Price from every run, machine kind -> backend -> Price from the runs of machines
     of that kind (``estimate.machine_kind``), one description per run, the number of records priced
-    from) of the run folders together (``cpu_timed_where_possible``); ``only``: these backends alone."""
-    read = [_run(Path(d)) for d in run_dirs]
+    from) of the run folders together (``cpu_timed_where_possible``); ``only``: these backends alone;
+    ``cache``: run folder -> what ``_run`` read of it, filled as folders are read (several fits of
+    overlapping folders read each once)."""
+    cache = {} if cache is None else cache
+    for d in map(Path, run_dirs):
+        if d not in cache:
+            cache[d] = _run(d)
+    read = [cache[Path(d)] for d in run_dirs]
     kept = cpu_timed_where_possible([(info, recs) for info, recs, _ in read])
     cells = {i: c for _, _, cs in read for i, c in cs.items()}
     wanted = set(registry.backends()) & (only or set(registry.backends()))
@@ -146,11 +152,11 @@ def _where(info: dict) -> dict:
 
 
 def write_prices(path: Path, run_dirs: list[Path], note: str = "", only: set | None = None,
-                 old: dict | None = None) -> tuple[int, int]:
+                 old: dict | None = None, cache: dict | None = None) -> tuple[int, int]:
     """Write a prices.json at ``path`` fitted from the run folders (``fit_runs``); with ``only``, those
-    backends refit and every other price of ``old`` (a prices.json's content) kept. Returns (backends
-    refit, records priced from)."""
-    fitted, by_kind, runs, n_records = fit_runs(run_dirs, only)
+    backends refit and every other price of ``old`` (a prices.json's content) kept; ``cache`` as ``fit_runs``.
+    Returns (backends refit, records priced from)."""
+    fitted, by_kind, runs, n_records = fit_runs(run_dirs, only, cache)
     prices = {n: _as_json(price) for n, price in fitted.items()}
     machines = {kind: {n: _as_json(price) for n, price in section.items()} for kind, section in by_kind.items()}
     n_refit = len(prices)

@@ -447,7 +447,7 @@ def test_a_leave_one_out_replay_prices_each_run_from_the_other_runs_alone(tmp_pa
         assert runner.run(sel, d, executor=executors.LocalExecutor(jobs=1), stream=io.StringIO()).exit_status == 0
     fitted_on, write = [], pricing.write_prices
     monkeypatch.setattr(pricing, "write_prices",
-                        lambda path, dirs, *a: fitted_on.append(list(dirs)) or write(path, dirs, *a))
+                        lambda path, dirs, *a, **kw: fitted_on.append(list(dirs)) or write(path, dirs, *a, **kw))
     lab_prices = estimate.PRICES
     assert eta_replay.main(["--leave-one-out", "--summary", *map(str, runs)]) == 0
     assert fitted_on == [[runs[1]], [runs[0]]] and estimate.PRICES == lab_prices
