@@ -1,7 +1,8 @@
 """The sm_90 Gluon decode (``tq_decode_sm90``) in configurations beside the registry's
 ``turboquant/decode`` bench (its default ``triton-sm90``, the portable grouped decode, SDPA, the
 ceilings), in the same run, registered for this run only: register prefetch (stages 1) and cp.async rings
-(stages 3 and 4), BLOCK_N 16 and 32, split counts, float16 value codes as integers, and, with
+(stages 2 to 4), BLOCK_N 16 and 32, split counts, the earlier default (8 programs a multiprocessor, 4 stages),
+float16 value codes as integers, and, with
 ``--previous FILE``, an earlier version of the kernel's module (its default configuration, bfloat16).
 Before timing, the largest error of each configuration against the exact (fp32) grouped decode at a
 small shape with the bench's kernel constants (so the timing reuses the compiled kernels), bfloat16 and
@@ -16,11 +17,17 @@ import importlib.util
 import sys
 from pathlib import Path
 
-# name -> decode_sm90 options (None: the previous version's module)
-CONFIGS = {"sm90-r1-n16": dict(stages=1), "sm90-r3-n16": dict(stages=3), "sm90-r1-n32": dict(stages=1, block_n=32),
-           "sm90-r3-n32": dict(stages=3, block_n=32), "sm90-r4-n32": dict(stages=4, block_n=32),
-           "sm90-r4-n16-s8": dict(num_kv_splits=8), "sm90-r4-n16-s12": dict(num_kv_splits=12),
-           "sm90-r4-n32-s8": dict(stages=4, block_n=32, num_kv_splits=8), "sm90-r4-n16-int": dict(fp16_values="integer")}
+# name -> decode_sm90 options (None: the previous version's module); r: ring stages (1: register prefetch), n: BLOCK_N,
+# s: splits (else ``programs_per_sm``'s), pps: programs a multiprocessor
+CONFIGS = {"sm90-r1-n16": dict(stages=1, block_n=16), "sm90-r3-n16": dict(stages=3, block_n=16),
+           "sm90-r1-n32": dict(stages=1, block_n=32), "sm90-r3-n32": dict(stages=3, block_n=32),
+           "sm90-r4-n32": dict(stages=4, block_n=32), "sm90-r4-n16-s8": dict(stages=4, block_n=16, num_kv_splits=8),
+           "sm90-r4-n16-s12": dict(stages=4, block_n=16, num_kv_splits=12),
+           "sm90-r4-n32-s8": dict(stages=4, block_n=32, num_kv_splits=8),
+           "sm90-r4-n16-int": dict(stages=4, block_n=16, fp16_values="integer"),
+           "sm90-r4-n32-pps8": dict(stages=4, block_n=32, programs_per_sm=8),
+           "sm90-r3-n32-s4": dict(stages=3, block_n=32, num_kv_splits=4),
+           "sm90-r2-n32-s6": dict(stages=2, block_n=32, num_kv_splits=6)}
 PREVIOUS = "sm90-previous"
 
 
