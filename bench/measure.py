@@ -38,13 +38,15 @@ class SetUp:
     """Rows of one bench ready to time: ``calls`` {(shape label, impl name): the prepared call}, ``skips``
     the records of the rows that do not run here. The calls hold their inputs (on the device for a GPU
     bench) as long as the set-up is held. ``keep``: a GPU call's capture (or warmed-up eager call) made at
-    its first timing replaces it in ``calls`` (its key in ``ready``), so later timings replay it."""
+    its first timing is kept in ``ready`` beside it, so later timings replay it. The prepared call stays in
+    ``calls``: a CUDA graph holds no reference to the tensors it reads and writes, so its replay is safe only
+    while the call that allocated them is held."""
     bench: Bench
     chosen: dict[str, Impl]
     labels: list[str]
     keep: bool = False
     calls: dict[tuple[str, str], object] = field(default_factory=dict)
-    ready: set[tuple[str, str]] = field(default_factory=set)
+    ready: dict[tuple[str, str], object] = field(default_factory=dict)
     skips: list[Record] = field(default_factory=list)
 
 
@@ -126,12 +128,12 @@ def _ticking(fns: dict, tick):
 def _gpu_times(s: SetUp, key: tuple[str, str], reps: int, tick):
     """``reps`` samples of the GPU row ``key``: its capture (or warmed-up eager call), made now unless
     the set-up kept it from an earlier timing."""
-    fn = s.calls[key]
-    if key not in s.ready:
-        fn = timing.capture(fn) if s.chosen[key[1]].timing == "cuda-graph" else timing.eager(fn)
+    fn = s.ready.get(key)
+    if fn is None:
+        call = s.calls[key]
+        fn = timing.capture(call) if s.chosen[key[1]].timing == "cuda-graph" else timing.eager(call)
         if s.keep:
-            s.calls[key] = fn
-            s.ready.add(key)
+            s.ready[key] = fn
     t = timing.samples(fn, reps)
     if tick is not None:
         tick("/".join(key))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import json
 import tomllib
+import weakref
 
 import numpy as np
 import pytest
@@ -136,8 +137,9 @@ def test_aa_of_the_gated_rows_writes_the_rates_into_the_gates_file(tmp_path, mon
 
 
 def _toy_gpu_bench(monkeypatch, counts):
-    """A GPU bench "toy/gpu" with one shape and three rows, run on the CPU: ``bench.timing``'s capture,
-    eager warm-up and samples replaced by counters, each sample the value the row's call returns (seconds):
+    """A GPU bench "toy/gpu" with one shape and three rows, run on the CPU: ``bench.timing``'s capture (a
+    replay that, like a CUDA graph's, fails once the captured call is no longer held), eager warm-up and
+    samples replaced by counters, each sample the value the row's call returns (seconds):
     ``steady`` 2 ms, ``fast`` 1 ms (timed as eager calls), ``wobbly`` 1 and 3 ms in turn for 5 samples (its
     gate straddles), then 3 ms for 5 (measured again, it passes)."""
     from bench import timing
@@ -159,6 +161,18 @@ def _toy_gpu_bench(monkeypatch, counts):
         counts[name] += 1
         return fn
 
+    def graph_replay(fn):
+        """Like a CUDA graph's replay: it holds no reference to the tensors the call allocated, so it fails
+        once nothing else holds the call."""
+        held = weakref.ref(fn)
+
+        def replay():
+            call = held()
+            if call is None:
+                raise RuntimeError("replay of a captured call nothing holds: its tensors are freed")
+            return call()
+        return replay
+
     bench = Bench(name="toy/gpu", device="gpu", shapes={"s": {}}, cost=lambda shape: Cost(bytes=1, flops=1),
                   inputs=inputs, reps=5)
     impls = {"steady": Impl("toy/gpu", "steady", "ours", prepare([2e-3])),
@@ -166,7 +180,7 @@ def _toy_gpu_bench(monkeypatch, counts):
              "wobbly": Impl("toy/gpu", "wobbly", "ours", prepare([1e-3, 3e-3, 1e-3, 3e-3, 1e-3] + [3e-3] * 5))}
     monkeypatch.setitem(registry._BENCHES, bench.name, bench)
     monkeypatch.setitem(registry._IMPLS, bench.name, impls)
-    monkeypatch.setattr(timing, "capture", lambda fn: counted("capture", fn))
+    monkeypatch.setattr(timing, "capture", lambda fn: counted("capture", graph_replay(fn)))
     monkeypatch.setattr(timing, "eager", lambda fn: counted("eager", fn))
     monkeypatch.setattr(timing, "samples", lambda fn, reps: counted("samples", np.array([fn() for _ in range(reps)])))
 
