@@ -69,6 +69,22 @@ class Price:
         """The price of ``cell``'s op where one was measured, else this one."""
         return self.ops.get(f"{cell.family}/{cell.op}", self)
 
+    def at(self, cell: Cell) -> float:
+        """Seconds of ``cell`` at the price of its op (``of``), startup apart."""
+        p = self.of(cell)
+        return p.pair_s + p.call_s * cell_calls(cell) + p.work_s * cell_work(cell)
+
+
+SETUP = "(cell setup)"   # the prices' name for a cell's setup in a worker (a record's ``setup_s``)
+
+
+def worker_env(backend: registry.Backend) -> tuple:
+    """The worker environment a backend runs in: its environment variables and whether it uses a GPU.
+    The local pool runs a cell's backends of one environment in turn on one worker (an *item*,
+    ``workers.items``), and the item's first pair draws the cell's inputs and computes its oracles
+    (``setup_s``) for the rest."""
+    return tuple(sorted(backend.env.items())), backend.uses_gpu
+
 
 @lru_cache(maxsize=1)
 def _prices_file() -> dict:
@@ -153,9 +169,17 @@ def price(backend: registry.Backend, machine: str | None = None) -> Price:
 
 def first_estimate(cell: Cell, backend: registry.Backend, machine: str | None = None) -> float:
     """Seconds the backend is expected to take on the cell, before any record of it, its worker's
-    startup apart: ``price(backend, machine)`` of the cell's op at the cell's calls and work."""
-    p = price(backend, machine).of(cell)
-    return p.pair_s + p.call_s * cell_calls(cell) + p.work_s * cell_work(cell)
+    startup and the cell's setup apart: ``price(backend, machine)`` of the cell's op at the cell's
+    calls and work."""
+    return price(backend, machine).at(cell)
+
+
+def setup_estimate(cell: Cell, machine: str | None = None) -> float:
+    """Seconds a worker's first pair of the cell spends drawing its inputs and computing its oracles
+    (``setup_s``), whatever the backend: the measured price of ``SETUP`` (on a ``machine`` of that
+    kind: ``measured_prices``) at the cell's calls and work; 0 where none was measured."""
+    p = measured_prices(machine).get(SETUP)
+    return p.at(cell) if p is not None else 0.0
 
 
 def startup_estimate(backend: registry.Backend, machine: str | None = None) -> float:
@@ -290,15 +314,24 @@ class Estimator:
 
     def _plan(self, pending: list[tuple[Cell, registry.Backend]]) -> None:
         """The pairs left: each one's first estimate (``_first``), per (backend, size class) their sum
-        (``left``), per backend their number (``n_left``) and its worker startup price."""
+        (``left``), per backend their number (``n_left``) and its worker startup price; and the
+        setup of each item left (a cell's backends of one ``worker_env``: ``_setups``, summed in
+        ``left`` under ``SETUP``), which its first pair to begin pays."""
         self.left: Counter = Counter()
         self.n_left: Counter = Counter()
         self._first: dict[tuple[str, str], float] = {}
+        self._item_of: dict[tuple[str, str], tuple] = {}   # (cell id, backend) -> its item
+        self._setups: dict[tuple, float] = {}               # item not begun -> its setup estimate
+        self._setup_of: dict[tuple[str, str], float] = {}   # (cell id, backend) in flight -> the setup it pays
         for cell, b in pending:
             self._first[cell.id, b.name] = est = first_estimate(cell, b, self.machine)
             self.left[b.name, size_class(est)] += est
             self.n_left[b.name] += 1
             self.startup_s[b.name] = startup_estimate(b, self.machine)
+            item = self._item_of[cell.id, b.name] = (cell.id, worker_env(b))
+            if item not in self._setups:
+                self._setups[item] = setup = setup_estimate(cell, self.machine)
+                self.left[SETUP, size_class(setup)] += setup
 
     def replan(self, pending: list[tuple[Cell, registry.Backend]]) -> None:
         """The pairs left are now ``pending`` (a time budget chose again); rates learned so far stay."""
@@ -309,10 +342,11 @@ class Estimator:
         """Estimated seconds of work left at the prices, before any rescaling: the progress bar's unit."""
         return sum(self.left.values()) + sum(n * self.startup_s[b] for b, n in self.startups_left.items())
 
-    def weight(self, record: dict) -> float:
-        """The estimated seconds of work a finished record stands for (a skip: none)."""
+    def weight(self, record: dict, setup: float = 0.0) -> float:
+        """The estimated seconds of work a finished record stands for (a skip: none), ``setup`` the
+        estimated setup it paid."""
         est = self._first.get((record["id"], record["backend"]), 0.0)
-        return est + (self.startup_s.get(record["backend"], 0.0) if record.get("first_in_worker") else 0.0)
+        return est + setup + (self.startup_s.get(record["backend"], 0.0) if record.get("first_in_worker") else 0.0)
 
     def _prior(self, backend: str) -> tuple[float, float]:
         """(seconds, rate) the backend's rate starts from: a measured price at ``start_rate`` for
@@ -371,6 +405,9 @@ class Estimator:
         elsewhere) is in flight only here."""
         for b in backends:
             self._ended(cell_id, b)
+            item = self._item_of.get((cell_id, b))
+            if item in self._setups:   # the first of its item: it draws the cell's inputs and oracles
+                self._setup_of[cell_id, b] = self._setups.pop(item)
         r = self.running[slot] = Running(slot, cell_id, list(backends), self.clock() if since is None else since,
                                          first_in_worker)
         r.predicted = self.prediction(r)
@@ -389,16 +426,28 @@ class Estimator:
         self.overruns += [wall / r.predicted for r in self.running.values()
                           if r.cell_id == record["id"] and r.backends == [record["backend"]] and r.predicted > 0]
         self._ended(record["id"], record["backend"])
-        weight = self.weight(record)
-        est = self._first.pop((record["id"], record["backend"]), None)
+        key = record["id"], record["backend"]
+        item = self._item_of.get(key)
+        setup = self._setup_of.pop(key, None)
+        if setup is None:   # not told it began: the first record of its item paid its setup
+            setup = self._setups.pop(item, 0.0) if item in self._setups else 0.0
+        weight = self.weight(record, setup)
+        est = self._first.pop(key, None)
         if est is None:
             return weight
         b = record["backend"]
         self.left[b, size_class(est)] -= est
+        self.left[SETUP, size_class(setup)] -= setup
         self.n_left[b] -= 1
         if record.get("first_in_worker") and self.startups_left[b] > 0:
             self.startups_left[b] -= 1
-        self._observe(b, est, wall, bool(record.get("first_in_worker")))
+        first = bool(record.get("first_in_worker"))
+        measured = record.get("setup_s")
+        if setup and measured is not None:   # the setup it measured teaches the setup's rate apart
+            self._observe(SETUP, setup, float(measured), False)
+            self._observe(b, est, max(0.0, wall - float(measured)), first)
+        else:   # the setup unmeasured (an older record): in its pair's time and estimate together
+            self._observe(b, est + setup, wall, first)
         return weight
 
     def compile_per_pair(self, backend: str) -> float:
@@ -467,6 +516,8 @@ class Estimator:
         """Per (backend, size class) the first estimates, and per backend the number and the worker
         startups of the pairs left that are not in flight."""
         left, n_left, startups = Counter(self.left), Counter(self.n_left), Counter(self.startups_left)
+        for setup in self._setup_of.values():
+            left[SETUP, size_class(setup)] -= setup
         for r in self.running.values():
             for b in r.backends:
                 if (r.cell_id, b) in self._first:
@@ -480,11 +531,13 @@ class Estimator:
         at their size classes' rates, and a worker's first pair its startup at its backend's rate
         (what first pairs teach: a backend's first pairs are each worker's imports and first
         compiles, whatever the cell; a long chain that is a worker's first pair runs its calls as
-        the backend's pairs of its size do), a steady pair the compile time it is expected to meet."""
+        the backend's pairs of its size do), a steady pair the compile time it is expected to meet;
+        the first pair of an item its cell's setup at the setup's rate."""
         total = 0.0
         for b in r.backends:
             est = self._first.get((r.cell_id, b), 0.0)
-            total += est * self.backend_rate(b, size_class(est))
+            setup = self._setup_of.get((r.cell_id, b), 0.0)
+            total += est * self.backend_rate(b, size_class(est)) + setup * self.backend_rate(SETUP, size_class(setup))
             if r.first_in_worker:
                 total += self.startup_s.get(b, 0.0) * self.backend_rate(b)
             else:
@@ -528,15 +581,20 @@ class Estimator:
 
     def remaining(self) -> float:
         """Seconds left: the work left (pairs in flight by ``running_left``) divided among the
-        workers, and at least the longest pair left (at its size class's rate) or in flight (a few
-        long chains on many workers end when the longest does)."""
-        longest_est: dict[tuple[str, int], float] = {}   # (backend, size class) -> its longest pair left
+        workers, and at least the longest pair left (at its size class's rate, with its item's
+        setup where the item has not begun) or in flight (a few long chains on many workers end
+        when the longest does)."""
+        rates: dict[tuple[str, int], float] = {}
+
+        def at_rate(backend: str, est: float) -> float:
+            k = backend, size_class(est)
+            if k not in rates:
+                rates[k] = self.backend_rate(*k)
+            return est * rates[k]
+
         flying = self._in_flight()
-        for key, est in self._first.items():
-            if key not in flying:
-                k = key[1], size_class(est)
-                longest_est[k] = max(est, longest_est.get(k, 0.0))
-        longest = max((est * self.backend_rate(b, size) for (b, size), est in longest_est.items()), default=0.0)
+        longest = max((at_rate(key[1], est) + at_rate(SETUP, self._setups.get(self._item_of.get(key), 0.0))
+                       for key, est in self._first.items() if key not in flying), default=0.0)
         running = [self.running_left(r) for r in self.running.values()]
         return max((sum(self.per_backend().values()) + sum(running)) / self.jobs, longest, *running)
 

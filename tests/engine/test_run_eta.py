@@ -455,3 +455,101 @@ def test_a_leave_one_out_replay_prices_each_run_from_the_other_runs_alone(tmp_pa
     with pytest.raises(SystemExit):
         eta_replay.main(["--leave-one-out", str(runs[0])])
     assert "--leave-one-out: expected two RUN_DIRs or more" in capsys.readouterr().err
+
+
+def test_a_pairs_record_carries_the_setup_its_worker_computed_for_the_cell_once(monkeypatch):
+    """The cell's inputs (drawn in 0.05 s here) and oracles are the first pair's ``setup_s``; the
+    cell's next pair in the same worker finds them kept and records none (one of another rounding
+    model computes its own oracle); a value computed inside another's computation is counted once."""
+    import time
+
+    import tests.engine.toy_family as toy_family
+    from conformance.memo import Memo
+    from conformance.run.inprocess import run_one
+
+    draw = toy_family.make_inputs
+    monkeypatch.setattr(toy_family, "make_inputs", lambda cell: (time.sleep(0.05), draw(cell))[1])
+    memo, cell = Memo(), cells(1)[0]
+    first, second, other = (run_one(cell, name, memo) for name in ("toy-good", "toy-good", "toy-bf16-x"))
+    assert first["status"] == second["status"] == other["status"] == "pass"
+    assert 0.05 <= first["setup_s"] <= first["duration_s"] + 1.0 and second["setup_s"] == 0.0
+    assert 0.0 < other["setup_s"] < 0.05
+    nested = Memo()
+    nested.get(cell, {}, "outer", lambda: nested.get(cell, {}, "inner", lambda: time.sleep(0.05)))
+    assert 0.05 <= nested.computing_s < 0.1
+
+
+@pytest.fixture
+def with_setup(monkeypatch):
+    """Backends ``a`` and ``b`` (one worker environment) priced at 1 s a pair, a cell's setup at 4 s."""
+    monkeypatch.setattr(estimate, "measured_prices", lambda machine=None: {
+        "a": estimate.Price(pair_s=1.0), "b": estimate.Price(pair_s=1.0), estimate.SETUP: estimate.Price(pair_s=4.0)})
+    monkeypatch.setattr(estimate, "prices_core_share", lambda: 1.0)
+    return toy("a", 9.0), toy("b", 9.0)
+
+
+def test_an_items_first_pair_pays_the_cells_setup_once_and_its_measured_setup_teaches_the_setups_rate(with_setup):
+    """Three cells on ``a`` and ``b``: three setups of 4 s, one per item, each paid by the item's first
+    pair to begin; a record's ``setup_s`` teaches the setup's rate and leaves its backend's pair at
+    the rest of its time (the first pair of a 16384-step chain spent 124-250 s on the oracle where
+    the others took 20-42 s: a backend's rate would otherwise take the oracle for its kernel)."""
+    a, b = with_setup
+    cs = cells(3)
+    clock = [0.0]
+    est = estimate.Estimator([(c, x) for c in cs for x in (a, b)], jobs=1, share=1.0, clock=lambda: clock[0])
+    assert est.work_left() == pytest.approx(6 * 1.0 + 3 * 4.0)
+    est.began("slot 0", cs[0].id, ["a"], since=0.0, first_in_worker=False)
+    assert est.running["slot 0"].predicted == pytest.approx(1.0 + 4.0)
+    clock[0] = 11.0
+    assert est.done({**rec(cs[0], "a", 11.0), "setup_s": 9.0}) == pytest.approx(5.0)
+    est.began("slot 0", cs[0].id, ["b"], since=11.0, first_in_worker=False)
+    assert est.running["slot 0"].predicted == pytest.approx(1.0 * est.backend_rate("b"))   # the setup is paid
+    setup_rate = (9.0 + est.PRIOR_S) / (4.0 + est.PRIOR_S)
+    assert est.backend_rate(estimate.SETUP) == pytest.approx(setup_rate) and est.backend_rate("a") == pytest.approx(
+        (2.0 + est.PRIOR_S) / (1.0 + est.PRIOR_S))
+    assert est.per_backend()[estimate.SETUP] == pytest.approx(2 * 4.0 * setup_rate)
+
+
+def test_a_record_without_setup_s_pays_its_items_setup_in_its_time(with_setup):
+    """An older record (no ``setup_s``), not told when it began: the first of its item to come pays the
+    item's setup, counted with its own estimate against its wall time."""
+    a, b = with_setup
+    cs = cells(2)
+    est = estimate.Estimator([(c, x) for c in cs for x in (a, b)], jobs=1, share=1.0)
+    assert est.done(rec(cs[0], "b", 10.0)) == pytest.approx(5.0)
+    assert est.done(rec(cs[0], "a", 2.0)) == pytest.approx(1.0)
+    assert est.rate["b"] == pytest.approx((10.0 + est.PRIOR_S) / (5.0 + est.PRIOR_S))
+
+
+def test_the_longest_pair_left_counts_its_items_setup(with_setup):
+    """One cell on ``a`` and ten workers: the run takes at least the setup and the pair (5 s), not the
+    pair alone."""
+    a, _ = with_setup
+    est = estimate.Estimator([(cells(1)[0], a)], jobs=10, share=1.0)
+    assert est.remaining() == pytest.approx(5.0)
+
+
+def test_a_budget_pays_a_cells_setup_once_per_item(with_setup):
+    """``a`` and ``b`` on one cell cost 1 + 1 s and the cell's 4-s setup once: 6 s fit, 5.9 do not."""
+    from conformance.run import budget
+
+    a, b = with_setup
+    c = cells(1)[0]
+    assert budget.choose([(c, a), (c, b)], 6.0, 1)[1] == []
+    assert len(budget.choose([(c, a), (c, b)], 5.9, 1)[1]) == 1
+
+
+def test_pricing_leaves_an_items_setup_out_of_its_first_pairs_time_and_prices_it_apart():
+    """Each cell's first pair (an item of one backend) took 3 s, 2 of them its measured setup: the
+    backend is priced at 1 s a pair and the setup at 2 s a cell; an older record of such a pair,
+    without ``setup_s``, has the setup price taken from its time."""
+    from conformance.run import pricing
+
+    cs = cells(6)
+    new = [{"id": c.id, "backend": "m", "status": "pass", "wall_s": 3.0, "setup_s": 2.0} for c in cs]
+    old = [{"id": c.id, "backend": "n", "status": "pass", "wall_s": 3.5} for c in cs]
+    prices = pricing.fit(new + old, {c.id: c for c in cs}, firsts={id(r) for r in new + old})
+    assert prices[estimate.SETUP].at(cs[0]) == pytest.approx(2.0, rel=1e-3)
+    assert prices["m"].at(cs[0]) == pytest.approx(1.0, rel=1e-3)
+    assert prices["n"].at(cs[0]) == pytest.approx(1.5, rel=1e-3)
+    assert estimate.SETUP not in pricing.fit(new, {c.id: c for c in cs})   # no item firsts told: none priced
