@@ -413,7 +413,7 @@ def test_a_machine_kind_takes_the_prices_fitted_on_its_own_runs_and_sharding_the
                                       "gpus": [{"name": "G"}] if kind == "gpu" else [], "git": {"commit": "c"},
                                       "started": "now"},
                                      [{"id": c.id, "backend": "m", "status": "pass", "wall_s": wall, "cpu_s": wall}
-                                      for c in cs], {c.id: c for c in cs})
+                                      for c in cs], {c.id: c for c in cs}, set())
               for kind, wall in (("gpu", 1.0), ("cpu", 0.05))}
     monkeypatch.setattr(pricing, "_run", lambda run_dir: by_dir[str(run_dir)])
     monkeypatch.setattr(pricing.registry, "backends", lambda: {"m": None})
