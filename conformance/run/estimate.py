@@ -236,7 +236,13 @@ class Estimator:
     two thirds of its price). A
     worker's first pair of a backend pays the backend's startup price too, once per worker (at most
     ``jobs`` of them in each of the run's ``stages``: a budgeted run's second stage starts its
-    workers afresh, and on the 2-core machine its first pairs were a third of that stage's time). Compile and autotune time is counted apart: a pair over ``OUTLIER`` times the
+    workers afresh, and on the 2-core machine its first pairs were a third of that stage's time).
+    A cell's setup (its inputs and oracles: ``setup_estimate``) is paid once per item (the cell's
+    backends of one ``worker_env``), by the item's first pair to begin (or, not told of starts, the
+    first record of it to come), and is rated as a backend of its own, ``SETUP``, from records'
+    ``setup_s``: the pair teaches its backend's rate by the rest of its time (the first pair of a
+    16384-step chain spent 124-250 s on the oracle where the cell's other pairs took 20-42 s); a
+    record without ``setup_s`` counts the setup with its own estimate against its wall time. Compile and autotune time is counted apart: a pair over ``OUTLIER`` times the
     rate's prediction, once the rate rests on ``PRIOR_S`` of finished work (a new shape compiled or
     autotuned), adds only its time above the prediction to
     the backend's compile time, so one long JIT does not rescale every pair left. Pairs left are
