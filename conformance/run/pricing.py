@@ -14,7 +14,9 @@ wall times count the other jobs' time too (a 2-core ci run beside other jobs too
 the CPU time of its pairs in the machine's other runs). ``run_core_share``: the median over pairs of
 CPU over wall time, how busy the machine was. The prices are fitted on every run together
 (``backends``, the same on every machine) and apart on the runs of each kind of machine
-(``machines``: ``gpu`` or ``cpu``, ``estimate.machine_kind``), which a run on such a machine uses.
+(``machines``: ``gpu`` or ``cpu``, ``estimate.machine_kind``), which a run on such a machine uses;
+the setup is split out on the runs of each kind alone (a machine's cells and oracles are its own:
+the 2-core machine's ci cells say little of a GPU machine's long chains).
 
     python -m conformance.run.pricing RUN_DIR [RUN_DIR...] [--note TEXT]
 
@@ -167,11 +169,12 @@ def fit_runs(run_dirs: list[Path], only: set | None = None, cache: dict | None =
         runs.append({**_where(info), "backends": ran, **({"run_core_share": share} if share is not None else {})})
         by_kind.setdefault(machine_kind(info.get("gpus")), []).extend(recs)
 
-    def priced(recs: list[dict]) -> dict[str, Price]:
-        return {n: price for n, price in fit(recs, cells, firsts).items() if n in wanted}
+    def priced(recs: list[dict], split: set) -> dict[str, Price]:
+        return {n: price for n, price in fit(recs, cells, split).items() if n in wanted}
 
     every_rec = [r for recs in kept for r in recs]
-    return priced(every_rec), {kind: priced(recs) for kind, recs in sorted(by_kind.items())}, runs, len(every_rec)
+    return (priced(every_rec, set()), {kind: priced(recs, firsts) for kind, recs in sorted(by_kind.items())}, runs,
+            len(every_rec))
 
 
 def _where(info: dict) -> dict:

@@ -553,3 +553,29 @@ def test_pricing_leaves_an_items_setup_out_of_its_first_pairs_time_and_prices_it
     assert prices["m"].at(cs[0]) == pytest.approx(1.0, rel=1e-3)
     assert prices["n"].at(cs[0]) == pytest.approx(1.5, rel=1e-3)
     assert estimate.SETUP not in pricing.fit(new, {c.id: c for c in cs})   # no item firsts told: none priced
+
+
+def test_the_setup_is_priced_on_the_runs_of_a_machine_kind_that_measured_it_and_not_across_kinds(monkeypatch):
+    """A CPU machine's run measured its cells' setup, a GPU machine's older run did not: the setup is
+    priced for CPU machines alone (the 2-core machine's setup fit carried to the GPU runs' long
+    chains left 409 of 713 replayed rows within 30% against 461, 2026-12-06), and the prices of every run
+    together keep it inside the backends' time, as the GPU runs do."""
+    from conformance.run import pricing
+
+    cs = cells(6)
+
+    def run(kind, setup):
+        info = {"selection": {"tier": "ci"}, "jobs": 1, "cpu": {"model": kind, "cores": 2}, "git": {"commit": "c"},
+                "gpus": [{"name": "G"}] if kind == "gpu" else [], "started": "now"}
+        recs = [{"id": c.id, "backend": "m", "status": "pass", "wall_s": 3.0, "cpu_s": 3.0,
+                 **({"setup_s": 2.0} if setup else {})} for c in cs]
+        return info, recs, {c.id: c for c in cs}, set(map(id, recs))
+
+    by_dir = {"gpu": run("gpu", False), "cpu": run("cpu", True)}
+    monkeypatch.setattr(pricing, "_run", lambda run_dir: by_dir[str(run_dir)])
+    monkeypatch.setattr(pricing.registry, "backends", lambda: {"m": None})
+    every, by_kind, _, _ = pricing.fit_runs(list(by_dir))
+    assert estimate.SETUP not in every and every["m"].at(cs[0]) == pytest.approx(3.0, rel=1e-3)
+    assert estimate.SETUP not in by_kind["gpu"] and by_kind["gpu"]["m"].at(cs[0]) == pytest.approx(3.0, rel=1e-3)
+    assert by_kind["cpu"][estimate.SETUP].at(cs[0]) == pytest.approx(2.0, rel=1e-3)
+    assert by_kind["cpu"]["m"].at(cs[0]) == pytest.approx(1.0, rel=1e-3)
