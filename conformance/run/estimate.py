@@ -297,9 +297,10 @@ class Estimator:
 
     def __init__(self, pending: list[tuple[Cell, registry.Backend]], jobs: int, share: float = 1.0,
                  clock=time.monotonic, stages: list[list[tuple[Cell, registry.Backend]]] | None = None,
-                 machine: str | None = None):
+                 machine: str | None = None, deadline: float | None = None):
         self.jobs = max(1, min(jobs, len(pending) or 1))
         self.machine = machine   # the prices of this kind of machine (``measured_prices``)
+        self.deadline = deadline   # the clock's time by which a time budget ends the run (None: no budget)
         self.clock = clock
         self.running: dict[str, Running] = {}     # slot -> the pairs in flight there
         self.overruns: list[float] = []   # finished pairs' wall time over their prediction when they began
@@ -602,7 +603,15 @@ class Estimator:
         longest = max((at_rate(key[1], est) + at_rate(SETUP, self._setups.get(self._item_of.get(key), 0.0))
                        for key, est in self._first.items() if key not in flying), default=0.0)
         running = [self.running_left(r) for r in self.running.values()]
-        return max((sum(self.per_backend().values()) + sum(running)) / self.jobs, longest, *running)
+        return min(self.until_deadline(),
+                   max((sum(self.per_backend().values()) + sum(running)) / self.jobs, longest, *running))
+
+    def until_deadline(self) -> float:
+        """Seconds to the time budget's deadline, by which the run ends whatever is left (``inf``
+        without a budget): a budgeted run's pairs were chosen at the prices, and where they run slower
+        the deadline stops them (a 4m30s ``make conform`` on the 2-core machine, 2026-12-06, said 2m54s
+        left at 152 s and 1m09s at 247 s of a command that ended at 275 s, 133 chosen pairs not run)."""
+        return math.inf if self.deadline is None else max(0.0, self.deadline - self.clock())
 
     def compile_remaining(self) -> float:
         """The part of ``remaining`` that is expected compile and autotune time of pairs not started."""
@@ -614,13 +623,14 @@ class Estimator:
         return steady >= self.SETTLED_PAIRS and self.total - self.work_left() >= self.SETTLED_WORK * self.total
 
     def eta(self) -> str:
-        """``3m10s``, or ``2m40s-5m20s`` until it has settled (with the compile time expected in it)."""
-        left = self.remaining()
+        """``3m10s``, or ``2m40s-5m20s`` until it has settled (with the compile time expected in it);
+        no end beyond a time budget's deadline (``until_deadline``)."""
+        left, cap = self.remaining(), self.until_deadline()
         if self.settled():
             text = hms(left)
         else:
-            lo, hi = self.SPREAD
-            text = f"{hms(lo * left)}-{hms(hi * left)}"
+            lo, hi = (min(f * left, cap) for f in self.SPREAD)
+            text = hms(lo) if lo == hi else f"{hms(lo)}-{hms(hi)}"
         compile_s = self.compile_remaining()
         return text + (f" (compile/autotune {hms(compile_s)})" if compile_s >= 1 else "")
 

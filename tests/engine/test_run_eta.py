@@ -579,3 +579,16 @@ def test_the_setup_is_priced_on_the_runs_of_a_machine_kind_that_measured_it_and_
     assert estimate.SETUP not in by_kind["gpu"] and by_kind["gpu"]["m"].at(cs[0]) == pytest.approx(3.0, rel=1e-3)
     assert by_kind["cpu"][estimate.SETUP].at(cs[0]) == pytest.approx(2.0, rel=1e-3)
     assert by_kind["cpu"]["m"].at(cs[0]) == pytest.approx(1.0, rel=1e-3)
+
+
+def test_a_budgeted_runs_eta_ends_by_its_deadline():
+    """40 pairs of 5 s on one worker and a deadline 30 s away: 200 s of work, but the budget ends the
+    run in 30 s (a 4m30s ``make conform`` said 1m09s left 28 s before its deadline); the range
+    before it settles ends there too, and a run without a budget keeps the whole work."""
+    clock = [0.0]
+    pairs = [(c, toy("g", 5.0)) for c in cells(40)]
+    est = estimate.Estimator(pairs, jobs=1, clock=lambda: clock[0], deadline=30.0)
+    assert est.remaining() == pytest.approx(30.0) and est.eta() == "0m21s-0m30s"
+    clock[0] = 25.0
+    assert est.remaining() == pytest.approx(5.0)
+    assert estimate.Estimator(pairs, jobs=1, clock=lambda: clock[0]).remaining() == pytest.approx(200.0)
