@@ -78,6 +78,11 @@ class Price:
 SETUP = "(cell setup)"   # the prices' name for a cell's setup in a worker (a record's ``setup_s``)
 
 
+def in_interpreter(backend: registry.Backend) -> bool:
+    """The backend runs Triton kernels in Triton's interpreter (its ``env`` holds ``registry.INTERPRET_ENV``)."""
+    return registry.INTERPRET_ENV.items() <= dict(backend.env).items()
+
+
 def worker_env(backend: registry.Backend) -> tuple:
     """The worker environment a backend runs in: its environment variables and whether it uses a GPU.
     The local pool runs a cell's backends of one environment in turn on one worker (an *item*,
@@ -242,7 +247,13 @@ class Estimator:
     first record of it to come), and is rated as a backend of its own, ``SETUP``, from records'
     ``setup_s``: the pair teaches its backend's rate by the rest of its time (the first pair of a
     16384-step chain spent 124-250 s on the oracle where the cell's other pairs took 20-42 s); a
-    record without ``setup_s`` counts the setup with its own estimate against its wall time. Compile and autotune time is counted apart: a pair over ``OUTLIER`` times the
+    record without ``setup_s`` counts the setup with its own estimate against its wall time.
+    A backend in Triton's interpreter (``in_interpreter``) pays each kernel's first call once per
+    worker: its first pair of an op in a worker (not the worker's first pair of it) teaches the
+    steady rate by at most its prediction (in two saved runs of the 2-core machine such pairs ran a
+    median 0.8 to 11 times their price per backend, above the op's later pairs, 0.4 to 4.1 times, for
+    15 of 18 backends and runs; taken as they ran, they held the pairs left at up to twice their time
+    to the end of a run), and its whole time counts in ``totals``. Compile and autotune time is counted apart: a pair over ``OUTLIER`` times the
     rate's prediction, once the rate rests on ``PRIOR_S`` of finished work (a new shape compiled or
     autotuned), adds only its time above the prediction to
     the backend's compile time, so one long JIT does not rescale every pair left. Pairs left are
@@ -313,6 +324,12 @@ class Estimator:
         self.steady_n: Counter = Counter()        # backend -> finished pairs after a worker's first
         self.first_sums: dict[str, tuple[float, float]] = {}   # backend -> (wall, estimate) of first pairs
         self.totals: dict[str, tuple[float, float]] = {}   # backend -> (wall, estimate) of every pair, compile included
+        self._op_of: dict[str, str] = {}          # cell id -> "family/op"
+        self._interpreted: dict[str, bool] = {}   # backend -> ``in_interpreter``
+        self._ops_seen: set[tuple] = set()        # (slot, interpreted backend, op) its worker has begun
+        self._first_of_op: set[tuple[str, str]] = set()   # (cell id, backend) begun first of its op on its worker
+        self._begun: set[tuple[str, str]] = set()         # (cell id, interpreted backend) told as begun
+        self._ops_done: set[tuple[str, str]] = set()      # (backend, op) of the finished records
         self._plan(pending)
         for stage in stages or [pending]:   # each stage starts its workers afresh
             for b, n in Counter(b.name for _, b in stage).items():
@@ -331,6 +348,8 @@ class Estimator:
         self._setups: dict[tuple, float] = {}               # item not begun -> its setup estimate
         self._setup_of: dict[tuple[str, str], float] = {}   # (cell id, backend) in flight -> the setup it pays
         for cell, b in pending:
+            self._op_of[cell.id] = f"{cell.family}/{cell.op}"
+            self._interpreted[b.name] = in_interpreter(b)
             self._first[cell.id, b.name] = est = first_estimate(cell, b, self.machine)
             self.left[b.name, size_class(est)] += est
             self.n_left[b.name] += 1
@@ -370,12 +389,15 @@ class Estimator:
         """Backend -> the rate of its steady pairs (decayed sums, ``_blend``), for the backends that have one."""
         return {b: self._blend(b, w, e) for b, (w, e) in self._sums.items()}
 
-    def _observe(self, backend: str, estimate: float, wall: float, first_in_worker: bool) -> None:
+    def _observe(self, backend: str, estimate: float, wall: float, first_in_worker: bool,
+                 first_of_op: bool = False) -> None:
         full = estimate + (self.startup_s.get(backend, 0.0) if first_in_worker else 0.0)
         if full >= self.NOISE_S and (not first_in_worker or backend in measured_prices(self.machine)):
             # a declared cost model has no startup: its first pairs' compile is in no estimate
             w, e = self.totals.get(backend, (0.0, 0.0))
             self.totals[backend] = (w + wall, e + full)
+        if first_of_op:   # its excess is the op's first call in this worker, once: not the op's later pairs'
+            wall = min(wall, self._class_rate(backend, size_class(estimate))[0] * estimate)
         if first_in_worker:
             w, e = self.first_sums.get(backend, (0.0, 0.0))
             if estimate + self.startup_s.get(backend, 0.0) >= self.NOISE_S:
@@ -412,12 +434,36 @@ class Estimator:
         elsewhere) is in flight only here."""
         for b in backends:
             self._ended(cell_id, b)
+            self._begun_op(slot, cell_id, b, bool(first_in_worker))
             item = self._item_of.get((cell_id, b))
             if item in self._setups:   # the first of its item: it draws the cell's inputs and oracles
                 self._setup_of[cell_id, b] = self._setups.pop(item)
         r = self.running[slot] = Running(slot, cell_id, list(backends), self.clock() if since is None else since,
                                          first_in_worker)
         r.predicted = self.prediction(r)
+
+    def _begun_op(self, slot: str, cell_id: str, backend: str, first_in_worker: bool) -> None:
+        """Note whether the pair begun on ``slot`` is the first of its op there for an interpreted
+        backend (``first_of_op``; a worker's first pair of the backend starts the slot's ops afresh)."""
+        if not self._interpreted.get(backend):
+            return
+        if first_in_worker:
+            self._ops_seen -= {k for k in self._ops_seen if k[:2] == (slot, backend)}
+        key = slot, backend, self._op_of.get(cell_id)
+        if key not in self._ops_seen:
+            self._ops_seen.add(key)
+            if not first_in_worker:
+                self._first_of_op.add((cell_id, backend))
+        self._begun.add((cell_id, backend))
+
+    def _is_first_of_op(self, record: dict) -> bool:
+        """The finished pair of an interpreted backend was the first of its op in its worker (told of
+        starts: ``_begun_op``; else the backend's first record of the op), not its worker's first pair."""
+        key, op = (record["id"], record["backend"]), (record["backend"], self._op_of.get(record["id"]))
+        first = key in self._first_of_op if key in self._begun else op not in self._ops_done
+        self._first_of_op.discard(key)
+        self._ops_done.add(op)
+        return first and self._interpreted.get(record["backend"], False) and not record.get("first_in_worker")
 
     def _ended(self, cell_id: str, backend: str) -> None:
         for slot, r in list(self.running.items()):
@@ -448,13 +494,13 @@ class Estimator:
         self.n_left[b] -= 1
         if record.get("first_in_worker") and self.startups_left[b] > 0:
             self.startups_left[b] -= 1
-        first = bool(record.get("first_in_worker"))
+        first, first_of_op = bool(record.get("first_in_worker")), self._is_first_of_op(record)
         measured = record.get("setup_s")
         if setup and measured is not None:   # the setup it measured teaches the setup's rate apart
             self._observe(SETUP, setup, float(measured), False)
-            self._observe(b, est, max(0.0, wall - float(measured)), first)
+            self._observe(b, est, max(0.0, wall - float(measured)), first, first_of_op)
         else:   # the setup unmeasured (an older record): in its pair's time and estimate together
-            self._observe(b, est + setup, wall, first)
+            self._observe(b, est + setup, wall, first, first_of_op)
         return weight
 
     def compile_per_pair(self, backend: str) -> float:
