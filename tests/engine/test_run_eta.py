@@ -615,3 +615,19 @@ def test_an_interpreted_backends_first_pair_of_an_op_in_a_worker_does_not_raise_
     taught = (4.0 + est.PRIOR_S) / (1.0 + est.PRIOR_S)
     assert est.backend_rate("i") == pytest.approx(1.0 if interpreted else taught)
     assert est.totals["i"] == pytest.approx((5.0, 2.0))
+
+
+def test_a_budgeted_conform_expects_to_end_by_its_deadline(tmp_path, monkeypatch):
+    """toy-good priced at a minute a pair under a 10-minute budget: the pairs chosen fill it, and the
+    range said before the run ends at the deadline (not at 1.4 times the chosen pairs' time)."""
+    import time
+
+    monkeypatch.setattr(estimate, "measured_prices", lambda machine=None: {"toy-good": estimate.Price(pair_s=60.0)})
+    monkeypatch.setattr(estimate, "prices_core_share", lambda: 1.0)
+    monkeypatch.setattr(runner, "core_share", lambda load, jobs: 1.0)
+    stream = io.StringIO()
+    limit = runner.TimeBudget("10m", 600.0, time.monotonic() + 600.0)
+    runner.run(Selection(tier="ci", family="toy", backends=("toy-good",)), tmp_path / "out", jobs=1,
+               time_limit=limit, stream=stream)
+    lo, hi = re.search(r"expect (\d+)m(\d+)s-(\d+)m(\d+)s", stream.getvalue()).group(1, 3)
+    assert int(lo) >= 5 and int(hi) <= 9, stream.getvalue()   # 8 or 9 pairs chosen; 1.4 times is 11m12s+
