@@ -7,7 +7,8 @@ worker free, each pair for its recorded ``wall_s``), and what the ``Estimator`` 
 the runner's executors tell it), and learning from finished pairs only (an executor that does not
 say when pairs start). A budgeted run's second stage begins once its first has ended, on fresh
 workers, and the estimator is given its pairs then, as the runner gives it the pairs chosen
-again. A resumed folder is replayed as one uninterrupted run; pairs of cells outside the run's
+again, without the budget's deadline (``Estimator.until_deadline``: the pairs the deadline stopped
+are not in the folder). A resumed folder is replayed as one uninterrupted run; pairs of cells outside the run's
 tier (a model's shapes, captured inputs) are left out. Records of a run older than ``wall_s``
 give their ``duration_s`` (the kernel's pair without the worker's dispatch).
 
