@@ -8,6 +8,7 @@ The in-process executor (``conformance.run.inprocess``) owns one and passes it t
 from __future__ import annotations
 
 import hashlib
+import time
 from collections import OrderedDict
 from typing import Any, Callable
 
@@ -55,6 +56,19 @@ class Memo:
         self.size = size
         self._values: OrderedDict = OrderedDict()
         self._owned: dict[int, tuple[dict, str]] = {}
+        self.computing_s = 0.0   # seconds spent computing values not kept yet (a value computed inside another once)
+        self._depth = 0
+
+    def _computed(self, compute: Callable[[], Any]) -> Any:
+        """``compute()``, its time added to ``computing_s`` unless another value's computation holds it."""
+        start = time.perf_counter()
+        self._depth += 1
+        try:
+            return compute()
+        finally:
+            self._depth -= 1
+            if not self._depth:
+                self.computing_s += time.perf_counter() - start
 
     def _digest(self, inputs: Any) -> str:
         owned = self._owned.get(id(inputs))
@@ -74,8 +88,12 @@ class Memo:
         if key in self._values:
             self._values.move_to_end(key)
             return self._values[key]
-        value = make(cell)
-        self._owned[id(value)] = (value, digest(value))
+        def draw() -> tuple[dict, str]:
+            value = make(cell)
+            return value, digest(value)
+
+        value, kept = self._computed(draw)
+        self._owned[id(value)] = (value, kept)
         self._put(key, value)
         return value
 
@@ -85,7 +103,7 @@ class Memo:
         if key in self._values:
             self._values.move_to_end(key)
             return self._values[key]
-        value = compute()
+        value = self._computed(compute)
         self._put(key, value)
         return value
 

@@ -2,7 +2,8 @@
 informative first, and which are left out.
 
 The choice is greedy over the pairs' estimated seconds (``estimate.first_estimate``, plus a
-worker's startup for the first pair of each backend), within ``seconds * jobs`` worker-seconds:
+worker's startup for the first pair of each backend and the cell's setup, ``estimate.setup_estimate``,
+for the first pair of each cell and worker environment), within ``seconds * jobs`` worker-seconds:
 
 1. every (backend, op) gets its cheapest cell, so that each backend and each op of it runs;
 2. then, per (backend, op), the cell that covers most (axis value, axis value) pairs not yet covered
@@ -24,7 +25,7 @@ from collections import Counter
 from conformance import registry
 from conformance.cells import Cell
 from conformance.errors import UsageError
-from conformance.run.estimate import first_estimate, startup_estimate
+from conformance.run.estimate import first_estimate, setup_estimate, startup_estimate, worker_env
 
 UNITS = {"s": 1, "m": 60, "h": 3600}
 
@@ -57,15 +58,19 @@ def choose(pairs: list[tuple[Cell, registry.Backend]], capacity_s: float, jobs: 
     cost = {(c.id, b.name): first_estimate(c, b, machine) for c, b in pairs}
     taken: Counter = Counter()   # backend -> pairs chosen (the first ``jobs`` of them may each start a worker)
     chosen: set[tuple[str, str]] = set()
+    set_up: set[tuple] = set()   # (cell id, worker environment) of the items chosen
 
     def take(cell: Cell, b: registry.Backend) -> bool:
         nonlocal left
-        price = cost[cell.id, b.name] + (startup_estimate(b, machine) if taken[b.name] < jobs else 0.0)
+        item = cell.id, worker_env(b)
+        price = (cost[cell.id, b.name] + (startup_estimate(b, machine) if taken[b.name] < jobs else 0.0)
+                 + (setup_estimate(cell, machine) if item not in set_up else 0.0))
         if price > left:
             return False
         left -= price
         taken[b.name] += 1
         chosen.add((cell.id, b.name))
+        set_up.add(item)
         return True
 
     groups: dict[tuple[str, str], list[tuple[Cell, registry.Backend]]] = {}

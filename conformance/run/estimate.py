@@ -69,6 +69,27 @@ class Price:
         """The price of ``cell``'s op where one was measured, else this one."""
         return self.ops.get(f"{cell.family}/{cell.op}", self)
 
+    def at(self, cell: Cell) -> float:
+        """Seconds of ``cell`` at the price of its op (``of``), startup apart."""
+        p = self.of(cell)
+        return p.pair_s + p.call_s * cell_calls(cell) + p.work_s * cell_work(cell)
+
+
+SETUP = "(cell setup)"   # the prices' name for a cell's setup in a worker (a record's ``setup_s``)
+
+
+def in_interpreter(backend: registry.Backend) -> bool:
+    """The backend runs Triton kernels in Triton's interpreter (its ``env`` holds ``registry.INTERPRET_ENV``)."""
+    return registry.INTERPRET_ENV.items() <= dict(backend.env).items()
+
+
+def worker_env(backend: registry.Backend) -> tuple:
+    """The worker environment a backend runs in: its environment variables and whether it uses a GPU.
+    The local pool runs a cell's backends of one environment in turn on one worker (an *item*,
+    ``workers.items``), and the item's first pair draws the cell's inputs and computes its oracles
+    (``setup_s``) for the rest."""
+    return tuple(sorted(backend.env.items())), backend.uses_gpu
+
 
 @lru_cache(maxsize=1)
 def _prices_file() -> dict:
@@ -153,9 +174,17 @@ def price(backend: registry.Backend, machine: str | None = None) -> Price:
 
 def first_estimate(cell: Cell, backend: registry.Backend, machine: str | None = None) -> float:
     """Seconds the backend is expected to take on the cell, before any record of it, its worker's
-    startup apart: ``price(backend, machine)`` of the cell's op at the cell's calls and work."""
-    p = price(backend, machine).of(cell)
-    return p.pair_s + p.call_s * cell_calls(cell) + p.work_s * cell_work(cell)
+    startup and the cell's setup apart: ``price(backend, machine)`` of the cell's op at the cell's
+    calls and work."""
+    return price(backend, machine).at(cell)
+
+
+def setup_estimate(cell: Cell, machine: str | None = None) -> float:
+    """Seconds a worker's first pair of the cell spends drawing its inputs and computing its oracles
+    (``setup_s``), whatever the backend: the measured price of ``SETUP`` (on a ``machine`` of that
+    kind: ``measured_prices``) at the cell's calls and work; 0 where none was measured."""
+    p = measured_prices(machine).get(SETUP)
+    return p.at(cell) if p is not None else 0.0
 
 
 def startup_estimate(backend: registry.Backend, machine: str | None = None) -> float:
@@ -212,7 +241,19 @@ class Estimator:
     two thirds of its price). A
     worker's first pair of a backend pays the backend's startup price too, once per worker (at most
     ``jobs`` of them in each of the run's ``stages``: a budgeted run's second stage starts its
-    workers afresh, and on the 2-core machine its first pairs were a third of that stage's time). Compile and autotune time is counted apart: a pair over ``OUTLIER`` times the
+    workers afresh, and on the 2-core machine its first pairs were a third of that stage's time).
+    A cell's setup (its inputs and oracles: ``setup_estimate``) is paid once per item (the cell's
+    backends of one ``worker_env``), by the item's first pair to begin (or, not told of starts, the
+    first record of it to come), and is rated as a backend of its own, ``SETUP``, from records'
+    ``setup_s``: the pair teaches its backend's rate by the rest of its time (the first pair of a
+    16384-step chain spent 124-250 s on the oracle where the cell's other pairs took 20-42 s); a
+    record without ``setup_s`` counts the setup with its own estimate against its wall time.
+    A backend in Triton's interpreter (``in_interpreter``) pays each kernel's first call once per
+    worker: its first pair of an op in a worker (not the worker's first pair of it) teaches the
+    steady rate by at most its prediction (in two saved runs of the 2-core machine such pairs ran a
+    median 0.8 to 11 times their price per backend, above the op's later pairs, 0.4 to 4.1 times, for
+    15 of 18 backends and runs; taken as they ran, they held the pairs left at up to twice their time
+    to the end of a run), and its whole time counts in ``totals``. Compile and autotune time is counted apart: a pair over ``OUTLIER`` times the
     rate's prediction, once the rate rests on ``PRIOR_S`` of finished work (a new shape compiled or
     autotuned), adds only its time above the prediction to
     the backend's compile time, so one long JIT does not rescale every pair left. Pairs left are
@@ -267,9 +308,10 @@ class Estimator:
 
     def __init__(self, pending: list[tuple[Cell, registry.Backend]], jobs: int, share: float = 1.0,
                  clock=time.monotonic, stages: list[list[tuple[Cell, registry.Backend]]] | None = None,
-                 machine: str | None = None):
+                 machine: str | None = None, deadline: float | None = None):
         self.jobs = max(1, min(jobs, len(pending) or 1))
         self.machine = machine   # the prices of this kind of machine (``measured_prices``)
+        self.deadline = deadline   # the clock's time by which a time budget ends the run (None: no budget)
         self.clock = clock
         self.running: dict[str, Running] = {}     # slot -> the pairs in flight there
         self.overruns: list[float] = []   # finished pairs' wall time over their prediction when they began
@@ -282,6 +324,12 @@ class Estimator:
         self.steady_n: Counter = Counter()        # backend -> finished pairs after a worker's first
         self.first_sums: dict[str, tuple[float, float]] = {}   # backend -> (wall, estimate) of first pairs
         self.totals: dict[str, tuple[float, float]] = {}   # backend -> (wall, estimate) of every pair, compile included
+        self._op_of: dict[str, str] = {}          # cell id -> "family/op"
+        self._interpreted: dict[str, bool] = {}   # backend -> ``in_interpreter``
+        self._ops_seen: set[tuple] = set()        # (slot, interpreted backend, op) its worker has begun
+        self._first_of_op: set[tuple[str, str]] = set()   # (cell id, backend) begun first of its op on its worker
+        self._begun: set[tuple[str, str]] = set()         # (cell id, interpreted backend) told as begun
+        self._ops_done: set[tuple[str, str]] = set()      # (backend, op) of the finished records
         self._plan(pending)
         for stage in stages or [pending]:   # each stage starts its workers afresh
             for b, n in Counter(b.name for _, b in stage).items():
@@ -290,15 +338,26 @@ class Estimator:
 
     def _plan(self, pending: list[tuple[Cell, registry.Backend]]) -> None:
         """The pairs left: each one's first estimate (``_first``), per (backend, size class) their sum
-        (``left``), per backend their number (``n_left``) and its worker startup price."""
+        (``left``), per backend their number (``n_left``) and its worker startup price; and the
+        setup of each item left (a cell's backends of one ``worker_env``: ``_setups``, summed in
+        ``left`` under ``SETUP``), which its first pair to begin pays."""
         self.left: Counter = Counter()
         self.n_left: Counter = Counter()
         self._first: dict[tuple[str, str], float] = {}
+        self._item_of: dict[tuple[str, str], tuple] = {}   # (cell id, backend) -> its item
+        self._setups: dict[tuple, float] = {}               # item not begun -> its setup estimate
+        self._setup_of: dict[tuple[str, str], float] = {}   # (cell id, backend) in flight -> the setup it pays
         for cell, b in pending:
+            self._op_of[cell.id] = f"{cell.family}/{cell.op}"
+            self._interpreted[b.name] = in_interpreter(b)
             self._first[cell.id, b.name] = est = first_estimate(cell, b, self.machine)
             self.left[b.name, size_class(est)] += est
             self.n_left[b.name] += 1
             self.startup_s[b.name] = startup_estimate(b, self.machine)
+            item = self._item_of[cell.id, b.name] = (cell.id, worker_env(b))
+            if item not in self._setups:
+                self._setups[item] = setup = setup_estimate(cell, self.machine)
+                self.left[SETUP, size_class(setup)] += setup
 
     def replan(self, pending: list[tuple[Cell, registry.Backend]]) -> None:
         """The pairs left are now ``pending`` (a time budget chose again); rates learned so far stay."""
@@ -309,10 +368,11 @@ class Estimator:
         """Estimated seconds of work left at the prices, before any rescaling: the progress bar's unit."""
         return sum(self.left.values()) + sum(n * self.startup_s[b] for b, n in self.startups_left.items())
 
-    def weight(self, record: dict) -> float:
-        """The estimated seconds of work a finished record stands for (a skip: none)."""
+    def weight(self, record: dict, setup: float = 0.0) -> float:
+        """The estimated seconds of work a finished record stands for (a skip: none), ``setup`` the
+        estimated setup it paid."""
         est = self._first.get((record["id"], record["backend"]), 0.0)
-        return est + (self.startup_s.get(record["backend"], 0.0) if record.get("first_in_worker") else 0.0)
+        return est + setup + (self.startup_s.get(record["backend"], 0.0) if record.get("first_in_worker") else 0.0)
 
     def _prior(self, backend: str) -> tuple[float, float]:
         """(seconds, rate) the backend's rate starts from: a measured price at ``start_rate`` for
@@ -329,12 +389,15 @@ class Estimator:
         """Backend -> the rate of its steady pairs (decayed sums, ``_blend``), for the backends that have one."""
         return {b: self._blend(b, w, e) for b, (w, e) in self._sums.items()}
 
-    def _observe(self, backend: str, estimate: float, wall: float, first_in_worker: bool) -> None:
+    def _observe(self, backend: str, estimate: float, wall: float, first_in_worker: bool,
+                 first_of_op: bool = False) -> None:
         full = estimate + (self.startup_s.get(backend, 0.0) if first_in_worker else 0.0)
         if full >= self.NOISE_S and (not first_in_worker or backend in measured_prices(self.machine)):
             # a declared cost model has no startup: its first pairs' compile is in no estimate
             w, e = self.totals.get(backend, (0.0, 0.0))
             self.totals[backend] = (w + wall, e + full)
+        if first_of_op:   # its excess is the op's first call in this worker, once: not the op's later pairs'
+            wall = min(wall, self._class_rate(backend, size_class(estimate))[0] * estimate)
         if first_in_worker:
             w, e = self.first_sums.get(backend, (0.0, 0.0))
             if estimate + self.startup_s.get(backend, 0.0) >= self.NOISE_S:
@@ -371,9 +434,36 @@ class Estimator:
         elsewhere) is in flight only here."""
         for b in backends:
             self._ended(cell_id, b)
+            self._begun_op(slot, cell_id, b, bool(first_in_worker))
+            item = self._item_of.get((cell_id, b))
+            if item in self._setups:   # the first of its item: it draws the cell's inputs and oracles
+                self._setup_of[cell_id, b] = self._setups.pop(item)
         r = self.running[slot] = Running(slot, cell_id, list(backends), self.clock() if since is None else since,
                                          first_in_worker)
         r.predicted = self.prediction(r)
+
+    def _begun_op(self, slot: str, cell_id: str, backend: str, first_in_worker: bool) -> None:
+        """Note whether the pair begun on ``slot`` is the first of its op there for an interpreted
+        backend (``first_of_op``; a worker's first pair of the backend starts the slot's ops afresh)."""
+        if not self._interpreted.get(backend):
+            return
+        if first_in_worker:
+            self._ops_seen -= {k for k in self._ops_seen if k[:2] == (slot, backend)}
+        key = slot, backend, self._op_of.get(cell_id)
+        if key not in self._ops_seen:
+            self._ops_seen.add(key)
+            if not first_in_worker:
+                self._first_of_op.add((cell_id, backend))
+        self._begun.add((cell_id, backend))
+
+    def _is_first_of_op(self, record: dict) -> bool:
+        """The finished pair of an interpreted backend was the first of its op in its worker (told of
+        starts: ``_begun_op``; else the backend's first record of the op), not its worker's first pair."""
+        key, op = (record["id"], record["backend"]), (record["backend"], self._op_of.get(record["id"]))
+        first = key in self._first_of_op if key in self._begun else op not in self._ops_done
+        self._first_of_op.discard(key)
+        self._ops_done.add(op)
+        return first and self._interpreted.get(record["backend"], False) and not record.get("first_in_worker")
 
     def _ended(self, cell_id: str, backend: str) -> None:
         for slot, r in list(self.running.items()):
@@ -389,16 +479,28 @@ class Estimator:
         self.overruns += [wall / r.predicted for r in self.running.values()
                           if r.cell_id == record["id"] and r.backends == [record["backend"]] and r.predicted > 0]
         self._ended(record["id"], record["backend"])
-        weight = self.weight(record)
-        est = self._first.pop((record["id"], record["backend"]), None)
+        key = record["id"], record["backend"]
+        item = self._item_of.get(key)
+        setup = self._setup_of.pop(key, None)
+        if setup is None:   # not told it began: the first record of its item paid its setup
+            setup = self._setups.pop(item, 0.0) if item in self._setups else 0.0
+        weight = self.weight(record, setup)
+        est = self._first.pop(key, None)
         if est is None:
             return weight
         b = record["backend"]
         self.left[b, size_class(est)] -= est
+        self.left[SETUP, size_class(setup)] -= setup
         self.n_left[b] -= 1
         if record.get("first_in_worker") and self.startups_left[b] > 0:
             self.startups_left[b] -= 1
-        self._observe(b, est, wall, bool(record.get("first_in_worker")))
+        first, first_of_op = bool(record.get("first_in_worker")), self._is_first_of_op(record)
+        measured = record.get("setup_s")
+        if setup and measured is not None:   # the setup it measured teaches the setup's rate apart
+            self._observe(SETUP, setup, float(measured), False)
+            self._observe(b, est, max(0.0, wall - float(measured)), first, first_of_op)
+        else:   # the setup unmeasured (an older record): in its pair's time and estimate together
+            self._observe(b, est + setup, wall, first, first_of_op)
         return weight
 
     def compile_per_pair(self, backend: str) -> float:
@@ -467,6 +569,8 @@ class Estimator:
         """Per (backend, size class) the first estimates, and per backend the number and the worker
         startups of the pairs left that are not in flight."""
         left, n_left, startups = Counter(self.left), Counter(self.n_left), Counter(self.startups_left)
+        for setup in self._setup_of.values():
+            left[SETUP, size_class(setup)] -= setup
         for r in self.running.values():
             for b in r.backends:
                 if (r.cell_id, b) in self._first:
@@ -480,11 +584,13 @@ class Estimator:
         at their size classes' rates, and a worker's first pair its startup at its backend's rate
         (what first pairs teach: a backend's first pairs are each worker's imports and first
         compiles, whatever the cell; a long chain that is a worker's first pair runs its calls as
-        the backend's pairs of its size do), a steady pair the compile time it is expected to meet."""
+        the backend's pairs of its size do), a steady pair the compile time it is expected to meet;
+        the first pair of an item its cell's setup at the setup's rate."""
         total = 0.0
         for b in r.backends:
             est = self._first.get((r.cell_id, b), 0.0)
-            total += est * self.backend_rate(b, size_class(est))
+            setup = self._setup_of.get((r.cell_id, b), 0.0)
+            total += est * self.backend_rate(b, size_class(est)) + setup * self.backend_rate(SETUP, size_class(setup))
             if r.first_in_worker:
                 total += self.startup_s.get(b, 0.0) * self.backend_rate(b)
             else:
@@ -528,17 +634,30 @@ class Estimator:
 
     def remaining(self) -> float:
         """Seconds left: the work left (pairs in flight by ``running_left``) divided among the
-        workers, and at least the longest pair left (at its size class's rate) or in flight (a few
-        long chains on many workers end when the longest does)."""
-        longest_est: dict[tuple[str, int], float] = {}   # (backend, size class) -> its longest pair left
+        workers, and at least the longest pair left (at its size class's rate, with its item's
+        setup where the item has not begun) or in flight (a few long chains on many workers end
+        when the longest does)."""
+        rates: dict[tuple[str, int], float] = {}
+
+        def at_rate(backend: str, est: float) -> float:
+            k = backend, size_class(est)
+            if k not in rates:
+                rates[k] = self.backend_rate(*k)
+            return est * rates[k]
+
         flying = self._in_flight()
-        for key, est in self._first.items():
-            if key not in flying:
-                k = key[1], size_class(est)
-                longest_est[k] = max(est, longest_est.get(k, 0.0))
-        longest = max((est * self.backend_rate(b, size) for (b, size), est in longest_est.items()), default=0.0)
+        longest = max((at_rate(key[1], est) + at_rate(SETUP, self._setups.get(self._item_of.get(key), 0.0))
+                       for key, est in self._first.items() if key not in flying), default=0.0)
         running = [self.running_left(r) for r in self.running.values()]
-        return max((sum(self.per_backend().values()) + sum(running)) / self.jobs, longest, *running)
+        return min(self.until_deadline(),
+                   max((sum(self.per_backend().values()) + sum(running)) / self.jobs, longest, *running))
+
+    def until_deadline(self) -> float:
+        """Seconds to the time budget's deadline, by which the run ends whatever is left (``inf``
+        without a budget): a budgeted run's pairs were chosen at the prices, and where they run slower
+        the deadline stops them (a 4m30s ``make conform`` on the 2-core machine, 2026-12-06, said 2m54s
+        left at 152 s and 1m09s at 247 s of a command that ended at 275 s, 133 chosen pairs not run)."""
+        return math.inf if self.deadline is None else max(0.0, self.deadline - self.clock())
 
     def compile_remaining(self) -> float:
         """The part of ``remaining`` that is expected compile and autotune time of pairs not started."""
@@ -550,13 +669,14 @@ class Estimator:
         return steady >= self.SETTLED_PAIRS and self.total - self.work_left() >= self.SETTLED_WORK * self.total
 
     def eta(self) -> str:
-        """``3m10s``, or ``2m40s-5m20s`` until it has settled (with the compile time expected in it)."""
-        left = self.remaining()
+        """``3m10s``, or ``2m40s-5m20s`` until it has settled (with the compile time expected in it);
+        no end beyond a time budget's deadline (``until_deadline``)."""
+        left, cap = self.remaining(), self.until_deadline()
         if self.settled():
             text = hms(left)
         else:
-            lo, hi = self.SPREAD
-            text = f"{hms(lo * left)}-{hms(hi * left)}"
+            lo, hi = (min(f * left, cap) for f in self.SPREAD)
+            text = hms(lo) if lo == hi else f"{hms(lo)}-{hms(hi)}"
         compile_s = self.compile_remaining()
         return text + (f" (compile/autotune {hms(compile_s)})" if compile_s >= 1 else "")
 

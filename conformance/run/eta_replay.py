@@ -7,7 +7,8 @@ worker free, each pair for its recorded ``wall_s``), and what the ``Estimator`` 
 the runner's executors tell it), and learning from finished pairs only (an executor that does not
 say when pairs start). A budgeted run's second stage begins once its first has ended, on fresh
 workers, and the estimator is given its pairs then, as the runner gives it the pairs chosen
-again. A resumed folder is replayed as one uninterrupted run; pairs of cells outside the run's
+again, without the budget's deadline (``Estimator.until_deadline``: the pairs the deadline stopped
+are not in the folder). A resumed folder is replayed as one uninterrupted run; pairs of cells outside the run's
 tier (a model's shapes, captured inputs) are left out. Records of a run older than ``wall_s``
 give their ``duration_s`` (the kernel's pair without the worker's dispatch).
 
@@ -26,16 +27,14 @@ from __future__ import annotations
 
 import argparse
 import heapq
-import math
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from conformance import registry
 from conformance.cells import Cell
-from conformance.run import budget, estimate, pricing, records, workers
+from conformance.run import estimate, pricing, run_queue
 from conformance.run.estimate import Estimator, core_share, hms, machine_kind, use_prices
-from conformance.run.selection import select_cells
 
 
 @dataclass(frozen=True)
@@ -70,7 +69,7 @@ def replay(pairs: list[tuple[Cell, registry.Backend, dict]], jobs: int, share: f
         if k:
             events.append((begin, 1, len(events), None, None, None, [(c, b) for st in stages[k:] for c, b, _ in st]))
         free = [(begin, i) for i in range(est.jobs)]
-        for item in _items(stage):
+        for item in run_queue.items(stage):
             t, slot = heapq.heappop(free)
             for c, b, r in item:
                 end = t + _wall(r)
@@ -101,48 +100,6 @@ def replay(pairs: list[tuple[Cell, registry.Backend, dict]], jobs: int, share: f
 def _wall(record: dict) -> float:
     """The pair's wall time: ``wall_s``, else (a record older than it) ``duration_s``."""
     return float(record["wall_s"] if record.get("wall_s") is not None else record["duration_s"])
-
-
-def _items(pairs: list[tuple[Cell, registry.Backend, dict]]) -> list[list[tuple[Cell, registry.Backend, dict]]]:
-    """Consecutive pairs of one cell and one worker environment, grouped (the pool's items)."""
-    out: list[list] = []
-    for c, b, r in pairs:
-        if out and out[-1][0][0].id == c.id and _env(out[-1][0][1]) == _env(b):
-            out[-1].append((c, b, r))
-        else:
-            out.append([(c, b, r)])
-    return out
-
-
-def _env(b: registry.Backend) -> tuple:
-    return tuple(sorted(b.env.items())), b.uses_gpu
-
-
-def folder_pairs(run_dir: Path) -> tuple[list[tuple[Cell, registry.Backend, dict]], dict, list[int]]:
-    """The pairs of a run folder that ran (cell, backend, record), in the order the local pool queued
-    them (``workers.items`` of the cells in the tier's order, a budgeted run's first stage first),
-    its run.json, and the sizes of its stages (one for a run without a budget)."""
-    info = records.read_json(run_dir / "run.json")
-    tier = select_cells(info["selection"]["tier"])
-    cells = {c.id: c for c in tier}
-    order = {c.id: i for i, c in enumerate(tier)}
-    recs = records.read_partial(run_dir / "cells.jsonl")[0]
-    known = registry.backends()
-    rank = {name: i for i, name in enumerate(info.get("backends") or known)}
-    ran = {(r["id"], r["backend"]): r for r in recs
-           if r["status"] != "skip" and (r.get("wall_s") is not None or r.get("duration_s") is not None)
-           and r["id"] in cells and r["backend"] in known}
-    pairs = sorted(((cells[i], known[b]) for i, b in ran), key=lambda p: (order[p[0].id], rank.get(p[1].name, 0)))
-    stages = (budget.choose(pairs, math.inf, int(info.get("jobs") or 1), machine_kind(info.get("gpus")))[0]
-              if "left_out" in info else [pairs])
-    queued = []
-    for stage in stages:
-        by_cell: dict[str, tuple[Cell, list]] = {}
-        for c, b in stage:
-            by_cell.setdefault(c.id, (c, []))[1].append(b)
-        queued += [(item.cell, b, ran[item.cell.id, b.name])
-                   for item in workers.items(list(by_cell.values())) for b in item.backends]
-    return queued, info, [len(st) for st in stages]
 
 
 def _column(s: Sample) -> str:
@@ -189,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _print_replay(run_dir: Path, args: argparse.Namespace) -> None:
     """The replay of one run folder as ``main`` prints it."""
-    pairs, info, sizes = folder_pairs(run_dir)
+    pairs, info, sizes = run_queue.folder_pairs(run_dir)
     jobs = int(info.get("jobs") or 1)
     share = core_share(info.get("load"), jobs)
     machine = machine_kind(info.get("gpus"))

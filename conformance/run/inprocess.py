@@ -2,7 +2,8 @@
 
 Used by the runner's worker processes and, directly, by the pytest matrix. This module owns the
 process's one memo (``MEMO``): a cell's inputs are drawn once, and the family's oracles are kept
-under the cell and a digest of the inputs, so every backend checked on the cell shares them. The
+under the cell and a digest of the inputs, so every backend checked on the cell shares them (a
+record's ``setup_s``: the seconds its pair spent computing those the memo did not hold yet). The
 backend runs on a private copy of the inputs, and the family's check decides.
 """
 from __future__ import annotations
@@ -73,7 +74,7 @@ def run_one(cell: Cell, backend_name: str, memo: Memo = MEMO) -> dict:
     if wrong_env is not None:
         return {**record, "status": "error", "reason": wrong_env, "duration_s": 0.0, "path": backend.code_path(cell)}
     family = families.get(cell.family)
-    start = time.perf_counter()
+    start, computed = time.perf_counter(), memo.computing_s   # setup_s: the memo's misses (inputs, oracles)
     taken: list[str] = []   # the paths the run reported (paths.took); else the one it declares
     try:
         inputs = cell_inputs(cell, memo)
@@ -85,7 +86,7 @@ def run_one(cell: Cell, backend_name: str, memo: Memo = MEMO) -> dict:
     except Exception as exc:
         tb = traceback.format_exc(limit=-3)
         return {**record, "status": "error", "reason": f"{type(exc).__name__}: {exc}",
-                "traceback": tb, "duration_s": time.perf_counter() - start,
+                "traceback": tb, "duration_s": time.perf_counter() - start, "setup_s": memo.computing_s - computed,
                 "path": "+".join(taken) or backend.code_path(cell)}
     status, reason = result.status, result.reason
     try:
@@ -102,5 +103,5 @@ def run_one(cell: Cell, backend_name: str, memo: Memo = MEMO) -> dict:
         decided_by={"output": worst.name, "criterion": worst.metrics.get("criterion")} if worst else None,
         outputs={c.name: {**c.metrics, "passed": c.passed} for c in result.comparisons},
         tolerance=worst.tolerance.as_dict() if worst else None,
-        quality=result.quality, duration_s=duration)
+        quality=result.quality, duration_s=duration, setup_s=memo.computing_s - computed)
     return record

@@ -1,7 +1,11 @@
 """The measured prices of ``conformance/run/prices.json`` (``estimate.Price``), fitted from the
 records of a run folder: per backend, a non-negative least-squares fit of each steady pair's wall
 time to ``pair_s + call_s * calls + work_s * work``, and ``startup_s`` the median excess of a
-worker's first pair over that fit. A pair's time is its CPU time where the record has it (at most its
+worker's first pair over that fit. The setup an item's first pair paid for the cell (``setup_s``:
+its inputs and oracles, ``run_queue``) is left out of the backend's time and priced apart, whatever
+the backend, under ``estimate.SETUP`` by the same fit; an item's first pair of a record older than
+``setup_s`` has its cell's setup price taken from its time (none where no record measured one: the
+setup then stays in the backends' prices, as it was before records measured it). A pair's time is its CPU time where the record has it (at most its
 wall time: the seconds it would take with a core of its own, whatever else shared the machine), and
 ``core_share`` is then 1; records without CPU times give wall times, and ``core_share`` is left to
 the note. A run without CPU times is left out for the backends that a run of the same machine (CPU
@@ -10,7 +14,9 @@ wall times count the other jobs' time too (a 2-core ci run beside other jobs too
 the CPU time of its pairs in the machine's other runs). ``run_core_share``: the median over pairs of
 CPU over wall time, how busy the machine was. The prices are fitted on every run together
 (``backends``, the same on every machine) and apart on the runs of each kind of machine
-(``machines``: ``gpu`` or ``cpu``, ``estimate.machine_kind``), which a run on such a machine uses.
+(``machines``: ``gpu`` or ``cpu``, ``estimate.machine_kind``), which a run on such a machine uses;
+the setup is split out on the runs of each kind alone (a machine's cells and oracles are its own:
+the 2-core machine's ci cells say little of a GPU machine's long chains).
 
     python -m conformance.run.pricing RUN_DIR [RUN_DIR...] [--note TEXT]
 
@@ -30,9 +36,8 @@ import numpy as np
 from scipy.optimize import nnls
 
 from conformance import registry
-from conformance.run import records
-from conformance.run.estimate import PRICES, Price, cell_calls, cell_work, machine_kind
-from conformance.run.selection import select_cells
+from conformance.run import records, run_queue
+from conformance.run.estimate import PRICES, SETUP, Price, cell_calls, cell_work, machine_kind
 
 
 MIN_OP_PAIRS = 5   # an op gets a price of its own from at least this many steady pairs
@@ -44,11 +49,18 @@ def pair_seconds(record: dict) -> float:
     return min(wall, float(record["cpu_s"])) if record.get("cpu_s") is not None else wall
 
 
-def _fit_line(rs: list[dict], cells: dict) -> tuple[np.ndarray, callable]:
-    """Non-negative least squares of wall time on (1, calls, work) over ``rs``: (coefficients, fitted)."""
+def _setup_seconds(record: dict) -> float:
+    """The record's ``setup_s`` (0 without) as ``pair_seconds`` counts it: its share of the pair's time."""
+    setup = float(record.get("setup_s") or 0.0)
+    return setup * pair_seconds(record) / float(record["wall_s"]) if setup and record["wall_s"] else 0.0
+
+
+def _fit_line(rs: list[dict], cells: dict, seconds=pair_seconds) -> tuple[np.ndarray, callable]:
+    """Non-negative least squares of ``seconds(r)`` (default ``pair_seconds``) on (1, calls, work) over
+    ``rs``: (coefficients, fitted)."""
     features = lambda r: [1.0, cell_calls(cells[r["id"]]), cell_work(cells[r["id"]])]  # noqa: E731
     x = np.array([features(r) for r in rs])
-    y = np.array([pair_seconds(r) for r in rs])
+    y = np.array([seconds(r) for r in rs])
     scale = np.maximum(x.max(axis=0), 1e-12)   # columns of like size for the solver
     coef = nnls(x / scale, y)[0] / scale
     return coef, lambda r: float(coef @ features(r))
@@ -59,24 +71,42 @@ def _price(coef: np.ndarray, startup_s: float = 0.0, ops: dict | None = None) ->
                  work_s=float(f"{coef[2]:.4g}"), ops=ops or {})
 
 
-def fit(recs: list[dict], cells: dict) -> dict[str, Price]:
+def _fit_ops(rs: list[dict], cells: dict, seconds) -> tuple[np.ndarray, callable, dict[str, Price]]:
+    """``_fit_line`` over ``rs``, and a Price per op that has ``MIN_OP_PAIRS`` of them."""
+    coef, fitted = _fit_line(rs, cells, seconds)
+    by_op: dict[str, list[dict]] = {}
+    for r in rs:
+        by_op.setdefault(f"{cells[r['id']].family}/{cells[r['id']].op}", []).append(r)
+    ops = {op: _price(_fit_line(group, cells, seconds)[0]) for op, group in sorted(by_op.items())
+           if len(group) >= MIN_OP_PAIRS}
+    return coef, fitted, ops
+
+
+def fit(recs: list[dict], cells: dict, firsts: set = frozenset()) -> dict[str, Price]:
     """Backend -> its Price from the records (those that ran, of cells in ``cells``: id -> Cell), with
-    a price per op that has ``MIN_OP_PAIRS`` steady pairs."""
+    a price per op that has ``MIN_OP_PAIRS`` steady pairs; ``firsts``: the ``id()`` of the records of
+    pairs first of their item (``run_queue.item_firsts``), whose ``setup_s`` is priced as ``SETUP``."""
     by_backend: dict[str, list[dict]] = {}
     for r in recs:
         if r["status"] != "skip" and r["id"] in cells and r.get("wall_s") is not None:
             by_backend.setdefault(r["backend"], []).append(r)
-    out = {}
+    paid = [r for rs in by_backend.values() for r in rs if id(r) in firsts]
+    setups = [r for r in paid if r.get("setup_s") is not None]
+    out, setup_fit = {}, (lambda r: 0.0)
+    if setups:
+        coef, setup_fit, ops = _fit_ops(setups, cells, _setup_seconds)
+        out[SETUP] = _price(coef, ops=ops)
+
+    def own(r: dict) -> float:   # the pair's time without the setup it paid for its item
+        if id(r) not in firsts:
+            return pair_seconds(r)
+        return pair_seconds(r) - (_setup_seconds(r) if r.get("setup_s") is not None else setup_fit(r))
+
     for name, rs in sorted(by_backend.items()):
         steady = [r for r in rs if not r.get("first_in_worker")] or rs
-        coef, fitted = _fit_line(steady, cells)
-        by_op: dict[str, list[dict]] = {}
-        for r in steady:
-            by_op.setdefault(f"{cells[r['id']].family}/{cells[r['id']].op}", []).append(r)
-        ops = {op: _price(_fit_line(group, cells)[0]) for op, group in sorted(by_op.items())
-               if len(group) >= MIN_OP_PAIRS}
-        firsts = [pair_seconds(r) - fitted(r) for r in rs if r.get("first_in_worker")]
-        out[name] = _price(coef, max(0.0, statistics.median(firsts)) if firsts else 0.0, ops)
+        coef, fitted, ops = _fit_ops(steady, cells, own)
+        excess = [own(r) - fitted(r) for r in rs if r.get("first_in_worker")]
+        out[name] = _price(coef, max(0.0, statistics.median(excess)) if excess else 0.0, ops)
     return out
 
 
@@ -93,11 +123,11 @@ def core_share(recs: list[dict]) -> float | None:
     return round(statistics.median(shares), 3) if shares else None
 
 
-def _run(run_dir: Path) -> tuple[dict, list[dict], dict]:
-    """(run.json, its records, id -> Cell of its tier) of one run folder."""
-    info = records.read_json(run_dir / "run.json")
-    cells = {c.id: c for c in select_cells(info["selection"]["tier"])}
-    return info, records.read_partial(run_dir / "cells.jsonl")[0], cells
+def _run(run_dir: Path) -> tuple[dict, list[dict], dict, set]:
+    """(run.json, the records of its pairs that ran, id -> Cell of them, the pairs first of their
+    item: ``run_queue.item_firsts``) of one run folder (``run_queue.folder_pairs``)."""
+    pairs, info, _ = run_queue.folder_pairs(run_dir)
+    return info, [r for _, _, r in pairs], {c.id: c for c, _, _ in pairs}, set(map(id, run_queue.item_firsts(pairs)))
 
 
 def _machine(info: dict) -> tuple:
@@ -128,21 +158,23 @@ def fit_runs(run_dirs: list[Path], only: set | None = None, cache: dict | None =
         if d not in cache:
             cache[d] = _run(d)
     read = [cache[Path(d)] for d in run_dirs]
-    kept = cpu_timed_where_possible([(info, recs) for info, recs, _ in read])
-    cells = {i: c for _, _, cs in read for i, c in cs.items()}
-    wanted = set(registry.backends()) & (only or set(registry.backends()))
+    kept = cpu_timed_where_possible([(info, recs) for info, recs, _, _ in read])
+    cells = {i: c for _, _, cs, _ in read for i, c in cs.items()}
+    firsts = {k for *_, fs in read for k in fs}
+    wanted = set(registry.backends()) & (only or set(registry.backends())) | (set() if only else {SETUP})
     runs, by_kind = [], {}
-    for (info, _, _), recs in zip(read, kept):
+    for (info, *_), recs in zip(read, kept):
         share = core_share(recs)
-        ran = sorted({r["backend"] for r in recs if r["status"] != "skip"} & wanted)
+        ran = sorted({r["backend"] for r in recs if r["status"] != "skip"} & wanted - {SETUP})
         runs.append({**_where(info), "backends": ran, **({"run_core_share": share} if share is not None else {})})
         by_kind.setdefault(machine_kind(info.get("gpus")), []).extend(recs)
 
-    def priced(recs: list[dict]) -> dict[str, Price]:
-        return {n: price for n, price in fit(recs, cells).items() if n in wanted}
+    def priced(recs: list[dict], split: set) -> dict[str, Price]:
+        return {n: price for n, price in fit(recs, cells, split).items() if n in wanted}
 
     every_rec = [r for recs in kept for r in recs]
-    return priced(every_rec), {kind: priced(recs) for kind, recs in sorted(by_kind.items())}, runs, len(every_rec)
+    return (priced(every_rec, set()), {kind: priced(recs, firsts) for kind, recs in sorted(by_kind.items())}, runs,
+            len(every_rec))
 
 
 def _where(info: dict) -> dict:

@@ -260,7 +260,7 @@ def _run_locked(selection, cells, backends, out_dir, executor, *, resume, timeou
         info["left_out"] = _left_out(left_out, time_limit, "did not fit the budget")
         write_run_json(run_path, info)
     estimator = Estimator(pairs, jobs, share, stages=[[(c, b) for c, bks in st for b in bks] for st in stages],
-                          machine=machine)
+                          machine=machine, deadline=time_limit.deadline if time_limit is not None else None)
     estimator.learn({c.id: c for c in cells}, {b.name: b for b in backends}, old)
     per = sorted(estimator.per_backend().items(), key=lambda kv: -kv[1])
     say(f"{len(cells)} cells x {len(backends)} backends -> {out_dir}: {len(pairs)} to run, {len(statics)} skip, "

@@ -76,6 +76,7 @@ RECORD = Obj({
     "warnings": (List(str), None), "output": (str, None),
     "decided_by": (Obj({"output": (str, None), "criterion": (str, None)}), None),
     "wall_s": (seconds, None), "cpu_s": (seconds, None), "first_in_worker": (bool, None), "path": (str, None),
+    "setup_s": (seconds, None),
     "unavailable": (str, None)},
     required=("id", "backend", "status"))
 

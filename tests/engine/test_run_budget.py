@@ -185,7 +185,7 @@ def test_pricing_refits_only_the_named_backends_and_keeps_the_rest(tmp_path, mon
     recs = [{"id": i, "backend": b, "status": "pass", "wall_s": 2.0, "cpu_s": 1.0} for i in cells for b in "mn"]
     info = {"selection": {"tier": "ci"}, "jobs": 2, "cpu": {"model": "x"}, "gpus": [], "git": {"commit": "c"},
             "started": "now"}
-    monkeypatch.setattr(pricing, "_run", lambda run_dir: (info, recs, cells))
+    monkeypatch.setattr(pricing, "_run", lambda run_dir: (info, recs, cells, set()))
     monkeypatch.setattr(pricing.registry, "backends", lambda: {"m": None, "n": None, "kept": None})
     prices = tmp_path / "prices.json"
     old = {"measured": {"note": "before", "core_share": 1.0, "runs": [{"backends": ["kept", "m"]}]},

@@ -413,7 +413,7 @@ def test_a_machine_kind_takes_the_prices_fitted_on_its_own_runs_and_sharding_the
                                       "gpus": [{"name": "G"}] if kind == "gpu" else [], "git": {"commit": "c"},
                                       "started": "now"},
                                      [{"id": c.id, "backend": "m", "status": "pass", "wall_s": wall, "cpu_s": wall}
-                                      for c in cs], {c.id: c for c in cs})
+                                      for c in cs], {c.id: c for c in cs}, set())
               for kind, wall in (("gpu", 1.0), ("cpu", 0.05))}
     monkeypatch.setattr(pricing, "_run", lambda run_dir: by_dir[str(run_dir)])
     monkeypatch.setattr(pricing.registry, "backends", lambda: {"m": None})
@@ -455,3 +455,179 @@ def test_a_leave_one_out_replay_prices_each_run_from_the_other_runs_alone(tmp_pa
     with pytest.raises(SystemExit):
         eta_replay.main(["--leave-one-out", str(runs[0])])
     assert "--leave-one-out: expected two RUN_DIRs or more" in capsys.readouterr().err
+
+
+def test_a_pairs_record_carries_the_setup_its_worker_computed_for_the_cell_once(monkeypatch):
+    """The cell's inputs (drawn in 0.05 s here) and oracles are the first pair's ``setup_s``; the
+    cell's next pair in the same worker finds them kept and records none (one of another rounding
+    model computes its own oracle); a value computed inside another's computation is counted once."""
+    import time
+
+    import tests.engine.toy_family as toy_family
+    from conformance.memo import Memo
+    from conformance.run.inprocess import run_one
+
+    draw = toy_family.make_inputs
+    monkeypatch.setattr(toy_family, "make_inputs", lambda cell: (time.sleep(0.05), draw(cell))[1])
+    memo, cell = Memo(), cells(1)[0]
+    first, second, other = (run_one(cell, name, memo) for name in ("toy-good", "toy-good", "toy-bf16-x"))
+    assert first["status"] == second["status"] == other["status"] == "pass"
+    assert 0.05 <= first["setup_s"] <= first["duration_s"] + 1.0 and second["setup_s"] == 0.0
+    assert 0.0 < other["setup_s"] < 0.05
+    nested = Memo()
+    nested.get(cell, {}, "outer", lambda: nested.get(cell, {}, "inner", lambda: time.sleep(0.05)))
+    assert 0.05 <= nested.computing_s < 0.1
+
+
+@pytest.fixture
+def with_setup(monkeypatch):
+    """Backends ``a`` and ``b`` (one worker environment) priced at 1 s a pair, a cell's setup at 4 s."""
+    monkeypatch.setattr(estimate, "measured_prices", lambda machine=None: {
+        "a": estimate.Price(pair_s=1.0), "b": estimate.Price(pair_s=1.0), estimate.SETUP: estimate.Price(pair_s=4.0)})
+    monkeypatch.setattr(estimate, "prices_core_share", lambda: 1.0)
+    return toy("a", 9.0), toy("b", 9.0)
+
+
+def test_an_items_first_pair_pays_the_cells_setup_once_and_its_measured_setup_teaches_the_setups_rate(with_setup):
+    """Three cells on ``a`` and ``b``: three setups of 4 s, one per item, each paid by the item's first
+    pair to begin; a record's ``setup_s`` teaches the setup's rate and leaves its backend's pair at
+    the rest of its time (the first pair of a 16384-step chain spent 124-250 s on the oracle where
+    the others took 20-42 s: a backend's rate would otherwise take the oracle for its kernel)."""
+    a, b = with_setup
+    cs = cells(3)
+    clock = [0.0]
+    est = estimate.Estimator([(c, x) for c in cs for x in (a, b)], jobs=1, share=1.0, clock=lambda: clock[0])
+    assert est.work_left() == pytest.approx(6 * 1.0 + 3 * 4.0)
+    est.began("slot 0", cs[0].id, ["a"], since=0.0, first_in_worker=False)
+    assert est.running["slot 0"].predicted == pytest.approx(1.0 + 4.0)
+    clock[0] = 11.0
+    assert est.done({**rec(cs[0], "a", 11.0), "setup_s": 9.0}) == pytest.approx(5.0)
+    est.began("slot 0", cs[0].id, ["b"], since=11.0, first_in_worker=False)
+    assert est.running["slot 0"].predicted == pytest.approx(1.0 * est.backend_rate("b"))   # the setup is paid
+    setup_rate = (9.0 + est.PRIOR_S) / (4.0 + est.PRIOR_S)
+    assert est.backend_rate(estimate.SETUP) == pytest.approx(setup_rate) and est.backend_rate("a") == pytest.approx(
+        (2.0 + est.PRIOR_S) / (1.0 + est.PRIOR_S))
+    assert est.per_backend()[estimate.SETUP] == pytest.approx(2 * 4.0 * setup_rate)
+
+
+def test_a_record_without_setup_s_pays_its_items_setup_in_its_time(with_setup):
+    """An older record (no ``setup_s``), not told when it began: the first of its item to come pays the
+    item's setup, counted with its own estimate against its wall time."""
+    a, b = with_setup
+    cs = cells(2)
+    est = estimate.Estimator([(c, x) for c in cs for x in (a, b)], jobs=1, share=1.0)
+    assert est.done(rec(cs[0], "b", 10.0)) == pytest.approx(5.0)
+    assert est.done(rec(cs[0], "a", 2.0)) == pytest.approx(1.0)
+    assert est.rate["b"] == pytest.approx((10.0 + est.PRIOR_S) / (5.0 + est.PRIOR_S))
+
+
+def test_the_longest_pair_left_counts_its_items_setup(with_setup):
+    """One cell on ``a`` and ten workers: the run takes at least the setup and the pair (5 s), not the
+    pair alone."""
+    a, _ = with_setup
+    est = estimate.Estimator([(cells(1)[0], a)], jobs=10, share=1.0)
+    assert est.remaining() == pytest.approx(5.0)
+
+
+def test_a_budget_pays_a_cells_setup_once_per_item(with_setup):
+    """``a`` and ``b`` on one cell cost 1 + 1 s and the cell's 4-s setup once: 6 s fit, 5.9 do not."""
+    from conformance.run import budget
+
+    a, b = with_setup
+    c = cells(1)[0]
+    assert budget.choose([(c, a), (c, b)], 6.0, 1)[1] == []
+    assert len(budget.choose([(c, a), (c, b)], 5.9, 1)[1]) == 1
+
+
+def test_pricing_leaves_an_items_setup_out_of_its_first_pairs_time_and_prices_it_apart():
+    """Each cell's first pair (an item of one backend) took 3 s, 2 of them its measured setup: the
+    backend is priced at 1 s a pair and the setup at 2 s a cell; an older record of such a pair,
+    without ``setup_s``, has the setup price taken from its time."""
+    from conformance.run import pricing
+
+    cs = cells(6)
+    new = [{"id": c.id, "backend": "m", "status": "pass", "wall_s": 3.0, "setup_s": 2.0} for c in cs]
+    old = [{"id": c.id, "backend": "n", "status": "pass", "wall_s": 3.5} for c in cs]
+    prices = pricing.fit(new + old, {c.id: c for c in cs}, firsts={id(r) for r in new + old})
+    assert prices[estimate.SETUP].at(cs[0]) == pytest.approx(2.0, rel=1e-3)
+    assert prices["m"].at(cs[0]) == pytest.approx(1.0, rel=1e-3)
+    assert prices["n"].at(cs[0]) == pytest.approx(1.5, rel=1e-3)
+    assert estimate.SETUP not in pricing.fit(new, {c.id: c for c in cs})   # no item firsts told: none priced
+
+
+def test_the_setup_is_priced_on_the_runs_of_a_machine_kind_that_measured_it_and_not_across_kinds(monkeypatch):
+    """A CPU machine's run measured its cells' setup, a GPU machine's older run did not: the setup is
+    priced for CPU machines alone (the 2-core machine's setup fit carried to the GPU runs' long
+    chains left 409 of 713 replayed rows within 30% against 461, 2026-12-06), and the prices of every run
+    together keep it inside the backends' time, as the GPU runs do."""
+    from conformance.run import pricing
+
+    cs = cells(6)
+
+    def run(kind, setup):
+        info = {"selection": {"tier": "ci"}, "jobs": 1, "cpu": {"model": kind, "cores": 2}, "git": {"commit": "c"},
+                "gpus": [{"name": "G"}] if kind == "gpu" else [], "started": "now"}
+        recs = [{"id": c.id, "backend": "m", "status": "pass", "wall_s": 3.0, "cpu_s": 3.0,
+                 **({"setup_s": 2.0} if setup else {})} for c in cs]
+        return info, recs, {c.id: c for c in cs}, set(map(id, recs))
+
+    by_dir = {"gpu": run("gpu", False), "cpu": run("cpu", True)}
+    monkeypatch.setattr(pricing, "_run", lambda run_dir: by_dir[str(run_dir)])
+    monkeypatch.setattr(pricing.registry, "backends", lambda: {"m": None})
+    every, by_kind, _, _ = pricing.fit_runs(list(by_dir))
+    assert estimate.SETUP not in every and every["m"].at(cs[0]) == pytest.approx(3.0, rel=1e-3)
+    assert estimate.SETUP not in by_kind["gpu"] and by_kind["gpu"]["m"].at(cs[0]) == pytest.approx(3.0, rel=1e-3)
+    assert by_kind["cpu"][estimate.SETUP].at(cs[0]) == pytest.approx(2.0, rel=1e-3)
+    assert by_kind["cpu"]["m"].at(cs[0]) == pytest.approx(1.0, rel=1e-3)
+
+
+def test_a_budgeted_runs_eta_ends_by_its_deadline():
+    """40 pairs of 5 s on one worker and a deadline 30 s away: 200 s of work, but the budget ends the
+    run in 30 s (a 4m30s ``make conform`` said 1m09s left 28 s before its deadline); the range
+    before it settles ends there too, and a run without a budget keeps the whole work."""
+    clock = [0.0]
+    pairs = [(c, toy("g", 5.0)) for c in cells(40)]
+    est = estimate.Estimator(pairs, jobs=1, clock=lambda: clock[0], deadline=30.0)
+    assert est.remaining() == pytest.approx(30.0) and est.eta() == "0m21s-0m30s"
+    clock[0] = 25.0
+    assert est.remaining() == pytest.approx(5.0)
+    assert estimate.Estimator(pairs, jobs=1, clock=lambda: clock[0]).remaining() == pytest.approx(200.0)
+
+
+@pytest.mark.parametrize("interpreted", [True, False])
+def test_an_interpreted_backends_first_pair_of_an_op_in_a_worker_does_not_raise_its_rate(monkeypatch, interpreted):
+    """Triton's interpreter pays a kernel's first call once per worker: in two saved runs of the 2-core
+    machine a worker's first pairs of an op ran a median 0.8 to 11 times their price per backend, above
+    the op's later pairs (0.4 to 4.1) for 15 of 18 backends and runs. Such a pair that took 4 s of a 1-s price
+    teaches its backend's rate by at most its prediction (the pairs left stay at 1 s, not 2.2); its
+    whole time counts in the machine's rate. A compiled backend's pair is taken as it ran."""
+    from conformance import registry
+
+    monkeypatch.setattr(estimate, "measured_prices", lambda machine=None: {"i": estimate.Price(pair_s=1.0)})
+    monkeypatch.setattr(estimate, "prices_core_share", lambda: 1.0)
+    i = Backend("i", {"toy": ("scale", "shift")}, lambda: (True, ""), lambda c, x: {},
+                env=registry.INTERPRET_ENV if interpreted else {})
+    scale, shift = make_cell("toy", "scale", n=1, factor=1.0), [make_cell("toy", "shift", n=k) for k in range(5)]
+    est = estimate.Estimator([(c, i) for c in [scale, *shift]], jobs=1, share=1.0)
+    for cell, wall, first in ((scale, 1.0, True), (shift[0], 4.0, False)):
+        est.began("slot 0", cell.id, ["i"], first_in_worker=first)
+        est.done({**rec(cell, "i", wall, first), "op": cell.op})
+    taught = (4.0 + est.PRIOR_S) / (1.0 + est.PRIOR_S)
+    assert est.backend_rate("i") == pytest.approx(1.0 if interpreted else taught)
+    assert est.totals["i"] == pytest.approx((5.0, 2.0))
+
+
+def test_a_budgeted_conform_expects_to_end_by_its_deadline(tmp_path, monkeypatch):
+    """toy-good priced at a minute a pair under a 10-minute budget: the pairs chosen fill it, and the
+    range said before the run ends at the deadline (not at 1.4 times the chosen pairs' time)."""
+    import time
+
+    monkeypatch.setattr(estimate, "measured_prices", lambda machine=None: {"toy-good": estimate.Price(pair_s=60.0)})
+    monkeypatch.setattr(estimate, "prices_core_share", lambda: 1.0)
+    monkeypatch.setattr(runner, "core_share", lambda load, jobs: 1.0)
+    stream = io.StringIO()
+    limit = runner.TimeBudget("10m", 600.0, time.monotonic() + 600.0)
+    runner.run(Selection(tier="ci", family="toy", backends=("toy-good",)), tmp_path / "out", jobs=1,
+               time_limit=limit, stream=stream)
+    lo, hi = re.search(r"expect (\d+)m(\d+)s-(\d+)m(\d+)s", stream.getvalue()).group(1, 3)
+    assert int(lo) >= 5 and int(hi) <= 9, stream.getvalue()   # 8 or 9 pairs chosen; 1.4 times is 11m12s+

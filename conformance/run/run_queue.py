@@ -1,0 +1,61 @@
+"""A finished run folder's pairs as the local pool queued them, and its items.
+
+The pool runs a cell's backends of one worker environment (``estimate.worker_env``) in turn on one
+worker: an *item*, whose first pair draws the cell's inputs and computes its oracles for the rest
+(a record's ``setup_s``).
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from conformance import registry
+from conformance.cells import Cell
+from conformance.run import budget, records, workers
+from conformance.run.estimate import machine_kind, worker_env
+from conformance.run.selection import select_cells
+
+Pair = tuple[Cell, registry.Backend, dict]   # a pair that ran and its record
+
+
+def items(pairs: list[Pair]) -> list[list[Pair]]:
+    """Consecutive pairs of one cell and one worker environment, grouped (the pool's items)."""
+    out: list[list[Pair]] = []
+    for c, b, r in pairs:
+        if out and out[-1][0][0].id == c.id and worker_env(out[-1][0][1]) == worker_env(b):
+            out[-1].append((c, b, r))
+        else:
+            out.append([(c, b, r)])
+    return out
+
+
+def folder_pairs(run_dir: Path) -> tuple[list[Pair], dict, list[int]]:
+    """The pairs of a run folder that ran (cell, backend, record), in the order the local pool queued
+    them (``workers.items`` of the cells in the tier's order, a budgeted run's first stage first),
+    its run.json, and the sizes of its stages (one for a run without a budget)."""
+    info = records.read_json(run_dir / "run.json")
+    tier = select_cells(info["selection"]["tier"])
+    cells = {c.id: c for c in tier}
+    order = {c.id: i for i, c in enumerate(tier)}
+    recs = records.read_partial(run_dir / "cells.jsonl")[0]
+    known = registry.backends()
+    rank = {name: i for i, name in enumerate(info.get("backends") or known)}
+    ran = {(r["id"], r["backend"]): r for r in recs
+           if r["status"] != "skip" and (r.get("wall_s") is not None or r.get("duration_s") is not None)
+           and r["id"] in cells and r["backend"] in known}
+    pairs = sorted(((cells[i], known[b]) for i, b in ran), key=lambda p: (order[p[0].id], rank.get(p[1].name, 0)))
+    stages = (budget.choose(pairs, math.inf, int(info.get("jobs") or 1), machine_kind(info.get("gpus")))[0]
+              if "left_out" in info else [pairs])
+    queued = []
+    for stage in stages:
+        by_cell: dict[str, tuple[Cell, list]] = {}
+        for c, b in stage:
+            by_cell.setdefault(c.id, (c, []))[1].append(b)
+        queued += [(item.cell, b, ran[item.cell.id, b.name])
+                   for item in workers.items(list(by_cell.values())) for b in item.backends]
+    return queued, info, [len(st) for st in stages]
+
+
+def item_firsts(pairs: list[Pair]) -> list[dict]:
+    """The record of each item's first pair: the one that paid the item's setup."""
+    return [item[0][2] for item in items(pairs)]
