@@ -78,11 +78,6 @@ class Price:
 SETUP = "(cell setup)"   # the prices' name for a cell's setup in a worker (a record's ``setup_s``)
 
 
-def in_interpreter(backend: registry.Backend) -> bool:
-    """The backend runs Triton kernels in Triton's interpreter (its ``env`` holds ``registry.INTERPRET_ENV``)."""
-    return registry.INTERPRET_ENV.items() <= dict(backend.env).items()
-
-
 def worker_env(backend: registry.Backend) -> tuple:
     """The worker environment a backend runs in: its environment variables and whether it uses a GPU.
     The local pool runs a cell's backends of one environment in turn on one worker (an *item*,
@@ -248,7 +243,7 @@ class Estimator:
     ``setup_s``: the pair teaches its backend's rate by the rest of its time (the first pair of a
     16384-step chain spent 124-250 s on the oracle where the cell's other pairs took 20-42 s); a
     record without ``setup_s`` counts the setup with its own estimate against its wall time.
-    A backend in Triton's interpreter (``in_interpreter``) pays each kernel's first call once per
+    A backend in Triton's interpreter (``registry.in_interpreter``) pays each kernel's first call once per
     worker: its first pair of an op in a worker (not the worker's first pair of it) teaches the
     steady rate by at most its prediction (in two saved runs of the 2-core machine such pairs ran a
     median 0.8 to 11 times their price per backend, above the op's later pairs, 0.4 to 4.1 times, for
@@ -325,7 +320,7 @@ class Estimator:
         self.first_sums: dict[str, tuple[float, float]] = {}   # backend -> (wall, estimate) of first pairs
         self.totals: dict[str, tuple[float, float]] = {}   # backend -> (wall, estimate) of every pair, compile included
         self._op_of: dict[str, str] = {}          # cell id -> "family/op"
-        self._interpreted: dict[str, bool] = {}   # backend -> ``in_interpreter``
+        self._interpreted: dict[str, bool] = {}   # backend -> ``registry.in_interpreter``
         self._ops_seen: set[tuple] = set()        # (slot, interpreted backend, op) its worker has begun
         self._first_of_op: set[tuple[str, str]] = set()   # (cell id, backend) begun first of its op on its worker
         self._begun: set[tuple[str, str]] = set()         # (cell id, interpreted backend) told as begun
@@ -349,7 +344,7 @@ class Estimator:
         self._setup_of: dict[tuple[str, str], float] = {}   # (cell id, backend) in flight -> the setup it pays
         for cell, b in pending:
             self._op_of[cell.id] = f"{cell.family}/{cell.op}"
-            self._interpreted[b.name] = in_interpreter(b)
+            self._interpreted[b.name] = registry.in_interpreter(b)
             self._first[cell.id, b.name] = est = first_estimate(cell, b, self.machine)
             self.left[b.name, size_class(est)] += est
             self.n_left[b.name] += 1
