@@ -414,13 +414,18 @@ class Estimator:
         self._class_sums[backend, size] = (keep * w + wall, keep * e + estimate)
 
     def learn(self, cells: dict[str, Cell], backends: dict[str, registry.Backend], recs: list[dict]) -> None:
-        """Calibrate from records already in the folder (on resume; records written before
+        """Calibrate from records already in the folder (on resume), as from records of this run
+        (``done``): the first record of each item paid its cell's setup (records written before
         ``wall_s`` existed give their ``duration_s``)."""
+        paid: set[tuple] = set()   # the items whose first record has been read
         for r in recs:
             if r["id"] in cells and r["backend"] in backends and r["status"] != "skip":
+                cell, b = cells[r["id"]], backends[r["backend"]]
+                item = cell.id, worker_env(b)
+                setup = setup_estimate(cell, self.machine) if item not in paid else 0.0
+                paid.add(item)
                 wall = r.get("wall_s", r.get("duration_s"))
-                self._observe(r["backend"], first_estimate(cells[r["id"]], backends[r["backend"]], self.machine),
-                              float(wall or 0.0), bool(r.get("first_in_worker")))
+                self._observe_record(r, first_estimate(cell, b, self.machine), setup, float(wall or 0.0))
 
     def began(self, slot: str, cell_id: str, backends: list[str], since: float | None = None,
               first_in_worker: bool | None = None) -> None:
@@ -489,14 +494,20 @@ class Estimator:
         self.n_left[b] -= 1
         if record.get("first_in_worker") and self.startups_left[b] > 0:
             self.startups_left[b] -= 1
-        first, first_of_op = bool(record.get("first_in_worker")), self._is_first_of_op(record)
-        measured = record.get("setup_s")
-        if setup and measured is not None:   # the setup it measured teaches the setup's rate apart
-            self._observe(SETUP, setup, float(measured), False)
-            self._observe(b, est, max(0.0, wall - float(measured)), first, first_of_op)
-        else:   # the setup unmeasured (an older record): in its pair's time and estimate together
-            self._observe(b, est + setup, wall, first, first_of_op)
+        self._observe_record(record, est, setup, wall, self._is_first_of_op(record))
         return weight
+
+    def _observe_record(self, record: dict, est: float, setup: float, wall: float, first_of_op: bool = False) -> None:
+        """Learn from a finished record of wall time ``wall``, first estimate ``est``, and ``setup`` the
+        estimated setup it paid for its item (0: none): the setup it measured (``setup_s``) teaches
+        the setup's rate apart and the rest of its time its backend's; a record without ``setup_s``
+        (older) counts the setup in its pair's time and estimate together."""
+        first, measured = bool(record.get("first_in_worker")), record.get("setup_s")
+        if setup and measured is not None:
+            self._observe(SETUP, setup, float(measured), False)
+            self._observe(record["backend"], est, max(0.0, wall - float(measured)), first, first_of_op)
+        else:
+            self._observe(record["backend"], est + setup, wall, first, first_of_op)
 
     def compile_per_pair(self, backend: str) -> float:
         """Compile/autotune seconds a pair of ``backend`` left is expected to meet."""
