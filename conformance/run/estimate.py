@@ -187,6 +187,13 @@ def startup_estimate(backend: registry.Backend, machine: str | None = None) -> f
     return price(backend, machine).startup_s
 
 
+def pair_estimates(cell: Cell, backend: registry.Backend, machine: str | None = None) -> tuple[float, float, float]:
+    """Seconds of the pair at the prices, in its three parts: (``first_estimate``, its worker's
+    ``startup_estimate`` where it is the worker's first pair of the backend, its cell's
+    ``setup_estimate`` where it is the first pair of its item)."""
+    return first_estimate(cell, backend, machine), startup_estimate(backend, machine), setup_estimate(cell, machine)
+
+
 CLASS_RATIO = 4.0   # pairs whose first estimates are this factor apart are rated apart (``Estimator``)
 
 
@@ -594,14 +601,24 @@ class Estimator:
         the first pair of an item its cell's setup at the setup's rate."""
         total = 0.0
         for b in r.backends:
-            est = self._first.get((r.cell_id, b), 0.0)
-            setup = self._setup_of.get((r.cell_id, b), 0.0)
-            total += est * self.backend_rate(b, size_class(est)) + setup * self.backend_rate(SETUP, size_class(setup))
-            if r.first_in_worker:
-                total += self.startup_s.get(b, 0.0) * self.backend_rate(b)
-            else:
-                total += self.compile_per_pair(b)
+            pair, startup, setup = self._at_rates(b, self._first.get((r.cell_id, b), 0.0), self.startup_s.get(b, 0.0),
+                                                  self._setup_of.get((r.cell_id, b), 0.0))
+            total += pair + setup + (startup if r.first_in_worker else self.compile_per_pair(b))
         return total
+
+    def _at_rates(self, backend: str, est: float, startup: float, setup: float) -> tuple[float, float, float]:
+        """Estimated seconds of a pair of ``backend`` as seconds here: (its first estimate ``est`` at its
+        size class's rate, a worker's ``startup`` at the backend's rate, its item's ``setup`` at the
+        size class's rate of ``SETUP``)."""
+        return (est * self.backend_rate(backend, size_class(est)), startup * self.backend_rate(backend),
+                setup * self.backend_rate(SETUP, size_class(setup)))
+
+    def expected(self, cell: Cell, backend: registry.Backend) -> tuple[float, float, float]:
+        """Seconds here of the pair were it to begin now, at the rates learned so far (as ``prediction``
+        expects it), in the three parts of ``pair_estimates``: the pair with the compile time a
+        steady pair is expected to meet, its worker's startup, its item's setup."""
+        pair, startup, setup = self._at_rates(backend.name, *pair_estimates(cell, backend, self.machine))
+        return pair + self.compile_per_pair(backend.name), startup, setup
 
     def running_left(self, r: Running) -> float:
         """Seconds the pairs of ``r`` are expected to run still: ``P - e``, ``P`` their ``prediction``,
