@@ -132,6 +132,11 @@ class Backend:
         return answer
 
 
+def in_interpreter(backend: Backend) -> bool:
+    """The backend runs Triton kernels in Triton's interpreter (its ``env`` holds ``INTERPRET_ENV``)."""
+    return INTERPRET_ENV.items() <= dict(backend.env).items()
+
+
 class HookError(Exception):
     """A backend's ``supports`` or ``xfail`` raised or answered neither None nor a string."""
 

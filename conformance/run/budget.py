@@ -3,7 +3,9 @@ informative first, and which are left out.
 
 The choice is greedy over the pairs' estimated seconds (``estimate.first_estimate``, plus a
 worker's startup for the first pair of each backend and the cell's setup, ``estimate.setup_estimate``,
-for the first pair of each cell and worker environment), within ``seconds * jobs`` worker-seconds:
+for the first pair of each cell and worker environment: ``estimate.pair_estimates``; for the second
+stage the same at the rates the first ran at, ``Estimator.expected``), within ``seconds * jobs``
+worker-seconds:
 
 1. every (backend, op) gets its cheapest cell, so that each backend and each op of it runs;
 2. then, per (backend, op), the cell that covers most (axis value, axis value) pairs not yet covered
@@ -21,11 +23,12 @@ import heapq
 import itertools
 import re
 from collections import Counter
+from typing import Callable
 
 from conformance import registry
 from conformance.cells import Cell
 from conformance.errors import UsageError
-from conformance.run.estimate import first_estimate, setup_estimate, startup_estimate, worker_env
+from conformance.run.estimate import pair_estimates, worker_env
 
 UNITS = {"s": 1, "m": 60, "h": 3600}
 
@@ -48,14 +51,20 @@ def _features(cell: Cell) -> set[tuple]:
     return {(a, b) for a, b in itertools.combinations(items, 2)}
 
 
-def choose(pairs: list[tuple[Cell, registry.Backend]], capacity_s: float, jobs: int, machine: str | None = None
+def choose(pairs: list[tuple[Cell, registry.Backend]], capacity_s: float, jobs: int, machine: str | None = None,
+           seconds: Callable[[Cell, registry.Backend], tuple[float, float, float]] | None = None
            ) -> tuple[list[list[tuple[Cell, registry.Backend]]], list[tuple[Cell, registry.Backend]]]:
     """(stages, left out) of ``pairs`` within ``capacity_s`` seconds of each of ``jobs`` workers:
     the chosen pairs in two stages to run one after the other, every (backend, op)'s first cell,
     then the rest chosen (so that a slow machine, stopped at the deadline, has run each backend);
-    each list in the order of ``pairs``. ``machine``: the kind whose prices to use (``estimate.machine_kind``)."""
+    each list in the order of ``pairs``. ``seconds``: a pair's seconds in the parts of
+    ``estimate.pair_estimates`` (pair, worker startup, cell setup), by default those at the prices
+    of ``machine``'s kind (``estimate.machine_kind``); once pairs have run, the ``Estimator``'s
+    ``expected``, at the rates this machine ran them."""
     left = max(0.0, capacity_s) * max(1, jobs)
-    cost = {(c.id, b.name): first_estimate(c, b, machine) for c, b in pairs}
+    seconds = seconds or (lambda c, b: pair_estimates(c, b, machine))
+    parts = {(c.id, b.name): seconds(c, b) for c, b in pairs}
+    cost = {key: p[0] for key, p in parts.items()}
     taken: Counter = Counter()   # backend -> pairs chosen (the first ``jobs`` of them may each start a worker)
     chosen: set[tuple[str, str]] = set()
     set_up: set[tuple] = set()   # (cell id, worker environment) of the items chosen
@@ -63,8 +72,8 @@ def choose(pairs: list[tuple[Cell, registry.Backend]], capacity_s: float, jobs: 
     def take(cell: Cell, b: registry.Backend) -> bool:
         nonlocal left
         item = cell.id, worker_env(b)
-        price = (cost[cell.id, b.name] + (startup_estimate(b, machine) if taken[b.name] < jobs else 0.0)
-                 + (setup_estimate(cell, machine) if item not in set_up else 0.0))
+        pair, startup, setup = parts[cell.id, b.name]
+        price = pair + (startup if taken[b.name] < jobs else 0.0) + (setup if item not in set_up else 0.0)
         if price > left:
             return False
         left -= price

@@ -78,11 +78,6 @@ class Price:
 SETUP = "(cell setup)"   # the prices' name for a cell's setup in a worker (a record's ``setup_s``)
 
 
-def in_interpreter(backend: registry.Backend) -> bool:
-    """The backend runs Triton kernels in Triton's interpreter (its ``env`` holds ``registry.INTERPRET_ENV``)."""
-    return registry.INTERPRET_ENV.items() <= dict(backend.env).items()
-
-
 def worker_env(backend: registry.Backend) -> tuple:
     """The worker environment a backend runs in: its environment variables and whether it uses a GPU.
     The local pool runs a cell's backends of one environment in turn on one worker (an *item*,
@@ -192,6 +187,13 @@ def startup_estimate(backend: registry.Backend, machine: str | None = None) -> f
     return price(backend, machine).startup_s
 
 
+def pair_estimates(cell: Cell, backend: registry.Backend, machine: str | None = None) -> tuple[float, float, float]:
+    """Seconds of the pair at the prices, in its three parts: (``first_estimate``, its worker's
+    ``startup_estimate`` where it is the worker's first pair of the backend, its cell's
+    ``setup_estimate`` where it is the first pair of its item)."""
+    return first_estimate(cell, backend, machine), startup_estimate(backend, machine), setup_estimate(cell, machine)
+
+
 CLASS_RATIO = 4.0   # pairs whose first estimates are this factor apart are rated apart (``Estimator``)
 
 
@@ -248,7 +250,7 @@ class Estimator:
     ``setup_s``: the pair teaches its backend's rate by the rest of its time (the first pair of a
     16384-step chain spent 124-250 s on the oracle where the cell's other pairs took 20-42 s); a
     record without ``setup_s`` counts the setup with its own estimate against its wall time.
-    A backend in Triton's interpreter (``in_interpreter``) pays each kernel's first call once per
+    A backend in Triton's interpreter (``registry.in_interpreter``) pays each kernel's first call once per
     worker: its first pair of an op in a worker (not the worker's first pair of it) teaches the
     steady rate by at most its prediction (in two saved runs of the 2-core machine such pairs ran a
     median 0.8 to 11 times their price per backend, above the op's later pairs, 0.4 to 4.1 times, for
@@ -325,7 +327,7 @@ class Estimator:
         self.first_sums: dict[str, tuple[float, float]] = {}   # backend -> (wall, estimate) of first pairs
         self.totals: dict[str, tuple[float, float]] = {}   # backend -> (wall, estimate) of every pair, compile included
         self._op_of: dict[str, str] = {}          # cell id -> "family/op"
-        self._interpreted: dict[str, bool] = {}   # backend -> ``in_interpreter``
+        self._interpreted: dict[str, bool] = {}   # backend -> ``registry.in_interpreter``
         self._ops_seen: set[tuple] = set()        # (slot, interpreted backend, op) its worker has begun
         self._first_of_op: set[tuple[str, str]] = set()   # (cell id, backend) begun first of its op on its worker
         self._begun: set[tuple[str, str]] = set()         # (cell id, interpreted backend) told as begun
@@ -349,7 +351,7 @@ class Estimator:
         self._setup_of: dict[tuple[str, str], float] = {}   # (cell id, backend) in flight -> the setup it pays
         for cell, b in pending:
             self._op_of[cell.id] = f"{cell.family}/{cell.op}"
-            self._interpreted[b.name] = in_interpreter(b)
+            self._interpreted[b.name] = registry.in_interpreter(b)
             self._first[cell.id, b.name] = est = first_estimate(cell, b, self.machine)
             self.left[b.name, size_class(est)] += est
             self.n_left[b.name] += 1
@@ -419,13 +421,18 @@ class Estimator:
         self._class_sums[backend, size] = (keep * w + wall, keep * e + estimate)
 
     def learn(self, cells: dict[str, Cell], backends: dict[str, registry.Backend], recs: list[dict]) -> None:
-        """Calibrate from records already in the folder (on resume; records written before
+        """Calibrate from records already in the folder (on resume), as from records of this run
+        (``done``): the first record of each item paid its cell's setup (records written before
         ``wall_s`` existed give their ``duration_s``)."""
+        paid: set[tuple] = set()   # the items whose first record has been read
         for r in recs:
             if r["id"] in cells and r["backend"] in backends and r["status"] != "skip":
+                cell, b = cells[r["id"]], backends[r["backend"]]
+                item = cell.id, worker_env(b)
+                setup = setup_estimate(cell, self.machine) if item not in paid else 0.0
+                paid.add(item)
                 wall = r.get("wall_s", r.get("duration_s"))
-                self._observe(r["backend"], first_estimate(cells[r["id"]], backends[r["backend"]], self.machine),
-                              float(wall or 0.0), bool(r.get("first_in_worker")))
+                self._observe_record(r, first_estimate(cell, b, self.machine), setup, float(wall or 0.0))
 
     def began(self, slot: str, cell_id: str, backends: list[str], since: float | None = None,
               first_in_worker: bool | None = None) -> None:
@@ -494,14 +501,20 @@ class Estimator:
         self.n_left[b] -= 1
         if record.get("first_in_worker") and self.startups_left[b] > 0:
             self.startups_left[b] -= 1
-        first, first_of_op = bool(record.get("first_in_worker")), self._is_first_of_op(record)
-        measured = record.get("setup_s")
-        if setup and measured is not None:   # the setup it measured teaches the setup's rate apart
-            self._observe(SETUP, setup, float(measured), False)
-            self._observe(b, est, max(0.0, wall - float(measured)), first, first_of_op)
-        else:   # the setup unmeasured (an older record): in its pair's time and estimate together
-            self._observe(b, est + setup, wall, first, first_of_op)
+        self._observe_record(record, est, setup, wall, self._is_first_of_op(record))
         return weight
+
+    def _observe_record(self, record: dict, est: float, setup: float, wall: float, first_of_op: bool = False) -> None:
+        """Learn from a finished record of wall time ``wall``, first estimate ``est``, and ``setup`` the
+        estimated setup it paid for its item (0: none): the setup it measured (``setup_s``) teaches
+        the setup's rate apart and the rest of its time its backend's; a record without ``setup_s``
+        (older) counts the setup in its pair's time and estimate together."""
+        first, measured = bool(record.get("first_in_worker")), record.get("setup_s")
+        if setup and measured is not None:
+            self._observe(SETUP, setup, float(measured), False)
+            self._observe(record["backend"], est, max(0.0, wall - float(measured)), first, first_of_op)
+        else:
+            self._observe(record["backend"], est + setup, wall, first, first_of_op)
 
     def compile_per_pair(self, backend: str) -> float:
         """Compile/autotune seconds a pair of ``backend`` left is expected to meet."""
@@ -588,14 +601,24 @@ class Estimator:
         the first pair of an item its cell's setup at the setup's rate."""
         total = 0.0
         for b in r.backends:
-            est = self._first.get((r.cell_id, b), 0.0)
-            setup = self._setup_of.get((r.cell_id, b), 0.0)
-            total += est * self.backend_rate(b, size_class(est)) + setup * self.backend_rate(SETUP, size_class(setup))
-            if r.first_in_worker:
-                total += self.startup_s.get(b, 0.0) * self.backend_rate(b)
-            else:
-                total += self.compile_per_pair(b)
+            pair, startup, setup = self._at_rates(b, self._first.get((r.cell_id, b), 0.0), self.startup_s.get(b, 0.0),
+                                                  self._setup_of.get((r.cell_id, b), 0.0))
+            total += pair + setup + (startup if r.first_in_worker else self.compile_per_pair(b))
         return total
+
+    def _at_rates(self, backend: str, est: float, startup: float, setup: float) -> tuple[float, float, float]:
+        """Estimated seconds of a pair of ``backend`` as seconds here: (its first estimate ``est`` at its
+        size class's rate, a worker's ``startup`` at the backend's rate, its item's ``setup`` at the
+        size class's rate of ``SETUP``)."""
+        return (est * self.backend_rate(backend, size_class(est)), startup * self.backend_rate(backend),
+                setup * self.backend_rate(SETUP, size_class(setup)))
+
+    def expected(self, cell: Cell, backend: registry.Backend) -> tuple[float, float, float]:
+        """Seconds here of the pair were it to begin now, at the rates learned so far (as ``prediction``
+        expects it), in the three parts of ``pair_estimates``: the pair with the compile time a
+        steady pair is expected to meet, its worker's startup, its item's setup."""
+        pair, startup, setup = self._at_rates(backend.name, *pair_estimates(cell, backend, self.machine))
+        return pair + self.compile_per_pair(backend.name), startup, setup
 
     def running_left(self, r: Running) -> float:
         """Seconds the pairs of ``r`` are expected to run still: ``P - e``, ``P`` their ``prediction``,

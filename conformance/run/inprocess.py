@@ -53,7 +53,7 @@ def static_record(cell: Cell, backend: registry.Backend, status: str, reason: st
 def addresses_checked(backend: registry.Backend):
     """The interpreter's address check (``conformance.interpreter_addresses``) for a backend that runs Triton
     kernels in its interpreter; nothing for the others."""
-    if not registry.INTERPRET_ENV.items() <= dict(backend.env).items():
+    if not registry.in_interpreter(backend):
         return contextlib.nullcontext()
     from conformance.interpreter_addresses import checked_addresses
 

@@ -165,11 +165,15 @@ def _left_out(pairs: list[tuple[Cell, registry.Backend]], time_limit: TimeBudget
 def _choose_again(stage, left_out: list, time_limit: TimeBudget, estimator: Estimator, progress: Progress,
                   jobs: int) -> list[tuple[Cell, list[registry.Backend]]]:
     """The second stage of a time budget, chosen again from its pairs and those left out with the
-    time left and the prices scaled by ``estimator.machine_rate()`` (how much slower or faster this
-    machine ran the first stage than the prices say); ``left_out`` is updated in place."""
+    time left and each pair's seconds as the estimator expects them after the first stage
+    (``Estimator.expected``: each backend at the rate it ran, one not run yet at the machine's).
+    A single machine-wide rate underrates the slow backends: replayed on a 4m30s ``make conform`` of
+    the 2-core machine (2026-12-06) it put the second stage's pairs that ran at 364 s where they took
+    438 (Triton-interpreter backends at 2 to 2.6 times their share), and the deadline stopped 133 pairs
+    chosen; the backends' own rates put them at 530 s. ``left_out`` is updated in place."""
     rest = [(c, b) for c, bks in stage for b in bks] + left_out
-    capacity = (time_limit.deadline - time.monotonic() - FINISH_S) / max(estimator.machine_rate(), 1e-3)
-    chosen, left = time_budget.choose(rest, capacity, jobs, estimator.machine)
+    capacity = time_limit.deadline - time.monotonic() - FINISH_S
+    chosen, left = time_budget.choose(rest, capacity, jobs, estimator.machine, estimator.expected)
     left_out[:] = left
     pairs = [p for st in chosen for p in st]
     estimator.replan(pairs)

@@ -227,3 +227,32 @@ def test_conform_within_a_budget_lists_what_it_left_out_and_resume_runs_it(tmp_p
 def test_a_bad_budget_is_one_line_before_anything_runs(tmp_path, capsys):
     rc, _, err = main(capsys, *CI, "--budget", "soon", "--out", tmp_path)
     assert rc == 2 and "--budget 'soon'" in one_error_line(err) and not (tmp_path / "run.json").exists()
+
+
+def test_the_second_stage_is_chosen_at_the_rate_each_backend_ran_the_first(monkeypatch):
+    """Three backends priced at 1 s a pair; in the first stage ``a`` and ``b`` ran at their price and
+    ``slow`` at three times it, so the machine-wide rate (the median over the backends) says 1. With
+    31 s left, the second stage takes the ``slow`` pairs that fit at 3 s each (10), not the 30 that
+    fit at 1 s (a pair the deadline then stops is waste, and listed as left out anyway)."""
+    import time
+
+    from conformance.run import runner
+
+    monkeypatch.setattr(estimate, "measured_prices", lambda machine=None: {
+        name: estimate.Price(pair_s=1.0) for name in ("a", "b", "slow")})
+    monkeypatch.setattr(estimate, "prices_core_share", lambda: 1.0)
+    a, b, slow = (toy(name, 0.0) for name in ("a", "b", "slow"))
+    cells = [make_cell("toy", "scale", n=n, factor=1.0) for n in range(40)]
+    first = [(c, x) for c in cells[:8] for x in (a, b, slow)]
+    rest = [(c, slow) for c in cells[8:]]
+    est = estimate.Estimator(first + rest, jobs=1, share=1.0, stages=[first, rest])
+    for c, x in first:
+        est.done({"id": c.id, "backend": x.name, "status": "pass", "first_in_worker": False,
+                  "wall_s": 3.0 if x is slow else 1.0})
+    assert est.machine_rate() == pytest.approx(1.0, rel=0.1) and est.backend_rate("slow") > 2.5
+    limit = runner.TimeBudget("1m", 60.0, time.monotonic() + 31.0 + runner.FINISH_S)
+    left_out: list = []
+    stage = runner._choose_again(runner._regroup(rest), left_out, limit, est, Progress(1.0, io.StringIO()), jobs=1)
+    chosen = [(c, x) for c, xs in stage for x in xs]
+    assert 9 <= len(chosen) <= 11 and len(chosen) + len(left_out) == len(rest)
+    assert sum(sum(est.expected(c, x)) for c, x in chosen) <= 31.0

@@ -521,6 +521,24 @@ def test_a_record_without_setup_s_pays_its_items_setup_in_its_time(with_setup):
     assert est.rate["b"] == pytest.approx((10.0 + est.PRIOR_S) / (5.0 + est.PRIOR_S))
 
 
+def test_a_resumed_run_learns_from_the_folders_records_as_from_its_own(with_setup):
+    """The records of a run before, read on resume, teach the rates as the same records of a live run
+    do: the first record of each item pays its cell's setup, whose measured ``setup_s`` teaches the
+    setup's rate and leaves the pair the rest of its time (not its whole 11 s)."""
+    a, b = with_setup
+    cs = cells(2)
+    recs = [{**rec(cs[0], "a", 11.0), "setup_s": 9.0}, {**rec(cs[0], "b", 2.0), "setup_s": 0.0},
+            {**rec(cs[1], "a", 7.0), "setup_s": 5.0}]
+    live = estimate.Estimator([(c, x) for c in cs for x in (a, b)], jobs=1, share=1.0)
+    for r in recs:
+        live.done(r)
+    resumed = estimate.Estimator([(cs[1], b)], jobs=1, share=1.0)
+    resumed.learn({c.id: c for c in cs}, {"a": a, "b": b}, recs)
+    assert resumed.backend_rate("a") == pytest.approx(live.backend_rate("a")) and live.backend_rate("a") < 1.6
+    assert resumed.backend_rate(estimate.SETUP) == pytest.approx(live.backend_rate(estimate.SETUP))
+    assert resumed.backend_rate("b") == pytest.approx(live.backend_rate("b"))
+
+
 def test_the_longest_pair_left_counts_its_items_setup(with_setup):
     """One cell on ``a`` and ten workers: the run takes at least the setup and the pair (5 s), not the
     pair alone."""
