@@ -148,9 +148,11 @@ def _aa(names: list[str], gate_list, args, path: Path, rows: dict | None) -> int
                 r = gates.judge(g, records, run.remeasurer(dict(records), rows, set_ups))
                 judged[g.name].append([r["verdict"], r["ratio"], r["reason"]])
             pair.append(list(records.values()))
-            if i == 0 and len(pair) == 1:
+            if i == 0:      # the first run captures (and compiles) every row: the second is the steady one
                 took = time.monotonic() - start
-                print(f"first run {took:.1f} s: about {2 * todo * took:.0f} s for the {2 * todo} runs", flush=True)
+                print(f"first run {took:.1f} s, captures included" if len(pair) == 1 else
+                      f"second run {took:.1f} s: about {(2 * todo - 2) * took:.0f} s for the {2 * todo - 2} runs left",
+                      flush=True)
         pairs.append(tuple(pair))
         baselines.journal(journal, identity, pairs[-1], judged)
         for name, vs in judged.items():

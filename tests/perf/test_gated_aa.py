@@ -202,6 +202,7 @@ def test_aa_sets_each_row_up_once_and_times_it_in_every_run(tmp_path, monkeypatc
     assert rc == 0, err
     # per row: 10 ms of warm-up and 5 samples of 30 + 5 ms, in 4 runs
     assert "A/A plan: 2 pairs x 3 rows, about 2 s of GPU timing" in out
+    assert ", captures included\n" in out and " s for the 2 runs left\n" in out   # the estimate from the steady run
     assert counts == {"inputs": 1, "prepare": 3, "capture": 2, "eager": 1,
                       "samples": 4 * 3 * 2}   # each run: the 3 rows, then again for the straddling gate
     written = {g.name: g for g in gates.load(gates_file)}
