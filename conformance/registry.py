@@ -132,6 +132,14 @@ class Backend:
         return answer
 
 
+def worker_env(backend: Backend) -> tuple:
+    """The worker environment a backend runs in: its environment variables and whether it uses a GPU.
+    The local pool runs a cell's backends of one environment in turn on one worker (an *item*,
+    ``workers.items``), and the item's first pair draws the cell's inputs and computes its oracles
+    (a record's ``setup_s``) for the rest."""
+    return tuple(sorted(backend.env.items())), backend.uses_gpu
+
+
 def in_interpreter(backend: Backend) -> bool:
     """The backend runs Triton kernels in Triton's interpreter (its ``env`` holds ``INTERPRET_ENV``)."""
     return INTERPRET_ENV.items() <= dict(backend.env).items()

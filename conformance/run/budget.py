@@ -28,7 +28,7 @@ from typing import Callable
 from conformance import registry
 from conformance.cells import Cell
 from conformance.errors import UsageError
-from conformance.run.estimate import pair_estimates, worker_env
+from conformance.run.estimate import pair_estimates
 
 UNITS = {"s": 1, "m": 60, "h": 3600}
 
@@ -71,7 +71,7 @@ def choose(pairs: list[tuple[Cell, registry.Backend]], capacity_s: float, jobs: 
 
     def take(cell: Cell, b: registry.Backend) -> bool:
         nonlocal left
-        item = cell.id, worker_env(b)
+        item = cell.id, registry.worker_env(b)
         pair, startup, setup = parts[cell.id, b.name]
         price = pair + (startup if taken[b.name] < jobs else 0.0) + (setup if item not in set_up else 0.0)
         if price > left:

@@ -78,13 +78,6 @@ class Price:
 SETUP = "(cell setup)"   # the prices' name for a cell's setup in a worker (a record's ``setup_s``)
 
 
-def worker_env(backend: registry.Backend) -> tuple:
-    """The worker environment a backend runs in: its environment variables and whether it uses a GPU.
-    The local pool runs a cell's backends of one environment in turn on one worker (an *item*,
-    ``workers.items``), and the item's first pair draws the cell's inputs and computes its oracles
-    (``setup_s``) for the rest."""
-    return tuple(sorted(backend.env.items())), backend.uses_gpu
-
 
 @lru_cache(maxsize=1)
 def _prices_file() -> dict:
@@ -245,7 +238,7 @@ class Estimator:
     ``jobs`` of them in each of the run's ``stages``: a budgeted run's second stage starts its
     workers afresh, and on the 2-core machine its first pairs were a third of that stage's time).
     A cell's setup (its inputs and oracles: ``setup_estimate``) is paid once per item (the cell's
-    backends of one ``worker_env``), by the item's first pair to begin (or, not told of starts, the
+    backends of one ``registry.worker_env``), by the item's first pair to begin (or, not told of starts, the
     first record of it to come), and is rated as a backend of its own, ``SETUP``, from records'
     ``setup_s``: the pair teaches its backend's rate by the rest of its time (the first pair of a
     16384-step chain spent 124-250 s on the oracle where the cell's other pairs took 20-42 s); a
@@ -341,7 +334,7 @@ class Estimator:
     def _plan(self, pending: list[tuple[Cell, registry.Backend]]) -> None:
         """The pairs left: each one's first estimate (``_first``), per (backend, size class) their sum
         (``left``), per backend their number (``n_left``) and its worker startup price; and the
-        setup of each item left (a cell's backends of one ``worker_env``: ``_setups``, summed in
+        setup of each item left (a cell's backends of one ``registry.worker_env``: ``_setups``, summed in
         ``left`` under ``SETUP``), which its first pair to begin pays."""
         self.left: Counter = Counter()
         self.n_left: Counter = Counter()
@@ -356,7 +349,7 @@ class Estimator:
             self.left[b.name, size_class(est)] += est
             self.n_left[b.name] += 1
             self.startup_s[b.name] = startup_estimate(b, self.machine)
-            item = self._item_of[cell.id, b.name] = (cell.id, worker_env(b))
+            item = self._item_of[cell.id, b.name] = (cell.id, registry.worker_env(b))
             if item not in self._setups:
                 self._setups[item] = setup = setup_estimate(cell, self.machine)
                 self.left[SETUP, size_class(setup)] += setup
@@ -428,7 +421,7 @@ class Estimator:
         for r in recs:
             if r["id"] in cells and r["backend"] in backends and r["status"] != "skip":
                 cell, b = cells[r["id"]], backends[r["backend"]]
-                item = cell.id, worker_env(b)
+                item = cell.id, registry.worker_env(b)
                 setup = setup_estimate(cell, self.machine) if item not in paid else 0.0
                 paid.add(item)
                 wall = r.get("wall_s", r.get("duration_s"))

@@ -187,7 +187,7 @@ class RemoteExecutor:
             for b in bks:
                 if b.name not in eligible:
                     eligible[b.name] = frozenset(n for n, (ok, _) in self.node_answers(b).items() if ok)
-                groups.setdefault((tuple(sorted(b.env.items())), b.uses_gpu, eligible[b.name]), []).append(b)
+                groups.setdefault((*registry.worker_env(b), eligible[b.name]), []).append(b)
             out += [_Item(cell, group, nodes) for (_, _, nodes), group in groups.items()]
         return out
 

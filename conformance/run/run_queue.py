@@ -1,6 +1,6 @@
 """A finished run folder's pairs as the local pool queued them, and its items.
 
-The pool runs a cell's backends of one worker environment (``estimate.worker_env``) in turn on one
+The pool runs a cell's backends of one worker environment (``registry.worker_env``) in turn on one
 worker: an *item*, whose first pair draws the cell's inputs and computes its oracles for the rest
 (a record's ``setup_s``).
 """
@@ -12,7 +12,7 @@ from pathlib import Path
 from conformance import registry
 from conformance.cells import Cell
 from conformance.run import budget, records, workers
-from conformance.run.estimate import machine_kind, worker_env
+from conformance.run.estimate import machine_kind
 from conformance.run.selection import select_cells
 
 Pair = tuple[Cell, registry.Backend, dict]   # a pair that ran and its record
@@ -22,7 +22,7 @@ def items(pairs: list[Pair]) -> list[list[Pair]]:
     """Consecutive pairs of one cell and one worker environment, grouped (the pool's items)."""
     out: list[list[Pair]] = []
     for c, b, r in pairs:
-        if out and out[-1][0][0].id == c.id and worker_env(out[-1][0][1]) == worker_env(b):
+        if out and out[-1][0][0].id == c.id and registry.worker_env(out[-1][0][1]) == registry.worker_env(b):
             out[-1].append((c, b, r))
         else:
             out.append([(c, b, r)])
@@ -46,13 +46,8 @@ def folder_pairs(run_dir: Path) -> tuple[list[Pair], dict, list[int]]:
     pairs = sorted(((cells[i], known[b]) for i, b in ran), key=lambda p: (order[p[0].id], rank.get(p[1].name, 0)))
     stages = (budget.choose(pairs, math.inf, int(info.get("jobs") or 1), machine_kind(info.get("gpus")))[0]
               if "left_out" in info else [pairs])
-    queued = []
-    for stage in stages:
-        by_cell: dict[str, tuple[Cell, list]] = {}
-        for c, b in stage:
-            by_cell.setdefault(c.id, (c, []))[1].append(b)
-        queued += [(item.cell, b, ran[item.cell.id, b.name])
-                   for item in workers.items(list(by_cell.values())) for b in item.backends]
+    queued = [(item.cell, b, ran[item.cell.id, b.name])
+              for stage in stages for item in workers.items(workers.by_cell(stage)) for b in item.backends]
     return queued, info, [len(st) for st in stages]
 
 

@@ -40,6 +40,7 @@ from conformance.run.run_folder import (
 )
 from conformance.run.progress import Progress
 from conformance.run.selection import Selection
+from conformance.run.workers import by_cell
 
 NOTHING_RAN = 5   # exit status: no pair of the folder ran (every record a skip), as pytest's "no tests ran"
 FINISH_S = 5.0    # of a time budget: kept for stopping the workers and writing run.json
@@ -178,7 +179,7 @@ def _choose_again(stage, left_out: list, time_limit: TimeBudget, estimator: Esti
     pairs = [p for st in chosen for p in st]
     estimator.replan(pairs)
     progress.total = progress.done + estimator.work_left()
-    return _regroup(pairs)
+    return by_cell(pairs)
 
 
 @contextlib.contextmanager
@@ -208,14 +209,6 @@ def running_text(estimator: Estimator) -> str:
     r, elapsed = longest
     cell = r.cell_id if len(r.cell_id) <= CELL_ID_CHARS else r.cell_id[:CELL_ID_CHARS - 3] + "..."
     return f"longest running: {'+'.join(r.backends)} {cell} {hms(elapsed)}"
-
-
-def _regroup(pairs: list[tuple[Cell, registry.Backend]]) -> list[tuple[Cell, list[registry.Backend]]]:
-    """Pairs as (cell, its backends), cells in first-seen order."""
-    out: dict[str, tuple[Cell, list]] = {}
-    for c, b in pairs:
-        out.setdefault(c.id, (c, []))[1].append(b)
-    return list(out.values())
 
 
 def _run_locked(selection, cells, backends, out_dir, executor, *, resume, timeout_s, budget, time_limit, stream):
@@ -259,7 +252,7 @@ def _run_locked(selection, cells, backends, out_dir, executor, *, resume, timeou
         chosen, left_out = time_budget.choose(
             pairs, (time_limit.deadline - time.monotonic() - FINISH_S) / start_rate(share), jobs, machine)
         # the first stage (each backend and op), then the rest, chosen again once the first has run
-        stages = [_regroup(chosen[0] if chosen else []), _regroup([p for st in chosen[1:] for p in st])]
+        stages = [by_cell(chosen[0] if chosen else []), by_cell([p for st in chosen[1:] for p in st])]
         pairs = [p for stage in chosen for p in stage]
         info["left_out"] = _left_out(left_out, time_limit, "did not fit the budget")
         write_run_json(run_path, info)

@@ -151,13 +151,21 @@ class Slot:
     seen: set = field(default_factory=set)          # backends its current worker has run
 
 
+def by_cell(pairs: list[tuple[Cell, registry.Backend]]) -> list[tuple[Cell, list[registry.Backend]]]:
+    """Pairs as (cell, its backends), cells in first-seen order: the work ``items`` groups."""
+    out: dict[str, tuple[Cell, list]] = {}
+    for c, b in pairs:
+        out.setdefault(c.id, (c, []))[1].append(b)
+    return list(out.values())
+
+
 def items(work: list[tuple[Cell, list[registry.Backend]]]) -> list[Item]:
     """Each cell's backends grouped by worker environment, CPU items first."""
     out = []
     for cell, bks in work:
         groups: dict[tuple, list] = {}
         for b in bks:
-            groups.setdefault((tuple(sorted(b.env.items())), b.uses_gpu), []).append(b)
+            groups.setdefault(registry.worker_env(b), []).append(b)
         out += [Item(cell, group) for group in groups.values()]
     return sorted(out, key=lambda it: (it.gpu, sorted(it.env.items())))
 

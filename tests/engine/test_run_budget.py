@@ -10,7 +10,7 @@ import pytest
 from conformance.cells import make_cell
 from conformance.errors import UsageError
 from conformance.registry import Backend
-from conformance.run import budget, estimate, records
+from conformance.run import budget, estimate, records, workers
 from conformance.run.progress import Progress
 from tests.cli_in_process import main, one_error_line
 from tests.engine.toy_cli import lab
@@ -252,7 +252,7 @@ def test_the_second_stage_is_chosen_at_the_rate_each_backend_ran_the_first(monke
     assert est.machine_rate() == pytest.approx(1.0, rel=0.1) and est.backend_rate("slow") > 2.5
     limit = runner.TimeBudget("1m", 60.0, time.monotonic() + 31.0 + runner.FINISH_S)
     left_out: list = []
-    stage = runner._choose_again(runner._regroup(rest), left_out, limit, est, Progress(1.0, io.StringIO()), jobs=1)
+    stage = runner._choose_again(workers.by_cell(rest), left_out, limit, est, Progress(1.0, io.StringIO()), jobs=1)
     chosen = [(c, x) for c, xs in stage for x in xs]
     assert 9 <= len(chosen) <= 11 and len(chosen) + len(left_out) == len(rest)
     assert sum(sum(est.expected(c, x)) for c, x in chosen) <= 31.0
