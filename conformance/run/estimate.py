@@ -349,7 +349,7 @@ class Estimator:
             self.left[b.name, size_class(est)] += est
             self.n_left[b.name] += 1
             self.startup_s[b.name] = startup_estimate(b, self.machine)
-            item = self._item_of[cell.id, b.name] = (cell.id, registry.worker_env(b))
+            item = self._item_of[cell.id, b.name] = (cell.id, registry.worker_env(b, self.machine == "gpu"))
             if item not in self._setups:
                 self._setups[item] = setup = setup_estimate(cell, self.machine)
                 self.left[SETUP, size_class(setup)] += setup
@@ -421,7 +421,7 @@ class Estimator:
         for r in recs:
             if r["id"] in cells and r["backend"] in backends and r["status"] != "skip":
                 cell, b = cells[r["id"]], backends[r["backend"]]
-                item = cell.id, registry.worker_env(b)
+                item = cell.id, registry.worker_env(b, self.machine == "gpu")
                 setup = setup_estimate(cell, self.machine) if item not in paid else 0.0
                 paid.add(item)
                 wall = r.get("wall_s", r.get("duration_s"))
