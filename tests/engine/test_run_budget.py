@@ -292,3 +292,34 @@ def test_the_second_stage_is_chosen_at_the_rate_each_backend_ran_the_first(monke
     chosen = [(c, x) for c, xs in stage for x in xs]
     assert 9 <= len(chosen) <= 11 and len(chosen) + len(left_out) == len(rest)
     assert sum(sum(est.expected(c, x)) for c, x in chosen) <= 31.0
+
+
+@pytest.mark.parametrize("walls, fits", [((1.0, 1.0), (29, 31)), ((0.5, 1.5), (18, 26))])
+def test_the_second_stage_is_sized_at_an_upper_quantile_of_the_first_stages_spread(monkeypatch, walls, fits):
+    """Backend ``a`` priced at 1 s a pair ran its 8 first-stage pairs at 1 s each, or alternately at 0.5
+    and 1.5 s (the same mean): with 31 s left, the second stage takes the 31 pairs that fit at its rate
+    where its pairs ran alike, and fewer where they spread, as many as fit at the 90th percentile of
+    their time (its rate rests on 8 pairs); their time at the mean rate, what the ETA says, is then
+    within the time left."""
+    import time
+
+    from conformance.run import runner
+
+    monkeypatch.setattr(estimate, "measured_prices", lambda machine=None: {"a": estimate.Price(pair_s=1.0)})
+    monkeypatch.setattr(estimate, "prices_core_share", lambda: 1.0)
+    a = toy("a", 0.0)
+    cells = [make_cell("toy", "scale", n=n, factor=1.0) for n in range(60)]
+    first, rest = [(c, a) for c in cells[:8]], [(c, a) for c in cells[8:]]
+    now = [0.0]
+    est = estimate.Estimator(first + rest, jobs=1, share=1.0, clock=lambda: now[0], stages=[first, rest])
+    for i, (c, x) in enumerate(first):
+        est.began("slot 0", c.id, [x.name], now[0], False)
+        now[0] += walls[i % 2]
+        est.done({"id": c.id, "backend": x.name, "status": "pass", "first_in_worker": False, "wall_s": walls[i % 2]})
+    limit = runner.TimeBudget("1m", 60.0, time.monotonic() + 31.0 + runner.FINISH_S)
+    left_out: list = []
+    stage = runner._choose_again(workers.by_cell(rest), left_out, limit, est, Progress(1.0, io.StringIO()), jobs=1)
+    chosen = [(c, x) for c, xs in stage for x in xs]
+    assert fits[0] <= len(chosen) <= fits[1] and len(chosen) + len(left_out) == len(rest)
+    assert sum(sum(est.expected(c, x)) for c, x in chosen) * est.upper_margin(chosen) <= 31.0
+    assert est.finished["a"] == 8 and (est.spread() > 0.5) == (walls[0] != walls[1])
