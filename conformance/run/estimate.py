@@ -633,8 +633,8 @@ class Estimator:
         a backend's rate rests on its ``finished`` pairs, ``n`` (a budgeted run's first stage ran one pair
         of each backend and op), so its pairs' time is uncertain by ``spread() / sqrt(n)`` of it; the
         backends' errors are independent, the time's ``UPPER_Z`` of them added in quadrature. On the
-        2-core machine's saved budgeted runs (2026-12-06) the first stage's spread was 0.53 to 0.91,
-        its second stage's margin 1.11 to 1.20; on the H100 host's, 1.48 and 1.72."""
+        2-core machine's eight saved budgeted runs (2026-12-06, their first stage replayed) the spread
+        was 0.54 to 0.98 and the second stage's margin 1.11 to 1.20; on the H100 host's, 1.65 and 1.80."""
         per: Counter = Counter()
         for cell, b in pairs:
             per[b.name] += self.expected(cell, b)[0]
