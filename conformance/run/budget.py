@@ -59,7 +59,8 @@ def choose(pairs: list[tuple[Cell, registry.Backend]], capacity_s: float, jobs: 
     """(stages, left out) of ``pairs`` within ``capacity_s`` seconds of each of ``jobs`` workers:
     the chosen pairs in two stages to run one after the other, every (backend, op)'s first cell,
     then the rest chosen (so that a slow machine, stopped at the deadline, has run each backend);
-    each list in the order its pairs were chosen (steps 1 to 3 above), the left out in the order of ``pairs``. ``seconds``: a pair's seconds in the parts of
+    each stage in the order its pairs were chosen (steps 1 to 3 above), the left out in the order of
+    ``pairs``. ``seconds``: a pair's seconds in the parts of
     ``estimate.pair_estimates`` (pair, worker startup, cell setup), by default those at the prices
     of ``machine``'s kind (``estimate.machine_kind``); once pairs have run, the ``Estimator``'s
     ``expected``, at the rates this machine ran them."""

@@ -23,7 +23,8 @@ def items(pairs: list[Pair], gpus: bool) -> list[list[Pair]]:
     with GPUs or not: ``gpus``), grouped (the pool's items)."""
     out: list[list[Pair]] = []
     for c, b, r in pairs:
-        if out and out[-1][0][0].id == c.id and registry.worker_env(out[-1][0][1], gpus) == registry.worker_env(b, gpus):
+        last = out[-1][0] if out else None
+        if last and last[0].id == c.id and registry.worker_env(last[1], gpus) == registry.worker_env(b, gpus):
             out[-1].append((c, b, r))
         else:
             out.append([(c, b, r)])

@@ -225,7 +225,8 @@ def test_the_remote_items_are_the_local_pools_a_gpu_backend_without_a_gpu_slot_w
     def toy(name, **kwargs):
         return Backend(name, {"toy": ("scale",)}, lambda: (True, ""), lambda cell, inputs: {}, **kwargs)
 
-    good, gpu, other = toy("toy-good"), toy("toy-gpu", uses_gpu=True), toy("toy-other", env={"KERNEL_LAB_TOY_GROUP": "b"})
+    good, gpu = toy("toy-good"), toy("toy-gpu", uses_gpu=True)
+    other = toy("toy-other", env={"KERNEL_LAB_TOY_GROUP": "b"})
     probes = {b.name: (True, "yes") for b in (good, gpu, other)}
     ex = remote.RemoteExecutor(types.SimpleNamespace(name="fake"))
     ex.slots = [remote.RemoteSlot("a", None, {"probes": probes}, None)]
