@@ -92,10 +92,11 @@ def test_the_pool_runs_a_stage_in_its_order_one_environment_at_a_time_a_gpu_back
         (8, other.name), (10, other.name), (9, "toy-gpu"), (9, "toy-good"), (11, "toy-gpu")]
     assert len(starts) == 2 and {r["device"] for r in got} == {"cpu"}
     assert "TRITON_CACHE_AUTOTUNING" not in starts[1]   # a CPU worker's environment, shared with toy-good
-    # with devices, the GPU backend's items are GPU items, an environment of their own
+    # with devices, the GPU backend's items are GPU items, an environment of their own, queued after
+    # the CPU ones (a GPU machine's long CPU chains start first)
     queued = [(it.cell["n"], [b.name for b in it.backends], it.gpu) for it in workers.items(work, gpus=True)]
-    assert queued == [(8, [other.name], False), (10, [other.name], False), (9, ["toy-gpu"], True),
-                      (11, ["toy-gpu"], True), (9, ["toy-good"], False)]
+    assert queued == [(8, [other.name], False), (10, [other.name], False), (9, ["toy-good"], False),
+                      (9, ["toy-gpu"], True), (11, ["toy-gpu"], True)]
 
 
 def test_pairs_that_do_not_fit_are_left_out_not_dropped():
