@@ -132,12 +132,13 @@ class Backend:
         return answer
 
 
-def worker_env(backend: Backend) -> tuple:
-    """The worker environment a backend runs in: its environment variables and whether it uses a GPU.
-    The local pool runs a cell's backends of one environment in turn on one worker (an *item*,
-    ``workers.items``), and the item's first pair draws the cell's inputs and computes its oracles
-    (a record's ``setup_s``) for the rest."""
-    return tuple(sorted(backend.env.items())), backend.uses_gpu
+def worker_env(backend: Backend, gpus: bool) -> tuple:
+    """The worker environment a backend runs in where the pool has GPUs (``gpus``) or not: its
+    environment variables and whether it runs on a GPU (``uses_gpu`` where there are GPUs; where there
+    are none, a GPU backend runs on the CPU, in the CPU workers). The local pool runs a cell's backends
+    of one environment in turn on one worker (an *item*, ``workers.items``), and the item's first pair
+    draws the cell's inputs and computes its oracles (a record's ``setup_s``) for the rest."""
+    return tuple(sorted(backend.env.items())), backend.uses_gpu and gpus
 
 
 def in_interpreter(backend: Backend) -> bool:

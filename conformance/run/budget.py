@@ -15,7 +15,9 @@ worker-seconds:
 
 A pair that does not fit is left out, never recorded: ``--resume`` without a budget runs it. The
 pairs of step 1 run first, as a stage of their own, so that each backend has run when the
-deadline stops a machine slower than its prices.
+deadline stops a machine slower than its prices. Each stage lists its pairs in the order they were
+chosen, its priority: the pool runs them in that order (``workers.items``), so that a deadline
+stops the pairs chosen last.
 """
 from __future__ import annotations
 
@@ -57,7 +59,8 @@ def choose(pairs: list[tuple[Cell, registry.Backend]], capacity_s: float, jobs: 
     """(stages, left out) of ``pairs`` within ``capacity_s`` seconds of each of ``jobs`` workers:
     the chosen pairs in two stages to run one after the other, every (backend, op)'s first cell,
     then the rest chosen (so that a slow machine, stopped at the deadline, has run each backend);
-    each list in the order of ``pairs``. ``seconds``: a pair's seconds in the parts of
+    each stage in the order its pairs were chosen (steps 1 to 3 above), the left out in the order of
+    ``pairs``. ``seconds``: a pair's seconds in the parts of
     ``estimate.pair_estimates`` (pair, worker startup, cell setup), by default those at the prices
     of ``machine``'s kind (``estimate.machine_kind``); once pairs have run, the ``Estimator``'s
     ``expected``, at the rates this machine ran them."""
@@ -66,19 +69,19 @@ def choose(pairs: list[tuple[Cell, registry.Backend]], capacity_s: float, jobs: 
     parts = {(c.id, b.name): seconds(c, b) for c, b in pairs}
     cost = {key: p[0] for key, p in parts.items()}
     taken: Counter = Counter()   # backend -> pairs chosen (the first ``jobs`` of them may each start a worker)
-    chosen: set[tuple[str, str]] = set()
+    chosen: dict[tuple[str, str], tuple[Cell, registry.Backend]] = {}   # in the order chosen
     set_up: set[tuple] = set()   # (cell id, worker environment) of the items chosen
 
     def take(cell: Cell, b: registry.Backend) -> bool:
         nonlocal left
-        item = cell.id, registry.worker_env(b)
+        item = cell.id, registry.worker_env(b, machine == "gpu")
         pair, startup, setup = parts[cell.id, b.name]
         price = pair + (startup if taken[b.name] < jobs else 0.0) + (setup if item not in set_up else 0.0)
         if price > left:
             return False
         left -= price
         taken[b.name] += 1
-        chosen.add((cell.id, b.name))
+        chosen[cell.id, b.name] = cell, b
         set_up.add(item)
         return True
 
@@ -115,6 +118,6 @@ def choose(pairs: list[tuple[Cell, registry.Backend]], capacity_s: float, jobs: 
     for c, b in sorted(pairs, key=lambda p: cost[p[0].id, p[1].name]):
         if (c.id, b.name) not in chosen:
             take(c, b)
-    stages = [[p for p in pairs if (p[0].id, p[1].name) in first_stage],
-              [p for p in pairs if (p[0].id, p[1].name) in chosen - first_stage]]
+    stages = [[p for key, p in chosen.items() if key in first_stage],
+              [p for key, p in chosen.items() if key not in first_stage]]
     return [st for st in stages if st], [p for p in pairs if (p[0].id, p[1].name) not in chosen]

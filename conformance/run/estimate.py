@@ -300,6 +300,8 @@ class Estimator:
     SETTLED_PAIRS = 10
     SETTLED_WORK = 0.15
     SPREAD = (0.7, 1.4)   # the range before it settles: the prices' spread across runs of one machine
+    UPPER_Z = 1.28   # ``upper_margin``: spreads above the mean, the 90th percentile of a normal error
+    MIN_SPREAD_PAIRS = 8   # finished pairs ``spread`` needs
 
     def __init__(self, pending: list[tuple[Cell, registry.Backend]], jobs: int, share: float = 1.0,
                  clock=time.monotonic, stages: list[list[tuple[Cell, registry.Backend]]] | None = None,
@@ -317,6 +319,7 @@ class Estimator:
         self._class_sums: dict[tuple[str, int], tuple[float, float]] = {}   # the same per (backend, size class)
         self.compile_later_s: Counter = Counter()  # backend -> compile/autotune seconds of steady pairs
         self.steady_n: Counter = Counter()        # backend -> finished pairs after a worker's first
+        self.finished: Counter = Counter()        # backend -> finished pairs learned from (this run's and resumed)
         self.first_sums: dict[str, tuple[float, float]] = {}   # backend -> (wall, estimate) of first pairs
         self.totals: dict[str, tuple[float, float]] = {}   # backend -> (wall, estimate) of every pair, compile included
         self._op_of: dict[str, str] = {}          # cell id -> "family/op"
@@ -349,7 +352,7 @@ class Estimator:
             self.left[b.name, size_class(est)] += est
             self.n_left[b.name] += 1
             self.startup_s[b.name] = startup_estimate(b, self.machine)
-            item = self._item_of[cell.id, b.name] = (cell.id, registry.worker_env(b))
+            item = self._item_of[cell.id, b.name] = (cell.id, registry.worker_env(b, self.machine == "gpu"))
             if item not in self._setups:
                 self._setups[item] = setup = setup_estimate(cell, self.machine)
                 self.left[SETUP, size_class(setup)] += setup
@@ -421,7 +424,7 @@ class Estimator:
         for r in recs:
             if r["id"] in cells and r["backend"] in backends and r["status"] != "skip":
                 cell, b = cells[r["id"]], backends[r["backend"]]
-                item = cell.id, registry.worker_env(b)
+                item = cell.id, registry.worker_env(b, self.machine == "gpu")
                 setup = setup_estimate(cell, self.machine) if item not in paid else 0.0
                 paid.add(item)
                 wall = r.get("wall_s", r.get("duration_s"))
@@ -503,6 +506,7 @@ class Estimator:
         the setup's rate apart and the rest of its time its backend's; a record without ``setup_s``
         (older) counts the setup in its pair's time and estimate together."""
         first, measured = bool(record.get("first_in_worker")), record.get("setup_s")
+        self.finished[record["backend"]] += 1
         if setup and measured is not None:
             self._observe(SETUP, setup, float(measured), False)
             self._observe(record["backend"], est, max(0.0, wall - float(measured)), first, first_of_op)
@@ -612,6 +616,33 @@ class Estimator:
         steady pair is expected to meet, its worker's startup, its item's setup."""
         pair, startup, setup = self._at_rates(backend.name, *pair_estimates(cell, backend, self.machine))
         return pair + self.compile_per_pair(backend.name), startup, setup
+
+    def spread(self) -> float:
+        """How far the run's finished pairs strayed from their predictions when they began (``overruns``):
+        the interquartile range of their logarithms over 1.349 (a standard deviation, were they normal,
+        not moved by a few compiles); 0 with fewer than ``MIN_SPREAD_PAIRS`` of them (an executor that
+        does not say when its pairs start gives none)."""
+        logs = sorted(math.log(x) for x in self.overruns if x > 0)
+        if len(logs) < self.MIN_SPREAD_PAIRS:
+            return 0.0
+        q1, _, q3 = statistics.quantiles(logs, n=4)
+        return (q3 - q1) / 1.349
+
+    def upper_margin(self, pairs: list[tuple[Cell, registry.Backend]]) -> float:
+        """The 90th percentile of the time of ``pairs`` over their expected time (``expected``), at least 1:
+        a backend's rate rests on its ``finished`` pairs, ``n`` (a budgeted run's first stage ran one pair
+        of each backend and op), so its pairs' time is uncertain by ``spread() / sqrt(n)`` of it; the
+        backends' errors are independent, the time's ``UPPER_Z`` of them added in quadrature. On the
+        2-core machine's eight saved budgeted runs (2026-12-06, their first stage replayed) the spread
+        was 0.54 to 0.98 and the second stage's margin 1.11 to 1.20; on the H100 host's, 1.65 and 1.80."""
+        per: Counter = Counter()
+        for cell, b in pairs:
+            per[b.name] += self.expected(cell, b)[0]
+        total, s = sum(per.values()), self.spread()
+        if total <= 0 or s <= 0:
+            return 1.0
+        error = math.sqrt(sum((t * s / math.sqrt(max(1, self.finished[b]))) ** 2 for b, t in per.items()))
+        return 1.0 + self.UPPER_Z * error / total
 
     def running_left(self, r: Running) -> float:
         """Seconds the pairs of ``r`` are expected to run still: ``P - e``, ``P`` their ``prediction``,

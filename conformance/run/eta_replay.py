@@ -1,7 +1,7 @@
 """The ETA replayed on a finished run folder: its pairs that ran, queued as the local pool queued
-them (cells in the tier's order, each cell's backends of one worker environment an item run in turn
-on one worker, CPU items first; a budgeted run's first stage, each backend and op's cheapest cell,
-before the rest), dispatched to the run's workers on a simulated clock (each item to the first
+them (``run_queue.folder_pairs``: each cell's backends of one worker environment an item run in turn
+on one worker, the items of one environment together; a budgeted run's first stage, each backend and
+op's cheapest cell, before the rest), dispatched to the run's workers on a simulated clock (each item to the first
 worker free, each pair for its recorded ``wall_s``), and what the ``Estimator`` said every
 ``every`` seconds against the time that was actually left, twice: told when each pair starts (as
 the runner's executors tell it), and learning from finished pairs only (an executor that does not
@@ -69,7 +69,7 @@ def replay(pairs: list[tuple[Cell, registry.Backend, dict]], jobs: int, share: f
         if k:
             events.append((begin, 1, len(events), None, None, None, [(c, b) for st in stages[k:] for c, b, _ in st]))
         free = [(begin, i) for i in range(est.jobs)]
-        for item in run_queue.items(stage):
+        for item in run_queue.items(stage, machine == "gpu"):
             t, slot = heapq.heappop(free)
             for c, b, r in item:
                 end = t + _wall(r)

@@ -127,7 +127,8 @@ def _run(run_dir: Path) -> tuple[dict, list[dict], dict, set]:
     """(run.json, the records of its pairs that ran, id -> Cell of them, the pairs first of their
     item: ``run_queue.item_firsts``) of one run folder (``run_queue.folder_pairs``)."""
     pairs, info, _ = run_queue.folder_pairs(run_dir)
-    return info, [r for _, _, r in pairs], {c.id: c for c, _, _ in pairs}, set(map(id, run_queue.item_firsts(pairs)))
+    firsts = run_queue.item_firsts(pairs, machine_kind(info.get("gpus")) == "gpu")
+    return info, [r for _, _, r in pairs], {c.id: c for c, _, _ in pairs}, set(map(id, firsts))
 
 
 def _machine(info: dict) -> tuple:

@@ -26,6 +26,7 @@ from conformance.cells import Cell
 from conformance.errors import RunStopped, UsageError
 from conformance.run import node_report
 from conformance.run.inprocess import static_record
+from conformance.run.workers import by_environment
 
 
 class SlotLost(Exception):
@@ -64,11 +65,8 @@ class _Item:
     cell: Cell
     backends: list[registry.Backend]
     nodes: frozenset                 # nodes whose probes say every one of these backends is available
+    gpu: bool = False                # they run on a GPU slot (``registry.worker_env``)
     retried_from: str | None = None  # label of the slot lost with this item in flight
-
-    @property
-    def gpu(self) -> bool:
-        return self.backends[0].uses_gpu
 
 
 class RemoteExecutor:
@@ -179,7 +177,11 @@ class RemoteExecutor:
 
     # -- the run -----------------------------------------------------------------------------------
     def _items(self, work: list[tuple[Cell, list[registry.Backend]]]) -> list[_Item]:
-        """Each cell's backends grouped by worker environment, GPU use and the nodes that can run them."""
+        """Each cell's backends grouped by worker environment (``registry.worker_env``: a GPU backend
+        in a run without a GPU slot runs on the CPU slots, in their workers) and the nodes that can
+        run them, in the order of ``work`` within each environment (``workers.by_environment``, as the
+        local pool queues them)."""
+        gpus = any(s.device is not None for s in self.active)
         eligible = {}
         out = []
         for cell, bks in work:
@@ -187,9 +189,9 @@ class RemoteExecutor:
             for b in bks:
                 if b.name not in eligible:
                     eligible[b.name] = frozenset(n for n, (ok, _) in self.node_answers(b).items() if ok)
-                groups.setdefault((*registry.worker_env(b), eligible[b.name]), []).append(b)
-            out += [_Item(cell, group, nodes) for (_, _, nodes), group in groups.items()]
-        return out
+                groups.setdefault((registry.worker_env(b, gpus), eligible[b.name]), []).append(b)
+            out += [_Item(cell, group, nodes, gpu=env[1]) for (env, nodes), group in groups.items()]
+        return by_environment(out, lambda it: registry.worker_env(it.backends[0], gpus))
 
     def _can_take(self, slot: RemoteSlot, item: _Item) -> bool:
         return (slot.label not in self.retired and slot.label != item.retried_from
@@ -260,7 +262,7 @@ class RemoteExecutor:
             for other in self.active:
                 if other.node == slot.node and other.label not in self.retired:
                     self.retired[other.label] = f"node {slot.node} lost"
-        retry = _Item(item.cell, item.backends, item.nodes, retried_from=slot.label)
+        retry = _Item(item.cell, item.backends, item.nodes, item.gpu, retried_from=slot.label)
         if item.retried_from is None and any(self._can_take(s, retry) for s in self.active):
             queue.appendleft(retry)
             return

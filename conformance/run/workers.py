@@ -123,19 +123,17 @@ class Worker:
 
 @dataclass
 class Item:
-    """Backends of one cell that share a worker environment (and a device, for GPU backends)."""
+    """Backends of one cell that share a worker environment (``registry.worker_env``; ``gpu``: they run
+    on a device)."""
 
     cell: Cell
     backends: list[registry.Backend]
+    gpu: bool = False
     retried_from: str | None = None
 
     @property
     def env(self) -> dict[str, str]:
         return dict(self.backends[0].env)
-
-    @property
-    def gpu(self) -> bool:
-        return self.backends[0].uses_gpu
 
 
 @dataclass
@@ -159,15 +157,33 @@ def by_cell(pairs: list[tuple[Cell, registry.Backend]]) -> list[tuple[Cell, list
     return list(out.values())
 
 
-def items(work: list[tuple[Cell, list[registry.Backend]]]) -> list[Item]:
-    """Each cell's backends grouped by worker environment, CPU items first."""
+def items(work: list[tuple[Cell, list[registry.Backend]]], gpus: bool) -> list[Item]:
+    """Each cell's backends grouped by worker environment (``registry.worker_env`` where the pool
+    has GPUs or not: ``gpus``), in the order of ``work`` within each environment (``by_environment``)."""
     out = []
     for cell, bks in work:
         groups: dict[tuple, list] = {}
         for b in bks:
-            groups.setdefault(registry.worker_env(b), []).append(b)
-        out += [Item(cell, group) for group in groups.values()]
-    return sorted(out, key=lambda it: (it.gpu, sorted(it.env.items())))
+            groups.setdefault(registry.worker_env(b, gpus), []).append(b)
+        out += [Item(cell, group, gpu=env[1]) for env, group in groups.items()]
+    return by_environment(out, lambda it: (tuple(sorted(it.env.items())), it.gpu))
+
+
+def by_environment(queue: list, env_of) -> list:
+    """The items of ``queue`` (a budgeted stage's in the order its pairs were chosen, their priority)
+    grouped by worker environment (``env_of(item)``), each group in the queue's order, the CPU groups
+    before the GPU ones (on a GPU machine the long CPU chains start first: the 14-worker H200 chains
+    run replayed 4m01s so, 4m44s with a GPU group first), each kind in the order of the first item
+    each group holds: a slot starts a worker once per environment, as it did with the groups in a
+    fixed order, and a deadline stops the items of the environment whose best item was chosen last,
+    last first. Items in strict priority order would start a worker at each
+    change of environment: the second stages of three saved budgeted runs of the 2-core machine,
+    replayed with their pairs' recorded times and 3 s a worker start (2026-12-06), took 217 to 249
+    starts against 6, and 1.5 to 2.8 times as long."""
+    first: dict = {}
+    for it in queue:
+        first.setdefault(env_of(it), len(first))
+    return sorted(queue, key=lambda it: (it.gpu, first[env_of(it)]))
 
 
 class LocalPool:
@@ -191,7 +207,7 @@ class LocalPool:
         """Run each cell's backends; ``emit(record)`` per pair (an exception from it stops the pool),
         ``began(slot, cell, [backend name], since, first_in_worker)`` as each pair is sent (``slot``:
         ``"slot <i>"``, ``since``: ``time.monotonic()``)."""
-        self.queue, self.emit, self.began = deque(items(work)), emit, began
+        self.queue, self.emit, self.began = deque(items(work, gpus=self.slots[0].device is not None)), emit, began
         # JAX would take 75% of a GPU's memory in every worker that touches it: workers share the GPU.
         os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
         try:
@@ -262,9 +278,7 @@ class LocalPool:
         return self.timeout_s if self.timeout_s is not None else backend.timeout_s
 
     def _label(self, slot: Slot, item: Item) -> str:
-        if not item.gpu or slot.device is None:
-            return "cpu"   # a GPU backend where no device is visible runs on the CPU
-        return self.devices.label(slot.device)
+        return self.devices.label(slot.device) if item.gpu else "cpu"
 
     def _finish(self, slot: Slot, record: dict) -> None:
         # the pair's wall time, dispatch to record (worker start, inputs, oracle, kernel, check), and
@@ -278,7 +292,7 @@ class LocalPool:
         self.emit(record)
 
     def _can_take(self, slot: Slot, item: Item) -> bool:
-        if not item.gpu or slot.device is None:
+        if not item.gpu:
             return True
         return slot.device not in self.retired and slot.device != item.retried_from
 
@@ -288,7 +302,7 @@ class LocalPool:
             # Triton's autotuner keeps its results on disk: the workers of a run (several per GPU
             # with --jobs) and later runs reuse them instead of timing every config again
             env.setdefault("TRITON_CACHE_AUTOTUNING", os.environ.get("TRITON_CACHE_AUTOTUNING", "1"))
-        if item.gpu and slot.device is not None:
+        if item.gpu:
             env[self.devices.env_var] = slot.device
         return env
 
@@ -343,8 +357,8 @@ class LocalPool:
         if first_fault and self._elsewhere(slot.device):
             self.retired[slot.device] = f"{reason} on {item.cell.id} ({backend.name})"
             if slot.pending:
-                self.queue.appendleft(Item(item.cell, list(slot.pending)))
-            self.queue.appendleft(Item(item.cell, [backend], retried_from=slot.device))
+                self.queue.appendleft(Item(item.cell, list(slot.pending), gpu=True))
+            self.queue.appendleft(Item(item.cell, [backend], gpu=True, retried_from=slot.device))
             slot.worker, slot.pending, slot.current = None, deque(), None
             slot.seen.clear()
             return

@@ -211,6 +211,34 @@ def test_shard_env_records_the_resolved_part_and_cost_shards_merge_to_the_whole_
     assert res.returncode == 2 and "shard_by was 'cost', now None" in res.stderr
 
 
+@pytest.mark.parametrize("gpu_slot", [False, True])
+def test_the_remote_items_are_the_local_pools_a_gpu_backend_without_a_gpu_slot_with_the_cpu_ones(gpu_slot):
+    """The items a cluster's slots get are those the local pool queues: a GPU backend in a run without a
+    GPU slot runs in the CPU slot's workers, in one item with the cell's CPU backends (one call, one
+    setup); the work's order kept within each environment, the environments in the order of their first."""
+    import types
+
+    from conformance.cells import make_cell
+    from conformance.registry import Backend
+    from conformance.run import remote, workers
+
+    def toy(name, **kwargs):
+        return Backend(name, {"toy": ("scale",)}, lambda: (True, ""), lambda cell, inputs: {}, **kwargs)
+
+    good, gpu = toy("toy-good"), toy("toy-gpu", uses_gpu=True)
+    other = toy("toy-other", env={"KERNEL_LAB_TOY_GROUP": "b"})
+    probes = {b.name: (True, "yes") for b in (good, gpu, other)}
+    ex = remote.RemoteExecutor(types.SimpleNamespace(name="fake"))
+    ex.slots = [remote.RemoteSlot("a", None, {"probes": probes}, None)]
+    ex.slots += [remote.RemoteSlot("a", "0", {"probes": probes}, None)] if gpu_slot else []
+    ex.nodes, ex.device_class = {"a": {"device_class": "lab"}}, "lab"
+    c = [make_cell("toy", "scale", n=n, factor=1.0) for n in (8, 9, 10, 11)]
+    work = [(c[0], [other]), (c[1], [gpu, good]), (c[2], [other]), (c[3], [gpu])]
+    got = [(it.cell["n"], [b.name for b in it.backends], it.gpu) for it in ex._items(work)]
+    assert got == [(it.cell["n"], [b.name for b in it.backends], it.gpu) for it in workers.items(work, gpus=gpu_slot)]
+    assert ((9, ["toy-gpu", "toy-good"], False) in got) != gpu_slot
+
+
 def test_cost_shards_balance_the_estimate_longest_first():
     from conformance.cells import make_cell
     from conformance.registry import Backend

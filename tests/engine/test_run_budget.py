@@ -58,8 +58,45 @@ def test_the_budget_runs_every_backend_and_op_first_then_covers_new_axis_values_
     assert {(c.op, c["n"]) for c in slow_cells} >= {("scale", 8), ("other", 40)}
     assert sum(estimate.first_estimate(c, slow) for c in slow_cells) <= 70.0 - 0.06
     assert len(chosen) + len(left) == len(pairs) and not got & {(c.id, b.name) for c, b in left}
-    # the order of the pairs is kept in each list
-    assert stages[1] == [p for p in pairs if (p[0].id, p[1].name) in got and p not in stages[0]]
+    # each list in the order chosen (the order the pool runs them in): the first stage cheapest first,
+    # then the most new axis-value pairs per second, the fast backend's cells before the slow one's
+    assert [b.name for c, b in stages[0]] == ["fast", "fast", "slow", "slow"] and stages[0][2][0]["n"] == 8
+    assert [b.name for c, b in stages[1]] == ["fast"] * 5 + ["slow"] * 2
+
+
+def test_the_pool_runs_a_stage_in_its_order_one_environment_at_a_time_a_gpu_backend_without_a_gpu_with_the_cpu_ones(
+        monkeypatch):
+    """A budgeted stage comes in the order its pairs were chosen: the pool keeps it within each worker
+    environment and runs the environments in the order of their first item (a slot starts a worker
+    once per environment); a backend that declares ``uses_gpu`` on a pool without a device is in the
+    CPU workers' items, not queued after them in workers of its own."""
+    import dataclasses
+
+    from conformance import registry
+
+    good, gpu = registry.get("toy-good"), registry.get("toy-gpu")
+    other = dataclasses.replace(registry.get("toy-good-marked"), env={"KERNEL_LAB_TOY_GROUP": "b"})
+    c = [make_cell("toy", "scale", n=n, factor=1.0) for n in (8, 9, 10, 11)]
+    work = [(c[0], [other]), (c[1], [gpu, good]), (c[2], [other]), (c[3], [gpu])]   # the budget's order
+    starts = []
+
+    class Counted(workers.Worker):
+        def __init__(self, env):
+            starts.append(env)
+            super().__init__(env)
+
+    monkeypatch.setattr(workers, "Worker", Counted)
+    got = []
+    workers.LocalPool(1).run(work, got.append)
+    assert [(r["params"]["n"], r["backend"]) for r in got] == [
+        (8, other.name), (10, other.name), (9, "toy-gpu"), (9, "toy-good"), (11, "toy-gpu")]
+    assert len(starts) == 2 and {r["device"] for r in got} == {"cpu"}
+    assert "TRITON_CACHE_AUTOTUNING" not in starts[1]   # a CPU worker's environment, shared with toy-good
+    # with devices, the GPU backend's items are GPU items, an environment of their own, queued after
+    # the CPU ones (a GPU machine's long CPU chains start first)
+    queued = [(it.cell["n"], [b.name for b in it.backends], it.gpu) for it in workers.items(work, gpus=True)]
+    assert queued == [(8, [other.name], False), (10, [other.name], False), (9, ["toy-good"], False),
+                      (9, ["toy-gpu"], True), (11, ["toy-gpu"], True)]
 
 
 def test_pairs_that_do_not_fit_are_left_out_not_dropped():
@@ -256,3 +293,34 @@ def test_the_second_stage_is_chosen_at_the_rate_each_backend_ran_the_first(monke
     chosen = [(c, x) for c, xs in stage for x in xs]
     assert 9 <= len(chosen) <= 11 and len(chosen) + len(left_out) == len(rest)
     assert sum(sum(est.expected(c, x)) for c, x in chosen) <= 31.0
+
+
+@pytest.mark.parametrize("walls, fits", [((1.0, 1.0), (29, 31)), ((0.5, 1.5), (18, 26))])
+def test_the_second_stage_is_sized_at_an_upper_quantile_of_the_first_stages_spread(monkeypatch, walls, fits):
+    """Backend ``a`` priced at 1 s a pair ran its 8 first-stage pairs at 1 s each, or alternately at 0.5
+    and 1.5 s (the same mean): with 31 s left, the second stage takes the 31 pairs that fit at its rate
+    where its pairs ran alike, and fewer where they spread, as many as fit at the 90th percentile of
+    their time (its rate rests on 8 pairs); their time at the mean rate, what the ETA says, is then
+    within the time left."""
+    import time
+
+    from conformance.run import runner
+
+    monkeypatch.setattr(estimate, "measured_prices", lambda machine=None: {"a": estimate.Price(pair_s=1.0)})
+    monkeypatch.setattr(estimate, "prices_core_share", lambda: 1.0)
+    a = toy("a", 0.0)
+    cells = [make_cell("toy", "scale", n=n, factor=1.0) for n in range(60)]
+    first, rest = [(c, a) for c in cells[:8]], [(c, a) for c in cells[8:]]
+    now = [0.0]
+    est = estimate.Estimator(first + rest, jobs=1, share=1.0, clock=lambda: now[0], stages=[first, rest])
+    for i, (c, x) in enumerate(first):
+        est.began("slot 0", c.id, [x.name], now[0], False)
+        now[0] += walls[i % 2]
+        est.done({"id": c.id, "backend": x.name, "status": "pass", "first_in_worker": False, "wall_s": walls[i % 2]})
+    limit = runner.TimeBudget("1m", 60.0, time.monotonic() + 31.0 + runner.FINISH_S)
+    left_out: list = []
+    stage = runner._choose_again(workers.by_cell(rest), left_out, limit, est, Progress(1.0, io.StringIO()), jobs=1)
+    chosen = [(c, x) for c, xs in stage for x in xs]
+    assert fits[0] <= len(chosen) <= fits[1] and len(chosen) + len(left_out) == len(rest)
+    assert sum(sum(est.expected(c, x)) for c, x in chosen) * est.upper_margin(chosen) <= 31.0
+    assert est.finished["a"] == 8 and (est.spread() > 0.5) == (walls[0] != walls[1])
