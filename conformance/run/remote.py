@@ -191,7 +191,7 @@ class RemoteExecutor:
                     eligible[b.name] = frozenset(n for n, (ok, _) in self.node_answers(b).items() if ok)
                 groups.setdefault((registry.worker_env(b, gpus), eligible[b.name]), []).append(b)
             out += [_Item(cell, group, nodes, gpu=env[1]) for (env, nodes), group in groups.items()]
-        return by_environment(out, lambda it: registry.worker_env(it.backends[0], gpus))
+        return by_environment(out, gpus)
 
     def _can_take(self, slot: RemoteSlot, item: _Item) -> bool:
         return (slot.label not in self.retired and slot.label != item.retried_from

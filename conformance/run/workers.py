@@ -166,12 +166,13 @@ def items(work: list[tuple[Cell, list[registry.Backend]]], gpus: bool) -> list[I
         for b in bks:
             groups.setdefault(registry.worker_env(b, gpus), []).append(b)
         out += [Item(cell, group, gpu=env[1]) for env, group in groups.items()]
-    return by_environment(out, lambda it: (tuple(sorted(it.env.items())), it.gpu))
+    return by_environment(out, gpus)
 
 
-def by_environment(queue: list, env_of) -> list:
+def by_environment(queue: list, gpus: bool) -> list:
     """The items of ``queue`` (a budgeted stage's in the order its pairs were chosen, their priority)
-    grouped by worker environment (``env_of(item)``), each group in the queue's order, the CPU groups
+    grouped by worker environment (``registry.worker_env`` of the item's backends, ``gpus`` as there),
+    each group in the queue's order, the CPU groups
     before the GPU ones (on a GPU machine the long CPU chains start first: the 14-worker H200 chains
     run replayed 4m01s so, 4m44s with a GPU group first), each kind in the order of the first item
     each group holds: a slot starts a worker once per environment, as it did with the groups in a
@@ -182,8 +183,8 @@ def by_environment(queue: list, env_of) -> list:
     starts against 6, and 1.5 to 2.8 times as long."""
     first: dict = {}
     for it in queue:
-        first.setdefault(env_of(it), len(first))
-    return sorted(queue, key=lambda it: (it.gpu, first[env_of(it)]))
+        first.setdefault(registry.worker_env(it.backends[0], gpus), len(first))
+    return sorted(queue, key=lambda it: (it.gpu, first[registry.worker_env(it.backends[0], gpus)]))
 
 
 class LocalPool:
