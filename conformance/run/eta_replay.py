@@ -1,6 +1,6 @@
 """The ETA replayed on a finished run folder: its pairs that ran, queued as the local pool queued
 them (``run_queue.folder_pairs``: each cell's backends of one worker environment an item run in turn
-on one worker, the items of one environment together; a budgeted run's first stage, each backend and
+on one worker, the items of one environment together, the CPU ones first; a budgeted run's first stage, each backend and
 op's cheapest cell, before the rest), dispatched to the run's workers on a simulated clock (each item to the first
 worker free, each pair for its recorded ``wall_s``), and what the ``Estimator`` said every
 ``every`` seconds against the time that was actually left, twice: told when each pair starts (as
