@@ -31,7 +31,7 @@ from conformance.run.runner import cell_work
 from conformance.testing import PLANTED, first_failing_cell, reference_impl, verdict_of
 from conformance.torch_arrays import to_numpy, to_torch
 from optimized.triton import gdn_chunked as C
-from tests.unit.test_triton_gdn import FEW, _guarded, _names, _t
+from tests.unit.test_triton_gdn import FEW, _guarded, _names, _nan, _t
 from tests.unit.tq_triton_helpers import DEVICE
 
 pytestmark = pytest.mark.skipif(DEVICE != "cpu", reason="the interpreter runs on machines without a GPU")
@@ -175,14 +175,6 @@ def test_the_stages_one_by_one_give_what_chunked_gives_with_and_without_the_read
 
 
 # ---------------------------------------------------------------- bad input
-
-def _nan(name):
-    def make(x, pool, out):
-        t = _t(x[name]).clone()
-        t.view(-1)[0] = float("nan")
-        return t
-    return name, make
-
 
 BAD = {
     "q NaN": _nan("q"),
