@@ -325,6 +325,21 @@ void set_options(OpOptions& A, float scale, bool use_qk_l2norm, float l2norm_eps
     A.num_threads = thread_count(num_threads);
 }
 
+// The decode ops' last checks: out [T, HV, V] and the state pool each disjoint from the inputs, the options,
+// then the code path (parse_isa). Nothing is written before it returns.
+Isa decode_output_and_options(DecodeArgs& A, const InArray& q, const InArray& k, const InArray& v,
+                              const InArray& A_log, const InArray& a, const InArray& b, const InArray& dt_bias,
+                              const OutArray& out, float scale, bool use_qk_l2norm, float l2norm_eps,
+                              int num_threads, const std::string& isa) {
+    A.out = output(out, {A.T, A.HV, A.V}, &A.out_dt,
+                   {extent("q", q), extent("k", k), extent("v", v), extent("A_log", A_log), extent("a", a),
+                    extent("b", b), extent("dt_bias", dt_bias), extent(A.state, A.HV, A.K, A.V)});
+    check_disjoint(extent(A.state, A.HV, A.K, A.V), {extent("q", q), extent("k", k), extent("v", v),
+                   extent("A_log", A_log), extent("a", a), extent("b", b), extent("dt_bias", dt_bias)});
+    set_options(A, scale, use_qk_l2norm, l2norm_eps, num_threads);
+    return parse_isa(isa);
+}
+
 // Runs the code path `which` (from parse_isa, which refuses one this CPU lacks), GIL released.
 template <class Args>
 void run_path(Isa which, const Args& A, void (*on_amx)(const Args&), void (*on_avx512)(const Args&),
@@ -347,13 +362,8 @@ void gdn_decode(const InArray& q, const InArray& k, const InArray& v, const InAr
     A.state = state_pool(state, A.HV, A.K, A.V);
     A.indices = int32_input("state_indices", state_indices, {A.N}, "[N]");
     check_slots("state_indices", A.indices, A.N, A.state.num_slots);
-    A.out = output(out, {A.T, A.HV, A.V}, &A.out_dt,
-                   {extent("q", q), extent("k", k), extent("v", v), extent("A_log", A_log), extent("a", a),
-                    extent("b", b), extent("dt_bias", dt_bias), extent(A.state, A.HV, A.K, A.V)});
-    check_disjoint(extent(A.state, A.HV, A.K, A.V), {extent("q", q), extent("k", k), extent("v", v),
-                   extent("A_log", A_log), extent("a", a), extent("b", b), extent("dt_bias", dt_bias)});
-    set_options(A, scale, use_qk_l2norm, l2norm_eps, num_threads);
-    const Isa which = parse_isa(isa);  // the last check: nothing is written before it
+    const Isa which = decode_output_and_options(A, q, k, v, A_log, a, b, dt_bias, out, scale, use_qk_l2norm,
+                                                l2norm_eps, num_threads, isa);  // nothing is written before it
     for (int64_t n = 0; n < A.N; ++n)
         if (A.indices[n] < 0) zero_rows(A.out, A.out_dt, A.HV * A.V, n, n + 1);
     run_path(which, A, amx::decode, avx512::decode, scalar::decode);
@@ -395,13 +405,8 @@ void gdn_spec_decode(const InArray& q, const InArray& k, const InArray& v, const
                                        " has a padding slot (-1) among the columns of its " + std::to_string(len) +
                                        " tokens").c_str());
     }
-    A.out = output(out, {A.T, A.HV, A.V}, &A.out_dt,
-                   {extent("q", q), extent("k", k), extent("v", v), extent("A_log", A_log), extent("a", a),
-                    extent("b", b), extent("dt_bias", dt_bias), extent(A.state, A.HV, A.K, A.V)});
-    check_disjoint(extent(A.state, A.HV, A.K, A.V), {extent("q", q), extent("k", k), extent("v", v),
-                   extent("A_log", A_log), extent("a", a), extent("b", b), extent("dt_bias", dt_bias)});
-    set_options(A, scale, use_qk_l2norm, l2norm_eps, num_threads);
-    const Isa which = parse_isa(isa);  // the last check: nothing is written before it
+    const Isa which = decode_output_and_options(A, q, k, v, A_log, a, b, dt_bias, out, scale, use_qk_l2norm,
+                                                l2norm_eps, num_threads, isa);  // nothing is written before it
     for (int64_t n = 0; n < A.N; ++n) {
         const int64_t acc = A.num_accepted[n];
         if (A.indices[n * A.index_cols + (acc > 0 ? acc - 1 : 0)] < 0)
