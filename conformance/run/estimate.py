@@ -346,21 +346,32 @@ class Estimator:
         self._setups: dict[tuple, float] = {}               # item not begun -> its setup estimate
         self._setup_of: dict[tuple[str, str], float] = {}   # (cell id, backend) in flight -> the setup it pays
         for cell, b in pending:
-            self._op_of[cell.id] = f"{cell.family}/{cell.op}"
-            self._interpreted[b.name] = registry.in_interpreter(b)
-            self._first[cell.id, b.name] = est = first_estimate(cell, b, self.machine)
-            self.left[b.name, size_class(est)] += est
-            self.n_left[b.name] += 1
-            self.startup_s[b.name] = startup_estimate(b, self.machine)
-            item = self._item_of[cell.id, b.name] = (cell.id, registry.worker_env(b, self.machine == "gpu"))
-            if item not in self._setups:
-                self._setups[item] = setup = setup_estimate(cell, self.machine)
-                self.left[SETUP, size_class(setup)] += setup
+            self._plan_pair(cell, b)
+
+    def _plan_pair(self, cell: Cell, b: registry.Backend) -> None:
+        """One pair left, as ``_plan`` counts it; its item's setup where the item is not planned yet."""
+        self._op_of[cell.id] = f"{cell.family}/{cell.op}"
+        self._interpreted[b.name] = registry.in_interpreter(b)
+        self._first[cell.id, b.name] = est = first_estimate(cell, b, self.machine)
+        self.left[b.name, size_class(est)] += est
+        self.n_left[b.name] += 1
+        self.startup_s[b.name] = startup_estimate(b, self.machine)
+        item = self._item_of[cell.id, b.name] = (cell.id, registry.worker_env(b, self.machine == "gpu"))
+        if item not in self._setups:
+            self._setups[item] = setup = setup_estimate(cell, self.machine)
+            self.left[SETUP, size_class(setup)] += setup
 
     def replan(self, pending: list[tuple[Cell, registry.Backend]]) -> None:
         """The pairs left are now ``pending`` (a time budget chose again); rates learned so far stay."""
         self._plan(pending)
         self.startups_left = Counter({b: min(n, self.jobs) for b, n in self.n_left.items()})
+
+    def add(self, cell: Cell, backend: registry.Backend, first_in_worker: bool) -> None:
+        """One more pair left (chosen late: ``budget.next_late``), its item's setup with it where the item
+        has no pair left (its worker draws the inputs again), its worker's startup where it will be the
+        worker's first pair of the backend (``first_in_worker``)."""
+        self._plan_pair(cell, backend)
+        self.startups_left[backend.name] += bool(first_in_worker)
 
     def work_left(self) -> float:
         """Estimated seconds of work left at the prices, before any rescaling: the progress bar's unit."""
