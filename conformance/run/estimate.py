@@ -367,9 +367,9 @@ class Estimator:
         self.startups_left = Counter({b: min(n, self.jobs) for b, n in self.n_left.items()})
 
     def add(self, cell: Cell, backend: registry.Backend, first_in_worker: bool) -> None:
-        """One more pair left (chosen late: ``budget.next_late``), its item's setup with it where the item
-        has no pair left (its worker draws the inputs again), its worker's startup where it will be the
-        worker's first pair of the backend (``first_in_worker``)."""
+        """One more pair left (chosen late: ``budget.next_late``): its cell's setup unless a pair of its
+        item is still waiting to begin (the pool runs it as an item of its own), and its worker's
+        startup where it will be the worker's first pair of the backend (``first_in_worker``)."""
         self._plan_pair(cell, backend)
         self.startups_left[backend.name] += bool(first_in_worker)
 

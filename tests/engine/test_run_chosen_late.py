@@ -189,3 +189,42 @@ def test_the_replay_follows_the_queue_positions_of_the_records_and_an_older_fold
         "queue_position", "slot")}) + "\n" for r in recs))
     pairs, _, sizes = run_queue.folder_pairs(run)
     assert [c["n"] for c, _, _ in pairs] != [n for n, *_ in order] and len(pairs) == 6
+
+
+def test_a_cluster_slot_whose_queue_runs_dry_asks_for_a_pair_chosen_late_with_its_last_calls_environment():
+    """The remote executor asks as the local pool does, once its queue holds nothing a slot can take:
+    with the worker environment of the slot's last call and no backend counted as run (its worker is
+    out of view); a pair the slot's node cannot run is not offered to it."""
+    import types
+
+    from conformance.run import remote
+
+    good, absent = toy("toy-good"), toy("toy-absent")
+    probes = {"toy-good": (True, "yes"), "toy-absent": (False, "no")}
+
+    class Engine:
+        name = "fake"
+
+        def submit(self, slot, cell, names):
+            return cell, tuple(names)
+
+        def wait(self, calls):
+            return calls
+
+        def result(self, call):
+            return [{"id": call[0].id, "backend": n, "status": "pass"} for n in call[1]]
+
+    ex = remote.RemoteExecutor(Engine())
+    ex.slots = [remote.RemoteSlot("a", None, {"probes": probes}, None)]
+    ex.nodes, ex.device_class = {"a": {"device_class": "lab"}}, "lab"
+    c8, c9 = (make_cell("toy", "scale", n=n, factor=1.0) for n in (8, 9))
+    asked, late = [], [(c9, good)]
+
+    def more(env, seen, can_run):
+        asked.append((env, seen, can_run(good), can_run(absent)))
+        return late.pop() if late else None
+
+    got = []
+    ex.run([(c8, [good])], got.append, None, more)
+    assert [(r["id"], r["backend"]) for r in got] == [(c8.id, "toy-good"), (c9.id, "toy-good")]
+    assert asked == [(((), False), set(), True, False)] * 2
