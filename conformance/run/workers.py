@@ -231,10 +231,16 @@ class LocalPool:
             self.close()
 
     def close(self) -> None:
-        """Stop every worker."""
+        """Stop every worker; one with a pair in flight (the run was stopped: its record would never be
+        read) is killed at once, not waited for (``spawn.stop`` waits 5 s for a worker to read its stop:
+        a time budget's deadline that stopped a pair in flight on each of 2 slots held the command 10 s
+        past it)."""
         for slot in self.slots:
             if slot.worker is not None:
-                slot.worker.stop()
+                if slot.current is not None:
+                    slot.worker.kill()
+                else:
+                    slot.worker.stop()
                 slot.worker = None
 
     def _step(self) -> bool:

@@ -228,3 +228,27 @@ def test_a_cluster_slot_whose_queue_runs_dry_asks_for_a_pair_chosen_late_with_it
     ex.run([(c8, [good])], got.append, None, more)
     assert [(r["id"], r["backend"]) for r in got] == [(c8.id, "toy-good"), (c9.id, "toy-good")]
     assert asked == [(((), False), set(), True, False)] * 2
+
+
+def test_a_run_stopped_with_a_pair_in_flight_kills_its_worker_at_once():
+    """The deadline stops the run from ``emit`` (as ``runner.BudgetSpent`` does) while toy-hang's pair
+    sleeps a minute on the other slot: its worker is killed, not waited for 5 s, so the command ends
+    by its budget."""
+    from conformance import registry
+
+    good, hang = registry.get("toy-good"), registry.get("toy-hang")
+    c8, c9 = (make_cell("toy", "scale", n=n, factor=1.0) for n in (8, 9))
+
+    class Spent(Exception):
+        pass
+
+    stopped = []
+
+    def emit(record):
+        stopped.append(time.monotonic())
+        raise Spent
+
+    pool = workers.LocalPool(2)
+    with pytest.raises(Spent):
+        pool.run([(c9, [hang]), (c8, [good])], emit)
+    assert time.monotonic() - stopped[0] < 2.5 and all(s.worker is None for s in pool.slots)
