@@ -352,10 +352,7 @@ def _run_locked(selection, cells, backends, out_dir, executor, *, resume, timeou
         with lock:
             progress.refresh(line())
 
-    def ran_late() -> int:
-        return len(late & seen)
-
-    stopped = None
+    stopped, why = None, "did not fit the budget"
     try:
         for rec in statics:
             emit(rec)
@@ -363,24 +360,22 @@ def _run_locked(selection, cells, backends, out_dir, executor, *, resume, timeou
             if i == 1:   # the rest chosen again at this machine's speed, measured on the first stage
                 stage = _choose_again(stage, left_out, time_limit, estimator, progress, jobs)
                 pairs = [(c, b) for c, bks in stages[0] + stage for b in bks]
-                info["left_out"] = _left_out(left_out, time_limit, "did not fit the budget")
             if time_limit is not None:
                 info.setdefault("stage_starts", []).append(next_position)
             with _refreshing(refresh, REFRESH_S):
                 # the last stage of a budgeted run: a slot gone idle takes pairs left out that fit after all
                 executor.run(stage, emit, began, more if time_limit is not None and i == len(stages) - 1 else None)
-        if time_limit is not None:
-            info["left_out"] = _left_out(left_out, time_limit, "did not fit the budget", ran_late())
     except RunStopped as exc:
         stopped = exc
     except BudgetSpent:
         unfinished = [(c, b) for c, b in pairs if (c.id, b.name) not in seen]
         left_out += unfinished
-        info["left_out"] = _left_out(left_out, time_limit, f"did not fit the budget ({len(unfinished)} of them "
-                                                           "not finished when it ran out)", ran_late())
+        why += f" ({len(unfinished)} of them not finished when it ran out)"
     finally:
         writer.close()
         progress.close()
+    if time_limit is not None:
+        info["left_out"] = _left_out(left_out, time_limit, why, len(late & seen))
     elapsed = time.monotonic() - start
     counts = count(all_recs)
     info.update(finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"), elapsed_s=round(elapsed, 2),
