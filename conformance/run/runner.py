@@ -187,6 +187,7 @@ def _choose_again(stage, left_out: list, time_limit: TimeBudget, estimator: Esti
     left_out[:] = left
     pairs = [p for st in chosen for p in st]
     estimator.replan(pairs)
+    estimator.leave_out(left)
     progress.total = progress.done + estimator.work_left()
     return by_cell(pairs)
 
@@ -268,6 +269,7 @@ def _run_locked(selection, cells, backends, out_dir, executor, *, resume, timeou
     estimator = Estimator(pairs, jobs, share, stages=[[(c, b) for c, bks in st for b in bks] for st in stages],
                           machine=machine, deadline=time_limit.deadline if time_limit is not None else None)
     estimator.learn({c.id: c for c in cells}, {b.name: b for b in backends}, old)
+    estimator.leave_out(left_out)   # what slots gone idle take before the deadline counts in the ETA
     per = sorted(estimator.per_backend().items(), key=lambda kv: -kv[1])
     say(f"{len(cells)} cells x {len(backends)} backends -> {out_dir}: {len(pairs)} to run, {len(statics)} skip, "
         f"{len(old)} already recorded"

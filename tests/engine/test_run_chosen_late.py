@@ -109,6 +109,23 @@ def test_the_next_pair_whose_prediction_does_not_fit_is_not_started_nor_any_afte
     assert len(priced) == 2
 
 
+def test_the_eta_of_a_budgeted_run_counts_the_pairs_left_out_that_fit_before_the_deadline():
+    """One chosen pair of a second, and left out one of 10 s and one of 100 s, 30 s before the deadline:
+    a slot gone idle takes the 10-s one, not the other, so the ETA is 11 s, not 1 s (the chosen pair
+    alone) nor the deadline; taken (``add``), it is a pair left like the chosen one, and the ETA the same."""
+    clock = [0.0]
+    c1, c10, c100 = (make_cell("toy", "scale", n=n, factor=1.0) for n in (1, 10, 100))
+    one, ten, hundred = (Backend(n, {"toy": ("scale",)}, lambda: (True, ""), lambda c, i: {}, seconds_per_cell=s,
+                                 seconds_per_work=0.0) for n, s in (("one", 1.0), ("ten", 10.0), ("hundred", 100.0)))
+    est = estimate.Estimator([(c1, one)], jobs=1, clock=lambda: clock[0], deadline=30.0)
+    est.leave_out([(c10, ten), (c100, hundred)])
+    assert est.remaining() == pytest.approx(11.0)
+    est.add(c10, ten, first_in_worker=True)
+    assert est.remaining() == pytest.approx(11.0) and est.fill_seconds() == 0.0
+    clock[0] = 25.0
+    assert est.remaining() == pytest.approx(5.0)
+
+
 def toy(name, env=None):
     return Backend(name, {"toy": ("scale",)}, lambda: (True, ""), lambda c, i: {}, env=env or {})
 
@@ -182,8 +199,10 @@ def test_the_replay_follows_the_queue_positions_of_the_records_and_an_older_fold
     assert samples[0].left == pytest.approx(2.0 + 31.0)   # stage one 2 s, then n=10 on slot 1 after n=12
     planned = [(c, b, {k: v for k, v in r.items() if k != "chosen_late"}) for c, b, r in pairs]
     known = eta_replay.replay(planned, 2, every=1.0, stage_sizes=sizes, machine="cpu")
-    # the pair chosen late is not expected before it starts (at 3 s), and is from then on
-    assert samples[0].remaining < known[0].remaining and samples[3].remaining == pytest.approx(known[3].remaining)
+    # the pair chosen late counts as a pair left out that fits (as the runner counts those) until it starts
+    assert [s.remaining for s in samples[:4]] == pytest.approx([k.remaining for k in known[:4]])
+    assert samples[0].remaining > eta_replay.replay([p for p in pairs if p[0]["n"] != 10], 2, every=1.0,
+                                                    stage_sizes=[2, 3], machine="cpu")[0].remaining
 
     (run / "cells.jsonl").write_text("".join(json.dumps({k: v for k, v in r.items() if k not in (
         "queue_position", "slot")}) + "\n" for r in recs))
