@@ -208,6 +208,7 @@ class LocalPool:
 
     @property
     def gpus(self) -> bool:
+        """The pool's slots are pinned to devices (``registry.worker_env`` where there are GPUs)."""
         return self.slots[0].device is not None
 
     def run(self, work: list[tuple[Cell, list[registry.Backend]]], emit, began=None, more=None) -> None:
