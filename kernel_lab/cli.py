@@ -170,6 +170,9 @@ def cmd_conform(args) -> int:
         if device_class is not None:
             print(f"device class {device_class}:")
         print(counts.summary_table(result.counts))
+        if result.left_out and result.left_out.get("chosen_late"):
+            print(f"--budget {result.left_out['budget']}: {result.left_out['chosen_late']} pairs left out at first "
+                  "ran, chosen late in the time the chosen ones left")
         if result.left_out and not result.left_out["pairs"]:
             print(f"--budget {result.left_out['budget']}: every pair fit, nothing left out")
         elif result.left_out:

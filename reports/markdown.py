@@ -122,6 +122,12 @@ def render(run: Run, relations: dict | None = None) -> str:
                 f"{' (dirty)' if info.get('git', {}).get('dirty') else ''}",
                 f"- command: {code(' '.join(info.get('command', [])))}",
                 f"- elapsed: {text(info.get('elapsed_s', '?'))} s", ""]
+    left = info.get("left_out") if isinstance(info.get("left_out"), dict) else None
+    if left:
+        per = ", ".join(f"{text(b)} {text(n)}" for b, n in (left.get("per_backend") or {}).items())
+        out += [f"Time budget {text(left.get('budget'))}: {text(left.get('pairs'))} pairs left out"
+                + (f" ({per})" if per else "") + f"; {text(left.get('chosen_late') or 0)} pairs left out at first "
+                "ran, chosen late in the time the chosen ones left.", ""]
     out += coverage_section(run, relations)
     by_backend: dict[str, Counter] = defaultdict(Counter)
     by_op: dict[tuple, Counter] = defaultdict(Counter)

@@ -46,6 +46,7 @@ def overview(runs: list[Run]) -> dict:
         ran.append({"run": run.name, "ran": sum(n for s, n in statuses.items() if s != "skip"),
                     "skipped": statuses.get("skip", 0), "backends": len({r["backend"] for r in run.records
                                                                         if r["status"] != "skip"}),
+                    "chosen_late": (left or {}).get("chosen_late") or 0,
                     "left_out": left and {"pairs": left.get("pairs"), "budget": left.get("budget"),
                                           "per_backend": list((left.get("per_backend") or {}).items()),
                                           "command": f"kernel-lab conform --out {run.path} --resume"}})

@@ -17,7 +17,9 @@ A pair that does not fit is left out, never recorded: ``--resume`` without a bud
 pairs of step 1 run first, as a stage of their own, so that each backend has run when the
 deadline stops a machine slower than its prices. Each stage lists its pairs in the order they were
 chosen, its priority: the pool runs them in that order (``workers.items``), so that a deadline
-stops the pairs chosen last.
+stops the pairs chosen last. The pairs left out are ranked in the order they were refused (the
+same steps: a pair that did not fit in step 1 or 2 ranks before the rest of step 3), and a worker
+slot gone idle with time left takes them in that order where they fit after all (``next_late``).
 """
 from __future__ import annotations
 
@@ -59,8 +61,8 @@ def choose(pairs: list[tuple[Cell, registry.Backend]], capacity_s: float, jobs: 
     """(stages, left out) of ``pairs`` within ``capacity_s`` seconds of each of ``jobs`` workers:
     the chosen pairs in two stages to run one after the other, every (backend, op)'s first cell,
     then the rest chosen (so that a slow machine, stopped at the deadline, has run each backend);
-    each stage in the order its pairs were chosen (steps 1 to 3 above), the left out in the order of
-    ``pairs``. ``seconds``: a pair's seconds in the parts of
+    each stage in the order its pairs were chosen (steps 1 to 3 above), the left out in the order
+    they were first refused (their rank for ``next_late``). ``seconds``: a pair's seconds in the parts of
     ``estimate.pair_estimates`` (pair, worker startup, cell setup), by default those at the prices
     of ``machine``'s kind (``estimate.machine_kind``); once pairs have run, the ``Estimator``'s
     ``expected``, at the rates this machine ran them."""
@@ -71,6 +73,7 @@ def choose(pairs: list[tuple[Cell, registry.Backend]], capacity_s: float, jobs: 
     taken: Counter = Counter()   # backend -> pairs chosen (the first ``jobs`` of them may each start a worker)
     chosen: dict[tuple[str, str], tuple[Cell, registry.Backend]] = {}   # in the order chosen
     set_up: set[tuple] = set()   # (cell id, worker environment) of the items chosen
+    refused: dict[tuple[str, str], tuple[Cell, registry.Backend]] = {}   # in the order first refused
 
     def take(cell: Cell, b: registry.Backend) -> bool:
         nonlocal left
@@ -78,6 +81,7 @@ def choose(pairs: list[tuple[Cell, registry.Backend]], capacity_s: float, jobs: 
         pair, startup, setup = parts[cell.id, b.name]
         price = pair + (startup if taken[b.name] < jobs else 0.0) + (setup if item not in set_up else 0.0)
         if price > left:
+            refused.setdefault((cell.id, b.name), (cell, b))
             return False
         left -= price
         taken[b.name] += 1
@@ -120,4 +124,30 @@ def choose(pairs: list[tuple[Cell, registry.Backend]], capacity_s: float, jobs: 
             take(c, b)
     stages = [[p for key, p in chosen.items() if key in first_stage],
               [p for key, p in chosen.items() if key not in first_stage]]
-    return [st for st in stages if st], [p for p in pairs if (p[0].id, p[1].name) not in chosen]
+    return [st for st in stages if st], [p for key, p in refused.items() if key not in chosen]
+
+
+def next_late(left_out: list[tuple[Cell, registry.Backend]], env: tuple | None, seen: set[str], seconds_left: float,
+              seconds: Callable[[Cell, registry.Backend], tuple[float, float, float]], gpus: bool,
+              can_run: Callable[[registry.Backend], bool] = lambda b: True) -> int | None:
+    """The index in ``left_out`` (the pairs a time budget left out, as ``choose`` ranked them) of the
+    pair a worker slot gone idle runs next, chosen late: the first that fits in ``seconds_left``
+    (``seconds``: the pair's seconds in the parts of ``estimate.pair_estimates``, at the rates the
+    run has learned, ``Estimator.expected``) among those of the slot's worker environment ``env``
+    (``registry.worker_env`` with ``gpus``; None: the slot has no worker), which start no worker, and
+    only where none of them fits the first of any environment with its worker's startup; a backend
+    in ``seen`` (those the worker has run) pays no startup again; its cell's setup is always counted.
+    ``can_run``: whether the slot can run the backend. None when no pair fits. A 4m30s ``make conform``
+    of the 2-core machine (2026-12-07) ran 74 to 90 pairs chosen late, Triton-interpreter pairs on the
+    worker the queue ended with, and ended at 4m26s where the same command without them ended at 3m42s
+    (1077 to 1098 pairs ran against 996); the deadline stopped one pair chosen late in each run."""
+    def fits(cell: Cell, b: registry.Backend, started: bool) -> bool:
+        pair, startup, setup = seconds(cell, b)
+        return pair + setup + (0.0 if started and b.name in seen else startup) <= seconds_left
+
+    same = {i for i, (c, b) in enumerate(left_out) if env is not None and registry.worker_env(b, gpus) == env}
+    for started in (True, False):
+        for i, (c, b) in enumerate(left_out):
+            if (i in same) == started and can_run(b) and fits(c, b, started):
+                return i
+    return None

@@ -328,6 +328,8 @@ class Estimator:
         self._first_of_op: set[tuple[str, str]] = set()   # (cell id, backend) begun first of its op on its worker
         self._begun: set[tuple[str, str]] = set()         # (cell id, interpreted backend) told as begun
         self._ops_done: set[tuple[str, str]] = set()      # (backend, op) of the finished records
+        self.fill: Counter = Counter()     # (backend, size class) -> first estimates of the pairs left out (``leave_out``)
+        self.fill_n: Counter = Counter()   # ... and their number
         self._plan(pending)
         for stage in stages or [pending]:   # each stage starts its workers afresh
             for b, n in Counter(b.name for _, b in stage).items():
@@ -346,21 +348,52 @@ class Estimator:
         self._setups: dict[tuple, float] = {}               # item not begun -> its setup estimate
         self._setup_of: dict[tuple[str, str], float] = {}   # (cell id, backend) in flight -> the setup it pays
         for cell, b in pending:
-            self._op_of[cell.id] = f"{cell.family}/{cell.op}"
-            self._interpreted[b.name] = registry.in_interpreter(b)
-            self._first[cell.id, b.name] = est = first_estimate(cell, b, self.machine)
-            self.left[b.name, size_class(est)] += est
-            self.n_left[b.name] += 1
-            self.startup_s[b.name] = startup_estimate(b, self.machine)
-            item = self._item_of[cell.id, b.name] = (cell.id, registry.worker_env(b, self.machine == "gpu"))
-            if item not in self._setups:
-                self._setups[item] = setup = setup_estimate(cell, self.machine)
-                self.left[SETUP, size_class(setup)] += setup
+            self._plan_pair(cell, b)
+
+    def _plan_pair(self, cell: Cell, b: registry.Backend) -> None:
+        """One pair left, as ``_plan`` counts it; its item's setup where the item is not planned yet."""
+        self._op_of[cell.id] = f"{cell.family}/{cell.op}"
+        self._interpreted[b.name] = registry.in_interpreter(b)
+        self._first[cell.id, b.name] = est = first_estimate(cell, b, self.machine)
+        self.left[b.name, size_class(est)] += est
+        self.n_left[b.name] += 1
+        self.startup_s[b.name] = startup_estimate(b, self.machine)
+        item = self._item_of[cell.id, b.name] = (cell.id, registry.worker_env(b, self.machine == "gpu"))
+        if item not in self._setups:
+            self._setups[item] = setup = setup_estimate(cell, self.machine)
+            self.left[SETUP, size_class(setup)] += setup
 
     def replan(self, pending: list[tuple[Cell, registry.Backend]]) -> None:
         """The pairs left are now ``pending`` (a time budget chose again); rates learned so far stay."""
         self._plan(pending)
         self.startups_left = Counter({b: min(n, self.jobs) for b, n in self.n_left.items()})
+
+    def leave_out(self, pairs: list[tuple[Cell, registry.Backend]]) -> None:
+        """The pairs a time budget left out are now ``pairs``: a slot whose queue runs dry takes those
+        that fit (chosen late: ``budget.next_late``, ``add``), so they count in ``remaining`` where their
+        size class's pairs fit before the deadline, each with its cell's setup (an item of its own)."""
+        self.fill, self.fill_n = Counter(), Counter()
+        for cell, b in pairs:
+            for key, est in self._fill_parts(cell, b):
+                self.fill[key] += est
+                self.fill_n[key] += 1
+
+    def _fill_parts(self, cell: Cell, b: registry.Backend) -> list[tuple[tuple[str, int], float]]:
+        """A pair left out as ``fill`` counts it: ((backend, size class), first estimate), and its setup's."""
+        est, setup = first_estimate(cell, b, self.machine), setup_estimate(cell, self.machine)
+        return [((b.name, size_class(est)), est), ((SETUP, size_class(setup)), setup)]
+
+    def add(self, cell: Cell, backend: registry.Backend, first_in_worker: bool) -> None:
+        """One more pair left, taken from those left out (chosen late: ``budget.next_late``): its cell's
+        setup unless a pair of its item is still waiting to begin (the pool runs it as an item of its
+        own), and its worker's startup where it will be the worker's first pair of the backend
+        (``first_in_worker``)."""
+        for key, est in self._fill_parts(cell, backend):
+            if self.fill_n[key] > 0:
+                self.fill[key] -= est
+                self.fill_n[key] -= 1
+        self._plan_pair(cell, backend)
+        self.startups_left[backend.name] += bool(first_in_worker)
 
     def work_left(self) -> float:
         """Estimated seconds of work left at the prices, before any rescaling: the progress bar's unit."""
@@ -679,11 +712,23 @@ class Estimator:
                        + max(0, n_left[b]) * self.compile_per_pair(b))
         return {b: secs for b, secs in out.items() if secs > 0}
 
+    def fill_seconds(self) -> float:
+        """Seconds of the pairs left out (``leave_out``) that slots gone idle are expected to take: those
+        of each size class whose mean pair, at its rate, fits before the deadline (one worker's time)."""
+        left = self.until_deadline()
+        total = 0.0
+        for (b, size), est in self.fill.items():
+            n = self.fill_n[b, size]
+            if n > 0 and est > 0 and est / n * self.backend_rate(b, size) <= left:
+                total += est * self.backend_rate(b, size)
+        return total
+
     def remaining(self) -> float:
-        """Seconds left: the work left (pairs in flight by ``running_left``) divided among the
-        workers, and at least the longest pair left (at its size class's rate, with its item's
-        setup where the item has not begun) or in flight (a few long chains on many workers end
-        when the longest does)."""
+        """Seconds left: the work left (pairs in flight by ``running_left``, and the pairs left out that
+        slots gone idle are expected to take: ``fill_seconds``) divided among the workers, and at least
+        the longest pair left (at its size class's rate, with its item's setup where the item has not
+        begun) or in flight (a few long chains on many workers end when the longest does); no more than
+        ``until_deadline``."""
         rates: dict[tuple[str, int], float] = {}
 
         def at_rate(backend: str, est: float) -> float:
@@ -697,7 +742,8 @@ class Estimator:
                        for key, est in self._first.items() if key not in flying), default=0.0)
         running = [self.running_left(r) for r in self.running.values()]
         return min(self.until_deadline(),
-                   max((sum(self.per_backend().values()) + sum(running)) / self.jobs, longest, *running))
+                   max((sum(self.per_backend().values()) + sum(running) + self.fill_seconds()) / self.jobs,
+                       longest, *running))
 
     def until_deadline(self) -> float:
         """Seconds to the time budget's deadline, by which the run ends whatever is left (``inf``

@@ -1,5 +1,7 @@
-"""The ETA replayed on a finished run folder: its pairs that ran, queued as the local pool queued
-them (``run_queue.folder_pairs``: each cell's backends of one worker environment an item run in turn
+"""The ETA replayed on a finished run folder: its pairs that ran, queued as the run queued them
+(``run_queue.folder_pairs``: where the records hold their ``queue_position``, in that order, the pairs
+chosen late, ``chosen_late``, counted as the pairs left out until each starts, as the runner counts them; in older
+folders as the local pool would have: each cell's backends of one worker environment an item run in turn
 on one worker, the items of one environment together, the CPU ones first; a budgeted run's first stage, each backend and
 op's cheapest cell, before the rest), dispatched to the run's workers on a simulated clock (each item to the first
 worker free, each pair for its recorded ``wall_s``), and what the ``Estimator`` said every
@@ -55,19 +57,24 @@ def replay(pairs: list[tuple[Cell, registry.Backend, dict]], jobs: int, share: f
     cell and one worker environment are an item, run in turn on the first worker free; ``starts``:
     the estimator is told when each pair starts. ``stage_sizes``: the pairs are stages of these
     sizes (a budgeted run), each begun once the one before has ended, on fresh workers, the
-    estimator given the pairs left then (``Estimator.replan``, as the runner does). ``machine``: the
-    kind whose prices to use (``estimate.machine_kind`` of the run's GPUs, as the runner chose)."""
+    estimator given the pairs left then (``Estimator.replan``, as the runner does); the pairs whose
+    records say ``chosen_late`` are the pairs left out (``Estimator.leave_out``: the runner gives it
+    every pair left out and counts those that fit before the deadline, which the replay does not
+    have; these are the ones that fitted), each joining the pairs left as it starts (``Estimator.add``). ``machine``: the kind whose prices
+    to use (``estimate.machine_kind`` of the run's GPUs, as the runner chose)."""
     sizes = stage_sizes or [len(pairs)]
     bounds = [sum(sizes[:i]) for i in range(len(sizes) + 1)]
     stages = [pairs[a:b] for a, b in zip(bounds, bounds[1:])]
     now = [0.0]
-    est = Estimator([(c, b) for c, b, _ in pairs], jobs, share, clock=lambda: now[0],
-                    stages=[[(c, b) for c, b, _ in st] for st in stages], machine=machine)
+    planned = [[(c, b) for c, b, r in st if not r.get("chosen_late")] for st in stages]
+    est = Estimator([p for st in planned for p in st], jobs, share, clock=lambda: now[0], stages=planned,
+                    machine=machine)
+    est.leave_out([(c, b) for c, b, r in pairs if r.get("chosen_late")])   # those the deadline let run
     events = []   # (time, 0 for an end / 1 for a new stage / 2 for a start, sequence, slot, cell, backend, record)
     begin = 0.0
     for k, stage in enumerate(stages):
         if k:
-            events.append((begin, 1, len(events), None, None, None, [(c, b) for st in stages[k:] for c, b, _ in st]))
+            events.append((begin, 1, len(events), None, None, None, [p for st in planned[k:] for p in st]))
         free = [(begin, i) for i in range(est.jobs)]
         for item in run_queue.items(stage, machine == "gpu"):
             t, slot = heapq.heappop(free)
@@ -88,8 +95,11 @@ def replay(pairs: list[tuple[Cell, registry.Backend, dict]], jobs: int, share: f
                 est.done(r)
             elif kind == 1:
                 est.replan(r)
-            elif starts:
-                est.began(f"slot {slot}", c.id, [b.name], when, bool(r.get("first_in_worker")))
+            else:
+                if r.get("chosen_late"):
+                    est.add(c, b, bool(r.get("first_in_worker")))
+                if starts:
+                    est.began(f"slot {slot}", c.id, [b.name], when, bool(r.get("first_in_worker")))
             i += 1
         now[0] = t
         samples.append(Sample(t, makespan - t, est.remaining(), est.eta()))

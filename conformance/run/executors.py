@@ -2,9 +2,10 @@
 or ``ray`` (the slots of a Ray cluster, ``conformance.run.remote`` over ``conformance.run.ray_executor``).
 
 An executor is started on the selected backends, then says which device classes it has and which
-backends it can run (``probes``), runs the planned pairs (``run(work, emit, began)``, one record per pair
+backends it can run (``probes``), runs the planned pairs (``run(work, emit, began, more)``, one record per pair
 through ``emit``; ``began(slot, cell, backend_names, since, first_in_worker)`` as pairs start on a slot,
-``since`` a ``time.monotonic()``, for the ETA), reports what it retired (``retired``) and describes itself for run.json
+``since`` a ``time.monotonic()``, for the ETA; ``more(env, seen, can_run)`` asked for a pair chosen late
+when a slot has nothing left to take, ``workers.LocalPool.run``), reports what it retired (``retired``) and describes itself for run.json
 (``info``). The executor is not part of the selection: a run folder can be resumed by another.
 """
 from __future__ import annotations
@@ -62,10 +63,10 @@ class LocalExecutor:
                 "nodes": {self.node: {"device_class": self.device_class, "fingerprint": fingerprint.fingerprint(),
                                       "identity": node_report.identity()}}}
 
-    def run(self, work: list[tuple[Cell, list[registry.Backend]]], emit, began=None) -> None:
+    def run(self, work: list[tuple[Cell, list[registry.Backend]]], emit, began=None, more=None) -> None:
         pool = LocalPool(self.jobs, devices=self.devices, timeout_s=self.timeout_s)
         self.retired = pool.retired   # device id -> why
-        pool.run(work, lambda record: emit({**record, "node": self.node}), began)
+        pool.run(work, lambda record: emit({**record, "node": self.node}), began, more)
 
     def slot_name(self, device: str) -> str:
         return f"device {self.devices.label(device)}"

@@ -47,6 +47,10 @@ class Progress:
         self._finished = self._finished or finished
         self.stream.flush()
 
+    def grow(self, total: float) -> None:
+        """The work is now ``total`` (more joined it): the bar is not finished until a last update again."""
+        self.total, self._finished = max(float(total), 1e-9), False
+
     def refresh(self, text: str) -> None:
         """Redraw with ``text`` and no work added; nothing after the last update."""
         if not self._finished:

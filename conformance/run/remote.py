@@ -212,24 +212,31 @@ class RemoteExecutor:
             record["retried_from"] = item.retried_from
         return record
 
-    def run(self, work: list[tuple[Cell, list[registry.Backend]]], emit, began=None) -> None:
+    def run(self, work: list[tuple[Cell, list[registry.Backend]]], emit, began=None, more=None) -> None:
         """Run each cell's backends on the active slots; ``emit(record)`` per pair as each call returns,
         ``began(slot label, cell, backend names, since, None)`` as each call is submitted: a call runs
         its backends in turn and returns their records together, so the driver knows when the call
-        started, not when each pair did, nor whether a pair is its worker's first."""
+        started, not when each pair did, nor whether a pair is its worker's first. ``more``: asked for a
+        pair chosen late when a slot finds nothing in the queue it can take (``workers.LocalPool.run``;
+        the slot's worker environment is that of its last call, and every backend pays its startup)."""
         queue = deque(self._items(work))
         idle = list(self.active)
         calls: dict = {}
+        last_env: dict[str, tuple] = {}   # slot label -> the worker environment of its last call
         while True:
             for slot in list(idle):
                 if slot.label in self.retired:
                     idle.remove(slot)
                     continue
                 item = next((it for it in queue if self._can_take(slot, it)), None)
+                if item is not None:
+                    queue.remove(item)
+                elif more is not None:
+                    item = self._late(slot, more, last_env.get(slot.label))
                 if item is None:
                     continue
-                queue.remove(item)
                 idle.remove(slot)
+                last_env[slot.label] = registry.worker_env(item.backends[0], item.gpu)
                 call = self.engine.submit(slot, item.cell, [b.name for b in item.backends])
                 calls[call] = (slot, item, time.monotonic())
                 if began is not None:
@@ -252,6 +259,17 @@ class RemoteExecutor:
             pairs = sum(len(item.backends) for item in queue)
             raise RunStopped(f"no slot left to run on ({why or 'none can run them'}); {pairs} pair(s) never "
                              "started and are not recorded: continue with --resume once slots are back")
+
+    def _late(self, slot: RemoteSlot, more, env: tuple | None) -> _Item | None:
+        """The pair ``more`` gives ``slot`` as an item of its own (None: none given)."""
+        gpus = any(s.device is not None for s in self.active)
+
+        def item(cell: Cell | None, b: registry.Backend) -> _Item:
+            return _Item(cell, [b], frozenset(n for n, (ok, _) in self.node_answers(b).items() if ok),
+                         gpu=registry.worker_env(b, gpus)[1])
+
+        late = more(env, set(), lambda b: self._can_take(slot, item(None, b)))
+        return None if late is None else item(*late)
 
     def _lost(self, slot: RemoteSlot, item: _Item, reason: str, duration: float, queue: deque, emit) -> None:
         """The engine lost ``slot`` running ``item``: retire it (and every slot of its node if the

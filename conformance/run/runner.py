@@ -156,11 +156,13 @@ def plan(cells: list[Cell], backends: list[registry.Backend], done: set, probes:
     return todo, statics, {key: a.path for key, a in answers.items()}
 
 
-def _left_out(pairs: list[tuple[Cell, registry.Backend]], time_limit: TimeBudget, why: str) -> dict:
-    """run.json's ``left_out``: the pairs a time budget did not run, per backend and each of them."""
+def _left_out(pairs: list[tuple[Cell, registry.Backend]], time_limit: TimeBudget, why: str, late: int = 0) -> dict:
+    """run.json's ``left_out``: the pairs a time budget did not run, per backend and each of them (in the
+    order ``budget.choose`` ranked them), and how many pairs it left out at first ran, chosen late
+    (``late``: ``budget.next_late``)."""
     per = Counter(b.name for _, b in pairs)
     return {"budget": time_limit.text, "why": why, "pairs": len(pairs), "per_backend": dict(per.most_common()),
-            "ids": [[c.id, b.name] for c, b in pairs]}
+            "ids": [[c.id, b.name] for c, b in pairs], "chosen_late": late}
 
 
 def _choose_again(stage, left_out: list, time_limit: TimeBudget, estimator: Estimator, progress: Progress,
@@ -170,7 +172,8 @@ def _choose_again(stage, left_out: list, time_limit: TimeBudget, estimator: Esti
     (``Estimator.expected``: each backend at the rate it ran, one not run yet at the machine's),
     then again in the time left over the upper margin of the pairs so chosen
     (``Estimator.upper_margin``: their 90th percentile, each backend's rate resting on the few pairs
-    the first stage ran), so that the deadline stops few of them.
+    the first stage ran), so that the deadline stops few of them; what that margin leaves idle, slots
+    fill with pairs chosen late (``budget.next_late``) as their queue runs dry.
     A single machine-wide rate underrates the slow backends: replayed on a 4m30s ``make conform`` of
     the 2-core machine (2026-12-06) it put the second stage's pairs that ran at 364 s where they took
     438 (Triton-interpreter backends at 2 to 2.6 times their share), and the deadline stopped 133 pairs
@@ -184,6 +187,7 @@ def _choose_again(stage, left_out: list, time_limit: TimeBudget, estimator: Esti
     left_out[:] = left
     pairs = [p for st in chosen for p in st]
     estimator.replan(pairs)
+    estimator.leave_out(left)
     progress.total = progress.done + estimator.work_left()
     return by_cell(pairs)
 
@@ -265,6 +269,7 @@ def _run_locked(selection, cells, backends, out_dir, executor, *, resume, timeou
     estimator = Estimator(pairs, jobs, share, stages=[[(c, b) for c, bks in st for b in bks] for st in stages],
                           machine=machine, deadline=time_limit.deadline if time_limit is not None else None)
     estimator.learn({c.id: c for c in cells}, {b.name: b for b in backends}, old)
+    estimator.leave_out(left_out)   # what slots gone idle take before the deadline counts in the ETA
     per = sorted(estimator.per_backend().items(), key=lambda kv: -kv[1])
     say(f"{len(cells)} cells x {len(backends)} backends -> {out_dir}: {len(pairs)} to run, {len(statics)} skip, "
         f"{len(old)} already recorded"
@@ -282,6 +287,10 @@ def _run_locked(selection, cells, backends, out_dir, executor, *, resume, timeou
     seen = set(done)
     dropped = 0
     lock = threading.Lock()   # the estimator and the progress line, shared with the refreshing thread
+    # each pair's place in the run's queue, the order it was sent to a slot (after a resumed folder's), and the slot
+    queued: dict[tuple[str, str], tuple[int, str]] = {}
+    next_position = 1 + max((r.get("queue_position", -1) for r in old), default=-1)
+    late: set[tuple[str, str]] = set()   # pairs chosen late
 
     def emit(record: dict) -> None:
         nonlocal dropped
@@ -291,6 +300,10 @@ def _run_locked(selection, cells, backends, out_dir, executor, *, resume, timeou
             dropped += 1
             return
         seen.add(records.key(record))
+        if records.key(record) in queued:
+            position, slot = queued[records.key(record)]
+            record = {**record, "queue_position": position, "slot": slot,
+                      **({"chosen_late": True} if records.key(record) in late else {})}
         try:
             writer.write(record)
         except OSError as exc:
@@ -314,14 +327,34 @@ def _run_locked(selection, cells, backends, out_dir, executor, *, resume, timeou
         return text.rstrip() + (f"; {running}" if running else "")
 
     def began(slot: str, cell: Cell, backend_names: list[str], since: float, first_in_worker: bool | None) -> None:
+        nonlocal next_position
         with lock:
             estimator.began(slot, cell.id, backend_names, since, first_in_worker)
+            for name in backend_names:
+                queued[cell.id, name] = next_position, slot
+                next_position += 1
+
+    def more(env: tuple | None, worker_seen: set[str], can_run) -> tuple[Cell, registry.Backend] | None:
+        """A pair the budget left out, chosen late for a slot gone idle (``budget.next_late``) where its
+        prediction fits before the deadline; it joins the pairs to run."""
+        with lock:
+            i = time_budget.next_late(left_out, env, worker_seen, time_limit.deadline - FINISH_S - time.monotonic(),
+                                      estimator.expected, machine == "gpu", can_run)
+            if i is None:
+                return None
+            cell, b = left_out.pop(i)
+            pairs.append((cell, b))
+            late.add((cell.id, b.name))
+            estimator.add(cell, b, first_in_worker=registry.worker_env(b, machine == "gpu") != env
+                          or b.name not in worker_seen)
+            progress.grow(progress.done + estimator.work_left())
+        return cell, b
 
     def refresh() -> None:
         with lock:
             progress.refresh(line())
 
-    stopped = None
+    stopped, why = None, "did not fit the budget"
     try:
         for rec in statics:
             emit(rec)
@@ -329,19 +362,22 @@ def _run_locked(selection, cells, backends, out_dir, executor, *, resume, timeou
             if i == 1:   # the rest chosen again at this machine's speed, measured on the first stage
                 stage = _choose_again(stage, left_out, time_limit, estimator, progress, jobs)
                 pairs = [(c, b) for c, bks in stages[0] + stage for b in bks]
-                info["left_out"] = _left_out(left_out, time_limit, "did not fit the budget")
+            if time_limit is not None:
+                info.setdefault("stage_starts", []).append(next_position)
             with _refreshing(refresh, REFRESH_S):
-                executor.run(stage, emit, began)
+                # the last stage of a budgeted run: a slot gone idle takes pairs left out that fit after all
+                executor.run(stage, emit, began, more if time_limit is not None and i == len(stages) - 1 else None)
     except RunStopped as exc:
         stopped = exc
     except BudgetSpent:
-        late = [(c, b) for c, b in pairs if (c.id, b.name) not in seen]
-        left_out += late
-        info["left_out"] = _left_out(left_out, time_limit, f"did not fit the budget ({len(late)} of them not "
-                                                           "finished when it ran out)")
+        unfinished = [(c, b) for c, b in pairs if (c.id, b.name) not in seen]
+        left_out += unfinished
+        why += f" ({len(unfinished)} of them not finished when it ran out)"
     finally:
         writer.close()
         progress.close()
+    if time_limit is not None:
+        info["left_out"] = _left_out(left_out, time_limit, why, len(late & seen))
     elapsed = time.monotonic() - start
     counts = count(all_recs)
     info.update(finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"), elapsed_s=round(elapsed, 2),

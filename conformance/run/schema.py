@@ -76,7 +76,7 @@ RECORD = Obj({
     "warnings": (List(str), None), "output": (str, None),
     "decided_by": (Obj({"output": (str, None), "criterion": (str, None)}), None),
     "wall_s": (seconds, None), "cpu_s": (seconds, None), "first_in_worker": (bool, None), "path": (str, None),
-    "setup_s": (seconds, None),
+    "setup_s": (seconds, None), "queue_position": (int, None), "slot": (str, None), "chosen_late": (bool, None),
     "unavailable": (str, None)},
     required=("id", "backend", "status"))
 
@@ -99,7 +99,9 @@ RUN_INFO = Obj({
     "counts": (Map(Map(int)), None), "retired_devices": (Map(str), None), "stopped": (str, None),
     "merged_from": (List(str), Map(ANY), None),
     "left_out": (Obj({"budget": (str, None), "why": (str, None), "pairs": (int, None),
-                      "per_backend": (Map(int), None), "ids": (List(List(str)), None)}), None),
+                      "per_backend": (Map(int), None), "ids": (List(List(str)), None),
+                      "chosen_late": (int, None)}), None),
+    "stage_starts": (List(int), None),   # a budgeted run: the queue position of each stage's first pair
     "load": (Obj({"load_1m": (number, None), "cores": (int, None), "one_thread": (number, None)}), None),
     "previous_runs": (List(Map(ANY)), None),   # the runs a --resume continued, oldest first
     "previous_run": (Map(ANY), None)})         # ... as folders written before that list kept it

@@ -4,9 +4,10 @@ A worker process runs one cell's backends in turn (so the cell's inputs and orac
 once). If a worker dies (segfault, abort) or runs past the timeout, the pair in flight becomes a
 ``crash`` record, a fresh worker is started and the pool goes on. Workers of GPU backends are
 pinned one per visible device; a device whose worker dies is retired and the pair retried once
-elsewhere. ``LocalPool.run(work, emit, began)`` is what an executor provides: ``emit(record)`` once per
-pair, as each finishes, and ``began(slot, cell, [backend name], since, first_in_worker)`` as each is sent
-to its worker (a pair retried elsewhere begins again).
+elsewhere. ``LocalPool.run(work, emit, began, more)`` is what an executor provides: ``emit(record)`` once per
+pair, as each finishes, ``began(slot, cell, [backend name], since, first_in_worker)`` as each is sent
+to its worker (a pair retried elsewhere begins again), and ``more(env, seen, can_run)`` asked for a
+pair chosen late, (cell, backend) or None, each time a slot has nothing left in the queue to take.
 """
 from __future__ import annotations
 
@@ -203,12 +204,21 @@ class LocalPool:
         self.queue: deque[Item] = deque()
         self.emit = None
         self.began = None
+        self.more = None
 
-    def run(self, work: list[tuple[Cell, list[registry.Backend]]], emit, began=None) -> None:
+    @property
+    def gpus(self) -> bool:
+        """The pool's slots are pinned to devices (``registry.worker_env`` where there are GPUs)."""
+        return self.slots[0].device is not None
+
+    def run(self, work: list[tuple[Cell, list[registry.Backend]]], emit, began=None, more=None) -> None:
         """Run each cell's backends; ``emit(record)`` per pair (an exception from it stops the pool),
         ``began(slot, cell, [backend name], since, first_in_worker)`` as each pair is sent (``slot``:
-        ``"slot <i>"``, ``since``: ``time.monotonic()``)."""
-        self.queue, self.emit, self.began = deque(items(work, gpus=self.slots[0].device is not None)), emit, began
+        ``"slot <i>"``, ``since``: ``time.monotonic()``). ``more(env, seen, can_run)``: asked each time a
+        slot finds nothing in the queue it can take, for one more pair to run there, (cell, backend),
+        or None; ``env``: the slot's worker environment (``registry.worker_env``; None: no worker),
+        ``seen``: the backends that worker has run, ``can_run(backend)``: whether the slot can run it."""
+        self.queue, self.emit, self.began, self.more = deque(items(work, gpus=self.gpus)), emit, began, more
         # JAX would take 75% of a GPU's memory in every worker that touches it: workers share the GPU.
         os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
         try:
@@ -222,10 +232,16 @@ class LocalPool:
             self.close()
 
     def close(self) -> None:
-        """Stop every worker."""
+        """Stop every worker; one with a pair in flight (the run was stopped: its record would never be
+        read) is killed at once, not waited for (``spawn.stop`` waits 5 s for a worker to read its stop:
+        a time budget's deadline that stopped a pair in flight on each of 2 slots held the command 10 s
+        past it)."""
         for slot in self.slots:
             if slot.worker is not None:
-                slot.worker.stop()
+                if slot.current is not None:
+                    slot.worker.kill()
+                else:
+                    slot.worker.stop()
                 slot.worker = None
 
     def _step(self) -> bool:
@@ -293,9 +309,11 @@ class LocalPool:
         self.emit(record)
 
     def _can_take(self, slot: Slot, item: Item) -> bool:
-        if not item.gpu:
-            return True
-        return slot.device not in self.retired and slot.device != item.retried_from
+        return self._can_run(slot, item.gpu) and not (item.gpu and slot.device == item.retried_from)
+
+    def _can_run(self, slot: Slot, gpu: bool) -> bool:
+        """Whether ``slot`` can run an item on a GPU (``gpu``) or not: not on a retired device."""
+        return not gpu or slot.device not in self.retired
 
     def _worker_env(self, slot: Slot, item: Item) -> dict[str, str]:
         env = item.env
@@ -330,8 +348,8 @@ class LocalPool:
         slot.seen.clear()
 
     def _fill(self, slot: Slot) -> None:
-        while slot.current is None and self.queue:
-            item = next((it for it in self.queue if self._can_take(slot, it)), None)
+        while slot.current is None:
+            item = next((it for it in self.queue if self._can_take(slot, it)), None) or self._asked(slot)
             if item is None:
                 return
             self.queue.remove(item)
@@ -342,6 +360,18 @@ class LocalPool:
                 self._new_worker(slot, env)
             slot.item, slot.pending = item, deque(item.backends)
             self._start_next(slot)
+
+    def _asked(self, slot: Slot) -> Item | None:
+        """The pair ``more`` gives ``slot``, queued as an item of its own (None: no ``more``, or none given)."""
+        if self.more is None:
+            return None
+        env = registry.worker_env(slot.item.backends[0], self.gpus) if slot.worker and slot.item else None
+        late = self.more(env, set(slot.seen), lambda b: self._can_run(slot, registry.worker_env(b, self.gpus)[1]))
+        if late is None:
+            return None
+        cell, backend = late
+        self.queue.append(Item(cell, [backend], gpu=registry.worker_env(backend, self.gpus)[1]))
+        return self.queue[-1]
 
     def _elsewhere(self, device: str) -> bool:
         return any(s.device is not None and s.device != device and s.device not in self.retired

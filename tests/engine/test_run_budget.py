@@ -246,16 +246,16 @@ def _conform(*args) -> tuple[int, str, str]:
 
 
 def test_conform_within_a_budget_lists_what_it_left_out_and_resume_runs_it(tmp_path):
-    # toy-interpreted prices a cell at 100 s a unit of work: none fits 2 minutes; toy-good fits
-    rc, out, err = _conform("--backend", "toy-good,toy-interpreted", "--budget", "2m", "--no-budget", "--out", tmp_path)
+    # toy-costly prices a cell at a day: none fits 2 minutes, not even chosen late at the rate toy-good ran at
+    rc, out, err = _conform("--backend", "toy-good,toy-costly", "--budget", "2m", "--out", tmp_path)
     info = json.loads((tmp_path / "run.json").read_text())
     left = info["left_out"]
-    assert rc == 0 and left["budget"] == "2m" and left["per_backend"] == {"toy-interpreted": 12}, (out, err)
-    assert left["pairs"] == 12 and len(left["ids"]) == 12
+    assert rc == 0 and left["budget"] == "2m" and left["per_backend"] == {"toy-costly": 12}, (out, err)
+    assert left["pairs"] == 12 and len(left["ids"]) == 12 and left["chosen_late"] == 0
     assert "12 left out by --budget 2m" in err.splitlines()[0]
-    assert "left out by --budget 2m: 12 pairs (toy-interpreted 12)" in out and "--resume" in out
+    assert "left out by --budget 2m: 12 pairs (toy-costly 12)" in out and "--resume" in out
     assert {r["backend"] for r in records.read(Path(tmp_path) / "cells.jsonl")} == {"toy-good"}
-    rc, out, err = _conform("--backend", "toy-good,toy-interpreted", "--no-budget", "--out", tmp_path, "--resume",
+    rc, out, err = _conform("--backend", "toy-good,toy-costly", "--no-budget", "--out", tmp_path, "--resume",
                             "--timeout", "30")
     assert rc == 0 and len(records.read(Path(tmp_path) / "cells.jsonl")) == 24, (out, err)
     assert "left_out" not in json.loads((tmp_path / "run.json").read_text())

@@ -85,6 +85,8 @@ register(Backend("toy-raise", {"toy": ("scale",)}, lambda: (True, "always"), _ra
 register(Backend("toy-warn", {"toy": ("scale",)}, lambda: (True, "always"), _warning))
 register(Backend("toy-interpreted", {"toy": ("scale",)}, lambda: (True, "always"), _run(_Good),
                  seconds_per_cell=0.0, seconds_per_work=100.0, work_budget={"scale": 9}))
+# priced at a day a cell: no machine's rate brings a pair of it within a test's time budget
+register(Backend("toy-costly", {"toy": ("scale",)}, lambda: (True, "always"), _run(_Good), seconds_per_cell=86400.0))
 register(Backend("toy-gpu", {"toy": ("scale",)}, lambda: (True, "always"), _run(_Good), uses_gpu=True))
 register(Backend("toy-gpu-fault-1", {"toy": ("scale",)}, lambda: (True, "always"), _faulting_on_device_1,
                  uses_gpu=True))
