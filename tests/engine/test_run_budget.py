@@ -13,6 +13,7 @@ from conformance.registry import Backend
 from conformance.run import budget, estimate, records, workers
 from conformance.run.progress import Progress
 from tests.cli_in_process import main, one_error_line
+from tests.engine.worker_starts import count_worker_starts
 from tests.engine.toy_cli import lab
 
 CI = ["conform", "--family", "toy", "--tier", "ci"]
@@ -78,14 +79,7 @@ def test_the_pool_runs_a_stage_in_its_order_one_environment_at_a_time_a_gpu_back
     other = dataclasses.replace(registry.get("toy-good-marked"), env={"KERNEL_LAB_TOY_GROUP": "b"})
     c = [make_cell("toy", "scale", n=n, factor=1.0) for n in (8, 9, 10, 11)]
     work = [(c[0], [other]), (c[1], [gpu, good]), (c[2], [other]), (c[3], [gpu])]   # the budget's order
-    starts = []
-
-    class Counted(workers.Worker):
-        def __init__(self, env):
-            starts.append(env)
-            super().__init__(env)
-
-    monkeypatch.setattr(workers, "Worker", Counted)
+    starts = count_worker_starts(monkeypatch)
     got = []
     workers.LocalPool(1).run(work, got.append)
     assert [(r["params"]["n"], r["backend"]) for r in got] == [

@@ -13,6 +13,7 @@ from conformance.registry import Backend
 from conformance.run import budget, estimate, eta_replay, records, run_queue, workers
 from kernel_lab import cli
 from tests.cli_in_process import main
+from tests.engine.worker_starts import count_worker_starts
 
 BUDGET_S = 20
 
@@ -36,15 +37,7 @@ def priced(monkeypatch):
     from conformance.run import runner
 
     monkeypatch.setattr(runner, "core_share", lambda load, jobs: 1.0)
-    starts = []
-
-    class Counted(workers.Worker):
-        def __init__(self, env):
-            starts.append(env)
-            super().__init__(env)
-
-    monkeypatch.setattr(workers, "Worker", Counted)
-    return starts
+    return count_worker_starts(monkeypatch)
 
 
 def _conform(capsys, monkeypatch, out: Path, backends: str) -> tuple[int, str, str, float]:
@@ -214,8 +207,6 @@ def test_a_cluster_slot_whose_queue_runs_dry_asks_for_a_pair_chosen_late_with_it
     """The remote executor asks as the local pool does, once its queue holds nothing a slot can take:
     with the worker environment of the slot's last call and no backend counted as run (its worker is
     out of view); a pair the slot's node cannot run is not offered to it."""
-    import types
-
     from conformance.run import remote
 
     good, absent = toy("toy-good"), toy("toy-absent")
