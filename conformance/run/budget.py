@@ -133,7 +133,8 @@ def next_late(left_out: list[tuple[Cell, registry.Backend]], env: tuple | None, 
     """The index in ``left_out`` (the pairs a time budget left out, as ``choose`` ranked them) of the
     pair a worker slot gone idle runs next, chosen late: the first that fits in ``seconds_left``
     (``seconds``: the pair's seconds in the parts of ``estimate.pair_estimates``, at the rates the
-    run has learned, ``Estimator.expected``) among those of the slot's worker environment ``env``
+    run has learned, ``Estimator.expected``; the runner's at their 90th percentile,
+    ``Estimator.pair_upper``) among those of the slot's worker environment ``env``
     (``registry.worker_env`` with ``gpus``; None: the slot has no worker), which start no worker, and
     only where none of them fits the first of any environment with its worker's startup; a backend
     in ``seen`` (those the worker has run) pays no startup again; its cell's setup is always counted.

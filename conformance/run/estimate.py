@@ -661,6 +661,13 @@ class Estimator:
         q1, _, q3 = statistics.quantiles(logs, n=4)
         return (q3 - q1) / 1.349
 
+    def pair_upper(self) -> float:
+        """The 90th percentile of one pair's time over its expected time, ``exp(UPPER_Z spread())``: a
+        pair's own error, not a backend rate's (``upper_margin``); 1 until ``spread`` has pairs. A pair
+        chosen late starts only where it fits at this (``budget.next_late``), so that the deadline
+        seldom stops one."""
+        return math.exp(self.UPPER_Z * self.spread())
+
     def upper_margin(self, pairs: list[tuple[Cell, registry.Backend]]) -> float:
         """The 90th percentile of the time of ``pairs`` over their expected time (``expected``), at least 1:
         a backend's rate rests on its ``finished`` pairs, ``n`` (a budgeted run's first stage ran one pair
@@ -714,12 +721,14 @@ class Estimator:
 
     def fill_seconds(self) -> float:
         """Seconds of the pairs left out (``leave_out``) that slots gone idle are expected to take: those
-        of each size class whose mean pair, at its rate, fits before the deadline (one worker's time)."""
+        of each size class whose mean pair, at its rate and ``pair_upper``, fits before the deadline (one
+        worker's time), as ``budget.next_late`` takes them."""
         left = self.until_deadline()
+        upper = self.pair_upper()
         total = 0.0
         for (b, size), est in self.fill.items():
             n = self.fill_n[b, size]
-            if n > 0 and est > 0 and est / n * self.backend_rate(b, size) <= left:
+            if n > 0 and est > 0 and est / n * self.backend_rate(b, size) * upper <= left:
                 total += est * self.backend_rate(b, size)
         return total
 

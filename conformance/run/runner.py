@@ -336,10 +336,13 @@ def _run_locked(selection, cells, backends, out_dir, executor, *, resume, timeou
 
     def more(env: tuple | None, worker_seen: set[str], can_run) -> tuple[Cell, registry.Backend] | None:
         """A pair the budget left out, chosen late for a slot gone idle (``budget.next_late``) where its
-        prediction fits before the deadline; it joins the pairs to run."""
+        prediction, at the 90th percentile of a pair's time (``Estimator.pair_upper``), fits before the
+        deadline; it joins the pairs to run."""
         with lock:
+            upper = estimator.pair_upper()
             i = time_budget.next_late(left_out, env, worker_seen, time_limit.deadline - FINISH_S - time.monotonic(),
-                                      estimator.expected, machine == "gpu", can_run)
+                                      lambda c, b: tuple(upper * s for s in estimator.expected(c, b)),
+                                      machine == "gpu", can_run)
             if i is None:
                 return None
             cell, b = left_out.pop(i)

@@ -3,6 +3,8 @@ out, in the order it ranked them, where each one's prediction fits before the de
 late), on the worker it has; each pair's record says where it was queued, and the ETA replay
 follows that order."""
 import json
+import math
+import statistics
 import time
 from pathlib import Path
 
@@ -102,6 +104,31 @@ def test_the_next_pair_whose_prediction_does_not_fit_is_not_started_nor_any_afte
     assert len(priced) == 2
 
 
+def test_a_pair_chosen_late_starts_only_where_it_fits_at_the_90th_percentile_of_a_pairs_time(
+        tmp_path, capsys, monkeypatch, priced):
+    """The same run as the first test's with a pair's 90th percentile a thousand times its expected time
+    (``Estimator.pair_upper``, as a run whose pairs strayed that far would have it): no left-out pair of a
+    second fits at 1000 s, so none is chosen late and the second stage's pairs are all that ran."""
+    monkeypatch.setattr(estimate.Estimator, "pair_upper", lambda self: 1000.0)
+    out = tmp_path / "run"
+    rc, stdout, stderr, elapsed = _conform(capsys, monkeypatch, out, "toy-good")
+    recs = records.read(out / "cells.jsonl")
+    left = json.loads((out / "run.json").read_text())["left_out"]
+    assert rc == 0 and elapsed < BUDGET_S - 5, (stdout, stderr)
+    assert not any(r.get("chosen_late") for r in recs) and left["chosen_late"] == 0
+    assert 1 <= len(recs) < 12 and left["pairs"] == 12 - len(recs)
+
+
+def test_a_pairs_90th_percentile_is_the_runs_spread_above_its_expected_time():
+    """``pair_upper``: 1 before ``spread`` has pairs; exp(1.28 s) with overruns of spread s."""
+    c = make_cell("toy", "scale", n=8, factor=1.0)
+    est = estimate.Estimator([(c, toy("toy-good"))], jobs=1)
+    assert est.pair_upper() == 1.0
+    est.overruns = [0.5, 1.0, 1.0, 2.0] * 4
+    q1, _, q3 = statistics.quantiles(sorted(math.log(x) for x in est.overruns), n=4)
+    assert est.pair_upper() == pytest.approx(math.exp(1.28 * (q3 - q1) / 1.349)) and est.pair_upper() > 1.5
+
+
 def test_the_eta_of_a_budgeted_run_counts_the_pairs_left_out_that_fit_before_the_deadline():
     """One chosen pair of a second, and left out one of 10 s and one of 100 s, 30 s before the deadline:
     a slot gone idle takes the 10-s one, not the other, so the ETA is 11 s, not 1 s (the chosen pair
@@ -117,6 +144,11 @@ def test_the_eta_of_a_budgeted_run_counts_the_pairs_left_out_that_fit_before_the
     assert est.remaining() == pytest.approx(11.0) and est.fill_seconds() == 0.0
     clock[0] = 25.0
     assert est.remaining() == pytest.approx(5.0)
+    # at a 90th percentile of four times a pair's expected time the 10-s pair fits no more (40 s > 30 s)
+    wide = estimate.Estimator([(c1, one)], jobs=1, clock=lambda: 0.0, deadline=30.0)
+    wide.leave_out([(c10, ten), (c100, hundred)])
+    wide.pair_upper = lambda: 4.0
+    assert wide.remaining() == pytest.approx(1.0)
 
 
 def toy(name, env=None):
