@@ -139,9 +139,10 @@ def next_late(left_out: list[tuple[Cell, registry.Backend]], env: tuple | None, 
     only where none of them fits the first of any environment with its worker's startup; a backend
     in ``seen`` (those the worker has run) pays no startup again; its cell's setup is always counted.
     ``can_run``: whether the slot can run the backend. None when no pair fits. A 4m30s ``make conform``
-    of the 2-core machine (2026-12-07) ran 74 to 90 pairs chosen late, Triton-interpreter pairs on the
+    of the 2-core machine (2026-12-07) ran 56 to 90 pairs chosen late, Triton-interpreter pairs on the
     worker the queue ended with, and ended at 4m26s where the same command without them ended at 3m42s
-    (1077 to 1098 pairs ran against 996); the deadline stopped one pair chosen late in each run."""
+    (1064 to 1098 pairs ran against 996); the deadline stopped one pair in each run (at the mean
+    prediction, a Triton-interpreter pair; at the 90th percentile, a NumPy or scalar-C++ pair)."""
     def fits(cell: Cell, b: registry.Backend, started: bool) -> bool:
         pair, startup, setup = seconds(cell, b)
         return pair + setup + (0.0 if started and b.name in seen else startup) <= seconds_left
