@@ -142,7 +142,7 @@ def next_late(left_out: list[tuple[Cell, registry.Backend]], env: tuple | None, 
     of the 2-core machine (2026-12-07) ran 56 to 90 pairs chosen late, Triton-interpreter pairs on the
     worker the queue ended with, and ended at 4m26s where the same command without them ended at 3m42s
     (1064 to 1098 pairs ran against 996); the deadline stopped one pair in each run (at the mean
-    prediction, a Triton-interpreter pair; at the 90th percentile, a NumPy or scalar-C++ pair)."""
+    prediction a NumPy or Triton-interpreter pair, at the 90th percentile a NumPy or scalar-C++ one)."""
     def fits(cell: Cell, b: registry.Backend, started: bool) -> bool:
         pair, startup, setup = seconds(cell, b)
         return pair + setup + (0.0 if started and b.name in seen else startup) <= seconds_left
