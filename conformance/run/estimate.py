@@ -328,7 +328,8 @@ class Estimator:
         self._first_of_op: set[tuple[str, str]] = set()   # (cell id, backend) begun first of its op on its worker
         self._begun: set[tuple[str, str]] = set()         # (cell id, interpreted backend) told as begun
         self._ops_done: set[tuple[str, str]] = set()      # (backend, op) of the finished records
-        self.fill: Counter = Counter()     # (backend, size class) -> first estimates of the pairs left out (``leave_out``)
+        # (backend, size class) -> first estimates of the pairs left out (``leave_out``)
+        self.fill: Counter = Counter()
         self.fill_n: Counter = Counter()   # ... and their number
         self._plan(pending)
         for stage in stages or [pending]:   # each stage starts its workers afresh

@@ -60,8 +60,9 @@ def replay(pairs: list[tuple[Cell, registry.Backend, dict]], jobs: int, share: f
     estimator given the pairs left then (``Estimator.replan``, as the runner does); the pairs whose
     records say ``chosen_late`` are the pairs left out (``Estimator.leave_out``: the runner gives it
     every pair left out and counts those that fit before the deadline, which the replay does not
-    have; these are the ones that fitted), each joining the pairs left as it starts (``Estimator.add``). ``machine``: the kind whose prices
-    to use (``estimate.machine_kind`` of the run's GPUs, as the runner chose)."""
+    have; these are the ones that fitted), each joining the pairs left as it starts (``Estimator.add``).
+    ``machine``: the kind whose prices to use (``estimate.machine_kind`` of the run's GPUs, as the
+    runner chose)."""
     sizes = stage_sizes or [len(pairs)]
     bounds = [sum(sizes[:i]) for i in range(len(sizes) + 1)]
     stages = [pairs[a:b] for a, b in zip(bounds, bounds[1:])]

@@ -2,11 +2,11 @@
 or ``ray`` (the slots of a Ray cluster, ``conformance.run.remote`` over ``conformance.run.ray_executor``).
 
 An executor is started on the selected backends, then says which device classes it has and which
-backends it can run (``probes``), runs the planned pairs (``run(work, emit, began, more)``, one record per pair
-through ``emit``; ``began(slot, cell, backend_names, since, first_in_worker)`` as pairs start on a slot,
-``since`` a ``time.monotonic()``, for the ETA; ``more(env, seen, can_run)`` asked for a pair chosen late
-when a slot has nothing left to take, ``workers.LocalPool.run``), reports what it retired (``retired``) and describes itself for run.json
-(``info``). The executor is not part of the selection: a run folder can be resumed by another.
+backends it can run (``probes``), runs the planned pairs (``run(work, emit, began, more)``, one record
+per pair through ``emit``; ``began(slot, cell, backend_names, since, first_in_worker)`` as pairs start on
+a slot, ``since`` a ``time.monotonic()``, for the ETA; ``more(env, seen, can_run)`` asked for a pair
+chosen late when a slot has nothing left to take, ``workers.LocalPool.run``), reports what it retired
+(``retired``) and describes itself for run.json (``info``). The executor is not part of the selection: a run folder can be resumed by another.
 """
 from __future__ import annotations
 
