@@ -66,6 +66,10 @@ PREP_READOUT = True            # the readout operands computed by the "tiles" pr
 PREP_NORM = "div"              # the "tiles" prep kernel's l2 norms: a division per element, or "rcp" (``_qk``)
 PREP_FORM = "batched"          # its solve's form: 16-row blocks, or "batched" diagonal blocks
 READOUT = True                 # the state pass writes the output (h and v_new never go to memory)
+MAPS_BC = 64                   # the segment maps kernel's column tile of [A | B]
+MAPS_WARPS = 4                 # its warps
+MAPS_STAGES = 2                # its software-pipeline stages
+MERGE_PRECISION = "tf32x3"     # the merge's fp32 dot on NVIDIA GPUs (three TF32 products); "ieee" elsewhere
 
 
 def problem(*, K: int, V: int, state_dtype: str, act: str, H: int | None = None, HV: int | None = None,
@@ -106,17 +110,25 @@ def _mm(a, b, BITS: tl.constexpr):
 
 
 @triton.jit
-def _chunk(c, chunk_cu_ptr, cu_ptr, N):
-    """(sequence n, first token, tokens in the chunk, chunk index within the sequence) of chunk ``c`` of
-    the table (chunk_cu[n] = chunks before sequence n); tokens 0 when c is past the last chunk."""
+def _owner(c, table_ptr, N):
+    """The sequence n of entry ``c`` of a table of per-sequence counts (table[n] = entries before sequence n,
+    table[N] = all): the last n with table[n] <= c (a binary search)."""
     lo = tl.zeros((), tl.int32)
     hi = lo + N
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if tl.load(chunk_cu_ptr + mid) <= c:
+        if tl.load(table_ptr + mid) <= c:
             lo = mid
         else:
             hi = mid
+    return lo
+
+
+@triton.jit
+def _chunk(c, chunk_cu_ptr, cu_ptr, N):
+    """(sequence n, first token, tokens in the chunk, chunk index within the sequence) of chunk ``c`` of
+    the table (chunk_cu[n] = chunks before sequence n); tokens 0 when c is past the last chunk."""
+    lo = _owner(c, chunk_cu_ptr, N)
     j = c - tl.load(chunk_cu_ptr + lo)
     bos = tl.load(cu_ptr + lo).to(tl.int64)
     eos = tl.load(cu_ptr + lo + 1).to(tl.int64)
@@ -448,6 +460,65 @@ def _readout_kernel(q_ptr, k_ptr, cu_ptr, chunk_cu_ptr, idx_ptr, G_ptr, qe_ptr, 
 
 
 @triton.jit
+def _state_chunks(S, j0, j1, bos, length, c0, hv, kk, vv, G_ptr, W_ptr, U_ptr, Kd_ptr, state_ptr, h_ptr, vn_ptr,
+                  qe_ptr, qkd_ptr, o_ptr, sG_t, sW_t, sU_t, sD_t, so_t, so_h, interval, HV, K: tl.constexpr,
+                  V: tl.constexpr, READOUT: tl.constexpr, STAGES: tl.constexpr, BITS: tl.constexpr):
+    """Step 3's body (module docstring): the state S (fp32 [BK, BV], rows ``kk``, value columns ``vv`` of value
+    head ``hv``) carried through chunks j0 .. j1 - 1 of the sequence of tokens bos .. bos + length - 1 (c0 its
+    first chunk in the chunk table: h's rows), the output (READOUT) or h and v_new stored on the way; the 16-bit
+    pool's rounding after every ``interval`` tokens of the sequence (``state_ptr``'s dtype). Returns S."""
+    r = tl.arange(0, 64)
+    m2 = (kk < K)[:, None] & (vv < V)[None, :]
+    tile = hv * (K * V) + kk[:, None] * V + vv[None, :]
+    for j in tl.range(j0, j1, num_stages=STAGES):
+        t0 = bos + j * 64
+        rows = tl.minimum(length - j * 64, 64)
+        valid = r < rows
+        vm = valid[:, None] & (vv < V)[None, :]
+        km = valid[:, None] & (kk < K)[None, :]
+        W = tl.load(W_ptr + (t0 + r)[:, None] * sW_t + hv * K + kk[None, :], mask=km, other=0.0)
+        Kd = tl.load(Kd_ptr + (t0 + r)[:, None] * sW_t + hv * K + kk[None, :], mask=km, other=0.0)
+        U = tl.load(U_ptr + (t0 + r)[:, None] * sU_t + hv * V + vv[None, :], mask=vm, other=0.0).to(tl.float32)
+        G_last = tl.load(G_ptr + (t0 + rows - 1) * sG_t + hv)
+        if BITS:
+            W = W.to(tl.float32)
+            Kd = Kd.to(tl.float32)
+        hs = _bf16(S, BITS)
+        vn = _bf16(U - _mm(W, hs, BITS), BITS)
+        if READOUT:
+            qe = tl.load(qe_ptr + (t0 + r)[:, None] * sW_t + hv * K + kk[None, :], mask=km, other=0.0)
+            qkd = tl.load(qkd_ptr + (t0 + r)[:, None] * sD_t + hv * 64 + r[None, :], mask=valid[:, None],
+                          other=0.0)
+            if BITS:
+                qe = qe.to(tl.float32)
+                qkd = qkd.to(tl.float32)
+            o = _mm(qe, hs, BITS) + _mm(qkd, vn, BITS)
+            tl.store(o_ptr + (t0 + r)[:, None] * so_t + hv * so_h + vv[None, :], _rounded(o, o_ptr, BITS),
+                     mask=vm)
+        else:
+            tl.store(h_ptr + (c0 + j) * (HV * K * V) + tile, _rounded(hs, h_ptr, BITS), mask=m2)
+            tl.store(vn_ptr + (t0 + r)[:, None] * sU_t + hv * V + vv[None, :], _rounded(vn, vn_ptr, BITS),
+                     mask=vm)
+        S = S * tl.exp(G_last) + _mm(tl.trans(Kd), vn, BITS)
+        if state_ptr.dtype.element_ty != tl.float32:   # a select, not a branch: the loop stays pipelined
+            S = tl.where(((j * 64 + rows) % interval == 0) & (j * 64 + rows < length),
+                         _rounded(S, state_ptr, BITS).to(tl.float32), S)
+    return S
+
+
+@triton.jit
+def _zero_rows(o_ptr, bos, length, j0, j1, hv, vv, so_t, so_h, V: tl.constexpr, BV: tl.constexpr,
+               BITS: tl.constexpr):
+    """Zeros into the output rows of chunks j0 .. j1 - 1 (columns ``vv`` of value head ``hv``) of a padding
+    sequence of tokens bos .. bos + length - 1."""
+    r = tl.arange(0, 64)
+    for j in range(j0, j1):
+        vm = (r < length - j * 64)[:, None] & (vv < V)[None, :]
+        tl.store(o_ptr + (bos + j * 64 + r)[:, None] * so_t + hv * so_h + vv[None, :],
+                 _rounded(tl.zeros((64, BV), tl.float32), o_ptr, BITS), mask=vm)
+
+
+@triton.jit
 def _state_kernel(cu_ptr, chunk_cu_ptr, idx_ptr, G_ptr, W_ptr, U_ptr, Kd_ptr, state_ptr, h_ptr, vn_ptr, qe_ptr,
                   qkd_ptr, o_ptr, sG_t, sW_t, sU_t, sD_t, so_t, so_h, s_slot, interval, HV, K: tl.constexpr,
                   V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, READOUT: tl.constexpr, STAGES: tl.constexpr,
@@ -466,51 +537,133 @@ def _state_kernel(cu_ptr, chunk_cu_ptr, idx_ptr, G_ptr, W_ptr, U_ptr, Kd_ptr, st
     length = tl.load(cu_ptr + n + 1).to(tl.int64) - bos
     kk = tl.arange(0, BK)
     vv = vt * BV + tl.arange(0, BV)
-    r = tl.arange(0, 64)
+    m2 = (kk < K)[:, None] & (vv < V)[None, :]
+    tile = hv * (K * V) + kk[:, None] * V + vv[None, :]
     if slot >= 0:
         c0 = tl.load(chunk_cu_ptr + n).to(tl.int64)
-        m2 = (kk < K)[:, None] & (vv < V)[None, :]
-        tile = hv * (K * V) + kk[:, None] * V + vv[None, :]
         S = tl.load(state_ptr + slot * s_slot + tile, mask=m2, other=0.0).to(tl.float32)
-        for j in tl.range(0, tl.cdiv(length, 64), num_stages=STAGES):
+        S = _state_chunks(S, 0, tl.cdiv(length, 64), bos, length, c0, hv, kk, vv, G_ptr, W_ptr, U_ptr, Kd_ptr,
+                          state_ptr, h_ptr, vn_ptr, qe_ptr, qkd_ptr, o_ptr, sG_t, sW_t, sU_t, sD_t, so_t, so_h,
+                          interval, HV, K, V, READOUT, STAGES, BITS)
+        tl.store(state_ptr + slot * s_slot + tile, _rounded(S, state_ptr, BITS), mask=m2)
+    elif READOUT:
+        _zero_rows(o_ptr, bos, length, 0, tl.cdiv(length, 64), hv, vv, so_t, so_h, V, BV, BITS)
+
+
+# ---------------------------------------------------------------- the segmented state pass (``segment_chunks``)
+
+@triton.jit
+def _maps_kernel(cu_ptr, seg_cu_ptr, idx_ptr, G_ptr, W_ptr, U_ptr, Kd_ptr, M_ptr, N, sG_t, sW_t, sU_t, SEG, HV,
+                 K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BC: tl.constexpr, STAGES: tl.constexpr,
+                 BITS: tl.constexpr):
+    """The affine map S -> A S + B of one segment's chunks (every segment of a sequence but its last, whose SEG
+    chunks are all full) for one (segment, value head, BC-column tile of the K + V columns of [A | B]),
+    program_id(0) numbering them in that order, the tile fastest: M = [A | B] from [I | 0], per chunk
+    M = exp(G_last) M + bf16(k exp(G_last - G))^T bf16([0 | U] - W @ bf16(M)) (the state pass's roundings but
+    the 16-bit pool's), fp32; stored fp32 into M [segments, HV, K, K + V]."""
+    pid = tl.program_id(0)
+    ta = (K + BC - 1) // BC
+    tiles = ta + (V + BC - 1) // BC
+    s = pid // (HV * tiles)
+    hv = (pid // tiles) % HV
+    ct = pid % tiles
+    n = _owner(s, seg_cu_ptr, N)
+    i = s - tl.load(seg_cu_ptr + n)
+    last = tl.load(seg_cu_ptr + n + 1) - 1 - tl.load(seg_cu_ptr + n)
+    if (i < last) & (tl.load(idx_ptr + n) >= 0):
+        bos = tl.load(cu_ptr + n).to(tl.int64)
+        is_b = ct >= ta
+        col = tl.where(is_b, ct - ta, ct) * BC + tl.arange(0, BC)       # within A or within B
+        cm = col < tl.where(is_b, V, K)
+        kk = tl.arange(0, BK)
+        r = tl.arange(0, 64)
+        km = (kk < K)[None, :]
+        M = tl.where((kk[:, None] == col[None, :]) & (~is_b), 1.0, 0.0)
+        for j in tl.range(i * SEG, (i + 1) * SEG, num_stages=STAGES):
             t0 = bos + j * 64
-            rows = tl.minimum(length - j * 64, 64)
-            valid = r < rows
-            vm = valid[:, None] & (vv < V)[None, :]
-            km = valid[:, None] & (kk < K)[None, :]
             W = tl.load(W_ptr + (t0 + r)[:, None] * sW_t + hv * K + kk[None, :], mask=km, other=0.0)
             Kd = tl.load(Kd_ptr + (t0 + r)[:, None] * sW_t + hv * K + kk[None, :], mask=km, other=0.0)
-            U = tl.load(U_ptr + (t0 + r)[:, None] * sU_t + hv * V + vv[None, :], mask=vm, other=0.0).to(tl.float32)
-            G_last = tl.load(G_ptr + (t0 + rows - 1) * sG_t + hv)
+            X = tl.load(U_ptr + (t0 + r)[:, None] * sU_t + hv * V + col[None, :], mask=(cm & is_b)[None, :],
+                        other=0.0).to(tl.float32)
+            G_last = tl.load(G_ptr + (t0 + 63) * sG_t + hv)
             if BITS:
                 W = W.to(tl.float32)
                 Kd = Kd.to(tl.float32)
-            hs = _bf16(S, BITS)
-            vn = _bf16(U - _mm(W, hs, BITS), BITS)
-            if READOUT:
-                qe = tl.load(qe_ptr + (t0 + r)[:, None] * sW_t + hv * K + kk[None, :], mask=km, other=0.0)
-                qkd = tl.load(qkd_ptr + (t0 + r)[:, None] * sD_t + hv * 64 + r[None, :], mask=valid[:, None],
-                              other=0.0)
-                if BITS:
-                    qe = qe.to(tl.float32)
-                    qkd = qkd.to(tl.float32)
-                o = _mm(qe, hs, BITS) + _mm(qkd, vn, BITS)
-                tl.store(o_ptr + (t0 + r)[:, None] * so_t + hv * so_h + vv[None, :], _rounded(o, o_ptr, BITS),
-                         mask=vm)
+            vn = _bf16(X - _mm(W, _bf16(M, BITS), BITS), BITS)
+            M = M * tl.exp(G_last) + _mm(tl.trans(Kd), vn, BITS)
+        out = M_ptr + (s.to(tl.int64) * HV + hv) * (K * (K + V)) + kk[:, None] * (K + V) + tl.where(is_b, K, 0)
+        tl.store(out + col[None, :], M, mask=(kk < K)[:, None] & cm[None, :])
+
+
+@triton.jit
+def _merge_kernel(seg_cu_ptr, idx_ptr, state_ptr, M_ptr, start_ptr, s_slot, HV, K: tl.constexpr, V: tl.constexpr,
+                  BK: tl.constexpr, BV: tl.constexpr, PRECISION: tl.constexpr):
+    """The segments' start states of one (sequence, value head, V-tile), program_id(0) numbering them in that
+    order: S_0 the pool slot's state (fp32), S_{i+1} = A_i S_i + B_i (``_maps_kernel``'s maps; fp32 operands,
+    the dot at PRECISION) stored into start [segments, HV, K, V] (fp32) at the sequence's segment i + 1."""
+    pid = tl.program_id(0)
+    tiles = (V + BV - 1) // BV
+    n = pid // (HV * tiles)
+    hv = (pid // tiles) % HV
+    vt = pid % tiles
+    slot = tl.load(idx_ptr + n).to(tl.int64)
+    if slot >= 0:
+        s0 = tl.load(seg_cu_ptr + n).to(tl.int64)
+        segs = tl.load(seg_cu_ptr + n + 1) - tl.load(seg_cu_ptr + n)
+        kk = tl.arange(0, BK)
+        vv = vt * BV + tl.arange(0, BV)
+        m2 = (kk < K)[:, None] & (vv < V)[None, :]
+        S = tl.load(state_ptr + slot * s_slot + hv * (K * V) + kk[:, None] * V + vv[None, :], mask=m2,
+                    other=0.0).to(tl.float32)
+        for i in range(0, segs - 1):
+            maps = M_ptr + ((s0 + i) * HV + hv) * (K * (K + V)) + kk[:, None] * (K + V)
+            A = tl.load(maps + kk[None, :], mask=(kk < K)[:, None] & (kk < K)[None, :], other=0.0)
+            B = tl.load(maps + K + vv[None, :], mask=m2, other=0.0)
+            S = tl.dot(A, S, input_precision=PRECISION) + B
+            tl.store(start_ptr + ((s0 + i + 1) * HV + hv) * (K * V) + kk[:, None] * V + vv[None, :], S, mask=m2)
+
+
+@triton.jit
+def _segment_state_kernel(cu_ptr, chunk_cu_ptr, seg_cu_ptr, idx_ptr, G_ptr, W_ptr, U_ptr, Kd_ptr, state_ptr,
+                          start_ptr, h_ptr, vn_ptr, qe_ptr, qkd_ptr, o_ptr, N, SEG, sG_t, sW_t, sU_t, sD_t, so_t,
+                          so_h, s_slot, interval, HV, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr,
+                          BV: tl.constexpr, READOUT: tl.constexpr, STAGES: tl.constexpr, BITS: tl.constexpr):
+    """Step 3 on a segment grid for one (segment, value head, V-tile), program_id(0) numbering them in that
+    order, V-tile fastest: ``_state_chunks`` over the segment's chunks from its start state (the first segment
+    of a sequence: the pool slot's; the others: ``_merge_kernel``'s, rounded to a 16-bit pool's dtype where the
+    sequence's ``interval`` rounding falls on the segment's first token); the last segment stores the pool."""
+    pid = tl.program_id(0)
+    tiles = (V + BV - 1) // BV
+    s = pid // (HV * tiles)
+    hv = (pid // tiles) % HV
+    vt = pid % tiles
+    n = _owner(s, seg_cu_ptr, N)
+    i = s - tl.load(seg_cu_ptr + n)
+    if s < tl.load(seg_cu_ptr + N):
+        slot = tl.load(idx_ptr + n).to(tl.int64)
+        bos = tl.load(cu_ptr + n).to(tl.int64)
+        length = tl.load(cu_ptr + n + 1).to(tl.int64) - bos
+        j0 = i * SEG
+        j1 = tl.minimum(j0 + SEG, tl.cdiv(length, 64))
+        kk = tl.arange(0, BK)
+        vv = vt * BV + tl.arange(0, BV)
+        m2 = (kk < K)[:, None] & (vv < V)[None, :]
+        tile = hv * (K * V) + kk[:, None] * V + vv[None, :]
+        if slot >= 0:
+            if i == 0:
+                S = tl.load(state_ptr + slot * s_slot + tile, mask=m2, other=0.0).to(tl.float32)
             else:
-                tl.store(h_ptr + (c0 + j) * (HV * K * V) + tile, _rounded(hs, h_ptr, BITS), mask=m2)
-                tl.store(vn_ptr + (t0 + r)[:, None] * sU_t + hv * V + vv[None, :], _rounded(vn, vn_ptr, BITS),
-                         mask=vm)
-            S = S * tl.exp(G_last) + _mm(tl.trans(Kd), vn, BITS)
-            if state_ptr.dtype.element_ty != tl.float32:   # a select, not a branch: the loop stays pipelined
-                S = tl.where(((j * 64 + rows) % interval == 0) & (j * 64 + rows < length),
-                             _rounded(S, state_ptr, BITS).to(tl.float32), S)
-        tl.store(state_ptr + slot * s_slot + tile, _rounded(S, state_ptr, BITS), mask=m2)
-    elif READOUT:
-        for j in range(0, tl.cdiv(length, 64)):
-            vm = (r < length - j * 64)[:, None] & (vv < V)[None, :]
-            tl.store(o_ptr + (bos + j * 64 + r)[:, None] * so_t + hv * so_h + vv[None, :],
-                     _rounded(tl.zeros((64, BV), tl.float32), o_ptr, BITS), mask=vm)
+                S = tl.load(start_ptr + s.to(tl.int64) * (HV * K * V) + tile, mask=m2, other=0.0)
+                if state_ptr.dtype.element_ty != tl.float32:
+                    S = tl.where((j0 * 64) % interval == 0, _rounded(S, state_ptr, BITS).to(tl.float32), S)
+            c0 = tl.load(chunk_cu_ptr + n).to(tl.int64)
+            S = _state_chunks(S, j0, j1, bos, length, c0, hv, kk, vv, G_ptr, W_ptr, U_ptr, Kd_ptr, state_ptr,
+                              h_ptr, vn_ptr, qe_ptr, qkd_ptr, o_ptr, sG_t, sW_t, sU_t, sD_t, so_t, so_h, interval,
+                              HV, K, V, READOUT, STAGES, BITS)
+            if j1 * 64 >= length:
+                tl.store(state_ptr + slot * s_slot + tile, _rounded(S, state_ptr, BITS), mask=m2)
+        elif READOUT:
+            _zero_rows(o_ptr, bos, length, j0, j1, hv, vv, so_t, so_h, V, BV, BITS)
 
 
 @triton.jit
@@ -571,11 +724,17 @@ def stages(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, us
            l2norm_eps=1e-6, chunk_size=CHUNK, state_write_interval=None, out=None, workspace=None,
            readout=READOUT, prep=PREP, state_block_v=STATE_BV, state_warps=WARPS, state_stages=STATE_STAGES,
            prep_warps=PREP_WARPS, prep_heads=None, prep_readout=None, prep_norm=PREP_NORM, prep_form=None,
-           prep_registers=None):
+           prep_registers=None, segment_chunks=None, maps_block=MAPS_BC, maps_warps=MAPS_WARPS,
+           maps_stages=MAPS_STAGES):
     """``chunked``'s checks and buffers: (out, [(stage name, launch)]), the launches in order (each a
     no-argument callable; a stage can be timed alone once those before it have run): "prep", "readout"
-    unless ``prep_readout`` (the prep kernel computes the readout operands), "state", and "output" unless
-    ``readout`` (the state pass writes the output). The state pass's V-tile (a power of two, at least 16),
+    unless ``prep_readout`` (the prep kernel computes the readout operands), "maps" and "merge" with
+    ``segment_chunks``, "state", and "output" unless ``readout`` (the state pass writes the output).
+    ``segment_chunks`` (None: the serial state pass) splits each sequence into segments of that many chunks
+    (its last segment: the rest) whose state passes run side by side from start states merged from the
+    segments' affine maps (module docstring, "Segmented state pass"; the ``bf16-operands-segmented`` rounding
+    model); the maps kernel's column tile (a power of two in [16, 256]), warps and pipeline stages are
+    ``maps_block``, ``maps_warps``, ``maps_stages``. The state pass's V-tile (a power of two, at least 16),
     warps and software-pipeline stages, the prep kernel's warps, and the "tiles" prep kernel's value heads per
     program (a divisor of the value heads per key head), its solve's form (``PREP_FORM``) and its norms
     (``PREP_NORM``) are tunable; ``prep_registers`` caps the prep kernel's registers a thread (``maxnreg``, 32
@@ -634,6 +793,7 @@ def stages(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, us
         raise ValueError(f"prep_registers: expected None or an int in [32, 255], got {prep_registers!r}")
     cap = {} if prep_registers is None or bits else {"maxnreg": prep_registers}
     prep_readout = bool(prep_readout)
+    segments = _segments(segment_chunks, maps_block, maps_warps, maps_stages, cu, T, N, HV, K, V)
 
     def prep_pass():
         args = (k, v, g, beta, cu, chunk_cu, idx, G, W, U, Kd, N, k.stride(0), k.stride(1), v.stride(0), v.stride(1),
@@ -653,10 +813,32 @@ def stages(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, us
             qe.stride(0), qkd.stride(0), scale, eps, H, HV, K=K, BK=BK, L2NORM=norm, BITS=bits, num_warps=WARPS)
 
     def state_pass():
+        if segments is not None:
+            seg_cu, seg_bound, _, start = segments
+            _segment_state_kernel[(seg_bound * HV * triton.cdiv(V, sbv),)](
+                cu, chunk_cu, seg_cu, idx, G, W, U, Kd, state, start, hs, vn, qe, qkd, out, N, segment_chunks,
+                G.stride(0), W.stride(0), U.stride(0), qkd.stride(0), out.stride(0), out.stride(1), state.stride(0),
+                every, HV, K=K, V=V, BK=BK, BV=sbv, READOUT=readout, STAGES=state_stages, BITS=bits,
+                num_warps=state_warps)
+            return
         _state_kernel[(N * HV * triton.cdiv(V, sbv),)](
             cu, chunk_cu, idx, G, W, U, Kd, state, hs, vn, qe, qkd, out, G.stride(0), W.stride(0), U.stride(0),
             qkd.stride(0), out.stride(0), out.stride(1), state.stride(0), every, HV, K=K, V=V, BK=BK, BV=sbv,
             READOUT=readout, STAGES=state_stages, BITS=bits, num_warps=state_warps)
+
+    def maps():
+        seg_cu, seg_bound, M, _ = segments
+        bc = max(BK, BV) if bits else maps_block
+        _maps_kernel[(seg_bound * HV * (triton.cdiv(K, bc) + triton.cdiv(V, bc)),)](
+            cu, seg_cu, idx, G, W, U, Kd, M, N, G.stride(0), W.stride(0), U.stride(0), segment_chunks, HV, K=K, V=V,
+            BK=BK, BC=bc, STAGES=maps_stages, BITS=bits, num_warps=maps_warps)
+
+    def merge():
+        seg_cu, _, M, start = segments
+        precision = "ieee" if bits or torch.version.hip else MERGE_PRECISION
+        _merge_kernel[(N * HV * triton.cdiv(V, sbv),)](
+            seg_cu, idx, state, M, start, state.stride(0), HV, K=K, V=V, BK=BK, BV=sbv, PRECISION=precision,
+            num_warps=state_warps)
 
     def output():
         _output_kernel[(bound, HV, 1)](
@@ -664,11 +846,37 @@ def stages(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, us
             G.stride(0), U.stride(0), out.stride(0), out.stride(1), scale, eps, H, HV, K=K, V=V, BK=BK, BV=BV,
             L2NORM=norm, BITS=bits, num_warps=WARPS)
 
+    passes = [("maps", maps), ("merge", merge), ("state", state_pass)] if segments is not None else \
+        [("state", state_pass)]
     if prep_readout:
-        return out, [("prep", prep_pass), ("state", state_pass)]
+        return out, [("prep", prep_pass)] + passes
     if readout:
-        return out, [("prep", prep_pass), ("readout", readout_operands), ("state", state_pass)]
-    return out, [("prep", prep_pass), ("state", state_pass), ("output", output)]
+        return out, [("prep", prep_pass), ("readout", readout_operands)] + passes
+    return out, [("prep", prep_pass)] + passes + [("output", output)]
+
+
+def _segments(segment_chunks, block, warps, stages, cu, T: int, N: int, HV: int, K: int, V: int):
+    """The segmented state pass's tables and workspaces, None for ``segment_chunks`` None: (seg_cu int32 [N + 1]
+    (segments before sequence n), the grid's segment bound cdiv(T // 64 + N, segment_chunks) + N (at least the
+    segments of any N sequences of T tokens), the maps M fp32 [bound, HV, K, K + V], the start states fp32
+    [bound, HV, K, V]); ValueError naming the argument that is not a positive int, a tile width or warps."""
+    import torch
+
+    if segment_chunks is None:
+        return None
+    if isinstance(segment_chunks, bool) or not isinstance(segment_chunks, int) or segment_chunks < 1:
+        raise ValueError(f"segment_chunks: expected None or a positive int (chunks per segment), got "
+                         f"{segment_chunks!r}")
+    if block not in (16, 32, 64, 128, 256) or warps not in (1, 2, 4, 8, 16) or stages not in (1, 2, 3, 4):
+        raise ValueError(f"maps_block, maps_warps, maps_stages: expected a power of two in [16, 256], one in "
+                         f"[1, 16] and one of 1-4, got {block!r}, {warps!r}, {stages!r}")
+    chunks = (cu[1:] - cu[:-1] + CHUNK - 1) // CHUNK
+    seg_cu = torch.zeros(N + 1, dtype=torch.int32, device=cu.device)
+    seg_cu[1:] = torch.cumsum((chunks + segment_chunks - 1) // segment_chunks, 0, dtype=torch.int32)
+    bound = triton.cdiv(T // CHUNK + N, segment_chunks) + N
+    M = torch.empty((bound, HV, K, K + V), dtype=torch.float32, device=cu.device)
+    start = torch.empty((bound, HV, K, V), dtype=torch.float32, device=cu.device)
+    return seg_cu, bound, M, start
 
 
 def _check_prep_variant(prep, heads, prep_readout, norm, form, readout, group: int) -> None:
