@@ -71,6 +71,15 @@ def rounding_points(name: str, operand_dtype_name: str) -> str:
     return name
 
 
+def segment_chunks(value, fla: bool) -> int:
+    """Chunks per segment of a segmented chunked pass: a positive int (not with FLA's rounding points)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"segment_chunks: expected None or a positive int (chunks per segment), got {value!r}")
+    if fla:
+        raise ValueError("segment_chunks: segments are modelled at the 'cpu' rounding points, not 'fla'")
+    return int(value)
+
+
 def _floating(name: str, x, ndim: int) -> None:
     array(name, x)
     dt = np.dtype(x.dtype)

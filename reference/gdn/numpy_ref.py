@@ -167,6 +167,24 @@ def _chunk_forward(S, q, k, v, g, beta, rnd, fla_scale=None):
     return o.transpose(1, 0, 2), S_next
 
 
+def _segment_starts(S, qs, ks, v, g, beta, s0: int, s1: int, span: int, C: int, rnd) -> dict:
+    """{first token of segment i > 0: its start state} of the sequence of tokens s0 .. s1 - 1 in segments of
+    ``span`` tokens from S [HV, K, V]: S_{i+1} = A_i S_i + B_i, [A_i | B_i] [HV, K, K + V] the affine map of
+    segment i's (full) chunks: ``_chunk_forward`` on M = [A | B] from [I | 0] with values [0 | v] (per chunk
+    M = exp(G_last) M + Kd^T rnd([0 | U] - W rnd(M)), U's zero columns exact), every segment but the last."""
+    HV, K, V = S.shape
+    first = np.concatenate([np.broadcast_to(np.eye(K, dtype=S.dtype), (HV, K, K)), np.zeros_like(S)], axis=2)
+    starts = {}
+    for b in range(s0, s1 - span, span):
+        M = first
+        for c0 in range(b, b + span, C):
+            values = np.concatenate([np.zeros((C, HV, K), v.dtype), v[c0:c0 + C]], axis=2)
+            _, M = _chunk_forward(M, qs[c0:c0 + C], ks[c0:c0 + C], values, g[c0:c0 + C], beta[c0:c0 + C], rnd)
+        S = M[:, :, :K] @ S + M[:, :, K:]
+        starts[b + span] = S
+    return starts
+
+
 def _write_back(step: int, length: int, interval: int) -> bool:
     """Is the state stored after position ``step`` (1-based count of tokens done)?"""
     return step % interval == 0 or step == length
@@ -208,7 +226,7 @@ def recurrent(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None,
 
 def chunked(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, use_qk_l2norm=True,
             l2norm_eps=1e-6, state_dtype="float32", state_write_interval=None, chunk_size=64,
-            operand_dtype="float32", rounding_points="cpu", compute_dtype="float32"):
+            operand_dtype="float32", rounding_points="cpu", compute_dtype="float32", segment_chunks=None):
     """Chunked (UT/WY) gated delta rule; same contract as ``recurrent``.
 
     ``state_write_interval`` defaults to ``chunk_size`` and must be a multiple of it.
@@ -222,6 +240,10 @@ def chunked(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, u
     the inverse T but not the matrix inverted, W, U, the chunk-start state copy, v_new for the readout,
     v_new * exp(G_last - G) for the state increment, and the output o; T is merged from 16-row blocks by
     products of TF32-truncated operands, as FLA's solve does on an NVIDIA GPU.
+    ``segment_chunks`` (None: the chunks in order) models a segmented state pass: each sequence split into
+    segments of that many chunks (the last: the rest), segment i > 0 starting from S_i = A_{i-1} S_{i-1} + B_{i-1}
+    (``_segment_starts``: the affine maps of the segments' chunks, with the state's operand roundings but no
+    storage rounding), that start state rounded to the state dtype where a write-back falls on its first token.
     """
     in_place("state", state, IN_PLACE)
     dims, cu, idx = arguments.varlen(q, k, v, g, beta, cu_seqlens, state, state_indices,
@@ -231,6 +253,7 @@ def chunked(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, u
     cdt, sdt = arguments.compute_dtype(compute_dtype), arguments.state_dtype(state_dtype)
     rnd = _operand_rounding(arguments.operand_dtype(operand_dtype))
     fla = arguments.rounding_points(rounding_points, operand_dtype) == "fla"
+    span = C * arguments.segment_chunks(segment_chunks, fla) if segment_chunks is not None else None
     fla_scale = cdt.type(1.0 / np.sqrt(dims.K) if scale is None else scale) if fla else None
     qs, ks = prepare_qk(q, k, dims.HV, 1.0 if fla else scale, use_qk_l2norm, l2norm_eps, cdt)
     qs, ks = rnd(qs), rnd(ks)
@@ -239,8 +262,13 @@ def chunked(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, u
     for n in np.flatnonzero(idx >= 0):
         s0, s1 = cu[n], cu[n + 1]
         S = _load_state(state, idx[n], cdt)
+        starts = {} if span is None else _segment_starts(S, qs, ks, v, g, beta, s0, s1, span, C, rnd)
         for c0 in range(s0, s1, C):
             c1 = min(c0 + C, s1)
+            if c0 in starts:
+                S = starts[c0]
+                if sdt != np.float32 and _write_back(c0 - s0, s1 - s0, interval):
+                    S = _stored(S, sdt)
             o[c0:c1], S = _chunk_forward(S, qs[c0:c1], ks[c0:c1], v[c0:c1], g[c0:c1], beta[c0:c1], rnd,
                                               fla_scale)
             if sdt != np.float32 and _write_back(c1 - s0, s1 - s0, interval):

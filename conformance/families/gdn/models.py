@@ -9,7 +9,7 @@ import numpy as np
 
 from conformance.cells import Cell, activation
 from conformance.families.gdn import tolerances as tol
-from conformance.families.gdn.oracle import ORACLES, VLLM_L2NORM_EPS, Float64Oracle, vllm_decode_beta
+from conformance.families.gdn.oracle import ORACLES, SEGMENT_CHUNKS, VLLM_L2NORM_EPS, Float64Oracle, vllm_decode_beta
 from conformance.rounding import RoundingModel, by_name, lookup
 from reference.gdn import numpy_ref
 
@@ -24,6 +24,19 @@ class Bf16OperandReference:
     @staticmethod
     def chunked(*args, **kw):
         return numpy_ref.chunked(*args, **kw, operand_dtype="bfloat16")
+
+
+class SegmentedReference:
+    """``reference.gdn.numpy_ref`` whose chunked op rounds its GEMM operands to bf16 and runs the sequences in
+    segments of ``SEGMENT_CHUNKS`` chunks merged from their affine maps (``numpy_ref.chunked(segment_chunks)``):
+    the base implementation of the "bf16-operands-segmented" model."""
+
+    def __getattr__(self, name):
+        return getattr(numpy_ref, name)
+
+    @staticmethod
+    def chunked(*args, **kw):
+        return numpy_ref.chunked(*args, **kw, operand_dtype="bfloat16", segment_chunks=SEGMENT_CHUNKS)
 
 
 class FlaChunkReference:
@@ -73,6 +86,11 @@ MODELS = by_name((
     RoundingModel("bf16-operands", "chunked: GEMM operands rounded to bf16, fp32 accumulation (the C++ chunk "
                   "kernel); other ops as exact", Bf16OperandReference, differs_on=("chunked",),
                   oracle={"chunked": ORACLES["bf16-operands"]}, terms={"chunked": (tol.BF16_OPERANDS,)}),
+    RoundingModel("bf16-operands-segmented", f"chunked: bf16-operands with each sequence's state pass in segments "
+                  f"of {SEGMENT_CHUNKS} chunks, started from states merged from the segments' affine maps (the "
+                  "Triton kernels' segment_chunks); other ops as exact", SegmentedReference, differs_on=("chunked",),
+                  oracle={"chunked": ORACLES["bf16-operands-segmented"]},
+                  terms={"chunked": (tol.BF16_OPERANDS, tol.SEGMENTED)}),
     # torch-eager's bf16 GEMM results carry ~u_bf16 noise, the size of a truncating store's error, of
     # reading fp16 activations as bf16 (a bf16-gemm kernel rounds its operands to bf16 whatever they come in)
     # and of rounding beta to bf16

@@ -7,7 +7,8 @@ chunk_size tokens, so the chunk algebra is checked too); "bf16-operands" (chunke
 ``numpy_ref.chunked(operand_dtype=<activation>, rounding_points="fla")`` in float64; "vllm-cpu" -> the
 oracle of vLLM's CPU conventions: q/k l2 norm epsilon 1e-5 and the decode op's beta =
 bf16(1 / bf16(1 + bf16(exp(-b)))) (``vllm_decode_beta``); "vllm-cpu-bf16-operands" -> its chunked op with
-bf16 operands; "carried-state" (spec_decode) -> ``numpy_ref.spec_decode(resume_from_stored=False)``
+bf16 operands; "bf16-operands-segmented" (chunked) -> ``numpy_ref.chunked(operand_dtype="bfloat16",
+segment_chunks=SEGMENT_CHUNKS)`` in float64: the segmented state pass; "carried-state" (spec_decode) -> ``numpy_ref.spec_decode(resume_from_stored=False)``
 in float64: the state carried unrounded across a sequence's draft tokens.
 """
 from __future__ import annotations
@@ -23,6 +24,7 @@ from conformance.families.gdn.matrix import CHUNK
 from conformance.memo import Memo
 
 VLLM_L2NORM_EPS = 1e-5
+SEGMENT_CHUNKS = 2      # the "bf16-operands-segmented" oracle's segments: 2 chunks (ci cells reach 3 and more)
 
 
 def vllm_decode_beta(b: np.ndarray) -> np.ndarray:
@@ -44,11 +46,11 @@ class Float64Oracle:
     ``rounding_points`` places those bf16 roundings (numpy_ref.chunked's argument: "cpu" or "fla").
     ``l2norm_eps`` overrides the inputs' epsilon; ``decode_beta`` maps b to beta in the decode op
     (None: sigmoid in float64); ``resume_from_stored`` is spec_decode's (False: the state carried
-    across draft tokens unrounded).
+    across draft tokens unrounded); ``segment_chunks`` numpy_ref.chunked's (None: no segments).
     """
 
     def __init__(self, operand_dtype: str = "float32", l2norm_eps: float | None = None, decode_beta=None,
-                 rounding_points: str = "cpu", resume_from_stored: bool = True):
+                 rounding_points: str = "cpu", resume_from_stored: bool = True, segment_chunks: int | None = None):
         from reference.gdn import numpy_ref
         self._ref = numpy_ref
         self.operand_dtype = operand_dtype
@@ -56,6 +58,7 @@ class Float64Oracle:
         self.l2norm_eps = l2norm_eps
         self.decode_beta = decode_beta
         self.resume_from_stored = resume_from_stored
+        self.segment_chunks = segment_chunks
 
     def _eps(self, kw: dict) -> dict:
         return kw if self.l2norm_eps is None else {**kw, "l2norm_eps": self.l2norm_eps}
@@ -73,7 +76,7 @@ class Float64Oracle:
             return self._ref.recurrent(*args, **kw, state_write_interval=interval, compute_dtype="float64")
         return self._ref.chunked(*args, **kw, chunk_size=chunk_size, state_write_interval=interval,
                                  operand_dtype=self.operand_dtype, rounding_points=self.rounding_points,
-                                 compute_dtype="float64")
+                                 compute_dtype="float64", segment_chunks=self.segment_chunks)
 
     def decode(self, q, k, v, A_log, a, b, dt_bias, state, state_indices, **kw):
         kw = self._eps(kw)
@@ -115,6 +118,9 @@ ORACLES = {o.name: o for o in (
     Oracle("exact", lambda cell: Float64Oracle("float32"), _exact_words),
     Oracle("bf16-operands", lambda cell: Float64Oracle("bfloat16"),
            lambda cell: "oracle: numpy_ref.chunked in float64 with bf16 operands"),
+    Oracle("bf16-operands-segmented", lambda cell: Float64Oracle("bfloat16", segment_chunks=SEGMENT_CHUNKS),
+           lambda cell: f"oracle: numpy_ref.chunked in float64 with bf16 operands, segments of {SEGMENT_CHUNKS} "
+                        "chunks"),
     Oracle("fla-chunk", lambda cell: Float64Oracle(activation(cell), rounding_points="fla"),
            lambda cell: f"oracle: numpy_ref.chunked in float64 with {activation(cell)} operands at FLA's "
                         "rounding points"),
