@@ -11,7 +11,11 @@
   batch the solve's diagonal blocks give the default's result bit for bit, those that round elsewhere (the
   solve by rows among them) pass the check;
 - the stages run one after another give what ``chunked`` gives, the output read out in the state pass or
-  after it.
+  after it;
+- the segmented state pass (``segment_chunks``) passes the ``bf16-operands-segmented`` check (its oracle at the
+  kernel's segment length) on guarded views, with each pool dtype, a padding slot, a two-call split and the
+  output read out after the state pass; planted bugs fail it under that model; a sequence of one segment gives
+  the serial path's bits; bad ``segment_chunks`` and maps configurations are refused by name.
 """
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ from conformance import registry
 from conformance.backends.triton_gdn import TritonGdnImpl
 from conformance.cells import make_cell
 from conformance.families import gdn
+from conformance.families.gdn import oracle as gdn_oracle
 from conformance.run.runner import cell_work
 from conformance.testing import PLANTED, first_failing_cell, reference_impl, verdict_of
 from conformance.torch_arrays import to_numpy, to_torch
@@ -255,3 +260,73 @@ def test_problem_and_stage_bytes():
     assert C.stage_bytes(64, 1, 1, 16, 16, readout=False) == 2 * (64 * (4 + 32 + 32 + 32 + 32) + 16 * 16 * 2)
     assert np.isclose(C.stage_bytes(8192, 128, 32, 128, 128, readout=True) / 1e6, 606.1, atol=0.1)
     assert np.isclose(C.stage_bytes(8192, 128, 32, 128, 128, readout=False) / 1e6, 807.4, atol=0.1)
+
+
+# ---------------------------------------------------------------- the segmented state pass
+
+SEGMENTED = "bf16-operands-segmented"
+SEGMENT_CELL = dict(H=2, HV=4, K=32, lens=(200, 1, 64, 130, 384), decay="weak", slots="padded", qk="unit",
+                    act="bfloat16")
+
+
+@pytest.mark.parametrize("segment_chunks,state,split,readout", [
+    (1, "float32", None, True), (2, "bfloat16", None, True), (3, "float16", None, True),
+    (2, "bfloat16", 150, True), (2, "float32", None, False)])
+def test_the_segmented_state_pass_passes_its_models_check_and_writes_only_its_views(monkeypatch, segment_chunks,
+                                                                                     state, split, readout):
+    # the model's oracle at the kernel's segment length (the model is declared at gdn_oracle.SEGMENT_CHUNKS)
+    monkeypatch.setattr(gdn_oracle, "SEGMENT_CHUNKS", segment_chunks)
+    monkeypatch.setattr(C, "stages", functools.partial(C.stages, segment_chunks=segment_chunks, readout=readout))
+    cell = make_cell("gdn", "chunked", state=state, split=split, **SEGMENT_CELL)
+    x = gdn.make_inputs(cell)
+    pool_buf, pool, pool_owned, *_ = _views(x)
+    before = pool_buf.clone()
+    impl = _Guarded(pool)
+    got = gdn.run_with(impl, cell, {**x, "state": x["state"].copy()})
+    verdict = gdn.check(cell, SEGMENTED, x, got)
+    assert verdict.status == "pass", verdict.reason
+    assert "gdn.bf16-operands-segmented" in verdict.comparisons[1].tolerance.terms
+    assert impl.strays == 0, f"{impl.strays} bytes written around out"
+    stray = ((pool_buf != before) & ~pool_owned).nonzero().flatten()
+    assert stray.numel() == 0, f"{stray.numel()} bytes written around the pool (first at {stray[:5].tolist()})"
+
+
+@pytest.mark.parametrize("bug", ("gdn.head-mapping-tiled", "gdn.chunk-update-skipped", "gdn.truncating-store"))
+def test_planted_bugs_fail_a_segmented_cell_under_the_segmented_model(monkeypatch, bug):
+    monkeypatch.setattr(C, "stages", functools.partial(C.stages, segment_chunks=gdn_oracle.SEGMENT_CHUNKS))
+    planted = PLANTED[bug]
+    cell = make_cell("gdn", "chunked", state="bfloat16", split=None, **SEGMENT_CELL)
+    assert planted.applies(cell)
+    clean = verdict_of(TritonGdnImpl("cpu"), cell, SEGMENTED)
+    assert clean.status == "pass", clean.reason
+    assert verdict_of(planted.plant(TritonGdnImpl("cpu")), cell, SEGMENTED).status == "fail"
+
+
+def test_sequences_of_one_segment_give_the_serial_paths_bits_and_the_stages_come_in_order():
+    x = gdn.make_inputs(make_cell("gdn", "chunked", state="bfloat16", split=None, **SEGMENT_CELL))
+    args = [_t(x[n]) for n in ("q", "k", "v", "g", "beta", "cu_seqlens")]
+    pools = [_t(x["state"]).clone() for _ in range(3)]
+    idx = _t(x["state_indices"])
+    serial, _ = _staged_run(args, pools[0], idx)
+    whole, names = _staged_run(args, pools[1], idx, segment_chunks=6)       # every sequence one segment
+    assert names == ["prep", "maps", "merge", "state"]
+    assert torch.equal(serial, whole) and torch.equal(pools[0], pools[1])
+    out, _ = _staged_run(args, pools[2], idx, segment_chunks=3)             # 200 and 384 tokens split
+    cu = x["cu_seqlens"]
+    lengths = np.diff(cu)
+    for n, slot in enumerate(x["state_indices"]):
+        rows = slice(cu[n], cu[n + 1])
+        same = torch.equal(out[rows], serial[rows]) and (slot < 0 or torch.equal(pools[2][slot], pools[0][slot]))
+        assert same == (slot < 0 or lengths[n] <= 3 * 64), (n, lengths[n], slot)
+
+
+def test_bad_segment_configuration_is_refused_by_name():
+    x = gdn.make_inputs(make_cell("gdn", "chunked", state="float32", H=1, HV=1, K=16, lens=(3,), decay="weak",
+                                  slots="shuffled", qk="unit", split=None, act="bfloat16"))
+    args = [_t(x[n]) for n in ("q", "k", "v", "g", "beta", "cu_seqlens", "state", "state_indices")]
+    for bad in (0, -2, True, 1.5, "2"):
+        with pytest.raises(ValueError, match=r"^segment_chunks:"):
+            C.stages(*args, segment_chunks=bad)
+    for bad in (dict(maps_block=48), dict(maps_warps=3), dict(maps_stages=0)):
+        with pytest.raises(ValueError, match=r"^maps_block, maps_warps, maps_stages:"):
+            C.stages(*args, segment_chunks=2, **bad)
