@@ -28,6 +28,19 @@ through global memory (``stage_bytes`` counts it):
    bf16(k exp(G_last - G))^T @ v_new; with a 16-bit pool S is replaced by its stored value (nearest even)
    after every ``state_write_interval`` tokens of the sequence; the final S stored into the pool in its dtype.
 
+Segmented state pass (``stages(..., segment_chunks=n)``; off by default): each sequence is split into segments
+of n chunks (the last: the rest; a sequence of at most n chunks is one segment and runs as above) and step 3
+runs on a grid of (segment, value head, V-tile) programs, from start states computed first by two kernels:
+``_maps_kernel`` per (segment but a sequence's last, value head, column tile of [A | B]) carries M = [A | B]
+(fp32 [K, K + V]) from [I | 0] through the segment's chunks as the state pass carries S, with values [0 | U]:
+M = exp(G_last) M + bf16(k exp(G_last - G))^T bf16([0 | U] - W @ bf16(M)), no 16-bit pool rounding, so that the
+segment maps S to A S + B; stored fp32 ([segments, HV, K, K + V]). ``_merge_kernel`` per (sequence, value head,
+V-tile) then runs S_0 = the pool slot's state, S_{i+1} = A_i S_i + B_i (fp32 operands; on NVIDIA GPUs the dot as
+three TF32 products, ``MERGE_PRECISION``), stored fp32 ([segments, HV, K, V]). A segment's state pass starts
+from its S_i, rounded to a 16-bit pool's dtype where the sequence's ``state_write_interval`` falls on its first
+token; only a sequence's last segment stores the pool. These are the rounding points of the family's
+``bf16-operands-segmented`` model (``reference.gdn.numpy_ref.chunked(segment_chunks)``).
+
 ``stages(..., readout=False)`` leaves the output to a fourth kernel, ``_output_kernel`` per (chunk, value
 head), which computes both readout operands itself from h (bf16 [chunks, HV, K, V]) and v_new (bf16
 [T, HV, V]) that the state pass then stores; the step 2 kernel is not run.
@@ -537,10 +550,10 @@ def _state_kernel(cu_ptr, chunk_cu_ptr, idx_ptr, G_ptr, W_ptr, U_ptr, Kd_ptr, st
     length = tl.load(cu_ptr + n + 1).to(tl.int64) - bos
     kk = tl.arange(0, BK)
     vv = vt * BV + tl.arange(0, BV)
-    m2 = (kk < K)[:, None] & (vv < V)[None, :]
-    tile = hv * (K * V) + kk[:, None] * V + vv[None, :]
     if slot >= 0:
         c0 = tl.load(chunk_cu_ptr + n).to(tl.int64)
+        m2 = (kk < K)[:, None] & (vv < V)[None, :]
+        tile = hv * (K * V) + kk[:, None] * V + vv[None, :]
         S = tl.load(state_ptr + slot * s_slot + tile, mask=m2, other=0.0).to(tl.float32)
         S = _state_chunks(S, 0, tl.cdiv(length, 64), bos, length, c0, hv, kk, vv, G_ptr, W_ptr, U_ptr, Kd_ptr,
                           state_ptr, h_ptr, vn_ptr, qe_ptr, qkd_ptr, o_ptr, sG_t, sW_t, sU_t, sD_t, so_t, so_h,
@@ -930,6 +943,19 @@ def compile_specs():
         for state in ("fp32", "bf16", "fp16"):
             out.append(CompileSpec(f"gdn chunked state pass state={state} readout={readout}", _state_kernel,
                                    {**types, "state_ptr": f"*{state}"},
+                                   dict(K=128, V=128, BK=BK, BV=STATE_BV, READOUT=readout, STAGES=STATE_STAGES,
+                                        BITS=False)))
+    seg = {**types, "seg_cu_ptr": "*i32", "M_ptr": "*fp32", "start_ptr": "*fp32", "SEG": i32}
+    out.append(CompileSpec("gdn chunked segment maps", _maps_kernel, seg,
+                           dict(K=128, V=128, BK=BK, BC=MAPS_BC, STAGES=MAPS_STAGES, BITS=False), warps=MAPS_WARPS))
+    for state in ("fp32", "bf16", "fp16"):
+        for vendor, precision in (("cuda", MERGE_PRECISION), ("hip", "ieee")):
+            out.append(CompileSpec(f"gdn chunked segment merge state={state} {vendor}", _merge_kernel,
+                                   {**seg, "state_ptr": f"*{state}"},
+                                   dict(K=128, V=128, BK=BK, BV=STATE_BV, PRECISION=precision), vendors=(vendor,)))
+        for readout in (False, True):
+            out.append(CompileSpec(f"gdn chunked segment state pass state={state} readout={readout}",
+                                   _segment_state_kernel, {**seg, "state_ptr": f"*{state}"},
                                    dict(K=128, V=128, BK=BK, BV=STATE_BV, READOUT=readout, STAGES=STATE_STAGES,
                                         BITS=False)))
     return out

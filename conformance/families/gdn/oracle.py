@@ -8,8 +8,9 @@ chunk_size tokens, so the chunk algebra is checked too); "bf16-operands" (chunke
 oracle of vLLM's CPU conventions: q/k l2 norm epsilon 1e-5 and the decode op's beta =
 bf16(1 / bf16(1 + bf16(exp(-b)))) (``vllm_decode_beta``); "vllm-cpu-bf16-operands" -> its chunked op with
 bf16 operands; "bf16-operands-segmented" (chunked) -> ``numpy_ref.chunked(operand_dtype="bfloat16",
-segment_chunks=SEGMENT_CHUNKS)`` in float64: the segmented state pass; "carried-state" (spec_decode) -> ``numpy_ref.spec_decode(resume_from_stored=False)``
-in float64: the state carried unrounded across a sequence's draft tokens.
+segment_chunks=SEGMENT_CHUNKS)`` in float64: the segmented state pass; "carried-state" (spec_decode) ->
+``numpy_ref.spec_decode(resume_from_stored=False)`` in float64: the state carried unrounded across a sequence's
+draft tokens.
 """
 from __future__ import annotations
 
