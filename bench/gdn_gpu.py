@@ -217,29 +217,29 @@ register_impl(Impl(bench=SPEC_BENCH, name="gpu-copy-eager", role="ceiling",
 CHUNKED_BENCH = "gdn/chunked-gpu"
 
 
-def chunked_inputs(shape: dict) -> dict:
-    """Prefill arguments on the GPU for sequences of ``shape["lens"]``: q, k, v, beta in ``shape["act"]``,
-    g float32 in [-0.1, -0.001], beta in [0.1, 0.9], a pool of one slot per sequence in
+def chunked_inputs(shape: dict, device: str = "cuda") -> dict:
+    """Prefill arguments on ``device`` (the GPU) for sequences of ``shape["lens"]``: q, k, v, beta in
+    ``shape["act"]``, g float32 in [-0.1, -0.001], beta in [0.1, 0.9], a pool of one slot per sequence in
     ``shape["state_dtype"]`` (slots a random permutation)."""
     import torch
 
     H, HV, K, V = (shape[k] for k in ("H", "HV", "K", "V"))
     lens = shape["lens"]
     T, N = sum(lens), len(lens)
-    gen = torch.Generator(device="cuda").manual_seed(1)
+    gen = torch.Generator(device=device).manual_seed(1)
     act = _dtype(shape["act"])
 
     def randn(*size, dtype=act, s=1.0):
-        return (s * torch.randn(*size, generator=gen, device="cuda")).to(dtype)
+        return (s * torch.randn(*size, generator=gen, device=device)).to(dtype)
 
     def uniform(lo, hi, dtype):
-        return (lo + (hi - lo) * torch.rand(T, HV, generator=gen, device="cuda")).to(dtype)
+        return (lo + (hi - lo) * torch.rand(T, HV, generator=gen, device=device)).to(dtype)
 
-    cu = torch.tensor([0] + [sum(lens[:i + 1]) for i in range(N)], dtype=torch.int32, device="cuda")
+    cu = torch.tensor([0] + [sum(lens[:i + 1]) for i in range(N)], dtype=torch.int32, device=device)
     return dict(q=randn(T, H, K), k=randn(T, H, K), v=randn(T, HV, V), g=-uniform(1e-3, 0.1, torch.float32),
                 beta=uniform(0.1, 0.9, act), cu_seqlens=cu,
                 state=randn(N, HV, K, V, dtype=_dtype(shape["state_dtype"]), s=0.1),
-                state_indices=torch.randperm(N, generator=gen, device="cuda").to(torch.int32))
+                state_indices=torch.randperm(N, generator=gen, device=device).to(torch.int32))
 
 
 def chunked_ours(shape, inputs):
