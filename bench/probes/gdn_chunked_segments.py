@@ -6,7 +6,7 @@ CUDA context: the other configurations keep theirs), per shape, the output and p
 from the same inputs (max |diff| and rel_l2), then CUDA-graph samples (ms: the median of ``SAMPLES``, min and max
 kept) of the whole prefill, of the state-pass launches together (maps, merge and state; serial: the state pass)
 and of each alone. Configurations run in ``CONFIGS``' order, the likeliest first; past ``--budget`` seconds
-(counted from the start) the rest are skipped. Writes ``gdn_chunked_segments.json`` after each configuration;
+(counted from the start) the rest are skipped (``--configs`` splits them over several device calls). Writes ``gdn_chunked_segments.json`` after each configuration;
 the table (configuration, shape, whole ms, state ms, o and state rel_l2 against serial) is printed last:
 
     python -m bench.probes.gdn_chunked_segments --out DIR [--configs NAME ...] [--budget S]   (on a GPU)
@@ -31,11 +31,15 @@ GPU_SHAPES = ("T=8192,state=bfloat16", "varlen=4x2048,state=bfloat16", "T=8192,s
 # small shapes for the interpreter: sequences of 16 and 3 chunks (segment_chunks 4, 8, 16: 4, 2 and 1 segments)
 TEST_SHAPES = {f"lens=1000+130,state={s}": dict(lens=[1000, 130], H=2, HV=4, K=32, V=32, state_dtype=s,
                                                 act="bfloat16") for s in ("bfloat16", "float32")}
-# name: ``stages`` keywords (the likeliest first: past the budget the rest is skipped)
+# name: ``stages`` keywords (the likeliest first: past the budget the rest is skipped); "s8 v64 w8": segments of
+# 8 chunks, the state pass's V-tile 64 in 8 warps (2 pipeline stages above a V-tile of 32, else 3); "m128 mw8":
+# the maps kernel's column tile 128 in 8 warps (default MAPS_BC, MAPS_WARPS)
 CONFIGS = {"serial": {}}
 CONFIGS.update({f"s{seg} v{bv} w{w}": dict(segment_chunks=seg, state_block_v=bv, state_warps=w,
                                            state_stages=2 if bv > 32 else 3)
-                for seg in (8, 4, 16) for bv, w in ((64, 8), (128, 8), (64, 4), (128, 4), (32, 4), (32, 8))})
+                for bv, w in ((64, 8), (128, 8), (64, 4), (128, 4), (32, 4), (32, 8)) for seg in (8, 4, 16)})
+CONFIGS.update({f"s8 v64 w8 m{bc} mw{w}": dict(segment_chunks=8, state_block_v=64, state_warps=8, state_stages=2,
+                                               maps_block=bc, maps_warps=w) for bc, w in ((128, 8), (64, 8))})
 TEST_CONFIGS = ("serial", "s4 v64 w8", "s8 v128 w4", "s16 v32 w4")
 SEGMENT_STAGES = ("maps", "merge", "state")
 TIMEOUT = 300           # seconds a configuration's process may run
