@@ -244,3 +244,36 @@ def test_float64_jax_matches_float64_numpy():
     o_jx, pool_jx = jax_ref.recurrent(*args, inputs["state"], inputs["state_indices"], **kw)
     _agree(cell, {**inputs, "state_write_interval": 16}, {"o": o_jx, "state": pool_jx}, {"o": o_np, "state": pool},
            compute="float64")
+
+
+@pytest.mark.parametrize("segment_chunks", [1, 2])
+def test_segments_merged_from_affine_maps_equal_the_chunks_in_order_in_float64(segment_chunks):
+    """Without operand roundings the segments' maps compose exactly: in float64 the segmented form agrees with
+    the chunks in order to ~1e-12 (lens 70, 5, 131: 2 and 3 chunks, so segments of 1 and 2 chunks split them)."""
+    cell = _cell("chunked", decay="zero")
+    inputs = gdn.make_inputs(cell)
+    args = [inputs[n] for n in ("q", "k", "v", "g", "beta", "cu_seqlens")]
+    p1, p2 = inputs["state"].copy(), inputs["state"].copy()
+    o_s = numpy_ref.chunked(*args, p1, inputs["state_indices"], compute_dtype="float64",
+                            segment_chunks=segment_chunks)
+    o_c = numpy_ref.chunked(*args, p2, inputs["state_indices"], compute_dtype="float64")
+    _agree(cell, inputs, {"o": o_s, "state": p1}, {"o": o_c, "state": p2}, compute="float64")
+
+
+def test_segments_with_bf16_operands_differ_from_the_chunks_in_order_and_one_segment_is_the_same():
+    cell = _cell("chunked", state="bfloat16")
+    inputs = gdn.make_inputs(cell)
+    args = [inputs[n] for n in ("q", "k", "v", "g", "beta", "cu_seqlens")]
+    pools = [inputs["state"].copy() for _ in range(3)]
+    run = [numpy_ref.chunked(*args, pool, inputs["state_indices"], state_dtype="bfloat16", operand_dtype="bfloat16",
+                             segment_chunks=n) for pool, n in zip(pools, (None, 3, 1))]
+    assert np.array_equal(run[0], run[1]) and np.array_equal(pools[0], pools[1])     # every sequence one segment
+    err = rel_l2(run[2], run[0])
+    assert 0 < err < 4 * UBF16                               # the dropped roundings: about u_bf16 or less
+    for bad in (0, True, 1.5):
+        with pytest.raises(ValueError, match="^segment_chunks"):
+            numpy_ref.chunked(*args, inputs["state"].copy(), inputs["state_indices"], state_dtype="bfloat16",
+                              segment_chunks=bad)
+    with pytest.raises(ValueError, match="^segment_chunks"):
+        numpy_ref.chunked(*args, inputs["state"].copy(), inputs["state_indices"], state_dtype="bfloat16",
+                          operand_dtype="bfloat16", rounding_points="fla", segment_chunks=2)
