@@ -83,6 +83,9 @@ MAPS_BC = 64                   # the segment maps kernel's column tile of [A | B
 MAPS_WARPS = 4                 # its warps
 MAPS_STAGES = 2                # its software-pipeline stages
 MERGE_PRECISION = "tf32x3"     # the merge's fp32 dot on NVIDIA GPUs (three TF32 products); "ieee" elsewhere
+MERGE_BV = 32                  # the merge kernel's V-tile (its fp32 [K, K] map and [K, BV] state in registers:
+MERGE_WARPS = 8                # sm_90 at K = 128 in 8 warps, one stage: 96 KiB shared memory, no spills to speak
+MERGE_STAGES = 1               # of; a V-tile of 64 spills, 128 or two stages need 160 to 320 KiB)
 
 
 def problem(*, K: int, V: int, state_dtype: str, act: str, H: int | None = None, HV: int | None = None,
@@ -610,7 +613,7 @@ def _maps_kernel(cu_ptr, seg_cu_ptr, idx_ptr, G_ptr, W_ptr, U_ptr, Kd_ptr, M_ptr
 
 @triton.jit
 def _merge_kernel(seg_cu_ptr, idx_ptr, state_ptr, M_ptr, start_ptr, s_slot, HV, K: tl.constexpr, V: tl.constexpr,
-                  BK: tl.constexpr, BV: tl.constexpr, PRECISION: tl.constexpr):
+                  BK: tl.constexpr, BV: tl.constexpr, PRECISION: tl.constexpr, STAGES: tl.constexpr):
     """The segments' start states of one (sequence, value head, V-tile), program_id(0) numbering them in that
     order: S_0 the pool slot's state (fp32), S_{i+1} = A_i S_i + B_i (``_maps_kernel``'s maps; fp32 operands,
     the dot at PRECISION) stored into start [segments, HV, K, V] (fp32) at the sequence's segment i + 1."""
@@ -628,7 +631,7 @@ def _merge_kernel(seg_cu_ptr, idx_ptr, state_ptr, M_ptr, start_ptr, s_slot, HV, 
         m2 = (kk < K)[:, None] & (vv < V)[None, :]
         S = tl.load(state_ptr + slot * s_slot + hv * (K * V) + kk[:, None] * V + vv[None, :], mask=m2,
                     other=0.0).to(tl.float32)
-        for i in range(0, segs - 1):
+        for i in tl.range(0, segs - 1, num_stages=STAGES):
             maps = M_ptr + ((s0 + i) * HV + hv) * (K * (K + V)) + kk[:, None] * (K + V)
             A = tl.load(maps + kk[None, :], mask=(kk < K)[:, None] & (kk < K)[None, :], other=0.0)
             B = tl.load(maps + K + vv[None, :], mask=m2, other=0.0)
@@ -849,9 +852,10 @@ def stages(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, us
     def merge():
         seg_cu, _, M, start = segments
         precision = "ieee" if bits or torch.version.hip else MERGE_PRECISION
-        _merge_kernel[(N * HV * triton.cdiv(V, sbv),)](
-            seg_cu, idx, state, M, start, state.stride(0), HV, K=K, V=V, BK=BK, BV=sbv, PRECISION=precision,
-            num_warps=state_warps)
+        mbv = BV if bits else min(BV, MERGE_BV)
+        _merge_kernel[(N * HV * triton.cdiv(V, mbv),)](
+            seg_cu, idx, state, M, start, state.stride(0), HV, K=K, V=V, BK=BK, BV=mbv, PRECISION=precision,
+            STAGES=MERGE_STAGES, num_warps=MERGE_WARPS)
 
     def output():
         _output_kernel[(bound, HV, 1)](
@@ -952,7 +956,8 @@ def compile_specs():
         for vendor, precision in (("cuda", MERGE_PRECISION), ("hip", "ieee")):
             out.append(CompileSpec(f"gdn chunked segment merge state={state} {vendor}", _merge_kernel,
                                    {**seg, "state_ptr": f"*{state}"},
-                                   dict(K=128, V=128, BK=BK, BV=STATE_BV, PRECISION=precision), vendors=(vendor,)))
+                                   dict(K=128, V=128, BK=BK, BV=MERGE_BV, PRECISION=precision, STAGES=MERGE_STAGES),
+                                   vendors=(vendor,), warps=MERGE_WARPS))
         for readout in (False, True):
             out.append(CompileSpec(f"gdn chunked segment state pass state={state} readout={readout}",
                                    _segment_state_kernel, {**seg, "state_ptr": f"*{state}"},
