@@ -6,9 +6,11 @@
 #      BASELINE, another gdn_chunked.py, and FLA; the table printed last), or with PROBE=prep
 #      bench.probes.gdn_chunked_prep (the prep kernel's variants against the default and FLA; BASELINE unused),
 #      or with PROBE=state bench.probes.gdn_chunked_state (the state pass against BASELINE's, bit for bit and
-#      timed, FLA beside them; then ncu of both state passes at 1x8192 and 4x2048).
+#      timed, FLA beside them; then ncu of both state passes at 1x8192 and 4x2048), or with PROBE=segments
+#      bench.probes.gdn_chunked_segments (the segmented state pass's configurations against the serial path and
+#      timed, each in its own process; BASELINE unused).
 # Each step is bounded by a timeout; a failure is printed whole and the next step runs.
-#   [PROBE=prep|state] bash bench/probes/gdn_chunked_device.sh OUT [BASELINE] [WHEELS]   (WHEELS: a folder holding
+#   [PROBE=prep|state|segments] bash bench/probes/gdn_chunked_device.sh OUT [BASELINE] [WHEELS]   (WHEELS: a folder holding
 #   fla-core's wheel)
 OUT=${1:?usage: gdn_chunked_device.sh OUT [BASELINE] [WHEELS]}
 BASELINE=${2:-}
@@ -44,6 +46,9 @@ if [ "${PROBE:-variants}" = state ]; then
   echo "== 4. ncu of the state passes"
   timeout 70 python3 -m bench.probes.gdn_chunked_state --out "$OUT" --baseline "$BASELINE" --ncu 2>&1 \
     || echo "ncu stopped or failed"
+elif [ "${PROBE:-variants}" = segments ]; then
+  timeout -s TERM 170 python3 -m bench.probes.gdn_chunked_segments --out "$OUT" --budget 150 2>&1 \
+    || echo "the timing probe stopped or failed"
 elif [ "${PROBE:-variants}" = prep ]; then
   timeout -s TERM 170 python3 -m bench.probes.gdn_chunked_prep --out "$OUT" --budget 150 2>&1 \
     || echo "the timing probe stopped or failed"

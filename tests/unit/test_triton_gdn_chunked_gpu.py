@@ -45,3 +45,27 @@ def test_chunked_replays_in_a_cuda_graph(state_dtype):
     assert_equal(replayed_pool, pool)
     assert torch.equal(pool[[1, 2, 4, 6]], start[[1, 2, 4, 6]]), "slots no sequence names changed"
     assert not out[200:201].float().abs().any(), "a padding sequence's rows are zeros"
+
+
+@pytest.mark.parametrize("state", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("block_v", [32, 128])
+def test_the_segmented_state_pass_passes_its_models_check(monkeypatch, state, block_v):
+    """``stages(segment_chunks=...)`` at Qwen3-Next's head size (K = V = 128) against the
+    ``bf16-operands-segmented`` oracle, sequences of 1 to 6 chunks and a padding slot."""
+    import functools
+
+    from conformance.backends.triton_gdn import TritonGdnImpl
+    from conformance.cells import make_cell
+    from conformance.families import gdn
+    from conformance.families.gdn.oracle import SEGMENT_CHUNKS
+    from optimized.triton import gdn_chunked as C
+
+    monkeypatch.setattr(C, "stages", functools.partial(C.stages, segment_chunks=SEGMENT_CHUNKS,
+                                                       state_block_v=block_v, state_warps=8,
+                                                       state_stages=2 if block_v > 32 else 3))
+    cell = make_cell("gdn", "chunked", state=state, H=2, HV=4, K=128, lens=(200, 1, 64, 130, 384), decay="weak",
+                     slots="padded", qk="unit", split=None, act="bfloat16")
+    x = gdn.make_inputs(cell)
+    got = gdn.run_with(TritonGdnImpl("cuda", kernel="triton-gdn-chunked"), cell, {**x, "state": x["state"].copy()})
+    verdict = gdn.check(cell, "bf16-operands-segmented", x, got)
+    assert verdict.status == "pass", verdict.reason
