@@ -1,13 +1,15 @@
 """The GPU chunked prefill's segmented state pass (``optimized.triton.gdn_chunked.stages(segment_chunks=...)``)
 beside the serial one at the ``gdn/chunked-gpu`` shapes (1 x 8192 and 4 x 2048 tokens, Qwen3-Next's heads, bf16
 activations; bf16 and fp32 pools): per configuration (``CONFIGS``: segment_chunks 4, 8, 16; the state pass's
-V-tile 32, 64, 128 and warps 4 or 8; the serial default), in a process of its own (an illegal address kills a
-CUDA context: the other configurations keep theirs), per shape, the output and pool against the serial path's
-from the same inputs (max |diff| and rel_l2), then CUDA-graph samples (ms: the median of ``SAMPLES``, min and max
-kept) of the whole prefill, of the state-pass launches together (maps, merge and state; serial: the state pass)
-and of each alone. Configurations run in ``CONFIGS``' order, the likeliest first; past ``--budget`` seconds
-(counted from the start) the rest are skipped (``--configs`` splits them over several device calls). Writes ``gdn_chunked_segments.json`` after each configuration;
-the table (configuration, shape, whole ms, state ms, o and state rel_l2 against serial) is printed last:
+V-tile 32, 64, 128 and warps 4 or 8; the serial path at V-tiles 32, 64, 128), in a process of its own (an
+illegal address kills a CUDA context: the other configurations keep theirs), per shape, the output and pool
+against the serial path's from the same inputs (max |diff| and rel_l2), then CUDA-graph samples (ms: the median
+of ``SAMPLES``, min and max kept) of the whole prefill, of the state-pass launches together (maps, merge and
+state; serial: the state pass) and of each alone. Configurations run in ``CONFIGS``' order, the likeliest
+first; past ``--budget`` seconds (counted from the start) the rest are skipped (``--configs`` splits them over
+several device calls). Writes ``gdn_chunked_segments.json`` (the date, device and command with the results)
+after each configuration; the table (configuration, shape, whole ms, state ms, o and state rel_l2 against
+serial) is printed last:
 
     python -m bench.probes.gdn_chunked_segments --out DIR [--configs NAME ...] [--budget S]   (on a GPU)
     TRITON_INTERPRET=1 python -m bench.probes.gdn_chunked_segments --out DIR --shapes test     (no GPU: the
@@ -16,6 +18,7 @@ the table (configuration, shape, whole ms, state ms, o and state rel_l2 against 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import subprocess
 import sys
@@ -34,7 +37,8 @@ TEST_SHAPES = {f"lens=1000+130,state={s}": dict(lens=[1000, 130], H=2, HV=4, K=3
 # name: ``stages`` keywords (the likeliest first: past the budget the rest is skipped); "s8 v64 w8": segments of
 # 8 chunks, the state pass's V-tile 64 in 8 warps (2 pipeline stages above a V-tile of 32, else 3); "m128 mw8":
 # the maps kernel's column tile 128 in 8 warps (default MAPS_BC, MAPS_WARPS)
-CONFIGS = {"serial": {}}
+CONFIGS = {"serial": {}, "serial v64 w8": dict(state_block_v=64, state_warps=8, state_stages=2),
+           "serial v128 w8": dict(state_block_v=128, state_warps=8, state_stages=2)}
 CONFIGS.update({f"s{seg} v{bv} w{w}": dict(segment_chunks=seg, state_block_v=bv, state_warps=w,
                                            state_stages=2 if bv > 32 else 3)
                 for bv, w in ((64, 8), (128, 8), (64, 4), (128, 4), (32, 4), (32, 8)) for seg in (8, 4, 16)})
@@ -117,6 +121,12 @@ def _in_process(out: Path, kind: str, name: str) -> dict:
     return json.loads(lines[-1][len("RESULT "):])
 
 
+def _device() -> str:
+    import torch
+
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu (the interpreter)"
+
+
 def _ms(v) -> str:
     return f"{v[0]:9.4f}" if isinstance(v, list) else f"{'-':>9}"
 
@@ -157,13 +167,16 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     start, results = time.monotonic(), {}
+    measured = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(), "device": _device(),
+                "command": " ".join(["python -m bench.probes.gdn_chunked_segments"] + sys.argv[1:])}
     for name in names:
         if time.monotonic() - start > args.budget:
             results[name] = {"error": f"skipped: past the {args.budget:g} s budget"}
             continue
         results[name] = _in_process(out, args.shapes, name)
         (out / "gdn_chunked_segments.json").write_text(json.dumps(
-            {"configs": {n: CONFIGS[n] for n in names}, "shapes": args.shapes, "results": results}, indent=1) + "\n")
+            {"measured": measured, "configs": {n: CONFIGS[n] for n in names}, "shapes": args.shapes,
+             "results": results}, indent=1) + "\n")
     print()
     print("\n".join(table(results)))
     return 0
