@@ -46,7 +46,7 @@ CONFIGS.update({f"s8 v64 w8 m{bc} mw{w}": dict(segment_chunks=8, state_block_v=6
                                                maps_block=bc, maps_warps=w) for bc, w in ((128, 8), (64, 8))})
 TEST_CONFIGS = ("serial", "s4 v64 w8", "s8 v128 w4", "s16 v32 w4")
 SEGMENT_STAGES = ("maps", "merge", "state")
-TIMEOUT = 300           # seconds a configuration's process may run
+TIMEOUT = 180           # seconds a configuration's process may run (--budget + TIMEOUT < 600: one device command)
 
 
 def _shapes(kind: str) -> dict:
@@ -153,7 +153,7 @@ def main(argv=None) -> int:
                     help="gpu: the gdn/chunked-gpu shapes; test: small shapes (the interpreter's end-to-end run)")
     ap.add_argument("--configs", nargs="*", default=None,
                     help=f"names of CONFIGS (default: all; with --shapes test {list(TEST_CONFIGS)})")
-    ap.add_argument("--budget", type=float, default=480.0, help="seconds after which no configuration starts")
+    ap.add_argument("--budget", type=float, default=400.0, help="seconds after which no configuration starts")
     ap.add_argument("--run-config", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.run_config is not None:
