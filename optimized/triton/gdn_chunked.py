@@ -476,6 +476,14 @@ def _readout_kernel(q_ptr, k_ptr, cu_ptr, chunk_cu_ptr, idx_ptr, G_ptr, qe_ptr, 
 
 
 @triton.jit
+def _grid_item(HV, tiles):
+    """(outer index, value head, tile) of this program in a 1-D grid numbering (outer, value head, tile) in that
+    order, the tile fastest (``tiles`` a value head)."""
+    pid = tl.program_id(0)
+    return pid // (HV * tiles), (pid // tiles) % HV, pid % tiles
+
+
+@triton.jit
 def _state_chunks(S, j0, j1, bos, length, c0, hv, kk, vv, G_ptr, W_ptr, U_ptr, Kd_ptr, state_ptr, h_ptr, vn_ptr,
                   qe_ptr, qkd_ptr, o_ptr, sG_t, sW_t, sU_t, sD_t, so_t, so_h, interval, HV, K: tl.constexpr,
                   V: tl.constexpr, READOUT: tl.constexpr, STAGES: tl.constexpr, BITS: tl.constexpr):
@@ -543,11 +551,7 @@ def _state_kernel(cu_ptr, chunk_cu_ptr, idx_ptr, G_ptr, W_ptr, U_ptr, Kd_ptr, st
     order, V-tile fastest: the V-tiles of one value head, which read the same W, k and readout tiles, are
     launched side by side (a grid of more than one wave then reads those tiles from memory once, not once a
     V-tile); with READOUT the output too (a padding sequence's rows written as zeros), else h and v_new stored."""
-    pid = tl.program_id(0)
-    tiles = (V + BV - 1) // BV
-    n = pid // (HV * tiles)
-    hv = (pid // tiles) % HV
-    vt = pid % tiles
+    n, hv, vt = _grid_item(HV, (V + BV - 1) // BV)
     slot = tl.load(idx_ptr + n).to(tl.int64)
     bos = tl.load(cu_ptr + n).to(tl.int64)
     length = tl.load(cu_ptr + n + 1).to(tl.int64) - bos
@@ -577,12 +581,8 @@ def _maps_kernel(cu_ptr, seg_cu_ptr, idx_ptr, G_ptr, W_ptr, U_ptr, Kd_ptr, M_ptr
     program_id(0) numbering them in that order, the tile fastest: M = [A | B] from [I | 0], per chunk
     M = exp(G_last) M + bf16(k exp(G_last - G))^T bf16([0 | U] - W @ bf16(M)) (the state pass's roundings but
     the 16-bit pool's), fp32; stored fp32 into M [segments, HV, K, K + V]."""
-    pid = tl.program_id(0)
     ta = (K + BC - 1) // BC
-    tiles = ta + (V + BC - 1) // BC
-    s = pid // (HV * tiles)
-    hv = (pid // tiles) % HV
-    ct = pid % tiles
+    s, hv, ct = _grid_item(HV, ta + (V + BC - 1) // BC)
     n = _owner(s, seg_cu_ptr, N)
     i = s - tl.load(seg_cu_ptr + n)
     last = tl.load(seg_cu_ptr + n + 1) - 1 - tl.load(seg_cu_ptr + n)
@@ -617,11 +617,7 @@ def _merge_kernel(seg_cu_ptr, idx_ptr, state_ptr, M_ptr, start_ptr, s_slot, HV, 
     """The segments' start states of one (sequence, value head, V-tile), program_id(0) numbering them in that
     order: S_0 the pool slot's state (fp32), S_{i+1} = A_i S_i + B_i (``_maps_kernel``'s maps; fp32 operands,
     the dot at PRECISION) stored into start [segments, HV, K, V] (fp32) at the sequence's segment i + 1."""
-    pid = tl.program_id(0)
-    tiles = (V + BV - 1) // BV
-    n = pid // (HV * tiles)
-    hv = (pid // tiles) % HV
-    vt = pid % tiles
+    n, hv, vt = _grid_item(HV, (V + BV - 1) // BV)
     slot = tl.load(idx_ptr + n).to(tl.int64)
     if slot >= 0:
         s0 = tl.load(seg_cu_ptr + n).to(tl.int64)
@@ -648,11 +644,7 @@ def _segment_state_kernel(cu_ptr, chunk_cu_ptr, seg_cu_ptr, idx_ptr, G_ptr, W_pt
     order, V-tile fastest: ``_state_chunks`` over the segment's chunks from its start state (the first segment
     of a sequence: the pool slot's; the others: ``_merge_kernel``'s, rounded to a 16-bit pool's dtype where the
     sequence's ``interval`` rounding falls on the segment's first token); the last segment stores the pool."""
-    pid = tl.program_id(0)
-    tiles = (V + BV - 1) // BV
-    s = pid // (HV * tiles)
-    hv = (pid // tiles) % HV
-    vt = pid % tiles
+    s, hv, vt = _grid_item(HV, (V + BV - 1) // BV)
     n = _owner(s, seg_cu_ptr, N)
     i = s - tl.load(seg_cu_ptr + n)
     if s < tl.load(seg_cu_ptr + N):
