@@ -99,20 +99,26 @@ class _Guarded(TritonGdnImpl):
         return to_numpy(out)
 
 
-@FEW
-@given(data=st.data())
-def test_valid_calls_pass_the_family_check_and_write_only_their_views(data):
-    cell = _cell(data.draw)
+def _checked_in_guarded_views(cell, model):
+    """The kernels on ``cell``'s inputs with out and the pool in guarded views: the family check's verdict
+    under ``model``, once no byte around out or around the pool's slots was written."""
     x = gdn.make_inputs(cell)
     pool_buf, pool, pool_owned, *_ = _views(x)
     before = pool_buf.clone()
     impl = _Guarded(pool)
     got = gdn.run_with(impl, cell, {**x, "state": x["state"].copy()})
-    verdict = gdn.check(cell, MODEL, x, got)
-    assert verdict.status == "pass", verdict.reason
     assert impl.strays == 0, f"{impl.strays} bytes written around out"
     stray = ((pool_buf != before) & ~pool_owned).nonzero().flatten()
     assert stray.numel() == 0, f"{stray.numel()} bytes written around the pool (first at {stray[:5].tolist()})"
+    return gdn.check(cell, model, x, got)
+
+
+@FEW
+@given(data=st.data())
+def test_valid_calls_pass_the_family_check_and_write_only_their_views(data):
+    cell = _cell(data.draw)
+    verdict = _checked_in_guarded_views(cell, MODEL)
+    assert verdict.status == "pass", verdict.reason
 
 
 @pytest.mark.parametrize("prep", sorted(C.PREP_KERNELS))
@@ -278,17 +284,9 @@ def test_the_segmented_state_pass_passes_its_models_check_and_writes_only_its_vi
     monkeypatch.setattr(gdn_oracle, "SEGMENT_CHUNKS", segment_chunks)
     monkeypatch.setattr(C, "stages", functools.partial(C.stages, segment_chunks=segment_chunks, readout=readout))
     cell = make_cell("gdn", "chunked", state=state, split=split, **SEGMENT_CELL)
-    x = gdn.make_inputs(cell)
-    pool_buf, pool, pool_owned, *_ = _views(x)
-    before = pool_buf.clone()
-    impl = _Guarded(pool)
-    got = gdn.run_with(impl, cell, {**x, "state": x["state"].copy()})
-    verdict = gdn.check(cell, SEGMENTED, x, got)
+    verdict = _checked_in_guarded_views(cell, SEGMENTED)
     assert verdict.status == "pass", verdict.reason
     assert "gdn.bf16-operands-segmented" in verdict.comparisons[1].tolerance.terms
-    assert impl.strays == 0, f"{impl.strays} bytes written around out"
-    stray = ((pool_buf != before) & ~pool_owned).nonzero().flatten()
-    assert stray.numel() == 0, f"{stray.numel()} bytes written around the pool (first at {stray[:5].tolist()})"
 
 
 @pytest.mark.parametrize("bug", ("gdn.head-mapping-tiled", "gdn.chunk-update-skipped", "gdn.truncating-store"))
