@@ -7,7 +7,8 @@
 # are packed into OUT/STEP.tgz.
 #   suite  the GDN decode and spec-decode gates (bench.probes.gdn_gpu_suite --steps sm90 spec)
 #   tq     the TurboQuant decode bench (bench --bench turboquant/decode --device gpu)
-#   seg    the chunked prefill's segmented state pass against the serial one (bench.probes.gdn_chunked_segments)
+#   seg    the chunked prefill's segmented state pass against the serial one (bench.probes.gdn_chunked_segments;
+#          SEG_CONFIGS: its configuration names, comma-separated, e.g. "serial,s8 v128 w8"; default all)
 #   aa     20 A/A pairs of the gated GPU rows (bench --gated-only --aa 20 --write-gates), saved run, noise and
 #          gates file under OUT/aa-state (a copy of bench/gates.toml); AA_STATE=DIR continues an earlier one
 #   eta    `conform --tier ci --budget ETA_BUDGET (4m30s) --jobs ETA_JOBS (4)`, then its ETA replayed
@@ -44,9 +45,10 @@ for s in $STEPS; do
         --out /tmp/tq/perf.json --no-remeasure > "$log" 2>&1
       tar czf "$OUT/tq.tgz" -C /tmp tq 2>/dev/null; tail -40 "$log";;
     seg)
-      B=$(( $(cap 400) - 20 ))
+      B=$(( $(cap 400) - 20 )); configs=()
+      [ -n "${SEG_CONFIGS:-}" ] && IFS=, read -ra names <<< "$SEG_CONFIGS" && configs=(--configs "${names[@]}")
       timeout "$(( B + 20 ))" taskset -c $GPU_CORES $PY -m bench.probes.gdn_chunked_segments --out /tmp/seg \
-        --budget "$B" ${SEG_ARGS:-} > "$log" 2>&1
+        --budget "$B" "${configs[@]}" > "$log" 2>&1
       tar czf "$OUT/seg.tgz" -C /tmp seg 2>/dev/null; tail -45 "$log";;
     aa)
       state=${AA_STATE:-$OUT/aa-state}; mkdir -p "$state"; cp -n bench/gates.toml "$state/gates.toml"
