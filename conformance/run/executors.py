@@ -6,7 +6,8 @@ backends it can run (``probes``), runs the planned pairs (``run(work, emit, bega
 per pair through ``emit``; ``began(slot, cell, backend_names, since, first_in_worker)`` as pairs start on
 a slot, ``since`` a ``time.monotonic()``, for the ETA; ``more(env, seen, can_run)`` asked for a pair
 chosen late when a slot has nothing left to take, ``workers.LocalPool.run``), reports what it retired
-(``retired``) and describes itself for run.json (``info``). The executor is not part of the selection: a run folder can be resumed by another.
+(``retired``) and describes itself for run.json (``info``). The executor is not part of the selection: a run
+folder can be resumed by another.
 """
 from __future__ import annotations
 

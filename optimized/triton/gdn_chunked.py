@@ -484,6 +484,26 @@ def _grid_item(HV, tiles):
 
 
 @triton.jit
+def _w_kd(W_ptr, Kd_ptr, t0, r, mask, sW_t, hv, kk, K: tl.constexpr, BITS: tl.constexpr):
+    """Rows ``t0 + r`` (where ``mask``), columns ``kk`` of value head ``hv`` of W and bf16(k exp(G_last - G))
+    (bf16 [T, HV, K]; in the interpreter held in fp32)."""
+    W = tl.load(W_ptr + (t0 + r)[:, None] * sW_t + hv * K + kk[None, :], mask=mask, other=0.0)
+    Kd = tl.load(Kd_ptr + (t0 + r)[:, None] * sW_t + hv * K + kk[None, :], mask=mask, other=0.0)
+    if BITS:
+        W = W.to(tl.float32)
+        Kd = Kd.to(tl.float32)
+    return W, Kd
+
+
+@triton.jit
+def _chunk_step(S, hs, U, W, Kd, G_last, BITS: tl.constexpr):
+    """One chunk of the state recurrence from S (fp32) and its dot operand hs: (v_new = bf16(U - W @ hs),
+    exp(G_last) S + Kd^T @ v_new)."""
+    vn = _bf16(U - _mm(W, hs, BITS), BITS)
+    return vn, S * tl.exp(G_last) + _mm(tl.trans(Kd), vn, BITS)
+
+
+@triton.jit
 def _state_chunks(S, j0, j1, bos, length, c0, hv, kk, vv, G_ptr, W_ptr, U_ptr, Kd_ptr, state_ptr, h_ptr, vn_ptr,
                   qe_ptr, qkd_ptr, o_ptr, sG_t, sW_t, sU_t, sD_t, so_t, so_h, interval, HV, K: tl.constexpr,
                   V: tl.constexpr, READOUT: tl.constexpr, STAGES: tl.constexpr, BITS: tl.constexpr):
@@ -500,15 +520,11 @@ def _state_chunks(S, j0, j1, bos, length, c0, hv, kk, vv, G_ptr, W_ptr, U_ptr, K
         valid = r < rows
         vm = valid[:, None] & (vv < V)[None, :]
         km = valid[:, None] & (kk < K)[None, :]
-        W = tl.load(W_ptr + (t0 + r)[:, None] * sW_t + hv * K + kk[None, :], mask=km, other=0.0)
-        Kd = tl.load(Kd_ptr + (t0 + r)[:, None] * sW_t + hv * K + kk[None, :], mask=km, other=0.0)
+        W, Kd = _w_kd(W_ptr, Kd_ptr, t0, r, km, sW_t, hv, kk, K, BITS)
         U = tl.load(U_ptr + (t0 + r)[:, None] * sU_t + hv * V + vv[None, :], mask=vm, other=0.0).to(tl.float32)
         G_last = tl.load(G_ptr + (t0 + rows - 1) * sG_t + hv)
-        if BITS:
-            W = W.to(tl.float32)
-            Kd = Kd.to(tl.float32)
         hs = _bf16(S, BITS)
-        vn = _bf16(U - _mm(W, hs, BITS), BITS)
+        vn, S = _chunk_step(S, hs, U, W, Kd, G_last, BITS)
         if READOUT:
             qe = tl.load(qe_ptr + (t0 + r)[:, None] * sW_t + hv * K + kk[None, :], mask=km, other=0.0)
             qkd = tl.load(qkd_ptr + (t0 + r)[:, None] * sD_t + hv * 64 + r[None, :], mask=valid[:, None],
@@ -523,7 +539,6 @@ def _state_chunks(S, j0, j1, bos, length, c0, hv, kk, vv, G_ptr, W_ptr, U_ptr, K
             tl.store(h_ptr + (c0 + j) * (HV * K * V) + tile, _rounded(hs, h_ptr, BITS), mask=m2)
             tl.store(vn_ptr + (t0 + r)[:, None] * sU_t + hv * V + vv[None, :], _rounded(vn, vn_ptr, BITS),
                      mask=vm)
-        S = S * tl.exp(G_last) + _mm(tl.trans(Kd), vn, BITS)
         if state_ptr.dtype.element_ty != tl.float32:   # a select, not a branch: the loop stays pipelined
             S = tl.where(((j * 64 + rows) % interval == 0) & (j * 64 + rows < length),
                          _rounded(S, state_ptr, BITS).to(tl.float32), S)
@@ -597,16 +612,11 @@ def _maps_kernel(cu_ptr, seg_cu_ptr, idx_ptr, G_ptr, W_ptr, U_ptr, Kd_ptr, M_ptr
         M = tl.where((kk[:, None] == col[None, :]) & (~is_b), 1.0, 0.0)
         for j in tl.range(i * SEG, (i + 1) * SEG, num_stages=STAGES):
             t0 = bos + j * 64
-            W = tl.load(W_ptr + (t0 + r)[:, None] * sW_t + hv * K + kk[None, :], mask=km, other=0.0)
-            Kd = tl.load(Kd_ptr + (t0 + r)[:, None] * sW_t + hv * K + kk[None, :], mask=km, other=0.0)
+            W, Kd = _w_kd(W_ptr, Kd_ptr, t0, r, km, sW_t, hv, kk, K, BITS)
             X = tl.load(U_ptr + (t0 + r)[:, None] * sU_t + hv * V + col[None, :], mask=(cm & is_b)[None, :],
                         other=0.0).to(tl.float32)
             G_last = tl.load(G_ptr + (t0 + 63) * sG_t + hv)
-            if BITS:
-                W = W.to(tl.float32)
-                Kd = Kd.to(tl.float32)
-            vn = _bf16(X - _mm(W, _bf16(M, BITS), BITS), BITS)
-            M = M * tl.exp(G_last) + _mm(tl.trans(Kd), vn, BITS)
+            _, M = _chunk_step(M, _bf16(M, BITS), X, W, Kd, G_last, BITS)
         out = M_ptr + (s.to(tl.int64) * HV + hv) * (K * (K + V)) + kk[:, None] * (K + V) + tl.where(is_b, K, 0)
         tl.store(out + col[None, :], M, mask=(kk < K)[:, None] & cm[None, :])
 
