@@ -8,7 +8,7 @@ of ``SAMPLES``, min and max kept) of the whole prefill, of the state-pass launch
 state; serial: the state pass) and of each alone. Configurations run in ``CONFIGS``' order, the likeliest
 first; past ``--budget`` seconds (counted from the start) the rest are skipped (``--configs`` splits them over
 several device calls). Writes ``gdn_chunked_segments.json`` (the date, device and command with the results)
-after each configuration; the table (configuration, shape, whole ms, state ms, o and state rel_l2 against
+after each configuration; the table (configuration, shape, whole ms, state ms, o and pool rel_l2 against
 serial) is printed last:
 
     python -m bench.probes.gdn_chunked_segments --out DIR [--configs NAME ...] [--budget S]   (on a GPU)
@@ -62,8 +62,8 @@ def _compare(a, b) -> dict:
 
 
 def run_config(kind: str, name: str) -> dict:
-    """{shape label: {"o": _compare, "state": _compare, quantity: [median, min, max] ms or "failed"}} of
-    configuration ``name`` against the serial path, every step of every shape in its own try."""
+    """{shape label: {"o": _compare, "pool": _compare, quantity: [median, min, max] ms or "failed"}} of
+    configuration ``name`` against the serial path (output and pool), every step of every shape in its own try."""
     import torch
 
     from bench.gdn_gpu import chunked_inputs
@@ -80,8 +80,8 @@ def run_config(kind: str, name: str) -> dict:
             serial_out, _, _ = _staged(gdn_chunked, x, serial_pool)
             pool = x["state"].clone()
             out, whole, launches = _staged(gdn_chunked, x, pool, **config)
-            row["o"], row["state"] = _compare(out, serial_out), _compare(pool, serial_pool)
-            print(f"{label:30} {name:14} o {row['o']} state {row['state']}", flush=True)
+            row["o"], row["pool"] = _compare(out, serial_out), _compare(pool, serial_pool)
+            print(f"{label:30} {name:14} o {row['o']} pool {row['pool']}", flush=True)
         except Exception:
             print(f"{label} {name} check: FAILED\n{traceback.format_exc()}", flush=True)
             row["check"] = "failed: " + traceback.format_exc().strip().splitlines()[-1][:300]
@@ -132,17 +132,17 @@ def _ms(v) -> str:
 
 
 def table(results: dict) -> list[str]:
-    """One line per configuration and shape: whole and state-path ms (medians), o and state rel_l2 vs serial."""
-    lines = [f"{'config':14} {'shape':30} {'whole ms':>9} {'state ms':>9} {'o rel_l2':>9} {'S rel_l2':>9}  notes"]
+    """One line per configuration and shape: whole and state-path ms (medians), o and pool rel_l2 vs serial."""
+    lines = [f"{'config':14} {'shape':30} {'whole ms':>9} {'state ms':>9} {'o rel_l2':>9} {'pool rel_l2':>11}  notes"]
     for name, result in results.items():
         if "error" in result:
             lines.append(f"{name:14} {'(all)':30} {'-':>9} {'-':>9} {'-':>9} {'-':>9}  {result['error'][:120]}")
             continue
         for label, row in result.items():
-            o, s = row.get("o", {}), row.get("state", {})
+            o, s = row.get("o", {}), row.get("pool", {})
             note = row.get("check", row.get("timing", ""))
             lines.append(f"{name:14} {label:30} {_ms(row.get('whole'))} {_ms(row.get('state path'))} "
-                         f"{o.get('rel_l2', float('nan')):9.2e} {s.get('rel_l2', float('nan')):9.2e}  {note}")
+                         f"{o.get('rel_l2', float('nan')):9.2e} {s.get('rel_l2', float('nan')):11.2e}  {note}")
     return lines
 
 
