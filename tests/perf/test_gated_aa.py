@@ -36,8 +36,47 @@ def test_gated_rows_are_exactly_what_the_gates_read():
                             "varlen=4x2048,state=bfloat16": ["triton-gdn", "fla"]}}
 
 
+# two gates of bench/gates.toml as they were before any A/A, and a third that the writes below leave alone
+UNMEASURED = """
+[[gate]]
+name = "tq-decode-L8192-vs-sdpa"
+description = "GPU TurboQuant decode, portable Triton, L=8192: at most 1.2x torch SDPA on a bf16 cache"
+numerator = "turboquant/decode/L=8192/triton-grouped"
+denominator = "turboquant/decode/L=8192/torch-sdpa"
+quantity = "time"
+direction = "<="
+threshold = 1.2
+requires = ["gpu"]
+false_alarm_rate = "not measured"
+
+[[gate]]
+name = "gdn-gpu-decode-N32-bf16-vs-copy"
+description = "GPU GDN decode, N=32, bf16 state: at least 0.7 of the copy rate"
+numerator = "gdn/decode-gpu/N=32,state=bfloat16/gpu-copy"
+denominator = "gdn/decode-gpu/N=32,state=bfloat16/triton-gdn-sm90"
+quantity = "time"
+direction = ">="
+threshold = 0.7
+requires = ["sm_90"]
+false_alarm_rate = "not measured"
+
+[[gate]]
+name = "gdn-gpu-decode-N32-fp16-vs-copy"
+description = "GPU GDN decode, N=32, fp16 state: at least 0.7 of the copy rate"
+numerator = "gdn/decode-gpu/N=32,state=float16/gpu-copy"
+denominator = "gdn/decode-gpu/N=32,state=float16/triton-gdn-sm90"
+quantity = "time"
+direction = ">="
+threshold = 0.7
+requires = ["sm_90"]
+false_alarm_rate = "0/40"
+measured_on = "h200"
+false_alarm_rates = { "h200" = "0/40" }
+"""
+
+
 def test_rates_written_per_machine_and_nothing_else_changed():
-    text = gates.GATES_TOML.read_text()
+    text = UNMEASURED
     once = gates.with_rates(text, {"tq-decode-L8192-vs-sdpa": ("1/40", "h200"),
                                    "gdn-gpu-decode-N32-bf16-vs-copy": ("0/40", "h200")})
     twice = gates.with_rates(once, {"tq-decode-L8192-vs-sdpa": ("3/40", "h100-80gb-hbm3")})
