@@ -39,7 +39,10 @@ V-tile) then runs S_0 = the pool slot's state, S_{i+1} = A_i S_i + B_i (fp32 ope
 three TF32 products, ``MERGE_PRECISION``), stored fp32 ([segments, HV, K, V]). A segment's state pass starts
 from its S_i, rounded to a 16-bit pool's dtype where the sequence's ``state_write_interval`` falls on its first
 token; only a sequence's last segment stores the pool. These are the rounding points of the family's
-``bf16-operands-segmented`` model (``reference.gdn.numpy_ref.chunked(segment_chunks)``).
+``bf16-operands-segmented`` model (``reference.gdn.numpy_ref.chunked(segment_chunks)``). On an H100 (2026-12-07)
+it was slower than the serial pass at 1 x 8192 and 4 x 2048 tokens in every configuration tried (whole prefill
+1.17-1.30x): there the serial pass is bound by throughput, not by its chunk-to-chunk chain, so the maps' work is
+added and nothing saved (``bench.probes.gdn_chunked_segments``); hence off by default.
 
 ``stages(..., readout=False)`` leaves the output to a fourth kernel, ``_output_kernel`` per (chunk, value
 head), which computes both readout operands itself from h (bf16 [chunks, HV, K, V]) and v_new (bf16
