@@ -246,19 +246,25 @@ def test_a_backend_not_run_yet_takes_the_machines_whole_time_rate_compile_includ
     assert est.per_backend()["b"] == pytest.approx(10 * 1.0)
 
 
-def test_a_backends_first_pairs_alone_move_its_rate_from_the_machines_by_their_estimated_seconds(two_measured):
+def test_a_backends_first_pair_teaches_its_workers_startup_and_its_pairs_keep_the_machines_rate(two_measured):
     """``a`` ran at its price; ``b``'s one first pair, priced at 1 s, took 20 s (its worker's
-    imports): ``b``'s pairs left are expected at the first pair's 1 estimated second weighed
-    against the ``PRIOR_S`` of the machine's rate, not all at 20 times their price."""
+    imports): its 19 s beyond its cell are the startup of ``b``'s other worker, once, and ``b``'s 11
+    pairs left are expected at the machine's rate, not at a rate raised by the startup (on the H100
+    machine ``fla``'s first pair, priced at 0.4 s, took 12 s and its later pairs a fifth to nine
+    tenths of their price)."""
     a, b = two_measured
     cs = cells(16)
-    est = estimate.Estimator([(c, a) for c in cs[:4]] + [(c, b) for c in cs[4:]], jobs=1, share=1.0)
+    clock = [0.0]
+    est = estimate.Estimator([(c, a) for c in cs[:4]] + [(c, b) for c in cs[4:]], jobs=2, share=1.0,
+                             clock=lambda: clock[0])
     for c in cs[:4]:
         est.done({"id": c.id, "backend": "a", "status": "pass", "wall_s": 1.0, "first_in_worker": False})
     est.done({"id": cs[4].id, "backend": "b", "status": "pass", "wall_s": 20.0, "first_in_worker": True})
-    rate = (20.0 + est.PRIOR_S * 1.0) / (1.0 + est.PRIOR_S)
-    assert est.backend_rate("b") == pytest.approx(rate)   # a's whole time over whole estimate: 1
-    assert est.per_backend()["b"] == pytest.approx(11 * rate) and rate < 11
+    assert est.backend_rate("b") == pytest.approx(1.0)   # a's whole time over whole estimate: 1
+    assert est.startup_here("b") == pytest.approx(19.0) and est.startups_left["b"] == 1
+    assert est.per_backend()["b"] == pytest.approx(11 * 1.0 + 19.0)
+    est.began("slot 1", cs[5].id, ["b"], since=0.0, first_in_worker=True)
+    assert est.running["slot 1"].predicted == pytest.approx(1.0 + 19.0)
 
 
 def test_a_backend_not_run_yet_takes_the_median_of_the_backends_seen_with_the_prior_counted_once(monkeypatch):
