@@ -267,7 +267,12 @@ class Estimator:
     autotuning backend's steady pairs run at a twentieth of its price between its autotunes), else, for a backend with a
     measured price, the ratio of the share of a core a worker had when the prices were measured to
     the share it can expect here now (``share``, from the machine's load before the run), and 1 for
-    a declared cost model. The sum is divided among the workers. ``eta`` gives a range until ``SETTLED_PAIRS`` steady pairs and
+    a declared cost model. Every rate is then scaled by the share of a core a worker got while it
+    was learned over the share it gets now (``share_drift``, ``share_now``: the finished pairs' CPU
+    time over their wall time, the start rate's at the ``share`` expected from the load): on the
+    shared 2-core machine a run's share went from 0.95 to 0.41 a minute in as other jobs began, and
+    ``jax-ref``, whose pairs left were all queued after that, stayed at its first minute's rate,
+    half its later pairs' time. The sum is divided among the workers. ``eta`` gives a range until ``SETTLED_PAIRS`` steady pairs and
     ``SETTLED_WORK`` of the work have finished.
 
     Pairs in flight (``began``; a record ends them) count by their elapsed time ``e`` on the
@@ -293,6 +298,7 @@ class Estimator:
     prediction until their records come."""
 
     HORIZON_S = 30.0   # a backend's rate forgets finished work over this many estimated seconds
+    SHARE_S = 30.0     # ``share_now`` forgets finished pairs over this many seconds of the clock
     PRIOR_S = 1.5      # estimated seconds of work the starting rate counts for (of 1, 1.25, 1.5, 1.75, 2 and 4,
     # the most rows within 30% in the saved runs, 2026-12-06: 1 let an interpreter backend's first steady pair, which
     # pays its op's first call, set its pairs left at three times their time)
@@ -315,6 +321,10 @@ class Estimator:
         self.running: dict[str, Running] = {}     # slot -> the pairs in flight there
         self.overruns: list[float] = []   # finished pairs' wall time over their prediction when they began
         self.start_rate = start_rate(share)
+        self.share = share   # the share of a core a worker was expected to get, which ``start_rate`` assumes
+        self._cpu_wall = (0.0, 0.0, 0.0)   # (CPU seconds, wall seconds, clock) of finished pairs, forgotten over SHARE_S
+        self._share_at: dict[str, tuple[float, float]] = {}   # backend -> (share * estimate, estimate), as _sums
+        self._run_share_at = (0.0, 0.0)   # the same over every backend's steady pairs, unforgotten
         self.startups_left: Counter = Counter()   # backend -> worker startups still to come
         self.startup_s: dict[str, float] = {}
         self._sums: dict[str, tuple[float, float]] = {}   # backend -> (decayed wall sum, estimate sum)
@@ -431,21 +441,25 @@ class Estimator:
             w, e = self.totals.get(backend, (0.0, 0.0))
             self.totals[backend] = (w + wall, e + full)
         if first_of_op:   # its excess is the op's first call in this worker, once: not the op's later pairs'
-            wall = min(wall, self._class_rate(backend, size_class(estimate))[0] * estimate)
+            wall = min(wall, self.backend_rate(backend, size_class(estimate)) * estimate)
         if first_in_worker:   # what it took beyond its cell at its class's rate is this worker's startup, once
             s, n = self.first_excess.get(backend, (0.0, 0))
-            self.first_excess[backend] = (s + wall - estimate * self._class_rate(backend, size_class(estimate))[0], n + 1)
+            self.first_excess[backend] = (s + wall - estimate * self.backend_rate(backend, size_class(estimate)), n + 1)
             return
         self.steady_n[backend] += 1
         w, e = self._sums.get(backend, (0.0, 0.0))
         size = size_class(estimate)
-        rate = self._class_rate(backend, size)[0]
+        rate = self.backend_rate(backend, size)
         if e >= self.PRIOR_S and wall > self.OUTLIER * rate * estimate:   # known well enough: compile
             self.compile_later_s[backend] += wall - rate * estimate
             return
         if estimate < self.NOISE_S:
             return
         keep = math.exp(-estimate / self.HORIZON_S)
+        now = self.share_now()
+        m, e_at = self._share_at.get(backend, (0.0, 0.0))
+        self._share_at[backend] = (keep * m + now * estimate, keep * e_at + estimate)
+        self._run_share_at = (self._run_share_at[0] + now * estimate, self._run_share_at[1] + estimate)
         w, e = keep * w + wall, keep * e + estimate
         self._sums[backend] = (w, e)
         w, e = self._class_sums.get((backend, size), (0.0, 0.0))
@@ -542,6 +556,10 @@ class Estimator:
         (older) counts the setup in its pair's time and estimate together."""
         first, measured = bool(record.get("first_in_worker")), record.get("setup_s")
         self.finished[record["backend"]] += 1
+        if record.get("cpu_s") is not None and wall > 0:
+            cpu, total, then = self._cpu_wall
+            fade = math.exp(-max(0.0, self.clock() - then) / self.SHARE_S)
+            self._cpu_wall = (fade * cpu + min(float(record["cpu_s"]), wall), fade * total + wall, self.clock())
         if setup and measured is not None:
             self._observe(SETUP, setup, float(measured), False)
             self._observe(record["backend"], est, max(0.0, wall - float(measured)), first, first_of_op)
@@ -608,8 +626,28 @@ class Estimator:
 
     def backend_rate(self, backend: str, size: int | None = None) -> float:
         """Seconds here per estimated second for ``backend`` (its pairs of ``size_class`` ``size``;
-        None: all its pairs): the rate learned from finished pairs (``_learned_rate``, ``_class_rate``)."""
-        return (self._learned_rate(backend) if size is None else self._class_rate(backend, size))[0]
+        None: all its pairs): the rate learned from finished pairs (``_learned_rate``, ``_class_rate``),
+        scaled by the share of a core a worker got while it was learned over the share it gets now
+        (``share_drift``)."""
+        rate = (self._learned_rate(backend) if size is None else self._class_rate(backend, size))[0]
+        return rate * self.share_drift(backend)
+
+    def share_now(self) -> float:
+        """The share of a core the run's workers get now: the CPU time of its finished pairs over their
+        wall time (a pair's CPU time at most its wall time, as the prices count it), each pair forgotten
+        over ``SHARE_S`` seconds of the clock, moved from ``share`` by their wall seconds against ``PRIOR_S``."""
+        cpu, wall, then = self._cpu_wall
+        fade = math.exp(-max(0.0, self.clock() - then) / self.SHARE_S)
+        return (cpu * fade + self.PRIOR_S * self.share) / (wall * fade + self.PRIOR_S)
+
+    def share_drift(self, backend: str) -> float:
+        """How much slower a worker runs now than while the rate of ``backend`` was learned: the share of
+        a core at its steady pairs (``share_now`` when each finished, weighed as its rate weighs them; its
+        prior at ``share``) over ``share_now``; for a backend without steady pairs, every backend's steady
+        pairs (the machine's rate and the start rate it moves from)."""
+        m, e = self._share_at.get(backend, self._run_share_at)
+        then = (m + self.PRIOR_S * self.share) / (e + self.PRIOR_S)
+        return then / max(self.share_now(), 1e-3)
 
     def _in_flight(self) -> set[tuple[str, str]]:
         """(cell id, backend) of the pairs in flight."""
