@@ -655,3 +655,28 @@ def test_a_budgeted_conform_expects_to_end_by_its_deadline(tmp_path, monkeypatch
                time_limit=limit, stream=stream)
     lo, hi = re.search(r"expect (\d+)m(\d+)s-(\d+)m(\d+)s", stream.getvalue()).group(1, 3)
     assert int(lo) >= 5 and int(hi) <= 9, stream.getvalue()   # 8 or 9 pairs chosen; 1.4 times is 11m12s+
+
+
+def test_a_replayed_run_on_a_machine_that_gets_busy_keeps_its_eta_within_30_percent(monkeypatch):
+    """Three backends priced at 0.5 s a pair on 2 workers: ``a`` and ``b`` run their first pairs
+    with a core each; ``c``'s first pairs take 10 s (each worker's imports, which its price left
+    out, as ``fla``'s did on the H100 machine); then other work takes half of each core and every
+    pair takes 1.25 s (on the 2-core machine a run's share of a core went from 0.95 to 0.41), ``b``
+    and ``c`` run their pairs left after ``a``'s. Taking ``c``'s imports as its rate put the ETA at up to
+    2.8 times the time left; keeping ``b``'s rate of a core each, 40 to 49% under it; from 30 s on the
+    ETA is within 30% of the time left."""
+    monkeypatch.setattr(estimate, "measured_prices",
+                        lambda machine=None: {n: estimate.Price(pair_s=0.5) for n in "abc"})
+    monkeypatch.setattr(estimate, "prices_core_share", lambda: 1.0)
+    a, b, c = (toy(n, 9.0) for n in "abc")
+    fresh = iter(cells(220))
+    pairs = []
+    for backend, n, wall, cpu, first in ((a, 2, 0.5, 0.5, True), (a, 10, 0.5, 0.5, False), (b, 2, 0.5, 0.5, True),
+                                         (b, 10, 0.5, 0.5, False), (c, 2, 10.0, 10.0, True), (a, 50, 1.25, 0.5, False),
+                                         (b, 50, 1.25, 0.5, False), (c, 30, 1.25, 0.5, False)):
+        for _ in range(n):
+            cell = next(fresh)
+            pairs.append((cell, backend, {**rec(cell, backend.name, wall, first), "cpu_s": cpu}))
+    samples = eta_replay.replay(pairs, jobs=2, share=1.0, every=10.0)
+    assert samples[0].left == pytest.approx(97.25)
+    assert eta_replay.within(samples, after_s=30.0) == "7/7"
