@@ -234,7 +234,7 @@ class Estimator:
     pair pays a smaller share of; left to the backend's rate, a chain priced at a minute was
     expected at three times that, held the ETA up to the end as the longest pair left, and took
     two thirds of its price). A
-    worker's first pair of a backend pays the backend's startup price too, once per worker (at most
+    worker's first pair of a backend pays the backend's startup too (``startup_here``), once per worker (at most
     ``jobs`` of them in each of the run's ``stages``: a budgeted run's second stage starts its
     workers afresh, and on the 2-core machine its first pairs were a third of that stage's time).
     A cell's setup (its inputs and oracles: ``setup_estimate``) is paid once per item (the cell's
@@ -252,12 +252,14 @@ class Estimator:
     rate's prediction, once the rate rests on ``PRIOR_S`` of finished work (a new shape compiled or
     autotuned), adds only its time above the prediction to
     the backend's compile time, so one long JIT does not rescale every pair left. Pairs left are
-    expected to meet compile time as often as the finished steady pairs did. Before any steady pair
-    of a backend, its rate is that of its first pairs (compile included: on a GPU every pair may
-    compile or autotune), starting for a measured price from the machine's rate worth ``PRIOR_S``
-    as a steady rate starts from the start rate (a first pair is mostly its worker's startup, a
-    cheap cell priced at a tenth of a second took 4 s on the 2-core machine: alone it would set
-    every pair left of its backend at ten times its price), and before any pair at all the machine's rate (``machine_rate``: how much
+    expected to meet compile time as often as the finished steady pairs did. A worker's first pair
+    teaches its backend's startup, not its rate: what it took beyond its cell at its size class's
+    rate is the startup each worker still to start is expected to pay (``startup_here``; a first
+    pair is mostly its worker's imports and first compiles: a cheap cell priced at a tenth of a
+    second took 4 s on the 2-core machine, ``fla``'s first pair on the H100 machine 12 s at a price
+    of 0.4 s and its later pairs a fifth to nine tenths of theirs; taken as a rate, it held the
+    H100 machine's ci run at +29 to +57% for its first minute). Before any steady pair of a
+    backend its rate is the machine's rate (``machine_rate``: how much
     slower or faster this machine is than the prices' machine, the median over the backends seen so
     far of their whole time over their whole estimate, compile and autotune included as the prices
     include them, moved from the start rate by their estimated seconds together, the prior counted
@@ -265,12 +267,17 @@ class Estimator:
     autotuning backend's steady pairs run at a twentieth of its price between its autotunes), else, for a backend with a
     measured price, the ratio of the share of a core a worker had when the prices were measured to
     the share it can expect here now (``share``, from the machine's load before the run), and 1 for
-    a declared cost model. The sum is divided among the workers. ``eta`` gives a range until ``SETTLED_PAIRS`` steady pairs and
+    a declared cost model. Every rate is then scaled by the share of a core a worker got while it
+    was learned over the share it gets now (``share_drift``, ``share_now``: the finished pairs' CPU
+    time over their wall time, the start rate's at the ``share`` expected from the load): on the
+    shared 2-core machine a run's share went from 0.95 to 0.41 a minute in as other jobs began, and
+    ``jax-ref``, whose pairs left were all queued after that, stayed at its first minute's rate,
+    half its later pairs' time. The sum is divided among the workers. ``eta`` gives a range until ``SETTLED_PAIRS`` steady pairs and
     ``SETTLED_WORK`` of the work have finished.
 
     Pairs in flight (``began``; a record ends them) count by their elapsed time ``e`` on the
     estimator's ``clock`` against their prediction ``P`` (price times its size class's rate; for a
-    worker's first pair, plus the startup at its backend's rate: ``prediction``): ``P - e`` left, what is left of the prediction; past it, what the run's own
+    worker's first pair, plus its startup, ``startup_here``: ``prediction``): ``P - e`` left, what is left of the prediction; past it, what the run's own
     finished pairs that ran as far past their predictions ran beyond that point, the median
     (``overrun_left``: the rest of a pair's life given how long it has lived, read from the run's
     own overruns rather than a fixed share of its time so far: the saved runs replayed with prices
@@ -291,6 +298,7 @@ class Estimator:
     prediction until their records come."""
 
     HORIZON_S = 30.0   # a backend's rate forgets finished work over this many estimated seconds
+    SHARE_S = 30.0     # ``share_now`` forgets finished pairs over this many seconds of the clock
     PRIOR_S = 1.5      # estimated seconds of work the starting rate counts for (of 1, 1.25, 1.5, 1.75, 2 and 4,
     # the most rows within 30% in the saved runs, 2026-12-06: 1 let an interpreter backend's first steady pair, which
     # pays its op's first call, set its pairs left at three times their time)
@@ -313,6 +321,10 @@ class Estimator:
         self.running: dict[str, Running] = {}     # slot -> the pairs in flight there
         self.overruns: list[float] = []   # finished pairs' wall time over their prediction when they began
         self.start_rate = start_rate(share)
+        self.share = share   # the share of a core a worker was expected to get, which ``start_rate`` assumes
+        self._cpu_wall = (0.0, 0.0, 0.0)   # (CPU seconds, wall seconds, clock) of finished pairs, forgotten over SHARE_S
+        self._share_at: dict[str, tuple[float, float]] = {}   # backend -> (share * estimate, estimate), as _sums
+        self._run_share_at = (0.0, 0.0)   # the same over every backend's steady pairs, unforgotten
         self.startups_left: Counter = Counter()   # backend -> worker startups still to come
         self.startup_s: dict[str, float] = {}
         self._sums: dict[str, tuple[float, float]] = {}   # backend -> (decayed wall sum, estimate sum)
@@ -320,7 +332,7 @@ class Estimator:
         self.compile_later_s: Counter = Counter()  # backend -> compile/autotune seconds of steady pairs
         self.steady_n: Counter = Counter()        # backend -> finished pairs after a worker's first
         self.finished: Counter = Counter()        # backend -> finished pairs learned from (this run's and resumed)
-        self.first_sums: dict[str, tuple[float, float]] = {}   # backend -> (wall, estimate) of first pairs
+        self.first_excess: dict[str, tuple[float, int]] = {}   # backend -> (seconds, number) of first pairs' startups
         self.totals: dict[str, tuple[float, float]] = {}   # backend -> (wall, estimate) of every pair, compile included
         self._op_of: dict[str, str] = {}          # cell id -> "family/op"
         self._interpreted: dict[str, bool] = {}   # backend -> ``registry.in_interpreter``
@@ -429,22 +441,25 @@ class Estimator:
             w, e = self.totals.get(backend, (0.0, 0.0))
             self.totals[backend] = (w + wall, e + full)
         if first_of_op:   # its excess is the op's first call in this worker, once: not the op's later pairs'
-            wall = min(wall, self._class_rate(backend, size_class(estimate))[0] * estimate)
-        if first_in_worker:
-            w, e = self.first_sums.get(backend, (0.0, 0.0))
-            if estimate + self.startup_s.get(backend, 0.0) >= self.NOISE_S:
-                self.first_sums[backend] = (w + wall, e + estimate + self.startup_s.get(backend, 0.0))
-            return   # its compile time is this worker's, once; later pairs are not expected to meet it
+            wall = min(wall, self.backend_rate(backend, size_class(estimate)) * estimate)
+        if first_in_worker:   # what it took beyond its cell at its class's rate is this worker's startup, once
+            s, n = self.first_excess.get(backend, (0.0, 0))
+            self.first_excess[backend] = (s + wall - estimate * self.backend_rate(backend, size_class(estimate)), n + 1)
+            return
         self.steady_n[backend] += 1
         w, e = self._sums.get(backend, (0.0, 0.0))
         size = size_class(estimate)
-        rate = self._class_rate(backend, size)[0]
+        rate = self.backend_rate(backend, size)
         if e >= self.PRIOR_S and wall > self.OUTLIER * rate * estimate:   # known well enough: compile
             self.compile_later_s[backend] += wall - rate * estimate
             return
         if estimate < self.NOISE_S:
             return
         keep = math.exp(-estimate / self.HORIZON_S)
+        now = self.share_now()
+        m, e_at = self._share_at.get(backend, (0.0, 0.0))
+        self._share_at[backend] = (keep * m + now * estimate, keep * e_at + estimate)
+        self._run_share_at = (self._run_share_at[0] + now * estimate, self._run_share_at[1] + estimate)
         w, e = keep * w + wall, keep * e + estimate
         self._sums[backend] = (w, e)
         w, e = self._class_sums.get((backend, size), (0.0, 0.0))
@@ -541,6 +556,10 @@ class Estimator:
         (older) counts the setup in its pair's time and estimate together."""
         first, measured = bool(record.get("first_in_worker")), record.get("setup_s")
         self.finished[record["backend"]] += 1
+        if record.get("cpu_s") is not None and wall > 0:
+            cpu, total, then = self._cpu_wall
+            fade = math.exp(-max(0.0, self.clock() - then) / self.SHARE_S)
+            self._cpu_wall = (fade * cpu + min(float(record["cpu_s"]), wall), fade * total + wall, self.clock())
         if setup and measured is not None:
             self._observe(SETUP, setup, float(measured), False)
             self._observe(record["backend"], est, max(0.0, wall - float(measured)), first, first_of_op)
@@ -570,20 +589,25 @@ class Estimator:
         return (ratios[len(ratios) // 2] * est + prior_s * self.start_rate) / (est + prior_s)
 
     def _learned_rate(self, backend: str) -> tuple[float, float]:
-        """(rate, estimated seconds it rests on) from finished pairs: the steady rate, else that of
-        the first pairs (a measured price's from the other backends' ``machine_rate`` worth
-        ``PRIOR_S``), else the machine's (``machine_rate``, resting on ``PRIOR_S``; 1 and nothing
-        for a declared cost model before any pair)."""
+        """(rate, estimated seconds it rests on) from finished pairs: the steady rate, else the other
+        backends' (``machine_rate``, resting on ``PRIOR_S``: a worker's first pair teaches its
+        startup, ``startup_here``, not its cells' rate; 1 and nothing for a declared cost model
+        before any pair)."""
         if backend in self._sums:
             w, e = self._sums[backend]
             return self._blend(backend, w, e), e + self._prior(backend)[0]
-        w, e = self.first_sums.get(backend, (0.0, 0.0))
-        if e > 0:   # a measured price's first pairs, from the machine's rate worth PRIOR_S
-            prior_s = self._prior(backend)[0]
-            return (w + prior_s * self.machine_rate(without=backend)) / (e + prior_s), e + prior_s
         if self._sums or self.totals or backend in measured_prices(self.machine):
-            return self.machine_rate(), self.PRIOR_S
+            return self.machine_rate(without=backend), self.PRIOR_S
         return 1.0, 0.0
+
+    def startup_here(self, backend: str, price: float | None = None) -> float:
+        """Seconds here a worker's first pair of ``backend`` takes beyond its cell (its imports and first
+        compiles): the mean of what its finished first pairs took beyond their cells at their size
+        classes' rates, else the startup ``price`` (default the backend's) at the backend's rate."""
+        s, n = self.first_excess.get(backend, (0.0, 0))
+        if n:
+            return max(0.0, s / n)
+        return (self.startup_s.get(backend, 0.0) if price is None else price) * self.backend_rate(backend)
 
     def _class_rate(self, backend: str, size: int) -> tuple[float, float]:
         """(rate, estimated seconds it rests on) of the backend's pairs of one size class: its steady
@@ -602,8 +626,28 @@ class Estimator:
 
     def backend_rate(self, backend: str, size: int | None = None) -> float:
         """Seconds here per estimated second for ``backend`` (its pairs of ``size_class`` ``size``;
-        None: all its pairs): the rate learned from finished pairs (``_learned_rate``, ``_class_rate``)."""
-        return (self._learned_rate(backend) if size is None else self._class_rate(backend, size))[0]
+        None: all its pairs): the rate learned from finished pairs (``_learned_rate``, ``_class_rate``),
+        scaled by the share of a core a worker got while it was learned over the share it gets now
+        (``share_drift``)."""
+        rate = (self._learned_rate(backend) if size is None else self._class_rate(backend, size))[0]
+        return rate * self.share_drift(backend)
+
+    def share_now(self) -> float:
+        """The share of a core the run's workers get now: the CPU time of its finished pairs over their
+        wall time (a pair's CPU time at most its wall time, as the prices count it), each pair forgotten
+        over ``SHARE_S`` seconds of the clock, moved from ``share`` by their wall seconds against ``PRIOR_S``."""
+        cpu, wall, then = self._cpu_wall
+        fade = math.exp(-max(0.0, self.clock() - then) / self.SHARE_S)
+        return (cpu * fade + self.PRIOR_S * self.share) / (wall * fade + self.PRIOR_S)
+
+    def share_drift(self, backend: str) -> float:
+        """How much slower a worker runs now than while the rate of ``backend`` was learned: the share of
+        a core at its steady pairs (``share_now`` when each finished, weighed as its rate weighs them; its
+        prior at ``share``) over ``share_now``; for a backend without steady pairs, every backend's steady
+        pairs (the machine's rate and the start rate it moves from)."""
+        m, e = self._share_at.get(backend, self._run_share_at)
+        then = (m + self.PRIOR_S * self.share) / (e + self.PRIOR_S)
+        return then / max(self.share_now(), 1e-3)
 
     def _in_flight(self) -> set[tuple[str, str]]:
         """(cell id, backend) of the pairs in flight."""
@@ -625,10 +669,10 @@ class Estimator:
 
     def prediction(self, r: Running) -> float:
         """Seconds the pairs of ``r`` are expected to take from their start: their first estimates
-        at their size classes' rates, and a worker's first pair its startup at its backend's rate
-        (what first pairs teach: a backend's first pairs are each worker's imports and first
-        compiles, whatever the cell; a long chain that is a worker's first pair runs its calls as
-        the backend's pairs of its size do), a steady pair the compile time it is expected to meet;
+        at their size classes' rates, and a worker's first pair its startup (``startup_here``: a
+        backend's first pairs are each worker's imports and first compiles, whatever the cell; a
+        long chain that is a worker's first pair runs its calls as the backend's pairs of its size
+        do), a steady pair the compile time it is expected to meet;
         the first pair of an item its cell's setup at the setup's rate."""
         total = 0.0
         for b in r.backends:
@@ -639,9 +683,9 @@ class Estimator:
 
     def _at_rates(self, backend: str, est: float, startup: float, setup: float) -> tuple[float, float, float]:
         """Estimated seconds of a pair of ``backend`` as seconds here: (its first estimate ``est`` at its
-        size class's rate, a worker's ``startup`` at the backend's rate, its item's ``setup`` at the
+        size class's rate, a worker's startup (``startup_here``, ``startup`` its price), its item's ``setup`` at the
         size class's rate of ``SETUP``)."""
-        return (est * self.backend_rate(backend, size_class(est)), startup * self.backend_rate(backend),
+        return (est * self.backend_rate(backend, size_class(est)), self.startup_here(backend, startup),
                 setup * self.backend_rate(SETUP, size_class(setup)))
 
     def expected(self, cell: Cell, backend: registry.Backend) -> tuple[float, float, float]:
@@ -716,7 +760,7 @@ class Estimator:
         for (b, size), est in left.items():
             out[b] += max(0.0, est) * self.backend_rate(b, size)
         for b in n_left:
-            out[b] += (max(0, startups[b]) * self.startup_s[b] * self.backend_rate(b)
+            out[b] += (max(0, startups[b]) * self.startup_here(b)
                        + max(0, n_left[b]) * self.compile_per_pair(b))
         return {b: secs for b, secs in out.items() if secs > 0}
 

@@ -246,19 +246,25 @@ def test_a_backend_not_run_yet_takes_the_machines_whole_time_rate_compile_includ
     assert est.per_backend()["b"] == pytest.approx(10 * 1.0)
 
 
-def test_a_backends_first_pairs_alone_move_its_rate_from_the_machines_by_their_estimated_seconds(two_measured):
+def test_a_backends_first_pair_teaches_its_workers_startup_and_its_pairs_keep_the_machines_rate(two_measured):
     """``a`` ran at its price; ``b``'s one first pair, priced at 1 s, took 20 s (its worker's
-    imports): ``b``'s pairs left are expected at the first pair's 1 estimated second weighed
-    against the ``PRIOR_S`` of the machine's rate, not all at 20 times their price."""
+    imports): its 19 s beyond its cell are the startup of ``b``'s other worker, once, and ``b``'s 11
+    pairs left are expected at the machine's rate, not at a rate raised by the startup (on the H100
+    machine ``fla``'s first pair, priced at 0.4 s, took 12 s and its later pairs a fifth to nine
+    tenths of their price)."""
     a, b = two_measured
     cs = cells(16)
-    est = estimate.Estimator([(c, a) for c in cs[:4]] + [(c, b) for c in cs[4:]], jobs=1, share=1.0)
+    clock = [0.0]
+    est = estimate.Estimator([(c, a) for c in cs[:4]] + [(c, b) for c in cs[4:]], jobs=2, share=1.0,
+                             clock=lambda: clock[0])
     for c in cs[:4]:
         est.done({"id": c.id, "backend": "a", "status": "pass", "wall_s": 1.0, "first_in_worker": False})
     est.done({"id": cs[4].id, "backend": "b", "status": "pass", "wall_s": 20.0, "first_in_worker": True})
-    rate = (20.0 + est.PRIOR_S * 1.0) / (1.0 + est.PRIOR_S)
-    assert est.backend_rate("b") == pytest.approx(rate)   # a's whole time over whole estimate: 1
-    assert est.per_backend()["b"] == pytest.approx(11 * rate) and rate < 11
+    assert est.backend_rate("b") == pytest.approx(1.0)   # a's whole time over whole estimate: 1
+    assert est.startup_here("b") == pytest.approx(19.0) and est.startups_left["b"] == 1
+    assert est.per_backend()["b"] == pytest.approx(11 * 1.0 + 19.0)
+    est.began("slot 1", cs[5].id, ["b"], since=0.0, first_in_worker=True)
+    assert est.running["slot 1"].predicted == pytest.approx(1.0 + 19.0)
 
 
 def test_a_backend_not_run_yet_takes_the_median_of_the_backends_seen_with_the_prior_counted_once(monkeypatch):
@@ -649,3 +655,28 @@ def test_a_budgeted_conform_expects_to_end_by_its_deadline(tmp_path, monkeypatch
                time_limit=limit, stream=stream)
     lo, hi = re.search(r"expect (\d+)m(\d+)s-(\d+)m(\d+)s", stream.getvalue()).group(1, 3)
     assert int(lo) >= 5 and int(hi) <= 9, stream.getvalue()   # 8 or 9 pairs chosen; 1.4 times is 11m12s+
+
+
+def test_a_replayed_run_on_a_machine_that_gets_busy_keeps_its_eta_within_30_percent(monkeypatch):
+    """Three backends priced at 0.5 s a pair on 2 workers: ``a`` and ``b`` run their first pairs
+    with a core each; ``c``'s first pairs take 10 s (each worker's imports, which its price left
+    out, as ``fla``'s did on the H100 machine); then other work takes half of each core and every
+    pair takes 1.25 s (on the 2-core machine a run's share of a core went from 0.95 to 0.41), ``b``
+    and ``c`` run their pairs left after ``a``'s. Taking ``c``'s imports as its rate put the ETA at up to
+    2.8 times the time left; keeping ``b``'s rate of a core each, 40 to 49% under it; from 30 s on the
+    ETA is within 30% of the time left."""
+    monkeypatch.setattr(estimate, "measured_prices",
+                        lambda machine=None: {n: estimate.Price(pair_s=0.5) for n in "abc"})
+    monkeypatch.setattr(estimate, "prices_core_share", lambda: 1.0)
+    a, b, c = (toy(n, 9.0) for n in "abc")
+    fresh = iter(cells(220))
+    pairs = []
+    for backend, n, wall, cpu, first in ((a, 2, 0.5, 0.5, True), (a, 10, 0.5, 0.5, False), (b, 2, 0.5, 0.5, True),
+                                         (b, 10, 0.5, 0.5, False), (c, 2, 10.0, 10.0, True), (a, 50, 1.25, 0.5, False),
+                                         (b, 50, 1.25, 0.5, False), (c, 30, 1.25, 0.5, False)):
+        for _ in range(n):
+            cell = next(fresh)
+            pairs.append((cell, backend, {**rec(cell, backend.name, wall, first), "cpu_s": cpu}))
+    samples = eta_replay.replay(pairs, jobs=2, share=1.0, every=10.0)
+    assert samples[0].left == pytest.approx(97.25)
+    assert eta_replay.within(samples, after_s=30.0) == "7/7"
