@@ -272,12 +272,13 @@ class Estimator:
     time over their wall time, the start rate's at the ``share`` expected from the load): on the
     shared 2-core machine a run's share went from 0.95 to 0.41 a minute in as other jobs began, and
     ``jax-ref``, whose pairs left were all queued after that, stayed at its first minute's rate,
-    half its later pairs' time. The sum is divided among the workers. ``eta`` gives a range until ``SETTLED_PAIRS`` steady pairs and
-    ``SETTLED_WORK`` of the work have finished.
+    half its later pairs' time. The sum is divided among the workers. ``eta`` gives a range until
+    ``SETTLED_PAIRS`` steady pairs and ``SETTLED_WORK`` of the work have finished.
 
     Pairs in flight (``began``; a record ends them) count by their elapsed time ``e`` on the
     estimator's ``clock`` against their prediction ``P`` (price times its size class's rate; for a
-    worker's first pair, plus its startup, ``startup_here``: ``prediction``): ``P - e`` left, what is left of the prediction; past it, what the run's own
+    worker's first pair, plus its startup, ``startup_here``: ``prediction``): ``P - e`` left, what is left of
+    the prediction; past it, what the run's own
     finished pairs that ran as far past their predictions ran beyond that point, the median
     (``overrun_left``: the rest of a pair's life given how long it has lived, read from the run's
     own overruns rather than a fixed share of its time so far: the saved runs replayed with prices
@@ -322,7 +323,7 @@ class Estimator:
         self.overruns: list[float] = []   # finished pairs' wall time over their prediction when they began
         self.start_rate = start_rate(share)
         self.share = share   # the share of a core a worker was expected to get, which ``start_rate`` assumes
-        self._cpu_wall = (0.0, 0.0, 0.0)   # (CPU seconds, wall seconds, clock) of finished pairs, forgotten over SHARE_S
+        self._cpu_wall = (0.0, 0.0, 0.0)   # (CPU s, wall s, clock) of finished pairs, forgotten over SHARE_S
         self._share_at: dict[str, tuple[float, float]] = {}   # backend -> (share * estimate, estimate), as _sums
         self._run_share_at = (0.0, 0.0)   # the same over every backend's steady pairs, unforgotten
         self.startups_left: Counter = Counter()   # backend -> worker startups still to come
