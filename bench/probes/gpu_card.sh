@@ -5,7 +5,8 @@
 # then the STEPS in order, each bounded by what is left, its log in OUT/STEP.txt (the GPU, lscpu and the set-up
 # in OUT/machine.txt); a step that cannot start with 40 s left is skipped and said so. Folders the steps write
 # are packed into OUT/STEP.tgz.
-#   suite  the GDN decode and spec-decode gates (bench.probes.gdn_gpu_suite --steps sm90 spec)
+#   suite  the GDN decode and spec-decode gates (bench.probes.gdn_gpu_suite --steps SUITE_STEPS, default "sm90 spec";
+#          "chunked": the chunked prefill whole and by stage beside FLA and vLLM)
 #   tq     the TurboQuant decode bench (bench --bench turboquant/decode --device gpu)
 #   seg    the chunked prefill's segmented state pass against the serial one (bench.probes.gdn_chunked_segments;
 #          SEG_CONFIGS: its configuration names, comma-separated, e.g. "serial,s8 v128 w8"; default all)
@@ -37,7 +38,7 @@ for s in $STEPS; do
   log="$OUT/$s.txt"
   case $s in
     suite)
-      timeout "$(cap 290)" taskset -c $GPU_CORES $PY -m bench.probes.gdn_gpu_suite --out /tmp/suite --steps sm90 spec \
+      timeout "$(cap 290)" taskset -c $GPU_CORES $PY -m bench.probes.gdn_gpu_suite --out /tmp/suite --steps ${SUITE_STEPS:-sm90 spec} \
         --budget "$(( $(cap 290) - 10 ))" --commit "$(git rev-parse --short HEAD 2>/dev/null)" > "$log" 2>&1
       tar czf "$OUT/suite.tgz" -C /tmp suite 2>/dev/null; tail -30 "$log";;
     tq)
