@@ -252,14 +252,16 @@ class Estimator:
     rate's prediction, once the rate rests on ``PRIOR_S`` of finished work (a new shape compiled or
     autotuned), adds only its time above the prediction to
     the backend's compile time, so one long JIT does not rescale every pair left. Pairs left are
-    expected to meet compile time as often as the finished steady pairs did. A worker's first pair
-    teaches its backend's startup, not its rate: what it took beyond its cell at its size class's
-    rate is the startup each worker still to start is expected to pay (``startup_here``; a first
-    pair is mostly its worker's imports and first compiles: a cheap cell priced at a tenth of a
-    second took 4 s on the 2-core machine, ``fla``'s first pair on the H100 machine 12 s at a price
-    of 0.4 s and its later pairs a fifth to nine tenths of theirs; taken as a rate, it held the
-    H100 machine's ci run at +29 to +57% for its first minute). Before any steady pair of a
-    backend its rate is the machine's rate (``machine_rate``: how much
+    expected to meet compile time as often as the finished steady pairs did. For a backend with a
+    measured price, a worker's first pair teaches its startup, not its rate: what it took beyond its
+    cell at its size class's rate is the startup each worker still to start is expected to pay
+    (``startup_here``; a first pair is mostly its worker's imports and first compiles: a cheap cell
+    priced at a tenth of a second took 4 s on the 2-core machine, ``fla``'s first pair on the H100
+    machine 12 s at a price of 0.4 s and its later pairs a fifth to nine tenths of theirs; taken as a
+    rate, it held the H100 machine's ci run at +29 to +57% for its first minute). A declared cost
+    model is a guess: its first pairs are its rate until a steady pair (four FLA cells on the H200
+    under a model of 0.05 s a pair took 27-28 s each, every one compiling and autotuning its shape).
+    Before any steady pair of a measured backend its rate is the machine's rate (``machine_rate``: how much
     slower or faster this machine is than the prices' machine, the median over the backends seen so
     far of their whole time over their whole estimate, compile and autotune included as the prices
     include them, moved from the start rate by their estimated seconds together, the prior counted
@@ -333,7 +335,8 @@ class Estimator:
         self.compile_later_s: Counter = Counter()  # backend -> compile/autotune seconds of steady pairs
         self.steady_n: Counter = Counter()        # backend -> finished pairs after a worker's first
         self.finished: Counter = Counter()        # backend -> finished pairs learned from (this run's and resumed)
-        self.first_excess: dict[str, tuple[float, int]] = {}   # backend -> (seconds, number) of first pairs' startups
+        self.first_excess: dict[str, tuple[float, int]] = {}   # measured backend -> (seconds, number) of startups
+        self.first_sums: dict[str, tuple[float, float]] = {}   # declared backend -> (wall, estimate) of first pairs
         self.totals: dict[str, tuple[float, float]] = {}   # backend -> (wall, estimate) of every pair, compile included
         self._op_of: dict[str, str] = {}          # cell id -> "family/op"
         self._interpreted: dict[str, bool] = {}   # backend -> ``registry.in_interpreter``
@@ -443,9 +446,15 @@ class Estimator:
             self.totals[backend] = (w + wall, e + full)
         if first_of_op:   # its excess is the op's first call in this worker, once: not the op's later pairs'
             wall = min(wall, self.backend_rate(backend, size_class(estimate)) * estimate)
-        if first_in_worker:   # what it took beyond its cell at its class's rate is this worker's startup, once
+        if first_in_worker and backend in measured_prices(self.machine):
+            # what it took beyond its cell at its class's rate is this worker's startup, once
             s, n = self.first_excess.get(backend, (0.0, 0))
             self.first_excess[backend] = (s + wall - estimate * self.backend_rate(backend, size_class(estimate)), n + 1)
+            return
+        if first_in_worker:   # a declared cost model's first pairs, its startup included: its rate until a steady pair
+            if full >= self.NOISE_S:
+                w, e = self.first_sums.get(backend, (0.0, 0.0))
+                self.first_sums[backend] = (w + wall, e + full)
             return
         self.steady_n[backend] += 1
         w, e = self._sums.get(backend, (0.0, 0.0))
@@ -590,13 +599,16 @@ class Estimator:
         return (ratios[len(ratios) // 2] * est + prior_s * self.start_rate) / (est + prior_s)
 
     def _learned_rate(self, backend: str) -> tuple[float, float]:
-        """(rate, estimated seconds it rests on) from finished pairs: the steady rate, else the other
-        backends' (``machine_rate``, resting on ``PRIOR_S``: a worker's first pair teaches its
-        startup, ``startup_here``, not its cells' rate; 1 and nothing for a declared cost model
-        before any pair)."""
+        """(rate, estimated seconds it rests on) from finished pairs: the steady rate; else for a declared
+        cost model its first pairs' (startups included); else the other backends' (``machine_rate``,
+        resting on ``PRIOR_S``: a measured backend's first pair teaches its startup, ``startup_here``, not
+        its cells' rate); 1 and nothing for a declared cost model before any pair."""
         if backend in self._sums:
             w, e = self._sums[backend]
             return self._blend(backend, w, e), e + self._prior(backend)[0]
+        if backend in self.first_sums:   # a declared cost model's first pairs
+            w, e = self.first_sums[backend]
+            return w / e, e
         if self._sums or self.totals or backend in measured_prices(self.machine):
             return self.machine_rate(without=backend), self.PRIOR_S
         return 1.0, 0.0
