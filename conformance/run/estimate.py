@@ -446,13 +446,12 @@ class Estimator:
             self.totals[backend] = (w + wall, e + full)
         if first_of_op:   # its excess is the op's first call in this worker, once: not the op's later pairs'
             wall = min(wall, self.backend_rate(backend, size_class(estimate)) * estimate)
-        if first_in_worker and backend in measured_prices(self.machine):
-            # what it took beyond its cell at its class's rate is this worker's startup, once
-            s, n = self.first_excess.get(backend, (0.0, 0))
-            self.first_excess[backend] = (s + wall - estimate * self.backend_rate(backend, size_class(estimate)), n + 1)
-            return
-        if first_in_worker:   # a declared cost model's first pairs, its startup included: its rate until a steady pair
-            if full >= self.NOISE_S:
+        if first_in_worker:
+            if backend in measured_prices(self.machine):   # beyond its cell at its class's rate: this worker's startup
+                s, n = self.first_excess.get(backend, (0.0, 0))
+                excess = wall - estimate * self.backend_rate(backend, size_class(estimate))
+                self.first_excess[backend] = (s + excess, n + 1)
+            elif full >= self.NOISE_S:   # a declared cost model's first pairs, startup included: its rate for now
                 w, e = self.first_sums.get(backend, (0.0, 0.0))
                 self.first_sums[backend] = (w + wall, e + full)
             return
