@@ -566,9 +566,8 @@ class Estimator:
         first, measured = bool(record.get("first_in_worker")), record.get("setup_s")
         self.finished[record["backend"]] += 1
         if record.get("cpu_s") is not None and wall > 0:
-            cpu, total, then = self._cpu_wall
-            fade = math.exp(-max(0.0, self.clock() - then) / self.SHARE_S)
-            self._cpu_wall = (fade * cpu + min(float(record["cpu_s"]), wall), fade * total + wall, self.clock())
+            cpu, total, now = self._cpu_wall_now()
+            self._cpu_wall = (cpu + min(float(record["cpu_s"]), wall), total + wall, now)
         if setup and measured is not None:
             self._observe(SETUP, setup, float(measured), False)
             self._observe(record["backend"], est, max(0.0, wall - float(measured)), first, first_of_op)
@@ -648,9 +647,15 @@ class Estimator:
         """The share of a core the run's workers get now: the CPU time of its finished pairs over their
         wall time (a pair's CPU time at most its wall time, as the prices count it), each pair forgotten
         over ``SHARE_S`` seconds of the clock, moved from ``share`` by their wall seconds against ``PRIOR_S``."""
+        cpu, wall, _ = self._cpu_wall_now()
+        return (cpu + self.PRIOR_S * self.share) / (wall + self.PRIOR_S)
+
+    def _cpu_wall_now(self) -> tuple[float, float, float]:
+        """(CPU seconds, wall seconds) of the finished pairs, faded over ``SHARE_S`` to the clock's now, and now."""
         cpu, wall, then = self._cpu_wall
-        fade = math.exp(-max(0.0, self.clock() - then) / self.SHARE_S)
-        return (cpu * fade + self.PRIOR_S * self.share) / (wall * fade + self.PRIOR_S)
+        now = self.clock()
+        fade = math.exp(-max(0.0, now - then) / self.SHARE_S)
+        return fade * cpu, fade * wall, now
 
     def share_drift(self, backend: str) -> float:
         """How much slower a worker runs now than while the rate of ``backend`` was learned: the share of
