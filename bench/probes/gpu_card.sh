@@ -14,6 +14,9 @@
 #          gates file under OUT/aa-state (a copy of bench/gates.toml); AA_STATE=DIR continues an earlier one
 #   eta    `conform --tier ci --budget ETA_BUDGET (4m30s) --jobs ETA_JOBS (4)`, then its ETA replayed
 #   host   the host CPU's GDN decode and prefill builds on cores 0,1 (DEC_LIMIT seconds for the decode)
+#   san    compute-sanitizer over our GPU backends' full tier (`make sanitize-gpu`, SAN_JOBS (8) workers;
+#          SAN_TOOL, SAN_BACKEND: its tools and backends, default all) into SAN_OUT (/tmp/san): the same
+#          SAN_OUT on a machine still warm continues the passes cut short; logs and records in OUT/san.tgz
 # GPU work runs on cores 2-15, so that host, run last, finds cores 0 and 1 idle.
 #   [TOTAL=S] bash bench/probes/gpu_card.sh OUT WHEELS [STEP ...]     (default steps: suite tq seg)
 OUT=${1:?usage: gpu_card.sh OUT WHEELS [STEP ...]}
@@ -67,7 +70,12 @@ for s in $STEPS; do
         bench.probes.gdn_prefill_builds --build ours=. --cpus 0,1 --rounds 2 --reps 5 --out /tmp/host/prefill" \
         > "$log" 2>&1
       tar czf "$OUT/host.tgz" -C /tmp host 2>/dev/null; tail -30 "$log";;
-    *) echo "unknown step $s (expected suite, tq, seg, aa, eta, host)";;
+    san)
+      d=${SAN_OUT:-/tmp/san}
+      make sanitize-gpu SAN_GPU_OUT="$d" SAN_GPU_TIME_LIMIT="$(( $(cap 100000) - 40 ))" SAN_GPU_TOOL="${SAN_TOOL:-}" \
+        SAN_GPU_BACKEND="${SAN_BACKEND:-}" SAN_GPU_CONFORM="--jobs ${SAN_JOBS:-8}" > "$log" 2>&1
+      echo "sanitize rc $?"; tar czf "$OUT/san.tgz" -C "$(dirname "$d")" "$(basename "$d")"; tail -25 "$log";;
+    *) echo "unknown step $s (expected suite, tq, seg, aa, eta, host, san)";;
   esac
 done
 echo "done at $(( $(date +%s) - T0 )) s"
