@@ -120,13 +120,19 @@ def test_a_pair_chosen_late_starts_only_where_it_fits_at_the_90th_percentile_of_
 
 
 def test_a_pairs_90th_percentile_is_the_runs_spread_above_its_expected_time():
-    """``pair_upper``: 1 before ``spread`` has pairs; exp(1.28 s) with overruns of spread s."""
+    """``pair_upper``: 1 before ``spread`` has pairs; exp(m + 1.28 s) with overruns of median m and
+    spread s, at least 1: pairs that all took a small part of their predictions (two groups far apart,
+    as a run's first pairs and those after the rates were learned) leave it at 1."""
     c = make_cell("toy", "scale", n=8, factor=1.0)
     est = estimate.Estimator([(c, toy("toy-good"))], jobs=1)
     assert est.pair_upper() == 1.0
-    est.overruns = [0.5, 1.0, 1.0, 2.0] * 4
-    q1, _, q3 = statistics.quantiles(sorted(math.log(x) for x in est.overruns), n=4)
-    assert est.pair_upper() == pytest.approx(math.exp(1.28 * (q3 - q1) / 1.349)) and est.pair_upper() > 1.5
+    for overruns, median in (([0.5, 1.0, 1.0, 2.0] * 4, 0.0), ([1.0, 2.0, 2.0, 4.0] * 4, math.log(2.0))):
+        est.overruns = overruns
+        q1, _, q3 = statistics.quantiles(sorted(math.log(x) for x in est.overruns), n=4)
+        assert est.pair_upper() == pytest.approx(math.exp(median + 1.28 * (q3 - q1) / 1.349))
+        assert est.pair_upper() > 1.5
+    est.overruns = [0.2] * 4 + [0.0012] * 8
+    assert est.spread() > 2.0 and est.pair_upper() == 1.0
 
 
 def test_the_eta_of_a_budgeted_run_counts_the_pairs_left_out_that_fit_before_the_deadline():
