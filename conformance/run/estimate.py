@@ -717,13 +717,16 @@ class Estimator:
         the interquartile range of their logarithms over 1.349 (a standard deviation, were they normal,
         not moved by a few compiles); 0 with fewer than ``MIN_SPREAD_PAIRS`` of them (an executor that
         does not say when its pairs start gives none)."""
-        quartiles = self._overrun_quartiles()
-        return 0.0 if quartiles is None else (quartiles[2] - quartiles[0]) / 1.349
+        return self._overrun_logs()[1]
 
-    def _overrun_quartiles(self) -> tuple[float, float, float] | None:
-        """The quartiles of the logarithms of ``overruns``; None with fewer than ``MIN_SPREAD_PAIRS``."""
+    def _overrun_logs(self) -> tuple[float, float]:
+        """(median, spread) of the logarithms of ``overruns`` (``spread``); (0, 0) with fewer than
+        ``MIN_SPREAD_PAIRS`` of them."""
         logs = sorted(math.log(x) for x in self.overruns if x > 0)
-        return None if len(logs) < self.MIN_SPREAD_PAIRS else tuple(statistics.quantiles(logs, n=4))
+        if len(logs) < self.MIN_SPREAD_PAIRS:
+            return 0.0, 0.0
+        q1, median, q3 = statistics.quantiles(logs, n=4)
+        return median, (q3 - q1) / 1.349
 
     def pair_upper(self) -> float:
         """The 90th percentile of one pair's time over its expected time, ``exp(median + UPPER_Z spread())``
@@ -733,8 +736,8 @@ class Estimator:
         second: the first at 0.2 of it, the next at 0.001-0.002), the spread of those two groups alone
         put the percentile at 60 and no left-out pair started. A pair chosen late starts only where it
         fits at this (``budget.next_late``), so that the deadline seldom stops one."""
-        quartiles = self._overrun_quartiles()
-        return 1.0 if quartiles is None else math.exp(max(0.0, quartiles[1] + self.UPPER_Z * self.spread()))
+        median, spread = self._overrun_logs()
+        return math.exp(max(0.0, median + self.UPPER_Z * spread))
 
     def upper_margin(self, pairs: list[tuple[Cell, registry.Backend]]) -> float:
         """The 90th percentile of the time of ``pairs`` over their expected time (``expected``), at least 1:
