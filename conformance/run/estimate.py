@@ -229,11 +229,15 @@ class Estimator:
     inputs and check, is a larger share of a small pair: in the saved GPU full tiers ``vllm-gdn``
     ran its quarter-second pairs at 1.2 to 2.1 times their price and its second-long ones at a
     third, ``triton-gdn`` on the H200 at 2.4 and 0.5). A class none of whose steady pairs has
-    finished takes its backend's rate; where it is larger than every class finished, the start
-    rate where that is lower (what the small pairs' excess says is their fixed cost, which a larger
-    pair pays a smaller share of; left to the backend's rate, a chain priced at a minute was
-    expected at three times that, held the ETA up to the end as the longest pair left, and took
-    two thirds of its price). A
+    finished takes its backend's rate, moved by the run's ``size_slope`` (how much faster or slower
+    a class runs than the one below it, learned from the backends with two classes finished: on the
+    first Zen the larger pairs ran at more of their prices, on the Zen 4 at less; the five committed
+    budgeted runs replayed, 2026-12-07, had a row more within 30% on two and none fewer); before the
+    run has a slope, where the class is larger than every class finished, the start rate where that
+    is lower (what the small pairs' excess says is their fixed cost, which a larger pair pays a
+    smaller share of; left to the backend's rate, a chain priced at a minute was expected at three
+    times that, held the ETA up to the end as the longest pair left, and took two thirds of its
+    price). A
     worker's first pair of a backend pays the backend's startup too (``startup_here``), once per worker (at most
     ``jobs`` of them in each of the run's ``stages``: a budgeted run's second stage starts its
     workers afresh, and on the 2-core machine its first pairs were a third of that stage's time).
@@ -313,6 +317,8 @@ class Estimator:
     SPREAD = (0.7, 1.4)   # the range before it settles: the prices' spread across runs of one machine
     UPPER_Z = 1.28   # ``upper_margin``: spreads above the mean, the 90th percentile of a normal error
     MIN_SPREAD_PAIRS = 8   # finished pairs ``spread`` needs
+    SLOPE_MIN_S = 0.2   # estimated seconds a size class's steady pairs need to count in ``size_slope``
+    SLOPE_CAP = 0.3   # ``size_slope`` at most this either way: a factor of 1.35 a class
 
     def __init__(self, pending: list[tuple[Cell, registry.Backend]], jobs: int, share: float = 1.0,
                  clock=time.monotonic, stages: list[list[tuple[Cell, registry.Backend]]] | None = None,
@@ -624,16 +630,48 @@ class Estimator:
         """(rate, estimated seconds it rests on) of the backend's pairs of one size class: its steady
         pairs of that class from the backend's prior (``_prior``), as the backend's rate; where none
         of the class has finished, the backend's rate (``_learned_rate``: its first pairs', then the
-        machine's), for a measured price at most the start rate where the class is larger than every
-        class finished (the class docstring says why)."""
+        machine's), and where other classes of the backend have finished, moved from their mean class
+        (weighed by estimated seconds) by the run's ``size_slope`` a class; before the run has one, for
+        a measured price at most the start rate where the class is larger than every class finished
+        (the class docstring says why)."""
         rate, weight = self._learned_rate(backend)
-        if (backend, size) not in self._class_sums:
-            seen = [k for bb, k in self._class_sums if bb == backend]
-            if seen and size > max(seen) and backend in measured_prices(self.machine):
-                return min(rate, self.start_rate), self.PRIOR_S
+        if (backend, size) in self._class_sums:
+            w, e = self._class_sums[backend, size]
+            return self._blend(backend, w, e), e + self._prior(backend)[0]
+        seen = {k: e for (b, k), (_, e) in self._class_sums.items() if b == backend and e > 0}
+        if not seen:
             return rate, weight
-        w, e = self._class_sums[backend, size]
-        return self._blend(backend, w, e), e + self._prior(backend)[0]
+        slope = self.size_slope()
+        if slope is not None:
+            mean = sum(k * e for k, e in seen.items()) / sum(seen.values())
+            return rate * math.exp(slope * (size - mean)), weight
+        if size > max(seen) and backend in measured_prices(self.machine):
+            return min(rate, self.start_rate), self.PRIOR_S
+        return rate, weight
+
+    def size_slope(self) -> float | None:
+        """How the rate changes from one size class to the next larger in this run: the slope of the
+        logarithm of the class rates (wall over estimate of their steady pairs) over the class, fitted
+        by least squares weighed by estimated seconds within each backend of two classes or more with
+        ``SLOPE_MIN_S`` each, pooled over those backends, at most ``SLOPE_CAP`` either way; None
+        before any backend has two such classes. Its sign is the machine's: a pair's fixed cost is a
+        smaller share of a larger pair, so larger classes ran at a smaller share of their prices on
+        the Zen 4 EPYC (0.15-0.53 of them), and at more of them on the first Zen (``cpu-scalar`` 2.4
+        to 9.3 from its smallest class to its largest), where a fixed correction would be wrong."""
+        by: dict[str, list[tuple[int, float, float]]] = {}
+        for (b, k), (w, e) in self._class_sums.items():
+            if e >= self.SLOPE_MIN_S and w > 0:
+                by.setdefault(b, []).append((k, math.log(w / e), e))
+        num = den = 0.0
+        for points in by.values():
+            if len(points) < 2:
+                continue
+            total = sum(e for _, _, e in points)
+            mk = sum(k * e for k, _, e in points) / total
+            my = sum(y * e for _, y, e in points) / total
+            num += sum(e * (k - mk) * (y - my) for k, y, e in points)
+            den += sum(e * (k - mk) ** 2 for k, _, e in points)
+        return max(-self.SLOPE_CAP, min(self.SLOPE_CAP, num / den)) if den > 0 else None
 
     def backend_rate(self, backend: str, size: int | None = None) -> float:
         """Seconds here per estimated second for ``backend`` (its pairs of ``size_class`` ``size``;

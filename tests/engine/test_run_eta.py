@@ -390,6 +390,40 @@ def test_a_size_class_larger_than_any_finished_goes_by_the_start_rate_where_the_
     assert fast.rate["a"] < 1.0 and fast.backend_rate("a", estimate.size_class(10.0)) == pytest.approx(fast.rate["a"])
 
 
+@pytest.mark.parametrize("ratio", [0.8, 1.25])
+def test_a_size_class_none_has_finished_goes_by_the_size_slope_the_run_has_learned(monkeypatch, ratio):
+    """Backend ``b``'s quarter-second pairs ran at twice their price and its 1-s pairs at ``2 * ratio``
+    (larger pairs cheaper per unit, as on the Zen 4 EPYC, or dearer, as on the first Zen): ``a``, whose
+    quarter-second pairs ran at 3 times theirs, has its 10-s pairs left, two classes up, expected at its
+    rate times ``ratio ** 2`` (with 1.25, above the start rate) and its 0.05-s pairs, two down, divided
+    by it; a slope past ``SLOPE_CAP`` is held there."""
+    monkeypatch.setattr(estimate, "measured_prices",
+                        lambda machine=None: {n: estimate.Price(work_s=0.05) for n in ("a", "b")})
+    monkeypatch.setattr(estimate, "prices_core_share", lambda: 1.0)
+    a, b = toy("a", 9.0), toy("b", 9.0)
+    tiny, small, medium, large = sized([1] * 2), sized([5] * 4), sized([20] * 2), sized([200] * 2)
+    pairs = [(c, a) for c in tiny + small + large] + [(c, b) for c in small + medium]
+    est = estimate.Estimator(pairs, jobs=1, share=1.0)
+    for c in small:
+        est.done(rec(c, "a", 0.75))
+    assert est.size_slope() is None   # one class of one backend: no slope yet
+    for c in small:
+        est.done(rec(c, "b", 0.5))
+    for c in medium:
+        est.done(rec(c, "b", 1.0 * 2 * ratio))
+    assert est.size_slope() == pytest.approx(math.log(ratio))
+    rate = est.rate["a"]
+    assert est.backend_rate("a", estimate.size_class(10.0)) == pytest.approx(rate * ratio ** 2)
+    assert est.backend_rate("a", estimate.size_class(0.05)) == pytest.approx(rate / ratio ** 2)
+    assert est.per_backend()["a"] == pytest.approx(2 * 0.05 * rate / ratio ** 2 + 2 * 10.0 * rate * ratio ** 2)
+    steep = estimate.Estimator(pairs, jobs=1, share=1.0)
+    for c in small:
+        steep.done(rec(c, "b", 0.5))
+    for c in medium:
+        steep.done(rec(c, "b", 1.0 * 2 * ratio ** 3))
+    assert steep.size_slope() == pytest.approx(math.copysign(estimate.Estimator.SLOPE_CAP, math.log(ratio)))
+
+
 def test_the_longest_pair_left_is_expected_at_its_own_size_classs_rate(by_work):
     """On 8 workers the run ends when its one 10-s pair left does: at the rate of the 10-s pair
     that finished at half its price, not at the backend's rate, raised by its small pairs at 8 times
