@@ -118,22 +118,41 @@ def use_prices(path: Path) -> None:
     a run estimated with the prices of its day: ``conformance.run.eta_replay``)."""
     global PRICES
     PRICES = Path(path)
-    for cached in (_prices_file, measured_prices, prices_core_share):
+    for cached in (_prices_file, measured_prices, prices_core_share, prices_loops_per_cpu_s):
         cached.cache_clear()
 
 
-def one_thread_share(seconds: float = 0.25) -> float:
-    """The share of a core one busy thread of this process gets now (CPU time over wall time of a
-    ``seconds`` spin): 1 on a machine with a core to spare, ``cores / (others + 1)`` on a busy one."""
-    wall0, cpu0 = time.monotonic(), time.process_time()
+def spin(seconds: float = 0.25) -> dict[str, float]:
+    """One busy thread of this process for ``seconds``: ``one_thread``, the share of a core it gets now
+    (CPU time over wall time: 1 on a machine with a core to spare, ``cores / (others + 1)`` on a busy
+    one), and ``loops_per_cpu_s``, how fast a core of this machine runs Python (loops of
+    ``sum(range(1000))`` per CPU second; ``core_slowness``)."""
+    wall0, cpu0, loops = time.monotonic(), time.process_time(), 0
     while time.monotonic() - wall0 < seconds:
         sum(range(1000))
-    return min(1.0, (time.process_time() - cpu0) / max(1e-9, time.monotonic() - wall0))
+        loops += 1
+    cpu, wall = time.process_time() - cpu0, max(1e-9, time.monotonic() - wall0)
+    return {"one_thread": round(min(1.0, cpu / wall), 3), "loops_per_cpu_s": round(loops / max(cpu, 1e-9))}
+
+
+@lru_cache(maxsize=1)
+def prices_loops_per_cpu_s() -> float | None:
+    """``spin``'s ``loops_per_cpu_s`` on the machines the prices were measured on (None: not known)."""
+    return _prices_file().get("measured", {}).get("loops_per_cpu_s")
+
+
+def core_slowness(load: dict | None) -> float:
+    """How many times the time of the prices' machine a CPU second's work takes here, before any pair
+    has run: the prices' ``loops_per_cpu_s`` over the one in ``load`` (``spin``, run.json); 1 where
+    either is not known. On the first Zen EPYC a run's pairs took 2.23 times their prices where the
+    share of a core alone said 1.5 (``start_rate``)."""
+    here, there = (load or {}).get("loops_per_cpu_s"), prices_loops_per_cpu_s()
+    return there / here if here and there else 1.0
 
 
 def core_share(load: dict | None, jobs: int) -> float:
     """The share of a core each of ``jobs`` workers can expect on a machine whose ``load`` (before the
-    run's own work: ``fingerprint.load_now`` plus ``one_thread`` from ``one_thread_share``) is as
+    run's own work: ``fingerprint.load_now`` plus ``one_thread`` from ``spin``) is as
     given: ``min(1, cores / (others + jobs))``, ``others`` the busy threads of other work, read from
     the spin's share where it fell short of a core (``cores / share - 1``), else from the load
     average (at most a core short of all); 1 when the load is not known."""
@@ -147,10 +166,10 @@ def core_share(load: dict | None, jobs: int) -> float:
     return min(1.0, cores / max(1e-9, others + max(1, jobs)))
 
 
-def start_rate(share: float) -> float:
+def start_rate(share: float, slowness: float = 1.0) -> float:
     """Seconds here per second at the prices before any pair has run: the prices' core share over
-    the ``share`` a worker can expect here."""
-    return prices_core_share() / max(share, 1e-3)
+    the ``share`` a worker can expect here, times the ``slowness`` of a core here (``core_slowness``)."""
+    return prices_core_share() / max(share, 1e-3) * slowness
 
 
 def price(backend: registry.Backend, machine: str | None = None) -> Price:
@@ -322,14 +341,14 @@ class Estimator:
 
     def __init__(self, pending: list[tuple[Cell, registry.Backend]], jobs: int, share: float = 1.0,
                  clock=time.monotonic, stages: list[list[tuple[Cell, registry.Backend]]] | None = None,
-                 machine: str | None = None, deadline: float | None = None):
+                 machine: str | None = None, deadline: float | None = None, slowness: float = 1.0):
         self.jobs = max(1, min(jobs, len(pending) or 1))
         self.machine = machine   # the prices of this kind of machine (``measured_prices``)
         self.deadline = deadline   # the clock's time by which a time budget ends the run (None: no budget)
         self.clock = clock
         self.running: dict[str, Running] = {}     # slot -> the pairs in flight there
         self.overruns: list[float] = []   # finished pairs' wall time over their prediction when they began
-        self.start_rate = start_rate(share)
+        self.start_rate = start_rate(share, slowness)   # ``slowness``: ``core_slowness``
         self.share = share   # the share of a core a worker was expected to get, which ``start_rate`` assumes
         self._cpu_wall = (0.0, 0.0, 0.0)   # (CPU s, wall s, clock) of finished pairs, forgotten over SHARE_S
         self._share_at: dict[str, tuple[float, float]] = {}   # backend -> (share * estimate, estimate), as _sums

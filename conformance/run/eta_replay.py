@@ -36,7 +36,7 @@ from pathlib import Path
 from conformance import registry
 from conformance.cells import Cell
 from conformance.run import estimate, pricing, run_queue
-from conformance.run.estimate import Estimator, core_share, hms, machine_kind, use_prices
+from conformance.run.estimate import Estimator, core_share, core_slowness, hms, machine_kind, use_prices
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,8 @@ class Sample:
 
 
 def replay(pairs: list[tuple[Cell, registry.Backend, dict]], jobs: int, share: float = 1.0, every: float = 30.0,
-           starts: bool = True, stage_sizes: list[int] | None = None, machine: str | None = None) -> list[Sample]:
+           starts: bool = True, stage_sizes: list[int] | None = None, machine: str | None = None,
+           slowness: float = 1.0) -> list[Sample]:
     """The ETA every ``every`` seconds of a run of ``pairs`` (cell, backend, its record with
     ``wall_s``), in the order the pool queued them, on ``jobs`` workers: consecutive pairs of one
     cell and one worker environment are an item, run in turn on the first worker free; ``starts``:
@@ -62,14 +63,14 @@ def replay(pairs: list[tuple[Cell, registry.Backend, dict]], jobs: int, share: f
     every pair left out and counts those that fit before the deadline, which the replay does not
     have; these are the ones that fitted), each joining the pairs left as it starts (``Estimator.add``).
     ``machine``: the kind whose prices to use (``estimate.machine_kind`` of the run's GPUs, as the
-    runner chose)."""
+    runner chose); ``slowness``: a core's there against the prices' (``estimate.core_slowness``)."""
     sizes = stage_sizes or [len(pairs)]
     bounds = [sum(sizes[:i]) for i in range(len(sizes) + 1)]
     stages = [pairs[a:b] for a, b in zip(bounds, bounds[1:])]
     now = [0.0]
     planned = [[(c, b) for c, b, r in st if not r.get("chosen_late")] for st in stages]
     est = Estimator([p for st in planned for p in st], jobs, share, clock=lambda: now[0], stages=planned,
-                    machine=machine)
+                    machine=machine, slowness=slowness)
     est.leave_out([(c, b) for c, b, r in pairs if r.get("chosen_late")])   # those the deadline let run
     events = []   # (time, 0 for an end / 1 for a new stage / 2 for a start, sequence, slot, cell, backend, record)
     begin = 0.0
@@ -159,10 +160,10 @@ def _print_replay(run_dir: Path, args: argparse.Namespace) -> None:
     """The replay of one run folder as ``main`` prints it."""
     pairs, info, sizes = run_queue.folder_pairs(run_dir)
     jobs = int(info.get("jobs") or 1)
-    share = core_share(info.get("load"), jobs)
+    share, slowness = core_share(info.get("load"), jobs), core_slowness(info.get("load"))
     machine = machine_kind(info.get("gpus"))
-    told = replay(pairs, jobs, share, args.every, starts=True, stage_sizes=sizes, machine=machine)
-    finished_only = replay(pairs, jobs, share, args.every, starts=False, stage_sizes=sizes, machine=machine)
+    told, finished_only = (replay(pairs, jobs, share, args.every, starts=starts, stage_sizes=sizes, machine=machine,
+                                  slowness=slowness) for starts in (True, False))
     head = f"{len(pairs)} pairs on {jobs} workers, replayed: {hms(told[0].left)}"
     counts = "within 30% from the first minute on: " + ", ".join(
         f"{name} {within(samples)}" for name, samples in (("finished pairs only", finished_only),

@@ -179,9 +179,20 @@ def fit_runs(run_dirs: list[Path], only: set | None = None, cache: dict | None =
 
 
 def _where(info: dict) -> dict:
+    loops = (info.get("load") or {}).get("loops_per_cpu_s")
     return {"tier": info["selection"]["tier"], "jobs": info.get("jobs"), "cpu": info["cpu"]["model"],
             "gpus": [g.get("name") for g in info.get("gpus") or []], "commit": info["git"]["commit"],
-            "started": info.get("started")}
+            "started": info.get("started"), **({"loops_per_cpu_s": loops} if loops else {})}
+
+
+def loops_per_cpu_s(runs: list[dict], old: dict | None) -> dict:
+    """``measured``'s ``loops_per_cpu_s`` (``estimate.spin``, ``estimate.core_slowness``): the median over
+    ``runs`` (``_where``) that recorded one, else the ``old`` file's, with its ``loops_note``; none where neither has one."""
+    seen = sorted(r["loops_per_cpu_s"] for r in runs if r.get("loops_per_cpu_s"))
+    if seen:
+        return {"loops_per_cpu_s": seen[len(seen) // 2], "loops_note": f"the median of {len(seen)} of the runs"}
+    kept = (old or {}).get("measured", {})
+    return {k: kept[k] for k in ("loops_per_cpu_s", "loops_note") if k in kept}
 
 
 def write_prices(path: Path, run_dirs: list[Path], note: str = "", only: set | None = None,
@@ -201,7 +212,8 @@ def write_prices(path: Path, run_dirs: list[Path], note: str = "", only: set | N
         note = f"{old['measured']['note']}; refit {', '.join(sorted(fitted))}: {note}"
     timed_by_cpu = all("run_core_share" in r for r in runs)
     records.dump_json(path, {
-        "measured": {"note": note, **({"core_share": 1.0} if timed_by_cpu else {}), "runs": runs},
+        "measured": {"note": note, **({"core_share": 1.0} if timed_by_cpu else {}), **loops_per_cpu_s(runs, old),
+                     "runs": runs},
         "backends": {n: prices[n] for n in sorted(prices)},
         "machines": {kind: {n: section[n] for n in sorted(section)} for kind, section in machines.items()}})
     return n_refit, n_records

@@ -25,7 +25,7 @@ from conformance.errors import RunStopped, UsageError
 from conformance.run import budget as time_budget
 from conformance.run import executors, hook_answers, records, schema
 from conformance.run.counts import count
-from conformance.run.estimate import (Estimator, cell_work, core_share, hms, machine_kind, one_thread_share,
+from conformance.run.estimate import (Estimator, cell_work, core_share, core_slowness, hms, machine_kind, spin,
                                       start_rate, work_budget)
 from conformance.run.inprocess import static_record
 from conformance.run.run_folder import (
@@ -240,8 +240,8 @@ def _run_locked(selection, cells, backends, out_dir, executor, *, resume, timeou
         info["previous_runs"] = [*old_info.get("previous_runs", []),
                                  {k: v for k, v in old_info.items() if k not in ("nodes", "previous_runs")}]
     if executor.name == "local":   # this machine's load before the run's own work: the ETA's first guess
-        info["load"] = {**fingerprint.load_now(), "one_thread": round(one_thread_share(), 3)}
-    share = core_share(info.get("load"), jobs)
+        info["load"] = {**fingerprint.load_now(), **spin()}
+    share, slowness = core_share(info.get("load"), jobs), core_slowness(info.get("load"))
     machine = machine_kind(info["gpus"])
     probes = executor.probes(backends)
     info["backends"] = {b.name: {"available": probes[b.name][0], "reason": probes[b.name][1],
@@ -260,14 +260,15 @@ def _run_locked(selection, cells, backends, out_dir, executor, *, resume, timeou
     stages = [todo]
     if time_limit is not None:
         chosen, left_out = time_budget.choose(
-            pairs, (time_limit.deadline - time.monotonic() - FINISH_S) / start_rate(share), jobs, machine)
+            pairs, (time_limit.deadline - time.monotonic() - FINISH_S) / start_rate(share, slowness), jobs, machine)
         # the first stage (each backend and op), then the rest, chosen again once the first has run
         stages = [by_cell(chosen[0] if chosen else []), by_cell([p for st in chosen[1:] for p in st])]
         pairs = [p for stage in chosen for p in stage]
         info["left_out"] = _left_out(left_out, time_limit, "did not fit the budget")
         write_run_json(run_path, info)
     estimator = Estimator(pairs, jobs, share, stages=[[(c, b) for c, bks in st for b in bks] for st in stages],
-                          machine=machine, deadline=time_limit.deadline if time_limit is not None else None)
+                          machine=machine, deadline=time_limit.deadline if time_limit is not None else None,
+                          slowness=slowness)
     estimator.learn({c.id: c for c in cells}, {b.name: b for b in backends}, old)
     estimator.leave_out(left_out)   # what slots gone idle take before the deadline counts in the ETA
     per = sorted(estimator.per_backend().items(), key=lambda kv: -kv[1])

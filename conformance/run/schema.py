@@ -102,7 +102,8 @@ RUN_INFO = Obj({
                       "per_backend": (Map(int), None), "ids": (List(List(str)), None),
                       "chosen_late": (int, None)}), None),
     "stage_starts": (List(int), None),   # a budgeted run: the queue position of each stage's first pair
-    "load": (Obj({"load_1m": (number, None), "cores": (int, None), "one_thread": (number, None)}), None),
+    "load": (Obj({"load_1m": (number, None), "cores": (int, None), "one_thread": (number, None),
+                  "loops_per_cpu_s": (number, None)}), None),
     "previous_runs": (List(Map(ANY)), None),   # the runs a --resume continued, oldest first
     "previous_run": (Map(ANY), None)})         # ... as folders written before that list kept it
 

@@ -135,6 +135,21 @@ def measured(monkeypatch):
     return toy("m", 99.0)   # its declared cost model is not used: it has a measured price
 
 
+def test_a_core_slower_than_the_prices_machines_raises_the_start_rate_by_the_ratio_of_their_python_loops(
+        measured, monkeypatch):
+    """The prices' machine ran 45,000 loops of ``spin`` a CPU second, this one 30,000: a CPU second of
+    work takes 1.5 of its price here before any pair has run, on top of the share of a core; not known
+    on either side, 1."""
+    monkeypatch.setattr(estimate, "prices_loops_per_cpu_s", lambda: 45000.0)
+    assert estimate.core_slowness({"loops_per_cpu_s": 30000}) == pytest.approx(1.5)
+    assert estimate.core_slowness({"load_1m": 0.1, "cores": 2}) == 1.0 and estimate.core_slowness(None) == 1.0
+    scale = make_cell("toy", "scale", n=1, factor=1.0)
+    slow = estimate.Estimator([(scale, measured)] * 10, jobs=1, share=1.0, slowness=1.5)
+    assert slow.start_rate == pytest.approx(0.25 * 1.5) and slow.remaining() == pytest.approx(10 * 2.0 * 0.25 * 1.5)
+    monkeypatch.setattr(estimate, "prices_loops_per_cpu_s", lambda: None)
+    assert estimate.core_slowness({"loops_per_cpu_s": 30000}) == 1.0
+
+
 def test_a_measured_price_is_per_op_and_scaled_to_this_machines_load_before_any_pair(measured):
     scale, other = make_cell("toy", "scale", n=1, factor=1.0), make_cell("toy", "other", n=1, factor=1.0)
     assert estimate.first_estimate(scale, measured) == 2.0 and estimate.first_estimate(other, measured) == 0.001
@@ -143,7 +158,8 @@ def test_a_measured_price_is_per_op_and_scaled_to_this_machines_load_before_any_
     # the spin got a third of a core: 5 busy threads of other work, whatever the (lagging) load average says
     assert estimate.core_share({"load_1m": 0.5, "cores": 2, "one_thread": 1 / 3}, jobs=1) == pytest.approx(2 / 6)
     assert estimate.core_share({"load_1m": 9.0, "cores": 2, "one_thread": 1.0}, jobs=2) == pytest.approx(2 / 3)
-    assert 0 < estimate.one_thread_share(0.05) <= 1
+    spun = estimate.spin(0.05)
+    assert 0 < spun["one_thread"] <= 1 and spun["loops_per_cpu_s"] > 0
     quiet = estimate.Estimator([(scale, measured)] * 10, jobs=1, share=1.0)
     busy = estimate.Estimator([(scale, measured)] * 10, jobs=1, share=0.25)
     assert quiet.remaining() == pytest.approx(5.0) and busy.remaining() == pytest.approx(20.0)

@@ -443,7 +443,8 @@ def test_a_machine_kind_takes_the_prices_fitted_on_its_own_runs_and_sharding_the
     """``m`` took 1 s a pair on a GPU machine and 0.05 s on a CPU machine: pricing writes each
     kind's fit beside the fit of both, and a run on a CPU machine is estimated at 0.05 s a pair;
     without a kind (``selection.cost_shard``, the same on every machine) and on a kind whose runs
-    lack the backend, the fit of both."""
+    lack the backend, the fit of both. The GPU machine's run recorded its ``spin`` loops: the file keeps
+    them for ``core_slowness``, and a refit from runs without keeps the old file's."""
     import json
 
     from conformance.run import pricing
@@ -451,7 +452,7 @@ def test_a_machine_kind_takes_the_prices_fitted_on_its_own_runs_and_sharding_the
     cs = cells(6)
     by_dir = {str(tmp_path / kind): ({"selection": {"tier": "ci"}, "jobs": 1, "cpu": {"model": "x", "cores": 2},
                                       "gpus": [{"name": "G"}] if kind == "gpu" else [], "git": {"commit": "c"},
-                                      "started": "now"},
+                                      "started": "now", "load": {"loops_per_cpu_s": 40000} if kind == "gpu" else {}},
                                      [{"id": c.id, "backend": "m", "status": "pass", "wall_s": wall, "cpu_s": wall}
                                       for c in cs], {c.id: c for c in cs}, set())
               for kind, wall in (("gpu", 1.0), ("cpu", 0.05))}
@@ -463,6 +464,11 @@ def test_a_machine_kind_takes_the_prices_fitted_on_its_own_runs_and_sharding_the
     written = json.loads(prices.read_text())
     assert written["backends"]["m"]["pair_s"] == pytest.approx(0.525)
     assert {k: s["m"]["pair_s"] for k, s in written["machines"].items()} == pytest.approx({"gpu": 1.0, "cpu": 0.05})
+    assert written["measured"]["loops_per_cpu_s"] == 40000
+    measured_by_hand = {**written["measured"], "runs": [{k: v for k, v in r.items() if k != "loops_per_cpu_s"}
+                                                        for r in written["measured"]["runs"]]}
+    pricing.write_prices(tmp_path / "refit.json", [tmp_path / "cpu"], only={"m"}, old={**written, "measured": measured_by_hand})
+    assert json.loads((tmp_path / "refit.json").read_text())["measured"]["loops_per_cpu_s"] == 40000
     written["machines"]["gpu"] = {}   # a kind whose runs lack the backend
     prices.write_text(json.dumps(written))
     before = estimate.PRICES
@@ -472,6 +478,7 @@ def test_a_machine_kind_takes_the_prices_fitted_on_its_own_runs_and_sharding_the
         assert estimate.first_estimate(cs[0], m, "cpu") == pytest.approx(0.05)
         assert estimate.first_estimate(cs[0], m) == estimate.first_estimate(cs[0], m, "gpu") == pytest.approx(0.525)
         assert estimate.Estimator([(c, m) for c in cs], jobs=1, machine="cpu").work_left() == pytest.approx(0.3)
+        assert estimate.core_slowness({"loops_per_cpu_s": 20000}) == pytest.approx(2.0)
     finally:
         estimate.use_prices(before)
 
