@@ -2,6 +2,7 @@
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -59,6 +60,26 @@ def test_a_folder_in_use_is_refused_and_the_lock_of_a_killed_run_is_taken_over(t
     rc, _, err = main(capsys, *SMOKE, "--backend", "toy-hang", "--timeout", "1", "--out", tmp_path, "--resume")
     assert f"stale lock of pid {first.pid}" in err and not lock.exists()
     assert rc == 1 and len(recs(tmp_path)) == 3
+
+
+def test_the_lock_of_a_run_left_a_zombie_is_taken_over(tmp_path):
+    """A run killed whose parent never reaps it (a container's first process that does not) stays a
+    zombie: its pid exists, but it runs no more, and its lock is stale."""
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])   # exits at once; not waited for: a zombie
+    try:
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{gone.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        (tmp_path / run_folder.LOCK_NAME).write_text(json.dumps({"pid": gone.pid, "host": socket.gethostname()}))
+        warned = []
+        lock = run_folder.acquire_lock(tmp_path, warned.append)
+        assert json.loads(lock.read_text())["pid"] == os.getpid()
+        assert warned == [f"{lock}: stale lock of pid {gone.pid} (no longer running); taking it over"]
+        run_folder.release_lock(lock)
+    finally:
+        gone.wait()
+    assert run_folder._pid_alive(os.getpid())
 
 
 def test_a_lock_from_another_host_is_not_taken_over(tmp_path, capsys):
