@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from conformance.run import records
+from conformance.run.run_folder import pid_running
 
 TOOLS = ("memcheck", "racecheck")
 # Every GPU backend of ours, and where racecheck runs: the kernels that use shared memory (Triton
@@ -208,22 +209,67 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_until(cmd: list[str], end: float) -> int | None:
     """Run ``cmd`` in its own process group until it exits (its status) or until ``end`` (monotonic
-    seconds): then the group is interrupted (SIGINT, as Ctrl-C: conform keeps its records), killed
-    30 s later if still there, and None is returned."""
+    seconds): then it is stopped (``stop``) and None is returned."""
     # SIGINT at its default in the child: a process started from a background job inherits it ignored, and
-    # the interrupt below would then wait out its 30 s
+    # the interrupt below would then wait out its grace
     proc = subprocess.Popen(cmd, start_new_session=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         return proc.wait(timeout=None if end == float("inf") else max(0.0, end - time.monotonic()))
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGINT)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop(proc)
         return None
+
+
+STOP_GRACE_S = 30.0   # seconds an interrupted pass has to write its last records before it is killed
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """Interrupt ``proc``'s process group and every process below it that left the group (SIGINT, as
+    Ctrl-C: conform keeps its records), and kill those still there ``STOP_GRACE_S`` later: a process
+    left running holds its run folder's lock, and the same command could not continue the pass (on the
+    GPU machine a pass stopped at its time limit still held its folder when the next command came)."""
+    escaped = {pid for pid in descendants(proc.pid) if _group(pid) != proc.pid}
+    _signal(proc.pid, escaped, signal.SIGINT)
+    deadline = time.monotonic() + STOP_GRACE_S
+    while time.monotonic() < deadline and (proc.poll() is None or any(map(pid_running, escaped))):
+        time.sleep(0.1)
+    _signal(proc.pid, escaped, signal.SIGKILL)
+    proc.wait()
+
+
+def descendants(pid: int) -> set[int]:
+    """The pids of the processes below ``pid`` now, read from ``/proc`` (none where it is not readable)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        children.setdefault(int(text[text.rfind(")") + 2:].split()[1]), []).append(int(stat.parent.name))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def _group(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return None
+
+
+def _signal(group: int, pids: set[int], sig: int) -> None:
+    """Send ``sig`` to process group ``group`` and to each of ``pids``, those gone skipped."""
+    for send, target in ((os.killpg, group), *((os.kill, pid) for pid in sorted(pids))):
+        try:
+            send(target, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ RESERVE_NAME = ".kernel-lab.reserve"
 RESERVE_BYTES = 64 << 10   # run.json is written whole beside the old one before it replaces it
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_running(pid: int) -> bool:
     """The process ``pid`` of this host is running: it exists and, where ``/proc`` says, is not a zombie
     (a run killed in a container whose first process does not reap its orphans stays one, and its
     lock would hold the folder for good)."""
@@ -70,7 +70,7 @@ def acquire_lock(out_dir: Path, warn) -> Path:
             if owner_host != host:
                 raise UsageError(f"--out {out_dir} is in use by pid {pid} on host {owner_host} (lock {path}); "
                                  "choose another --out, or remove the lock if that run is gone")
-            if _pid_alive(pid):
+            if pid_running(pid):
                 raise UsageError(f"--out {out_dir} is in use by pid {pid} on this host since "
                                  f"{owner.get('started', '?')} (lock {path}); wait for it or choose another --out")
             warn(f"{path}: stale lock of pid {pid} (no longer running); taking it over")

@@ -140,3 +140,30 @@ def test_a_pass_past_the_time_limit_is_interrupted():
     assert gs.run_until([sys.executable, "-c", "import time; time.sleep(60)"], start + 1.0) is None
     assert time.monotonic() - start < 20
     assert gs.run_until([sys.executable, "-c", "raise SystemExit(3)"], float("inf")) == 3
+
+
+@pytest.mark.parametrize("ignores_interrupt", [False, True])
+def test_a_pass_stopped_at_the_time_limit_leaves_no_process_that_left_its_group(tmp_path, monkeypatch,
+                                                                               ignores_interrupt):
+    """The pass's process starts a child in a session of its own (outside the group the stop signals,
+    as a sanitizer may run its target) and sleeps: the stop reaches the child too, by its interrupt or,
+    where it ignores it, by a kill after the grace; none is left to hold the run folder."""
+    import time
+
+    from conformance.run import run_folder
+
+    monkeypatch.setattr(gs, "STOP_GRACE_S", 1.0)
+    pid_file = tmp_path / "child.pid"
+    child = ("import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(60)" if ignores_interrupt
+             else "import time; time.sleep(60)")
+    parent = (f"import subprocess, sys, time; c = subprocess.Popen([sys.executable, '-c', {child!r}], "
+              f"start_new_session=True); open({str(pid_file)!r}, 'w').write(str(c.pid)); time.sleep(60)")
+    start = time.monotonic()
+    assert gs.run_until([sys.executable, "-c", parent], start + 3.0) is None
+    pid = int(pid_file.read_text())
+    deadline = time.monotonic() + 10
+    while run_folder.pid_running(pid) and time.monotonic() < deadline:   # a kill lands within moments
+        time.sleep(0.05)
+    assert not run_folder.pid_running(pid)
+    assert time.monotonic() - start < 20
+

@@ -79,7 +79,7 @@ def test_the_lock_of_a_run_left_a_zombie_is_taken_over(tmp_path):
         run_folder.release_lock(lock)
     finally:
         gone.wait()
-    assert run_folder._pid_alive(os.getpid())
+    assert run_folder.pid_running(os.getpid())
 
 
 def test_a_lock_from_another_host_is_not_taken_over(tmp_path, capsys):
