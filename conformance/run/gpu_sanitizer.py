@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from conformance.run import records
-from conformance.run.run_folder import pid_running
+from conformance.run.processes import descendants, pid_running
 
 TOOLS = ("memcheck", "racecheck")
 # Every GPU backend of ours, and where racecheck runs: the kernels that use shared memory (Triton
@@ -236,24 +236,6 @@ def stop(proc: subprocess.Popen) -> None:
         time.sleep(0.1)
     _signal(proc.pid, escaped, signal.SIGKILL)
     proc.wait()
-
-
-def descendants(pid: int) -> set[int]:
-    """The pids of the processes below ``pid`` now, read from ``/proc`` (none where it is not readable)."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            text = stat.read_text()
-        except OSError:
-            continue
-        children.setdefault(int(text[text.rfind(")") + 2:].split()[1]), []).append(int(stat.parent.name))
-    found, todo = set(), [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
 
 
 def _group(pid: int) -> int | None:

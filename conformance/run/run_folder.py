@@ -15,28 +15,12 @@ from pathlib import Path
 
 from conformance.errors import RunStopped, UsageError
 from conformance.run import records, schema
+from conformance.run.processes import pid_running
 from conformance.run.selection import selection_differences
 
 LOCK_NAME = ".kernel-lab.lock"
 RESERVE_NAME = ".kernel-lab.reserve"
 RESERVE_BYTES = 64 << 10   # run.json is written whole beside the old one before it replaces it
-
-
-def pid_running(pid: int) -> bool:
-    """The process ``pid`` of this host is running: it exists and, where ``/proc`` says, is not a zombie
-    (a run killed in a container whose first process does not reap its orphans stays one, and its
-    lock would hold the folder for good)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat[stat.rfind(")") + 2:][:1] != "Z"   # the state follows the parenthesised command name
 
 
 def acquire_lock(out_dir: Path, warn) -> Path:

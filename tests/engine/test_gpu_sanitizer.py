@@ -150,7 +150,7 @@ def test_a_pass_stopped_at_the_time_limit_leaves_no_process_that_left_its_group(
     where it ignores it, by a kill after the grace; none is left to hold the run folder."""
     import time
 
-    from conformance.run import run_folder
+    from conformance.run import processes
 
     monkeypatch.setattr(gs, "STOP_GRACE_S", 1.0)
     pid_file = tmp_path / "child.pid"
@@ -162,8 +162,8 @@ def test_a_pass_stopped_at_the_time_limit_leaves_no_process_that_left_its_group(
     assert gs.run_until([sys.executable, "-c", parent], start + 3.0) is None
     pid = int(pid_file.read_text())
     deadline = time.monotonic() + 10
-    while run_folder.pid_running(pid) and time.monotonic() < deadline:   # a kill lands within moments
+    while processes.pid_running(pid) and time.monotonic() < deadline:   # a kill lands within moments
         time.sleep(0.05)
-    assert not run_folder.pid_running(pid)
+    assert not processes.pid_running(pid)
     assert time.monotonic() - start < 20
 

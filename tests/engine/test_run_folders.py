@@ -13,7 +13,7 @@ import pytest
 from conformance.cells import make_cell
 from conformance.errors import UsageError
 from conformance.registry import Backend
-from conformance.run import estimate, records, run_folder, selection
+from conformance.run import estimate, processes, records, run_folder, selection
 from conformance.run.counts import count
 from kernel_lab import cli
 from tests.cli_in_process import main, one_error_line
@@ -79,7 +79,7 @@ def test_the_lock_of_a_run_left_a_zombie_is_taken_over(tmp_path):
         run_folder.release_lock(lock)
     finally:
         gone.wait()
-    assert run_folder.pid_running(os.getpid())
+    assert processes.pid_running(os.getpid())
 
 
 def test_a_lock_from_another_host_is_not_taken_over(tmp_path, capsys):
