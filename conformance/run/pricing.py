@@ -187,7 +187,8 @@ def _where(info: dict) -> dict:
 
 def loops_per_cpu_s(runs: list[dict], old: dict | None) -> dict:
     """``measured``'s ``loops_per_cpu_s`` (``estimate.spin``, ``estimate.core_slowness``): the median over
-    ``runs`` (``_where``) that recorded one, else the ``old`` file's, with its ``loops_note``; none where neither has one."""
+    ``runs`` (``_where``) that recorded one, else the ``old`` file's, with its ``loops_note``; none where
+    neither has one."""
     seen = sorted(r["loops_per_cpu_s"] for r in runs if r.get("loops_per_cpu_s"))
     if seen:
         return {"loops_per_cpu_s": seen[len(seen) // 2], "loops_note": f"the median of {len(seen)} of the runs"}

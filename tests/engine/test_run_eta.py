@@ -467,7 +467,8 @@ def test_a_machine_kind_takes_the_prices_fitted_on_its_own_runs_and_sharding_the
     assert written["measured"]["loops_per_cpu_s"] == 40000
     measured_by_hand = {**written["measured"], "runs": [{k: v for k, v in r.items() if k != "loops_per_cpu_s"}
                                                         for r in written["measured"]["runs"]]}
-    pricing.write_prices(tmp_path / "refit.json", [tmp_path / "cpu"], only={"m"}, old={**written, "measured": measured_by_hand})
+    pricing.write_prices(tmp_path / "refit.json", [tmp_path / "cpu"], only={"m"},
+                         old={**written, "measured": measured_by_hand})
     assert json.loads((tmp_path / "refit.json").read_text())["measured"]["loops_per_cpu_s"] == 40000
     written["machines"]["gpu"] = {}   # a kind whose runs lack the backend
     prices.write_text(json.dumps(written))
