@@ -1,13 +1,15 @@
-"""Processes of this host as ``/proc`` shows them: whether one is running, and those below one."""
+"""Processes of this host as ``/proc`` shows them: whether one is running, when it started, and
+those below one."""
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
 
-def _stat_fields(stat: str) -> list[str]:
-    """The fields of a ``/proc/PID/stat`` line after the parenthesised command name (which may hold
-    spaces): the state first, then the parent's pid."""
+def _stat_fields(pid: int) -> list[str]:
+    """The fields of ``/proc/PID/stat`` after the parenthesised command name (which may hold spaces):
+    the state first; raises OSError where the process is gone."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
     return stat[stat.rfind(")") + 2:].split()
 
 
@@ -22,24 +24,33 @@ def pid_running(pid: int) -> bool:
     except PermissionError:
         return True
     try:
-        return _stat_fields(Path(f"/proc/{pid}/stat").read_text())[0] != "Z"
+        return _stat_fields(pid)[0] != "Z"
     except OSError:
         return True
 
 
-def descendants(pid: int) -> set[int]:
-    """The pids of the processes below ``pid`` now, read from ``/proc`` (none where it is not readable)."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            parent = int(_stat_fields(stat.read_text())[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(parent, []).append(int(stat.parent.name))
-    found, todo = set(), [pid]
+def started_at(pid: int) -> str | None:
+    """The start time of process ``pid`` (field 22 of /proc/PID/stat), None when it is gone."""
+    try:
+        return _stat_fields(pid)[19]
+    except (OSError, IndexError):
+        return None
+
+
+def descendants(pid: int) -> dict[int, str]:
+    """Every living descendant of ``pid``: pid -> its start time (tells a reused pid apart)."""
+    out: dict[int, str] = {}
+    todo = [pid]
     while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
+        parent = todo.pop()
+        for task in Path(f"/proc/{parent}/task").glob("*"):
+            try:
+                children = [int(c) for c in (task / "children").read_text().split()]
+            except OSError:
+                continue
+            for child in children:
+                started = started_at(child)
+                if started is not None and child not in out:
+                    out[child] = started
+                    todo.append(child)
+    return out

@@ -26,6 +26,7 @@ from conformance.cells import Cell
 from conformance.errors import UsageError
 from conformance.run import spawn
 from conformance.run.node_report import CLASS_ENV
+from conformance.run.processes import descendants, started_at
 from conformance.run.remote import RemoteSlot, SlotLost
 from conformance.run.slot_host import SlotHost
 
@@ -87,33 +88,6 @@ def _undo_thread_limit() -> None:
         os.environ.pop("OMP_NUM_THREADS", None)
 
 
-def _started(pid: int) -> str | None:
-    """The start time of process ``pid`` (field 22 of /proc/PID/stat), None when it is gone."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
-
-
-def descendants(pid: int) -> dict[int, str]:
-    """Every living descendant of ``pid``: pid -> its start time (tells a reused pid apart)."""
-    out: dict[int, str] = {}
-    todo = [pid]
-    while todo:
-        parent = todo.pop()
-        for task in Path(f"/proc/{parent}/task").glob("*"):
-            try:
-                children = [int(c) for c in (task / "children").read_text().split()]
-            except OSError:
-                continue
-            for child in children:
-                started = _started(child)
-                if started is not None and child not in out:
-                    out[child] = started
-                    todo.append(child)
-    return out
-
-
 def _reap(conn) -> None:
     """The reaper: takes {pid: start time} lists; on None it ends (the driver closed Ray itself), on
     the pipe's end (the driver died) it kills each listed process that is still the one listed."""
@@ -128,7 +102,7 @@ def _reap(conn) -> None:
             return
         listed.update(msg)
     for pid, started in listed.items():
-        if _started(pid) == started:
+        if started_at(pid) == started:
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:

@@ -214,7 +214,7 @@ def test_the_only_slot_killed_leaves_the_pairs_never_started_unrecorded_and_resu
 
 
 def test_no_ray_process_outlives_a_driver_killed_with_sigkill_that_started_its_own_ray(tmp_path):
-    from conformance.run.ray_executor import descendants
+    from conformance.run.processes import descendants
 
     out = tmp_path / "o"
     proc = subprocess.Popen([sys.executable, "-m", "kernel_lab", *CI, "--backend", "toy-hang", "--out", str(out),
