@@ -7,6 +7,15 @@ run folder ``OUT/T-B/`` with the sanitizer's log beside the records (``sanitizer
 sanitizer session: a pass continued with ``--resume`` adds one). One backend a pass makes the log's
 errors that backend's. A pass whose folder holds records continues with ``--resume``.
 
+The cells that call their op more than ``LONG_CALLS`` times (decode chains of thousands of steps)
+are left out of their backend's pass and checked in a pass of their own, ``OUT/T-B-long/``: each
+alone in its worker (a process of its own, which the sanitizer follows with a launch count of its
+own), under ``--launch-count CHECKED_LAUNCHES``, so that each worker's first launches are checked and
+the rest run at full speed (with every launch instrumented, the full tier's 4,096- and 16,384-step
+chains ran past a device call's ten minutes). A chain's later calls launch the same kernels on the same
+grid at the same state slots as its first ones; what they add, the state's values, is the conformance
+check's to judge. A ``--filter`` among the conform options selects the cells of both passes.
+
 A pair's record turns ``error`` when the worker's output holds a sanitizer report (``report_in``,
 called by the worker), as a C++ sanitizer's report makes a ``crash`` under ``make sanitize``; memcheck
 also destroys the CUDA context on a precise error (its default), so the kernel's call fails and the
@@ -33,6 +42,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from conformance.errors import UsageError
 from conformance.run import records
 from conformance.run.processes import descendants, pid_running
 
@@ -81,38 +91,100 @@ def count_errors(text: str) -> int:
     return max(summed, reports)
 
 
+LONG_CALLS = 256         # a cell calling its op more often (the ci tier's chains: 256 calls) gets a pass of its own,
+CHECKED_LAUNCHES = 256   # which checks this many of its worker's first kernel launches
+
+
 @dataclass(frozen=True)
 class Pass:
+    """One compute-sanitizer session over ``kernel-lab conform`` of one backend (of ``family``/``op``
+    where set), its cells chosen by ``filter`` (a ``--filter`` regular expression, None: all); ``long``:
+    the number of long cells (``LONG_CALLS``) the pass checks, each in a worker of its own on its first
+    launches (0: a pass of every other cell)."""
     tool: str
     backend: str
     family: str | None = None
     op: str | None = None
+    filter: str | None = None
+    long: int = 0
 
     @property
     def name(self) -> str:
-        return f"{self.tool}-{self.backend}"
+        return f"{self.tool}-{self.backend}" + ("-long" if self.long else "")
 
 
-def passes(tools: tuple[str, ...] = TOOLS, backends: tuple[str, ...] = SANITIZED) -> list[Pass]:
-    """memcheck on each backend, racecheck on each that uses shared memory (its ops only)."""
-    out = [Pass("memcheck", b) for b in backends if "memcheck" in tools]
-    for b in backends:
-        if "racecheck" in tools and b in RACECHECK:
-            out.append(Pass("racecheck", b, *(RACECHECK[b] or (None, None))))
+def cell_ids(backend: str, tier: str, family: str | None = None, op: str | None = None,
+             pattern: str | None = None) -> tuple[list[str], list[str]]:
+    """(ids of the tier's cells of ``family``/``op`` that ``pattern`` matches (None: all), those of them
+    of the backend's ops that call their op more than ``LONG_CALLS`` times)."""
+    # here, not at the top: a worker imports this module for ``report_in`` and needs none of these
+    from conformance import registry
+    from conformance.run.estimate import cell_calls
+    from conformance.run.selection import select_cells
+
+    ops = registry.get(backend).ops
+    cells = select_cells(tier, family, op, pattern)
+    return [c.id for c in cells], [c.id for c in cells if c.op in ops.get(c.family, ()) and cell_calls(c) > LONG_CALLS]
+
+
+def but(ids: list[str], pattern: str | None = None) -> str | None:
+    """A ``--filter`` that matches what ``pattern`` (None: every id) matches except the ``ids``."""
+    if not ids:
+        return pattern
+    rest = f"(?=.*?(?:{pattern}))" if pattern else ""
+    return f"^(?!(?:{'|'.join(map(re.escape, ids))})$){rest}"
+
+
+def passes(tools: tuple[str, ...] = TOOLS, backends: tuple[str, ...] = SANITIZED, tier: str = "full",
+           pattern: str | None = None) -> list[Pass]:
+    """memcheck on each backend, racecheck on each that uses shared memory (its ops only), each over the
+    tier's cells that ``pattern`` matches (None: all) but the long ones (``cell_ids``), and after it a
+    pass of the long ones; a pass that would select no cell is left out."""
+    scopes = [("memcheck", b, None, None) for b in backends if "memcheck" in tools]
+    scopes += [("racecheck", b, *(RACECHECK[b] or (None, None))) for b in backends
+               if "racecheck" in tools and b in RACECHECK]
+    out = []
+    for tool, b, family, op in scopes:
+        ids, long = cell_ids(b, tier, family, op, pattern)
+        if len(ids) > len(long):
+            out.append(Pass(tool, b, family, op, but(long, pattern)))
+        if long:
+            out.append(Pass(tool, b, family, op, f"^(?:{'|'.join(map(re.escape, long))})$", len(long)))
     return out
+
+
+def conform_filter(options: list[str]) -> tuple[str | None, list[str]]:
+    """(the ``--filter`` among ``kernel-lab conform`` options, the other options): the passes fold it
+    into their own filters."""
+    pattern, rest, i = None, [], 0
+    while i < len(options):
+        if options[i] == "--filter" and i + 1 < len(options):
+            pattern, i = options[i + 1], i + 2
+            continue
+        if options[i].startswith("--filter="):
+            pattern = options[i].split("=", 1)[1]
+        else:
+            rest.append(options[i])
+        i += 1
+    return pattern, rest
 
 
 def command(p: Pass, out: Path, tier: str, extra: list[str] = (), sanitizer: str = "compute-sanitizer",
             python: str = sys.executable) -> list[str]:
-    """The command line of one pass: ``kernel-lab conform`` of the backend (its family and op when
-    the pass names them) into ``out``, under compute-sanitizer with every child process followed and
-    its log in ``out``; ``--resume`` when ``out`` already holds records."""
+    """The command line of one pass: ``kernel-lab conform`` of the backend (its family, op and filter
+    when the pass names them) into ``out``, under compute-sanitizer with every child process followed and
+    its log in ``out``; ``--resume`` when ``out`` already holds records. The long cells' pass: a worker
+    per cell (the pool hands each worker one item at the start), its first ``CHECKED_LAUNCHES`` launches
+    checked. ``extra``: more conform options (no ``--filter``:
+    ``conform_filter`` takes it out for ``passes``)."""
     conform = [python, "-m", "kernel_lab", "conform", "--tier", tier, "--backend", p.backend, "--out", str(out)]
     conform += ["--family", p.family] if p.family else []
     conform += ["--op", p.op] if p.op else []
+    conform += ["--filter", p.filter] if p.filter else []
     conform += ["--resume"] if (out / "cells.jsonl").exists() else []
-    return [sanitizer, "--tool", p.tool, "--target-processes", "all", "--require-cuda-init", "no",
-            "--log-file", str(out / LOG), *conform, *extra]
+    launches = ["--launch-count", str(CHECKED_LAUNCHES)] if p.long else []
+    return [sanitizer, "--tool", p.tool, "--target-processes", "all", "--require-cuda-init", "no", *launches,
+            "--log-file", str(out / LOG), *conform, *extra, *(["--jobs", str(p.long)] if p.long else [])]
 
 
 @dataclass
@@ -146,7 +218,8 @@ def outcome(p: Pass, out: Path, returncode: int) -> Outcome:
     logs = sorted(out.glob(LOG.replace("%p", "*")))
     texts = [log.read_text(errors="replace") for log in logs]
     first = next((r for r in map(report_in, texts) if r), None)
-    return Outcome(p.name, p.backend, p.tool, returncode, statuses, sum(map(count_errors, texts)), first,
+    tool = f"{p.tool}, first {CHECKED_LAUNCHES} launches" if p.long else p.tool
+    return Outcome(p.name, p.backend, tool, returncode, statuses, sum(map(count_errors, texts)), first,
                    [str(log) for log in logs])
 
 
@@ -187,15 +260,24 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpu_sanitizer: error: --time-limit {args.time_limit}: expected a positive number of seconds",
               file=sys.stderr)
         return 2
+    pattern, conform_options = conform_filter(args.conform_options)
+    try:
+        todo = passes(tools, backends, args.tier, pattern)
+    except UsageError as exc:   # an unknown tier, a --filter that is no regular expression
+        print(f"gpu_sanitizer: error: {exc}", file=sys.stderr)
+        return 2
+    if not todo:
+        print(f"gpu_sanitizer: error: --filter {pattern}: matches no cell of the {args.tier} tier", file=sys.stderr)
+        return 2
     end = time.monotonic() + (args.time_limit if args.time_limit is not None else float("inf"))
     outcomes, cut = [], []
-    for p in passes(tools, backends):
+    for p in todo:
         if time.monotonic() >= end:
             cut.append(p.name)
             continue
         out = Path(args.out) / p.name
         out.mkdir(parents=True, exist_ok=True)
-        cmd = command(p, out, args.tier, args.conform_options, args.sanitizer)
+        cmd = command(p, out, args.tier, conform_options, args.sanitizer)
         print("$ " + " ".join(cmd), flush=True)
         returncode = run_until(cmd, end)
         if returncode is None:

@@ -41,8 +41,10 @@ def test_every_gpu_backend_is_sanitized_or_says_why_not():
 
 def test_passes_and_their_command_lines(tmp_path):
     ps = gs.passes()
-    assert [p.name for p in ps if p.tool == "memcheck"] == [f"memcheck-{b}" for b in gs.SANITIZED]
+    assert [p.name for p in ps if p.tool == "memcheck" and not p.long] == [f"memcheck-{b}" for b in gs.SANITIZED]
     assert {p.backend for p in ps if p.tool == "racecheck"} == set(gs.RACECHECK)
+    assert [p.name for p in ps if p.long] == ["memcheck-triton-gdn-long", "memcheck-triton-gdn-sm90-long",
+                                              "racecheck-triton-gdn-sm90-long"]
     gdn = next(p for p in ps if p.name == "racecheck-triton-gdn")
     out = tmp_path / gdn.name
     assert gs.command(gdn, out, "full", ["--jobs", "2"], python="python3") == [
@@ -55,6 +57,31 @@ def test_passes_and_their_command_lines(tmp_path):
     mem = gs.command(gs.Pass("memcheck", "triton-sm90"), tmp_path / "m", "full")
     assert mem[:3] == ["compute-sanitizer", "--tool", "memcheck"] and "--family" not in mem and "--resume" not in mem
     assert gs.passes(("racecheck",), ("triton", "triton-sm90")) == [gs.Pass("racecheck", "triton-sm90")]
+
+
+def test_long_chains_are_checked_apart_each_in_a_worker_on_its_first_launches(tmp_path):
+    from conformance.run.estimate import cell_calls
+    from conformance.run.selection import select_cells
+
+    tier = {c.id: c for c in select_cells("full")}
+    main, long = gs.passes(("racecheck",), ("triton-gdn-sm90",))
+    ids = lambda p: {c.id for c in select_cells("full", pattern=p.filter)}  # noqa: E731
+    assert (main.name, long.name) == ("racecheck-triton-gdn-sm90", "racecheck-triton-gdn-sm90-long")
+    chains = ids(long)
+    assert len(chains) == long.long and all(cell_calls(tier[i]) > gs.LONG_CALLS for i in chains)
+    assert {i for i in tier if tier[i].op == "decode" and cell_calls(tier[i]) > gs.LONG_CALLS} == chains
+    assert not ids(main) & chains and ids(main) | chains == set(tier)   # every cell once
+    cmd = gs.command(long, tmp_path, "full", ["--jobs", "14"], python="py")
+    assert cmd[cmd.index("--launch-count") + 1] == str(gs.CHECKED_LAUNCHES) and cmd[-2:] == ["--jobs", str(long.long)]
+    assert "--launch-count" not in gs.command(main, tmp_path, "full", python="py")
+    # a --filter of the caller's is kept by both passes; a pass it leaves empty is not run
+    main, long = gs.passes(("memcheck",), ("triton-gdn",), pattern="state=float16")
+    assert ids(main) | ids(long) == {i for i in tier if "state=float16" in i} and not ids(main) & ids(long)
+    assert [p.name for p in gs.passes(("memcheck",), ("triton-gdn",), pattern="steps=16384")] == [
+        "memcheck-triton-gdn-long"]
+    assert gs.passes(("racecheck",), ("triton-gdn",)) == [gs.Pass("racecheck", "triton-gdn", "gdn", "chunked")]
+    assert gs.conform_filter(["--jobs", "2", "--filter", "a|b"]) == ("a|b", ["--jobs", "2"])
+    assert gs.conform_filter(["--filter=x", "--timeout", "9"]) == ("x", ["--timeout", "9"])
 
 
 def test_reports_are_recognised_and_counted():
@@ -129,6 +156,11 @@ def test_driver_runs_each_pass_keeps_its_log_and_fails_on_a_sanitizer_error(tmp_
 def test_driver_refuses_unknown_names_and_a_missing_sanitizer(tmp_path, capsys):
     assert gs.main(["--out", str(tmp_path), "--backend", "fla"]) == 2
     assert "unknown tool or backend fla" in capsys.readouterr().err
+    true = "/bin/true"
+    assert gs.main(["--out", str(tmp_path), "--sanitizer", true, "--", "--filter", "zzz"]) == 2
+    assert "--filter zzz: matches no cell of the full tier" in capsys.readouterr().err
+    assert gs.main(["--out", str(tmp_path), "--sanitizer", true, "--", "--filter", "("]) == 2
+    assert "is not a valid regular expression" in capsys.readouterr().err
     assert gs.main(["--out", str(tmp_path), "--sanitizer", str(tmp_path / "none")]) == 2
     assert "not found on PATH" in capsys.readouterr().err
 
