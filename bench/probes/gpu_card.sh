@@ -15,7 +15,8 @@
 #   eta    `conform --tier ci --budget ETA_BUDGET (4m30s) --jobs ETA_JOBS (4)`, then its ETA replayed
 #   host   the host CPU's GDN decode and prefill builds on cores 0,1 (DEC_LIMIT seconds for the decode)
 #   san    compute-sanitizer over our GPU backends' full tier (`make sanitize-gpu`, SAN_JOBS (8) workers;
-#          SAN_TOOL, SAN_BACKEND: its tools and backends, default all) into SAN_OUT (/tmp/san): the same
+#          SAN_TOOL, SAN_BACKEND: its tools and backends, default all; SAN_FILTER: a conform --filter without
+#          spaces) into SAN_OUT (/tmp/san): the same
 #          SAN_OUT on a machine still warm continues the passes cut short; logs and records in OUT/san.tgz
 # GPU work runs on cores 2-15, so that host, run last, finds cores 0 and 1 idle.
 #   [TOTAL=S] bash bench/probes/gpu_card.sh OUT WHEELS [STEP ...]     (default steps: suite tq seg)
@@ -74,7 +75,8 @@ for s in $STEPS; do
       d=${SAN_OUT:-/tmp/san}; tl=$(( $(cap 100000) - 40 ))   # 40 s kept: an interrupted pass may take 30 s to stop
       if [ "$tl" -lt 20 ]; then echo "== san skipped: $L s left"; continue; fi
       taskset -c $GPU_CORES make sanitize-gpu SAN_GPU_OUT="$d" SAN_GPU_TIME_LIMIT="$tl" SAN_GPU_TOOL="${SAN_TOOL:-}" \
-        SAN_GPU_BACKEND="${SAN_BACKEND:-}" SAN_GPU_CONFORM="--jobs ${SAN_JOBS:-8}" > "$log" 2>&1
+        SAN_GPU_BACKEND="${SAN_BACKEND:-}" SAN_GPU_CONFORM="--jobs ${SAN_JOBS:-8}${SAN_FILTER:+ --filter $SAN_FILTER}" \
+        > "$log" 2>&1
       echo "sanitize rc $?"; tar czf "$OUT/san.tgz" -C "$(dirname "$d")" "$(basename "$d")"; tail -25 "$log";;
     *) echo "unknown step $s (expected suite, tq, seg, aa, eta, host, san)";;
   esac
