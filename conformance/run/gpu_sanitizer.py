@@ -8,11 +8,11 @@ sanitizer session: a pass continued with ``--resume`` adds one). One backend a p
 errors that backend's. A pass whose folder holds records continues with ``--resume``.
 
 The cells that call their op more than ``LONG_CALLS`` times (decode chains of thousands of steps)
-are left out of their backend's pass and checked in a pass of their own, ``OUT/T-B-long/``: each
-alone in its worker (a process of its own, which the sanitizer follows with a launch count of its
-own), under ``--launch-count CHECKED_LAUNCHES``, so that each worker's first launches are checked and
-the rest run at full speed (with every launch instrumented, the full tier's 4,096- and 16,384-step
-chains ran past a device call's ten minutes). A chain's later calls launch the same kernels on the same
+are left out of their backend's pass and each checked in a pass of its own, ``OUT/T-B-long-N/``: one
+sanitizer session, one worker, under ``--launch-count CHECKED_LAUNCHES``, so that the pair's first
+launches are checked and the rest run at full speed (with every launch instrumented, the full tier's
+4,096- and 16,384-step chains ran past a device call's ten minutes); a backend's long passes run side
+by side, each printing to ``conform.log`` in its folder. A chain's later calls launch the same kernels on the same
 grid at the same state slots as its first ones; what they add, the state's values, is the conformance
 check's to judge. A ``--filter`` among the conform options selects the cells of both passes.
 
@@ -32,6 +32,7 @@ pass short; 2 for a bad request; else 0.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import shutil
@@ -99,18 +100,18 @@ CHECKED_LAUNCHES = 256   # which checks this many of its worker's first kernel l
 class Pass:
     """One compute-sanitizer session over ``kernel-lab conform`` of one backend (of ``family``/``op``
     where set), its cells chosen by ``filter`` (a ``--filter`` regular expression, None: all); ``long``:
-    the number of long cells (``LONG_CALLS``) the pass checks, each in a worker of its own on its first
-    launches (0: a pass of every other cell)."""
+    the index of the long cell (``LONG_CALLS``) the pass checks on its first launches (None: a pass of
+    every other cell)."""
     tool: str
     backend: str
     family: str | None = None
     op: str | None = None
     filter: str | None = None
-    long: int = 0
+    long: int | None = None
 
     @property
     def name(self) -> str:
-        return f"{self.tool}-{self.backend}" + ("-long" if self.long else "")
+        return f"{self.tool}-{self.backend}" + (f"-long-{self.long}" if self.long is not None else "")
 
 
 def cell_ids(backend: str, tier: str, family: str | None = None, op: str | None = None,
@@ -139,7 +140,7 @@ def passes(tools: tuple[str, ...] = TOOLS, backends: tuple[str, ...] = SANITIZED
            pattern: str | None = None) -> list[Pass]:
     """memcheck on each backend, racecheck on each that uses shared memory (its ops only), each over the
     tier's cells that ``pattern`` matches (None: all) but the long ones (``cell_ids``), and after it a
-    pass of the long ones; a pass that would select no cell is left out."""
+    pass of each long one; a pass that would select no cell is left out."""
     scopes = [("memcheck", b, None, None) for b in backends if "memcheck" in tools]
     scopes += [("racecheck", b, *(RACECHECK[b] or (None, None))) for b in backends
                if "racecheck" in tools and b in RACECHECK]
@@ -148,8 +149,7 @@ def passes(tools: tuple[str, ...] = TOOLS, backends: tuple[str, ...] = SANITIZED
         ids, long = cell_ids(b, tier, family, op, pattern)
         if len(ids) > len(long):
             out.append(Pass(tool, b, family, op, but(long, pattern)))
-        if long:
-            out.append(Pass(tool, b, family, op, f"^(?:{'|'.join(map(re.escape, long))})$", len(long)))
+        out += [Pass(tool, b, family, op, f"^{re.escape(i)}$", n) for n, i in enumerate(long)]
     return out
 
 
@@ -173,18 +173,18 @@ def command(p: Pass, out: Path, tier: str, extra: list[str] = (), sanitizer: str
             python: str = sys.executable) -> list[str]:
     """The command line of one pass: ``kernel-lab conform`` of the backend (its family, op and filter
     when the pass names them) into ``out``, under compute-sanitizer with every child process followed and
-    its log in ``out``; ``--resume`` when ``out`` already holds records. The long cells' pass: a worker
-    per cell (the pool hands each worker one item at the start), its first ``CHECKED_LAUNCHES`` launches
-    checked. ``extra``: more conform options (no ``--filter``:
+    its log in ``out``; ``--resume`` when ``out`` already holds records. A long cell's pass: one
+    worker, its first ``CHECKED_LAUNCHES`` launches checked. ``extra``: more conform options (no ``--filter``:
     ``conform_filter`` takes it out for ``passes``)."""
     conform = [python, "-m", "kernel_lab", "conform", "--tier", tier, "--backend", p.backend, "--out", str(out)]
     conform += ["--family", p.family] if p.family else []
     conform += ["--op", p.op] if p.op else []
     conform += ["--filter", p.filter] if p.filter else []
     conform += ["--resume"] if (out / "cells.jsonl").exists() else []
-    launches = ["--launch-count", str(CHECKED_LAUNCHES)] if p.long else []
-    return [sanitizer, "--tool", p.tool, "--target-processes", "all", "--require-cuda-init", "no", *launches,
-            "--log-file", str(out / LOG), *conform, *extra, *(["--jobs", str(p.long)] if p.long else [])]
+    long = p.long is not None
+    return [sanitizer, "--tool", p.tool, "--target-processes", "all", "--require-cuda-init", "no",
+            *(["--launch-count", str(CHECKED_LAUNCHES)] if long else []), "--log-file", str(out / LOG), *conform,
+            *extra, *(["--jobs", "1"] if long else [])]
 
 
 @dataclass
@@ -218,7 +218,7 @@ def outcome(p: Pass, out: Path, returncode: int) -> Outcome:
     logs = sorted(out.glob(LOG.replace("%p", "*")))
     texts = [log.read_text(errors="replace") for log in logs]
     first = next((r for r in map(report_in, texts) if r), None)
-    tool = f"{p.tool}, first {CHECKED_LAUNCHES} launches" if p.long else p.tool
+    tool = p.tool if p.long is None else f"{p.tool}, first {CHECKED_LAUNCHES} launches"
     return Outcome(p.name, p.backend, tool, returncode, statuses, sum(map(count_errors, texts)), first,
                    [str(log) for log in logs])
 
@@ -226,10 +226,10 @@ def outcome(p: Pass, out: Path, returncode: int) -> Outcome:
 def table(outcomes: list[Outcome]) -> str:
     from conformance.run.counts import text_table
 
-    rows = [[o.backend, o.tool, str(o.ran), str(sum(o.statuses.get(s, 0) for s in records.BAD_STATUSES)),
+    rows = [[o.name, o.tool, str(o.ran), str(sum(o.statuses.get(s, 0) for s in records.BAD_STATUSES)),
              str(o.sanitizer_errors), (o.first_report or "")[:100]
              or ("nothing ran: every record a skip (cells.jsonl says why)" if not o.ran else "")] for o in outcomes]
-    return text_table(["backend", "tool", "pairs run", "bad records", "sanitizer errors", "first report"], rows,
+    return text_table(["pass (its folder)", "tool", "pairs run", "bad records", "sanitizer errors", "first report"], rows,
                       right=(2, 3, 4))
 
 
@@ -271,53 +271,81 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     end = time.monotonic() + (args.time_limit if args.time_limit is not None else float("inf"))
     outcomes, cut = [], []
-    for p in todo:
+    for group in side_by_side(todo):
         if time.monotonic() >= end:
-            cut.append(p.name)
+            cut += [p.name for p in group]
             continue
-        out = Path(args.out) / p.name
-        out.mkdir(parents=True, exist_ok=True)
-        cmd = command(p, out, args.tier, conform_options, args.sanitizer)
-        print("$ " + " ".join(cmd), flush=True)
-        returncode = run_until(cmd, end)
-        if returncode is None:
-            cut.append(p.name)
-        outcomes.append(outcome(p, out, 130 if returncode is None else returncode))
+        outs = [Path(args.out) / p.name for p in group]
+        cmds = [command(p, out, args.tier, conform_options, args.sanitizer) for p, out in zip(group, outs)]
+        for out, cmd in zip(outs, cmds):
+            out.mkdir(parents=True, exist_ok=True)
+            print("$ " + " ".join(cmd), flush=True)
+        logs = [out / "conform.log" for out in outs] if len(group) > 1 else None
+        for p, out, returncode in zip(group, outs, run_until(cmds, end, logs)):
+            if returncode is None:
+                cut.append(p.name)
+            outcomes.append(outcome(p, out, 130 if returncode is None else returncode))
     print(table(outcomes))
     if cut:
         print(f"time limit reached: {', '.join(cut)} not finished; the same command continues them")
     return 1 if cut or any(o.failed for o in outcomes) else 0
 
 
-def run_until(cmd: list[str], end: float) -> int | None:
-    """Run ``cmd`` in its own process group until it exits (its status) or until ``end`` (monotonic
-    seconds): then it is stopped (``stop``) and None is returned."""
-    # SIGINT at its default in the child: a process started from a background job inherits it ignored, and
-    # the interrupt below would then wait out its grace
-    proc = subprocess.Popen(cmd, start_new_session=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    try:
-        return proc.wait(timeout=None if end == float("inf") else max(0.0, end - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        stop(proc)
-        return None
+def side_by_side(todo: list[Pass]) -> list[list[Pass]]:
+    """``todo`` in the order given, as groups run at once: a (tool, backend)'s long passes together,
+    every other pass alone."""
+    groups: list[list[Pass]] = []
+    for p in todo:
+        last = groups[-1][-1] if groups else None
+        if p.long is not None and last is not None and last.long is not None and \
+                (last.tool, last.backend) == (p.tool, p.backend):
+            groups[-1].append(p)
+        else:
+            groups.append([p])
+    return groups
+
+
+def run_until(cmds: list[list[str]], end: float, logs: list[Path] | None = None) -> list[int | None]:
+    """Run ``cmds`` side by side, each in its own process group (its output to the file of ``logs`` where
+    given), until each exits (its status) or until ``end`` (monotonic seconds): those still running then
+    are stopped (``stop``) and give None."""
+    procs = []
+    for cmd, log in zip(cmds, logs or [None] * len(cmds)):
+        with open(log, "a") if log else contextlib.nullcontext() as output:
+            # SIGINT at its default in the child: a process started from a background job inherits it
+            # ignored, and the interrupt below would then wait out its grace
+            procs.append(subprocess.Popen(cmd, start_new_session=True, stdout=output,
+                                          stderr=subprocess.STDOUT if log else None,
+                                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)))
+    codes: list[int | None] = []
+    for proc in procs:
+        try:
+            codes.append(proc.wait(timeout=None if end == float("inf") else max(0.0, end - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            break
+    late = procs[len(codes):]
+    stop(late)
+    return codes + [None] * len(late)
 
 
 STOP_GRACE_S = 30.0   # seconds an interrupted pass has to write its last records before it is killed
 
 
-def stop(proc: subprocess.Popen) -> None:
-    """Interrupt ``proc``'s process group and every process below it that left the group (SIGINT, as
-    Ctrl-C: conform keeps its records), and kill those still there ``STOP_GRACE_S`` later: a process
-    left running holds its run folder's lock, and the same command could not continue the pass (on the
-    GPU machine a pass stopped at its time limit still held its folder when the next command came)."""
-    escaped = {pid for pid in descendants(proc.pid) if _group(pid) != proc.pid}
-    _signal(proc.pid, escaped, signal.SIGINT)
+def stop(procs: list[subprocess.Popen]) -> None:
+    """Interrupt each of ``procs``' process groups and every process below one that left its group
+    (SIGINT, as Ctrl-C: conform keeps its records), and kill those still there ``STOP_GRACE_S`` later: a
+    process left running holds its run folder's lock, and the same command could not continue the pass (on
+    the GPU machine a pass stopped at its time limit still held its folder when the next command came)."""
+    escaped = {proc.pid: {pid for pid in descendants(proc.pid) if _group(pid) != proc.pid} for proc in procs}
+    for proc in procs:
+        _signal(proc.pid, escaped[proc.pid], signal.SIGINT)
     deadline = time.monotonic() + STOP_GRACE_S
-    while time.monotonic() < deadline and (proc.poll() is None or any(map(pid_running, escaped))):
+    while time.monotonic() < deadline and any(proc.poll() is None or any(map(pid_running, escaped[proc.pid]))
+                                               for proc in procs):
         time.sleep(0.1)
-    _signal(proc.pid, escaped, signal.SIGKILL)
-    proc.wait()
+    for proc in procs:
+        _signal(proc.pid, escaped[proc.pid], signal.SIGKILL)
+        proc.wait()
 
 
 def _group(pid: int) -> int | None:

@@ -41,10 +41,10 @@ def test_every_gpu_backend_is_sanitized_or_says_why_not():
 
 def test_passes_and_their_command_lines(tmp_path):
     ps = gs.passes()
-    assert [p.name for p in ps if p.tool == "memcheck" and not p.long] == [f"memcheck-{b}" for b in gs.SANITIZED]
+    assert [p.name for p in ps if p.tool == "memcheck" and p.long is None] == [f"memcheck-{b}" for b in gs.SANITIZED]
     assert {p.backend for p in ps if p.tool == "racecheck"} == set(gs.RACECHECK)
-    assert [p.name for p in ps if p.long] == ["memcheck-triton-gdn-long", "memcheck-triton-gdn-sm90-long",
-                                              "racecheck-triton-gdn-sm90-long"]
+    assert {p.name.rsplit("-", 1)[0] for p in ps if p.long is not None} == {
+        "memcheck-triton-gdn-long", "memcheck-triton-gdn-sm90-long", "racecheck-triton-gdn-sm90-long"}
     gdn = next(p for p in ps if p.name == "racecheck-triton-gdn")
     out = tmp_path / gdn.name
     assert gs.command(gdn, out, "full", ["--jobs", "2"], python="python3") == [
@@ -64,21 +64,24 @@ def test_long_chains_are_checked_apart_each_in_a_worker_on_its_first_launches(tm
     from conformance.run.selection import select_cells
 
     tier = {c.id: c for c in select_cells("full")}
-    main, long = gs.passes(("racecheck",), ("triton-gdn-sm90",))
+    main, *long = gs.passes(("racecheck",), ("triton-gdn-sm90",))
     ids = lambda p: {c.id for c in select_cells("full", pattern=p.filter)}  # noqa: E731
-    assert (main.name, long.name) == ("racecheck-triton-gdn-sm90", "racecheck-triton-gdn-sm90-long")
-    chains = ids(long)
-    assert len(chains) == long.long and all(cell_calls(tier[i]) > gs.LONG_CALLS for i in chains)
+    assert main.name == "racecheck-triton-gdn-sm90" and main.long is None
+    assert [p.name for p in long] == [f"racecheck-triton-gdn-sm90-long-{n}" for n in range(len(long))]
+    assert all(len(ids(p)) == 1 for p in long)
+    chains = set().union(*map(ids, long))
     assert {i for i in tier if tier[i].op == "decode" and cell_calls(tier[i]) > gs.LONG_CALLS} == chains
-    assert not ids(main) & chains and ids(main) | chains == set(tier)   # every cell once
-    cmd = gs.command(long, tmp_path, "full", ["--jobs", "14"], python="py")
-    assert cmd[cmd.index("--launch-count") + 1] == str(gs.CHECKED_LAUNCHES) and cmd[-2:] == ["--jobs", str(long.long)]
+    assert len(chains) == len(long) > 1 and not ids(main) & chains and ids(main) | chains == set(tier)
+    cmd = gs.command(long[0], tmp_path, "full", ["--jobs", "14"], python="py")
+    assert cmd[cmd.index("--launch-count") + 1] == str(gs.CHECKED_LAUNCHES) and cmd[-2:] == ["--jobs", "1"]
     assert "--launch-count" not in gs.command(main, tmp_path, "full", python="py")
-    # a --filter of the caller's is kept by both passes; a pass it leaves empty is not run
-    main, long = gs.passes(("memcheck",), ("triton-gdn",), pattern="state=float16")
-    assert ids(main) | ids(long) == {i for i in tier if "state=float16" in i} and not ids(main) & ids(long)
+    assert [[p.name for p in g] for g in gs.side_by_side([main, *long])] == [[main.name], [p.name for p in long]]
+    # a --filter of the caller's is kept by every pass; a pass it leaves empty is not run
+    main, *long = gs.passes(("memcheck",), ("triton-gdn",), pattern="state=float16")
+    assert not ids(main) & set().union(*map(ids, long))
+    assert ids(main).union(*map(ids, long)) == {i for i in tier if "state=float16" in i}
     assert [p.name for p in gs.passes(("memcheck",), ("triton-gdn",), pattern="steps=16384")] == [
-        "memcheck-triton-gdn-long"]
+        f"memcheck-triton-gdn-long-{n}" for n in range(3)]
     assert gs.passes(("racecheck",), ("triton-gdn",)) == [gs.Pass("racecheck", "triton-gdn", "gdn", "chunked")]
     assert gs.conform_filter(["--jobs", "2", "--filter", "a|b"]) == ("a|b", ["--jobs", "2"])
     assert gs.conform_filter(["--filter=x", "--timeout", "9"]) == ("x", ["--timeout", "9"])
@@ -165,13 +168,22 @@ def test_driver_refuses_unknown_names_and_a_missing_sanitizer(tmp_path, capsys):
     assert "not found on PATH" in capsys.readouterr().err
 
 
-def test_a_pass_past_the_time_limit_is_interrupted():
+def test_a_pass_past_the_time_limit_is_interrupted(tmp_path):
     import time
 
     start = time.monotonic()
-    assert gs.run_until([sys.executable, "-c", "import time; time.sleep(60)"], start + 1.0) is None
+    assert gs.run_until([[sys.executable, "-c", "import time; time.sleep(60)"]], start + 1.0) == [None]
     assert time.monotonic() - start < 20
-    assert gs.run_until([sys.executable, "-c", "raise SystemExit(3)"], float("inf")) == 3
+    assert gs.run_until([[sys.executable, "-c", "raise SystemExit(3)"]], float("inf")) == [3]
+    # passes side by side, each printing to its own file: those past the limit stopped together
+    logs = [tmp_path / f"{i}.log" for i in range(3)]
+    cmds = [[sys.executable, "-c", f"import time; print('pass {i}', flush=True); time.sleep({s})"]
+            for i, s in enumerate((0, 60, 60))]
+    start = time.monotonic()
+    assert gs.run_until(cmds, start + 3.0, logs) == [0, None, None]
+    assert time.monotonic() - start < 20
+    assert [log.read_text().splitlines()[0] for log in logs] == [f"pass {i}" for i in range(3)]
+    assert all("KeyboardInterrupt" in log.read_text() for log in logs[1:])   # interrupted, as Ctrl-C
 
 
 @pytest.mark.parametrize("ignores_interrupt", [False, True])
@@ -191,7 +203,7 @@ def test_a_pass_stopped_at_the_time_limit_leaves_no_process_that_left_its_group(
     parent = (f"import subprocess, sys, time; c = subprocess.Popen([sys.executable, '-c', {child!r}], "
               f"start_new_session=True); open({str(pid_file)!r}, 'w').write(str(c.pid)); time.sleep(60)")
     start = time.monotonic()
-    assert gs.run_until([sys.executable, "-c", parent], start + 3.0) is None
+    assert gs.run_until([[sys.executable, "-c", parent]], start + 3.0) == [None]
     pid = int(pid_file.read_text())
     deadline = time.monotonic() + 10
     while processes.pid_running(pid) and time.monotonic() < deadline:   # a kill lands within moments
