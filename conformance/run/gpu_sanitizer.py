@@ -12,9 +12,9 @@ are left out of their backend's pass and each checked in a pass of its own, ``OU
 sanitizer session, one worker, under ``--launch-count CHECKED_LAUNCHES``, so that the pair's first
 launches are checked and the rest run at full speed (with every launch instrumented, the full tier's
 4,096- and 16,384-step chains ran past a device call's ten minutes); a backend's long passes run side
-by side, each printing to ``conform.log`` in its folder. A chain's later calls launch the same kernels on the same
-grid at the same state slots as its first ones; what they add, the state's values, is the conformance
-check's to judge. A ``--filter`` among the conform options selects the cells of both passes.
+by side, each printing to ``conform.log`` in its folder. A chain's later calls launch the same kernels
+on the same grid at the same state slots as its first ones; what they add, the state's values, is the
+conformance check's to judge. A ``--filter`` among the conform options selects the cells of every pass.
 
 A pair's record turns ``error`` when the worker's output holds a sanitizer report (``report_in``,
 called by the worker), as a C++ sanitizer's report makes a ``crash`` under ``make sanitize``; memcheck
