@@ -154,6 +154,19 @@ def test_driver_runs_each_pass_keeps_its_log_and_fails_on_a_sanitizer_error(tmp_
     row = next(line for line in printed.splitlines() if "triton-gdn" in line and "memcheck" in line
                and not line.startswith("$"))
     assert " 3 " in row and "Invalid __global__ write of size 4 bytes" in row
+    # the long chains: a session each, side by side, each printing into its folder
+    monkeypatch.delenv("FAKE_ERRORS")
+    args = ["--out", str(tmp_path / "long"), "--sanitizer", fake_sanitizer, "--backend", "triton-gdn", "--tool",
+            "memcheck", "--", "--filter", "steps=16384", "--jobs", "4"]
+    assert gs.main(args) == 0
+    printed = capsys.readouterr().out
+    folders = sorted((tmp_path / "long").iterdir())
+    assert [f.name for f in folders] == [f"memcheck-triton-gdn-long-{n}" for n in range(3)]
+    for f in folders:
+        assert (f / "cells.jsonl").exists() and len(list(f.glob("sanitizer-*.log"))) == 1
+        assert "nothing ran" in (f / "conform.log").read_text()   # the conform's own lines, in its folder
+        assert f"--launch-count {gs.CHECKED_LAUNCHES} --log-file {f}/" in printed
+    assert printed.count("memcheck, first 256 launches") == 3
 
 
 def test_driver_refuses_unknown_names_and_a_missing_sanitizer(tmp_path, capsys):
