@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import os
 import re
 import shutil
@@ -125,7 +126,8 @@ def cell_ids(backend: str, tier: str, family: str | None = None, op: str | None 
 
     ops = registry.get(backend).ops
     cells = select_cells(tier, family, op, pattern)
-    return [c.id for c in cells], [c.id for c in cells if c.op in ops.get(c.family, ()) and cell_calls(c) > LONG_CALLS]
+    long = [c.id for c in cells if c.op in ops.get(c.family, ()) and cell_calls(c) > LONG_CALLS]
+    return [c.id for c in cells], long
 
 
 def but(ids: list[str], pattern: str | None = None) -> str | None:
@@ -229,8 +231,8 @@ def table(outcomes: list[Outcome]) -> str:
     rows = [[o.name, o.tool, str(o.ran), str(sum(o.statuses.get(s, 0) for s in records.BAD_STATUSES)),
              str(o.sanitizer_errors), (o.first_report or "")[:100]
              or ("nothing ran: every record a skip (cells.jsonl says why)" if not o.ran else "")] for o in outcomes]
-    return text_table(["pass (its folder)", "tool", "pairs run", "bad records", "sanitizer errors", "first report"], rows,
-                      right=(2, 3, 4))
+    return text_table(["pass (its folder)", "tool", "pairs run", "bad records", "sanitizer errors", "first report"],
+                      rows, right=(2, 3, 4))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -294,15 +296,7 @@ def main(argv: list[str] | None = None) -> int:
 def side_by_side(todo: list[Pass]) -> list[list[Pass]]:
     """``todo`` in the order given, as groups run at once: a (tool, backend)'s long passes together,
     every other pass alone."""
-    groups: list[list[Pass]] = []
-    for p in todo:
-        last = groups[-1][-1] if groups else None
-        if p.long is not None and last is not None and last.long is not None and \
-                (last.tool, last.backend) == (p.tool, p.backend):
-            groups[-1].append(p)
-        else:
-            groups.append([p])
-    return groups
+    return [list(g) for _, g in itertools.groupby(todo, key=lambda p: (p.tool, p.backend, p.long is not None))]
 
 
 def run_until(cmds: list[list[str]], end: float, logs: list[Path] | None = None) -> list[int | None]:
