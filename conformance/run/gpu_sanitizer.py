@@ -47,6 +47,7 @@ from pathlib import Path
 from conformance.errors import UsageError
 from conformance.run import records
 from conformance.run.processes import descendants, pid_running
+from conformance.run.repro import cell_pattern
 
 TOOLS = ("memcheck", "racecheck")
 # Every GPU backend of ours, and where racecheck runs: the kernels that use shared memory (Triton
@@ -135,7 +136,7 @@ def but(ids: list[str], pattern: str | None = None) -> str | None:
     if not ids:
         return pattern
     rest = f"(?=.*?(?:{pattern}))" if pattern else ""
-    return f"^(?!(?:{'|'.join(map(re.escape, ids))})$){rest}"
+    return f"^(?!{'|'.join(map(cell_pattern, ids))}){rest}"
 
 
 def passes(tools: tuple[str, ...] = TOOLS, backends: tuple[str, ...] = SANITIZED, tier: str = "full",
@@ -151,7 +152,7 @@ def passes(tools: tuple[str, ...] = TOOLS, backends: tuple[str, ...] = SANITIZED
         ids, long = cell_ids(b, tier, family, op, pattern)
         if len(ids) > len(long):
             out.append(Pass(tool, b, family, op, but(long, pattern)))
-        out += [Pass(tool, b, family, op, f"^{re.escape(i)}$", n) for n, i in enumerate(long)]
+        out += [Pass(tool, b, family, op, cell_pattern(i), n) for n, i in enumerate(long)]
     return out
 
 
