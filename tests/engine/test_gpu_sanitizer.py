@@ -199,6 +199,17 @@ def test_a_pass_past_the_time_limit_is_interrupted(tmp_path):
     assert all("KeyboardInterrupt" in log.read_text() for log in logs[1:])   # interrupted, as Ctrl-C
 
 
+def test_passes_past_the_time_limit_are_stopped_together(monkeypatch):
+    """Two passes that ignore the interrupt are killed after one grace, not one grace each."""
+    import time
+
+    monkeypatch.setattr(gs, "STOP_GRACE_S", 3.0)
+    deaf = [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(60)"]
+    start = time.monotonic()
+    assert gs.run_until([deaf, deaf], start + 1.0) == [None, None]
+    assert time.monotonic() - start < 1.0 + 2 * gs.STOP_GRACE_S   # one after the other: 7 s at least
+
+
 @pytest.mark.parametrize("ignores_interrupt", [False, True])
 def test_a_pass_stopped_at_the_time_limit_leaves_no_process_that_left_its_group(tmp_path, monkeypatch,
                                                                                ignores_interrupt):
