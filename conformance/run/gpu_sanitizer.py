@@ -116,19 +116,14 @@ class Pass:
         return f"{self.tool}-{self.backend}" + (f"-long-{self.long}" if self.long is not None else "")
 
 
-def cell_ids(backend: str, tier: str, family: str | None = None, op: str | None = None,
-             pattern: str | None = None) -> tuple[list[str], list[str]]:
-    """(ids of the tier's cells of ``family``/``op`` that ``pattern`` matches (None: all), those of them
-    of the backend's ops that call their op more than ``LONG_CALLS`` times)."""
+def long_ids(backend: str, cells: list) -> list[str]:
+    """Ids of the ``cells`` of the backend's ops that call their op more than ``LONG_CALLS`` times."""
     # here, not at the top: a worker imports this module for ``report_in`` and needs none of these
     from conformance import registry
     from conformance.run.estimate import cell_calls
-    from conformance.run.selection import select_cells
 
     ops = registry.get(backend).ops
-    cells = select_cells(tier, family, op, pattern)
-    long = [c.id for c in cells if c.op in ops.get(c.family, ()) and cell_calls(c) > LONG_CALLS]
-    return [c.id for c in cells], long
+    return [c.id for c in cells if c.op in ops.get(c.family, ()) and cell_calls(c) > LONG_CALLS]
 
 
 def but(ids: list[str], pattern: str | None = None) -> str | None:
@@ -142,15 +137,19 @@ def but(ids: list[str], pattern: str | None = None) -> str | None:
 def passes(tools: tuple[str, ...] = TOOLS, backends: tuple[str, ...] = SANITIZED, tier: str = "full",
            pattern: str | None = None) -> list[Pass]:
     """memcheck on each backend, racecheck on each that uses shared memory (its ops only), each over the
-    tier's cells that ``pattern`` matches (None: all) but the long ones (``cell_ids``), and after it a
+    tier's cells that ``pattern`` matches (None: all) but the long ones (``long_ids``), and after it a
     pass of each long one; a pass that would select no cell is left out."""
+    from conformance.run.selection import select_cells   # here: as in ``long_ids``
+
+    cells = select_cells(tier, pattern=pattern)
     scopes = [("memcheck", b, None, None) for b in backends if "memcheck" in tools]
     scopes += [("racecheck", b, *(RACECHECK[b] or (None, None))) for b in backends
                if "racecheck" in tools and b in RACECHECK]
     out = []
     for tool, b, family, op in scopes:
-        ids, long = cell_ids(b, tier, family, op, pattern)
-        if len(ids) > len(long):
+        scoped = [c for c in cells if family is None or (c.family, c.op) == (family, op)]
+        long = long_ids(b, scoped)
+        if len(scoped) > len(long):
             out.append(Pass(tool, b, family, op, but(long, pattern)))
         out += [Pass(tool, b, family, op, cell_pattern(i), n) for n, i in enumerate(long)]
     return out
@@ -194,7 +193,6 @@ def command(p: Pass, out: Path, tier: str, extra: list[str] = (), sanitizer: str
 class Outcome:
     """One pass: the records' counts per status, the errors its logs report and the first report."""
     name: str
-    backend: str
     tool: str
     returncode: int
     statuses: dict
@@ -222,7 +220,7 @@ def outcome(p: Pass, out: Path, returncode: int) -> Outcome:
     texts = [log.read_text(errors="replace") for log in logs]
     first = next((r for r in map(report_in, texts) if r), None)
     tool = p.tool if p.long is None else f"{p.tool}, first {CHECKED_LAUNCHES} launches"
-    return Outcome(p.name, p.backend, tool, returncode, statuses, sum(map(count_errors, texts)), first,
+    return Outcome(p.name, tool, returncode, statuses, sum(map(count_errors, texts)), first,
                    [str(log) for log in logs])
 
 
