@@ -79,7 +79,7 @@ def _ask_group(pairs: list[tuple[Cell, registry.Backend, bool]], env: dict[str, 
                 try:
                     name, value = conn.recv()
                 except (EOFError, OSError):
-                    failed = ("crash", f"{backend.name}: the process asking {hook}() died ({_death(proc)})")
+                    failed = ("crash", f"{backend.name}: the process asking {hook}() died ({spawn.how_ended(proc)})")
                     break
                 if name == "unregistered":   # registered at run time by the caller: asked here
                     got = dict(_answers_here(backend, cell, supports))
@@ -96,17 +96,6 @@ def _ask_group(pairs: list[tuple[Cell, registry.Backend, bool]], env: dict[str, 
             break
         else:
             spawn.stop(proc, conn)
-
-
-def _death(proc) -> str:
-    proc.join(timeout=5)
-    code = proc.exitcode
-    if code is not None and code < 0:
-        try:
-            return f"signal {signal.Signals(-code).name}"
-        except ValueError:
-            return f"signal {-code}"
-    return f"exit status {code}"
 
 
 def ask(pairs: list[tuple[Cell, registry.Backend, bool]]) -> dict[tuple[str, str], Answer]:

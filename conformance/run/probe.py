@@ -12,7 +12,6 @@ the rest.
 from __future__ import annotations
 
 import os
-import signal
 import sys
 import threading
 import traceback
@@ -106,10 +105,7 @@ class _Worker:
             self.kill()
             return False, (f"the probe (available(){' and a tiny call' if backend.probe_call else ''}) did not "
                            f"answer within {backend.probe_timeout_s:g} s; killed")
-        self.proc.join(timeout=5)
-        code = self.proc.exitcode
-        how = f"signal {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit status {code}"
-        return False, f"the probe process died ({how}) in available(){' or a tiny call' if backend.probe_call else ''}"
+        return False, f"the probe process died ({spawn.how_ended(self.proc)}) in available(){' or a tiny call' if backend.probe_call else ''}"
 
     def alive(self) -> bool:
         return self.proc.is_alive()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import signal
 import threading
 
 _ENVIRON = threading.Lock()   # the child's environment is set in os.environ around its start
@@ -54,3 +55,16 @@ def stop(proc, conn) -> None:
     if proc.is_alive():
         proc.kill()
         proc.join(timeout=5)
+
+
+def how_ended(proc) -> str:
+    """How the ended child ``proc`` ended, waiting up to 5 s for it: ``signal SIGSEGV`` (or ``signal N``
+    for a number without a name) or ``exit status N``."""
+    proc.join(timeout=5)
+    code = proc.exitcode
+    if code is not None and code < 0:
+        try:
+            return f"signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit status {code}"

@@ -98,14 +98,7 @@ class Worker:
         self.proc, self.conn = spawn.start(_worker_main, (self.output, os.getpid()), env)
 
     def death_reason(self) -> str:
-        self.proc.join(timeout=5)
-        code = self.proc.exitcode
-        if code is not None and code < 0:
-            try:
-                return f"worker killed by {signal.Signals(-code).name}"
-            except ValueError:
-                return f"worker killed by signal {-code}"
-        return f"worker exited with status {code}"
+        return f"worker died ({spawn.how_ended(self.proc)})"
 
     def printed(self) -> str:
         return _printed(self.output)
