@@ -32,13 +32,11 @@ import sys
 
 import numpy as np
 
-from conformance import families, registry
+from conformance import registry
 from conformance.cells import Cell
 from conformance.families.gdn import inputs as gdn_inputs
 from conformance.families.gdn.matrix import cell_of
-from conformance.memo import Memo
-from conformance.relation_verdicts import worst
-from conformance.run.inprocess import inputs_copy
+from conformance.relation_verdicts import BackendRuns, worst
 
 RELATIONS = ("batch", "split", "rollback", "determinism")
 # a relation that raised is "error" (``Relations.all``), outside the order of ``relation_verdicts.VERDICTS``
@@ -64,29 +62,14 @@ def base_cell(op: str) -> Cell:
     raise ValueError(f"op: expected recurrent, chunked, decode or spec_decode, got {op!r}")
 
 
-class Relations:
-    """One backend's runs and checks (in this process)."""
+class Relations(BackendRuns):
+    """One backend's GDN runs and checks (in this process)."""
 
     def __init__(self, backend_name: str):
-        self.backend = registry.get(backend_name)
-        self.ops = set(self.backend.ops.get("gdn", ()))
-        self.model = self.backend.rounding_model("gdn")
-        self.family = families.get("gdn")
-        self.memo = Memo()
-
-    def run(self, cell: Cell, inputs: dict) -> dict:
-        return self.backend.run(cell, inputs_copy(inputs))
+        super().__init__(backend_name, "gdn")
 
     def supported(self, cell: Cell) -> str | None:
         return self.backend.skip_reason(cell)
-
-    def verdict(self, cell: Cell, inputs: dict, first: dict, spliced: dict, parts: list) -> str:
-        """Compare ``first`` and ``spliced`` (``first`` with the second run's parts put in) on ``parts``
-        ((output name, index) pairs): bitwise, or the family check of ``cell`` on ``spliced``."""
-        if all(np.array_equal(np.asarray(first[n][i]), np.asarray(spliced[n][i])) for n, i in parts):
-            return "bitwise"
-        result = self.family.check(cell, self.model, inputs, spliced, self.memo)
-        return "within bound" if result.status == "pass" else "not"
 
     # ---- gates shared by prefill and decode
 

@@ -18,12 +18,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from conformance import families, registry
 from conformance.cells import Cell
 from conformance.families.turboquant.matrix import decode_cell, store_cell
-from conformance.memo import Memo
-from conformance.relation_verdicts import worst
-from conformance.run.inprocess import inputs_copy
+from conformance.relation_verdicts import BackendRuns, worst
 
 RELATIONS = ("tq-batch", "tq-split", "tq-determinism")
 LENS = (37, 100, 64, 5)
@@ -43,18 +40,11 @@ def store_base(layout: str = "aos", ntok: int = STORE_TOKENS) -> Cell:
     return store_cell(Hk=2, ntok=ntok, layout=layout, **_SHAPE)
 
 
-class TurboQuantRelations:
+class TurboQuantRelations(BackendRuns):
     """One backend's TurboQuant runs and checks (in this process)."""
 
     def __init__(self, backend_name: str):
-        self.backend = registry.get(backend_name)
-        self.ops = set(self.backend.ops.get("turboquant", ()))
-        self.model = self.backend.rounding_model("turboquant")
-        self.family = families.get("turboquant")
-        self.memo = Memo()
-
-    def run(self, cell: Cell, inputs: dict) -> dict:
-        return self.backend.run(cell, inputs_copy(inputs))
+        super().__init__(backend_name, "turboquant")
 
     def layout(self, op: str, base) -> tuple[str | None, str | None]:
         """(the first of ``LAYOUTS`` whose ``base(layout)`` cell ``op`` runs on this backend, None) or (None, why
@@ -68,13 +58,6 @@ class TurboQuantRelations:
                 return layout, None
             reasons.append(why)
         return None, "; ".join(dict.fromkeys(reasons))
-
-    def verdict(self, cell: Cell, inputs: dict, first: dict, spliced: dict, name: str, index) -> str:
-        """bitwise where ``first`` and ``spliced`` agree on ``name``[index], else the family check of ``cell``."""
-        if np.array_equal(np.asarray(first[name])[index], np.asarray(spliced[name])[index]):
-            return "bitwise"
-        result = self.family.check(cell, self.model, inputs, spliced, self.memo)
-        return "within bound" if result.status == "pass" else "not"
 
     def tq_batch(self) -> dict:
         layout, why = self.layout("decode", decode_base)
@@ -94,7 +77,7 @@ class TurboQuantRelations:
         second = self.run(alone_cell, alone)
         spliced = {"out": np.array(first["out"], copy=True)}
         spliced["out"][j] = np.asarray(second["out"])[0]
-        return {"verdict": self.verdict(cell, x, first, spliced, "out", j)}
+        return {"verdict": self.verdict(cell, x, first, spliced, [("out", j)])}
 
     def tq_split(self) -> dict:
         layout, why = self.layout("store", store_base)
@@ -109,7 +92,7 @@ class TurboQuantRelations:
             piece = {**x, "kv_cache": cache, **{k: x[k][part] for k in ("key", "value", "slot_mapping")}}
             cache = self.run(store_base(layout, n), piece)["kv_cache"]
         spliced = {"kv_cache": np.asarray(cache)}
-        return {"verdict": self.verdict(cell, x, first, spliced, "kv_cache", slice(None))}
+        return {"verdict": self.verdict(cell, x, first, spliced, [("kv_cache", slice(None))])}
 
     def tq_determinism(self) -> dict:
         per = {}
@@ -121,7 +104,7 @@ class TurboQuantRelations:
             cell = base(layout)
             x = self.family.make_inputs(cell)
             first, second = self.run(cell, x), self.run(cell, x)
-            per[op] = self.verdict(cell, x, first, second, name, slice(None))
+            per[op] = self.verdict(cell, x, first, second, [(name, slice(None))])
         verdict = worst(per.values())
         if verdict == "n/a":
             return {"verdict": "n/a", "reason": "no store or decode op it runs", "ops": per}
