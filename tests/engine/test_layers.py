@@ -49,7 +49,8 @@ def test_every_product_package_has_a_layer():
 # plugin, the planted-bug helpers, the audit, studies). Longest prefix wins; "" is the core.
 CONFORMANCE_LAYER = {"": 0, "inputs.checks": 0, "inputs.tensor_files": 0, "inputs.capture": 0, "families": 1,
                      "registry": 2, "backends": 2, "inputs": 3, "run": 4, "pytest_plugin": 5, "testing": 5,
-                     "audit": 5, "studies": 5, "relations": 5, "turboquant_relations": 5}
+                     "audit": 5, "studies": 5, "relations": 5, "turboquant_relations": 5,
+                     "relation_verdicts": 5}
 
 
 def conformance_layer(module: str) -> int:
