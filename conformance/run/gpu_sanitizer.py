@@ -117,13 +117,14 @@ class Pass:
 
 
 def long_ids(backend: str, cells: list) -> list[str]:
-    """Ids of the ``cells`` of the backend's ops that call their op more than ``LONG_CALLS`` times."""
+    """Ids of the ``cells`` the backend runs (``skip_reason``: its ops and its ``supports``) that call their
+    op more than ``LONG_CALLS`` times: a cell it skips gets no sanitizer session of its own."""
     # here, not at the top: a worker imports this module for ``report_in`` and needs none of these
     from conformance import registry
     from conformance.run.estimate import cell_calls
 
-    ops = registry.get(backend).ops
-    return [c.id for c in cells if c.op in ops.get(c.family, ()) and cell_calls(c) > LONG_CALLS]
+    b = registry.get(backend)
+    return [c.id for c in cells if cell_calls(c) > LONG_CALLS and b.skip_reason(c) is None]
 
 
 def but(ids: list[str], pattern: str | None = None) -> str | None:
@@ -191,7 +192,8 @@ def command(p: Pass, out: Path, tier: str, extra: list[str] = (), sanitizer: str
 
 @dataclass
 class Outcome:
-    """One pass: the records' counts per status, the errors its logs report and the first report."""
+    """One pass: the records' counts per status, the errors its logs report and the first report; ``cut``:
+    the time limit stopped it."""
     name: str
     tool: str
     returncode: int
@@ -199,6 +201,7 @@ class Outcome:
     sanitizer_errors: int
     first_report: str | None
     logs: list[str]
+    cut: bool = False   # stopped at the time limit
 
     @property
     def ran(self) -> int:
@@ -210,8 +213,9 @@ class Outcome:
         return self.sanitizer_errors > 0 or bad > 0 or self.returncode not in (0, 1, 5)
 
 
-def outcome(p: Pass, out: Path, returncode: int) -> Outcome:
-    """What a pass left in ``out``: its records' statuses and its logs' errors."""
+def outcome(p: Pass, out: Path, returncode: int | None) -> Outcome:
+    """What a pass left in ``out``: its records' statuses and its logs' errors; ``returncode`` None: the
+    time limit stopped it (counted as 130, an interrupt)."""
     recs = records.read_partial(out / "cells.jsonl")[0] if (out / "cells.jsonl").exists() else []
     statuses: dict[str, int] = {}
     for r in recs:
@@ -220,18 +224,27 @@ def outcome(p: Pass, out: Path, returncode: int) -> Outcome:
     texts = [log.read_text(errors="replace") for log in logs]
     first = next((r for r in map(report_in, texts) if r), None)
     tool = p.tool if p.long is None else f"{p.tool}, first {CHECKED_LAUNCHES} launches"
-    return Outcome(p.name, tool, returncode, statuses, sum(map(count_errors, texts)), first,
-                   [str(log) for log in logs])
+    return Outcome(p.name, tool, 130 if returncode is None else returncode, statuses, sum(map(count_errors, texts)),
+                   first, [str(log) for log in logs], returncode is None)
 
 
 def table(outcomes: list[Outcome]) -> str:
     from conformance.run.counts import text_table
 
     rows = [[o.name, o.tool, str(o.ran), str(sum(o.statuses.get(s, 0) for s in records.BAD_STATUSES)),
-             str(o.sanitizer_errors), (o.first_report or "")[:100]
-             or ("nothing ran: every record a skip (cells.jsonl says why)" if not o.ran else "")] for o in outcomes]
+             str(o.sanitizer_errors), (o.first_report or "")[:100] or _quiet(o)] for o in outcomes]
     return text_table(["pass (its folder)", "tool", "pairs run", "bad records", "sanitizer errors", "first report"],
                       rows, right=(2, 3, 4))
+
+
+def _quiet(o: Outcome) -> str:
+    """The first-report column of a pass whose logs report nothing."""
+    if o.cut:
+        return f"stopped at the time limit after {o.ran} pair(s)"
+    if not o.ran:
+        return ("nothing ran: every record a skip (cells.jsonl says why)" if o.statuses else
+                "no record: conform ended before its first (its output says why)")
+    return ""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -285,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
         for p, out, returncode in zip(group, outs, run_until(cmds, end, logs)):
             if returncode is None:
                 cut.append(p.name)
-            outcomes.append(outcome(p, out, 130 if returncode is None else returncode))
+            outcomes.append(outcome(p, out, returncode))
     print(table(outcomes))
     if cut:
         print(f"time limit reached: {', '.join(cut)} not finished; the same command continues them")
