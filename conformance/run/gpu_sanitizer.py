@@ -192,16 +192,19 @@ def command(p: Pass, out: Path, tier: str, extra: list[str] = (), sanitizer: str
 
 @dataclass
 class Outcome:
-    """One pass: the records' counts per status, the errors its logs report and the first report; ``cut``:
-    the time limit stopped it."""
+    """One pass: the records' counts per status, the errors its logs report and the first report;
+    ``returncode`` None: the time limit stopped it."""
     name: str
     tool: str
-    returncode: int
+    returncode: int | None
     statuses: dict
     sanitizer_errors: int
     first_report: str | None
     logs: list[str]
-    cut: bool = False   # stopped at the time limit
+
+    @property
+    def cut(self) -> bool:
+        return self.returncode is None
 
     @property
     def ran(self) -> int:
@@ -215,7 +218,7 @@ class Outcome:
 
 def outcome(p: Pass, out: Path, returncode: int | None) -> Outcome:
     """What a pass left in ``out``: its records' statuses and its logs' errors; ``returncode`` None: the
-    time limit stopped it (counted as 130, an interrupt)."""
+    time limit stopped it."""
     recs = records.read_partial(out / "cells.jsonl")[0] if (out / "cells.jsonl").exists() else []
     statuses: dict[str, int] = {}
     for r in recs:
@@ -224,8 +227,8 @@ def outcome(p: Pass, out: Path, returncode: int | None) -> Outcome:
     texts = [log.read_text(errors="replace") for log in logs]
     first = next((r for r in map(report_in, texts) if r), None)
     tool = p.tool if p.long is None else f"{p.tool}, first {CHECKED_LAUNCHES} launches"
-    return Outcome(p.name, tool, 130 if returncode is None else returncode, statuses, sum(map(count_errors, texts)),
-                   first, [str(log) for log in logs], returncode is None)
+    return Outcome(p.name, tool, returncode, statuses, sum(map(count_errors, texts)), first,
+                   [str(log) for log in logs])
 
 
 def table(outcomes: list[Outcome]) -> str:
