@@ -29,6 +29,10 @@ class BackendRuns:
         self.family = families.get(family)
         self.memo = Memo()
 
+    def supported(self, cell: Cell) -> str | None:
+        """None where the backend runs ``cell``, else why not (``skip_reason``)."""
+        return self.backend.skip_reason(cell)
+
     def run(self, cell: Cell, inputs: dict) -> dict:
         """The backend's outputs of ``cell`` on a copy of ``inputs``."""
         return self.backend.run(cell, inputs_copy(inputs))

@@ -68,9 +68,6 @@ class Relations(BackendRuns):
     def __init__(self, backend_name: str):
         super().__init__(backend_name, "gdn")
 
-    def supported(self, cell: Cell) -> str | None:
-        return self.backend.skip_reason(cell)
-
     # ---- gates shared by prefill and decode
 
     def gates(self, gate_args: dict) -> tuple[np.ndarray, np.ndarray]:

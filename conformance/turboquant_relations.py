@@ -53,7 +53,7 @@ class TurboQuantRelations(BackendRuns):
             return None, f"no turboquant {op} op"
         reasons = []
         for layout in LAYOUTS:
-            why = self.backend.skip_reason(base(layout))
+            why = self.supported(base(layout))
             if why is None:
                 return layout, None
             reasons.append(why)
