@@ -32,6 +32,8 @@ that does its work only when run, writing the file kept in the ledger under ledg
 - ``gdn_prefill_builds``: builds of the C++ chunked prefill from several source trees, their outputs compared,
   each timed in ``gdn_prefill`` beside the tile peak of its run -> a table (both build through ``module_builds``);
 - ``gdn_chunked_stages``: the GPU chunked prefill and each of its stages alone -> ``gdn_chunked_gpu.json``;
+- ``gdn_chunked_kernels``: ncu's counters of each kernel of one GPU chunked prefill, ours and FLA's ->
+  ``gdn_chunked_kernels.json`` and a table;
 - ``gdn_chunked_variants``: its configurations, another version of the module and FLA side by side ->
   ``gdn_chunked_variants.json``;
 - ``gdn_chunked_state``: its state pass against another version's, bit for bit, timed beside FLA, and ncu's

@@ -1,7 +1,7 @@
 """What the probes share: the decode shape of the registry's ``turboquant/decode`` bench at one
 length, its inputs, CUDA-graph medians in ms, an ``--out DIR`` argument, and a time limit's SIGTERM
 turned into ``Stopped`` and the rows measured before it saved (``measure_rows``), and ncu's metrics of one
-launch (``find_ncu``, ``ncu_metrics``)."""
+launch or of every launch in a profiler range (``find_ncu``, ``ncu_metrics``, ``ncu_range``)."""
 from __future__ import annotations
 
 import argparse
@@ -61,16 +61,35 @@ def ncu_metrics(exe: str, kernel_regex: str, metrics, target: list, csv_path: Pa
     """ncu's ``metrics`` of the third launch of a kernel matching ``kernel_regex`` in ``python -m *target``
     (``--clock-control none``): {metric name: (value, unit)}; ncu's CSV written to ``csv_path``; where it gave
     none, ncu's output printed under ``name`` and {} returned. A timeout raises ``subprocess.TimeoutExpired``."""
-    argv = [exe, "--clock-control", "none", "-k", f"regex:{kernel_regex}", "--launch-skip", "2", "--launch-count",
-            "1", "--csv", "--metrics", ",".join(metrics), sys.executable, "-m", *target]
+    rows = _ncu_rows([exe, "--clock-control", "none", "-k", f"regex:{kernel_regex}", "--launch-skip", "2",
+                      "--launch-count", "1", "--csv", "--metrics", ",".join(metrics), sys.executable, "-m", *target],
+                     csv_path, name, timeout)
+    return {r["Metric Name"]: (r["Metric Value"], r["Metric Unit"]) for r in rows}
+
+
+def ncu_range(exe: str, metrics, target: list, csv_path: Path, name: str, timeout: float) -> list:
+    """ncu's ``metrics`` of every kernel ``python -m *target`` launches between ``cudaProfilerStart`` and
+    ``cudaProfilerStop`` (``--profile-from-start off``, ``--clock-control none``), in launch order:
+    [(kernel name, {metric name: (value, unit)})]; ncu's CSV written to ``csv_path``; where it gave none, ncu's
+    output printed under ``name`` and [] returned. A timeout raises ``subprocess.TimeoutExpired``."""
+    rows = _ncu_rows([exe, "--clock-control", "none", "--profile-from-start", "off", "--csv", "--metrics",
+                      ",".join(metrics), sys.executable, "-m", *target], csv_path, name, timeout)
+    kernels: dict = {}
+    for r in rows:
+        kernels.setdefault(int(r["ID"]), (r["Kernel Name"], {}))[1][r["Metric Name"]] = (r["Metric Value"],
+                                                                                          r["Metric Unit"])
+    return [kernels[i] for i in sorted(kernels)]
+
+
+def _ncu_rows(argv: list, csv_path: Path, name: str, timeout: float) -> list[dict]:
+    """The rows of ncu's ``--csv`` output (one a kernel and metric), the whole output written to ``csv_path``."""
     p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
     csv_path.write_text(p.stdout)
     lines = [ln for ln in p.stdout.splitlines() if ln.startswith('"')]
-    found = {r["Metric Name"]: (r["Metric Value"], r["Metric Unit"])
-             for r in csv.DictReader(io.StringIO("\n".join(lines)))}
-    if not found:
+    rows = list(csv.DictReader(io.StringIO("\n".join(lines))))
+    if not rows:
         print(f"ncu {name}: rc {p.returncode}, no metrics:", p.stdout[-1500:], p.stderr[-1500:], flush=True)
-    return found
+    return rows
 
 
 def shape(L: int = 8192) -> dict:

@@ -6,7 +6,9 @@
    the float64 reference (``sm90/``);
 2. the ``gdn/spec-decode-gpu`` bench (``python -m bench``; ``spec/perf.json`` and ``gates.json``);
 3. ``bench.probes.gdn_chunked_stages`` at 1x8192 and 4x2048, bfloat16 then float32 pools: ours whole and by
-   stage, FLA and vLLM in CUDA graphs and eager, the ceilings (``chunked/``).
+   stage, FLA and vLLM in CUDA graphs and eager, the ceilings (``chunked/``);
+4. ``bench.probes.gdn_chunked_kernels``: ncu's counters of each kernel of one chunked prefill, ours and FLA's,
+   at 1x8192 and 4x2048 with bfloat16 pools (``kernels/``).
 
 Each step's output goes to ``<step>.log``. On a GPU:
 
@@ -33,6 +35,7 @@ STEPS = (
     ("spec", ["bench", "--bench", "gdn/spec-decode-gpu", "--out", "OUT/perf.json", "--no-remeasure"], 110),
     ("chunked", ["bench.probes.gdn_chunked_stages", "--out", "OUT", "--shapes", *CHUNKED_SHAPES, "--commit", "COMMIT"],
      600),
+    ("kernels", ["bench.probes.gdn_chunked_kernels", "--out", "OUT"], 300),
 )
 RESERVE_S = 10      # left at the end for the table
 
@@ -75,6 +78,18 @@ def _ms(info: dict) -> float:
     return info["time_s"]["median"] * 1e3
 
 
+def kernel_lines(path: Path) -> list[str]:
+    """Per shape and implementation of ``gdn_chunked_kernels.json``: the kernels' ncu time in all and each
+    kernel's, us, in launch order."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    return [f"{shape} {impl} under ncu: {sum(r.get('gpu__time_duration.sum', 0.0) for r in rows):.1f} us = "
+            + " + ".join(f"{r['kernel'][:32]} {r.get('gpu__time_duration.sum', 0.0):.1f}" for r in rows)
+            for shape, impls in doc.items() for impl, rows in impls.items()]
+
+
 def table(out: Path) -> list[str]:
     """One line per shape: each implementation's median ms, with its % of the in-run copy (decode, spec) or its
     time over FLA's in a graph (chunked); the sm_90 checks' pass counts."""
@@ -92,6 +107,7 @@ def table(out: Path) -> list[str]:
                                                                 "vllm-gdn-eager") else "")
                  for impl, i in impls.items()]
         lines.append(f"{shape}: " + ", ".join(cells))
+    lines += kernel_lines(out / "kernels" / "gdn_chunked_kernels.json")
     try:
         checks = json.loads((out / "sm90" / "gdn_decode_sm90.json").read_text()).get("checks", [])
     except (OSError, ValueError):

@@ -6,7 +6,8 @@
 # in OUT/machine.txt); a step that cannot start with 40 s left is skipped and said so. Folders the steps write
 # are packed into OUT/STEP.tgz.
 #   suite  the GDN decode and spec-decode gates (bench.probes.gdn_gpu_suite --steps SUITE_STEPS, default "sm90 spec";
-#          "chunked": the chunked prefill whole and by stage beside FLA and vLLM)
+#          "chunked": the chunked prefill whole and by stage beside FLA and vLLM; "kernels": ncu of each kernel
+#          of one chunked prefill, ours and FLA's)
 #   tq     the TurboQuant decode bench (bench --bench turboquant/decode --device gpu)
 #   seg    the chunked prefill's segmented state pass against the serial one (bench.probes.gdn_chunked_segments;
 #          SEG_CONFIGS: its configuration names, comma-separated, e.g. "serial,s8 v128 w8"; default all)
