@@ -50,10 +50,9 @@ _BESIDE_PLAIN = {     # the likeliest first: past the budget the rest is skipped
     "batched": dict(prep_form="batched"),
     "w8": dict(prep_warps=8),
 }
-# "default": the module's defaults; "default rows": its diagonal blocks inverted by forward substitution;
-# "default tf32x3": the solve's products as three TF32 products each
+# "default": the module's defaults; "default rows": its diagonal blocks inverted by forward substitution
 VARIANTS = {"default": {}, "default rows": dict(prep_form="rows"),
-            "default rows w4": dict(prep_form="rows", prep_warps=4), "default tf32x3": dict(prep_solve_dot="tf32x3"),
+            "default rows w4": dict(prep_form="rows", prep_warps=4),
             **{name: {**PLAIN, **kw} for name, kw in _BESIDE_PLAIN.items()}}
 
 

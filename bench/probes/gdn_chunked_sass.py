@@ -76,8 +76,7 @@ def main(argv=None) -> int:
         v = VARIANTS[name]
         heads = v.get("prep_heads", C.PREP_HEADS)
         consts = dict(HEADS=heads, READOUT=v.get("prep_readout", C.PREP_READOUT),
-                      RCP=v.get("prep_norm", C.PREP_NORM) == "rcp", FORM=v.get("prep_form", C.PREP_FORM),
-                      SOLVE_DOT=v.get("prep_solve_dot", C.PREP_SOLVE_DOT))
+                      RCP=v.get("prep_norm", C.PREP_NORM) == "rcp", FORM=v.get("prep_form", C.PREP_FORM))
         rows.append((f"prep {name}", C._prep_tiles_kernel, consts, v.get("prep_warps", C.PREP_WARPS),
                      v.get("prep_registers"), heads))
     for name, fn, consts, warps, registers, heads in rows:

@@ -82,7 +82,6 @@ PREP_HEADS = 2                 # value heads per program of the "tiles" prep ker
 PREP_READOUT = True            # the readout operands computed by the "tiles" prep kernel (no readout kernel)
 PREP_NORM = "div"              # the "tiles" prep kernel's l2 norms: a division per element, or "rcp" (``_qk``)
 PREP_FORM = "batched"          # its solve's form: 16-row blocks, "batched" diagonal blocks, or "rows" (substitution)
-PREP_SOLVE_DOT = "ieee"        # its solve's products: fp32 IEEE, or "tf32x3" (three TF32 products, NVIDIA GPUs)
 READOUT = True                 # the state pass writes the output (h and v_new never go to memory)
 MAPS_BC = 64                   # the segment maps kernel's column tile of [A | B]
 MAPS_WARPS = 4                 # its warps
@@ -198,15 +197,15 @@ def _a_block(ki, kj, beta_i, Gi, Gj, DIAG: tl.constexpr, BITS: tl.constexpr):
 
 
 @triton.jit
-def _inv_diag(a, DOT: tl.constexpr = "ieee"):
+def _inv_diag(a):
     """(I - a)^-1 of a strictly lower [16, 16] block (or of each of a [B, 16, 16] batch) in fp32:
-    (I + a)(I + a^2)(I + a^4)(I + a^8) (a^16 = 0), fp32 products (``DOT``: IEEE, or three TF32 products)."""
+    (I + a)(I + a^2)(I + a^4)(I + a^8) (a^16 = 0), fp32 products (IEEE)."""
     r = tl.arange(0, 16)
     x = a + tl.where(r[:, None] == r[None, :], 1.0, 0.0)
     p = a
     for _ in tl.static_range(3):
-        p = tl.dot(p, p, input_precision=DOT)
-        x = x + tl.dot(x, p, input_precision=DOT)
+        p = tl.dot(p, p, input_precision="ieee")
+        x = x + tl.dot(x, p, input_precision="ieee")
     return x
 
 
@@ -277,41 +276,39 @@ def _from_blocks(b00, b10, b11, b20, b21, b22, b30, b31, b32, b33):
 
 
 @triton.jit
-def _below_diagonal(A10, A20, A21, A30, A31, A32, X00, X11, X22, X33, DOT: tl.constexpr = "ieee"):
+def _below_diagonal(A10, A20, A21, A30, A31, A32, X00, X11, X22, X33):
     """The blocks of (I + A)^-1 below its diagonal from the diagonal blocks' inverses X_ii and A's blocks below
-    the diagonal: X_ij = X_ii sum_{j <= m < i} A_im X_mj, rows in order, fp32 products (``DOT``: IEEE, or three
-    TF32 products)."""
-    X10 = tl.dot(X11, tl.dot(A10, X00, input_precision=DOT), input_precision=DOT)
-    X21 = tl.dot(X22, tl.dot(A21, X11, input_precision=DOT), input_precision=DOT)
-    X20 = tl.dot(X22, tl.dot(A20, X00, input_precision=DOT) + tl.dot(A21, X10, input_precision=DOT),
-                 input_precision=DOT)
-    X32 = tl.dot(X33, tl.dot(A32, X22, input_precision=DOT), input_precision=DOT)
-    X31 = tl.dot(X33, tl.dot(A31, X11, input_precision=DOT) + tl.dot(A32, X21, input_precision=DOT),
-                 input_precision=DOT)
-    X30 = tl.dot(X33, tl.dot(A30, X00, input_precision=DOT) + tl.dot(A31, X10, input_precision=DOT) +
-                 tl.dot(A32, X20, input_precision=DOT), input_precision=DOT)
+    the diagonal: X_ij = X_ii sum_{j <= m < i} A_im X_mj, rows in order, fp32 products (IEEE)."""
+    X10 = tl.dot(X11, tl.dot(A10, X00, input_precision="ieee"), input_precision="ieee")
+    X21 = tl.dot(X22, tl.dot(A21, X11, input_precision="ieee"), input_precision="ieee")
+    X20 = tl.dot(X22, tl.dot(A20, X00, input_precision="ieee") + tl.dot(A21, X10, input_precision="ieee"),
+                 input_precision="ieee")
+    X32 = tl.dot(X33, tl.dot(A32, X22, input_precision="ieee"), input_precision="ieee")
+    X31 = tl.dot(X33, tl.dot(A31, X11, input_precision="ieee") + tl.dot(A32, X21, input_precision="ieee"),
+                 input_precision="ieee")
+    X30 = tl.dot(X33, tl.dot(A30, X00, input_precision="ieee") + tl.dot(A31, X10, input_precision="ieee") +
+                 tl.dot(A32, X20, input_precision="ieee"), input_precision="ieee")
     return X10, X20, X21, X30, X31, X32
 
 
 @triton.jit
-def _unit_lower_inverse(A, BITS: tl.constexpr, FORM: tl.constexpr, DOT: tl.constexpr = "ieee"):
+def _unit_lower_inverse(A, BITS: tl.constexpr, FORM: tl.constexpr):
     """bf16((I - A)^-1) of a strictly lower [64, 64] ``A`` (fp32) as a [64, 64] tensor. FORM "blocks": the
     16-row blocks' inverses by ``_inv_diag`` and the blocks below them X_ij = X_ii sum_{j <= m < i} A_im X_mj,
     fp32 products (IEEE); "batched": the same, the four diagonal blocks as one [4, 16, 16] chain of batched
     products; "rows": the four diagonal blocks' inverses by forward substitution (``_inv_diag_rows``), the
-    blocks below them as "blocks" makes them. ``DOT``: the products' input precision ("ieee", or "tf32x3": three
-    TF32 products, within 2^-20 of each fp32 product's magnitude, NVIDIA GPUs only; not with "rows")."""
+    blocks below them as "blocks" makes them."""
     A00, A10, A20, A30, A11, A21, A31, A22, A32, A33 = _column_blocks(A)
     if FORM == "batched" or FORM == "rows":
         D = tl.permute(tl.reshape(_join4(A00, A11, A22, A33), (16, 16, 4)), (2, 0, 1))
-        X = _inv_diag_rows(D) if FORM == "rows" else _inv_diag(D, DOT)
+        X = _inv_diag_rows(D) if FORM == "rows" else _inv_diag(D)
         X00, X11, X22, X33 = _split4(tl.reshape(tl.permute(X, (1, 2, 0)), (16, 16, 2, 2)))
     else:
-        X00 = _inv_diag(A00, DOT)
-        X11 = _inv_diag(A11, DOT)
-        X22 = _inv_diag(A22, DOT)
-        X33 = _inv_diag(A33, DOT)
-    X10, X20, X21, X30, X31, X32 = _below_diagonal(A10, A20, A21, A30, A31, A32, X00, X11, X22, X33, DOT)
+        X00 = _inv_diag(A00)
+        X11 = _inv_diag(A11)
+        X22 = _inv_diag(A22)
+        X33 = _inv_diag(A33)
+    X10, X20, X21, X30, X31, X32 = _below_diagonal(A10, A20, A21, A30, A31, A32, X00, X11, X22, X33)
     return _bf16(_from_blocks(X00, X10, X11, X20, X21, X22, X30, X31, X32, X33), BITS)
 
 
@@ -438,11 +435,11 @@ def _prep_tiles_kernel(k_ptr, v_ptr, g_ptr, beta_ptr, cu_ptr, chunk_cu_ptr, idx_
                        sk_t, sk_h, sv_t, sv_h, sg_t, sb_t, sG_t, sW_t, sU_t, eps, H, HV, q_ptr, qe_ptr, qkd_ptr,
                        sq_t, sq_h, sD_t, scale, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr,
                        BV: tl.constexpr, L2NORM: tl.constexpr, BITS: tl.constexpr, HEADS: tl.constexpr,
-                       READOUT: tl.constexpr, RCP: tl.constexpr, FORM: tl.constexpr, SOLVE_DOT: tl.constexpr):
+                       READOUT: tl.constexpr, RCP: tl.constexpr, FORM: tl.constexpr):
     """Step 1 (module docstring) for chunk program_id(0), value heads HEADS program_id(1) + [0, HEADS) of one
     key head (k, its norm and k k^T computed once for them): A, W, U one dot each over the whole chunk, only
-    the solve in the FORM of ``_unit_lower_inverse`` with SOLVE_DOT products; the norms by reciprocal where RCP
-    (``_qk``); with READOUT step 2 too (q, its norm and q k^T once for the heads)."""
+    the solve in the FORM of ``_unit_lower_inverse``; the norms by reciprocal where RCP (``_qk``); with READOUT
+    step 2 too (q, its norm and q k^T once for the heads)."""
     c = tl.program_id(0)
     hv0 = tl.program_id(1) * HEADS
     n, t0, length, j = _chunk(c, chunk_cu_ptr, cu_ptr, N)
@@ -471,7 +468,7 @@ def _prep_tiles_kernel(k_ptr, v_ptr, g_ptr, beta_ptr, cu_ptr, chunk_cu_ptr, idx_
             tl.store(G_ptr + (t0 + r) * sG_t + hv, G, mask=valid)
             G_last = _at_last(G, r, length)
             Tm = _unit_lower_inverse(_bf16(tl.where(strict, -beta[:, None] * kk * _decay(G, r), 0.0), BITS)
-                                     .to(tl.float32), BITS, FORM, SOLVE_DOT)
+                                     .to(tl.float32), BITS, FORM)
             _store_rows(W_ptr, _mm(Tm, _bf16((beta * tl.exp(G))[:, None] * kf, BITS), BITS), t0, r, valid, sW_t,
                         hv * K, K, BK, BITS)
             _store_rows(Kd_ptr, kf * tl.exp(G_last - G)[:, None], t0, r, valid, sW_t, hv * K, K, BK, BITS)
@@ -765,8 +762,8 @@ def stages(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, us
            l2norm_eps=1e-6, chunk_size=CHUNK, state_write_interval=None, out=None, workspace=None,
            readout=READOUT, prep=PREP, state_block_v=STATE_BV, state_warps=WARPS, state_stages=STATE_STAGES,
            prep_warps=PREP_WARPS, prep_heads=None, prep_readout=None, prep_norm=PREP_NORM, prep_form=None,
-           prep_solve_dot=PREP_SOLVE_DOT, prep_registers=None, segment_chunks=None, maps_block=MAPS_BC,
-           maps_warps=MAPS_WARPS, maps_stages=MAPS_STAGES):
+           prep_registers=None, segment_chunks=None, maps_block=MAPS_BC, maps_warps=MAPS_WARPS,
+           maps_stages=MAPS_STAGES):
     """``chunked``'s checks and buffers: (out, [(stage name, launch)]), the launches in order (each a
     no-argument callable; a stage can be timed alone once those before it have run): "prep", "readout"
     unless ``prep_readout`` (the prep kernel computes the readout operands), "maps" and "merge" with
@@ -777,8 +774,7 @@ def stages(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, us
     model); the maps kernel's column tile (a power of two in [16, 256]), warps and pipeline stages are
     ``maps_block``, ``maps_warps``, ``maps_stages``. The state pass's V-tile (a power of two, at least 16),
     warps and software-pipeline stages, the prep kernel's warps, and the "tiles" prep kernel's value heads per
-    program (a divisor of the value heads per key head), its solve's form (``PREP_FORM``) and products
-    (``PREP_SOLVE_DOT``; "tf32x3" computes IEEE products in the interpreter and on ROCm) and its norms
+    program (a divisor of the value heads per key head), its solve's form (``PREP_FORM``) and its norms
     (``PREP_NORM``) are tunable; ``prep_registers`` caps the prep kernel's registers a thread (``maxnreg``, 32
     to 255, NVIDIA only; default the compiler's choice). Left at None, the "tiles" kernel runs ``PREP_HEADS``
     value heads a program where they divide the group (else one), computes the readout operands
@@ -829,12 +825,11 @@ def stages(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, us
         prep_readout = PREP_READOUT and tiles and readout
     if prep_form is None:
         prep_form = PREP_FORM if tiles else "blocks"
-    _check_prep_variant(prep, prep_heads, prep_readout, prep_norm, prep_form, prep_solve_dot, readout, HV // H)
+    _check_prep_variant(prep, prep_heads, prep_readout, prep_norm, prep_form, readout, HV // H)
     if prep_registers is not None and (isinstance(prep_registers, bool) or not isinstance(prep_registers, int)
                                        or not 32 <= prep_registers <= 255):
         raise ValueError(f"prep_registers: expected None or an int in [32, 255], got {prep_registers!r}")
     cap = {} if prep_registers is None or bits else {"maxnreg": prep_registers}
-    solve_dot = "ieee" if bits or torch.version.hip else prep_solve_dot
     prep_readout = bool(prep_readout)
     segments = _segments(segment_chunks, maps_block, maps_warps, maps_stages, cu, T, N, HV, K, V)
 
@@ -848,7 +843,7 @@ def stages(q, k, v, g, beta, cu_seqlens, state, state_indices, *, scale=None, us
             _prep_tiles_kernel[(bound, HV // prep_heads)](
                 *args, q, qe, qkd, q.stride(0), q.stride(1), qkd.stride(0), scale, K=K, V=V, BK=BK, BV=BV,
                 L2NORM=norm, BITS=bits, HEADS=prep_heads, READOUT=prep_readout,
-                RCP=prep_norm == "rcp", FORM=prep_form, SOLVE_DOT=solve_dot, num_warps=prep_warps, **cap)
+                RCP=prep_norm == "rcp", FORM=prep_form, num_warps=prep_warps, **cap)
 
     def readout_operands():
         _readout_kernel[(bound, HV)](
@@ -923,7 +918,7 @@ def _segments(segment_chunks, block, warps, stages, cu, T: int, N: int, HV: int,
     return seg_cu, bound, M, start
 
 
-def _check_prep_variant(prep, heads, prep_readout, norm, form, solve_dot, readout, group: int) -> None:
+def _check_prep_variant(prep, heads, prep_readout, norm, form, readout, group: int) -> None:
     """ValueError naming the first of ``stages``' prep_* arguments that ``prep`` cannot run (``group``: value
     heads per key head)."""
     if isinstance(heads, bool) or not isinstance(heads, int) or heads < 1 or group % heads:
@@ -932,15 +927,12 @@ def _check_prep_variant(prep, heads, prep_readout, norm, form, solve_dot, readou
         raise ValueError(f"prep_norm: expected 'div' or 'rcp', got {norm!r}")
     if form not in ("blocks", "batched", "rows"):
         raise ValueError(f"prep_form: expected 'blocks', 'batched' or 'rows', got {form!r}")
-    if solve_dot not in ("ieee", "tf32x3") or (solve_dot == "tf32x3" and form == "rows"):
-        raise ValueError(f"prep_solve_dot: expected 'ieee', or 'tf32x3' with a prep_form of products, got "
-                         f"{solve_dot!r} with prep_form {form!r}")
     if prep_readout and not readout:
         raise ValueError("prep_readout: the readout operands are read by the state pass only with readout=True")
-    if prep == "blocks" and (heads, bool(prep_readout), norm, form, solve_dot) != (1, False, "div", "blocks", "ieee"):
+    if prep == "blocks" and (heads, bool(prep_readout), norm, form) != (1, False, "div", "blocks"):
         raise ValueError("prep: the 'blocks' kernel runs one value head a program, no readout, the solve in "
-                         "blocks of IEEE products and divided norms; prep_heads, prep_readout, prep_norm, "
-                         "prep_form and prep_solve_dot are the 'tiles' kernel's")
+                         "blocks and divided norms; prep_heads, prep_readout, prep_norm and prep_form are the "
+                         "'tiles' kernel's")
 
 
 PREP_KERNELS = {"blocks": _prep_kernel, "tiles": _prep_tiles_kernel}
@@ -966,11 +958,10 @@ def compile_specs():
     consts = dict(K=128, V=128, BK=BK, BV=BV, L2NORM=True, BITS=False)
     out = [CompileSpec("gdn chunked output", _output_kernel, types, consts)]
     out.append(CompileSpec("gdn chunked prep", _prep_kernel, types, consts, warps=PREP_WARPS))
-    tiles = dict(HEADS=PREP_HEADS, READOUT=PREP_READOUT, RCP=PREP_NORM == "rcp", FORM=PREP_FORM,
-                 SOLVE_DOT=PREP_SOLVE_DOT)
+    tiles = dict(HEADS=PREP_HEADS, READOUT=PREP_READOUT, RCP=PREP_NORM == "rcp", FORM=PREP_FORM)
     out.append(CompileSpec("gdn chunked prep tiles (defaults)", _prep_tiles_kernel, types, {**consts, **tiles},
                            warps=PREP_WARPS))
-    plain = dict(HEADS=1, READOUT=False, RCP=False, FORM="blocks", SOLVE_DOT="ieee")
+    plain = dict(HEADS=1, READOUT=False, RCP=False, FORM="blocks")
     out.append(CompileSpec("gdn chunked prep tiles, plain", _prep_tiles_kernel, types, {**consts, **plain}, warps=4))
     out.append(CompileSpec("gdn chunked readout operands", _readout_kernel, types,
                            dict(K=128, BK=BK, L2NORM=True, BITS=False)))

@@ -252,11 +252,8 @@ def test_state_pass_and_prep_configuration_is_checked_by_name():
                       ("prep_norm", dict(prep_norm="approx")),
                       ("prep_form", dict(prep_form="columns")), ("prep_registers", dict(prep_registers=16)),
                       ("prep_readout", dict(prep_readout=True, readout=False)),
-                      ("prep_solve_dot", dict(prep_solve_dot="tf32")),
-                      ("prep_solve_dot", dict(prep_solve_dot="tf32x3", prep_form="rows")),
                       ("prep", dict(prep="blocks", prep_norm="rcp")),
-                      ("prep", dict(prep="blocks", prep_form="batched")),
-                      ("prep", dict(prep="blocks", prep_solve_dot="tf32x3"))):
+                      ("prep", dict(prep="blocks", prep_form="batched"))):
         with pytest.raises(ValueError, match=rf"^{name}:"):
             C.stages(*args, **bad)
 
