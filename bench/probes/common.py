@@ -72,8 +72,14 @@ def ncu_range(exe: str, metrics, target: list, csv_path: Path, name: str, timeou
     ``cudaProfilerStop`` (``--profile-from-start off``, ``--clock-control none``), in launch order:
     [(kernel name, {metric name: (value, unit)})]; ncu's CSV written to ``csv_path``; where it gave none, ncu's
     output printed under ``name`` and [] returned. A timeout raises ``subprocess.TimeoutExpired``."""
-    rows = _ncu_rows([exe, "--clock-control", "none", "--profile-from-start", "off", "--csv", "--metrics",
-                      ",".join(metrics), sys.executable, "-m", *target], csv_path, name, timeout)
+    return ncu_kernels(_ncu_rows([exe, "--clock-control", "none", "--profile-from-start", "off", "--csv",
+                                  "--metrics", ",".join(metrics), sys.executable, "-m", *target], csv_path, name,
+                                 timeout))
+
+
+def ncu_kernels(rows: list[dict]) -> list:
+    """ncu's CSV rows (``ncu_csv_rows``) by kernel launch, in launch order: [(kernel name, {metric: (value,
+    unit)})]."""
     kernels: dict = {}
     for r in rows:
         kernels.setdefault(int(r["ID"]), (r["Kernel Name"], {}))[1][r["Metric Name"]] = (r["Metric Value"],
@@ -81,12 +87,16 @@ def ncu_range(exe: str, metrics, target: list, csv_path: Path, name: str, timeou
     return [kernels[i] for i in sorted(kernels)]
 
 
+def ncu_csv_rows(text: str) -> list[dict]:
+    """The rows of ncu's ``--csv`` output (one a kernel launch and metric; ncu's own lines left out)."""
+    return list(csv.DictReader(io.StringIO("\n".join(ln for ln in text.splitlines() if ln.startswith('"')))))
+
+
 def _ncu_rows(argv: list, csv_path: Path, name: str, timeout: float) -> list[dict]:
-    """The rows of ncu's ``--csv`` output (one a kernel and metric), the whole output written to ``csv_path``."""
+    """``ncu_csv_rows`` of ncu's output for ``argv``, the whole output written to ``csv_path``."""
     p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
     csv_path.write_text(p.stdout)
-    lines = [ln for ln in p.stdout.splitlines() if ln.startswith('"')]
-    rows = list(csv.DictReader(io.StringIO("\n".join(lines))))
+    rows = ncu_csv_rows(p.stdout)
     if not rows:
         print(f"ncu {name}: rc {p.returncode}, no metrics:", p.stdout[-1500:], p.stderr[-1500:], flush=True)
     return rows

@@ -5,9 +5,12 @@ its own (``--target``), between ``cudaProfilerStart`` and ``cudaProfilerStop`` (
 --clock-control none``, which runs the kernels one at a time: launch gaps are not counted). Prints per shape and
 implementation one line per kernel (us, share of the call, DRAM MB read + written and % of peak throughput, SM
 throughput %, warp instructions, registers a thread, warps active %, grid, waves) and the sum; writes
-``gdn_chunked_kernels.json`` and one ncu CSV a run:
+``gdn_chunked_kernels.json`` and one ncu CSV a run (``--from-csv`` rebuilds both from an earlier run's CSVs).
+Our eager call includes the launcher's value checks (``_nonfinite_kernel``, ``_decay_kernel`` and torch's small
+kernels), which the bench's CUDA graph leaves out:
 
     python -m bench.probes.gdn_chunked_kernels --out DIR [--shapes LABEL ...] [--impls NAME ...]   (a GPU, ncu)
+    python -m bench.probes.gdn_chunked_kernels --out DIR --from-csv     (the CSVs already in DIR; no GPU)
 """
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench.probes.common import find_ncu, ncu_range
+from bench.probes.common import find_ncu, ncu_csv_rows, ncu_kernels, ncu_range
 
 SHAPES = ("T=8192,state=bfloat16", "varlen=4x2048,state=bfloat16")
 IMPLS = ("triton-gdn", "fla")
@@ -26,9 +29,9 @@ NCU_METRICS = ("gpu__time_duration.sum", "dram__bytes_read.sum", "dram__bytes_wr
                "smsp__inst_executed.sum", "launch__registers_per_thread",
                "sm__warps_active.avg.pct_of_peak_sustained_active", "launch__grid_size",
                "launch__waves_per_multiprocessor")
-# ncu scales a value to a unit of its choice: these bring times to us and bytes to MB
-_SCALE = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6,
-          "byte": 1e-6, "Kbyte": 1e-3, "Mbyte": 1.0, "Gbyte": 1e3, "Tbyte": 1e6}
+# ncu prints a value in a unit of its choice: these bring times to us and bytes to MB
+_SCALE = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3, "s": 1e6,
+          "second": 1e6, "byte": 1e-6, "Kbyte": 1e-3, "KB": 1e-3, "Mbyte": 1.0, "MB": 1.0, "Gbyte": 1e3, "GB": 1e3}
 TIMEOUT_S = 240
 
 
@@ -56,15 +59,25 @@ def target(impl: str, label: str) -> int:
     return 0
 
 
-def kernels(out: Path, impl: str, label: str) -> list[dict]:
-    """ncu's counters of each kernel of one call: [{"kernel": name, metric: number}] in launch order."""
+def _csv_path(out: Path, impl: str, label: str) -> Path:
+    return out / ("ncu_" + f"{impl}_{label}".replace("=", "").replace(",", "_") + ".csv")
+
+
+def _numbers(found: list) -> list[dict]:
+    return [{"kernel": name, **{m: _number(*vu) for m, vu in metrics.items()}} for name, metrics in found]
+
+
+def kernels(out: Path, impl: str, label: str, from_csv: bool = False) -> list[dict]:
+    """ncu's counters of each kernel of one call: [{"kernel": name, metric: number}] in launch order; with
+    ``from_csv``, read from the CSV an earlier run left in ``out`` ([] where there is none)."""
+    path = _csv_path(out, impl, label)
+    if from_csv:
+        return _numbers(ncu_kernels(ncu_csv_rows(path.read_text()))) if path.exists() else []
     exe = find_ncu()
     if exe is None:
         return []
-    tag = f"{impl}_{label}".replace("=", "").replace(",", "_")
-    found = ncu_range(exe, NCU_METRICS, ["bench.probes.gdn_chunked_kernels", "--target", impl, label],
-                      out / f"ncu_{tag}.csv", f"{label} {impl}", TIMEOUT_S)
-    return [{"kernel": name, **{m: _number(*vu) for m, vu in metrics.items()}} for name, metrics in found]
+    return _numbers(ncu_range(exe, NCU_METRICS, ["bench.probes.gdn_chunked_kernels", "--target", impl, label], path,
+                              f"{label} {impl}", TIMEOUT_S))
 
 
 def table(label: str, impl: str, rows: list[dict]) -> list[str]:
@@ -90,6 +103,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", help="folder for gdn_chunked_kernels.json and the ncu CSVs")
     ap.add_argument("--shapes", nargs="*", default=list(SHAPES), help="gdn/chunked-gpu shape labels")
     ap.add_argument("--impls", nargs="*", default=list(IMPLS), choices=IMPLS)
+    ap.add_argument("--from-csv", action="store_true", help="read the ncu CSVs already in --out instead of profiling")
     ap.add_argument("--target", nargs=2, metavar=("IMPL", "LABEL"), help="(internal) the process ncu profiles")
     args = ap.parse_args(argv)
     if args.target:
@@ -108,7 +122,7 @@ def main(argv=None) -> int:
     for label in args.shapes:
         for impl in args.impls:
             try:
-                rows = kernels(out, impl, label)
+                rows = kernels(out, impl, label, args.from_csv)
             except subprocess.TimeoutExpired:
                 rows = []
                 print(f"{label} {impl}: ncu did not end within {TIMEOUT_S} s", flush=True)
