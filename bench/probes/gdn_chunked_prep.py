@@ -50,10 +50,8 @@ _BESIDE_PLAIN = {     # the likeliest first: past the budget the rest is skipped
     "batched": dict(prep_form="batched"),
     "w8": dict(prep_warps=8),
 }
-# "default": the module's defaults; "default rows": its diagonal blocks inverted by forward substitution
-VARIANTS = {"default": {}, "default rows": dict(prep_form="rows"),
-            "default rows w4": dict(prep_form="rows", prep_warps=4),
-            **{name: {**PLAIN, **kw} for name, kw in _BESIDE_PLAIN.items()}}
+# "default": the module's defaults
+VARIANTS = {"default": {}, **{name: {**PLAIN, **kw} for name, kw in _BESIDE_PLAIN.items()}}
 
 
 def _samples(fn) -> tuple[float, float, float]:

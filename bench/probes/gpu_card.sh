@@ -12,7 +12,7 @@
 #   seg    the chunked prefill's segmented state pass against the serial one (bench.probes.gdn_chunked_segments;
 #          SEG_CONFIGS: its configuration names, comma-separated, e.g. "serial,s8 v128 w8"; default all)
 #   prep   the chunked prefill's prep kernel variants against the default and FLA (bench.probes.gdn_chunked_prep;
-#          PREP_VARIANTS: its variant names, comma-separated; default "default,default rows,default rows w4")
+#          PREP_VARIANTS: its variant names, comma-separated; default all)
 #   aa     20 A/A pairs of the gated GPU rows (bench --gated-only --aa 20 --write-gates), saved run, noise and
 #          gates file under OUT/aa-state (a copy of bench/gates.toml); AA_STATE=DIR continues an earlier one
 #   eta    `conform --tier ci --budget ETA_BUDGET (4m30s) --jobs ETA_JOBS (4)`, then its ETA replayed
@@ -59,9 +59,10 @@ for s in $STEPS; do
         --budget "$B" "${configs[@]}" > "$log" 2>&1
       tar czf "$OUT/seg.tgz" -C /tmp seg 2>/dev/null; tail -45 "$log";;
     prep)
-      B=$(( $(cap 300) - 20 )); IFS=, read -ra names <<< "${PREP_VARIANTS:-default,default rows,default rows w4}"
+      B=$(( $(cap 300) - 20 )); variants=()
+      [ -n "${PREP_VARIANTS:-}" ] && IFS=, read -ra names <<< "$PREP_VARIANTS" && variants=(--variants "${names[@]}")
       timeout "$(( B + 20 ))" taskset -c $GPU_CORES $PY -m bench.probes.gdn_chunked_prep --out /tmp/prep \
-        --budget "$B" --variants "${names[@]}" > "$log" 2>&1
+        --budget "$B" "${variants[@]}" > "$log" 2>&1
       tar czf "$OUT/prep.tgz" -C /tmp prep 2>/dev/null; tail -30 "$log";;
     aa)
       state=${AA_STATE:-$OUT/aa-state}; mkdir -p "$state"; cp -n bench/gates.toml "$state/gates.toml"

@@ -16,10 +16,9 @@ through global memory (``stage_bytes`` counts it):
    over T's 16-column blocks). The "tiles" kernel's variants (``stages``' prep_* arguments): several value
    heads of one key head a program (k, its norm and k k^T computed once for them; the same values), the
    step 2 operands computed there too (the same values; no readout kernel), the solve's four diagonal blocks
-   batched or inverted by forward substitution ("rows": fp32 sums in another order), the norms by one
-   reciprocal a row (within 1.5 fp32 ulps of the quotient, before the bf16 rounding). By default it runs two
-   value heads a program where the group allows, computes the step 2 operands and solves in batched blocks,
-   with 8 warps (the same bits as its plain form).
+   batched, the norms by one reciprocal a row (within 1.5 fp32 ulps of the quotient, before the bf16
+   rounding). By default it runs two value heads a program where the group allows, computes the step 2
+   operands and solves in batched blocks, with 8 warps (the same bits as its plain form).
 2. ``_readout_kernel``, per (chunk, value head): the output's state-free operands bf16(q exp(G)) and
    bf16(tril(q k^T exp(G_i - G_j))) (bf16 [T, HV, K] and [T, HV, 64]).
 3. ``_state_kernel``, per (sequence, value head, V-tile) (the V-tiles of a value head launched side by
@@ -81,7 +80,7 @@ PREP = "tiles"                 # the prep kernel: its products over the whole ch
 PREP_HEADS = 2                 # value heads per program of the "tiles" prep kernel (k and k k^T shared by them)
 PREP_READOUT = True            # the readout operands computed by the "tiles" prep kernel (no readout kernel)
 PREP_NORM = "div"              # the "tiles" prep kernel's l2 norms: a division per element, or "rcp" (``_qk``)
-PREP_FORM = "batched"          # its solve's form: 16-row blocks, "batched" diagonal blocks, or "rows" (substitution)
+PREP_FORM = "batched"          # its solve's form: 16-row blocks, or "batched" diagonal blocks
 READOUT = True                 # the state pass writes the output (h and v_new never go to memory)
 MAPS_BC = 64                   # the segment maps kernel's column tile of [A | B]
 MAPS_WARPS = 4                 # its warps
@@ -210,20 +209,6 @@ def _inv_diag(a):
 
 
 @triton.jit
-def _inv_diag_rows(a):
-    """(I - a)^-1 of each strictly lower [16, 16] block of a [B, 16, 16] batch in fp32, by forward substitution
-    row by row (the order of ``reference.gdn.numpy_ref._unit_lower_inverse``): N = (I - a)^-1 - I has
-    N[i, :] = a[i, :] + a[i, :] N, whose rows above i are final when row i is made."""
-    r = tl.arange(0, 16)
-    x = a
-    for i in tl.static_range(1, 16):
-        at_i = (r == i)[None, :, None]
-        row = tl.sum(tl.where(at_i, a, 0.0), axis=1)                 # a[:, i, :], zero from column i on
-        x = tl.where(at_i, (row + tl.sum(row[:, :, None] * x, axis=1))[:, None, :], x)
-    return x + tl.where(r[:, None] == r[None, :], 1.0, 0.0)[None, :, :]
-
-
-@triton.jit
 def _store_rows(ptr, x, t0, rows, valid, s_t, col0, D: tl.constexpr, BD: tl.constexpr, BITS: tl.constexpr):
     """Rows ``t0 + rows`` (where ``valid``), columns ``col0 + [0, D)`` of a bf16 [T, HV * D] buffer: ``x``
     rounded to bf16 (nearest even)."""
@@ -296,12 +281,10 @@ def _unit_lower_inverse(A, BITS: tl.constexpr, FORM: tl.constexpr):
     """bf16((I - A)^-1) of a strictly lower [64, 64] ``A`` (fp32) as a [64, 64] tensor. FORM "blocks": the
     16-row blocks' inverses by ``_inv_diag`` and the blocks below them X_ij = X_ii sum_{j <= m < i} A_im X_mj,
     fp32 products (IEEE); "batched": the same, the four diagonal blocks as one [4, 16, 16] chain of batched
-    products; "rows": the four diagonal blocks' inverses by forward substitution (``_inv_diag_rows``), the
-    blocks below them as "blocks" makes them."""
+    products."""
     A00, A10, A20, A30, A11, A21, A31, A22, A32, A33 = _column_blocks(A)
-    if FORM == "batched" or FORM == "rows":
-        D = tl.permute(tl.reshape(_join4(A00, A11, A22, A33), (16, 16, 4)), (2, 0, 1))
-        X = _inv_diag_rows(D) if FORM == "rows" else _inv_diag(D)
+    if FORM == "batched":
+        X = _inv_diag(tl.permute(tl.reshape(_join4(A00, A11, A22, A33), (16, 16, 4)), (2, 0, 1)))
         X00, X11, X22, X33 = _split4(tl.reshape(tl.permute(X, (1, 2, 0)), (16, 16, 2, 2)))
     else:
         X00 = _inv_diag(A00)
@@ -925,8 +908,8 @@ def _check_prep_variant(prep, heads, prep_readout, norm, form, readout, group: i
         raise ValueError(f"prep_heads: expected a divisor of the value heads per key head ({group}), got {heads!r}")
     if norm not in ("div", "rcp"):
         raise ValueError(f"prep_norm: expected 'div' or 'rcp', got {norm!r}")
-    if form not in ("blocks", "batched", "rows"):
-        raise ValueError(f"prep_form: expected 'blocks', 'batched' or 'rows', got {form!r}")
+    if form not in ("blocks", "batched"):
+        raise ValueError(f"prep_form: expected 'blocks' or 'batched', got {form!r}")
     if prep_readout and not readout:
         raise ValueError("prep_readout: the readout operands are read by the state pass only with readout=True")
     if prep == "blocks" and (heads, bool(prep_readout), norm, form) != (1, False, "div", "blocks"):

@@ -159,8 +159,7 @@ def test_the_tiles_prep_variants_that_share_work_give_what_the_plain_tiles_kerne
     assert torch.equal(plain, out) and torch.equal(pools[0], pools[1])
 
 
-@pytest.mark.parametrize("variant", [dict(prep_norm="rcp"), dict(prep_heads=2, prep_readout=True, prep_norm="rcp"),
-                                     dict(prep_form="rows")])
+@pytest.mark.parametrize("variant", [dict(prep_norm="rcp"), dict(prep_heads=2, prep_readout=True, prep_norm="rcp")])
 def test_the_tiles_prep_variants_that_round_differently_pass_the_family_check(monkeypatch, variant):
     cell = make_cell("gdn", "chunked", state="bfloat16", H=1, HV=2, K=32, lens=(70, 5, 130), decay="weak",
                      slots="padded", qk="unit", split=None, act="bfloat16")
