@@ -37,6 +37,15 @@ nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$OUT/machi
   make setup-offline; } >> "$OUT/machine.txt" 2>&1; tail -3 "$OUT/machine.txt"
 PY=$PWD/.venv/bin/python
 GPU_CORES=2-15
+# STEP MODULE CAP NAMES OPTION LINES: python -m MODULE --out /tmp/STEP --budget (at most CAP s, 20 kept) [OPTION
+# NAME...] (NAMES comma-separated; none: the module's default) into $log, /tmp/STEP packed, $log's last LINES shown
+budgeted() {
+  local B names=() extra=()
+  B=$(( $(cap "$3") - 20 ))
+  [ -n "$4" ] && IFS=, read -ra names <<< "$4" && extra=("$5" "${names[@]}")
+  timeout "$(( B + 20 ))" taskset -c $GPU_CORES $PY -m "$2" --out "/tmp/$1" --budget "$B" "${extra[@]}" > "$log" 2>&1
+  tar czf "$OUT/$1.tgz" -C /tmp "$1" 2>/dev/null; tail -"$6" "$log"
+}
 echo "setup done at $(( $(date +%s) - T0 )) s; steps: $STEPS"
 for s in $STEPS; do
   L=$(left)
@@ -52,18 +61,8 @@ for s in $STEPS; do
       timeout "$(cap 190)" taskset -c $GPU_CORES $PY -m bench --bench turboquant/decode --device gpu \
         --out /tmp/tq/perf.json --no-remeasure > "$log" 2>&1
       tar czf "$OUT/tq.tgz" -C /tmp tq 2>/dev/null; tail -40 "$log";;
-    seg)
-      B=$(( $(cap 400) - 20 )); configs=()
-      [ -n "${SEG_CONFIGS:-}" ] && IFS=, read -ra names <<< "$SEG_CONFIGS" && configs=(--configs "${names[@]}")
-      timeout "$(( B + 20 ))" taskset -c $GPU_CORES $PY -m bench.probes.gdn_chunked_segments --out /tmp/seg \
-        --budget "$B" "${configs[@]}" > "$log" 2>&1
-      tar czf "$OUT/seg.tgz" -C /tmp seg 2>/dev/null; tail -45 "$log";;
-    prep)
-      B=$(( $(cap 300) - 20 )); variants=()
-      [ -n "${PREP_VARIANTS:-}" ] && IFS=, read -ra names <<< "$PREP_VARIANTS" && variants=(--variants "${names[@]}")
-      timeout "$(( B + 20 ))" taskset -c $GPU_CORES $PY -m bench.probes.gdn_chunked_prep --out /tmp/prep \
-        --budget "$B" "${variants[@]}" > "$log" 2>&1
-      tar czf "$OUT/prep.tgz" -C /tmp prep 2>/dev/null; tail -30 "$log";;
+    seg) budgeted seg bench.probes.gdn_chunked_segments 400 "${SEG_CONFIGS:-}" --configs 45;;
+    prep) budgeted prep bench.probes.gdn_chunked_prep 300 "${PREP_VARIANTS:-}" --variants 30;;
     aa)
       state=${AA_STATE:-$OUT/aa-state}; mkdir -p "$state"; cp -n bench/gates.toml "$state/gates.toml"
       timeout "$(cap 100000)" taskset -c $GPU_CORES $PY -m bench --device gpu --gated-only --aa 20 --write-gates \
