@@ -45,8 +45,9 @@ def target(impl: str, label: str) -> int:
     import torch
 
     from bench import registry
+    from bench.gdn_gpu import CHUNKED_BENCH
 
-    bench = registry.benches()["gdn/chunked-gpu"]
+    bench = registry.benches()[CHUNKED_BENCH]
     shape = bench.shapes[label]
     call = registry.impls(bench.name)[impl].prepare(shape, bench.inputs(shape))
     for _ in range(2):
@@ -111,11 +112,12 @@ def main(argv=None) -> int:
     if not args.out:
         ap.error("--out: expected a folder")
     from bench import registry
+    from bench.gdn_gpu import CHUNKED_BENCH
 
-    known = registry.benches()["gdn/chunked-gpu"].shapes
+    known = registry.benches()[CHUNKED_BENCH].shapes
     bad = [s for s in args.shapes if s not in known]
     if bad:
-        ap.error(f"--shapes: expected labels of gdn/chunked-gpu ({', '.join(known)}), got {', '.join(bad)}")
+        ap.error(f"--shapes: expected labels of {CHUNKED_BENCH} ({', '.join(known)}), got {', '.join(bad)}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     result: dict = {}
