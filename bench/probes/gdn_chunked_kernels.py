@@ -81,8 +81,13 @@ def kernels(out: Path, impl: str, label: str, from_csv: bool = False) -> list[di
                               f"{label} {impl}", TIMEOUT_S))
 
 
+def total_us(rows: list[dict]) -> float:
+    """The kernels' ncu time in all, us."""
+    return sum(r.get("gpu__time_duration.sum", 0.0) for r in rows)
+
+
 def table(label: str, impl: str, rows: list[dict]) -> list[str]:
-    total = sum(r.get("gpu__time_duration.sum", 0.0) for r in rows)
+    total = total_us(rows)
     lines = [f"{label} {impl}: {len(rows)} kernels, {total:.1f} us (ncu, one at a time)",
              f"  {'kernel':44} {'us':>8} {'share':>6} {'DRAM MB':>8} {'DRAM%':>6} {'SM%':>6} {'inst M':>8} "
              f"{'regs':>5} {'warps%':>6} {'grid':>7} {'waves':>6}"]

@@ -81,11 +81,13 @@ def _ms(info: dict) -> float:
 def kernel_lines(path: Path) -> list[str]:
     """Per shape and implementation of ``gdn_chunked_kernels.json``: the kernels' ncu time in all and each
     kernel's, us, in launch order."""
+    from bench.probes.gdn_chunked_kernels import total_us
+
     try:
         doc = json.loads(path.read_text())
     except (OSError, ValueError):
         return []
-    return [f"{shape} {impl} under ncu: {sum(r.get('gpu__time_duration.sum', 0.0) for r in rows):.1f} us = "
+    return [f"{shape} {impl} under ncu: {total_us(rows):.1f} us = "
             + " + ".join(f"{r['kernel'][:32]} {r.get('gpu__time_duration.sum', 0.0):.1f}" for r in rows)
             for shape, impls in doc.items() for impl, rows in impls.items()]
 

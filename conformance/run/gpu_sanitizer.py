@@ -287,10 +287,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpu_sanitizer: error: --filter {pattern}: matches no cell of the {args.tier} tier", file=sys.stderr)
         return 2
     end = time.monotonic() + (args.time_limit if args.time_limit is not None else float("inf"))
-    outcomes, cut = [], []
+    outcomes, not_started = [], []
     for group in side_by_side(todo):
         if time.monotonic() >= end:
-            cut += [p.name for p in group]
+            not_started += [p.name for p in group]
             continue
         outs = [Path(args.out) / p.name for p in group]
         cmds = [command(p, out, args.tier, conform_options, args.sanitizer) for p, out in zip(group, outs)]
@@ -298,10 +298,8 @@ def main(argv: list[str] | None = None) -> int:
             out.mkdir(parents=True, exist_ok=True)
             print("$ " + " ".join(cmd), flush=True)
         logs = [out / "conform.log" for out in outs] if len(group) > 1 else None
-        for p, out, returncode in zip(group, outs, run_until(cmds, end, logs)):
-            if returncode is None:
-                cut.append(p.name)
-            outcomes.append(outcome(p, out, returncode))
+        outcomes += [outcome(p, out, rc) for p, out, rc in zip(group, outs, run_until(cmds, end, logs))]
+    cut = [o.name for o in outcomes if o.cut] + not_started     # the passes after a cut one never started
     print(table(outcomes))
     if cut:
         print(f"time limit reached: {', '.join(cut)} not finished; the same command continues them")
